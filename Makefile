@@ -1,0 +1,35 @@
+# Two entry points a newcomer needs: `make synth` (install everything, synthesize every environment)
+# and `make test` (install everything, run the whole suite). Both are offline after the install.
+SHELL := /bin/bash
+VENV := .venv
+PYTHON := $(VENV)/bin/python
+# Node 22 from package.json (the `node` package) comes first: the machine's Node 20 is end-of-life.
+export PATH := $(CURDIR)/node_modules/.bin:$(CURDIR)/$(VENV)/bin:$(PATH)
+export CDK_DISABLE_CLI_TELEMETRY := true
+PYTEST_ARGS ?= -n 2
+
+.PHONY: setup synth test validate clean
+setup: .make/python .make/node
+
+.make/python: requirements.txt requirements-dev.txt constraints.txt
+	@mkdir -p .make
+	python3 -m venv $(VENV)
+	$(PYTHON) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt -c constraints.txt
+	@touch $@
+
+.make/node: package.json package-lock.json
+	@mkdir -p .make
+	npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+
+validate: setup
+	$(PYTHON) -m inferstack validate
+
+synth: setup
+	cdk synth --quiet
+
+test: setup
+	$(PYTHON) -m pytest $(PYTEST_ARGS)
+
+clean:
+	rm -rf cdk.out .make

@@ -1,0 +1,1 @@
+"""inferstack: infrastructure as code for transformer inference on AWS accelerators."""

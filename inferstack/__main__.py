@@ -1,0 +1,5 @@
+import sys
+
+from inferstack.cli import main
+
+sys.exit(main())

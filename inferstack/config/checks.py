@@ -1,0 +1,114 @@
+"""Rules that span several fields, files or the instance catalog. Each yields (key path, message)
+pairs so the loader can attach file and line; nothing here raises on the first problem."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from inferstack import instances, planning
+from inferstack.config.models import Environment, NeuronEcsModel, TritonSageMakerModel
+from inferstack.config.yaml_source import KeyPath
+
+Model = NeuronEcsModel | TritonSageMakerModel
+Finding = tuple[KeyPath, str]
+
+
+def _capacity_key(model: Model, env: str, field: str) -> KeyPath:
+    """Point at the per-environment override when it sets `field`, else at the model-wide value."""
+    override = model.environments.get(env)
+    if override is not None and getattr(override.capacity, field) is not None:
+        return ("environments", env, "capacity", field)
+    return ("capacity", field)
+
+
+def check_model(model: Model, environments: dict[str, Environment]) -> Iterator[Finding]:
+    for env in model.environments:
+        if env not in environments:
+            yield ("environments", env), f"unknown environment; known: {', '.join(sorted(environments))}"
+    if isinstance(model, NeuronEcsModel):
+        yield from _check_neuron_static(model)
+    # Instance-dependent rules run per environment, after its overrides; a finding shared by several
+    # environments is reported once, naming them all.
+    grouped: dict[Finding, list[str]] = {}
+    for env_name, environment in environments.items():
+        for finding in _check_environment(model, env_name, environment):
+            grouped.setdefault(finding, []).append(env_name)
+    for (key, message), env_names in grouped.items():
+        label = "environment" if len(env_names) == 1 else "environments"
+        yield key, f"{message} ({label} {', '.join(env_names)})"
+
+
+def _check_environment(model: Model, env_name: str, environment: Environment) -> Iterator[Finding]:
+    capacity = model.capacity_for(env_name)
+    spec = instances.get(capacity.instance_type)
+    family_problem = _family_problem(spec, model.kind)
+    if family_problem:
+        yield _capacity_key(model, env_name, "instance_type"), family_problem
+    elif isinstance(model, NeuronEcsModel):
+        yield from _check_neuron_instance(model, spec)
+    if capacity.min > capacity.max:
+        yield _capacity_key(model, env_name, "min"), f"min {capacity.min} > max {capacity.max}"
+    elif not family_problem:
+        yield from _check_plan(model, env_name, environment)
+
+
+def _family_problem(spec: instances.InstanceSpec, kind: str) -> str | None:
+    if kind == "neuron-ecs" and (spec.is_sagemaker or spec.neuron_generation is None):
+        return f"{spec.name} is not an Inferentia EC2 type; neuron-ecs needs inf1.* or inf2.*"
+    if kind == "triton-sagemaker" and (not spec.is_sagemaker or spec.gpus == 0):
+        return f"{spec.name} is not a SageMaker GPU type; triton-sagemaker needs ml.g4dn.* or ml.g5.*"
+    return None
+
+
+def _check_neuron_static(model: NeuronEcsModel) -> Iterator[Finding]:
+    comp, serving = model.compile, model.serving
+    if comp.parallelism == "pipeline" and serving.data_parallel:
+        yield ("serving", "data_parallel"), (
+            "DataParallel cannot run a model compiled in pipeline mode; set serving.data_parallel: false "
+            "or compile.parallelism: data-parallel")
+    if comp.parallelism == "pipeline" and comp.neuron_cores_per_model < 2:
+        yield ("compile", "neuron_cores_per_model"), "pipeline mode needs at least 2 NeuronCores per model"
+    if comp.parallelism == "data-parallel" and comp.neuron_cores_per_model != 1:
+        yield ("compile", "neuron_cores_per_model"), (
+            "data-parallel copies are compiled for exactly 1 NeuronCore; use parallelism: pipeline to span cores")
+    if comp.parallelism == "pipeline" and comp.neuron_generation == "inf2":
+        yield ("compile", "parallelism"), "pipeline mode (--neuroncore-pipeline-cores) is an inf1 compiler feature"
+
+
+def _check_neuron_instance(model: NeuronEcsModel, spec: instances.InstanceSpec) -> Iterator[Finding]:
+    comp, serving = model.compile, model.serving
+    if comp.neuron_generation != spec.neuron_generation:
+        yield ("compile", "neuron_generation"), (
+            f"compile target {comp.neuron_generation} cannot run on {spec.name} ({spec.neuron_generation}); "
+            f"Neuron artifacts are not portable between generations")
+        return
+    cores = spec.neuron_cores
+    if comp.neuron_cores_per_model > cores:
+        yield ("compile", "neuron_cores_per_model"), (
+            f"{comp.neuron_cores_per_model} NeuronCores per model, but {spec.name} has {cores}")
+        return
+    if serving.workers > cores or cores % serving.workers:
+        yield ("serving", "workers"), (
+            f"{serving.workers} workers cannot split the {cores} NeuronCores of {spec.name} evenly")
+        return
+    if (cores // serving.workers) % comp.neuron_cores_per_model:
+        yield ("serving", "workers"), (
+            f"each worker gets {cores // serving.workers} NeuronCores, not a multiple of "
+            f"neuron_cores_per_model {comp.neuron_cores_per_model}")
+
+
+def _check_plan(model: Model, env_name: str, environment: Environment) -> Iterator[Finding]:
+    try:
+        result = planning.plan(model, env_name, environment)
+    except planning.PlanningError as exc:
+        yield ("throughput_profile",), str(exc)
+        return
+    if not result.latency_within_slo:
+        yield ("slo", "p99_latency_ms"), (
+            f"SLO p99 {result.slo_p99_ms:g} ms is below the profiled p99 {result.profile_p99_ms:g} ms "
+            f"of {result.instance_type}")
+    if not result.peak_within_max:
+        yield _capacity_key(model, env_name, "max"), (
+            f"peak {result.peak_tps:g} TPS needs {result.instances_at_peak} x {result.instance_type} at "
+            f"{result.throughput_per_instance:g}/s x safety factor {result.safety_factor:g}, "
+            f"but max is {result.max_capacity}")

@@ -1,0 +1,150 @@
+"""Load `model_configs/` into a frozen `Project`, or raise one `ConfigError` listing every problem,
+each naming its file, line and key path."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+
+from pydantic import BaseModel, ValidationError
+
+from inferstack.config import checks
+from inferstack.config.models import (
+    Environment, EnvironmentsFile, NeuronEcsModel, TritonSageMakerModel,
+)
+from inferstack.config.problems import ConfigError, Problem
+from inferstack.config.yaml_source import YamlDocument, YamlSyntaxError, parse
+
+ENVIRONMENTS_FILE = "environments.yaml"
+MODEL_KINDS: dict[str, type[BaseModel]] = {
+    "neuron-ecs": NeuronEcsModel,
+    "triton-sagemaker": TritonSageMakerModel,
+}
+Model = NeuronEcsModel | TritonSageMakerModel
+
+
+@dataclass(frozen=True)
+class Project:
+    config_dir: Path
+    default_environment: str
+    environments: Mapping[str, Environment]
+    models: tuple[Model, ...]
+    model_files: Mapping[str, Path]
+
+    def model(self, name: str) -> Model:
+        for model in self.models:
+            if model.name == name:
+                return model
+        raise KeyError(f"no model named {name!r}; known: {', '.join(m.name for m in self.models)}")
+
+
+def load(config_dir: Path | str) -> Project:
+    config_dir = Path(config_dir)
+    problems: list[Problem] = []
+    if not config_dir.is_dir():
+        raise ConfigError([Problem(str(config_dir), None, "", "config directory not found")])
+
+    env_path = config_dir / ENVIRONMENTS_FILE
+    env_file = _load_file(env_path, EnvironmentsFile, problems, config_dir)
+    environments = dict(env_file.environments) if env_file else {}
+
+    models: list[tuple[Model, Path, YamlDocument]] = []
+    for path in sorted(p for p in config_dir.glob("*.y*ml") if p.name != ENVIRONMENTS_FILE):
+        loaded = _load_model(path, problems, config_dir)
+        if loaded:
+            models.append(loaded)
+
+    seen: dict[str, Path] = {}
+    for model, path, doc in models:
+        if model.name in seen:
+            problems.append(_problem(path, config_dir, doc, ("name",),
+                                     f"duplicate model name {model.name!r}, also in {seen[model.name].name}"))
+        else:
+            seen[model.name] = path
+        if env_file:
+            for key, message in checks.check_model(model, environments):
+                problems.append(_problem(path, config_dir, doc, key, message))
+
+    if problems:
+        raise ConfigError(problems)
+    assert env_file is not None  # no problems means the file loaded
+    return Project(
+        config_dir=config_dir,
+        default_environment=env_file.default_environment,
+        environments=MappingProxyType(environments),
+        models=tuple(m for m, _, _ in models),
+        model_files=MappingProxyType({m.name: p for m, p, _ in models}),
+    )
+
+
+def _display(path: Path, config_dir: Path) -> str:
+    try:
+        return str(path.relative_to(config_dir.parent))
+    except ValueError:
+        return str(path)
+
+
+def _problem(path: Path, config_dir: Path, doc: YamlDocument | None, key: tuple, message: str) -> Problem:
+    return Problem(_display(path, config_dir), doc.line_of(tuple(key)) if doc else None,
+                   ".".join(str(k) for k in key), message)
+
+
+def _parse(path: Path, problems: list[Problem], config_dir: Path) -> YamlDocument | None:
+    if not path.is_file():
+        problems.append(Problem(_display(path, config_dir), None, "", "file not found"))
+        return None
+    try:
+        doc = parse(path)
+    except YamlSyntaxError as exc:
+        problems.append(Problem(_display(path, config_dir), exc.line, "", str(exc)))
+        return None
+    for key, line in doc.duplicate_keys:
+        problems.append(Problem(_display(path, config_dir), line, ".".join(map(str, key)), "duplicate key"))
+    if not isinstance(doc.data, dict):
+        problems.append(Problem(_display(path, config_dir), 1, "", "expected a mapping at the top level"))
+        return None
+    return doc
+
+
+def _validate(schema: type[BaseModel], path: Path, doc: YamlDocument, problems: list[Problem],
+              config_dir: Path) -> BaseModel | None:
+    try:
+        return schema.model_validate(doc.data)
+    except ValidationError as exc:
+        for error in exc.errors(include_url=False):
+            loc = tuple(error["loc"])
+            problems.append(_problem(path, config_dir, doc, loc, _message(error)))
+        return None
+
+
+def _message(error: dict) -> str:
+    kind = error["type"]
+    if kind == "missing":
+        return "required field is missing"
+    if kind == "extra_forbidden":
+        return "unknown key"
+    message = error["msg"].removeprefix("Value error, ")
+    if kind in {"value_error", "assertion_error"}:
+        return message
+    return f"{message} (got {error.get('input')!r})"
+
+
+def _load_file(path: Path, schema: type[BaseModel], problems: list[Problem], config_dir: Path):
+    doc = _parse(path, problems, config_dir)
+    return _validate(schema, path, doc, problems, config_dir) if doc else None
+
+
+def _load_model(path: Path, problems: list[Problem], config_dir: Path):
+    doc = _parse(path, problems, config_dir)
+    if doc is None:
+        return None
+    kind = doc.data.get("kind")
+    schema = MODEL_KINDS.get(kind) if isinstance(kind, str) else None
+    if schema is None:
+        problems.append(_problem(path, config_dir, doc, ("kind",),
+                                 f"must be one of {', '.join(MODEL_KINDS)} (got {kind!r})"))
+        return None
+    model = _validate(schema, path, doc, problems, config_dir)
+    return (model, path, doc) if model else None

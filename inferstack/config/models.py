@@ -1,0 +1,306 @@
+"""Typed, frozen schema of `model_configs/`: environments.yaml and one YAML file per model.
+
+Field-level rules live here (types, ranges, one-of choices); rules that need several fields or the
+instance catalog live in `checks.py` so every problem can be reported at once with its key path.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal, Union
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from inferstack import instances
+
+NAME_PATTERN = r"^[a-z][a-z0-9-]{0,38}[a-z0-9]$"
+REGION_PATTERN = r"^[a-z]{2}(-gov)?-[a-z]+-\d$"
+# CloudWatch Logs accepts only these retention periods.
+LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827,
+                      2192, 2557, 2922, 3288, 3653)
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", str_strip_whitespace=True)
+
+
+Name = Annotated[str, Field(pattern=NAME_PATTERN, description="lower-case letters, digits and dashes")]
+PositiveInt = Annotated[int, Field(ge=1)]
+PositiveFloat = Annotated[float, Field(gt=0)]
+
+
+def _known_instance(value: str) -> str:
+    instances.get(value)  # raises UnknownInstanceType (a ValueError) with the known list
+    return value
+
+
+InstanceType = Annotated[str, AfterValidator(_known_instance),
+                         Field(description="an instance type from inferstack.instances",
+                               json_schema_extra={"enum": sorted(instances.INSTANCES)})]
+
+
+# ---------------------------------------------------------------- environments.yaml
+
+class CreateVpc(Frozen):
+    cidr: str = Field(pattern=r"^\d{1,3}(\.\d{1,3}){3}/(1[6-9]|2[0-4])$", description="VPC CIDR, /16 to /24")
+    nat_gateways: int = Field(1, ge=1, le=6, description="NAT gateways for private-subnet egress")
+
+
+class ImportVpc(Frozen):
+    vpc_id: str = Field(pattern=r"^vpc-[0-9a-f]{8,17}$")
+    vpc_cidr: str = Field(pattern=r"^\d{1,3}(\.\d{1,3}){3}/\d{1,2}$")
+    private_subnet_ids: tuple[Annotated[str, Field(pattern=r"^subnet-[0-9a-f]{8,17}$")], ...] = Field(min_length=2)
+    private_subnet_route_table_ids: tuple[Annotated[str, Field(pattern=r"^rtb-[0-9a-f]{8,17}$")], ...] = Field(
+        min_length=2)
+    public_subnet_ids: tuple[Annotated[str, Field(pattern=r"^subnet-[0-9a-f]{8,17}$")], ...] = ()
+    create_endpoints: bool = Field(False, description="add the VPC endpoints inferstack needs to this VPC")
+
+
+class Network(Frozen):
+    create: CreateVpc | None = None
+    import_: ImportVpc | None = Field(None, alias="import")
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> "Network":
+        if (self.create is None) == (self.import_ is None):
+            raise ValueError("set exactly one of 'create' (a new VPC) or 'import' (an existing VPC by ids)")
+        return self
+
+
+class Alarms(Frozen):
+    topic_arn: str | None = Field(
+        None, pattern=r"^arn:aws[a-z-]*:sns:[a-z0-9-]+:\d{12}:[A-Za-z0-9_-]{1,256}$",
+        description="existing SNS topic for alarms; omitted: the foundation stack creates an encrypted one")
+    emails: tuple[Annotated[str, Field(pattern=r"^[^@\s]+@[^@\s]+\.[^@\s]+$")], ...] = ()
+
+
+class EnvironmentDefaults(Frozen):
+    log_retention_days: int = Field(30, description=f"one of {LOG_RETENTION_DAYS}")
+    retain_stateful_resources: bool = Field(
+        True, description="keep KMS keys, log groups and buckets when a stack is deleted")
+    public_load_balancer: bool = Field(False, description="internet-facing load balancers (TLS required)")
+    safety_factor: float = Field(0.5, gt=0, le=1, description="default share of measured throughput an "
+                                 "instance is asked to carry; the rest is headroom")
+
+    @field_validator("log_retention_days")
+    @classmethod
+    def _retention(cls, value: int) -> int:
+        if value not in LOG_RETENTION_DAYS:
+            raise ValueError(f"must be one of {', '.join(map(str, LOG_RETENTION_DAYS))}")
+        return value
+
+
+class Environment(Frozen):
+    account: str = Field(pattern=r"^\d{12}$", description="12-digit AWS account id")
+    region: str = Field(pattern=REGION_PATTERN)
+    availability_zones: tuple[str, ...] = Field(min_length=2, max_length=6)
+    network: Network
+    alarms: Alarms = Alarms()
+    defaults: EnvironmentDefaults = EnvironmentDefaults()
+
+    @model_validator(mode="after")
+    def _zones_in_region(self) -> "Environment":
+        bad = [z for z in self.availability_zones if not re.fullmatch(re.escape(self.region) + r"[a-z]", z)]
+        if bad:
+            raise ValueError(f"availability_zones {bad} are not zones of region {self.region}")
+        if len(set(self.availability_zones)) != len(self.availability_zones):
+            raise ValueError("availability_zones repeats a zone")
+        return self
+
+
+class EnvironmentsFile(Frozen):
+    default_environment: Name
+    environments: dict[Name, Environment] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _default_exists(self) -> "EnvironmentsFile":
+        if self.default_environment not in self.environments:
+            raise ValueError(f"default_environment {self.default_environment!r} is not one of the environments")
+        return self
+
+
+# ---------------------------------------------------------------- model files, shared parts
+
+class ModelSource(Frozen):
+    huggingface_id: str | None = Field(None, pattern=r"^[\w.-]+(/[\w.-]+)?$")
+    revision: str | None = Field(None, description="commit or tag pinned for reproducible builds")
+    local_path: str | None = Field(None, description="path inside the image's build context")
+    task: Literal["text-classification", "text2text-generation"]
+    labels: tuple[str, ...] = ()
+
+    @model_validator(mode="after")
+    def _source(self) -> "ModelSource":
+        if (self.huggingface_id is None) == (self.local_path is None):
+            raise ValueError("set exactly one of 'huggingface_id' or 'local_path'")
+        if self.task == "text-classification" and len(self.labels) < 2:
+            raise ValueError("text-classification needs 'labels' with at least two entries")
+        if len(set(self.labels)) != len(self.labels):
+            raise ValueError("labels repeat")
+        return self
+
+
+class Slo(Frozen):
+    p99_latency_ms: PositiveFloat = Field(description="end-to-end p99 the service must meet")
+    peak_tps: PositiveFloat = Field(description="peak inferences per second across the fleet")
+
+
+class ProfilePoint(Frozen):
+    """A measured operating point of one instance: the most it sustains while meeting p99_latency_ms."""
+
+    throughput_per_second: PositiveFloat
+    p99_latency_ms: PositiveFloat
+    source: str = Field(min_length=1, description="where the figure comes from (benchmark run, publication)")
+
+
+class Capacity(Frozen):
+    instance_type: InstanceType
+    min: PositiveInt
+    max: PositiveInt
+    safety_factor: float | None = Field(None, gt=0, le=1, description="overrides the environment default")
+
+
+class CapacityOverride(Frozen):
+    instance_type: InstanceType | None = None
+    min: PositiveInt | None = None
+    max: PositiveInt | None = None
+    safety_factor: float | None = Field(None, gt=0, le=1)
+
+
+class SloOverride(Frozen):
+    p99_latency_ms: PositiveFloat | None = None
+    peak_tps: PositiveFloat | None = None
+
+
+class EnvironmentOverride(Frozen):
+    capacity: CapacityOverride = CapacityOverride()
+    slo: SloOverride = SloOverride()
+
+
+class _ModelBase(Frozen):
+    name: Name
+    description: str = ""
+    source: ModelSource
+    slo: Slo
+    throughput_profile: dict[InstanceType, ProfilePoint] = Field(min_length=1)
+    capacity: Capacity
+    environments: dict[Name, EnvironmentOverride] = Field(
+        default_factory=dict, description="per-environment overrides of capacity and SLO")
+
+    def capacity_for(self, environment: str) -> Capacity:
+        override = self.environments.get(environment, EnvironmentOverride()).capacity
+        return self.capacity.model_copy(update=override.model_dump(exclude_none=True))
+
+    def slo_for(self, environment: str) -> Slo:
+        override = self.environments.get(environment, EnvironmentOverride()).slo
+        return self.slo.model_copy(update=override.model_dump(exclude_none=True))
+
+
+# ---------------------------------------------------------------- neuron-ecs
+
+def _compiler_flag(arg: str) -> str:
+    # Flags reach a shell-free argv, but reject anything that is not plainly a flag.
+    if not re.fullmatch(r"--?[A-Za-z0-9][\w-]*(=[\w.,:-]+)?", arg):
+        raise ValueError(f"{arg!r} is not a compiler flag like --name or --name=value")
+    return arg
+
+
+CompilerFlag = Annotated[str, AfterValidator(_compiler_flag)]
+
+
+class NeuronCompile(Frozen):
+    neuron_generation: Literal["inf1", "inf2"] = Field(description="compile target: torch-neuron or torch-neuronx")
+    batch_size: int = Field(1, ge=1, le=64, description="fixed batch dimension traced per NeuronCore")
+    sequence_length: int = Field(128, ge=8, le=4096, description="inputs are padded to this many tokens")
+    neuron_cores_per_model: PositiveInt = Field(1, description="NeuronCores one compiled copy occupies")
+    parallelism: Literal["data-parallel", "pipeline"] = Field(
+        "data-parallel", description="data-parallel: one core per copy, copies on every core; "
+                                     "pipeline: one copy sharded over neuron_cores_per_model cores")
+    cast: Literal["none", "matmult", "all"] = Field(
+        "none", description="down-cast FP32 ops (inf1 --fp32-cast, inf2 --auto-cast)")
+    cast_type: Literal["bf16", "fp16"] = "bf16"
+    extra_compiler_args: tuple[CompilerFlag, ...] = ()
+
+    def compiler_args(self) -> tuple[str, ...]:
+        """The flags handed to torch.neuron.trace / torch_neuronx.trace."""
+        args: list[str] = []
+        if self.neuron_generation == "inf1":
+            if self.cast != "none":
+                args.append(f"--fp32-cast={self.cast}")
+            if self.parallelism == "pipeline":
+                args += ["--neuroncore-pipeline-cores", str(self.neuron_cores_per_model)]
+        else:
+            if self.cast != "none":
+                args += ["--auto-cast", self.cast, "--auto-cast-type", self.cast_type]
+        return tuple(args) + self.extra_compiler_args
+
+
+class NeuronServing(Frozen):
+    data_parallel: bool = Field(True, description="wrap the model in DataParallel over the worker's cores")
+    max_batch_size: int = Field(16, ge=1, le=1024, description="server-side dynamic batch cap")
+    max_queue_delay_ms: float = Field(2.0, ge=0, le=1000, description="longest a request waits for a batch")
+    workers: PositiveInt = Field(1, description="server processes; each owns a disjoint NeuronCore range")
+    warmup_requests: int = Field(8, ge=1, le=10000)
+    health_check_grace_seconds: int = Field(300, ge=30, le=7200, description="model load plus warm-up")
+    port: int = Field(8080, ge=1024, le=65535)
+
+
+class NeuronEcsModel(_ModelBase):
+    kind: Literal["neuron-ecs"]
+    compile: NeuronCompile
+    serving: NeuronServing = NeuronServing()
+
+
+# ---------------------------------------------------------------- triton-sagemaker
+
+class TritonExport(Frozen):
+    sequence_length: int = Field(128, ge=8, le=4096)
+    max_output_length: int | None = Field(None, ge=1, le=4096, description="generation models: output tokens")
+    onnx_opset: int = Field(17, ge=11, le=21)
+
+
+class TensorRtAcceleration(Frozen):
+    precision: Literal["FP16", "FP32"] = "FP16"
+    max_workspace_size_bytes: int = Field(1 << 30, ge=1 << 20)
+
+
+class DynamicBatching(Frozen):
+    max_queue_delay_microseconds: int = Field(100, ge=0, le=1_000_000)
+    preferred_batch_sizes: tuple[PositiveInt, ...] = ()
+
+
+class InstanceGroup(Frozen):
+    count: int = Field(1, ge=1, le=16, description="model instances per GPU")
+    kind: Literal["KIND_GPU", "KIND_CPU"] = "KIND_GPU"
+
+
+class TritonServing(Frozen):
+    backend: Literal["onnx", "tensorrt"] = Field(
+        description="onnx: ONNX Runtime (optionally with the TensorRT accelerator); tensorrt: a TensorRT plan")
+    tensorrt_acceleration: TensorRtAcceleration | None = Field(
+        None, description="onnx backend only: TensorRT execution accelerator")
+    max_batch_size: int = Field(8, ge=1, le=1024)
+    dynamic_batching: DynamicBatching | None = None
+    instance_group: InstanceGroup = InstanceGroup()
+    warmup: bool = True
+    response_cache: bool = False
+    image_version: str = Field("24.09", pattern=r"^\d{2}\.\d{2}$", description="Triton release, YY.MM")
+    container_startup_health_check_timeout_seconds: int = Field(600, ge=60, le=3600)
+    model_data_download_timeout_seconds: int = Field(600, ge=60, le=3600)
+    inference_ami_version: str | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "TritonServing":
+        if self.tensorrt_acceleration is not None and self.backend != "onnx":
+            raise ValueError("tensorrt_acceleration applies to the onnx backend only")
+        if self.dynamic_batching and any(s > self.max_batch_size for s in self.dynamic_batching.preferred_batch_sizes):
+            raise ValueError("dynamic_batching.preferred_batch_sizes exceed max_batch_size")
+        return self
+
+
+class TritonSageMakerModel(_ModelBase):
+    kind: Literal["triton-sagemaker"]
+    export: TritonExport = TritonExport()
+    serving: TritonServing
+
+
+ModelConfig = Annotated[Union[NeuronEcsModel, TritonSageMakerModel], Field(discriminator="kind")]

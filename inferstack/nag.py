@@ -1,0 +1,24 @@
+"""cdk-nag (v3) wiring: the AwsSolutions pack runs as a CDK policy-validation plugin, so any finding
+that is not acknowledged fails `cdk synth`. Acknowledgements go on the smallest construct, one rule
+id at a time, each with a reason a reviewer can accept."""
+
+from __future__ import annotations
+
+import aws_cdk as cdk
+from cdk_nag import AwsSolutionsChecks
+from constructs import IConstruct
+
+PACK = "AwsSolutions"
+
+
+def add_checks(app: cdk.App) -> None:
+    cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+
+
+def acknowledge(construct: IConstruct, rule: str, reason: str) -> None:
+    """Acknowledge one AwsSolutions rule (e.g. "IAM4", or "IAM5[Resource::*]") on `construct`."""
+    if not rule or rule.startswith(PACK):
+        raise ValueError(f"pass the bare rule id (e.g. 'IAM5'), got {rule!r}")
+    if len(reason.strip()) < 20:
+        raise ValueError(f"acknowledging {rule} needs a real reason, got {reason!r}")
+    cdk.Validations.of(construct).acknowledge(cdk.Acknowledgment(id=f"{PACK}::{PACK}-{rule}", reason=reason))

@@ -1,0 +1,1 @@
+"""CDK stacks: wiring only. Constructs in inferstack.constructs build the resources."""

@@ -1,0 +1,72 @@
+"""Per-environment shared resources: network, KMS key, alarm topic, log settings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import aws_cdk as cdk
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_sns as sns
+from constructs import Construct
+
+from inferstack.config import Environment
+from inferstack.constructs.alarm_topic import AlarmTopic
+from inferstack.constructs.network import InferenceNetwork
+from inferstack.constructs.platform_key import PlatformKey
+from stacks.base import EnvironmentStack
+
+RETENTION = {
+    1: logs.RetentionDays.ONE_DAY, 3: logs.RetentionDays.THREE_DAYS, 5: logs.RetentionDays.FIVE_DAYS,
+    7: logs.RetentionDays.ONE_WEEK, 14: logs.RetentionDays.TWO_WEEKS, 30: logs.RetentionDays.ONE_MONTH,
+    60: logs.RetentionDays.TWO_MONTHS, 90: logs.RetentionDays.THREE_MONTHS, 120: logs.RetentionDays.FOUR_MONTHS,
+    150: logs.RetentionDays.FIVE_MONTHS, 180: logs.RetentionDays.SIX_MONTHS, 365: logs.RetentionDays.ONE_YEAR,
+    400: logs.RetentionDays.THIRTEEN_MONTHS, 545: logs.RetentionDays.EIGHTEEN_MONTHS,
+    731: logs.RetentionDays.TWO_YEARS, 1096: logs.RetentionDays.THREE_YEARS, 1827: logs.RetentionDays.FIVE_YEARS,
+    2192: logs.RetentionDays.SIX_YEARS, 2557: logs.RetentionDays.SEVEN_YEARS, 2922: logs.RetentionDays.EIGHT_YEARS,
+    3288: logs.RetentionDays.NINE_YEARS, 3653: logs.RetentionDays.TEN_YEARS,
+}
+
+
+@dataclass(frozen=True)
+class SharedResources:
+    """What every serving stack of an environment receives from the foundation."""
+
+    vpc: ec2.IVpc
+    private_subnets: ec2.SubnetSelection
+    key: kms.IKey
+    alarm_topic: sns.ITopic
+    log_retention: logs.RetentionDays
+    removal_policy: cdk.RemovalPolicy
+
+
+class FoundationStack(EnvironmentStack):
+    def __init__(self, scope: Construct, construct_id: str, *, environment: Environment, **kwargs) -> None:
+        super().__init__(scope, construct_id, environment=environment, **kwargs)
+        defaults = environment.defaults
+        removal = cdk.RemovalPolicy.RETAIN if defaults.retain_stateful_resources else cdk.RemovalPolicy.DESTROY
+        retention = RETENTION[defaults.log_retention_days]
+
+        key = PlatformKey(self, "PlatformKey", removal_policy=removal).key
+        network = InferenceNetwork(self, "Network", network=environment.network,
+                                   availability_zones=environment.availability_zones, key=key,
+                                   log_retention=retention, removal_policy=removal)
+        topic = AlarmTopic(self, "Alarms", existing_topic_arn=environment.alarms.topic_arn,
+                           emails=environment.alarms.emails, key=key).topic
+
+        self.shared = SharedResources(vpc=network.vpc, private_subnets=network.private_subnets, key=key,
+                                      alarm_topic=topic, log_retention=retention, removal_policy=removal)
+        self._export_shared_values()
+
+    def _export_shared_values(self) -> None:
+        """Export every value serving stacks may import, whether or not a model uses it yet, so adding
+        or removing a model never changes this stack's outputs (an export in use cannot be deleted)."""
+        shared = self.shared
+        values = [shared.vpc.vpc_id, shared.vpc.vpc_cidr_block, shared.key.key_arn, shared.key.key_id,
+                  shared.alarm_topic.topic_arn]
+        values += [subnet.subnet_id for subnet in shared.vpc.private_subnets]
+        values += [subnet.subnet_id for subnet in shared.vpc.public_subnets]
+        for value in values:
+            if cdk.Token.is_unresolved(value):  # imported ids are literals and need no export
+                self.export_value(value)

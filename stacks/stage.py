@@ -1,0 +1,37 @@
+"""One Stage class, instantiated per environment: a foundation stack plus one serving stack per model."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import aws_cdk as cdk
+from constructs import Construct
+
+from inferstack.config import Environment, Project
+from inferstack.config.loader import Model
+from stacks.foundation_stack import FoundationStack
+from stacks.serving_stack import ServingStack
+
+
+class InferenceStage(cdk.Stage):
+    def __init__(self, scope: Construct, env_name: str, *, environment: Environment,
+                 models: Sequence[Model]) -> None:
+        super().__init__(scope, env_name, env=cdk.Environment(account=environment.account,
+                                                              region=environment.region))
+        protect = environment.defaults.retain_stateful_resources
+        self.foundation = FoundationStack(self, "Foundation", environment=environment,
+                                          termination_protection=protect,
+                                          description=f"inferstack foundation ({env_name})")
+        self.serving: dict[str, ServingStack] = {}
+        for model in models:
+            stack = ServingStack(self, model.name, model=model, environment=environment, env_name=env_name,
+                                 shared=self.foundation.shared, termination_protection=protect,
+                                 description=f"inferstack {model.kind} serving: {model.name} ({env_name})")
+            cdk.Tags.of(stack).add("inferstack:model", model.name)
+            self.serving[model.name] = stack
+        cdk.Tags.of(self).add("inferstack:environment", env_name)
+
+
+def add_stages(app: cdk.App, project: Project, env_names: Sequence[str]) -> dict[str, InferenceStage]:
+    return {name: InferenceStage(app, name, environment=project.environments[name], models=project.models)
+            for name in env_names}

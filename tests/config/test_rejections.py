@@ -1,0 +1,192 @@
+"""Every way a config can be wrong is rejected with one line naming file, line and key path."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import yaml
+
+from inferstack import config
+
+
+def edit_yaml(path: Path, change: Callable[[dict], None]) -> None:
+    data = yaml.safe_load(path.read_text())
+    change(data)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+def problems_of(config_dir: Path) -> list[str]:
+    with pytest.raises(config.ConfigError) as caught:
+        config.load(config_dir)
+    return [str(p) for p in caught.value.problems]
+
+
+def _set(*path, value):
+    def change(data):
+        node = data
+        for key in path[:-1]:
+            node = node[key]
+        node[path[-1]] = value
+    return change
+
+
+def _delete(*path):
+    def change(data):
+        node = data
+        for key in path[:-1]:
+            node = node[key]
+        del node[path[-1]]
+    return change
+
+
+CASES = {
+    "unknown key": ("intent-bert.yaml", _set("serving", "colour", value="red"),
+                    "serving.colour: unknown key"),
+    "wrong type": ("intent-bert.yaml", _set("compile", "batch_size", value="four"),
+                   "compile.batch_size: Input should be a valid integer"),
+    "out of range": ("intent-bert.yaml", _set("compile", "sequence_length", value=2),
+                     "compile.sequence_length: Input should be greater than or equal to 8"),
+    "unknown instance type": ("intent-bert.yaml", _set("capacity", "instance_type", value="inf9.huge"),
+                              "capacity.instance_type: unknown instance type 'inf9.huge'"),
+    "neuron on a GPU type": ("intent-bert.yaml", _set("capacity", "instance_type", value="ml.g4dn.xlarge"),
+                             "capacity.instance_type: ml.g4dn.xlarge is not an Inferentia EC2 type"),
+    "triton on an inferentia type": (
+        "bert-large-classifier.yaml", _set("capacity", "instance_type", value="inf1.xlarge"),
+        "capacity.instance_type: inf1.xlarge is not a SageMaker GPU type"),
+    "inf1 instance with inf2 compile target": (
+        "intent-bert.yaml", _set("compile", "neuron_generation", value="inf2"),
+        "compile.neuron_generation: compile target inf2 cannot run on inf1.6xlarge"),
+    "cores beyond the instance": (
+        "intent-bert.yaml",
+        lambda d: (d["compile"].update(parallelism="pipeline", neuron_cores_per_model=32),
+                   d["serving"].update(data_parallel=False, workers=1)),
+        "compile.neuron_cores_per_model: 32 NeuronCores per model, but inf1.6xlarge has 16"),
+    "workers that do not split the cores": (
+        "intent-bert.yaml", _set("serving", "workers", value=3),
+        "serving.workers: 3 workers cannot split the 16 NeuronCores of inf1.6xlarge evenly"),
+    "pipeline with DataParallel": (
+        "intent-bert.yaml",
+        lambda d: d["compile"].update(parallelism="pipeline", neuron_cores_per_model=4),
+        "serving.data_parallel: DataParallel cannot run a model compiled in pipeline mode"),
+    "data-parallel copy spanning cores": (
+        "intent-bert.yaml", _set("compile", "neuron_cores_per_model", value=2),
+        "compile.neuron_cores_per_model: data-parallel copies are compiled for exactly 1 NeuronCore"),
+    "min above max": ("t5-spelling.yaml", _set("capacity", "min", value=20),
+                      "capacity.min: min 20 > max 8 (environment prod)"),
+    "min above max in an override": (
+        "t5-spelling.yaml", _set("environments", "dev", "capacity", "min", value=5),
+        "environments.dev.capacity.min: min 5 > max 2 (environment dev)"),
+    "peak the profile cannot serve within max": (
+        "intent-bert.yaml", _set("capacity", "max", value=4),
+        "capacity.max: peak 16000 TPS needs 8 x inf1.6xlarge at 4000/s x safety factor 0.5, but max is 4"),
+    "p99 SLO below the profiled p99": (
+        "intent-bert.yaml", _set("slo", "p99_latency_ms", value=5),
+        "slo.p99_latency_ms: SLO p99 5 ms is below the profiled p99 8 ms of inf1.6xlarge"),
+    "no profile for the instance type": (
+        "intent-bert.yaml", _delete("throughput_profile", "inf1.xlarge"),
+        "throughput_profile: no throughput_profile entry for inf1.xlarge (the instance type used in dev)"),
+    "override for an unknown environment": (
+        "t5-spelling.yaml", _set("environments", "qa", value={"capacity": {"min": 1}}),
+        "environments.qa: unknown environment; known: dev, prod, staging"),
+    "missing required field": ("t5-spelling.yaml", _delete("slo"), "slo: required field is missing"),
+    "unknown kind": ("t5-spelling.yaml", _set("kind", value="lambda"),
+                     "kind: must be one of neuron-ecs, triton-sagemaker (got 'lambda')"),
+    "tensorrt accelerator on the plan backend": (
+        "t5-spelling.yaml", _set("serving", "backend", value="tensorrt"),
+        "serving: tensorrt_acceleration applies to the onnx backend only"),
+    "classifier without labels": ("intent-bert.yaml", _set("source", "labels", value=["only"]),
+                                  "source: text-classification needs 'labels' with at least two entries"),
+    "two model sources": ("intent-bert.yaml", _set("source", "local_path", value="models/intent"),
+                          "source: set exactly one of 'huggingface_id' or 'local_path'"),
+    "bad compiler flag": ("intent-bert.yaml", _set("compile", "extra_compiler_args", value=["; rm -rf /"]),
+                          "compile.extra_compiler_args.0: '; rm -rf /' is not a compiler flag"),
+    "missing environment field": ("environments.yaml", _delete("environments", "staging", "region"),
+                                  "environments.staging.region: required field is missing"),
+    "bad account id": ("environments.yaml", _set("environments", "prod", "account", value="12345"),
+                       "environments.prod.account: String should match pattern"),
+    "zone outside the region": (
+        "environments.yaml", _set("environments", "dev", "availability_zones", value=["us-west-2a", "us-east-1b"]),
+        "environments.dev: availability_zones ['us-west-2a'] are not zones of region us-east-1"),
+    "both network modes": (
+        "environments.yaml",
+        _set("environments", "dev", "network", "import", value={
+            "vpc_id": "vpc-0123456789abcdef0", "vpc_cidr": "10.0.0.0/16",
+            "private_subnet_ids": ["subnet-0123456789abcdef0", "subnet-0123456789abcdef1"],
+            "private_subnet_route_table_ids": ["rtb-0123456789abcdef0", "rtb-0123456789abcdef1"]}),
+        "environments.dev.network: set exactly one of 'create'"),
+    "bad log retention": ("environments.yaml", _set("environments", "dev", "defaults", "log_retention_days", value=10),
+                          "environments.dev.defaults.log_retention_days: must be one of 1, 3, 5"),
+    "default environment missing": ("environments.yaml", _set("default_environment", value="qa"),
+                                    "default_environment 'qa' is not one of the environments"),
+}
+
+
+@pytest.mark.parametrize("case", CASES, ids=list(CASES))
+def test_rejection(config_copy, case):
+    filename, change, expected = CASES[case]
+    edit_yaml(config_copy / filename, change)
+    problems = problems_of(config_copy)
+    matching = [p for p in problems if expected in p]
+    assert matching, f"expected {expected!r} in {problems}"
+    # file:line: key: message, all on one line
+    assert matching[0].startswith(f"model_configs/{filename}:")
+    assert all("\n" not in p for p in problems)
+
+
+def test_malformed_yaml_reports_its_line(config_copy):
+    path = config_copy / "t5-spelling.yaml"
+    lines = path.read_text().splitlines()
+    lines[6] = "source: [unclosed"
+    path.write_text("\n".join(lines) + "\n")
+    (problem,) = problems_of(config_copy)
+    assert problem.startswith("model_configs/t5-spelling.yaml:8: malformed YAML")
+
+
+def test_duplicate_yaml_key_is_rejected(config_copy):
+    path = config_copy / "intent-bert.yaml"
+    path.write_text(path.read_text() + "name: intent-bert-again\n")
+    problems = problems_of(config_copy)
+    assert any(p.startswith("model_configs/intent-bert.yaml:") and ": name: duplicate key" in p for p in problems)
+
+
+def test_problem_lines_point_at_the_key(config_copy):
+    edit_yaml(config_copy / "intent-bert.yaml", _set("serving", "workers", value=3))
+    text = (config_copy / "intent-bert.yaml").read_text().splitlines()
+    problems = problems_of(config_copy)
+    assert len(problems) == 2  # inf1.6xlarge (prod, staging) and inf1.xlarge (dev)
+    for problem in problems:
+        line = int(problem.split(":")[1])
+        assert text[line - 1].strip().startswith("workers: 3")
+
+
+def test_duplicate_model_names(config_copy):
+    (config_copy / "intent-bert-copy.yaml").write_text((config_copy / "intent-bert.yaml").read_text())
+    problems = problems_of(config_copy)
+    assert any("intent-bert-copy.yaml" in p and "name: duplicate model name 'intent-bert'" in p for p in problems)
+
+
+def test_top_level_must_be_a_mapping(config_copy):
+    (config_copy / "list.yaml").write_text("- a\n- b\n")
+    assert problems_of(config_copy) == ["model_configs/list.yaml:1: expected a mapping at the top level"]
+
+
+def test_all_problems_are_reported_at_once(config_copy):
+    edit_yaml(config_copy / "intent-bert.yaml", _set("serving", "workers", value=3))
+    edit_yaml(config_copy / "t5-spelling.yaml", _set("capacity", "min", value=20))
+    edit_yaml(config_copy / "bert-large-classifier.yaml", _set("serving", "colour", value="red"))
+    problems = problems_of(config_copy)
+    files = {p.split(":")[0] for p in problems}
+    assert files == {"model_configs/intent-bert.yaml", "model_configs/t5-spelling.yaml",
+                     "model_configs/bert-large-classifier.yaml"}
+
+
+def test_missing_config_dir(tmp_path):
+    with pytest.raises(config.ConfigError, match="config directory not found"):
+        config.load(tmp_path / "nowhere")
+
+
+def test_missing_environments_file(config_copy):
+    (config_copy / "environments.yaml").unlink()
+    assert "model_configs/environments.yaml: file not found" in problems_of(config_copy)
