@@ -1,0 +1,25 @@
+"""Synth is deterministic, and adding a model touches nothing but its own new stack."""
+
+from __future__ import annotations
+
+from inferstack import config
+from tests.infra.synth import synth
+
+def test_synth_twice_gives_identical_templates(project, synthesized, tmp_path):
+    again = synth(project, list(project.environments), tmp_path)
+    assert again.templates == synthesized.templates
+
+def test_adding_a_model_changes_no_other_stack(synthesized, config_copy, tmp_path):
+    source = (config_copy / "t5-spelling.yaml").read_text()
+    (config_copy / "t5-grammar.yaml").write_text(source.replace("name: t5-spelling", "name: t5-grammar"))
+    extended = config.load(config_copy)
+    after = synth(extended, ["dev"], tmp_path)
+    before = synthesized.templates["dev"]
+    assert set(after.templates["dev"]) == set(before) | {"t5-grammar"}
+    for stack, template in before.items():
+        assert after.templates["dev"][stack] == template, f"{stack} changed when a model was added"
+
+def test_synthesized_fixture_covers_every_environment_and_model(project, synthesized):
+    assert set(synthesized.templates) == set(project.environments)
+    for env, stacks in synthesized.templates.items():
+        assert set(stacks) == {"Foundation"} | {m.name for m in project.models}, env
