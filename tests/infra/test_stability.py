@@ -5,9 +5,11 @@ from __future__ import annotations
 from inferstack import config
 from tests.infra.synth import synth
 
+
 def test_synth_twice_gives_identical_templates(project, synthesized, tmp_path):
     again = synth(project, list(project.environments), tmp_path)
     assert again.templates == synthesized.templates
+
 
 def test_adding_a_model_changes_no_other_stack(synthesized, config_copy, tmp_path):
     source = (config_copy / "t5-spelling.yaml").read_text()
@@ -18,6 +20,7 @@ def test_adding_a_model_changes_no_other_stack(synthesized, config_copy, tmp_pat
     assert set(after.templates["dev"]) == set(before) | {"t5-grammar"}
     for stack, template in before.items():
         assert after.templates["dev"][stack] == template, f"{stack} changed when a model was added"
+
 
 def test_synthesized_fixture_covers_every_environment_and_model(project, synthesized):
     assert set(synthesized.templates) == set(project.environments)
