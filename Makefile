@@ -8,7 +8,7 @@ export PATH := $(CURDIR)/node_modules/.bin:$(CURDIR)/$(VENV)/bin:$(PATH)
 export CDK_DISABLE_CLI_TELEMETRY := true
 PYTEST_ARGS ?= -n 2
 
-.PHONY: setup synth test validate clean
+.PHONY: setup synth test validate clean constraints
 setup: .make/python .make/node
 
 .make/python: requirements.txt requirements-dev.txt constraints.txt
@@ -33,3 +33,8 @@ test: setup
 
 clean:
 	rm -rf cdk.out .make
+
+# Refresh the transitive pins after changing requirements*.txt (torch stays pinned by its requirement).
+constraints:
+	@echo "# Transitive pins (pip freeze of a working environment); regenerate with: make constraints" > constraints.txt
+	$(PYTHON) -m pip freeze --disable-pip-version-check | grep -v -E '^(torch==|-e )' >> constraints.txt

@@ -1,0 +1,96 @@
+"""The CLI and `cdk synth` (app.py) fail on bad input with one line per problem, exit 2, no traceback,
+and write nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from tests.conftest import ROOT
+
+
+def run(*args: str, cwd: Path = ROOT, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=300)
+
+
+def break_configs(config_dir: Path) -> None:
+    intent = config_dir / "intent-bert.yaml"
+    data = yaml.safe_load(intent.read_text())
+    data["serving"]["workers"] = 3
+    intent.write_text(yaml.safe_dump(data))
+    (config_dir / "broken.yaml").write_text("name: [unclosed\n")
+
+
+def test_validate_accepts_the_shipped_configs():
+    result = run("-m", "inferstack", "validate")
+    assert result.returncode == 0, result.stderr
+    assert "3 environments, 3 models: OK" in result.stdout
+
+
+def test_validate_reports_every_problem_and_exits_2(config_copy):
+    break_configs(config_copy)
+    result = run("-m", "inferstack", "validate", "--config-dir", str(config_copy))
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert lines[-1] == "3 problem(s) found"
+    assert any(line.startswith(f"{config_copy.name}/broken.yaml:2: malformed YAML") for line in lines)
+    assert sum("serving.workers: 3 workers cannot split" in line for line in lines) == 2
+
+
+def test_unknown_command_and_flag_are_one_line_usage_errors():
+    for args in (["bogus"], ["validate", "--no-such-flag"]):
+        result = run("-m", "inferstack", *args)
+        assert result.returncode == 2
+        assert "Traceback" not in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_schema_command_writes_the_committed_schemas(tmp_path):
+    result = run("-m", "inferstack", "schema", "--out", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    for path in (ROOT / "model_configs" / "schema").glob("*.json"):
+        assert (tmp_path / path.name).read_text() == path.read_text()
+
+
+def assert_nothing_written(outdir: Path) -> None:
+    # cdk.App may create the (empty) output directory; no template or manifest may land in it.
+    assert not outdir.exists() or not any(outdir.iterdir())
+
+
+def _cdk_env(outdir: Path, **context) -> dict:
+    # What the CDK CLI hands app.py: the context (cdk.json plus -c flags) and the output directory.
+    settings = json.loads((ROOT / "cdk.json").read_text())
+    return {"CDK_CONTEXT_JSON": json.dumps({**settings["context"], **context}), "CDK_OUTDIR": str(outdir)}
+
+
+def test_synth_with_a_bad_config_fails_cleanly_and_writes_nothing(config_copy, tmp_path):
+    break_configs(config_copy)
+    outdir = tmp_path / "cdk.out"
+    result = run("app.py", env=_cdk_env(outdir, **{"inferstack:config-dir": str(config_copy)}))
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert "serving.workers: 3 workers cannot split" in result.stderr
+    assert_nothing_written(outdir)
+
+
+def test_synth_rejects_an_unknown_environment(tmp_path):
+    outdir = tmp_path / "cdk.out"
+    result = run("app.py", env=_cdk_env(outdir, environments="dev,qa"))
+    assert result.returncode == 2
+    assert result.stderr.strip() == ("cdk.json/-c environments: unknown environment(s) qa; "
+                                     "known: dev, staging, prod")
+    assert_nothing_written(outdir)
+
+
+def test_synth_of_one_environment(tmp_path):
+    outdir = tmp_path / "cdk.out"
+    result = run("app.py", env=_cdk_env(outdir, environments="staging"))
+    assert result.returncode == 0, result.stderr
+    assert [p.name for p in outdir.glob("assembly-*")] == ["assembly-staging"]
