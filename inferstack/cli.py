@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from inferstack import config
+from inferstack import config, instances, plan_report, pricing
 from inferstack.config import json_schema
 
 DEFAULT_CONFIG_DIR = Path("model_configs")
@@ -35,6 +35,20 @@ def _cmd_schema(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_plan(args: argparse.Namespace) -> int:
+    project = config.load(args.config_dir)
+    if args.env is not None and args.env not in project.environments:
+        raise UsageError(f"--env: unknown environment {args.env!r}; known: {', '.join(project.environments)}")
+    envs = [args.env] if args.env else list(project.environments)
+    rows = plan_report.build(project, envs, compare=args.compare)
+    print(plan_report.to_json(rows) if args.json else plan_report.to_table(rows))
+    return 0
+
+
+class UsageError(Exception):
+    """A bad argument value the parser itself cannot see (e.g. an environment not in the config)."""
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="python -m inferstack", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -46,6 +60,13 @@ def build_parser() -> argparse.ArgumentParser:
     schema = commands.add_parser("schema", help="write the JSON Schemas of the YAML files")
     schema.add_argument("--out", type=Path, default=DEFAULT_CONFIG_DIR / "schema")
     schema.set_defaults(func=_cmd_schema)
+    plan = commands.add_parser("plan", help="capacity and cost per model and environment")
+    plan.add_argument("--config-dir", type=Path, default=DEFAULT_CONFIG_DIR)
+    plan.add_argument("--env", help="one environment (default: all)")
+    plan.add_argument("--json", action="store_true", help="one JSON object per model and environment")
+    plan.add_argument("--compare", action="store_true",
+                      help="also plan every profiled instance type and mark the cheapest that meets the SLO")
+    plan.set_defaults(func=_cmd_plan)
     return parser
 
 
@@ -57,4 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for problem in exc.problems:
             print(problem, file=sys.stderr)
         print(f"{len(exc.problems)} problem(s) found", file=sys.stderr)
+        return EXIT_USAGE
+    except (UsageError, pricing.UnknownPrice, instances.UnknownInstanceType) as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE

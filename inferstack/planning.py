@@ -60,19 +60,20 @@ class CapacityPlan:
         return self.latency_within_slo and self.peak_within_max
 
 
-def plan(model: Model, env_name: str, environment: Environment) -> CapacityPlan:
+def plan(model: Model, env_name: str, environment: Environment, *, instance_type: str | None = None) -> CapacityPlan:
+    """The capacity the stacks deploy; `instance_type` plans the same model on another profiled type."""
     capacity = model.capacity_for(env_name)
     slo = model.slo_for(env_name)
-    point = model.throughput_profile.get(capacity.instance_type)
+    instance_type = instance_type or capacity.instance_type
+    point = model.throughput_profile.get(instance_type)
     if point is None:
-        raise PlanningError(
-            f"no throughput_profile entry for {capacity.instance_type} (the instance type used in {env_name})")
+        raise PlanningError(f"no throughput_profile entry for {instance_type} (the instance type used in {env_name})")
     safety = capacity.safety_factor if capacity.safety_factor is not None else environment.defaults.safety_factor
     per_instance = point.throughput_per_second * safety
     return CapacityPlan(
         model=model.name,
         environment=env_name,
-        instance_type=capacity.instance_type,
+        instance_type=instance_type,
         throughput_per_instance=point.throughput_per_second,
         profile_p99_ms=point.p99_latency_ms,
         slo_p99_ms=slo.p99_latency_ms,

@@ -114,7 +114,7 @@ def _validate(schema: type[BaseModel], path: Path, doc: YamlDocument, problems: 
         return schema.model_validate(doc.data)
     except ValidationError as exc:
         for error in exc.errors(include_url=False):
-            loc = tuple(error["loc"])
+            loc = tuple(part for part in error["loc"] if part != "[key]")  # pydantic's marker for dict keys
             problems.append(_problem(path, config_dir, doc, loc, _message(error)))
         return None
 

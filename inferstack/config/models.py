@@ -97,6 +97,8 @@ class Environment(Frozen):
     network: Network
     alarms: Alarms = Alarms()
     defaults: EnvironmentDefaults = EnvironmentDefaults()
+    prices: dict[InstanceType, PositiveFloat] = Field(
+        default_factory=dict, description="USD per instance hour, overriding inferstack.pricing's table")
 
     @model_validator(mode="after")
     def _zones_in_region(self) -> "Environment":
