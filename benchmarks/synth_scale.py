@@ -1,0 +1,148 @@
+"""Synth at fleet scale: generate N model configs (mixed kinds) in a temporary copy of model_configs/,
+synthesize every environment with `app.py` exactly as `cdk synth` runs it, and print per N the wall
+time, peak memory of the synth process tree, stack count, the largest resource count per stack and the
+largest template, checked against CloudFormation's per-template limits.
+
+    .venv/bin/python benchmarks/synth_scale.py                 # N = 1, 10, 100, 300
+    .venv/bin/python benchmarks/synth_scale.py --counts 1 10   # a quicker run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+# CloudFormation quotas per template (docs: "CloudFormation quotas").
+LIMITS = {"resources": 500, "template_bytes": 1_000_000, "parameters": 200, "outputs": 200}
+TEMPLATES = {"neuron-ecs": "intent-bert.yaml", "triton-sagemaker": "bert-large-classifier.yaml"}
+
+
+@dataclass
+class Result:
+    models: int
+    seconds: float
+    peak_rss_mib: float
+    stacks: int
+    max_resources: int
+    max_template_kib: float
+    max_parameters: int
+    max_outputs: int
+    over_limits: list[str]
+
+
+def write_configs(target: Path, count: int) -> None:
+    """`count` models alternating between the two kinds, each a renamed copy of a shipped model."""
+    shutil.copy(ROOT / "model_configs" / "environments.yaml", target / "environments.yaml")
+    kinds = list(TEMPLATES.values())
+    for i in range(count):
+        data = yaml.safe_load((ROOT / "model_configs" / kinds[i % len(kinds)]).read_text())
+        data["name"] = f"model-{i:03d}"
+        (target / f"model-{i:03d}.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+def _tree_rss_kib(pid: int) -> int:
+    """Resident memory of `pid` and all its descendants (python app.py + the jsii node process)."""
+    children: dict[int, list[int]] = {}
+    rss: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            status = (entry / "status").read_text()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(entry.name))
+        for line in status.splitlines():
+            if line.startswith("VmRSS:"):
+                rss[int(entry.name)] = int(line.split()[1])
+    total, stack = 0, [pid]
+    while stack:
+        current = stack.pop()
+        total += rss.get(current, 0)
+        stack.extend(children.get(current, []))
+    return total
+
+
+def synth(count: int, workdir: Path) -> Result:
+    config_dir = workdir / f"configs-{count}"
+    outdir = workdir / f"cdk.out-{count}"
+    config_dir.mkdir()
+    write_configs(config_dir, count)
+    context = json.loads((ROOT / "cdk.json").read_text())["context"] | {"inferstack:config-dir": str(config_dir)}
+    env = {**os.environ, "CDK_CONTEXT_JSON": json.dumps(context), "CDK_OUTDIR": str(outdir),
+           "PATH": f"{ROOT / 'node_modules' / '.bin'}{os.pathsep}{os.environ['PATH']}"}
+    start = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    peak = 0
+    done = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        while not done.is_set():
+            peak = max(peak, _tree_rss_kib(proc.pid))
+            time.sleep(0.05)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    _, stderr = proc.communicate()
+    seconds = time.perf_counter() - start
+    done.set()
+    sampler.join()
+    if proc.returncode != 0:
+        raise SystemExit(f"synth of {count} models failed:\n{stderr}")
+    return measure(count, seconds, peak / 1024, outdir)
+
+
+def measure(count: int, seconds: float, peak_mib: float, outdir: Path) -> Result:
+    templates = sorted(outdir.glob("assembly-*/*.template.json"))
+    sizes, resources, parameters, outputs, over = [], [], [], [], []
+    for path in templates:
+        template = json.loads(path.read_text())
+        figures = {"resources": len(template.get("Resources", {})), "template_bytes": path.stat().st_size,
+                   "parameters": len(template.get("Parameters", {})), "outputs": len(template.get("Outputs", {}))}
+        over += [f"{path.name}: {k} {v} > {LIMITS[k]}" for k, v in figures.items() if v > LIMITS[k]]
+        sizes.append(figures["template_bytes"])
+        resources.append(figures["resources"])
+        parameters.append(figures["parameters"])
+        outputs.append(figures["outputs"])
+    return Result(count, seconds, peak_mib, len(templates), max(resources), max(sizes) / 1024,
+                  max(parameters), max(outputs), over)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--counts", type=int, nargs="+", default=[1, 10, 100, 300])
+    args = parser.parse_args()
+    if any(c < 1 for c in args.counts):
+        parser.error("--counts: every N must be at least 1")
+
+    print(f"{'models':>6} {'stacks':>6} {'wall s':>8} {'x N=1':>6} {'peak MiB':>9} {'max res':>7} "
+          f"{'max KiB':>8} {'max par':>7} {'max out':>7}  limits")
+    baseline = None
+    with tempfile.TemporaryDirectory() as tmp:
+        for count in args.counts:
+            r = synth(count, Path(tmp))
+            baseline = baseline or r.seconds
+            print(f"{r.models:>6} {r.stacks:>6} {r.seconds:>8.1f} {r.seconds / baseline:>6.2f} "
+                  f"{r.peak_rss_mib:>9.0f} {r.max_resources:>7} {r.max_template_kib:>8.1f} "
+                  f"{r.max_parameters:>7} {r.max_outputs:>7}  {'OK' if not r.over_limits else '; '.join(r.over_limits)}",
+                  flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
