@@ -27,6 +27,7 @@ def check_model(model: Model, environments: dict[str, Environment]) -> Iterator[
             yield ("environments", env), f"unknown environment; known: {', '.join(sorted(environments))}"
     if isinstance(model, NeuronEcsModel):
         yield from _check_neuron_static(model)
+    yield from _check_off_hours(model)
     # Instance-dependent rules run per environment, after its overrides; a finding shared by several
     # environments is reported once, naming them all.
     grouped: dict[Finding, list[str]] = {}
@@ -50,6 +51,18 @@ def _check_environment(model: Model, env_name: str, environment: Environment) ->
         yield _capacity_key(model, env_name, "min"), f"min {capacity.min} > max {capacity.max}"
     elif not family_problem:
         yield from _check_plan(model, env_name, environment)
+
+
+def _check_off_hours(model: Model) -> Iterator[Finding]:
+    for env, override in model.environments.items():
+        if override.off_hours and not isinstance(model, TritonSageMakerModel):
+            yield ("environments", env, "off_hours"), f"off_hours is not supported for {model.kind} models yet"
+            continue
+        planned_max = model.capacity_for(env).max
+        for index, window in enumerate(override.off_hours):
+            if window.max > planned_max:
+                yield ("environments", env, "off_hours", index, "max"), (
+                    f"off-hours max {window.max} exceeds the planned max {planned_max}; off-hours only scale down")
 
 
 def _family_problem(spec: instances.InstanceSpec, kind: str) -> str | None:
