@@ -32,9 +32,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from google.protobuf import text_format
+from pydantic import model_validator
 from tritonclient.grpc import model_config_pb2 as pb
 
-from inferstack.config.models import TritonSageMakerModel
+from inferstack.config.models import Frozen, ModelSource, TritonExport, TritonSageMakerModel, TritonServing
 
 CONFIG_FILE = "config.pbtxt"
 VERSION = "1"
@@ -80,13 +81,40 @@ class FolderSpec:
     parameters: tuple[tuple[str, str], ...] = ()
 
 
-def default_model_name(model: TritonSageMakerModel) -> str:
+class RepositorySpec(Frozen):
+    """The part of a model's config that decides its repository. The image build receives it as JSON
+    (a capacity or SLO change must not rebuild the image and redeploy the endpoint)."""
+
+    name: str
+    source: ModelSource
+    export: TritonExport
+    serving: TritonServing
+
+    @model_validator(mode="after")
+    def _generation_shapes(self) -> "RepositorySpec":
+        if self.source.task == "text2text-generation" and (
+                self.export.max_output_length is None or self.export.hidden_size is None):
+            raise ValueError("text2text-generation needs export.max_output_length and export.hidden_size")
+        return self
+
+    @classmethod
+    def of(cls, model: "TritonSageMakerModel | RepositorySpec") -> "RepositorySpec":
+        if isinstance(model, RepositorySpec):
+            return model
+        return cls(name=model.name, source=model.source, export=model.export, serving=model.serving)
+
+
+Model = TritonSageMakerModel | RepositorySpec
+
+
+def default_model_name(model: Model) -> str:
     """The folder SageMaker loads and routes /invocations to (SAGEMAKER_TRITON_DEFAULT_MODEL_NAME)."""
     return model.name
 
 
-def folders(model: TritonSageMakerModel) -> tuple[FolderSpec, ...]:
+def folders(model: Model) -> tuple[FolderSpec, ...]:
     """Every model folder of the repository, the default model first."""
+    model = RepositorySpec.of(model)
     seq = model.export.sequence_length
     backend = model.serving.backend
     gpu = model.serving.instance_group.kind == "KIND_GPU"
@@ -117,7 +145,8 @@ def folders(model: TritonSageMakerModel) -> tuple[FolderSpec, ...]:
     return (generate, encoder, decoder)
 
 
-def build_config(model: TritonSageMakerModel, folder: FolderSpec) -> pb.ModelConfig:
+def build_config(model: Model, folder: FolderSpec) -> pb.ModelConfig:
+    model = RepositorySpec.of(model)
     serving = model.serving
     config = pb.ModelConfig(name=folder.name, max_batch_size=serving.max_batch_size)
     if folder.kind == "onnx":
@@ -173,7 +202,7 @@ def _add_warmup(config: pb.ModelConfig, folder: FolderSpec, max_batch_size: int)
             data.zero_data = True
 
 
-def render_config(model: TritonSageMakerModel, *, folder: str | None = None) -> str:
+def render_config(model: Model, *, folder: str | None = None) -> str:
     """config.pbtxt text of one folder (default: the default model)."""
     wanted = folder or default_model_name(model)
     for spec in folders(model):
@@ -182,7 +211,7 @@ def render_config(model: TritonSageMakerModel, *, folder: str | None = None) -> 
     raise KeyError(f"{model.name} has no folder {wanted!r}; folders: {', '.join(f.name for f in folders(model))}")
 
 
-def render_repository(model: TritonSageMakerModel) -> dict[str, str]:
+def render_repository(model: Model) -> dict[str, str]:
     """Folder name -> config.pbtxt text, for every folder."""
     return {spec.name: text_format.MessageToString(build_config(model, spec)) for spec in folders(model)}
 
@@ -196,7 +225,7 @@ def parse_config(text: str) -> pb.ModelConfig:
         raise RepositoryError([f"{CONFIG_FILE}: {exc}"]) from None
 
 
-def server_environment(model: TritonSageMakerModel) -> dict[str, str]:
+def server_environment(model: Model) -> dict[str, str]:
     """Container environment for SageMaker's Triton serve script."""
     env = {
         "SAGEMAKER_TRITON_DEFAULT_MODEL_NAME": default_model_name(model),
@@ -266,7 +295,7 @@ def check_repository(root: Path, *, default_model: str | None) -> None:
         raise RepositoryError(problems)
 
 
-def write_repository(model: TritonSageMakerModel, out_dir: Path | str, *,
+def write_repository(model: Model, out_dir: Path | str, *,
                      model_files: Mapping[str, Path] | None = None) -> Path:
     """Write the repository into `out_dir` (absent or empty) all at once: rendered and checked in a
     temporary sibling, then renamed, so a failure never leaves a half-written repository.
