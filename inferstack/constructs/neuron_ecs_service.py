@@ -148,8 +148,9 @@ class NeuronEcsService(Construct):
         self.cluster.add_asg_capacity_provider(self.capacity_provider)
         nag.acknowledge(self.auto_scaling_group, "AS3",
                         "the ECS capacity provider launches and terminates instances routinely; a failure to "
-                        "get capacity alarms on CapacityProviderReservation instead (CapacityShortfallAlarm), "
-                        "and Auto Scaling could not publish to the KMS-encrypted alarm topic anyway")
+                        "get capacity alarms on CapacityProviderReservation instead (CapacityShortfallAlarm); "
+                        "publishing to the KMS-encrypted alarm topic would need its key to trust the Auto "
+                        "Scaling service-linked role")
 
     # ------------------------------------------------------------------ task
 
