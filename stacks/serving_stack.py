@@ -13,11 +13,15 @@ from constructs import Construct
 from inferstack import planning, triton_config, triton_image
 from inferstack.config import Environment, TritonSageMakerModel
 from inferstack.config.loader import Model
+from inferstack.config.models import NeuronEcsModel
+from inferstack.constructs.neuron_ecs_service import NeuronEcsService
 from inferstack.constructs.triton_endpoint import TritonEndpoint
 from stacks.base import EnvironmentStack
 from stacks.foundation_stack import SharedResources
 
 ROOT = Path(__file__).resolve().parent.parent
+# Build context of the Neuron serving image (its Dockerfiles and serving app).
+NEURON_IMAGE_DIRECTORY = ROOT / "container" / "neuron"
 TRITON_DOCKERFILE = "container/triton/Dockerfile"
 # The Triton image builds from the repository root so its export step imports inferstack's renderer
 # (shared code, not a copy). Only what the build uses is in the context, so the image (and with it
@@ -39,7 +43,9 @@ class ServingStack(EnvironmentStack):
         cdk.CfnOutput(self, "LogGroupName", value=self.log_group.log_group_name,
                       description=f"{model.name}: serving logs")
 
-        if isinstance(model, TritonSageMakerModel):
+        if isinstance(model, NeuronEcsModel):
+            self.neuron = self._neuron_service(model, environment, env_name, shared)
+        elif isinstance(model, TritonSageMakerModel):
             self.triton = self._triton_endpoint(model, environment, env_name, shared)
 
     def _triton_endpoint(self, model: TritonSageMakerModel, environment: Environment, env_name: str,
@@ -63,3 +69,29 @@ class ServingStack(EnvironmentStack):
         cdk.CfnOutput(self, "DashboardName", value=endpoint.dashboard.dashboard_name,
                       description=f"{model.name}: CloudWatch dashboard")
         return endpoint
+
+    def _neuron_service(self, model: NeuronEcsModel, environment: Environment, env_name: str,
+                        shared: SharedResources) -> NeuronEcsService:
+        service = NeuronEcsService(
+            self, "Neuron",
+            model=model,
+            capacity=planning.plan(model, env_name, environment),
+            vpc=shared.vpc,
+            vpc_cidr=environment.network.cidr,
+            subnets=shared.private_subnets,
+            log_group=self.log_group,
+            alarm_action=self.alarm_action,
+            public=model.public_load_balancer(environment),
+            certificate_arn=environment.defaults.certificate_arn,
+            image_directory=str(NEURON_IMAGE_DIRECTORY),
+            access_log_retention=cdk.Duration.days(environment.defaults.log_retention_days),
+            removal_policy=shared.removal_policy,
+        )
+        cdk.CfnOutput(self, "LoadBalancerDnsName", value=service.load_balancer.load_balancer_dns_name,
+                      description=f"{model.name}: load balancer DNS name")
+        cdk.CfnOutput(self, "Url", value=service.url, description=f"{model.name}: base URL of the model server")
+        cdk.CfnOutput(self, "ClusterName", value=service.cluster.cluster_name,
+                      description=f"{model.name}: ECS cluster")
+        cdk.CfnOutput(self, "ServiceName", value=service.service.service_name,
+                      description=f"{model.name}: ECS service")
+        return service

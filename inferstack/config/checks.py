@@ -49,6 +49,8 @@ def _check_environment(model: Model, env_name: str, environment: Environment) ->
         yield from _check_neuron_instance(model, spec)
     else:
         yield from _check_triton_image(model, environment, spec)
+    if isinstance(model, NeuronEcsModel):
+        yield from _check_neuron_load_balancer(model, environment)
     if capacity.min > capacity.max:
         yield _capacity_key(model, env_name, "min"), f"min {capacity.min} > max {capacity.max}"
     elif not family_problem:
@@ -119,6 +121,18 @@ def _check_neuron_instance(model: NeuronEcsModel, spec: instances.InstanceSpec) 
         yield ("serving", "workers"), (
             f"each worker gets {cores // serving.workers} NeuronCores, not a multiple of "
             f"neuron_cores_per_model {comp.neuron_cores_per_model}")
+
+
+def _check_neuron_load_balancer(model: NeuronEcsModel, environment: Environment) -> Iterator[Finding]:
+    # An environment-wide public default is checked in environments.yaml; here only the model's own setting.
+    if not model.load_balancer.public:
+        return
+    if environment.defaults.certificate_arn is None:
+        yield ("load_balancer", "public"), (
+            "a public load balancer serves HTTPS only: set defaults.certificate_arn in environments.yaml")
+    if not environment.has_public_subnets:
+        yield ("load_balancer", "public"), (
+            "a public load balancer needs public subnets: set network.import.public_subnet_ids in environments.yaml")
 
 
 def _check_plan(model: Model, env_name: str, environment: Environment) -> Iterator[Finding]:

@@ -17,6 +17,7 @@ from inferstack import instances
 
 NAME_PATTERN = r"^[a-z][a-z0-9-]{0,38}[a-z0-9]$"
 REGION_PATTERN = r"^[a-z]{2}(-gov)?-[a-z]+-\d$"
+ACM_CERTIFICATE_PATTERN = r"^arn:aws[a-z-]*:acm:([a-z0-9-]+):(\d{12}):certificate/[0-9a-f-]{36}$"
 # CloudWatch Logs accepts only these retention periods.
 LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827,
                       2192, 2557, 2922, 3288, 3653)
@@ -68,6 +69,10 @@ class Network(Frozen):
             raise ValueError("set exactly one of 'create' (a new VPC) or 'import' (an existing VPC by ids)")
         return self
 
+    @property
+    def cidr(self) -> str:
+        return self.create.cidr if self.create is not None else self.import_.vpc_cidr  # type: ignore[union-attr]
+
 
 class Alarms(Frozen):
     topic_arn: str | None = Field(
@@ -81,6 +86,9 @@ class EnvironmentDefaults(Frozen):
     retain_stateful_resources: bool = Field(
         True, description="keep KMS keys, log groups and buckets when a stack is deleted")
     public_load_balancer: bool = Field(False, description="internet-facing load balancers (TLS required)")
+    certificate_arn: str | None = Field(
+        None, pattern=ACM_CERTIFICATE_PATTERN,
+        description="ACM certificate (this account and region) for the HTTPS listener of public load balancers")
     safety_factor: float = Field(0.5, gt=0, le=1, description="default share of measured throughput an "
                                  "instance is asked to carry; the rest is headroom")
 
@@ -90,6 +98,13 @@ class EnvironmentDefaults(Frozen):
         if value not in LOG_RETENTION_DAYS:
             raise ValueError(f"must be one of {', '.join(map(str, LOG_RETENTION_DAYS))}")
         return value
+
+    @model_validator(mode="after")
+    def _public_needs_tls(self) -> "EnvironmentDefaults":
+        if self.public_load_balancer and self.certificate_arn is None:
+            raise ValueError("public_load_balancer needs certificate_arn: an internet-facing load balancer "
+                             "serves HTTPS only")
+        return self
 
 
 class Environment(Frozen):
@@ -109,7 +124,19 @@ class Environment(Frozen):
             raise ValueError(f"availability_zones {bad} are not zones of region {self.region}")
         if len(set(self.availability_zones)) != len(self.availability_zones):
             raise ValueError("availability_zones repeats a zone")
+        certificate = self.defaults.certificate_arn
+        if certificate is not None:
+            region, account = re.fullmatch(ACM_CERTIFICATE_PATTERN, certificate).groups()  # type: ignore[union-attr]
+            if (region, account) != (self.region, self.account):
+                raise ValueError(f"defaults.certificate_arn is in {account}/{region}; a load balancer can only "
+                                 f"use a certificate of its own account and region ({self.account}/{self.region})")
+        if self.defaults.public_load_balancer and not self.has_public_subnets:
+            raise ValueError("defaults.public_load_balancer needs public subnets: set network.import.public_subnet_ids")
         return self
+
+    @property
+    def has_public_subnets(self) -> bool:
+        return self.network.create is not None or bool(self.network.import_ and self.network.import_.public_subnet_ids)
 
 
 class EnvironmentsFile(Frozen):
@@ -282,12 +309,42 @@ class NeuronServing(Frozen):
     warmup_requests: int = Field(8, ge=1, le=10000)
     health_check_grace_seconds: int = Field(300, ge=30, le=7200, description="model load plus warm-up")
     port: int = Field(8080, ge=1024, le=65535)
+    root_volume_gib: int = Field(100, ge=30, le=16384, description="encrypted root volume of each instance: it "
+                                 "holds the image with its compiled model; at least the AMI's own root size")
+
+
+class NeuronLoadBalancer(Frozen):
+    public: bool | None = Field(
+        None, description="internet-facing, HTTPS only; omitted: the environment's defaults.public_load_balancer")
+    deregistration_delay_seconds: int = Field(
+        15, ge=0, le=3600, description="how long a stopping task keeps serving in-flight requests; requests are short")
+
+
+class NeuronScaling(Frozen):
+    scale_out_cooldown_seconds: int = Field(60, ge=0, le=3600, description="wait after adding tasks")
+    scale_in_cooldown_seconds: int = Field(300, ge=0, le=3600, description="wait after removing tasks")
+
+
+class NeuronAlarms(Frozen):
+    error_rate_percent: float = Field(1.0, gt=0, le=100, description="target 5xx responses as a share of requests")
+    cpu_percent: float = Field(90, gt=0, le=100, description="service CPU utilization, of the task's reservation")
+    memory_percent: float = Field(90, gt=0, le=100, description="service memory utilization, of the task's limit")
+    evaluation_minutes: int = Field(3, ge=1, le=60, description="consecutive breaching minutes before an alarm fires")
 
 
 class NeuronEcsModel(_ModelBase):
     kind: Literal["neuron-ecs"]
     compile: NeuronCompile
     serving: NeuronServing = NeuronServing()
+    load_balancer: NeuronLoadBalancer = NeuronLoadBalancer()
+    scaling: NeuronScaling = NeuronScaling()
+    alarms: NeuronAlarms = NeuronAlarms()
+
+    def public_load_balancer(self, environment: Environment) -> bool:
+        """The model's own setting wins over the environment default."""
+        if self.load_balancer.public is not None:
+            return self.load_balancer.public
+        return environment.defaults.public_load_balancer
 
 
 # ---------------------------------------------------------------- triton-sagemaker
