@@ -83,7 +83,11 @@ def resolve_model_dir(settings: CompileSettings) -> tuple[Path, str | None]:
 def load_model(model_dir: Path, settings: CompileSettings):
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
+    # Keep stderr for our own one-line errors: no progress bars or advisory warnings.
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
     try:
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
         # Eager attention: the plain matmul/softmax graph is what the Neuron compilers support.

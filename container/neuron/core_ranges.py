@@ -40,7 +40,7 @@ def partition(spec: str | None, workers: int, cores_per_model: int) -> list[str 
     if len(cores) % workers:
         raise SettingsError(f"--workers (SERVER_WORKERS): {len(cores)} cores in {spec!r} do not split evenly over {workers} workers")
     share = len(cores) // workers
-    if share % cores_per_model:
+    if cores_per_model and share % cores_per_model:
         raise SettingsError(
             f"--workers (SERVER_WORKERS): {share} cores per worker is not a multiple of the model's {cores_per_model} cores"
         )
