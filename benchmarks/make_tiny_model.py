@@ -67,9 +67,14 @@ def build_t5_tokenizer(vocab_size: int):
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 
-    words = SPECIAL_T5 + ["\u2581" + w for w in generated_words(vocab_size - len(SPECIAL_T5))]
-    # Unigram needs a log-probability per piece; shorter pieces get higher scores so the
-    # segmentation prefers whole generated words but can always fall back to letters.
+    # Bare characters let any word be spelled out after a "\u2581"-prefixed start piece, so
+    # nothing lowercase ever becomes <unk>; the generated words are word-initial pieces.
+    bare = list(string.ascii_lowercase + string.digits + string.punctuation)
+    words = SPECIAL_T5 + ["\u2581"] + bare
+    words += ["\u2581" + w for w in generated_words(vocab_size - len(words))]
+    words = words[:vocab_size]
+    # Unigram needs a log-probability per piece; longer pieces score lower per piece but cover
+    # more text, so the segmentation prefers whole generated words over single letters.
     pieces = [(w, 0.0 if w in SPECIAL_T5 else -float(len(w))) for w in words]
     tok = Tokenizer(models.Unigram(pieces, unk_id=SPECIAL_T5.index("<unk>")))
     tok.normalizer = normalizers.Lowercase()

@@ -61,7 +61,7 @@ def resolve_model_dir(settings: CompileSettings) -> tuple[Path, str | None]:
     if settings.model_is_local:
         return Path(settings.model_source).expanduser().resolve(), settings.model_revision
     from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import RepositoryNotFoundError, RevisionNotFoundError
+    from huggingface_hub.utils import RepositoryNotFoundError, RevisionNotFoundError  # also in 0.2x hubs
 
     try:
         path = Path(
