@@ -1,7 +1,8 @@
 """Prometheus metrics shared by all worker processes (GET /metrics, text exposition format).
 
-Workers are separate processes, so prometheus_client runs in multiprocess mode: the supervisor
-points PROMETHEUS_MULTIPROC_DIR at a fresh directory and any worker's /metrics aggregates all.
+With several workers (separate processes) prometheus_client runs in multiprocess mode: the
+supervisor points PROMETHEUS_MULTIPROC_DIR at a fresh directory and any worker's /metrics
+aggregates all of them. A single worker keeps its metrics in memory.
 """
 
 from __future__ import annotations

@@ -36,13 +36,18 @@ def bind(settings: ServerSettings) -> socket.socket:
 def run(settings: ServerSettings, metadata: dict, argv: list[str]) -> int:
     cores_per_model = 0 if metadata["backend"] == "cpu" else int(metadata["neuron_cores_per_model"])
     slices = partition(settings.visible_cores, settings.workers, cores_per_model)
-    metrics_dir = tempfile.mkdtemp(prefix="inferstack-metrics-")
+    # One worker keeps its metrics in memory; several share them through files, which costs
+    # a little on every observation.
+    metrics_dir = tempfile.mkdtemp(prefix="inferstack-metrics-") if settings.workers > 1 else None
     sock = bind(settings)
     port = sock.getsockname()[1]
     children: dict[int, subprocess.Popen] = {}
     try:
         for index, cores in enumerate(slices):
-            env = dict(os.environ, **{MULTIPROC_ENV: metrics_dir, "SERVER_WORKER_INDEX": str(index)})
+            env = dict(os.environ, SERVER_WORKER_INDEX=str(index))
+            env.pop(MULTIPROC_ENV, None)
+            if metrics_dir is not None:
+                env[MULTIPROC_ENV] = metrics_dir
             if cores is not None:
                 env["NEURON_RT_VISIBLE_CORES"] = cores
             command = [sys.executable, SERVE_SCRIPT, *argv, "--worker-fd", str(sock.fileno())]
@@ -56,7 +61,7 @@ def run(settings: ServerSettings, metadata: dict, argv: list[str]) -> int:
     return supervise(children, metrics_dir)
 
 
-def supervise(children: dict[int, subprocess.Popen], metrics_dir: str) -> int:
+def supervise(children: dict[int, subprocess.Popen], metrics_dir: str | None) -> int:
     stopping = {"signal": None}
 
     def forward(signum, frame) -> None:
@@ -78,7 +83,8 @@ def supervise(children: dict[int, subprocess.Popen], metrics_dir: str) -> int:
                 continue
             code = os.waitstatus_to_exitcode(status)
             child.returncode = code
-            _forget_metrics(pid, metrics_dir)
+            if metrics_dir is not None:
+                _forget_metrics(pid, metrics_dir)
             if stopping["signal"] is None:
                 log.error("worker exited unexpectedly; stopping the others", extra={"worker_pid": pid, "exit_code": code})
                 exit_code = 1
@@ -87,7 +93,8 @@ def supervise(children: dict[int, subprocess.Popen], metrics_dir: str) -> int:
                 log.error("worker failed while stopping", extra={"worker_pid": pid, "exit_code": code})
                 exit_code = 1
     finally:
-        shutil.rmtree(metrics_dir, ignore_errors=True)
+        if metrics_dir is not None:
+            shutil.rmtree(metrics_dir, ignore_errors=True)
     log.info("supervisor exiting", extra={"exit_code": exit_code})
     return exit_code
 
