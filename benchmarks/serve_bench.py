@@ -225,6 +225,7 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> int:
     args = parse_args()
+    args.load_before = os.getloadavg()
     levels = [int(c) for c in args.concurrency.split(",")]
     texts = sample_texts(256)
     with tempfile.TemporaryDirectory(prefix="serve-bench-") as work:
@@ -257,7 +258,10 @@ def main() -> int:
 
 
 def report(args, metadata, threads, best_batch, limit, per_batch, rows) -> None:
-    print(f"machine: {os.cpu_count()} CPUs; python {sys.version.split()[0]}")
+    print(
+        f"machine: {os.cpu_count()} CPUs; python {sys.version.split()[0]}; load average before "
+        f"{args.load_before[0]:.2f}, after {os.getloadavg()[0]:.2f} (other work on the machine skews every figure)"
+    )
     print(
         f"model: tiny BERT ({metadata['model_source']}), cpu backend, sequence length {metadata['sequence_length']}, "
         f"compiled batch {metadata['batch_size']}, {len(metadata['labels'])} labels"

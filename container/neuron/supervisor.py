@@ -45,6 +45,9 @@ def run(settings: ServerSettings, metadata: dict, argv: list[str]) -> int:
     try:
         for index, cores in enumerate(slices):
             env = dict(os.environ, SERVER_WORKER_INDEX=str(index))
+            # Tokenization runs on the worker's inference thread; the tokenizers library's own
+            # thread pool would only compete with the event loop for the same cores.
+            env.setdefault("TOKENIZERS_PARALLELISM", "false")
             env.pop(MULTIPROC_ENV, None)
             if metrics_dir is not None:
                 env[MULTIPROC_ENV] = metrics_dir

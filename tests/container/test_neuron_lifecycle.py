@@ -121,3 +121,16 @@ def test_not_an_artifact(tmp_path):
     (tmp_path / "metadata.json").write_text(json.dumps({"format_version": 99}))
     result = run_script(SERVE, "--model-dir", str(tmp_path), timeout=60)
     assert result.returncode == 2 and "format_version" in result.stderr
+
+
+def test_a_model_that_fails_to_load_stops_the_server_with_exit_1(artifact, tmp_path, start_server):
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    for item in artifact.iterdir():
+        (broken / item.name).write_bytes(item.read_bytes())
+    (broken / "model.pt").write_bytes(b"not a torchscript archive")
+    server = start_server(broken)
+    assert server.proc.wait(60) == 1
+    failures = [e for e in server.logs() if e.get("msg") == "model failed to load"]
+    assert failures and failures[0]["level"] == "error" and "exc" in failures[0]
+    assert any(e.get("msg") == "worker exited unexpectedly; stopping the others" for e in server.logs())
