@@ -8,11 +8,11 @@ from pathlib import Path
 import aws_cdk as cdk
 
 from inferstack import config
-from stacks.app_builder import build
+from stacks.app_builder import POST_CLI_CONTEXT, build
 
 
 def main() -> int:
-    app = cdk.App()
+    app = cdk.App(post_cli_context=POST_CLI_CONTEXT)
     config_dir = Path(app.node.try_get_context("inferstack:config-dir") or "model_configs")
     try:
         project = config.load(config_dir)
@@ -30,7 +30,15 @@ def main() -> int:
         return 2
 
     build(app, project, names)
-    app.synth()
+    try:
+        app.synth()
+    except RuntimeError as exc:  # jsii surfaces the CDK's ValidationError as a RuntimeError
+        if "ValidationFailed" not in str(exc):
+            raise
+        # The CDK printed each finding above; end with one line instead of a jsii traceback.
+        print("synth failed: unacknowledged cdk-nag/policy findings (listed above; see validation-report.json)",
+              file=sys.stderr)
+        return 1
     return 0
 
 

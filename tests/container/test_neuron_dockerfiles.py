@@ -13,7 +13,8 @@ from conftest import NEURON_DIR, ROOT
 
 import compile as compile_cli
 
-DOCKERFILES = sorted((ROOT / "container").rglob("Dockerfile*"))
+# Every Dockerfile under container/ (BuildKit reads Dockerfile.dockerignore beside one: not a Dockerfile).
+DOCKERFILES = sorted(p for p in (ROOT / "container").rglob("Dockerfile*") if p.suffix != ".dockerignore")
 BUILD_ARGS = (
     "MODEL_SOURCE", "MODEL_REVISION", "TASK", "LABELS", "BATCH_SIZE", "SEQUENCE_LENGTH",
     "NEURON_CORES_PER_MODEL", "PARALLELISM", "COMPILER_ARGS", "NEURON_TARGET",

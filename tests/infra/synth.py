@@ -10,7 +10,7 @@ from pathlib import Path
 import aws_cdk as cdk
 
 from inferstack.config import Project
-from stacks.app_builder import build
+from stacks.app_builder import POST_CLI_CONTEXT, build
 from stacks.stage import InferenceStage
 from tests.conftest import ROOT
 
@@ -39,8 +39,10 @@ class ValidationFailed(AssertionError):
 
 def synth(project: Project, env_names: list[str], outdir: Path, *, extend=None) -> Synthesized:
     """`extend(stages)` may add constructs before synth (used to prove the checks can fail)."""
-    context = cdk_json_context() | {"@aws-cdk/core:validationReportJson": True}
-    app = cdk.App(outdir=str(outdir), context=context)
+    # What the CLI passes (cdk.json context, and failSynthOnValidationErrors=false), overridden as app.py does.
+    context = cdk_json_context() | {"@aws-cdk/core:validationReportJson": True,
+                                    "@aws-cdk/core:failSynthOnValidationErrors": False}
+    app = cdk.App(outdir=str(outdir), context=context, post_cli_context=POST_CLI_CONTEXT)
     stages = build(app, project, env_names)
     if extend:
         extend(stages)

@@ -414,7 +414,7 @@ def test_alarms_thresholds(synthesized, env):
 def test_alarms_notify_the_environment_topic(synthesized):
     for props in alarms_by_metric(template(synthesized, "prod")).values():
         assert props["AlarmActions"] == [PROD_TOPIC] and props["OKActions"] == [PROD_TOPIC]
-    foundation_topic = {"Fn::GetStackOutput": Match.object_like({"StackName": "dev-Foundation"})}
+    foundation_topic = {"Fn::ImportValue": Match.string_like_regexp(r"^dev-Foundation:ExportsOutputRefAlarmsTopic")}
     template(synthesized, "dev").all_resources_properties(
         "AWS::CloudWatch::Alarm", {"AlarmActions": [foundation_topic], "OKActions": [foundation_topic]})
 

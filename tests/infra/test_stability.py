@@ -12,12 +12,14 @@ def test_synth_twice_gives_identical_templates(project, synthesized, tmp_path):
 
 
 def test_adding_a_model_changes_no_other_stack(synthesized, config_copy, tmp_path):
-    source = (config_copy / "t5-spelling.yaml").read_text()
-    (config_copy / "t5-grammar.yaml").write_text(source.replace("name: t5-spelling", "name: t5-grammar"))
+    # one model of each kind
+    for source, name in (("t5-spelling", "t5-grammar"), ("intent-bert", "intent-bert-eu")):
+        text = (config_copy / f"{source}.yaml").read_text()
+        (config_copy / f"{name}.yaml").write_text(text.replace(f"name: {source}", f"name: {name}"))
     extended = config.load(config_copy)
     after = synth(extended, ["dev"], tmp_path)
     before = synthesized.templates["dev"]
-    assert set(after.templates["dev"]) == set(before) | {"t5-grammar"}
+    assert set(after.templates["dev"]) == set(before) | {"t5-grammar", "intent-bert-eu"}
     for stack, template in before.items():
         assert after.templates["dev"][stack] == template, f"{stack} changed when a model was added"
 
