@@ -13,6 +13,7 @@ from pathlib import Path
 
 from inferstack import config, instances, plan_report, pricing
 from inferstack.config import json_schema
+from inferstack.review import command as review_command
 
 DEFAULT_CONFIG_DIR = Path("model_configs")
 EXIT_USAGE = 2
@@ -49,6 +50,13 @@ class UsageError(Exception):
     """A bad argument value the parser itself cannot see (e.g. an environment not in the config)."""
 
 
+def _cmd_diff(args: argparse.Namespace) -> int:
+    try:
+        return review_command.run(args)
+    except review_command.INPUT_ERRORS as exc:  # missing dir, not an assembly, unwritable --out
+        raise UsageError(str(exc)) from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="python -m inferstack", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -67,6 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--compare", action="store_true",
                       help="also plan every profiled instance type and mark the cheapest that meets the SLO")
     plan.set_defaults(func=_cmd_plan)
+    review_command.add_parser(commands, _cmd_diff)
     return parser
 
 
