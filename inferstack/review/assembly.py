@@ -32,10 +32,14 @@ class Stack:
     region: str | None
     template: dict
     template_path: Path
+    construct_paths: dict[str, str] = field(default_factory=dict)  # logical id -> "dev/Foundation/Network/Vpc/Resource"
 
     @property
     def resources(self) -> dict[str, dict]:
         return self.template.get("Resources") or {}
+
+    def construct_path(self, logical_id: str) -> str | None:
+        return self.construct_paths.get(logical_id)
 
 
 @dataclass
@@ -88,6 +92,25 @@ def _region(artifact: dict) -> str | None:
     return region if region and not region.startswith("unknown") else None
 
 
+def _construct_paths(directory: Path, artifact: dict, template: dict) -> dict[str, str]:
+    """Logical id -> construct path. The stack's metadata (inline or in its additionalMetadataFile) maps
+    them whatever the synth settings; the templates' aws:cdk:path metadata only when path metadata is on
+    (the CDK CLI's default), so it is the fallback."""
+    metadata = dict(artifact.get("metadata") or {})
+    if artifact.get("additionalMetadataFile"):
+        metadata.update(_read_json(directory / artifact["additionalMetadataFile"]))
+    paths = {}
+    for path, entries in metadata.items():
+        for entry in entries if isinstance(entries, list) else []:
+            if isinstance(entry, dict) and entry.get("type") == "aws:cdk:logicalId" and isinstance(entry.get("data"), str):
+                paths[entry["data"]] = path.lstrip("/")
+    for logical_id, resource in (template.get("Resources") or {}).items():
+        path = (resource.get("Metadata") or {}).get("aws:cdk:path") if isinstance(resource, dict) else None
+        if isinstance(path, str):
+            paths.setdefault(logical_id, path)
+    return paths
+
+
 def _stacks(directory: Path, manifest: dict, prefix: str) -> dict[str, Stack]:
     stacks = {}
     for artifact_id, artifact in _artifacts(manifest, STACK):
@@ -98,9 +121,11 @@ def _stacks(directory: Path, manifest: dict, prefix: str) -> dict[str, Stack]:
         display = artifact.get("displayName") or artifact_id
         name = display.split("/", 1)[1] if prefix and display.startswith(prefix + "/") else display
         path = directory / template_file
+        template = _read_json(path)
         stacks[name] = Stack(name=name, artifact_id=artifact_id,
                              stack_name=props.get("stackName") or artifact_id, region=_region(artifact),
-                             template=_read_json(path), template_path=path)
+                             template=template, template_path=path,
+                             construct_paths=_construct_paths(directory, artifact, template))
     return stacks
 
 

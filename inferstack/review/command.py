@@ -53,7 +53,10 @@ def _check_directory(path: Path, option: str) -> None:
         raise OutputError(f"{option} {path}: not a directory")
 
 
-def _diagrams(head: assembly.Assembly, report: diff.Report, directory: Path, relative_to: Path | None) -> list[dict]:
+def _diagrams(head: assembly.Assembly, report: diff.Report, directory: Path,
+              relative_to: Path | None) -> list[dict]:
+    """Write <env>.dot (and .svg) per environment of the head. Paths in the returned listing are relative
+    to the report's directory when there is one, so links in a posted report keep working."""
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -64,11 +67,12 @@ def _diagrams(head: assembly.Assembly, report: diff.Report, directory: Path, rel
         dot_path = directory / f"{diagram.file_name(env_name)}.dot"
         _write(dot_path, diagram.build(head, env_name, by_name.get(env_name)))
         svg_path, note = diagram.render_svg(dot_path)
+        print(f"wrote {dot_path}" + (f" and {svg_path}" if svg_path else f" ({note})"), file=sys.stderr)
 
         def shown(p: Path | None) -> str | None:
             if p is None:
                 return None
-            return os.path.relpath(p, relative_to) if relative_to else str(p)
+            return os.path.relpath(p.resolve(), relative_to) if relative_to else str(p)
         written.append({"environment": env_name, "dot": shown(dot_path), "svg": shown(svg_path), "note": note})
     return written
 
@@ -96,8 +100,6 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(text)
     else:
         _write(out, text)
-    for d in diagrams or []:
-        print(f"wrote {d['dot']}" + (f" and {d['svg']}" if d["svg"] else f" ({d['note']})"), file=sys.stderr)
 
     protected = report.protected_replacements()
     if protected:

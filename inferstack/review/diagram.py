@@ -49,11 +49,11 @@ def _short_fqn(fqn: str) -> str:
 class _Builder:
     def __init__(self, env: Environment, env_diff: EnvironmentDiff | None) -> None:
         self.env = env
-        # construct path -> (stack, logical id, type), from each template's aws:cdk:path metadata
+        # construct path -> (stack, logical id, type) of every resource in the templates
         self.resources: dict[str, tuple[Stack, str, str]] = {}
         for stack in env.stacks.values():
             for logical_id, resource in stack.resources.items():
-                path = (resource.get("Metadata") or {}).get("aws:cdk:path")
+                path = stack.construct_path(logical_id)
                 if path:
                     self.resources[path] = (stack, logical_id, str(resource.get("Type", "")))
         self.status: dict[tuple[str, str], str] = {}

@@ -421,7 +421,7 @@ def _categories(change: ResourceChange, paths: list[Path], resource: dict) -> li
 def _new_change(stack: Stack, logical_id: str, resource: dict, action: str) -> ResourceChange:
     type_name = str(resource.get("Type", ""))
     return ResourceChange(stack=stack.name, logical_id=logical_id, type=type_name, action=action,
-                          construct_path=(resource.get("Metadata") or {}).get("aws:cdk:path"),
+                          construct_path=stack.construct_path(logical_id),
                           protected=type_name in PROTECTED_TYPES)
 
 
