@@ -93,7 +93,8 @@ def test_vpc_cidr_change_replaces_the_protected_vpc_and_what_hangs_off_it(base, 
     assert not vpc.cascaded
     # Subnet CIDRs are carved from the VPC's, so they change too: replaced in their own right.
     subnet = changes["NetworkVpcprivateSubnet1Subnet9EC58498"]
-    assert (subnet.replacement, subnet.replacing_paths, subnet.cascaded) == ("always", ["Properties.CidrBlock"], False)
+    assert (subnet.replacement, subnet.replacing_paths, subnet.cascaded) == (
+        "always", ["Properties.CidrBlock"], False)
     # Unchanged in the template, replaced all the same: the endpoint's VpcId is create-only.
     endpoint = changes["NetworkEcrApi143B6701"]
     assert (endpoint.replacement, endpoint.changes, endpoint.cascaded) == ("always", [], True)
@@ -290,7 +291,8 @@ def test_endpoint_config_instance_type_is_create_only_endpoint_updates_in_place(
 
 
 def test_endpoint_config_name_is_not_create_only_but_endpoint_name_is(tmp_path):
-    base, head = pair(tmp_path, {"triton": sagemaker(config_name="cfg-1")}, {"triton": sagemaker(config_name="cfg-2")})
+    base, head = pair(tmp_path, {"triton": sagemaker(config_name="cfg-1")},
+                      {"triton": sagemaker(config_name="cfg-2")})
     (endpoint,) = resources(load_diff(base, head)).values()
     assert (endpoint.changed_paths, endpoint.replacement) == (["Properties.EndpointConfigName"], None)
     renamed = tmp_path / "renamed"
@@ -360,7 +362,8 @@ def test_scaling_and_security_group_rule_changes(tmp_path):
     assert "#### Scaling (1)" in markdown and "  - `Properties.MaxCapacity`: `2` → `8`" in markdown
 
 
-def log_group(logical_id: str, *, type_name: str = "AWS::Logs::LogGroup", path: str = "dev/model/Logs/Resource") -> dict:
+def log_group(logical_id: str, *, type_name: str = "AWS::Logs::LogGroup",
+              path: str = "dev/model/Logs/Resource") -> dict:
     return {logical_id: {"Type": type_name, "Properties": {"RetentionInDays": 14},
                          "Metadata": {"aws:cdk:path": path}}}
 
@@ -412,3 +415,20 @@ def test_export_in_use_whose_value_changes_is_a_warning(tmp_path):
 ])
 def test_create_only_pointer_matching(pointer, path, base, head, expected):
     assert (_replacing(path, (pointer,), base, head) == pointer) is expected
+
+
+def test_legacy_asset_parameters_renamed_by_a_new_hash_are_asset_updates(tmp_path):
+    def stack(digest: str) -> dict:
+        bucket = f"AssetParameters{digest}S3Bucket{digest[:8].upper()}"
+        return {"Parameters": {bucket: {"Type": "String", "Description": f"S3 bucket for asset \"{digest}\""}},
+                "Resources": {"Fn": {"Type": "AWS::Lambda::Function", "Properties": {
+                    "Code": {"S3Bucket": {"Ref": bucket}, "S3Key": f"{digest}.zip"}}}}}
+    base, head = pair(tmp_path, {"legacy": stack("1" * 64)}, {"legacy": stack("2" * 64)})
+    (stack_diff,) = load_diff(base, head).environments[0].stacks
+    assert stack_diff.template_changes == []
+    by_id = {r.logical_id: r for r in stack_diff.resources}
+    assert by_id["Fn"].action == "asset-update"
+    assert {a.path for a in by_id["Fn"].asset_updates} == {"Properties.Code.S3Bucket", "Properties.Code.S3Key"}
+    assert [(a.path, a.kind, a.base_hash, a.head_hash) for a in by_id["(template)"].asset_updates] == [
+        (f"Parameters.AssetParameters{'2' * 64}S3Bucket22222222", "asset parameter", "1" * 64, "2" * 64),
+        (f"Parameters.AssetParameters{'2' * 64}S3Bucket22222222.Description", "asset parameter", "1" * 64, "2" * 64)]

@@ -32,7 +32,8 @@ class Stack:
     region: str | None
     template: dict
     template_path: Path
-    construct_paths: dict[str, str] = field(default_factory=dict)  # logical id -> "dev/Foundation/Network/Vpc/Resource"
+    # logical id -> construct path of its L1, e.g. "dev/Foundation/PlatformKey/Key/Resource"
+    construct_paths: dict[str, str] = field(default_factory=dict)
 
     @property
     def resources(self) -> dict[str, dict]:
@@ -102,7 +103,9 @@ def _construct_paths(directory: Path, artifact: dict, template: dict) -> dict[st
     paths = {}
     for path, entries in metadata.items():
         for entry in entries if isinstance(entries, list) else []:
-            if isinstance(entry, dict) and entry.get("type") == "aws:cdk:logicalId" and isinstance(entry.get("data"), str):
+            if not isinstance(entry, dict) or entry.get("type") != "aws:cdk:logicalId":
+                continue
+            if isinstance(entry.get("data"), str):
                 paths[entry["data"]] = path.lstrip("/")
     for logical_id, resource in (template.get("Resources") or {}).items():
         path = (resource.get("Metadata") or {}).get("aws:cdk:path") if isinstance(resource, dict) else None

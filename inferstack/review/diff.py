@@ -36,6 +36,8 @@ SCALING_PROPERTIES = frozenset({"DesiredCount", "CapacityProviderStrategy", "Def
                                 "CapacityProviders", "InitialInstanceCount", "ManagedScaling"})
 
 ASSET_HASH = re.compile(r"(?<![0-9a-f])[0-9a-f]{64}(?![0-9a-f])")
+# Legacy (pre-bootstrap-v2) synthesis names asset parameters after the hash, plus an id derived from it.
+LEGACY_ASSET_PARAMETER = re.compile(r"AssetParameters[0-9a-f]{64}(S3Bucket|S3VersionKey|ArtifactHash)[0-9A-F]{8}")
 # Metadata CDK and linters write for themselves; it changes nothing in the deployed resource.
 _TOOL_METADATA = ("aws:cdk:", "aws:asset:", "cfn-lint", "cdk_nag", "guard")
 
@@ -220,8 +222,12 @@ def _leaf_changes(base: Any, head: Any, path: Path) -> Iterator[tuple[Path, str,
         yield path, "modified", base, head
 
 
+def _mask_text(text: str) -> str:
+    return ASSET_HASH.sub("<asset-hash>", LEGACY_ASSET_PARAMETER.sub(r"AssetParameters<asset-hash>\1", text))
+
+
 def _mask(value: Any) -> str:
-    return ASSET_HASH.sub("<asset-hash>", json.dumps(value, sort_keys=True))
+    return _mask_text(json.dumps(value, sort_keys=True))
 
 
 def _comparable(resource: dict) -> dict:
@@ -460,6 +466,9 @@ def _template_changes(base: dict, head: dict) -> tuple[list[ValueChange], list[A
     """Changes outside Resources (Outputs, Parameters, Conditions...); legacy asset parameters whose
     values differ only in an asset hash come back separately."""
     changes, assets = [], []
+    base, head = dict(base), dict(head)
+    if isinstance(base.get("Parameters"), dict) and isinstance(head.get("Parameters"), dict):
+        assets += _renamed_asset_parameters(base, head)
     for section in sorted((set(base) | set(head)) - {"Resources"}):
         if section not in base:
             changes.append(ValueChange(section, "added", None, head[section]))
@@ -469,10 +478,30 @@ def _template_changes(base: dict, head: dict) -> tuple[list[ValueChange], list[A
             continue
         for path, kind, old, new in _leaf_changes(base[section], head[section], (section,)):
             if kind == "modified" and _mask(old) == _mask(new):
-                assets.append(AssetUpdate(format_path(path), "asset parameter", "", None, None))
+                update = _asset_update(path, old, new, {})
+                update.kind = "asset parameter"
+                assets.append(update)
             else:
                 changes.append(ValueChange(format_path(path), kind, old, new))
     return changes, assets
+
+
+def _renamed_asset_parameters(base: dict, head: dict) -> list[AssetUpdate]:
+    """Legacy asset parameters carry the hash in their names: a rebuilt asset renames them. Report those
+    as asset updates and compare the rest under the head's names."""
+    renamed = []
+    head_by_mask = {_mask_text(k): k for k in head["Parameters"]}
+    parameters = {}
+    for key, value in base["Parameters"].items():
+        new = head_by_mask.get(_mask_text(key))
+        if new is not None and new != key and key not in head["Parameters"]:
+            old_hashes, new_hashes = ASSET_HASH.findall(key), ASSET_HASH.findall(new)
+            renamed.append(AssetUpdate(f"Parameters.{new}", "asset parameter", "",
+                                       old_hashes[0] if old_hashes else None, new_hashes[0] if new_hashes else None))
+            key = new
+        parameters[key] = value
+    base["Parameters"] = parameters
+    return renamed
 
 
 def _diff_stack(base: Stack | None, head: Stack | None, assets: dict[str, Asset]) -> StackDiff:

@@ -146,8 +146,8 @@ def _environment(env: EnvironmentDiff) -> list[str]:
         lines += _section("Other changes", rest, None)
     template = [(s.name, c) for s in env.stacks for c in s.template_changes]
     if template:
-        lines += [f"#### Template changes ({len(template)})", "", "<details><summary>Outputs, parameters, "
-                  "conditions</summary>", "", *[f"- {s}: {_value_change(c)}" for s, c in template], "", "</details>", ""]
+        lines += [f"#### Template changes ({len(template)})", ""]
+        lines += _fold("Outputs, parameters, conditions", [f"- {s}: {_value_change(c)}" for s, c in template])
     return lines
 
 
