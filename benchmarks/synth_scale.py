@@ -139,8 +139,7 @@ def main() -> int:
             baseline = baseline or r.seconds
             print(f"{r.models:>6} {r.stacks:>6} {r.seconds:>8.1f} {r.seconds / baseline:>6.2f} "
                   f"{r.peak_rss_mib:>9.0f} {r.max_resources:>7} {r.max_template_kib:>8.1f} "
-                  f"{r.max_parameters:>7} {r.max_outputs:>7}  {'OK' if not r.over_limits else '; '.join(r.over_limits)}",
-                  flush=True)
+                  f"{r.max_parameters:>7} {r.max_outputs:>7}  {'; '.join(r.over_limits) or 'OK'}", flush=True)
     return 0
 
 

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from inferstack import config, instances, plan_report, pricing
-from inferstack.config import json_schema
+from inferstack.config import TritonSageMakerModel, json_schema
 from inferstack.review import command as review_command
 
 DEFAULT_CONFIG_DIR = Path("model_configs")
@@ -47,7 +47,29 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 
 class UsageError(Exception):
-    """A bad argument value the parser itself cannot see (e.g. an environment not in the config)."""
+    """A bad argument found after parsing; printed as one line, exit 2."""
+
+
+def _cmd_render_triton(args: argparse.Namespace) -> int:
+    # Imported here: the Triton proto is only needed by this command.
+    from inferstack import triton_config
+
+    project = config.load(args.config_dir)
+    try:
+        model = project.model(args.model)
+    except KeyError as exc:
+        raise UsageError(exc.args[0]) from None
+    if not isinstance(model, TritonSageMakerModel):
+        raise UsageError(f"{model.name} is a {model.kind} model; render-triton renders triton-sagemaker models")
+    try:
+        out = triton_config.write_repository(model, args.out)
+    except triton_config.RepositoryError as exc:
+        raise UsageError(str(exc)) from None
+    except OSError as exc:
+        raise UsageError(f"cannot write {args.out}: {exc.strerror or exc}") from None
+    names = ", ".join(spec.name for spec in triton_config.folders(model))
+    print(f"wrote {out}: {names} (default model {triton_config.default_model_name(model)})")
+    return 0
 
 
 def _cmd_diff(args: argparse.Namespace) -> int:
@@ -75,6 +97,13 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--compare", action="store_true",
                       help="also plan every profiled instance type and mark the cheapest that meets the SLO")
     plan.set_defaults(func=_cmd_plan)
+
+    render = commands.add_parser("render-triton", help="write a Triton model repository skeleton "
+                                 "(config.pbtxt per model folder, empty version dirs)")
+    render.add_argument("model", help="a triton-sagemaker model name from model_configs/")
+    render.add_argument("--out", type=Path, required=True, help="a directory that does not exist or is empty")
+    render.add_argument("--config-dir", type=Path, default=DEFAULT_CONFIG_DIR)
+    render.set_defaults(func=_cmd_render_triton)
     review_command.add_parser(commands, _cmd_diff)
     return parser
 
@@ -89,5 +118,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{len(exc.problems)} problem(s) found", file=sys.stderr)
         return EXIT_USAGE
     except (UsageError, pricing.UnknownPrice, instances.UnknownInstanceType) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"{args.command}: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return EXIT_USAGE

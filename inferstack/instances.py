@@ -25,6 +25,9 @@ class InstanceSpec:
     gpu_model: str | None = None
     gpu_memory_gib: int = 0
     compute_capability: str | None = None
+    # NVMe instance store (g4dn, g5): SageMaker rejects a volume KmsKeyId for these types; the local
+    # disks are encrypted by the instance's hardware module instead.
+    instance_storage: bool = False
 
     @property
     def family(self) -> str:
@@ -54,8 +57,9 @@ def _neuron(name: str, vcpus: int, memory_gib: int, devices: int) -> InstanceSpe
 
 
 def _gpu(name: str, vcpus: int, memory_gib: int, gpus: int, model: str, gpu_mem: int, cc: str) -> InstanceSpec:
+    # Every GPU type in the catalog (g4dn, g5) comes with NVMe instance storage.
     return InstanceSpec(name, vcpus, memory_gib, gpus=gpus, gpu_model=model, gpu_memory_gib=gpu_mem,
-                        compute_capability=cc)
+                        compute_capability=cc, instance_storage=True)
 
 
 _CATALOG = [

@@ -2,15 +2,34 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import aws_cdk as cdk
 from aws_cdk import aws_cloudwatch_actions as cw_actions
+from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from inferstack.config import Environment
+from inferstack import planning, triton_config, triton_image
+from inferstack.config import Environment, TritonSageMakerModel
 from inferstack.config.loader import Model
+from inferstack.config.models import NeuronEcsModel
+from inferstack.constructs.neuron_ecs_service import NeuronEcsService
+from inferstack.constructs.triton_endpoint import TritonEndpoint
 from stacks.base import EnvironmentStack
 from stacks.foundation_stack import SharedResources
+
+ROOT = Path(__file__).resolve().parent.parent
+# Build context of the Neuron serving image (its Dockerfiles and serving app).
+NEURON_IMAGE_DIRECTORY = ROOT / "container" / "neuron"
+TRITON_DOCKERFILE = "container/triton/Dockerfile"
+# The Triton image builds from the repository root so its export step imports inferstack's renderer
+# (shared code, not a copy). Only what the build uses is in the context, so the image (and with it
+# the endpoint) changes only when the renderer, the config schema or container/triton/ does.
+# Kept identical to container/triton/Dockerfile.dockerignore (a test checks).
+TRITON_BUILD_CONTEXT = ("*", "!inferstack/__init__.py", "!inferstack/config", "!inferstack/instances.py",
+                        "!inferstack/planning.py", "!inferstack/triton_config.py", "!container/triton",
+                        "**/__pycache__", "**/*.pyc")
 
 
 class ServingStack(EnvironmentStack):
@@ -23,3 +42,56 @@ class ServingStack(EnvironmentStack):
         self.alarm_action = cw_actions.SnsAction(shared.alarm_topic)
         cdk.CfnOutput(self, "LogGroupName", value=self.log_group.log_group_name,
                       description=f"{model.name}: serving logs")
+
+        if isinstance(model, NeuronEcsModel):
+            self.neuron = self._neuron_service(model, environment, env_name, shared)
+        elif isinstance(model, TritonSageMakerModel):
+            self.triton = self._triton_endpoint(model, environment, env_name, shared)
+
+    def _triton_endpoint(self, model: TritonSageMakerModel, environment: Environment, env_name: str,
+                         shared: SharedResources) -> TritonEndpoint:
+        plan = planning.plan(model, env_name, environment)
+        base_image = triton_image.base_image_uri(region=environment.region, version=model.serving.image_version,
+                                                 instance_type=plan.instance_type)
+        image = ecr_assets.DockerImageAsset(
+            self, "TritonImage", directory=str(ROOT), file=TRITON_DOCKERFILE,
+            exclude=list(TRITON_BUILD_CONTEXT), ignore_mode=cdk.IgnoreMode.DOCKER,
+            platform=ecr_assets.Platform.LINUX_AMD64,
+            build_args={"TRITON_BASE_IMAGE": base_image,
+                        "TRITON_REPOSITORY_SPEC": triton_config.RepositorySpec.of(model).model_dump_json()})
+        endpoint = TritonEndpoint(
+            self, "Triton", model=model, plan=plan, off_hours=model.off_hours_for(env_name),
+            image_uri=image.image_uri, image_repository=image.repository, vpc=shared.vpc,
+            subnets=shared.private_subnets, key=shared.key, alarm_action=self.alarm_action,
+            removal_policy=shared.removal_policy)
+        cdk.CfnOutput(self, "EndpointName", value=endpoint.endpoint_name,
+                      description=f"{model.name}: SageMaker endpoint (Triton)")
+        cdk.CfnOutput(self, "DashboardName", value=endpoint.dashboard.dashboard_name,
+                      description=f"{model.name}: CloudWatch dashboard")
+        return endpoint
+
+    def _neuron_service(self, model: NeuronEcsModel, environment: Environment, env_name: str,
+                        shared: SharedResources) -> NeuronEcsService:
+        service = NeuronEcsService(
+            self, "Neuron",
+            model=model,
+            capacity=planning.plan(model, env_name, environment),
+            vpc=shared.vpc,
+            vpc_cidr=environment.network.cidr,
+            subnets=shared.private_subnets,
+            log_group=self.log_group,
+            alarm_action=self.alarm_action,
+            public=model.public_load_balancer(environment),
+            certificate_arn=environment.defaults.certificate_arn,
+            image_directory=str(NEURON_IMAGE_DIRECTORY),
+            access_log_retention=cdk.Duration.days(environment.defaults.log_retention_days),
+            removal_policy=shared.removal_policy,
+        )
+        cdk.CfnOutput(self, "LoadBalancerDnsName", value=service.load_balancer.load_balancer_dns_name,
+                      description=f"{model.name}: load balancer DNS name")
+        cdk.CfnOutput(self, "Url", value=service.url, description=f"{model.name}: base URL of the model server")
+        cdk.CfnOutput(self, "ClusterName", value=service.cluster.cluster_name,
+                      description=f"{model.name}: ECS cluster")
+        cdk.CfnOutput(self, "ServiceName", value=service.service.service_name,
+                      description=f"{model.name}: ECS service")
+        return service

@@ -154,4 +154,4 @@ def test_bad_price_overrides_are_rejected(config_copy, prices, expected):
 def test_plan_unknown_environment_exits_2():
     result = run("-m", "inferstack", "plan", "--env", "qa")
     assert result.returncode == 2
-    assert result.stderr.strip() == "error: --env: unknown environment 'qa'; known: dev, staging, prod"
+    assert result.stderr.strip() == "plan: error: --env: unknown environment 'qa'; known: dev, staging, prod"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from inferstack import instances, planning
+from inferstack import instances, planning, triton_image
 from inferstack.config.models import Environment, NeuronEcsModel, TritonSageMakerModel
 from inferstack.config.yaml_source import KeyPath
 
@@ -27,6 +27,7 @@ def check_model(model: Model, environments: dict[str, Environment]) -> Iterator[
             yield ("environments", env), f"unknown environment; known: {', '.join(sorted(environments))}"
     if isinstance(model, NeuronEcsModel):
         yield from _check_neuron_static(model)
+    yield from _check_off_hours(model)
     # Instance-dependent rules run per environment, after its overrides; a finding shared by several
     # environments is reported once, naming them all.
     grouped: dict[Finding, list[str]] = {}
@@ -46,10 +47,26 @@ def _check_environment(model: Model, env_name: str, environment: Environment) ->
         yield _capacity_key(model, env_name, "instance_type"), family_problem
     elif isinstance(model, NeuronEcsModel):
         yield from _check_neuron_instance(model, spec)
+    else:
+        yield from _check_triton_image(model, environment, spec)
+    if isinstance(model, NeuronEcsModel):
+        yield from _check_neuron_load_balancer(model, environment)
     if capacity.min > capacity.max:
         yield _capacity_key(model, env_name, "min"), f"min {capacity.min} > max {capacity.max}"
     elif not family_problem:
         yield from _check_plan(model, env_name, environment)
+
+
+def _check_off_hours(model: Model) -> Iterator[Finding]:
+    for env, override in model.environments.items():
+        if override.off_hours and not isinstance(model, TritonSageMakerModel):
+            yield ("environments", env, "off_hours"), f"off_hours is not supported for {model.kind} models yet"
+            continue
+        planned_max = model.capacity_for(env).max
+        for index, window in enumerate(override.off_hours):
+            if window.max > planned_max:
+                yield ("environments", env, "off_hours", index, "max"), (
+                    f"off-hours max {window.max} exceeds the planned max {planned_max}; off-hours only scale down")
 
 
 def _family_problem(spec: instances.InstanceSpec, kind: str) -> str | None:
@@ -58,6 +75,15 @@ def _family_problem(spec: instances.InstanceSpec, kind: str) -> str | None:
     if kind == "triton-sagemaker" and (not spec.is_sagemaker or spec.gpus == 0):
         return f"{spec.name} is not a SageMaker GPU type; triton-sagemaker needs ml.g4dn.* or ml.g5.*"
     return None
+
+
+def _check_triton_image(model: TritonSageMakerModel, environment: Environment,
+                        spec: instances.InstanceSpec) -> Iterator[Finding]:
+    try:
+        triton_image.base_image_uri(region=environment.region, version=model.serving.image_version,
+                                    instance_type=spec.name)
+    except triton_image.UnknownTritonImage as exc:
+        yield ("serving", "image_version"), str(exc)
 
 
 def _check_neuron_static(model: NeuronEcsModel) -> Iterator[Finding]:
@@ -95,6 +121,18 @@ def _check_neuron_instance(model: NeuronEcsModel, spec: instances.InstanceSpec) 
         yield ("serving", "workers"), (
             f"each worker gets {cores // serving.workers} NeuronCores, not a multiple of "
             f"neuron_cores_per_model {comp.neuron_cores_per_model}")
+
+
+def _check_neuron_load_balancer(model: NeuronEcsModel, environment: Environment) -> Iterator[Finding]:
+    # An environment-wide public default is checked in environments.yaml; here only the model's own setting.
+    if not model.load_balancer.public:
+        return
+    if environment.defaults.certificate_arn is None:
+        yield ("load_balancer", "public"), (
+            "a public load balancer serves HTTPS only: set defaults.certificate_arn in environments.yaml")
+    if not environment.has_public_subnets:
+        yield ("load_balancer", "public"), (
+            "a public load balancer needs public subnets: set network.import.public_subnet_ids in environments.yaml")
 
 
 def _check_plan(model: Model, env_name: str, environment: Environment) -> Iterator[Finding]:

@@ -6,7 +6,9 @@ instance catalog live in `checks.py` so every problem can be reported at once wi
 
 from __future__ import annotations
 
+import math
 import re
+import zoneinfo
 from typing import Annotated, Literal, Union
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -15,6 +17,7 @@ from inferstack import instances
 
 NAME_PATTERN = r"^[a-z][a-z0-9-]{0,38}[a-z0-9]$"
 REGION_PATTERN = r"^[a-z]{2}(-gov)?-[a-z]+-\d$"
+ACM_CERTIFICATE_PATTERN = r"^arn:aws[a-z-]*:acm:([a-z0-9-]+):(\d{12}):certificate/[0-9a-f-]{36}$"
 # CloudWatch Logs accepts only these retention periods.
 LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827,
                       2192, 2557, 2922, 3288, 3653)
@@ -66,6 +69,10 @@ class Network(Frozen):
             raise ValueError("set exactly one of 'create' (a new VPC) or 'import' (an existing VPC by ids)")
         return self
 
+    @property
+    def cidr(self) -> str:
+        return self.create.cidr if self.create is not None else self.import_.vpc_cidr  # type: ignore[union-attr]
+
 
 class Alarms(Frozen):
     topic_arn: str | None = Field(
@@ -79,6 +86,9 @@ class EnvironmentDefaults(Frozen):
     retain_stateful_resources: bool = Field(
         True, description="keep KMS keys, log groups and buckets when a stack is deleted")
     public_load_balancer: bool = Field(False, description="internet-facing load balancers (TLS required)")
+    certificate_arn: str | None = Field(
+        None, pattern=ACM_CERTIFICATE_PATTERN,
+        description="ACM certificate (this account and region) for the HTTPS listener of public load balancers")
     safety_factor: float = Field(0.5, gt=0, le=1, description="default share of measured throughput an "
                                  "instance is asked to carry; the rest is headroom")
 
@@ -88,6 +98,13 @@ class EnvironmentDefaults(Frozen):
         if value not in LOG_RETENTION_DAYS:
             raise ValueError(f"must be one of {', '.join(map(str, LOG_RETENTION_DAYS))}")
         return value
+
+    @model_validator(mode="after")
+    def _public_needs_tls(self) -> "EnvironmentDefaults":
+        if self.public_load_balancer and self.certificate_arn is None:
+            raise ValueError("public_load_balancer needs certificate_arn: an internet-facing load balancer "
+                             "serves HTTPS only")
+        return self
 
 
 class Environment(Frozen):
@@ -107,7 +124,19 @@ class Environment(Frozen):
             raise ValueError(f"availability_zones {bad} are not zones of region {self.region}")
         if len(set(self.availability_zones)) != len(self.availability_zones):
             raise ValueError("availability_zones repeats a zone")
+        certificate = self.defaults.certificate_arn
+        if certificate is not None:
+            region, account = re.fullmatch(ACM_CERTIFICATE_PATTERN, certificate).groups()  # type: ignore[union-attr]
+            if (region, account) != (self.region, self.account):
+                raise ValueError(f"defaults.certificate_arn is in {account}/{region}; a load balancer can only "
+                                 f"use a certificate of its own account and region ({self.account}/{self.region})")
+        if self.defaults.public_load_balancer and not self.has_public_subnets:
+            raise ValueError("defaults.public_load_balancer needs public subnets: set network.import.public_subnet_ids")
         return self
+
+    @property
+    def has_public_subnets(self) -> bool:
+        return self.network.create is not None or bool(self.network.import_ and self.network.import_.public_subnet_ids)
 
 
 class EnvironmentsFile(Frozen):
@@ -173,9 +202,42 @@ class SloOverride(Frozen):
     peak_tps: PositiveFloat | None = None
 
 
+# Application Auto Scaling cron: six fields, minutes to year (e.g. "cron(0 20 ? * MON-FRI *)").
+CRON_PATTERN = r"^cron\(\S+ \S+ \S+ \S+ \S+ \S+\)$"
+
+
+def _time_zone(value: str) -> str:
+    try:
+        zoneinfo.ZoneInfo(value)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f"unknown IANA time zone {value!r} (e.g. UTC, Europe/Berlin)") from None
+    return value
+
+
+class OffHours(Frozen):
+    """A recurring window (nights, weekends) with reduced capacity. Capacity returns to the planned
+    min/max at `end`, so a scale-down can never be left without its scale-up."""
+
+    start: str = Field(pattern=CRON_PATTERN, description="cron(...) when the window opens")
+    end: str = Field(pattern=CRON_PATTERN, description="cron(...) when planned capacity returns")
+    min: PositiveInt = Field(description="minimum instances inside the window (real-time endpoints need 1)")
+    max: PositiveInt
+    time_zone: Annotated[str, AfterValidator(_time_zone)] = Field("UTC", description="IANA zone of the crons")
+
+    @model_validator(mode="after")
+    def _window(self) -> "OffHours":
+        if self.min > self.max:
+            raise ValueError(f"min {self.min} > max {self.max}")
+        if self.start == self.end:
+            raise ValueError("start and end are the same schedule")
+        return self
+
+
 class EnvironmentOverride(Frozen):
     capacity: CapacityOverride = CapacityOverride()
     slo: SloOverride = SloOverride()
+    off_hours: tuple[OffHours, ...] = Field(
+        (), description="scheduled scale-down windows in this environment (e.g. nights and weekends in dev)")
 
 
 class _ModelBase(Frozen):
@@ -195,6 +257,9 @@ class _ModelBase(Frozen):
     def slo_for(self, environment: str) -> Slo:
         override = self.environments.get(environment, EnvironmentOverride()).slo
         return self.slo.model_copy(update=override.model_dump(exclude_none=True))
+
+    def off_hours_for(self, environment: str) -> tuple[OffHours, ...]:
+        return self.environments.get(environment, EnvironmentOverride()).off_hours
 
 
 # ---------------------------------------------------------------- neuron-ecs
@@ -244,35 +309,78 @@ class NeuronServing(Frozen):
     warmup_requests: int = Field(8, ge=1, le=10000)
     health_check_grace_seconds: int = Field(300, ge=30, le=7200, description="model load plus warm-up")
     port: int = Field(8080, ge=1024, le=65535)
+    root_volume_gib: int = Field(100, ge=30, le=16384, description="encrypted root volume of each instance: it "
+                                 "holds the image with its compiled model; at least the AMI's own root size")
+
+
+class NeuronLoadBalancer(Frozen):
+    public: bool | None = Field(
+        None, description="internet-facing, HTTPS only; omitted: the environment's defaults.public_load_balancer")
+    deregistration_delay_seconds: int = Field(
+        15, ge=0, le=3600, description="how long a stopping task keeps serving in-flight requests; requests are short")
+
+
+class NeuronScaling(Frozen):
+    scale_out_cooldown_seconds: int = Field(60, ge=0, le=3600, description="wait after adding tasks")
+    scale_in_cooldown_seconds: int = Field(300, ge=0, le=3600, description="wait after removing tasks")
+
+
+class NeuronAlarms(Frozen):
+    error_rate_percent: float = Field(1.0, gt=0, le=100, description="target 5xx responses as a share of requests")
+    cpu_percent: float = Field(90, gt=0, le=100, description="service CPU utilization, of the task's reservation")
+    memory_percent: float = Field(90, gt=0, le=100, description="service memory utilization, of the task's limit")
+    evaluation_minutes: int = Field(3, ge=1, le=60, description="consecutive breaching minutes before an alarm fires")
 
 
 class NeuronEcsModel(_ModelBase):
     kind: Literal["neuron-ecs"]
     compile: NeuronCompile
     serving: NeuronServing = NeuronServing()
+    load_balancer: NeuronLoadBalancer = NeuronLoadBalancer()
+    scaling: NeuronScaling = NeuronScaling()
+    alarms: NeuronAlarms = NeuronAlarms()
+
+    def public_load_balancer(self, environment: Environment) -> bool:
+        """The model's own setting wins over the environment default."""
+        if self.load_balancer.public is not None:
+            return self.load_balancer.public
+        return environment.defaults.public_load_balancer
 
 
 # ---------------------------------------------------------------- triton-sagemaker
 
 class TritonExport(Frozen):
-    sequence_length: int = Field(128, ge=8, le=4096)
+    sequence_length: int = Field(128, ge=8, le=4096, description="inputs are padded to this many tokens")
     max_output_length: int | None = Field(None, ge=1, le=4096, description="generation models: output tokens")
+    hidden_size: int | None = Field(
+        None, ge=8, le=65536, description="generation models: d_model of the checkpoint; it shapes the "
+        "encoder-to-decoder tensor and its warm-up data (the export checks it against the checkpoint)")
+    token_type_ids: bool = Field(
+        False, description="the tokenizer emits token_type_ids (BERT does; RoBERTa and DistilBERT do not)")
     onnx_opset: int = Field(17, ge=11, le=21)
 
 
 class TensorRtAcceleration(Frozen):
     precision: Literal["FP16", "FP32"] = "FP16"
-    max_workspace_size_bytes: int = Field(1 << 30, ge=1 << 20)
+    max_workspace_size_bytes: int = Field(1 << 30, ge=1 << 20, le=1 << 34)
 
 
 class DynamicBatching(Frozen):
     max_queue_delay_microseconds: int = Field(100, ge=0, le=1_000_000)
-    preferred_batch_sizes: tuple[PositiveInt, ...] = ()
+    preferred_batch_sizes: tuple[PositiveInt, ...] = Field(
+        (), description="only where they help: e.g. the batch sizes a TensorRT plan was built for")
 
 
 class InstanceGroup(Frozen):
     count: int = Field(1, ge=1, le=16, description="model instances per GPU")
     kind: Literal["KIND_GPU", "KIND_CPU"] = "KIND_GPU"
+
+
+# Values CloudFormation accepts for ProductionVariant.InferenceAmiVersion on GPU instances. The default
+# AMI of ml.g4dn/ml.g5 ships NVIDIA driver 470 (CUDA 11.4); Triton images since 23.xx need CUDA 12.
+InferenceAmiVersion = Literal[
+    "al2-ami-sagemaker-inference-gpu-2", "al2-ami-sagemaker-inference-gpu-2-1",
+    "al2-ami-sagemaker-inference-gpu-3-1", "al2023-ami-sagemaker-inference-gpu-4-1"]
 
 
 class TritonServing(Frozen):
@@ -286,9 +394,11 @@ class TritonServing(Frozen):
     warmup: bool = True
     response_cache: bool = False
     image_version: str = Field("24.09", pattern=r"^\d{2}\.\d{2}$", description="Triton release, YY.MM")
-    container_startup_health_check_timeout_seconds: int = Field(600, ge=60, le=3600)
+    container_startup_health_check_timeout_seconds: int = Field(
+        600, ge=60, le=3600, description="model load, TensorRT engine build and warm-up must fit in it")
     model_data_download_timeout_seconds: int = Field(600, ge=60, le=3600)
-    inference_ami_version: str | None = None
+    inference_ami_version: InferenceAmiVersion | None = Field(
+        None, description="SageMaker inference AMI (GPU driver); set it for Triton images that need CUDA 12")
 
     @model_validator(mode="after")
     def _consistent(self) -> "TritonServing":
@@ -296,13 +406,95 @@ class TritonServing(Frozen):
             raise ValueError("tensorrt_acceleration applies to the onnx backend only")
         if self.dynamic_batching and any(s > self.max_batch_size for s in self.dynamic_batching.preferred_batch_sizes):
             raise ValueError("dynamic_batching.preferred_batch_sizes exceed max_batch_size")
+        if self.instance_group.kind == "KIND_CPU" and (self.backend == "tensorrt" or self.tensorrt_acceleration):
+            raise ValueError("TensorRT needs a GPU: use instance_group.kind KIND_GPU")
         return self
+
+
+class TritonDeployment(Frozen):
+    """How SageMaker replaces a running fleet on update (deployment guardrails), rolled back
+    automatically when the latency or error alarms fire."""
+
+    strategy: Literal["canary", "linear", "all-at-once", "rolling"] = Field(
+        "canary", description="canary/linear/all-at-once: blue/green (a second fleet for the duration); "
+        "rolling: replace the fleet in batches (no second fleet)")
+    size_percent: int | None = Field(
+        None, ge=1, le=50, description="canary: share of capacity that takes traffic first (1-50); linear: "
+        "share shifted per step (10-50); rolling: batch size (5-50); unused by all-at-once")
+    wait_interval_seconds: int = Field(300, ge=0, le=3600, description="baking time between steps, "
+                                       "watched by the rollback alarms")
+    termination_wait_seconds: int = Field(300, ge=0, le=3600, description="blue/green: keep the old fleet "
+                                          "this long after the last shift")
+    rollback_size_percent: int | None = Field(
+        None, ge=1, le=100, description="rolling: batch size when rolling back (default: all at once)")
+    maximum_execution_timeout_seconds: int = Field(3600, ge=600, le=28800)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "TritonDeployment":
+        size_range = {"canary": (1, 50), "linear": (10, 50), "rolling": (5, 50)}.get(self.strategy)
+        if size_range is None:
+            if self.size_percent is not None:
+                raise ValueError("size_percent does not apply to strategy all-at-once")
+        elif self.size_percent is None:
+            raise ValueError(f"strategy {self.strategy} needs size_percent")
+        elif not size_range[0] <= self.size_percent <= size_range[1]:
+            raise ValueError(f"size_percent for {self.strategy} must be {size_range[0]} to {size_range[1]}")
+        if self.strategy == "rolling" and "termination_wait_seconds" in self.model_fields_set:
+            raise ValueError("termination_wait_seconds applies to blue/green strategies, not rolling")
+        if self.strategy != "rolling" and self.rollback_size_percent is not None:
+            raise ValueError("rollback_size_percent applies to strategy rolling only")
+        if self.total_wait_seconds >= self.maximum_execution_timeout_seconds:
+            raise ValueError(f"maximum_execution_timeout_seconds {self.maximum_execution_timeout_seconds} must "
+                             f"exceed the {self.total_wait_seconds} s this deployment spends waiting")
+        return self
+
+    @property
+    def steps(self) -> int:
+        """Traffic steps, each followed by a baking wait."""
+        if self.strategy in ("linear", "rolling"):
+            return math.ceil(100 / (self.size_percent or 100))
+        return 2 if self.strategy == "canary" else 1
+
+    @property
+    def total_wait_seconds(self) -> int:
+        termination = 0 if self.strategy == "rolling" else self.termination_wait_seconds
+        return self.steps * self.wait_interval_seconds + termination
+
+
+class TritonScaling(Frozen):
+    scale_out_cooldown_seconds: int = Field(120, ge=0, le=3600, description="a new g4dn instance takes "
+                                            "minutes to serve; shorter cooldowns overshoot")
+    scale_in_cooldown_seconds: int = Field(600, ge=0, le=3600)
+
+
+class DataCapture(Frozen):
+    sampling_percentage: int = Field(ge=1, le=100)
+    capture: tuple[Literal["input", "output"], ...] = Field(("input", "output"), min_length=1)
+
+    @field_validator("capture")
+    @classmethod
+    def _unique(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if len(set(value)) != len(value):
+            raise ValueError("capture repeats a mode")
+        return value
 
 
 class TritonSageMakerModel(_ModelBase):
     kind: Literal["triton-sagemaker"]
     export: TritonExport = TritonExport()
     serving: TritonServing
+    deployment: TritonDeployment = TritonDeployment(strategy="canary", size_percent=10)
+    scaling: TritonScaling = TritonScaling()
+    data_capture: DataCapture | None = Field(None, description="log sampled requests/responses to an "
+                                             "encrypted bucket")
+
+    @model_validator(mode="after")
+    def _generation_shapes(self) -> "TritonSageMakerModel":
+        if self.source.task == "text2text-generation":
+            missing = [f for f in ("max_output_length", "hidden_size") if getattr(self.export, f) is None]
+            if missing:
+                raise ValueError(f"text2text-generation needs export.{' and export.'.join(missing)}")
+        return self
 
 
 ModelConfig = Annotated[Union[NeuronEcsModel, TritonSageMakerModel], Field(discriminator="kind")]

@@ -30,8 +30,9 @@ def test_cdk_nag_catches_a_non_compliant_resource(project, tmp_path):
 
 
 def _cfn_lint(paths: list[Path]) -> list[dict]:
-    result = subprocess.run([str(Path(sys.executable).with_name("cfn-lint")), "--config-file", ".cfnlintrc.yaml", "--format", "json", *map(str, paths)],
-                            cwd=ROOT, capture_output=True, text=True)
+    command = [str(Path(sys.executable).with_name("cfn-lint")), "--config-file", ".cfnlintrc.yaml",
+               "--format", "json", *map(str, paths)]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     assert result.returncode in (0, 2, 4, 6, 8, 10, 12, 14), result.stderr  # bit flags: 2 error, 4 warning, 8 info
     return json.loads(result.stdout or "[]")
 

@@ -39,8 +39,8 @@ def test_no_subnet_maps_public_ips(dev):
 def test_vpc_flow_logs_go_to_an_encrypted_log_group(dev):
     dev.has_resource_properties("AWS::EC2::FlowLog", {"ResourceType": "VPC", "TrafficType": "ALL",
                                                       "LogDestinationType": "cloud-watch-logs"})
-    dev.has_resource_properties("AWS::Logs::LogGroup", {"KmsKeyId": Match.object_like({"Fn::GetAtt": Match.any_value()}),
-                                                       "RetentionInDays": 14})
+    dev.has_resource_properties("AWS::Logs::LogGroup", {
+        "KmsKeyId": Match.object_like({"Fn::GetAtt": Match.any_value()}), "RetentionInDays": 14})
 
 
 @pytest.mark.parametrize("env", ["dev", "staging", "prod"])

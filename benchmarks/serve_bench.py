@@ -1,0 +1,301 @@
+"""Benchmark the Neuron serving app on CPU against a naive server and the raw model.
+
+    python benchmarks/serve_bench.py [--concurrency 1,4,16,32] [--duration 5]
+
+Builds the tiny BERT (benchmarks/make_tiny_model.py) and a CPU artifact with compile.py unless
+--model-dir is given, then measures, on this machine:
+  (a) serve.py: dynamic batching, one inference thread per worker;
+  (b) a naive baseline (benchmarks/naive_server.py): the same traced model behind a plain
+      FastAPI/uvicorn handler that runs one request at a time;
+  (c) the raw model alone (no HTTP, no tokenizer) at its best batch size: the limit.
+Each concurrency level is a closed loop of N keep-alive HTTP/1.1 connections sending one-text
+requests back to back. Prints figures only; the targets are reported, never asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import re
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+NEURON_DIR = ROOT / "container" / "neuron"
+WORDS = (
+    "the a film movie plot actor scene great terrible boring brilliant slow funny dark long short story "
+    "music ending character dialogue camera director script cast moment world love war city night"
+).split()
+
+
+def sample_texts(count: int, seed: int = 7) -> list[str]:
+    rng = random.Random(seed)
+    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(8, 40))) for _ in range(count)]
+
+
+# -- setup ----------------------------------------------------------------------------------
+
+
+def build_artifact(work: Path, sequence_length: int) -> Path:
+    model, art = work / "tiny-bert", work / "artifact"
+    for cmd in (
+        [sys.executable, str(ROOT / "benchmarks" / "make_tiny_model.py"), "--kind", "bert", "--out", str(model)],
+        [sys.executable, str(NEURON_DIR / "compile.py"), "--backend", "cpu", "--model", str(model), "--out", str(art),
+         "--sequence-length", str(sequence_length), "--batch-size", "1"],
+    ):
+        subprocess.run(cmd, check=True, capture_output=True)
+    return art
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_ready(port: int, proc: subprocess.Popen, path: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"server exited with {proc.returncode}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
+                sock.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+                if sock.recv(64).startswith(b"HTTP/1.1 200"):
+                    return
+        except OSError:
+            pass
+        time.sleep(0.1)
+    raise SystemExit("server never became ready")
+
+
+def start_server(art: Path, port: int, args: argparse.Namespace) -> subprocess.Popen:
+    env = {
+        **os.environ,
+        "SERVER_MAX_BATCH_SIZE": str(args.max_batch_size),
+        "SERVER_MAX_QUEUE_DELAY_MS": str(args.max_queue_delay_ms),
+        "SERVER_WORKERS": str(args.workers),
+        "SERVER_TORCH_THREADS": str(args.torch_threads),
+        "SERVER_LOG_LEVEL": "warning",
+    }
+    proc = subprocess.Popen(
+        [sys.executable, str(NEURON_DIR / "serve.py"), "--model-dir", str(art), "--port", str(port), "--host", "127.0.0.1"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+    )
+    wait_ready(port, proc, "/v2/health/ready")
+    if args.workers > 1:
+        time.sleep(3)  # ready answers from any one worker: give the others time to warm up
+    return proc
+
+
+def start_baseline(art: Path, port: int, threads: int) -> subprocess.Popen:
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "benchmarks" / "naive_server.py"), "--model-dir", str(art), "--port", str(port),
+         "--torch-threads", str(threads)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    wait_ready(port, proc, "/ping")
+    return proc
+
+
+# -- load generator -------------------------------------------------------------------------
+
+
+def request_bytes(path: str, texts: list[str]) -> list[bytes]:
+    out = []
+    for text in texts:
+        body = json.dumps({"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1], "data": [text]}]}).encode()
+        head = f"POST {path} HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        out.append(head.encode() + body)
+    return out
+
+
+async def _connection(port: int, requests: list[bytes], stop_at: float, latencies: list[float], errors: list[int], offset: int):
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    i = offset
+    try:
+        while time.perf_counter() < stop_at:
+            payload = requests[i % len(requests)]
+            i += 1
+            started = time.perf_counter()
+            writer.write(payload)
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))
+            await reader.readexactly(length)
+            latencies.append(time.perf_counter() - started)
+            if not head.startswith(b"HTTP/1.1 200"):
+                errors.append(1)
+    finally:
+        writer.close()
+
+
+async def _load(port: int, requests: list[bytes], concurrency: int, duration: float) -> tuple[list[float], int]:
+    latencies: list[float] = []
+    errors: list[int] = []
+    stop_at = time.perf_counter() + duration
+    await asyncio.gather(*(_connection(port, requests, stop_at, latencies, errors, k * 7) for k in range(concurrency)))
+    return latencies, len(errors)
+
+
+def measure(port: int, path: str, texts: list[str], concurrency: int, duration: float, warmup: float) -> dict:
+    requests = request_bytes(path, texts)
+    asyncio.run(_load(port, requests, concurrency, warmup))
+    started = time.perf_counter()
+    latencies, errors = asyncio.run(_load(port, requests, concurrency, duration))
+    elapsed = time.perf_counter() - started
+    latencies.sort()
+    return {
+        "rps": len(latencies) / elapsed,
+        "p50_ms": 1000 * statistics.median(latencies),
+        "p99_ms": 1000 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))],
+        "errors": errors,
+    }
+
+
+def batch_stats(port: int) -> tuple[float, float]:
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    text = data.decode()
+    total = float(re.search(r"^inference_batch_size_sum (\S+)", text, re.M).group(1))
+    count = float(re.search(r"^inference_batch_size_count (\S+)", text, re.M).group(1))
+    return total, count
+
+
+# -- (c) the raw model ----------------------------------------------------------------------
+
+
+def raw_model_limit(art: Path, texts: list[str], threads: int, batch_sizes: list[int], seconds: float) -> tuple[int, float, dict]:
+    import torch
+    from tokenizers import Tokenizer
+
+    torch.set_num_threads(threads)
+    metadata = json.loads((art / "metadata.json").read_text())
+    model = torch.jit.load(str(art / "model.pt")).eval()
+    tokenizer = Tokenizer.from_file(str(art / "tokenizer.json"))
+    tokenizer.enable_truncation(max_length=metadata["sequence_length"])
+    tokenizer.enable_padding(length=metadata["sequence_length"], pad_id=metadata["pad_token_id"])
+    encodings = tokenizer.encode_batch(texts)
+    ids = torch.tensor([e.ids for e in encodings])
+    mask = torch.tensor([e.attention_mask for e in encodings])
+    results = {}
+    with torch.inference_mode():
+        for batch in batch_sizes:
+            reps = -(-batch // len(texts))
+            x, m = ids.repeat(reps, 1)[:batch], mask.repeat(reps, 1)[:batch]
+            for _ in range(3):
+                model(x, m)
+            done, started = 0, time.perf_counter()
+            while time.perf_counter() - started < seconds:
+                model(x, m)
+                done += batch
+            results[batch] = done / (time.perf_counter() - started)
+    best = max(results, key=results.get)
+    return best, results[best], results
+
+
+# -- main -----------------------------------------------------------------------------------
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model-dir", type=Path, help="a compiled CPU artifact (default: build the tiny BERT)")
+    parser.add_argument("--sequence-length", type=int, default=128)
+    parser.add_argument("--concurrency", default="1,4,16,32")
+    parser.add_argument("--duration", type=float, default=5.0, help="seconds measured per level")
+    parser.add_argument("--warmup", type=float, default=1.0, help="seconds of unmeasured load before each level")
+    parser.add_argument("--max-batch-size", type=int, default=16)
+    parser.add_argument("--max-queue-delay-ms", type=float, default=2)
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--torch-threads", type=int, default=1, help="per worker, for (a), (b) and (c)")
+    return parser.parse_args()
+
+
+def main() -> int:
+    args = parse_args()
+    args.load_before = os.getloadavg()
+    levels = [int(c) for c in args.concurrency.split(",")]
+    texts = sample_texts(256)
+    with tempfile.TemporaryDirectory(prefix="serve-bench-") as work:
+        art = args.model_dir or build_artifact(Path(work), args.sequence_length)
+        metadata = json.loads((art / "metadata.json").read_text())
+        compute_threads = args.workers * args.torch_threads
+        best_batch, limit, per_batch = raw_model_limit(art, texts, compute_threads, [1, 2, 4, 8, 16, 32, 64], 2.0)
+        rows = {}
+        port = free_port()
+        server = start_server(art, port, args)
+        try:
+            for level in levels:
+                before = batch_stats(port)
+                rows[level] = {"a": measure(port, "/v2/models/model/infer", texts, level, args.duration, args.warmup)}
+                after = batch_stats(port)
+                rows[level]["a"]["avg_batch"] = (after[0] - before[0]) / max(1.0, after[1] - before[1])
+        finally:
+            server.terminate()
+            server.wait(60)
+        port = free_port()
+        baseline = start_baseline(art, port, compute_threads)
+        try:
+            for level in levels:
+                rows[level]["b"] = measure(port, "/v2/models/model/infer", texts, level, args.duration, args.warmup)
+        finally:
+            baseline.terminate()
+            baseline.wait(60)
+    report(args, metadata, compute_threads, best_batch, limit, per_batch, rows)
+    return 0
+
+
+def report(args, metadata, threads, best_batch, limit, per_batch, rows) -> None:
+    print(
+        f"machine: {os.cpu_count()} CPUs; python {sys.version.split()[0]}; load average before "
+        f"{args.load_before[0]:.2f}, after {os.getloadavg()[0]:.2f} (other work on the machine skews every figure)"
+    )
+    print(
+        f"model: tiny BERT ({metadata['model_source']}), cpu backend, sequence length {metadata['sequence_length']}, "
+        f"compiled batch {metadata['batch_size']}, {len(metadata['labels'])} labels"
+    )
+    print(
+        f"(a) serve.py: workers={args.workers} torch_threads={args.torch_threads} max_batch_size={args.max_batch_size} "
+        f"max_queue_delay_ms={args.max_queue_delay_ms}"
+    )
+    print(f"(b) naive FastAPI/uvicorn, one request at a time, torch_threads={threads}")
+    print(
+        f"(c) raw model, torch_threads={threads}: best batch {best_batch} -> {limit:,.0f} seq/s "
+        f"({', '.join(f'b{b}={v:,.0f}' for b, v in per_batch.items())})"
+    )
+    print(f"load: closed loop, one text per request, {args.duration:g}s per level after {args.warmup:g}s warm-up\n")
+    print(f"{'conc':>4} | {'(a) req/s':>9} {'p50 ms':>7} {'p99 ms':>7} {'batch':>5} | {'(b) req/s':>9} {'p50 ms':>7} {'p99 ms':>7} | {'a/b':>5} {'a/c':>5} | errors")
+    for level, row in rows.items():
+        a, b = row["a"], row["b"]
+        print(
+            f"{level:>4} | {a['rps']:>9,.0f} {a['p50_ms']:>7.2f} {a['p99_ms']:>7.2f} {a['avg_batch']:>5.1f} | "
+            f"{b['rps']:>9,.0f} {b['p50_ms']:>7.2f} {b['p99_ms']:>7.2f} | {a['rps'] / b['rps']:>5.2f} {a['rps'] / limit:>5.0%} | "
+            f"{a['errors']}/{b['errors']}"
+        )
+    print("\ntargets at concurrency >= 16: (a) >= 2x (b) throughput, (a) p99 <= (b) p99, (a) >= 70% of (c)")
+    for level, row in rows.items():
+        if level < 16:
+            continue
+        a, b = row["a"], row["b"]
+        checks = {
+            "2x throughput": a["rps"] >= 2 * b["rps"],
+            "p99 no worse": a["p99_ms"] <= b["p99_ms"],
+            "70% of limit": a["rps"] >= 0.7 * limit,
+        }
+        print(f"  concurrency {level}: " + ", ".join(f"{name} {'met' if ok else 'MISSED'}" for name, ok in checks.items()))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

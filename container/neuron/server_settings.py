@@ -1,0 +1,113 @@
+"""Serving settings from command-line flags and the container's runtime environment.
+
+Flags win over environment variables; each value is validated once here, and a bad one becomes
+a SettingsError naming the flag and its variable, so serve.py can exit 2 with one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from compile_settings import SettingsError, parse_int
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    model_dir: Path
+    host: str
+    port: int
+    model_name: str
+    workers: int
+    max_batch_size: int
+    max_queue_delay_ms: float
+    torch_threads: int
+    visible_cores: str | None  # NEURON_RT_VISIBLE_CORES of the whole container
+    max_body_bytes: int
+    max_text_chars: int
+    warmup_iterations: int
+    drain_timeout_s: int
+    log_level: str
+
+
+# flag -> (environment variable, default)
+ENVIRONMENT = {
+    "port": ("PORT", "8080"),
+    "model_name": ("MODEL_NAME", "model"),
+    "workers": ("SERVER_WORKERS", "1"),
+    "max_batch_size": ("SERVER_MAX_BATCH_SIZE", "16"),
+    "max_queue_delay_ms": ("SERVER_MAX_QUEUE_DELAY_MS", "2"),
+    "torch_threads": ("SERVER_TORCH_THREADS", "1"),
+    "visible_cores": ("NEURON_RT_VISIBLE_CORES", None),
+    "max_body_bytes": ("SERVER_MAX_BODY_BYTES", str(1 << 20)),
+    "max_text_chars": ("SERVER_MAX_TEXT_CHARS", "8192"),
+    "warmup_iterations": ("SERVER_WARMUP_ITERATIONS", "3"),
+    "drain_timeout_s": ("SERVER_DRAIN_TIMEOUT_S", "25"),
+    "log_level": ("SERVER_LOG_LEVEL", "info"),
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model-dir", required=True, help="artifact directory written by compile.py")
+    parser.add_argument("--host", default="0.0.0.0")
+    for name, (env, default) in ENVIRONMENT.items():
+        flag = "--" + name.replace("_", "-")
+        parser.add_argument(flag, dest=name, default=None, help=f"env {env} (default {default})")
+
+
+def _raw(args: argparse.Namespace, name: str, environ: dict[str, str]) -> str | None:
+    value = getattr(args, name)
+    if value is not None:
+        return value
+    env, default = ENVIRONMENT[name]
+    return environ.get(env) or default
+
+
+def _label(name: str) -> str:
+    return f"--{name.replace('_', '-')} ({ENVIRONMENT[name][0]})"
+
+
+def _int(args, name, environ, low, high) -> int:
+    return parse_int(_label(name), _raw(args, name, environ), low, high)
+
+
+def _float(args, name, environ, low, high) -> float:
+    raw = _raw(args, name, environ)
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        raise SettingsError(f"{_label(name)}: expected a number, got {raw!r}") from None
+    if not low <= value <= high:
+        raise SettingsError(f"{_label(name)}: must be between {low} and {high}, got {value}")
+    return value
+
+
+def from_args(args: argparse.Namespace, environ: dict[str, str] | None = None) -> ServerSettings:
+    environ = dict(os.environ if environ is None else environ)
+    model_dir = Path(args.model_dir)
+    if not model_dir.is_dir():
+        raise SettingsError(f"--model-dir: directory not found: {args.model_dir}")
+    log_level = _raw(args, "log_level", environ).lower()
+    if log_level not in ("debug", "info", "warning", "error"):
+        raise SettingsError(f"{_label('log_level')}: must be debug, info, warning or error, got {log_level!r}")
+    model_name = _raw(args, "model_name", environ)
+    if not model_name or "/" in model_name or model_name.strip() != model_name:
+        raise SettingsError(f"{_label('model_name')}: must be a non-empty name without '/' or spaces, got {model_name!r}")
+    return ServerSettings(
+        model_dir=model_dir,
+        host=args.host,
+        port=_int(args, "port", environ, 0, 65535),
+        model_name=model_name,
+        workers=_int(args, "workers", environ, 1, 64),
+        max_batch_size=_int(args, "max_batch_size", environ, 1, 1024),
+        max_queue_delay_ms=_float(args, "max_queue_delay_ms", environ, 0, 1000),
+        torch_threads=_int(args, "torch_threads", environ, 1, 256),
+        visible_cores=_raw(args, "visible_cores", environ),
+        max_body_bytes=_int(args, "max_body_bytes", environ, 1024, 1 << 30),
+        max_text_chars=_int(args, "max_text_chars", environ, 1, 1 << 20),
+        warmup_iterations=_int(args, "warmup_iterations", environ, 0, 1_000_000),
+        drain_timeout_s=_int(args, "drain_timeout_s", environ, 1, 3600),
+        log_level=log_level,
+    )

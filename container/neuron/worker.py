@@ -1,0 +1,127 @@
+"""One serving process: owns its NeuronCores, loads the model after it was started, serves HTTP.
+
+The supervisor starts each worker as a fresh interpreter with NEURON_RT_VISIBLE_CORES already
+set to the worker's own slice, so nothing Neuron-related ever crosses a fork. HTTP comes up first
+(live = 200) while a loader thread loads and warms the model; ready flips to 200 only after
+warm-up. SIGTERM marks the worker draining (ready = 503), uvicorn stops accepting connections
+and waits for in-flight requests, then the batcher finishes its queue and the process exits 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+
+import uvicorn
+
+import metrics
+from batcher import DynamicBatcher
+from http_app import ServerState, build_app
+from protocol import ModelInterface
+from server_settings import ServerSettings
+
+log = logging.getLogger("worker")
+
+
+class DrainingServer(uvicorn.Server):
+    """uvicorn.Server that flips readiness off as soon as a shutdown signal arrives."""
+
+    def __init__(self, config: uvicorn.Config, state: ServerState) -> None:
+        super().__init__(config)
+        self.state = state
+
+    def handle_exit(self, sig, frame) -> None:
+        self.state.draining = True
+        super().handle_exit(sig, frame)
+
+
+def load_model(settings: ServerSettings, metadata: dict, state: ServerState, server: DrainingServer, failed: list) -> None:
+    try:
+        started = time.perf_counter()
+        from runner import ModelRunner  # imports torch: only now, inside this worker
+
+        runner = ModelRunner(settings.model_dir, metadata, settings.torch_threads)
+        loaded = time.perf_counter()
+        runner.warm_up(settings.warmup_iterations, settings.max_batch_size)
+        batcher = DynamicBatcher(
+            runner.run,
+            max_batch_size=settings.max_batch_size,
+            max_queue_delay_s=settings.max_queue_delay_ms / 1000.0,
+            on_batch=lambda rows, seconds: (metrics.BATCH_SIZE.observe(rows), metrics.BATCH_LATENCY.observe(seconds)),
+            on_queue_depth=metrics.QUEUE_DEPTH.set,
+        )
+        batcher.start()
+        state.batcher = batcher
+        state.ready = True
+        log.info(
+            "model ready",
+            extra={
+                "backend": metadata["backend"],
+                "visible_cores": os.environ.get("NEURON_RT_VISIBLE_CORES"),
+                "load_s": round(loaded - started, 3),
+                "warmup_s": round(time.perf_counter() - loaded, 3),
+            },
+        )
+    except Exception as exc:
+        state.not_ready_reason = f"model failed to load: {type(exc).__name__}: {exc}"
+        log.exception("model failed to load")
+        failed.append(exc)
+        server.should_exit = True
+
+
+def watch_parent(server: DrainingServer, state: ServerState) -> None:
+    """Exit (gracefully) if the supervisor disappears, so no orphan keeps the cores reserved."""
+    parent = os.getppid()
+    while not server.should_exit:
+        if os.getppid() != parent:
+            log.error("supervisor exited; shutting down")
+            state.draining = True
+            server.should_exit = True
+            return
+        time.sleep(1.0)
+
+
+def run(settings: ServerSettings, metadata: dict, fd: int) -> int:
+    interface = ModelInterface(
+        name=settings.model_name, metadata=metadata, max_rows=settings.max_batch_size, max_text_chars=settings.max_text_chars
+    )
+    state = ServerState()
+    failed: list = []
+    holder: dict = {}
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        threading.Thread(
+            target=load_model, args=(settings, metadata, state, holder["server"], failed), name="loader", daemon=True
+        ).start()
+        threading.Thread(target=watch_parent, args=(holder["server"], state), name="parent-watch", daemon=True).start()
+        yield
+        # uvicorn has stopped accepting connections and finished in-flight requests.
+        state.draining = True
+        if state.batcher is not None:
+            await asyncio.get_running_loop().run_in_executor(None, state.batcher.close, settings.drain_timeout_s)
+        log.info("worker stopped")
+
+    app = build_app(interface=interface, state=state, max_body_bytes=settings.max_body_bytes, lifespan=lifespan)
+    config = uvicorn.Config(
+        app,
+        log_config=None,
+        access_log=False,  # per-request log lines cost more than the tiny model; errors are still logged
+        lifespan="on",
+        timeout_keep_alive=75,  # longer than the ALB's 60 s idle timeout, so the ALB closes first
+        timeout_graceful_shutdown=settings.drain_timeout_s,
+    )
+    server = holder["server"] = DrainingServer(config, state)
+    # uvicorn re-raises the shutdown signal once it has drained, with the handler that was
+    # installed before it; make that a no-op so a drained worker exits 0 instead of dying by signal.
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: None)
+    sock = socket.socket(fileno=fd)
+    server.run(sockets=[sock])
+    return 1 if failed else 0

@@ -1,0 +1,351 @@
+"""A SageMaker real-time endpoint running NVIDIA Triton: model, endpoint config, endpoint with deployment
+guardrails, autoscaling from the capacity plan, alarms and a dashboard.
+
+The model repository is baked into the serving image (built from container/triton/ at `cdk deploy`),
+not shipped as a model.tar.gz: the repository is produced by an ONNX export that needs torch and the
+Hugging Face checkpoint, which synth must never run (offline, deterministic, no docker, no torch), so
+there is no model.tar.gz to upload at synth time; a Docker image asset defers the export to the build
+that `cdk deploy` runs anyway, and one immutable image tag then carries code and weights together, so a
+rollback restores both. With no ModelDataUrl there is nothing for SageMaker to download, and the
+container needs no network at all: the Model runs with network isolation (logs, metrics and data
+capture are written by SageMaker, not by the container).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Sequence
+
+import aws_cdk as cdk
+from aws_cdk import aws_applicationautoscaling as appscaling
+from aws_cdk import aws_cloudwatch as cw
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_ecr as ecr
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_sagemaker as sagemaker
+from constructs import Construct
+
+from inferstack import instances, nag, triton_config
+from inferstack.config.models import OffHours, TritonDeployment, TritonSageMakerModel
+from inferstack.planning import CapacityPlan
+
+VARIANT = "AllTraffic"  # the variant name must never change: guardrails and scaling are keyed on it
+METRICS_NAMESPACE = "AWS/SageMaker"
+INSTANCE_METRICS_NAMESPACE = "/aws/sagemaker/Endpoints"
+# Share of the p99 SLO that SageMaker's own overhead may take before it is alarmed on: more means
+# requests queue in front of the container.
+OVERHEAD_SHARE_OF_SLO = 0.2
+CLIENT_ERROR_PERCENT = 5.0
+GPU_SATURATION_PERCENT = 90.0  # per GPU; SageMaker reports 0-100 per GPU, summed over the instance's GPUs
+ENDPOINT_NAME_MAX = 63
+
+
+def endpoint_name_for(stack_name: str) -> str:
+    """A readable, deterministic endpoint name from the stack name (SageMaker allows 63 characters of
+    letters, digits and dashes). Known at synth, so alarms and the scaling target can name it without
+    a reference cycle with the endpoint that lists those alarms for rollback."""
+    clean = re.sub(r"-+", "-", re.sub(r"[^A-Za-z0-9-]", "-", stack_name)).strip("-")
+    if len(clean) <= ENDPOINT_NAME_MAX:
+        return clean
+    digest = hashlib.sha256(clean.encode()).hexdigest()[:8]
+    return f"{clean[:ENDPOINT_NAME_MAX - 9].rstrip('-')}-{digest}"
+
+
+class TritonEndpoint(Construct):
+    """Exposes `endpoint_name`, `role`, `security_group`, `model`, `endpoint_config`, `endpoint`,
+    `scalable_target`, `alarms` (by name), `rollback_alarms`, `dashboard` and `data_capture_bucket`."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, model: TritonSageMakerModel, plan: CapacityPlan,
+                 off_hours: Sequence[OffHours], image_uri: str, image_repository: ecr.IRepository,
+                 vpc: ec2.IVpc, subnets: ec2.SubnetSelection, key: kms.IKey, alarm_action: cw.IAlarmAction,
+                 removal_policy: cdk.RemovalPolicy) -> None:
+        super().__init__(scope, construct_id)
+        if plan.model != model.name:
+            raise ValueError(f"capacity plan is for {plan.model!r}, not {model.name!r}")
+        stack = cdk.Stack.of(self)
+        self.endpoint_name = endpoint_name_for(stack.stack_name)
+        spec = instances.get(plan.instance_type)
+
+        self.security_group = ec2.SecurityGroup(
+            self, "SecurityGroup", vpc=vpc, allow_all_outbound=False,
+            description=f"{model.name} SageMaker endpoint: no ingress, HTTPS egress only")
+        self.security_group.add_egress_rule(ec2.Peer.any_ipv4(), ec2.Port.tcp(443),
+                                            "HTTPS to AWS APIs (VPC endpoints, S3 gateway)")
+
+        self.data_capture_bucket = (self._data_capture_bucket(key, removal_policy)
+                                    if model.data_capture else None)
+        self.role, policy = self._execution_role(image_repository, vpc, key)
+
+        subnet_ids = vpc.select_subnets(
+            subnet_type=subnets.subnet_type, subnet_group_name=subnets.subnet_group_name, subnets=subnets.subnets,
+            availability_zones=subnets.availability_zones, one_per_az=subnets.one_per_az,
+            subnet_filters=subnets.subnet_filters).subnet_ids
+        self.model = sagemaker.CfnModel(
+            self, "Model",
+            execution_role_arn=self.role.role_arn,
+            primary_container=sagemaker.CfnModel.ContainerDefinitionProperty(
+                image=image_uri, mode="SingleModel", environment=triton_config.server_environment(model)),
+            vpc_config=sagemaker.CfnModel.VpcConfigProperty(
+                security_group_ids=[self.security_group.security_group_id], subnets=subnet_ids),
+            enable_network_isolation=True,
+        )
+        # SageMaker checks the role's permissions when it creates the Model: wait for the policy (IAM race).
+        self.model.node.add_dependency(policy)
+
+        self.endpoint_config = sagemaker.CfnEndpointConfig(
+            self, "EndpointConfig",
+            production_variants=[sagemaker.CfnEndpointConfig.ProductionVariantProperty(
+                variant_name=VARIANT,
+                model_name=self.model.attr_model_name,
+                instance_type=plan.instance_type,
+                initial_instance_count=plan.min_capacity,
+                initial_variant_weight=1.0,
+                container_startup_health_check_timeout_in_seconds=(
+                    model.serving.container_startup_health_check_timeout_seconds),
+                model_data_download_timeout_in_seconds=model.serving.model_data_download_timeout_seconds,
+                inference_ami_version=model.serving.inference_ami_version,
+            )],
+            # SageMaker rejects KmsKeyId for instance types with NVMe instance storage (g4dn, g5): their
+            # local volumes are encrypted by the instance's hardware module.
+            kms_key_id=None if spec.instance_storage else key.key_arn,
+            data_capture_config=self._data_capture_config(model, key),
+        )
+
+        self.alarms = self._alarms(plan, spec, alarm_action)
+        self.rollback_alarms = (self.alarms["ModelLatencyP99"], self.alarms["Invocation5XXErrors"])
+
+        self.endpoint = sagemaker.CfnEndpoint(
+            self, "Endpoint",
+            endpoint_name=self.endpoint_name,
+            endpoint_config_name=self.endpoint_config.attr_endpoint_config_name,
+            # A deploy keeps the autoscaled instance count (and weight) instead of resetting the fleet to
+            # InitialInstanceCount; data capture is excluded so its config changes do apply.
+            retain_all_variant_properties=True,
+            exclude_retained_variant_properties=[
+                sagemaker.CfnEndpoint.VariantPropertyProperty(variant_property_type="DataCaptureConfig")],
+            deployment_config=self._deployment_config(model.deployment),
+        )
+
+        self.scalable_target = self._autoscaling(model, plan, off_hours)
+        self.dashboard = self._dashboard(model.name)
+
+    # ------------------------------------------------------------------ IAM
+
+    def _execution_role(self, repository: ecr.IRepository, vpc: ec2.IVpc,
+                        key: kms.IKey) -> tuple[iam.Role, iam.Policy]:
+        stack = cdk.Stack.of(self)
+        role = iam.Role(self, "ExecutionRole", assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"),
+                        description="SageMaker execution role of one Triton endpoint")
+        log_group_arn = stack.format_arn(service="logs", resource="log-group",
+                                         resource_name=f"/aws/sagemaker/Endpoints/{self.endpoint_name}",
+                                         arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME)
+        statements = [
+            iam.PolicyStatement(sid="PullServingImage", resources=[repository.repository_arn],
+                                actions=["ecr:BatchCheckLayerAvailability", "ecr:GetDownloadUrlForLayer",
+                                         "ecr:BatchGetImage"]),
+            iam.PolicyStatement(sid="EcrLogin", actions=["ecr:GetAuthorizationToken"], resources=["*"]),
+            iam.PolicyStatement(sid="EndpointLogs", resources=[log_group_arn, f"{log_group_arn}:log-stream:*"],
+                                actions=["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents",
+                                         "logs:DescribeLogStreams"]),
+            iam.PolicyStatement(sid="InstanceMetrics", actions=["cloudwatch:PutMetricData"], resources=["*"],
+                                conditions={"StringLike": {"cloudwatch:namespace": "/aws/sagemaker/*"}}),
+            iam.PolicyStatement(sid="VpcDescribe", resources=["*"], actions=[
+                "ec2:DescribeNetworkInterfaces", "ec2:DescribeVpcs", "ec2:DescribeDhcpOptions",
+                "ec2:DescribeSubnets", "ec2:DescribeSecurityGroups"]),
+            iam.PolicyStatement(sid="VpcInterfaces", resources=["*"], actions=[
+                "ec2:CreateNetworkInterface", "ec2:CreateNetworkInterfacePermission",
+                "ec2:DeleteNetworkInterface", "ec2:DeleteNetworkInterfacePermission"],
+                conditions={"ArnEquals": {"ec2:Vpc": stack.format_arn(service="ec2", resource="vpc",
+                                                                      resource_name=vpc.vpc_id)}}),
+        ]
+        if self.data_capture_bucket is not None:
+            statements += [
+                iam.PolicyStatement(sid="DataCaptureWrite", actions=["s3:PutObject"],
+                                    resources=[self.data_capture_bucket.arn_for_objects(f"{self.endpoint_name}/*")]),
+                iam.PolicyStatement(sid="DataCaptureEncrypt", actions=["kms:GenerateDataKey", "kms:Encrypt"],
+                                    resources=[key.key_arn]),
+            ]
+        policy = iam.Policy(self, "ExecutionPolicy", roles=[role], statements=statements)
+        acknowledgements = [
+            ("Resource::*", "ecr:GetAuthorizationToken, cloudwatch:PutMetricData (limited to /aws/sagemaker/* "
+                            "by condition), the EC2 Describe calls and the VPC ENI calls (limited to this "
+                            "VPC by condition) have no resource-level permissions narrower than *"),
+            (f"Resource::{log_group_arn}:log-stream:*",
+             "SageMaker names the log streams of its endpoint log group per instance at runtime"),
+        ]
+        if self.data_capture_bucket is not None:
+            bucket_id = stack.resolve(stack.get_logical_id(self.data_capture_bucket.node.default_child))
+            acknowledgements.append((f"Resource::<{bucket_id}.Arn>/{self.endpoint_name}/*",
+                                     "data capture writes one object per sampled request under this "
+                                     "endpoint's prefix; names are chosen by SageMaker at runtime"))
+        for resource, reason in acknowledgements:
+            nag.acknowledge(policy, f"IAM5[{resource}]", reason)
+        return role, policy
+
+    # ------------------------------------------------------------------ data capture
+
+    def _data_capture_bucket(self, key: kms.IKey, removal_policy: cdk.RemovalPolicy) -> s3.Bucket:
+        access_logs = s3.Bucket(
+            self, "DataCaptureAccessLogs", encryption=s3.BucketEncryption.S3_MANAGED,  # log delivery needs SSE-S3
+            block_public_access=s3.BlockPublicAccess.BLOCK_ALL, enforce_ssl=True, versioned=True,
+            removal_policy=removal_policy)
+        nag.acknowledge(access_logs, "S1", "this bucket receives the data-capture bucket's server access logs; "
+                                           "logging it to itself would loop")
+        return s3.Bucket(
+            self, "DataCapture", encryption=s3.BucketEncryption.KMS, encryption_key=key, bucket_key_enabled=True,
+            block_public_access=s3.BlockPublicAccess.BLOCK_ALL, enforce_ssl=True, versioned=True,
+            server_access_logs_bucket=access_logs, server_access_logs_prefix="data-capture/",
+            removal_policy=removal_policy)
+
+    def _data_capture_config(self, model: TritonSageMakerModel, key: kms.IKey):
+        capture = model.data_capture
+        if capture is None or self.data_capture_bucket is None:
+            return None
+        return sagemaker.CfnEndpointConfig.DataCaptureConfigProperty(
+            enable_capture=True,
+            initial_sampling_percentage=capture.sampling_percentage,
+            destination_s3_uri=self.data_capture_bucket.s3_url_for_object(self.endpoint_name),
+            kms_key_id=key.key_arn,
+            capture_options=[sagemaker.CfnEndpointConfig.CaptureOptionProperty(capture_mode=mode.capitalize())
+                             for mode in capture.capture],
+            capture_content_type_header=sagemaker.CfnEndpointConfig.CaptureContentTypeHeaderProperty(
+                json_content_types=["application/json"]),
+        )
+
+    # ------------------------------------------------------------------ deployment guardrails
+
+    def _deployment_config(self, deployment: TritonDeployment) -> sagemaker.CfnEndpoint.DeploymentConfigProperty:
+        rollback = sagemaker.CfnEndpoint.AutoRollbackConfigProperty(
+            alarms=[sagemaker.CfnEndpoint.AlarmProperty(alarm_name=alarm.alarm_name)
+                    for alarm in self.rollback_alarms])
+
+        def percent(value: int) -> sagemaker.CfnEndpoint.CapacitySizeProperty:
+            return sagemaker.CfnEndpoint.CapacitySizeProperty(type="CAPACITY_PERCENT", value=value)
+
+        if deployment.strategy == "rolling":
+            assert deployment.size_percent is not None  # the schema requires it for rolling
+            return sagemaker.CfnEndpoint.DeploymentConfigProperty(
+                auto_rollback_configuration=rollback,
+                rolling_update_policy=sagemaker.CfnEndpoint.RollingUpdatePolicyProperty(
+                    maximum_batch_size=percent(deployment.size_percent),
+                    wait_interval_in_seconds=deployment.wait_interval_seconds,
+                    maximum_execution_timeout_in_seconds=deployment.maximum_execution_timeout_seconds,
+                    rollback_maximum_batch_size=(percent(deployment.rollback_size_percent)
+                                                 if deployment.rollback_size_percent else None)))
+        routing = sagemaker.CfnEndpoint.TrafficRoutingConfigProperty(
+            type=deployment.strategy.upper().replace("-", "_"),
+            wait_interval_in_seconds=deployment.wait_interval_seconds,
+            canary_size=percent(deployment.size_percent) if deployment.strategy == "canary" else None,
+            linear_step_size=percent(deployment.size_percent) if deployment.strategy == "linear" else None)
+        return sagemaker.CfnEndpoint.DeploymentConfigProperty(
+            auto_rollback_configuration=rollback,
+            blue_green_update_policy=sagemaker.CfnEndpoint.BlueGreenUpdatePolicyProperty(
+                traffic_routing_configuration=routing,
+                termination_wait_in_seconds=deployment.termination_wait_seconds,
+                maximum_execution_timeout_in_seconds=deployment.maximum_execution_timeout_seconds))
+
+    # ------------------------------------------------------------------ autoscaling
+
+    def _autoscaling(self, model: TritonSageMakerModel, plan: CapacityPlan,
+                     off_hours: Sequence[OffHours]) -> appscaling.ScalableTarget:
+        stack = cdk.Stack.of(self)
+        # Application Auto Scaling's service-linked role: AWS keeps it (so teardown can always
+        # deregister the target) and it holds exactly the SageMaker and CloudWatch calls scaling needs.
+        linked_role = iam.Role.from_role_arn(
+            self, "ScalingRole", mutable=False,
+            role_arn=stack.format_arn(
+                service="iam", region="", resource="role",
+                resource_name="aws-service-role/sagemaker.application-autoscaling.amazonaws.com/"
+                              "AWSServiceRoleForApplicationAutoScaling_SageMakerEndpoint"))
+        target = appscaling.ScalableTarget(
+            self, "ScalableTarget", service_namespace=appscaling.ServiceNamespace.SAGEMAKER,
+            resource_id=f"endpoint/{self.endpoint_name}/variant/{VARIANT}",
+            scalable_dimension="sagemaker:variant:DesiredInstanceCount",
+            min_capacity=plan.min_capacity, max_capacity=plan.max_capacity, role=linked_role)
+        # The target names the endpoint by its (synth-time) name, so the order must be explicit: register
+        # after the endpoint exists, deregister before it is deleted.
+        target.node.add_dependency(self.endpoint)
+        target.scale_to_track_metric(
+            "InvocationsPerInstance",
+            predefined_metric=appscaling.PredefinedMetric.SAGEMAKER_VARIANT_INVOCATIONS_PER_INSTANCE,
+            target_value=plan.target_per_instance_per_minute,
+            scale_out_cooldown=cdk.Duration.seconds(model.scaling.scale_out_cooldown_seconds),
+            scale_in_cooldown=cdk.Duration.seconds(model.scaling.scale_in_cooldown_seconds))
+        for index, window in enumerate(off_hours, start=1):
+            zone = cdk.TimeZone.of(window.time_zone)
+            target.scale_on_schedule(f"OffHours{index}Start", schedule=appscaling.Schedule.expression(window.start),
+                                     min_capacity=window.min, max_capacity=window.max, time_zone=zone)
+            target.scale_on_schedule(f"OffHours{index}End", schedule=appscaling.Schedule.expression(window.end),
+                                     min_capacity=plan.min_capacity, max_capacity=plan.max_capacity,
+                                     time_zone=zone)
+        return target
+
+    # ------------------------------------------------------------------ alarms and dashboard
+
+    def _metric(self, name: str, statistic: str, *, instance: bool = False) -> cw.Metric:
+        return cw.Metric(namespace=INSTANCE_METRICS_NAMESPACE if instance else METRICS_NAMESPACE,
+                         metric_name=name, statistic=statistic, period=cdk.Duration.minutes(1),
+                         dimensions_map={"EndpointName": self.endpoint_name, "VariantName": VARIANT})
+
+    def _alarms(self, plan: CapacityPlan, spec: instances.InstanceSpec,
+                action: cw.IAlarmAction) -> dict[str, cw.Alarm]:
+        slo_us = plan.slo_p99_ms * 1000  # SageMaker reports latencies in microseconds
+        gpu_ceiling = GPU_SATURATION_PERCENT * max(spec.gpus, 1)
+        invocations = self._metric("Invocations", "Sum")
+        client_error_rate = cw.MathExpression(
+            expression="IF(invocations > 0, 100 * errors / invocations, 0)", label="4xx %",
+            using_metrics={"errors": self._metric("Invocation4XXErrors", "Sum"), "invocations": invocations},
+            period=cdk.Duration.minutes(1))
+        definitions = {
+            "ModelLatencyP99": (self._metric("ModelLatency", "p99"), slo_us, 3, 3,
+                                f"p99 model latency above the {plan.slo_p99_ms:g} ms SLO"),
+            "OverheadLatencyP99": (self._metric("OverheadLatency", "p99"), slo_us * OVERHEAD_SHARE_OF_SLO, 5, 5,
+                                   "p99 SageMaker overhead above a fifth of the SLO: requests queue"),
+            "Invocation5XXErrors": (self._metric("Invocation5XXErrors", "Sum"), 1, 3, 2,
+                                    "the model container returns server errors"),
+            "Invocation4XXErrorRate": (client_error_rate, CLIENT_ERROR_PERCENT, 5, 5,
+                                       f"more than {CLIENT_ERROR_PERCENT:g}% of requests are rejected"),
+            "GPUUtilization": (self._metric("GPUUtilization", "Average", instance=True), gpu_ceiling, 15, 15,
+                               "GPUs saturated for 15 minutes: autoscaling is at max or too slow"),
+            "GPUMemoryUtilization": (self._metric("GPUMemoryUtilization", "Maximum", instance=True), gpu_ceiling,
+                                     5, 5, "GPU memory nearly full"),
+        }
+        alarms: dict[str, cw.Alarm] = {}
+        for name, (metric, threshold, periods, datapoints, description) in definitions.items():
+            alarm = metric.create_alarm(
+                self, name, threshold=threshold, evaluation_periods=periods, datapoints_to_alarm=datapoints,
+                comparison_operator=(cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD
+                                     if name == "Invocation5XXErrors" else cw.ComparisonOperator.GREATER_THAN_THRESHOLD),
+                # No traffic is not an outage; and during a blue/green bake a missing datapoint must not
+                # roll back a healthy deployment.
+                treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
+                alarm_description=f"{self.endpoint_name}: {description}")
+            alarm.add_alarm_action(action)
+            alarm.add_ok_action(action)
+            alarms[name] = alarm
+        return alarms
+
+    def _dashboard(self, model_name: str) -> cw.Dashboard:
+        def graph(title: str, *metrics: cw.IMetric, right: Sequence[cw.IMetric] = ()) -> cw.GraphWidget:
+            return cw.GraphWidget(title=title, left=list(metrics), right=list(right), width=12)
+
+        alarm = self.alarms
+        dashboard = cw.Dashboard(self, "Dashboard", period_override=cw.PeriodOverride.AUTO)
+        dashboard.add_widgets(
+            cw.TextWidget(markdown=f"# {model_name}: SageMaker endpoint `{self.endpoint_name}`", width=24, height=1))
+        dashboard.add_widgets(
+            graph("Invocations", self._metric("Invocations", "Sum"),
+                  right=[self._metric("InvocationsPerInstance", "Sum")]),
+            cw.AlarmWidget(alarm=alarm["ModelLatencyP99"], title="ModelLatency p99 (us) vs SLO", width=12))
+        dashboard.add_widgets(
+            cw.AlarmWidget(alarm=alarm["OverheadLatencyP99"], title="OverheadLatency p99 (us)", width=12),
+            graph("Errors", self._metric("Invocation4XXErrors", "Sum"), self._metric("Invocation5XXErrors", "Sum")))
+        dashboard.add_widgets(
+            graph("GPU", self._metric("GPUUtilization", "Average", instance=True),
+                  self._metric("GPUMemoryUtilization", "Maximum", instance=True)),
+            graph("CPU and memory", self._metric("CPUUtilization", "Average", instance=True),
+                  self._metric("MemoryUtilization", "Maximum", instance=True)))
+        return dashboard

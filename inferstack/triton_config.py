@@ -1,0 +1,332 @@
+"""Render a Triton model repository (config.pbtxt per model folder, version dirs) from a model's YAML,
+with Triton's own ModelConfig proto, and check it against the rules of SageMaker's Triton serve script.
+
+Pure functions of the config: the stacks use them for the container environment, the `render-triton`
+CLI writes a repository skeleton, and the image's export script (container/triton/) imports the same
+code to write the repository it fills with model files.
+
+Interfaces (the tensors a client sends, batch dimension implicit, dims padded to fixed sizes so
+TensorRT builds one engine range):
+
+- text-classification: one model folder named after the model.
+  inputs `input_ids`, `attention_mask` (+ `token_type_ids` when export.token_type_ids) INT64
+  [sequence_length]; output `logits` FP32 [number of labels].
+- text2text-generation: three folders. `<name>` (the default model, Python backend) runs greedy
+  decoding with BLS calls to `<name>-encoder` and `<name>-decoder` (ONNX, TensorRT-accelerated).
+  Clients send `input_ids`, `attention_mask` INT64 [sequence_length] and get `output_ids` INT64
+  [max_output_length] (padded with the pad token after end-of-sequence). The decoder takes the
+  decoder ids padded to max_output_length (T5's decoder is causal, so padding after position t
+  cannot change the token at t) and returns the argmax id at every position, so only ids, not a
+  [max_output_length, vocab] logits tensor, cross the Python backend's shared memory.
+  Why not one ONNX graph with ORT's BeamSearch op: TensorRT cannot take that op, so the decoder, where
+  the time goes, would lose TensorRT; an ensemble cannot loop.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from google.protobuf import text_format
+from pydantic import model_validator
+from tritonclient.grpc import model_config_pb2 as pb
+
+from inferstack.config.models import Frozen, ModelSource, TritonExport, TritonSageMakerModel, TritonServing
+
+CONFIG_FILE = "config.pbtxt"
+VERSION = "1"
+# TensorRT engines built at load are cached so the second model instance (and warm-up) reuses them.
+TRT_ENGINE_CACHE = "/tmp/triton-trt-cache"
+# Triton's local response cache, when a model enables it.
+RESPONSE_CACHE_BYTES = 256 * 1024 * 1024
+# The Python backend's default shared-memory region in SageMaker's serve script.
+SAGEMAKER_DEFAULT_SHM_BYTES = 16 * 1024 * 1024
+
+_BYTES = {pb.TYPE_INT64: 8, pb.TYPE_FP32: 4}
+
+
+class RepositoryError(ValueError):
+    """A model repository SageMaker's Triton serve script (or Triton) would refuse; one line per problem."""
+
+    def __init__(self, problems: Sequence[str]):
+        self.problems = tuple(problems)
+        super().__init__("; ".join(self.problems))
+
+
+@dataclass(frozen=True)
+class Tensor:
+    name: str
+    data_type: int  # a model_config_pb2.DataType value
+    dims: tuple[int, ...]  # without the batch dimension
+
+    @property
+    def type_name(self) -> str:
+        return pb.DataType.Name(self.data_type)
+
+
+@dataclass(frozen=True)
+class FolderSpec:
+    """One model folder of the repository: its interface and what runs it."""
+
+    name: str
+    kind: str  # "onnx", "tensorrt" or "python"
+    inputs: tuple[Tensor, ...]
+    outputs: tuple[Tensor, ...]
+    model_file: str  # what the export puts in <name>/1/
+    on_gpu: bool
+    parameters: tuple[tuple[str, str], ...] = ()
+
+
+class RepositorySpec(Frozen):
+    """The part of a model's config that decides its repository. The image build receives it as JSON
+    (a capacity or SLO change must not rebuild the image and redeploy the endpoint)."""
+
+    name: str
+    source: ModelSource
+    export: TritonExport
+    serving: TritonServing
+
+    @model_validator(mode="after")
+    def _generation_shapes(self) -> "RepositorySpec":
+        if self.source.task == "text2text-generation" and (
+                self.export.max_output_length is None or self.export.hidden_size is None):
+            raise ValueError("text2text-generation needs export.max_output_length and export.hidden_size")
+        return self
+
+    @classmethod
+    def of(cls, model: "TritonSageMakerModel | RepositorySpec") -> "RepositorySpec":
+        if isinstance(model, RepositorySpec):
+            return model
+        return cls(name=model.name, source=model.source, export=model.export, serving=model.serving)
+
+
+Model = TritonSageMakerModel | RepositorySpec
+
+
+def default_model_name(model: Model) -> str:
+    """The folder SageMaker loads and routes /invocations to (SAGEMAKER_TRITON_DEFAULT_MODEL_NAME)."""
+    return model.name
+
+
+def folders(model: Model) -> tuple[FolderSpec, ...]:
+    """Every model folder of the repository, the default model first."""
+    model = RepositorySpec.of(model)
+    seq = model.export.sequence_length
+    backend = model.serving.backend
+    gpu = model.serving.instance_group.kind == "KIND_GPU"
+    model_file = "model.onnx" if backend == "onnx" else "model.plan"
+    ids = [Tensor("input_ids", pb.TYPE_INT64, (seq,)), Tensor("attention_mask", pb.TYPE_INT64, (seq,))]
+    if model.source.task == "text-classification":
+        if model.export.token_type_ids:
+            ids.append(Tensor("token_type_ids", pb.TYPE_INT64, (seq,)))
+        logits = Tensor("logits", pb.TYPE_FP32, (len(model.source.labels),))
+        return (FolderSpec(model.name, backend, tuple(ids), (logits,), model_file, gpu),)
+
+    out_len, hidden = model.export.max_output_length, model.export.hidden_size
+    assert out_len is not None and hidden is not None  # the schema requires both for generation
+    encoder = FolderSpec(
+        f"{model.name}-encoder", backend, tuple(ids),
+        (Tensor("last_hidden_state", pb.TYPE_FP32, (seq, hidden)),), model_file, gpu)
+    decoder = FolderSpec(
+        f"{model.name}-decoder", backend,
+        (Tensor("decoder_input_ids", pb.TYPE_INT64, (out_len,)),
+         Tensor("encoder_hidden_states", pb.TYPE_FP32, (seq, hidden)),
+         Tensor("encoder_attention_mask", pb.TYPE_INT64, (seq,))),
+        (Tensor("next_token_ids", pb.TYPE_INT64, (out_len,)),), model_file, gpu)
+    generate = FolderSpec(
+        model.name, "python", tuple(ids), (Tensor("output_ids", pb.TYPE_INT64, (out_len,)),), "model.py",
+        on_gpu=False,
+        parameters=(("encoder_model", encoder.name), ("decoder_model", decoder.name),
+                    ("max_output_length", str(out_len))))
+    return (generate, encoder, decoder)
+
+
+def build_config(model: Model, folder: FolderSpec) -> pb.ModelConfig:
+    model = RepositorySpec.of(model)
+    serving = model.serving
+    config = pb.ModelConfig(name=folder.name, max_batch_size=serving.max_batch_size)
+    if folder.kind == "onnx":
+        config.backend = "onnxruntime"
+    elif folder.kind == "tensorrt":
+        config.platform = "tensorrt_plan"
+    else:
+        config.backend = "python"
+    config.default_model_filename = folder.model_file
+    for tensor in folder.inputs:
+        config.input.add(name=tensor.name, data_type=tensor.data_type, dims=tensor.dims)
+    for tensor in folder.outputs:
+        config.output.add(name=tensor.name, data_type=tensor.data_type, dims=tensor.dims)
+
+    group = serving.instance_group
+    kind = pb.ModelInstanceGroup.KIND_GPU if folder.on_gpu else pb.ModelInstanceGroup.KIND_CPU
+    config.instance_group.add(count=group.count, kind=kind)
+
+    if serving.dynamic_batching is not None:
+        batching = serving.dynamic_batching
+        config.dynamic_batching.max_queue_delay_microseconds = batching.max_queue_delay_microseconds
+        config.dynamic_batching.preferred_batch_size.extend(batching.preferred_batch_sizes)
+
+    accel = serving.tensorrt_acceleration
+    if accel is not None and folder.kind == "onnx" and folder.on_gpu:
+        trt = config.optimization.execution_accelerators.gpu_execution_accelerator.add(name="tensorrt")
+        trt.parameters["precision_mode"] = accel.precision
+        trt.parameters["max_workspace_size_bytes"] = str(accel.max_workspace_size_bytes)
+        trt.parameters["trt_engine_cache_enable"] = "1"
+        trt.parameters["trt_engine_cache_path"] = f"{TRT_ENGINE_CACHE}/{folder.name}"
+
+    # The Python model only orchestrates calls to models that warm up themselves.
+    if serving.warmup and folder.kind != "python":
+        _add_warmup(config, folder, serving.max_batch_size)
+
+    if serving.response_cache and folder.name == default_model_name(model):
+        config.response_cache.enable = True
+    for key, value in folder.parameters:
+        config.parameters[key].string_value = value
+    return config
+
+
+def _add_warmup(config: pb.ModelConfig, folder: FolderSpec, max_batch_size: int) -> None:
+    """Warm up at batch 1 and at the largest batch: TensorRT builds its engines (and ONNX Runtime's TRT
+    provider its shape range) before /ping answers, not on the first requests. Zero data rather than
+    random: a random INT64 is not a valid token id."""
+    for batch in sorted({1, max_batch_size}):
+        sample = config.model_warmup.add(name=f"zeros-batch-{batch}", batch_size=batch)
+        for tensor in folder.inputs:
+            data = sample.inputs[tensor.name]
+            data.data_type = tensor.data_type
+            data.dims.extend(tensor.dims)
+            data.zero_data = True
+
+
+def render_config(model: Model, *, folder: str | None = None) -> str:
+    """config.pbtxt text of one folder (default: the default model)."""
+    wanted = folder or default_model_name(model)
+    for spec in folders(model):
+        if spec.name == wanted:
+            return text_format.MessageToString(build_config(model, spec))
+    raise KeyError(f"{model.name} has no folder {wanted!r}; folders: {', '.join(f.name for f in folders(model))}")
+
+
+def render_repository(model: Model) -> dict[str, str]:
+    """Folder name -> config.pbtxt text, for every folder."""
+    return {spec.name: text_format.MessageToString(build_config(model, spec)) for spec in folders(model)}
+
+
+def parse_config(text: str) -> pb.ModelConfig:
+    """Parse config.pbtxt with Triton's proto. The proto itself rejects two scheduling choices
+    (dynamic_batching / sequence_batching / ensemble_scheduling are one oneof)."""
+    try:
+        return text_format.Parse(text, pb.ModelConfig())
+    except text_format.ParseError as exc:
+        raise RepositoryError([f"{CONFIG_FILE}: {exc}"]) from None
+
+
+def server_environment(model: Model) -> dict[str, str]:
+    """Container environment for SageMaker's Triton serve script."""
+    env = {
+        "SAGEMAKER_TRITON_DEFAULT_MODEL_NAME": default_model_name(model),
+        # The serve script defaults to verbose logging: every request lands in CloudWatch.
+        "SAGEMAKER_TRITON_LOG_VERBOSE": "0",
+    }
+    extra: list[str] = []
+    specs = folders(model)
+    # The serve script starts Triton in explicit mode and loads only the default model; models the
+    # default one calls through BLS must be named too.
+    extra += [f"--load-model={spec.name}" for spec in specs if spec.name != default_model_name(model)]
+    if model.serving.response_cache:
+        extra.append(f"--cache-config=local,size={RESPONSE_CACHE_BYTES}")
+    if extra:
+        env["SAGEMAKER_TRITON_ADDITIONAL_ARGS"] = " ".join(extra)
+    if any(spec.kind == "python" for spec in specs):
+        # Room for the largest batch of the largest tensor the Python model exchanges, twice over.
+        largest = max(_tensor_bytes(t, model.serving.max_batch_size) for spec in specs
+                      for t in (*spec.inputs, *spec.outputs))
+        env["SAGEMAKER_TRITON_SHM_DEFAULT_BYTE_SIZE"] = str(max(SAGEMAKER_DEFAULT_SHM_BYTES, 2 * largest))
+    return env
+
+
+def _tensor_bytes(tensor: Tensor, batch: int) -> int:
+    size = batch * _BYTES[tensor.data_type]
+    for dim in tensor.dims:
+        size *= dim
+    return size
+
+
+# ---------------------------------------------------------------- repository on disk
+
+def check_repository(root: Path, *, default_model: str | None) -> None:
+    """Raise RepositoryError unless SageMaker's serve script and Triton would start on `root`:
+    no config.pbtxt at the root, the default model names an existing folder (required when there is
+    more than one), and every folder has a parseable config.pbtxt naming it and a numeric version dir."""
+    root = Path(root)
+    problems: list[str] = []
+    if (root / CONFIG_FILE).exists():
+        problems.append(f"{CONFIG_FILE} at the repository root: put it in <root>/<model>/{CONFIG_FILE}")
+    model_dirs = sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+    if not model_dirs:
+        problems.append("no model folder in the repository")
+    if default_model is None:
+        if len(model_dirs) > 1:
+            problems.append(f"{len(model_dirs)} model folders ({', '.join(model_dirs)}) but "
+                            "SAGEMAKER_TRITON_DEFAULT_MODEL_NAME is not set")
+    elif default_model not in model_dirs:
+        problems.append(f"SAGEMAKER_TRITON_DEFAULT_MODEL_NAME {default_model!r} names no folder "
+                        f"(folders: {', '.join(model_dirs) or 'none'})")
+    for name in model_dirs:
+        folder = root / name
+        if not any(p.is_dir() and p.name.isdigit() for p in folder.iterdir()):
+            problems.append(f"{name}/ has no version directory (e.g. {name}/{VERSION}/)")
+        config_path = folder / CONFIG_FILE
+        if not config_path.is_file():
+            problems.append(f"{name}/{CONFIG_FILE} is missing")
+            continue
+        try:
+            config = parse_config(config_path.read_text(encoding="utf-8"))
+        except RepositoryError as exc:
+            problems.append(f"{name}/{exc}")
+            continue
+        if config.name and config.name != name:
+            problems.append(f"{name}/{CONFIG_FILE} names model {config.name!r}, not its folder {name!r}")
+    if problems:
+        raise RepositoryError(problems)
+
+
+def write_repository(model: Model, out_dir: Path | str, *,
+                     model_files: Mapping[str, Path] | None = None) -> Path:
+    """Write the repository into `out_dir` (absent or empty) all at once: rendered and checked in a
+    temporary sibling, then renamed, so a failure never leaves a half-written repository.
+
+    `model_files` maps a folder name to the file the export produced for it (copied to
+    `<folder>/1/<model_file>`); without it the version dirs stay empty (a skeleton)."""
+    out_dir = Path(out_dir)
+    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
+        raise RepositoryError([f"{out_dir} exists and is not an empty directory"])
+    specs = {spec.name: spec for spec in folders(model)}
+    unknown = sorted(set(model_files or {}) - set(specs))
+    if unknown:
+        raise RepositoryError([f"model_files names unknown folder(s) {', '.join(unknown)}; "
+                               f"folders: {', '.join(specs)}"])
+    parent = out_dir.absolute().parent
+    parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=parent))
+    try:
+        for name, text in render_repository(model).items():
+            version_dir = staging / name / VERSION
+            version_dir.mkdir(parents=True)
+            (staging / name / CONFIG_FILE).write_text(text, encoding="utf-8")
+            source = (model_files or {}).get(name)
+            if source is not None:
+                shutil.copy2(source, version_dir / specs[name].model_file)
+        check_repository(staging, default_model=default_model_name(model))
+        os.chmod(staging, 0o755)  # mkdtemp makes it 0700
+        if out_dir.exists():
+            out_dir.rmdir()  # empty, checked above
+        staging.rename(out_dir)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return out_dir

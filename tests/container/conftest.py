@@ -1,0 +1,160 @@
+"""Shared fixtures for the Neuron container tests: a tiny BERT, its CPU artifact, live servers.
+
+The model and artifact are built once per test session and shared between pytest-xdist
+workers (a file lock in the common base temp dir), because each costs seconds of CPU.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import requests
+from filelock import FileLock
+
+ROOT = Path(__file__).resolve().parents[2]
+NEURON_DIR = ROOT / "container" / "neuron"
+COMPILE = NEURON_DIR / "compile.py"
+SERVE = NEURON_DIR / "serve.py"
+MAKE_TINY = ROOT / "benchmarks" / "make_tiny_model.py"
+PYTHON = sys.executable
+SEQUENCE_LENGTH = 32
+LABELS = ("negative", "neutral", "positive")
+
+# The modules next to serve.py import each other by bare name, as they do in the image.
+sys.path.insert(0, str(NEURON_DIR))
+
+
+def run_script(script: Path, *args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [PYTHON, str(script), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def _shared_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # With xdist each worker has its own basetemp under one common parent.
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+def _build_once(tmp_path_factory, name: str, build) -> Path:
+    shared = _shared_dir(tmp_path_factory)
+    target = shared / name
+    with FileLock(str(shared / f"{name}.lock")):
+        if not (target / ".done").exists():
+            build(target)
+            (target / ".done").write_text("ok")
+    return target
+
+
+@pytest.fixture(scope="session")
+def tiny_bert(tmp_path_factory) -> Path:
+    def build(target: Path) -> None:
+        result = run_script(MAKE_TINY, "--kind", "bert", "--out", str(target / "model"), "--labels", ",".join(LABELS))
+        assert result.returncode == 0, result.stderr
+
+    return _build_once(tmp_path_factory, "tiny-bert", build) / "model"
+
+
+@pytest.fixture(scope="session")
+def artifact(tmp_path_factory, tiny_bert) -> Path:
+    def build(target: Path) -> None:
+        result = run_script(
+            COMPILE, "--backend", "cpu", "--model", str(tiny_bert), "--out", str(target / "art"),
+            "--sequence-length", str(SEQUENCE_LENGTH), "--batch-size", "2", "--compiler-args=--fp32-cast=all",
+        )
+        assert result.returncode == 0, result.stderr
+
+    return _build_once(tmp_path_factory, "tiny-bert-artifact", build) / "art"
+
+
+class ServerProcess:
+    """serve.py in a subprocess on an OS-assigned port, with its JSON log lines collected."""
+
+    def __init__(self, artifact: Path, env: dict | None = None, args: tuple[str, ...] = ()) -> None:
+        self.proc = subprocess.Popen(
+            [PYTHON, str(SERVE), "--model-dir", str(artifact), "--port", "0", "--host", "127.0.0.1", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, **(env or {})},
+        )
+        self.lines: list[str] = []
+        self._port_seen = threading.Event()
+        self.port: int | None = None
+        threading.Thread(target=self._read, daemon=True).start()
+        if not self._port_seen.wait(30):
+            self.kill()
+            raise AssertionError("server did not report its port:\n" + "\n".join(self.lines))
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+            if self.port is None:
+                try:
+                    entry = json.loads(line)
+                except ValueError:
+                    continue
+                if entry.get("msg") == "worker started":
+                    self.port = entry["port"]
+                    self._port_seen.set()
+
+    def logs(self) -> list[dict]:
+        out = []
+        for line in list(self.lines):
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+        return out
+
+    def wait_ready(self, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, "server exited:\n" + "\n".join(self.lines)
+            try:
+                if requests.get(self.url + "/v2/health/ready", timeout=2).status_code == 200:
+                    return
+            except requests.ConnectionError:
+                pass
+            time.sleep(0.05)
+        raise AssertionError("server never became ready:\n" + "\n".join(self.lines))
+
+    def stop(self, timeout: float = 30) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+
+@pytest.fixture
+def start_server():
+    started: list[ServerProcess] = []
+
+    def start(artifact: Path, env: dict | None = None, args: tuple[str, ...] = ()) -> ServerProcess:
+        server = ServerProcess(artifact, env, args)
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        try:
+            server.stop(timeout=20)
+        except subprocess.TimeoutExpired:
+            server.kill()
