@@ -46,6 +46,11 @@ def test_stacks_are_clusters_and_constructs_are_nodes(dev_dot):
     assert not [p for p in found if "/Vpc/" in p or p.endswith("/Resource")]
     # The Network construct (an L3 written in Python, fqn constructs.Construct) is a sub-cluster.
     assert 'subgraph "cluster_dev/Foundation/Network" {\n      label="Network"; style=dashed;' in dev_dot
+    # Four interface endpoints of one class fold into one node; the ECS service is named by its own L1.
+    assert found["dev/Foundation/Network/*ec2.InterfaceVpcEndpoint"][0] == (
+        r"4 × ec2.InterfaceVpcEndpoint\nAWS::EC2::VPCEndpoint\nEcrApi, EcrDocker, Logs, SageMakerRuntime")
+    assert "dev/Foundation/Network/EcrApi" not in found
+    assert found["dev/intent-bert/Neuron/Service"][0].startswith(r"Service\necs.Ec2Service\nAWS::ECS::Service")
     assert dev_dot.count("{") == dev_dot.count("}")
 
 

@@ -118,17 +118,30 @@ def test_added_model_is_an_added_stack(base, head_config):
     assert stacks["t5-spelling"].status == "unchanged"  # nothing about it changed
 
 
-def test_instance_type_change_replaces_endpoint_config_not_endpoint(base, head_config):
-    """bert-large-classifier's dev instance type changed. Its serving stack holds only a log group until
-    the SageMaker construct is merged; from then on this pins the behaviour on the real templates."""
+def test_sagemaker_instance_type_change_replaces_endpoint_config_not_endpoint(base, head_config):
     changes = resources(load_diff(base, head_config), stack="bert-large-classifier")
-    configs = [r for r in changes.values() if r.type == "AWS::SageMaker::EndpointConfig"]
-    if not configs:
-        pytest.skip("no AWS::SageMaker::EndpointConfig in the serving stack yet (construct on branch triton)")
-    assert any(r.replacement == "always" and any(p.startswith("Properties.ProductionVariants[")
-                                                 and p.endswith(".InstanceType") for p in r.replacing_paths)
-               for r in configs)
-    assert all(r.replacement is None for r in changes.values() if r.type == "AWS::SageMaker::Endpoint")
+    (config,) = [r for r in changes.values() if r.type == "AWS::SageMaker::EndpointConfig"]
+    assert (config.replacement, config.protected) == ("always", False)
+    assert config.replacing_paths == ["Properties.ProductionVariants[0].InstanceType"]
+    assert [(c.base, c.head) for c in config.changes
+            if c.path == "Properties.ProductionVariants[0].InstanceType"] == [("ml.g4dn.xlarge", "ml.g5.xlarge")]
+    (endpoint,) = [r for r in changes.values() if r.type == "AWS::SageMaker::Endpoint"]
+    assert (endpoint.replacement, endpoint.protected) == (None, True)
+    assert {"path": "Properties.EndpointConfigName", "logical_id": config.logical_id} in endpoint.caused_by
+
+
+def test_neuron_instance_type_change_replaces_task_definition_not_service(base, head_config):
+    changes = resources(load_diff(base, head_config), stack="intent-bert")
+    (task,) = [r for r in changes.values() if r.type == "AWS::ECS::TaskDefinition"]
+    assert task.replacement == "always"
+    assert "Properties.ContainerDefinitions[0].Memory" in task.replacing_paths
+    (service,) = [r for r in changes.values() if r.type == "AWS::ECS::Service"]
+    assert (service.replacement, service.protected) == (None, True)
+    assert {"path": "Properties.TaskDefinition", "logical_id": task.logical_id} in service.caused_by
+    (template,) = [r for r in changes.values() if r.type == "AWS::EC2::LaunchTemplate"]
+    assert [(c.path, c.base, c.head) for c in template.changes] == [
+        ("Properties.LaunchTemplateData.InstanceType", "inf1.xlarge", "inf1.6xlarge")]
+    assert template.replacement is None
 
 
 def test_markdown_for_config_changes(base, head_config):

@@ -23,10 +23,11 @@ PROTECTED_TYPES = frozenset({
 IAM_TYPE_PREFIXES = ("AWS::IAM::",)
 IAM_POLICY_TYPES = frozenset({"AWS::S3::BucketPolicy", "AWS::SNS::TopicPolicy", "AWS::SQS::QueuePolicy",
                               "AWS::Lambda::Permission", "AWS::KMS::Grant"})
-# Properties that grant or assume permissions wherever they appear (KMS key policy, task/execution roles...).
+# Properties that grant or assume permissions wherever they appear (a KMS key policy, a repository policy...).
 IAM_PROPERTIES = frozenset({"KeyPolicy", "PolicyDocument", "Policies", "AssumeRolePolicyDocument",
-                            "ManagedPolicyArns", "PermissionsBoundary", "RepositoryPolicyText",
-                            "ExecutionRoleArn", "TaskRoleArn", "RoleArn"})
+                            "ManagedPolicyArns", "PermissionsBoundary", "RepositoryPolicyText"})
+# Changing which role a resource runs as is an IAM change; a new resource naming its role is not news.
+IAM_ROLE_PROPERTIES = frozenset({"ExecutionRoleArn", "TaskRoleArn", "RoleArn"})
 SECURITY_GROUP_TYPE_PREFIX = "AWS::EC2::SecurityGroup"
 SECURITY_GROUP_PROPERTIES = frozenset({"SecurityGroupIngress", "SecurityGroupEgress", "SecurityGroups",
                                        "SecurityGroupIds", "VpcSecurityGroupIds"})
@@ -407,13 +408,14 @@ def _merge(a: list[str], b: list[str]) -> list[str]:
 
 
 def _categories(change: ResourceChange, paths: list[Path], resource: dict) -> list[str]:
-    if change.action in ("added", "removed"):
+    whole = change.action in ("added", "removed")
+    if whole:
         paths = [("Properties", key) for key in resource.get("Properties") or {}]
     tokens = {str(t) for p in paths for t in p}
     types = {change.type, change.base_type} - {None}
     found = []
     if (any(t.startswith(IAM_TYPE_PREFIXES) or t in IAM_POLICY_TYPES for t in types)
-            or tokens & IAM_PROPERTIES):
+            or tokens & IAM_PROPERTIES or (not whole and tokens & IAM_ROLE_PROPERTIES)):
         found.append("iam")
     if any(t.startswith(SECURITY_GROUP_TYPE_PREFIX) for t in types) or tokens & SECURITY_GROUP_PROPERTIES:
         found.append("security-groups")

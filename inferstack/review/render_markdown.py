@@ -71,12 +71,30 @@ def _short(digest: str | None) -> str:
     return _code(digest[:12] + "…") if digest else "?"
 
 
+def _reasons(r: ResourceChange) -> str:
+    """One clause per distinct reason, naming its paths: six changes under ContainerDefinitions read
+    as one create-only property, not six."""
+    paths: dict[str, list[str]] = {}
+    for reason in r.replacement_reasons:
+        paths.setdefault(reason["why"], [])
+        if reason["path"]:
+            paths[reason["why"]].append(reason["path"])
+    clauses = []
+    for why, found in paths.items():
+        if not found:
+            clauses.append(why)
+            continue
+        shown = ", ".join(_code(p) for p in found[:INLINE_PATHS])
+        more = f" and {len(found) - INLINE_PATHS} more" if len(found) > INLINE_PATHS else ""
+        clauses.append(f"{shown}{more} {'is' if len(found) == 1 else 'are'} {why}")
+    return "; ".join(clauses)
+
+
 def _entry(r: ResourceChange) -> list[str]:
     flag = "🛑 **protected** " if r.protected and r.replacement else ("**protected** " if r.protected else "")
     head = f"- {flag}{_name(r)}: {_what(r)}"
-    reasons = [f"{_code(x['path'])} is {x['why']}" if x["path"] else x["why"] for x in r.replacement_reasons]
-    if reasons:
-        head += ": " + "; ".join(reasons)
+    if r.replacement_reasons:
+        head += ": " + _reasons(r)
     details = [] if r.action in ("added", "removed") else _details(r)
     if len(details) <= INLINE_PATHS:
         return [head] + [f"  - {d}" for d in details]
