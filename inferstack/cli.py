@@ -13,6 +13,7 @@ from pathlib import Path
 
 from inferstack import config, instances, plan_report, pricing
 from inferstack.config import TritonSageMakerModel, json_schema
+from inferstack.review import command as review_command
 
 DEFAULT_CONFIG_DIR = Path("model_configs")
 EXIT_USAGE = 2
@@ -71,6 +72,13 @@ def _cmd_render_triton(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_diff(args: argparse.Namespace) -> int:
+    try:
+        return review_command.run(args)
+    except review_command.INPUT_ERRORS as exc:  # missing dir, not an assembly, unwritable --out
+        raise UsageError(str(exc)) from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="python -m inferstack", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -96,6 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     render.add_argument("--out", type=Path, required=True, help="a directory that does not exist or is empty")
     render.add_argument("--config-dir", type=Path, default=DEFAULT_CONFIG_DIR)
     render.set_defaults(func=_cmd_render_triton)
+    review_command.add_parser(commands, _cmd_diff)
     return parser
 
 
