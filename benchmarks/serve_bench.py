@@ -217,7 +217,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--duration", type=float, default=5.0, help="seconds measured per level")
     parser.add_argument("--warmup", type=float, default=1.0, help="seconds of unmeasured load before each level")
     parser.add_argument("--max-batch-size", type=int, default=16)
-    parser.add_argument("--max-queue-delay-ms", type=float, default=2)
+    parser.add_argument("--max-queue-delay-ms", type=float, default=0)
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--torch-threads", type=int, default=1, help="per worker, for (a), (b) and (c)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; the best of each is reported")
