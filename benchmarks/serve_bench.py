@@ -217,9 +217,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--duration", type=float, default=5.0, help="seconds measured per level")
     parser.add_argument("--warmup", type=float, default=1.0, help="seconds of unmeasured load before each level")
     parser.add_argument("--max-batch-size", type=int, default=16)
-    parser.add_argument("--max-queue-delay-ms", type=float, default=2)
+    parser.add_argument("--max-queue-delay-ms", type=float, default=0)
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--torch-threads", type=int, default=1, help="per worker, for (a), (b) and (c)")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; the best of each is reported")
     return parser.parse_args()
 
 
@@ -228,32 +229,38 @@ def main() -> int:
     args.load_before = os.getloadavg()
     levels = [int(c) for c in args.concurrency.split(",")]
     texts = sample_texts(256)
+    path = "/v2/models/model/infer"
     with tempfile.TemporaryDirectory(prefix="serve-bench-") as work:
         art = args.model_dir or build_artifact(Path(work), args.sequence_length)
         metadata = json.loads((art / "metadata.json").read_text())
         compute_threads = args.workers * args.torch_threads
-        best_batch, limit, per_batch = raw_model_limit(art, texts, compute_threads, [1, 2, 4, 8, 16, 32, 64], 2.0)
-        rows = {}
-        port = free_port()
-        server = start_server(art, port, args)
+        ports = {"a": free_port(), "b": free_port()}
+        servers = [start_server(art, ports["a"], args), start_baseline(art, ports["b"], compute_threads)]
+        best: dict = {}
+        limits: dict[int, float] = {}
         try:
-            for level in levels:
-                before = batch_stats(port)
-                rows[level] = {"a": measure(port, "/v2/models/model/infer", texts, level, args.duration, args.warmup)}
-                after = batch_stats(port)
-                rows[level]["a"]["avg_batch"] = (after[0] - before[0]) / max(1.0, after[1] - before[1])
+            # Rounds interleave (a), (b) and (c) so slow phases of other work on the machine hit
+            # all three alike; each figure is the best of its rounds.
+            for _ in range(args.rounds):
+                _, _, per_batch = raw_model_limit(art, texts, compute_threads, [1, 2, 4, 8, 16, 32, 64], 1.0)
+                for batch, value in per_batch.items():
+                    limits[batch] = max(limits.get(batch, 0.0), value)
+                for level in levels:
+                    for name in ("a", "b"):
+                        before = batch_stats(ports["a"])
+                        result = measure(ports[name], path, texts, level, args.duration, args.warmup)
+                        after = batch_stats(ports["a"])
+                        if name == "a":
+                            result["avg_batch"] = (after[0] - before[0]) / max(1.0, after[1] - before[1])
+                        if result["rps"] > best.get((level, name), {"rps": -1})["rps"]:
+                            best[(level, name)] = result
         finally:
-            server.terminate()
-            server.wait(60)
-        port = free_port()
-        baseline = start_baseline(art, port, compute_threads)
-        try:
-            for level in levels:
-                rows[level]["b"] = measure(port, "/v2/models/model/infer", texts, level, args.duration, args.warmup)
-        finally:
-            baseline.terminate()
-            baseline.wait(60)
-    report(args, metadata, compute_threads, best_batch, limit, per_batch, rows)
+            for server in servers:
+                server.terminate()
+                server.wait(60)
+    best_batch = max(limits, key=limits.get)
+    rows = {level: {"a": best[(level, "a")], "b": best[(level, "b")]} for level in levels}
+    report(args, metadata, compute_threads, best_batch, limits[best_batch], limits, rows)
     return 0
 
 
@@ -275,7 +282,10 @@ def report(args, metadata, threads, best_batch, limit, per_batch, rows) -> None:
         f"(c) raw model, torch_threads={threads}: best batch {best_batch} -> {limit:,.0f} seq/s "
         f"({', '.join(f'b{b}={v:,.0f}' for b, v in per_batch.items())})"
     )
-    print(f"load: closed loop, one text per request, {args.duration:g}s per level after {args.warmup:g}s warm-up\n")
+    print(
+        f"load: closed loop, one text per request, {args.duration:g}s per level after {args.warmup:g}s warm-up; "
+        f"best of {args.rounds} interleaved rounds\n"
+    )
     print(f"{'conc':>4} | {'(a) req/s':>9} {'p50 ms':>7} {'p99 ms':>7} {'batch':>5} | {'(b) req/s':>9} {'p50 ms':>7} {'p99 ms':>7} | {'a/b':>5} {'a/c':>5} | errors")
     for level, row in rows.items():
         a, b = row["a"], row["b"]

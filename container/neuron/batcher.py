@@ -3,7 +3,9 @@
 Requests are queued from the asyncio event loop; one inference thread takes as many as fit in
 max_batch_size rows, waiting at most max_queue_delay after the oldest arrived (Triton's rule),
 runs them together and resolves every request's future with its own slice of the result.
-A single inference thread keeps DataParallel (or the CPU's threads) fed without contention.
+Even with no delay, everything that queued while the previous batch ran goes into the next one,
+so batches grow with load. A single inference thread keeps DataParallel (or the CPU's threads)
+fed without contention.
 """
 
 from __future__ import annotations

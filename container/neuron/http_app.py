@@ -1,8 +1,9 @@
 """HTTP routes: KServe v2 / Triton (health, metadata, infer, repository index), SageMaker
 (/ping, /invocations) and Prometheus /metrics, all answering errors as JSON {"error": "..."}.
 
-Built on Starlette (FastAPI's core) without request models: bodies are parsed once by
-protocol.py, which keeps the per-request overhead low enough for dynamic batching to pay off.
+Built on Starlette (FastAPI's core) without request models; the inference routes themselves are
+answered by a thin ASGI front (InferenceFastPath) and parsed once by protocol.py, which keeps the
+per-request overhead low enough for dynamic batching to pay off.
 """
 
 from __future__ import annotations
@@ -37,16 +38,23 @@ class ServerState:
     not_ready_reason: str = "model is loading"
 
 
+JSON_HEADERS = {"content-type": "application/json"}
+
+
+def error_body(message: str) -> bytes:
+    return json.dumps({"error": message}).encode()
+
+
 def json_response(body: Any, status: int = 200) -> Response:
     return Response(json.dumps(body, separators=(",", ":")).encode(), status_code=status, media_type="application/json")
 
 
 def error(message: str, status: int) -> Response:
-    return json_response({"error": message}, status)
+    return Response(error_body(message), status_code=status, media_type="application/json")
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    declared = request.headers.get("content-length")
+async def read_limited(chunks, declared: str | None, limit: int) -> bytes:
+    """The request body, or a 413 ProtocolError as soon as it is known to exceed ``limit``."""
     if declared is not None:
         try:
             declared_size = int(declared)
@@ -54,16 +62,20 @@ async def read_body(request: Request, limit: int) -> bytes:
             raise ProtocolError("Content-Length: expected an integer") from None
         if declared_size > limit:
             raise ProtocolError(f"body: {declared_size} bytes exceed the limit of {limit}", 413)
-    chunks, size = [], 0
-    async for chunk in request.stream():
+    parts, size = [], 0
+    async for chunk in chunks:
         size += len(chunk)
         if size > limit:
             raise ProtocolError(f"body: more than {limit} bytes", 413)
-        chunks.append(chunk)
-    return b"".join(chunks)
+        parts.append(chunk)
+    return b"".join(parts)
 
 
-def build_app(*, interface: ModelInterface, state: ServerState, max_body_bytes: int, lifespan=None) -> Starlette:
+async def read_body(request: Request, limit: int) -> bytes:
+    return await read_limited(request.stream(), request.headers.get("content-length"), limit)
+
+
+def build_app(*, interface: ModelInterface, state: ServerState, max_body_bytes: int, lifespan=None) -> InferenceFastPath:
     name = interface.name
     latency = {route: metrics.REQUEST_LATENCY.labels(route) for route in ("infer", "invocations")}
     outcomes: dict[tuple[str, int], Any] = {}
@@ -90,37 +102,45 @@ def build_app(*, interface: ModelInterface, state: ServerState, max_body_bytes: 
         reason = "server is shutting down" if state.draining else state.not_ready_reason
         return error(reason, 503)
 
-    async def run_inference(request: Request, route: str) -> Response:
+    async def run_inference(body_chunks, declared_length: str | None, header_length: str | None, route: str):
+        """(status, content, headers) for one inference request; never raises."""
         started = time.perf_counter()
         status = 200
         try:
             if state.batcher is None or not state.ready:
                 raise ProtocolError(state.not_ready_reason, 503)
-            body = await read_body(request, max_body_bytes)
-            parsed = interface.parse(body, request.headers.get(HEADER_LENGTH))
+            body = await read_limited(body_chunks, declared_length, max_body_bytes)
+            parsed = interface.parse(body, header_length)
             logits = await state.batcher.submit(parsed.payload, parsed.payload.rows)
             content, headers = interface.response(parsed, logits)
-            return Response(content, headers=headers)
+            return status, content, headers
         except ProtocolError as exc:
             status = exc.status
             log.info("rejected request", extra={"route": route, "status": status, "error": str(exc)})
-            return error(str(exc), status)
+            return status, error_body(str(exc)), JSON_HEADERS
         except BatcherClosed as exc:
             status = 503
-            return error(str(exc), status)
+            return status, error_body(str(exc)), JSON_HEADERS
         except Exception:
             status = 500
             log.exception("inference failed", extra={"route": route})
-            return error("internal error while running the model", status)
+            return status, error_body("internal error while running the model"), JSON_HEADERS
         finally:
             latency[route].observe(time.perf_counter() - started)
             count(route, status)
 
+    async def starlette_inference(request: Request, route: str) -> Response:
+        headers = request.headers
+        status, content, reply_headers = await run_inference(
+            request.stream(), headers.get("content-length"), headers.get(HEADER_LENGTH), route
+        )
+        return Response(content, status_code=status, headers=reply_headers)
+
     async def infer(request: Request) -> Response:
-        return check_model(request) or await run_inference(request, "infer")
+        return check_model(request) or await starlette_inference(request, "infer")
 
     async def invocations(request: Request) -> Response:
-        return await run_inference(request, "invocations")
+        return await starlette_inference(request, "invocations")
 
     async def live(request: Request) -> Response:
         return json_response({"live": True})
@@ -161,6 +181,11 @@ def build_app(*, interface: ModelInterface, state: ServerState, max_body_bytes: 
     async def http_error(request: Request, exc: HTTPException) -> Response:
         return error(f"{request.method} {request.url.path}: {exc.detail}", exc.status_code)
 
+    fast_routes = {
+        f"/v2/models/{name}/infer": "infer",
+        f"/v2/models/{name}/versions/{MODEL_VERSION}/infer": "infer",
+        "/invocations": "invocations",
+    }
     routes = [
         Route("/v2/models/{model}/infer", infer, methods=["POST"]),
         Route("/invocations", invocations, methods=["POST"]),
@@ -176,4 +201,43 @@ def build_app(*, interface: ModelInterface, state: ServerState, max_body_bytes: 
         Route("/v2/repository/index", repository_index, methods=["POST"]),
         Route("/metrics", prometheus, methods=["GET"]),
     ]
-    return Starlette(routes=routes, exception_handlers={HTTPException: http_error}, lifespan=lifespan)
+    app = Starlette(routes=routes, exception_handlers={HTTPException: http_error}, lifespan=lifespan)
+    return InferenceFastPath(app, fast_routes, run_inference)
+
+
+class InferenceFastPath:
+    """ASGI front: the inference routes are answered here, straight from ASGI messages, and
+    everything else goes to Starlette. Skipping Starlette's request/response objects and
+    middleware on the hot path leaves more of the event loop's core for parsing and batching."""
+
+    def __init__(self, app: Starlette, routes: dict[str, str], run_inference) -> None:
+        self.app = app
+        self.routes = routes
+        self.run_inference = run_inference
+
+    async def __call__(self, scope, receive, send) -> None:
+        route = self.routes.get(scope["path"]) if scope["type"] == "http" and scope["method"] == "POST" else None
+        if route is None:
+            await self.app(scope, receive, send)
+            return
+        declared = header_length = None
+        for key, value in scope["headers"]:
+            if key == b"content-length":
+                declared = value.decode("latin-1")
+            elif key == b"inference-header-content-length":
+                header_length = value.decode("latin-1")
+        status, content, headers = await self.run_inference(_body_chunks(receive), declared, header_length, route)
+        raw_headers = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
+        raw_headers.append((b"content-length", str(len(content)).encode()))
+        await send({"type": "http.response.start", "status": status, "headers": raw_headers})
+        await send({"type": "http.response.body", "body": content})
+
+
+async def _body_chunks(receive):
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+        yield message.get("body", b"")
+        if not message.get("more_body", False):
+            return

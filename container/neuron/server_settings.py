@@ -38,7 +38,7 @@ ENVIRONMENT = {
     "model_name": ("MODEL_NAME", "model"),
     "workers": ("SERVER_WORKERS", "1"),
     "max_batch_size": ("SERVER_MAX_BATCH_SIZE", "16"),
-    "max_queue_delay_ms": ("SERVER_MAX_QUEUE_DELAY_MS", "2"),
+    "max_queue_delay_ms": ("SERVER_MAX_QUEUE_DELAY_MS", "0"),
     "torch_threads": ("SERVER_TORCH_THREADS", "1"),
     "visible_cores": ("NEURON_RT_VISIBLE_CORES", None),
     "max_body_bytes": ("SERVER_MAX_BODY_BYTES", str(1 << 20)),

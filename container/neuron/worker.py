@@ -15,6 +15,7 @@ import logging
 import os
 import signal
 import socket
+import sys
 import threading
 import time
 
@@ -88,6 +89,9 @@ def watch_parent(server: DrainingServer, state: ServerState) -> None:
 
 
 def run(settings: ServerSettings, metadata: dict, fd: int) -> int:
+    # The inference thread needs the GIL back after every model call while the event loop is
+    # busy; Python's default 5 ms switch interval would leave it waiting that long each time.
+    sys.setswitchinterval(0.0005)
     interface = ModelInterface(
         name=settings.model_name, metadata=metadata, max_rows=settings.max_batch_size, max_text_chars=settings.max_text_chars
     )
