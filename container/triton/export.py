@@ -155,12 +155,6 @@ def build_plan(trtexec: str, onnx_path: Path, plan_path: Path, folder: FolderSpe
 # ---------------------------------------------------------------- checkpoint
 
 def load_checkpoint(spec: RepositorySpec):
-    import torch
-    from transformers import AutoModelForSeq2SeqLM, AutoModelForSequenceClassification, AutoTokenizer
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
     source = spec.source
     if source.local_path is not None:
         where = str(Path(source.local_path))
@@ -170,6 +164,13 @@ def load_checkpoint(spec: RepositorySpec):
     else:
         where = source.huggingface_id
         kwargs = {"revision": source.revision} if source.revision else {}
+
+    import torch
+    from transformers import AutoModelForSeq2SeqLM, AutoModelForSequenceClassification, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
     generation = source.task == "text2text-generation"
     auto = AutoModelForSeq2SeqLM if generation else AutoModelForSequenceClassification
     try:
