@@ -53,12 +53,15 @@ class ServingStack(EnvironmentStack):
         plan = planning.plan(model, env_name, environment)
         base_image = triton_image.base_image_uri(region=environment.region, version=model.serving.image_version,
                                                  instance_type=plan.instance_type)
+        build_args = {"TRITON_BASE_IMAGE": base_image,
+                      "TRITON_REPOSITORY_SPEC": triton_config.RepositorySpec.of(model).model_dump_json()}
+        if model.serving.backend == "tensorrt":
+            # A plan only runs on the GPU it was built for: the export checks the build host against it.
+            build_args["TRITON_TARGET_INSTANCE_TYPE"] = plan.instance_type
         image = ecr_assets.DockerImageAsset(
             self, "TritonImage", directory=str(ROOT), file=TRITON_DOCKERFILE,
             exclude=list(TRITON_BUILD_CONTEXT), ignore_mode=cdk.IgnoreMode.DOCKER,
-            platform=ecr_assets.Platform.LINUX_AMD64,
-            build_args={"TRITON_BASE_IMAGE": base_image,
-                        "TRITON_REPOSITORY_SPEC": triton_config.RepositorySpec.of(model).model_dump_json()})
+            platform=ecr_assets.Platform.LINUX_AMD64, build_args=build_args)
         endpoint = TritonEndpoint(
             self, "Triton", model=model, plan=plan, off_hours=model.off_hours_for(env_name),
             image_uri=image.image_uri, image_repository=image.repository, vpc=shared.vpc,
