@@ -120,14 +120,15 @@ class ServerProcess:
                 continue
         return out
 
-    def wait_ready(self, timeout: float = 60) -> None:
+    def wait_ready(self, timeout: float = 180) -> None:
+        # Generous: on a loaded 2-core machine torch's import alone can take tens of seconds.
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             assert self.proc.poll() is None, "server exited:\n" + "\n".join(self.lines)
             try:
                 if requests.get(self.url + "/v2/health/ready", timeout=2).status_code == 200:
                     return
-            except requests.ConnectionError:
+            except (requests.ConnectionError, requests.Timeout):  # not listening yet, or too busy to answer
                 pass
             time.sleep(0.05)
         raise AssertionError("server never became ready:\n" + "\n".join(self.lines))
