@@ -18,10 +18,14 @@ class SessionError(Exception):
 
 
 def session_for(env_name: str, environment: Environment, *, purpose: str) -> boto3.Session:
-    if environment.deploy_role_arn is None:
-        return boto3.Session(region_name=environment.region)
     try:
-        credentials = boto3.Session(region_name=environment.region).client("sts").assume_role(
+        ambient = boto3.Session(region_name=environment.region)
+    except AWS_ERRORS as exc:
+        raise SessionError(f"{env_name}: cannot create an AWS session: {' '.join(str(exc).split())}") from None
+    if environment.deploy_role_arn is None:
+        return ambient
+    try:
+        credentials = ambient.client("sts").assume_role(
             RoleArn=environment.deploy_role_arn, RoleSessionName=f"inferstack-{purpose}-{env_name}"[:64],
         )["Credentials"]
     except AWS_ERRORS as exc:
