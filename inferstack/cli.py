@@ -11,11 +11,13 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from inferstack import config, instances, plan_report, pricing
+from inferstack import atomic_write, aws_sessions, config, instances, plan_report, pricing
 from inferstack.config import TritonSageMakerModel, json_schema
+from inferstack.review import assembly
 from inferstack.review import command as review_command
 
 DEFAULT_CONFIG_DIR = Path("model_configs")
+EXIT_FAILURE = 1
 EXIT_USAGE = 2
 
 
@@ -79,6 +81,54 @@ def _cmd_diff(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
 
 
+def _cmd_release(args: argparse.Namespace) -> int:
+    from inferstack import release
+
+    try:
+        commit = release.git_commit(args.commit, Path.cwd())
+        manifest = release.build(args.cdk_out, args.config_dir, commit)
+    except (release.ReleaseError, assembly.AssemblyError) as exc:
+        raise UsageError(str(exc)) from None
+    if not args.out.parent.is_dir():
+        raise UsageError(f"--out {args.out}: directory {args.out.parent} does not exist")
+    try:
+        atomic_write.write_text(args.out, release.dump(manifest))
+    except OSError as exc:
+        raise UsageError(f"--out {args.out}: cannot write: {exc.strerror or exc}") from None
+    images = sum(len(s["images"]) for e in manifest["environments"].values() for s in e["stacks"].values())
+    print(f"wrote {args.out}: commit {commit[:12]}, {len(manifest['environments'])} environments, "
+          f"{images} image assets")
+    return 0
+
+
+def _cmd_promote(args: argparse.Namespace) -> int:
+    from inferstack import ecr_images, promote
+
+    try:
+        return promote.run(args)
+    except promote.PromoteUsageError as exc:
+        raise UsageError(str(exc)) from None
+    except (promote.PromoteError, ecr_images.ImageError, aws_sessions.SessionError) as exc:
+        raise Failure(str(exc)) from None
+    except aws_sessions.AWS_ERRORS as exc:  # credentials, permissions, throttling
+        raise Failure(f"AWS: {exc}") from None
+
+
+def _cmd_smoke(args: argparse.Namespace) -> int:
+    from inferstack import smoke
+
+    try:
+        return smoke.run(args)
+    except smoke.SmokeUsageError as exc:
+        raise UsageError(str(exc)) from None
+    except aws_sessions.SessionError as exc:
+        raise Failure(str(exc)) from None
+
+
+class Failure(Exception):
+    """The command ran but what it checks or does failed (exit 1, one line)."""
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="python -m inferstack", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -105,6 +155,18 @@ def build_parser() -> argparse.ArgumentParser:
     render.add_argument("--config-dir", type=Path, default=DEFAULT_CONFIG_DIR)
     render.set_defaults(func=_cmd_render_triton)
     review_command.add_parser(commands, _cmd_diff)
+
+    release_cmd = commands.add_parser("release", help="write the release manifest of a synthesized cdk.out")
+    release_cmd.add_argument("--cdk-out", type=Path, required=True, help="output directory of `cdk synth`")
+    release_cmd.add_argument("--out", type=Path, required=True, help="manifest file to write (JSON)")
+    release_cmd.add_argument("--commit", help="git commit to record (default: git rev-parse HEAD)")
+    release_cmd.add_argument("--config-dir", type=Path, default=DEFAULT_CONFIG_DIR)
+    release_cmd.set_defaults(func=_cmd_release)
+
+    # Imported lazily by their handlers (boto3 clients); the parsers are cheap.
+    from inferstack import promote, smoke
+    promote.add_parser(commands, _cmd_promote, DEFAULT_CONFIG_DIR)
+    smoke.add_parser(commands, _cmd_smoke, DEFAULT_CONFIG_DIR)
     return parser
 
 
@@ -120,3 +182,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (UsageError, pricing.UnknownPrice, instances.UnknownInstanceType) as exc:
         print(f"{args.command}: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return EXIT_USAGE
+    except Failure as exc:
+        print(f"{args.command}: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return EXIT_FAILURE

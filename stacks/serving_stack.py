@@ -6,6 +6,7 @@ from pathlib import Path
 
 import aws_cdk as cdk
 from aws_cdk import aws_cloudwatch_actions as cw_actions
+from aws_cdk import aws_ecr as ecr
 from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_logs as logs
 from constructs import Construct
@@ -14,7 +15,8 @@ from inferstack import planning, triton_config, triton_image
 from inferstack.config import Environment, TritonSageMakerModel
 from inferstack.config.loader import Model
 from inferstack.config.models import NeuronEcsModel
-from inferstack.constructs.neuron_ecs_service import NeuronEcsService
+from inferstack.config.release_pin import PinnedImage
+from inferstack.constructs.neuron_ecs_service import ImageBuild, NeuronEcsService
 from inferstack.constructs.triton_endpoint import TritonEndpoint
 from stacks.base import EnvironmentStack
 from stacks.foundation_stack import SharedResources
@@ -34,9 +36,12 @@ TRITON_BUILD_CONTEXT = ("*", "!inferstack/__init__.py", "!inferstack/config", "!
 
 class ServingStack(EnvironmentStack):
     def __init__(self, scope: Construct, construct_id: str, *, model: Model, environment: Environment,
-                 env_name: str, shared: SharedResources, **kwargs) -> None:
+                 env_name: str, shared: SharedResources, pinned_image: PinnedImage | None = None,
+                 **kwargs) -> None:
+        """`pinned_image`: deploy this promoted image (by digest) instead of building one."""
         super().__init__(scope, construct_id, environment=environment, **kwargs)
         self.model = model
+        self.pinned_image = pinned_image
         self.log_group = logs.LogGroup(self, "Logs", encryption_key=shared.key, retention=shared.log_retention,
                                        removal_policy=shared.removal_policy)
         self.alarm_action = cw_actions.SnsAction(shared.alarm_topic)
@@ -51,20 +56,31 @@ class ServingStack(EnvironmentStack):
     def _triton_endpoint(self, model: TritonSageMakerModel, environment: Environment, env_name: str,
                          shared: SharedResources) -> TritonEndpoint:
         plan = planning.plan(model, env_name, environment)
-        base_image = triton_image.base_image_uri(region=environment.region, version=model.serving.image_version,
-                                                 instance_type=plan.instance_type)
-        build_args = {"TRITON_BASE_IMAGE": base_image,
-                      "TRITON_REPOSITORY_SPEC": triton_config.RepositorySpec.of(model).model_dump_json()}
-        if model.serving.backend == "tensorrt":
-            # A plan only runs on the GPU it was built for: the export checks the build host against it.
-            build_args["TRITON_TARGET_INSTANCE_TYPE"] = plan.instance_type
-        image = ecr_assets.DockerImageAsset(
-            self, "TritonImage", directory=str(ROOT), file=TRITON_DOCKERFILE,
-            exclude=list(TRITON_BUILD_CONTEXT), ignore_mode=cdk.IgnoreMode.DOCKER,
-            platform=ecr_assets.Platform.LINUX_AMD64, build_args=build_args)
+        if self.pinned_image is None:
+            base_image = triton_image.base_image_uri(region=environment.region, version=model.serving.image_version,
+                                                     instance_type=plan.instance_type)
+            build_args = {"TRITON_BASE_IMAGE": base_image,
+                          "TRITON_REPOSITORY_SPEC": triton_config.RepositorySpec.of(model).model_dump_json()}
+            if model.serving.backend == "tensorrt":
+                # A plan only runs on the GPU it was built for: the export checks the build host against it.
+                build_args["TRITON_TARGET_INSTANCE_TYPE"] = plan.instance_type
+            image = ecr_assets.DockerImageAsset(
+                self, "TritonImage", directory=str(ROOT), file=TRITON_DOCKERFILE,
+                exclude=list(TRITON_BUILD_CONTEXT), ignore_mode=cdk.IgnoreMode.DOCKER,
+                platform=ecr_assets.Platform.LINUX_AMD64, build_args=build_args)
+            image_uri, repository = image.image_uri, image.repository
+        else:
+            pinned = self.pinned_image
+            # The endpoint's execution role may pull from this repository only (TritonEndpoint scopes it).
+            repository = ecr.Repository.from_repository_attributes(
+                self, "TritonImageRepository", repository_name=pinned.repository_name,
+                repository_arn=self.format_arn(service="ecr", resource="repository",
+                                               resource_name=pinned.repository_name,
+                                               account=pinned.account, region=pinned.region))
+            image_uri = pinned.uri
         endpoint = TritonEndpoint(
             self, "Triton", model=model, plan=plan, off_hours=model.off_hours_for(env_name),
-            image_uri=image.image_uri, image_repository=image.repository, vpc=shared.vpc,
+            image_uri=image_uri, image_repository=repository, vpc=shared.vpc,
             subnets=shared.private_subnets, key=shared.key, alarm_action=self.alarm_action,
             removal_policy=shared.removal_policy)
         cdk.CfnOutput(self, "EndpointName", value=endpoint.endpoint_name,
@@ -86,7 +102,7 @@ class ServingStack(EnvironmentStack):
             alarm_action=self.alarm_action,
             public=model.public_load_balancer(environment),
             certificate_arn=environment.defaults.certificate_arn,
-            image_directory=str(NEURON_IMAGE_DIRECTORY),
+            image=self.pinned_image or ImageBuild(str(NEURON_IMAGE_DIRECTORY)),
             access_log_retention=cdk.Duration.days(environment.defaults.log_retention_days),
             removal_policy=shared.removal_policy,
         )

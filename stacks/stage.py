@@ -9,13 +9,15 @@ from constructs import Construct
 
 from inferstack.config import Environment, Project
 from inferstack.config.loader import Model
+from inferstack.config.release_pin import ReleasePin
 from stacks.foundation_stack import FoundationStack
 from stacks.serving_stack import ServingStack
 
 
 class InferenceStage(cdk.Stage):
     def __init__(self, scope: Construct, env_name: str, *, environment: Environment,
-                 models: Sequence[Model]) -> None:
+                 models: Sequence[Model], release: ReleasePin | None = None) -> None:
+        """`release`: the environment's promoted release; its models deploy the pinned images."""
         super().__init__(scope, env_name, env=cdk.Environment(account=environment.account,
                                                               region=environment.region))
         protect = environment.defaults.retain_stateful_resources
@@ -26,6 +28,7 @@ class InferenceStage(cdk.Stage):
         for model in models:
             stack = ServingStack(self, model.name, model=model, environment=environment, env_name=env_name,
                                  shared=self.foundation.shared, termination_protection=protect,
+                                 pinned_image=release.image_for(model.name) if release else None,
                                  description=f"inferstack {model.kind} serving: {model.name} ({env_name})")
             cdk.Tags.of(stack).add("inferstack:model", model.name)
             self.serving[model.name] = stack
@@ -33,5 +36,6 @@ class InferenceStage(cdk.Stage):
 
 
 def add_stages(app: cdk.App, project: Project, env_names: Sequence[str]) -> dict[str, InferenceStage]:
-    return {name: InferenceStage(app, name, environment=project.environments[name], models=project.models)
+    return {name: InferenceStage(app, name, environment=project.environments[name], models=project.models,
+                                 release=project.releases.get(name))
             for name in env_names}

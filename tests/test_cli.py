@@ -94,3 +94,9 @@ def test_synth_of_one_environment(tmp_path):
     result = run("app.py", env=_cdk_env(outdir, environments="staging"))
     assert result.returncode == 0, result.stderr
     assert [p.name for p in outdir.glob("assembly-*")] == ["assembly-staging"]
+
+
+def test_validate_does_not_need_a_valid_aws_profile():
+    # The SageMaker SDK (image lookup) builds a boto3 session on import; synth must stay credential-free.
+    result = run("-m", "inferstack", "validate", env={"AWS_PROFILE": "no-such-profile"})
+    assert result.returncode == 0, result.stderr

@@ -4,13 +4,13 @@ each naming its file, line and key path."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
 from pydantic import BaseModel, ValidationError
 
-from inferstack.config import checks
+from inferstack.config import checks, release_pin
 from inferstack.config.models import (
     Environment, EnvironmentsFile, NeuronEcsModel, TritonSageMakerModel,
 )
@@ -32,6 +32,8 @@ class Project:
     environments: Mapping[str, Environment]
     models: tuple[Model, ...]
     model_files: Mapping[str, Path]
+    # environment -> its promoted release, for environments whose `release:` names a pin file
+    releases: Mapping[str, release_pin.ReleasePin] = field(default_factory=lambda: MappingProxyType({}))
 
     def model(self, name: str) -> Model:
         for model in self.models:
@@ -40,7 +42,9 @@ class Project:
         raise KeyError(f"no model named {name!r}; known: {', '.join(m.name for m in self.models)}")
 
 
-def load(config_dir: Path | str) -> Project:
+def load(config_dir: Path | str, *, releases: bool = True) -> Project:
+    """`releases=False` skips reading the pin files: promote must load a config whose target pin is stale
+    or missing (it is about to rewrite it), and smoke and release do not use pins."""
     config_dir = Path(config_dir)
     problems: list[Problem] = []
     if not config_dir.is_dir():
@@ -67,6 +71,10 @@ def load(config_dir: Path | str) -> Project:
             for key, message in checks.check_model(model, environments):
                 problems.append(_problem(path, config_dir, doc, key, message))
 
+    pins: dict[str, release_pin.ReleasePin] = {}
+    if env_file and releases and not problems:
+        pins = _load_pins(config_dir, env_path, environments, [m.name for m, _, _ in models], problems)
+
     if problems:
         raise ConfigError(problems)
     assert env_file is not None  # no problems means the file loaded
@@ -76,7 +84,40 @@ def load(config_dir: Path | str) -> Project:
         environments=MappingProxyType(environments),
         models=tuple(m for m, _, _ in models),
         model_files=MappingProxyType({m.name: p for m, p, _ in models}),
+        releases=MappingProxyType(pins),
     )
+
+
+def pin_path(config_dir: Path, environment: Environment) -> Path | None:
+    """Where an environment's pin file lives: relative to the config directory, so a copy of the
+    directory (a test, a review checkout) carries its pins with it."""
+    return config_dir / environment.release.manifest if environment.release else None
+
+
+def _load_pins(config_dir: Path, env_path: Path, environments: dict[str, Environment], model_names: list[str],
+               problems: list[Problem]) -> dict[str, release_pin.ReleasePin]:
+    env_doc = parse(env_path)
+    pins = {}
+    for env_name, environment in environments.items():
+        path = pin_path(config_dir, environment)
+        if path is None:
+            continue
+        pin, read_problems = release_pin.read(path)
+        if read_problems:
+            where = ("environments", env_name, "release", "manifest")
+            for key, line, message in read_problems:
+                if not key and line is None:  # the file itself is missing or unreadable: point at the reference
+                    problems.append(_problem(env_path, config_dir, env_doc, where,
+                                             f"{_display(path, config_dir)}: {message}"))
+                else:
+                    problems.append(Problem(_display(path, config_dir), line, key, message))
+            continue
+        assert pin is not None
+        findings = list(release_pin.check(pin, env_name, environment, model_names))
+        problems.extend(Problem(_display(path, config_dir), None, key, message) for key, message in findings)
+        if not findings:
+            pins[env_name] = pin
+    return pins
 
 
 def _display(path: Path, config_dir: Path) -> str:

@@ -107,6 +107,13 @@ class EnvironmentDefaults(Frozen):
         return self
 
 
+class ReleaseRef(Frozen):
+    manifest: str = Field(
+        min_length=1, pattern=r"^[^/].*\.json$",
+        description="pin file written by `inferstack promote`, relative to this config directory "
+                    "(e.g. releases/staging.json): the environment deploys exactly these image digests")
+
+
 class Environment(Frozen):
     account: str = Field(pattern=r"^\d{12}$", description="12-digit AWS account id")
     region: str = Field(pattern=REGION_PATTERN)
@@ -116,6 +123,12 @@ class Environment(Frozen):
     defaults: EnvironmentDefaults = EnvironmentDefaults()
     prices: dict[InstanceType, PositiveFloat] = Field(
         default_factory=dict, description="USD per instance hour, overriding inferstack.pricing's table")
+    release: ReleaseRef | None = Field(
+        None, description="deploy a promoted release (pinned image digests) instead of building images")
+    deploy_role_arn: str | None = Field(
+        None, pattern=r"^arn:aws[a-z-]*:iam::\d{12}:role/[A-Za-z0-9+=,.@_/-]+$",
+        description="role the promote/smoke tools assume for this environment (default: the ambient "
+                    "AWS credentials)")
 
     @model_validator(mode="after")
     def _zones_in_region(self) -> "Environment":
@@ -130,6 +143,9 @@ class Environment(Frozen):
             if (region, account) != (self.region, self.account):
                 raise ValueError(f"defaults.certificate_arn is in {account}/{region}; a load balancer can only "
                                  f"use a certificate of its own account and region ({self.account}/{self.region})")
+        if self.deploy_role_arn is not None and self.deploy_role_arn.split(":")[4] != self.account:
+            raise ValueError(f"deploy_role_arn is in account {self.deploy_role_arn.split(':')[4]}, not this "
+                             f"environment's account {self.account}")
         if self.defaults.public_load_balancer and not self.has_public_subnets:
             raise ValueError("defaults.public_load_balancer needs public subnets: set network.import.public_subnet_ids")
         return self

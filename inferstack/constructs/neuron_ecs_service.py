@@ -5,11 +5,13 @@ task, with alarms and a dashboard."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import aws_cdk as cdk
 from aws_cdk import aws_autoscaling as autoscaling
 from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_ecr as ecr
 from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_ecs as ecs
 from aws_cdk import aws_elasticloadbalancingv2 as elbv2
@@ -20,6 +22,7 @@ from constructs import Construct, Dependable, DependencyGroup, IConstruct
 
 from inferstack import nag, neuron_task
 from inferstack.config.models import NeuronEcsModel
+from inferstack.config.release_pin import PinnedImage
 from inferstack.planning import CapacityPlan
 
 # Resolved by CloudFormation at deploy time, so synth needs no lookup. Not ecs.EcsOptimizedImage: some
@@ -35,6 +38,18 @@ HTTPS_PORT = 443
 # An Inferentia instance boots and joins the cluster in minutes; wanting more capacity than the group
 # delivers for longer than this means launches fail (e.g. InsufficientInstanceCapacity) or max is reached.
 CAPACITY_SHORTFALL_MINUTES = 15
+
+
+@dataclass(frozen=True)
+class ImageBuild:
+    """Build the serving image at deploy time from this Docker context (container/neuron/); the
+    Dockerfile and build args follow from the model and instance type."""
+
+    directory: str
+
+
+# Either built from source (dev) or a promoted image pinned by digest (staging, prod).
+NeuronImage = ImageBuild | PinnedImage
 
 
 class _ClusterCapacityProviderAssociation(Dependable):
@@ -61,7 +76,7 @@ class NeuronEcsService(Construct):
     def __init__(self, scope: Construct, construct_id: str, *, model: NeuronEcsModel, capacity: CapacityPlan,
                  vpc: ec2.IVpc, vpc_cidr: str, subnets: ec2.SubnetSelection, log_group: logs.ILogGroup,
                  alarm_action: cw.IAlarmAction, public: bool, certificate_arn: str | None,
-                 image_directory: str, access_log_retention: cdk.Duration,
+                 image: NeuronImage, access_log_retention: cdk.Duration,
                  removal_policy: cdk.RemovalPolicy) -> None:
         super().__init__(scope, construct_id)
         if public and not certificate_arn:
@@ -74,7 +89,7 @@ class NeuronEcsService(Construct):
 
         self.cluster = ecs.Cluster(self, "Cluster", vpc=vpc, container_insights_v2=ecs.ContainerInsights.ENABLED)
         self._add_capacity(vpc, subnets)
-        self._add_task(log_group, image_directory)
+        self._add_task(log_group, image)
         self._add_service(vpc, subnets)
         self._add_load_balancer(vpc, vpc_cidr, subnets, public, certificate_arn, access_log_retention,
                                 removal_policy)
@@ -154,11 +169,25 @@ class NeuronEcsService(Construct):
 
     # ------------------------------------------------------------------ task
 
-    def _add_task(self, log_group: logs.ILogGroup, image_directory: str) -> None:
+    def _container_image(self, image: NeuronImage) -> ecs.ContainerImage:
+        """Both ways grant the execution role pulls from that one repository (plus ecr:GetAuthorizationToken)."""
+        if isinstance(image, ImageBuild):
+            self.image: ecr_assets.DockerImageAsset | None = ecr_assets.DockerImageAsset(
+                self, "Image", directory=image.directory, file=self.task.dockerfile,
+                build_args=dict(self.task.build_args), platform=ecr_assets.Platform.LINUX_AMD64)
+            return ecs.ContainerImage.from_docker_image_asset(self.image)
+        self.image = None
+        repository = ecr.Repository.from_repository_attributes(
+            self, "PinnedRepository", repository_name=image.repository_name,
+            repository_arn=cdk.Stack.of(self).format_arn(service="ecr", resource="repository",
+                                                         resource_name=image.repository_name,
+                                                         account=image.account, region=image.region))
+        # A digest, never a tag: the task runs exactly the promoted image.
+        return ecs.ContainerImage.from_ecr_repository(repository, image.digest)
+
+    def _add_task(self, log_group: logs.ILogGroup, image: NeuronImage) -> None:
         task = self.task
-        self.image = ecr_assets.DockerImageAsset(
-            self, "Image", directory=image_directory, file=task.dockerfile, build_args=dict(task.build_args),
-            platform=ecr_assets.Platform.LINUX_AMD64)
+        container_image = self._container_image(image)
 
         self.task_definition = ecs.Ec2TaskDefinition(self, "Task", network_mode=ecs.NetworkMode.AWS_VPC)
         linux = ecs.LinuxParameters(self, "LinuxParameters")
@@ -171,7 +200,7 @@ class NeuronEcsService(Construct):
             for path in task.device_paths])
         self.container = self.task_definition.add_container(
             CONTAINER_NAME,
-            image=ecs.ContainerImage.from_docker_image_asset(self.image),
+            image=container_image,
             cpu=task.cpu_units,
             memory_limit_mib=task.memory_mib,
             environment=dict(task.environment),
@@ -187,7 +216,7 @@ class NeuronEcsService(Construct):
         execution_policy = self.task_definition.obtain_execution_role().node.find_child("DefaultPolicy")
         nag.acknowledge(execution_policy, "IAM5[Resource::*]",
                         "ecr:GetAuthorizationToken supports no resource-level permission; image pulls are "
-                        "limited to the asset repository")
+                        "limited to the serving image's repository")
 
     # ------------------------------------------------------------------ service
 

@@ -34,6 +34,9 @@ class Stack:
     template_path: Path
     # logical id -> construct path of its L1, e.g. "dev/Foundation/PlatformKey/Key/Resource"
     construct_paths: dict[str, str] = field(default_factory=dict)
+    account: str | None = None
+    # the stack's own asset manifest (<artifact>.assets.json): what `cdk deploy` publishes for it
+    asset_manifest_path: Path | None = None
 
     @property
     def resources(self) -> dict[str, dict]:
@@ -56,6 +59,13 @@ class Assembly:
     path: Path
     environments: dict[str, Environment]
     tree: dict | None  # tree.json's "tree" node, when the assembly has one
+    schema_version: str | None = None  # the cloud assembly schema version (manifest.json "version")
+    minimum_cli_version: str | None = None  # the oldest CDK CLI that can deploy it
+
+
+def read_json(path: Path) -> dict:
+    """A JSON object from the assembly; AssemblyError (one line, naming the path) otherwise."""
+    return _read_json(path)
 
 
 def _read_json(path: Path) -> dict:
@@ -93,6 +103,22 @@ def _region(artifact: dict) -> str | None:
     return region if region and not region.startswith("unknown") else None
 
 
+def _account(artifact: dict) -> str | None:
+    parts = str(artifact.get("environment", "")).removeprefix("aws://").split("/")
+    return parts[0] if len(parts) == 2 and parts[0].isdigit() else None
+
+
+def _asset_manifest_path(directory: Path, manifest: dict, artifact: dict) -> Path | None:
+    artifacts = manifest.get("artifacts") or {}
+    for dependency in artifact.get("dependencies") or []:
+        dep = artifacts.get(dependency)
+        if isinstance(dep, dict) and dep.get("type") == ASSET_MANIFEST:
+            file = (dep.get("properties") or {}).get("file")
+            if file:
+                return directory / file
+    return None
+
+
 def _construct_paths(directory: Path, artifact: dict, template: dict) -> dict[str, str]:
     """Logical id -> construct path. The stack's metadata (inline or in its additionalMetadataFile) maps
     them whatever the synth settings; the templates' aws:cdk:path metadata only when path metadata is on
@@ -128,7 +154,9 @@ def _stacks(directory: Path, manifest: dict, prefix: str) -> dict[str, Stack]:
         stacks[name] = Stack(name=name, artifact_id=artifact_id,
                              stack_name=props.get("stackName") or artifact_id, region=_region(artifact),
                              template=template, template_path=path,
-                             construct_paths=_construct_paths(directory, artifact, template))
+                             construct_paths=_construct_paths(directory, artifact, template),
+                             account=_account(artifact),
+                             asset_manifest_path=_asset_manifest_path(directory, manifest, artifact))
     return stacks
 
 
@@ -172,4 +200,5 @@ def load(path: Path) -> Assembly:
     tree = None
     for _, artifact in _artifacts(manifest, TREE):
         tree = _read_json(path / (artifact.get("properties") or {}).get("file", "tree.json")).get("tree")
-    return Assembly(path, dict(sorted(environments.items())), tree)
+    return Assembly(path, dict(sorted(environments.items())), tree,
+                    schema_version=manifest.get("version"), minimum_cli_version=manifest.get("minimumCliVersion"))

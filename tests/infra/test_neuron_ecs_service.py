@@ -17,7 +17,7 @@ from aws_cdk import aws_sns as sns
 from aws_cdk.assertions import Match, Template
 
 from inferstack import config
-from inferstack.constructs.neuron_ecs_service import AMI_PARAMETER, NeuronEcsService
+from inferstack.constructs.neuron_ecs_service import AMI_PARAMETER, ImageBuild, NeuronEcsService
 from inferstack.planning import CapacityPlan
 from stacks.serving_stack import NEURON_IMAGE_DIRECTORY
 from tests.conftest import CONFIG_DIR
@@ -463,7 +463,7 @@ def build_direct(model, instance_type: str, **overrides) -> Template:
     args = dict(model=model, capacity=plan, vpc=vpc, vpc_cidr="10.0.0.0/16",
                 subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
                 log_group=logs.LogGroup(stack, "Logs"), alarm_action=cw_actions.SnsAction(topic), public=False,
-                certificate_arn=None, image_directory=str(NEURON_IMAGE_DIRECTORY),
+                certificate_arn=None, image=ImageBuild(str(NEURON_IMAGE_DIRECTORY)),
                 access_log_retention=cdk.Duration.days(7), removal_policy=cdk.RemovalPolicy.RETAIN)
     NeuronEcsService(stack, "Neuron", **(args | overrides))
     return Template.from_stack(stack)

@@ -1,0 +1,120 @@
+"""The pin file `inferstack promote` writes and an environment's `release: {manifest: ...}` names: one
+image digest per model, in the environment's own account and region, so staging and prod deploy the
+exact images dev ran. Validated when the config loads; every problem names the file and key."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, ValidationError
+
+from inferstack.config.models import Environment, Frozen, Name
+
+PIN_FORMAT = "inferstack-pin/1"
+DIGEST_PATTERN = r"^sha256:[0-9a-f]{64}$"
+# Private ECR only: the pin is what promote copied into the environment's own registry.
+REPOSITORY_URI_PATTERN = (r"^(?P<account>\d{12})\.dkr\.ecr\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(\.cn)?"
+                          r"/(?P<name>[a-z0-9]+(?:[._/-][a-z0-9]+)*)$")
+Finding = tuple[str, str]  # (key path, message)
+
+
+class PinnedImage(Frozen):
+    """A serving image by digest. Typed so constructs take it instead of a string they would parse."""
+
+    repository_uri: str = Field(pattern=REPOSITORY_URI_PATTERN,
+                                description="<account>.dkr.ecr.<region>.amazonaws.com/<repository>")
+    digest: str = Field(pattern=DIGEST_PATTERN)
+    source_image: str | None = Field(None, description="what the source environment ran (provenance)")
+    tag: str | None = Field(None, description="tag promote gave the copy (the CDK asset hash when known)")
+
+    def _part(self, group: str) -> str:
+        match = re.fullmatch(REPOSITORY_URI_PATTERN, self.repository_uri)
+        assert match is not None  # the field pattern guarantees it
+        return match.group(group)
+
+    @property
+    def account(self) -> str:
+        return self._part("account")
+
+    @property
+    def region(self) -> str:
+        return self._part("region")
+
+    @property
+    def repository_name(self) -> str:
+        return self._part("name")
+
+    @property
+    def uri(self) -> str:
+        return f"{self.repository_uri}@{self.digest}"
+
+
+class ReleaseIdentity(Frozen):
+    """Which release the pinned images belong to, copied from the release manifest when promote had one."""
+
+    commit: str | None = None
+    config_sha256: str | None = None
+    manifest_sha256: str | None = None
+
+
+class ReleasePin(Frozen):
+    format: Literal["inferstack-pin/1"]
+    environment: Name
+    promoted_from: Name
+    release: ReleaseIdentity = ReleaseIdentity()
+    images: dict[Name, PinnedImage]
+
+    def image_for(self, model: str) -> PinnedImage | None:
+        return self.images.get(model)
+
+
+def read(path: Path) -> tuple[ReleasePin | None, list[tuple[str, int | None, str]]]:
+    """The pin at `path`, or the (key, line, message) problems that keep it from loading."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None, [("", None, "file not found; run `python -m inferstack promote ... --apply` to write it")]
+    except (OSError, UnicodeDecodeError) as exc:
+        return None, [("", None, f"cannot read: {getattr(exc, 'strerror', None) or exc}")]
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return None, [("", exc.lineno, f"not valid JSON: {exc.msg}")]
+    try:
+        return ReleasePin.model_validate(data), []
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors(include_url=False):
+            key = ".".join(str(part) for part in error["loc"] if part != "[key]")
+            message = {"missing": "required field is missing",
+                       "extra_forbidden": "unknown key"}.get(error["type"], error["msg"])
+            problems.append((key, None, message))
+        return None, problems
+
+
+def check(pin: ReleasePin, env_name: str, environment: Environment, models: Iterable[str]) -> Iterator[Finding]:
+    """Rules that need the environment and the model list: the pin must be for this environment, cover
+    every model and nothing else, and point into the environment's own registry."""
+    if pin.environment != env_name:
+        yield "environment", f"pin is for environment {pin.environment!r}, but {env_name} names it"
+    wanted = sorted(models)
+    missing = [m for m in wanted if m not in pin.images]
+    if missing:
+        yield "images", (f"no pinned image for model(s) {', '.join(missing)}; promote again to cover every "
+                         f"model of {env_name}")
+    for name, image in sorted(pin.images.items()):
+        if name not in wanted:
+            yield f"images.{name}", f"unknown model; known: {', '.join(wanted)}"
+        elif (image.account, image.region) != (environment.account, environment.region):
+            yield f"images.{name}.repository_uri", (
+                f"image is in {image.account}/{image.region}, but {env_name} deploys to "
+                f"{environment.account}/{environment.region}; promote copies it there")
+
+
+def dump(pin: ReleasePin) -> str:
+    """Deterministic JSON: sorted keys, no timestamps, so an unchanged promotion rewrites identical bytes."""
+    return json.dumps(pin.model_dump(mode="json", exclude_none=True), indent=2, sort_keys=True) + "\n"

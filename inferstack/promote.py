@@ -1,0 +1,207 @@
+"""`python -m inferstack promote --from dev --to staging [--apply] [--manifest FILE]`: move the images a
+source environment runs into the target environment's registry, by digest, and write the target's pin
+file, so its next deploy runs exactly those images. Dry run by default: prints the plan, changes nothing.
+
+What runs is read from the source, not from a build: stack outputs -> ECS service -> task definition
+image, or SageMaker endpoint -> endpoint config -> model -> container image; tags are resolved to digests
+in ECR. With --manifest, each image must belong to that release."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from pathlib import Path
+
+import boto3
+
+from inferstack import atomic_write, aws_sessions, ecr_images, release, stack_outputs
+from inferstack.config import NeuronEcsModel, Project, loader
+from inferstack.config.release_pin import PIN_FORMAT, PinnedImage, ReleaseIdentity, ReleasePin, dump
+
+# Promoted images live in one repository per model in each target account: inferstack/<model>.
+REPOSITORY_PREFIX = "inferstack"
+# The container NeuronEcsService names (CONTAINER_NAME there; a test keeps them equal). Not imported:
+# that module loads the CDK, which takes seconds a deploy pipeline step should not pay.
+NEURON_CONTAINER = "Server"
+
+
+class PromoteError(Exception):
+    """The source does not run what is expected, or an image cannot be found or copied; exit 1."""
+
+
+class PromoteUsageError(Exception):
+    """Bad arguments; exit 2."""
+
+
+@dataclass(frozen=True)
+class Step:
+    model: str
+    source: ecr_images.ResolvedImage
+    target_repository: str
+    target_repository_uri: str
+    tag: str | None
+    action: str  # "copy" or "exists"
+
+    def line(self) -> str:
+        tag = f" as :{self.tag}" if self.tag and self.action == "copy" else ""
+        return (f"{self.model}: {self.source.ref.repository_uri}@{self.source.digest} -> "
+                f"{self.target_repository_uri}{tag} ({self.action})")
+
+
+def running_image(session: boto3.Session, env_name: str, model) -> str:
+    """The image reference the model's deployed service runs in `env_name`."""
+    values = stack_outputs.outputs(session.client("cloudformation"), env_name, model.name)
+    if isinstance(model, NeuronEcsModel):
+        cluster, service = stack_outputs.require(values, ("ClusterName", "ServiceName"), env_name, model.name)
+        ecs = session.client("ecs")
+        found = ecs.describe_services(cluster=cluster, services=[service])
+        # A deleted service stays visible for a while as INACTIVE.
+        if not [s for s in found.get("services") or [] if s.get("status") != "INACTIVE"]:
+            raise PromoteError(f"{model.name}: ECS service {service} not found in cluster {cluster} ({env_name})")
+        task_definition = found["services"][0]["taskDefinition"]
+        containers = ecs.describe_task_definition(taskDefinition=task_definition)["taskDefinition"][
+            "containerDefinitions"]
+        images = [c["image"] for c in containers if c.get("name") == NEURON_CONTAINER] or \
+                 ([containers[0]["image"]] if len(containers) == 1 else [])
+        if not images:
+            raise PromoteError(f"{model.name}: task definition {task_definition} has no container "
+                               f"{NEURON_CONTAINER!r}")
+        return images[0]
+    (endpoint,) = stack_outputs.require(values, ("EndpointName",), env_name, model.name)
+    sagemaker = session.client("sagemaker")
+    try:
+        config_name = sagemaker.describe_endpoint(EndpointName=endpoint)["EndpointConfigName"]
+    except aws_sessions.AWS_ERRORS as exc:
+        raise PromoteError(f"{model.name}: SageMaker endpoint {endpoint} not found ({env_name}): "
+                           f"{' '.join(str(exc).split())}") from None
+    variants = sagemaker.describe_endpoint_config(EndpointConfigName=config_name)["ProductionVariants"]
+    model_names = sorted({v["ModelName"] for v in variants})
+    if len(model_names) != 1:
+        raise PromoteError(f"{model.name}: endpoint {endpoint} serves {len(model_names)} models; expected 1")
+    described = sagemaker.describe_model(ModelName=model_names[0])
+    container = described.get("PrimaryContainer") or (described.get("Containers") or [{}])[0]
+    if not container.get("Image"):
+        raise PromoteError(f"{model.name}: SageMaker model {model_names[0]} names no image")
+    return container["Image"]
+
+
+def _check_release(model: str, source_env: str, image: ecr_images.ResolvedImage, manifest: dict,
+                   manifest_path: Path) -> str | None:
+    """The release's tag for this image (the CDK asset hash), or PromoteError when the source runs
+    something the release did not build."""
+    candidates = release.model_images(manifest, model)
+    if not candidates:
+        raise PromoteError(f"{model}: release manifest {manifest_path} builds no image for this model")
+    for candidate in candidates:
+        if candidate.get("digest") == image.digest or (
+                not candidate.get("digest") and candidate.get("tag") in image.tags):
+            return candidate.get("tag")
+    expected = ", ".join(c.get("digest") or f"tag {c.get('tag')}" for c in candidates)
+    raise PromoteError(f"{model}: {source_env} runs {image.ref.repository_uri}@{image.digest} "
+                       f"(tags: {', '.join(image.tags) or 'none'}), not the image of release {manifest_path} "
+                       f"({expected})")
+
+
+def plan(project: Project, source_env: str, target_env: str, sessions: dict[str, boto3.Session],
+         manifest: dict | None = None, manifest_path: Path | None = None) -> list[Step]:
+    target = project.environments[target_env]
+    suffix = "amazonaws.com.cn" if target.region.startswith("cn-") else "amazonaws.com"
+    target_ecr = sessions[target_env].client("ecr")
+    steps = []
+    for model in sorted(project.models, key=lambda m: m.name):
+        try:
+            reference = ecr_images.ImageRef.parse(running_image(sessions[source_env], source_env, model))
+            source_ecr = sessions[source_env].client("ecr", region_name=reference.region)
+            image = ecr_images.resolve(source_ecr, reference)
+        except stack_outputs.StackNotFound as exc:
+            raise PromoteError(str(exc)) from None
+        except ecr_images.ImageError as exc:
+            raise PromoteError(f"{model.name}: {exc}") from None
+        tag = reference.tag
+        if manifest is not None:
+            assert manifest_path is not None
+            tag = _check_release(model.name, source_env, image, manifest, manifest_path) or tag
+        repository = f"{REPOSITORY_PREFIX}/{model.name}"
+        exists = ecr_images.tags_of_digest(target_ecr, repository, image.digest) is not None
+        if not exists and tag is not None:
+            holder = ecr_images.digest_of_tag(target_ecr, repository, tag)
+            if holder is not None and holder != image.digest:
+                raise PromoteError(f"{model.name}: {target_env} repository {repository} already tags {tag} as "
+                                   f"{holder} (tags are immutable); the source runs {image.digest}")
+        steps.append(Step(model.name, image, repository, f"{target.account}.dkr.ecr.{target.region}.{suffix}/"
+                          f"{repository}", tag, "exists" if exists else "copy"))
+    return steps
+
+
+def apply(steps: list[Step], source_session: boto3.Session, target_session: boto3.Session) -> None:
+    target_ecr = target_session.client("ecr")
+    for step in steps:
+        if step.action != "copy":
+            continue
+        ecr_images.ensure_repository(target_ecr, step.target_repository)
+        source_ecr = source_session.client("ecr", region_name=step.source.ref.region)
+        ecr_images.copy(source_ecr, step.source.ref, step.source.digest, target_ecr, step.target_repository,
+                        step.tag)
+
+
+def pin_for(steps: list[Step], source_env: str, target_env: str, identity: ReleaseIdentity) -> ReleasePin:
+    return ReleasePin(format=PIN_FORMAT, environment=target_env, promoted_from=source_env, release=identity,
+                      images={s.model: PinnedImage(repository_uri=s.target_repository_uri, digest=s.source.digest,
+                                                   source_image=f"{s.source.ref.repository_uri}@{s.source.digest}",
+                                                   tag=s.tag) for s in steps})
+
+
+def run(args: argparse.Namespace) -> int:
+    # Pins are not read: the target's may be stale or missing, which is what this command fixes.
+    project = loader.load(args.config_dir, releases=False)
+    for option, name in (("--from", args.source), ("--to", args.target)):
+        if name not in project.environments:
+            raise PromoteUsageError(f"{option}: unknown environment {name!r}; known: "
+                                    f"{', '.join(project.environments)}")
+    if args.source == args.target:
+        raise PromoteUsageError("--from and --to name the same environment")
+    manifest, identity = None, ReleaseIdentity()
+    if args.manifest is not None:
+        try:
+            manifest, manifest_sha = release.load(args.manifest)
+        except release.ReleaseError as exc:
+            raise PromoteUsageError(str(exc)) from None
+        identity = ReleaseIdentity(commit=manifest.get("commit"), config_sha256=manifest.get("config_sha256"),
+                                   manifest_sha256=manifest_sha)
+    target = project.environments[args.target]
+    pin_path = loader.pin_path(project.config_dir, target) or project.config_dir / "releases" / f"{args.target}.json"
+    sessions = {name: aws_sessions.session_for(name, project.environments[name], purpose="promote")
+                for name in (args.source, args.target)}
+    steps = plan(project, args.source, args.target, sessions, manifest, args.manifest)
+    mode = "applying" if args.apply else f"dry run; --apply copies and writes {pin_path}"
+    print(f"promote {args.source} -> {args.target} ({mode})")
+    for step in steps:
+        print(step.line())
+    if not args.apply:
+        return 0
+    try:
+        pin_path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise PromoteError(f"{pin_path.parent}: cannot create: {exc.strerror or exc}") from None
+    apply(steps, sessions[args.source], sessions[args.target])
+    try:
+        atomic_write.write_text(pin_path, dump(pin_for(steps, args.source, args.target, identity)))
+    except OSError as exc:
+        raise PromoteError(f"{pin_path}: cannot write: {exc.strerror or exc}") from None
+    print(f"wrote {pin_path}")
+    if target.release is None:
+        print(f"note: {args.target} does not deploy it yet: add `release: {{manifest: "
+              f"{pin_path.relative_to(project.config_dir).as_posix()}}}` to environments.{args.target} in "
+              f"{project.config_dir / loader.ENVIRONMENTS_FILE}")
+    return 0
+
+
+def add_parser(commands: argparse._SubParsersAction, handler, default_config_dir: Path) -> None:
+    cmd = commands.add_parser("promote", help="copy what one environment runs into the next and pin it",
+                              description=__doc__.splitlines()[0].split(": ", 1)[1])
+    cmd.add_argument("--from", dest="source", required=True, metavar="ENV", help="environment to read from")
+    cmd.add_argument("--to", dest="target", required=True, metavar="ENV", help="environment to pin")
+    cmd.add_argument("--apply", action="store_true", help="copy the images and write the pin (default: dry run)")
+    cmd.add_argument("--manifest", type=Path, help="release manifest (from `release`) the images must belong to")
+    cmd.add_argument("--config-dir", type=Path, default=default_config_dir)
+    cmd.set_defaults(func=handler)

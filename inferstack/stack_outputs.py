@@ -1,0 +1,32 @@
+"""The outputs of a deployed serving stack (`<env>-<model>`), read from CloudFormation: how promote and
+smoke find the cluster, service, endpoint or URL a model runs behind."""
+
+from __future__ import annotations
+
+import botocore.exceptions
+
+
+class StackNotFound(Exception):
+    pass
+
+
+def stack_name(env_name: str, model: str) -> str:
+    return f"{env_name}-{model}"  # the Stage prefixes its stacks' names (stacks/stage.py)
+
+
+def outputs(cloudformation, env_name: str, model: str) -> dict[str, str]:
+    name = stack_name(env_name, model)
+    try:
+        stacks = cloudformation.describe_stacks(StackName=name)["Stacks"]
+    except botocore.exceptions.ClientError as exc:
+        if "does not exist" in str(exc):
+            raise StackNotFound(f"{model}: stack {name} not found (is {env_name} deployed?)") from None
+        raise
+    return {o["OutputKey"]: o["OutputValue"] for o in stacks[0].get("Outputs") or []}
+
+
+def require(values: dict[str, str], keys: tuple[str, ...], env_name: str, model: str) -> tuple[str, ...]:
+    missing = [k for k in keys if not values.get(k)]
+    if missing:
+        raise StackNotFound(f"{model}: stack {stack_name(env_name, model)} has no output {', '.join(missing)}")
+    return tuple(values[k] for k in keys)

@@ -1,0 +1,131 @@
+"""An environment with `release: {manifest: ...}` deploys the pinned images by digest: no image asset is
+built for its models, and the execution roles may pull from the pinned repositories only. Environments
+without a pin are untouched (the snapshots of the shipped environments hold that)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from aws_cdk.assertions import Template
+
+from inferstack import config
+from tests.infra.synth import synth
+
+ACCOUNT, REGION = "222222222222", "us-east-1"
+MODELS = ("bert-large-classifier", "intent-bert", "t5-spelling")
+
+
+def digest(n: int) -> str:
+    return "sha256:" + f"{n:x}" * 64
+
+
+def pin_document(models=MODELS, environment="staging", account=ACCOUNT, region=REGION) -> dict:
+    return {"format": "inferstack-pin/1", "environment": environment, "promoted_from": "dev",
+            "release": {"commit": "0" * 40},
+            "images": {m: {"repository_uri": f"{account}.dkr.ecr.{region}.amazonaws.com/inferstack/{m}",
+                           "digest": digest(i + 1)} for i, m in enumerate(models)}}
+
+
+def pin_staging(config_dir: Path, document: dict | str | None) -> Path:
+    """Point staging at releases/staging.json and write `document` there (None: leave it missing)."""
+    env_file = config_dir / "environments.yaml"
+    text = env_file.read_text()
+    anchor = "    alarms:\n      emails: [ml-platform-alerts@example.com]\n"
+    assert anchor in text
+    env_file.write_text(text.replace(anchor, anchor + "    release: {manifest: releases/staging.json}\n"))
+    path = config_dir / "releases" / "staging.json"
+    if document is not None:
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(document if isinstance(document, str) else json.dumps(document))
+    return path
+
+
+@pytest.fixture(scope="module")
+def pinned(tmp_path_factory):
+    import shutil
+
+    from tests.conftest import CONFIG_DIR
+    config_dir = tmp_path_factory.mktemp("pinned") / "model_configs"
+    shutil.copytree(CONFIG_DIR, config_dir)
+    pin_staging(config_dir, pin_document())
+    project = config.load(config_dir)
+    return synth(project, ["staging"], tmp_path_factory.mktemp("cdk.out"))
+
+
+def test_pinned_neuron_service_runs_the_digest_and_pulls_from_that_repository_only(pinned):
+    tpl = Template.from_json(pinned.template("staging", "intent-bert"))
+    (task,) = tpl.find_resources("AWS::ECS::TaskDefinition").values()
+    image = task["Properties"]["ContainerDefinitions"][0]["Image"]
+    assert image == {"Fn::Join": ["", [f"{ACCOUNT}.dkr.ecr.{REGION}.", {"Ref": "AWS::URLSuffix"},
+                                       f"/inferstack/intent-bert@{digest(2)}"]]}
+    policies = tpl.find_resources("AWS::IAM::Policy")
+    execution = next(p for k, p in policies.items() if "TaskExecutionRole" in k)
+    pull = [s for s in execution["Properties"]["PolicyDocument"]["Statement"]
+            if "ecr:BatchGetImage" in s["Action"]]
+    assert [s["Resource"] for s in pull] == [f"arn:aws:ecr:{REGION}:{ACCOUNT}:repository/inferstack/intent-bert"]
+
+
+def test_pinned_triton_model_uses_the_digest_uri_and_scoped_pull(pinned):
+    tpl = Template.from_json(pinned.template("staging", "t5-spelling"))
+    (model,) = tpl.find_resources("AWS::SageMaker::Model").values()
+    assert model["Properties"]["PrimaryContainer"]["Image"] == (
+        f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/inferstack/t5-spelling@{digest(3)}")
+    (policy,) = tpl.find_resources("AWS::IAM::Policy").values()
+    (pull,) = [s for s in policy["Properties"]["PolicyDocument"]["Statement"] if s.get("Sid") == "PullServingImage"]
+    assert pull["Resource"] == f"arn:aws:ecr:{REGION}:{ACCOUNT}:repository/inferstack/t5-spelling"
+
+
+def test_pinned_environment_builds_no_image_assets(pinned):
+    for manifest in (pinned.outdir / "assembly-staging").glob("*.assets.json"):
+        assert json.loads(manifest.read_text()).get("dockerImages", {}) == {}, manifest.name
+
+
+# ----------------------------------------------------------------------------- rejections at config load
+
+def load_problems(config_dir: Path) -> list[str]:
+    with pytest.raises(config.ConfigError) as info:
+        config.load(config_dir)
+    return [str(p) for p in info.value.problems]
+
+
+def test_missing_pin_file_points_at_the_reference(config_copy):
+    pin_staging(config_copy, None)
+    (line,) = load_problems(config_copy)
+    assert line.startswith("model_configs/environments.yaml:")
+    assert "environments.staging.release.manifest: model_configs/releases/staging.json: file not found" in line
+
+
+@pytest.mark.parametrize("document, expected", [
+    ("{not json", "model_configs/releases/staging.json:1: not valid JSON"),
+    (pin_document(models=("intent-bert", "t5-spelling")),
+     "model_configs/releases/staging.json: images: no pinned image for model(s) bert-large-classifier"),
+    ({**pin_document(), "environment": "prod"},
+     "model_configs/releases/staging.json: environment: pin is for environment 'prod', but staging names it"),
+    (pin_document(account="111111111111"),
+     "model_configs/releases/staging.json: images.intent-bert.repository_uri: image is in 111111111111/us-east-1"),
+    (pin_document(models=(*MODELS, "retired-model")),
+     "model_configs/releases/staging.json: images.retired-model: unknown model"),
+])
+def test_bad_pins_are_one_line_problems_naming_file_and_key(config_copy, document, expected):
+    pin_staging(config_copy, document)
+    lines = load_problems(config_copy)
+    assert any(line.startswith(expected) for line in lines), lines
+
+
+def test_digest_must_be_present_and_well_formed(config_copy):
+    document = pin_document()
+    del document["images"]["intent-bert"]["digest"]
+    document["images"]["t5-spelling"]["digest"] = "latest"
+    pin_staging(config_copy, document)
+    lines = load_problems(config_copy)
+    assert "model_configs/releases/staging.json: images.intent-bert.digest: required field is missing" in lines
+    assert any(line.startswith("model_configs/releases/staging.json: images.t5-spelling.digest: String should "
+                               "match pattern") for line in lines), lines
+
+
+def test_promote_can_load_a_config_whose_pin_is_stale(config_copy):
+    pin_staging(config_copy, pin_document(models=("intent-bert",)))
+    project = config.load(config_copy, releases=False)
+    assert dict(project.releases) == {}

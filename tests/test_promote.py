@@ -1,0 +1,209 @@
+"""`promote` on moto: dev runs three models (an ECS service and two SageMaker endpoints, images in dev's
+CDK asset repository); promote plans, copies manifests and layers into staging's account, writes the
+pin, and refuses when the source is missing or runs something other than the release."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from moto import mock_aws
+
+from inferstack import cli, ecr_images, promote
+from inferstack.config import load
+from inferstack.config.release_pin import ReleasePin
+from tests import aws_fakes
+from tests.test_cli import run
+
+MODELS = ("bert-large-classifier", "intent-bert", "t5-spelling")
+TARGET = "222222222222.dkr.ecr.us-east-1.amazonaws.com/inferstack"
+
+
+@pytest.fixture
+def aws(monkeypatch):
+    for key, value in aws_fakes.FAKE_CREDENTIALS.items():
+        monkeypatch.setenv(key, value)
+    with mock_aws():
+        yield
+
+
+@pytest.fixture
+def dev(aws, config_copy, monkeypatch):
+    """dev deployed: every model's stack, service or endpoint, and image."""
+    aws_fakes.with_deploy_roles(config_copy)
+    sess = aws_fakes.session("dev")
+    repository = aws_fakes.ASSET_REPOSITORY.format(account="111111111111", region="us-east-1")
+    images = {}
+    for model in MODELS:
+        images[model] = image = aws_fakes.push_image(sess, repository, seed=model)
+        if model == "intent-bert":
+            aws_fakes.deploy_neuron(sess, "dev", model, image.uri)
+        else:
+            aws_fakes.deploy_triton(sess, "dev", model, image.uri)
+    blobs = {d: b for image in images.values() for d, b in image.blobs.items()}
+    # moto has no GetDownloadUrlForLayer: serve the source blobs directly, chunked as the real code is.
+    monkeypatch.setattr(ecr_images, "download_layer",
+                        lambda ecr, registry, repo, digest, size: iter([blobs[digest][i:i + 4]
+                                                                        for i in range(0, len(blobs[digest]), 4)]))
+    return config_copy, images
+
+
+def promote_cli(capsys, config_dir, *args: str) -> tuple[int, list[str], list[str]]:
+    code = cli.main(["promote", "--from", "dev", "--to", "staging", "--config-dir", str(config_dir), *args])
+    out, err = capsys.readouterr()
+    return code, out.splitlines(), err.splitlines()
+
+
+def release_manifest(images, tags: dict[str, str] | None = None) -> dict:
+    tags = tags or {}
+    return {"format": "inferstack-release/1", "commit": "c" * 40, "config_sha256": "f" * 64,
+            "environments": {"dev": {"stacks": {m: {"images": [{"asset_id": tags.get(m, i.tag), "tag": tags.get(m, i.tag),
+                                                                "digest": None}]}
+                                                for m, i in images.items()}}}}
+
+
+def test_dry_run_prints_the_plan_and_changes_nothing(dev, capsys):
+    config_dir, images = dev
+    code, out, err = promote_cli(capsys, config_dir)
+    assert code == 0, err
+    assert out[0] == (f"promote dev -> staging (dry run; --apply copies and writes "
+                      f"{config_dir / 'releases' / 'staging.json'})")
+    source = "111111111111.dkr.ecr.us-east-1.amazonaws.com/cdk-hnb659fds-container-assets-111111111111-us-east-1"
+    assert out[1:] == [f"{m}: {source}@{images[m].digest} -> {TARGET}/{m} as :{images[m].tag} (copy)"
+                       for m in MODELS]
+    assert aws_fakes.session("staging").client("ecr").describe_repositories()["repositories"] == []
+    assert not (config_dir / "releases").exists()
+
+
+def test_apply_copies_images_with_layers_and_writes_the_pin(dev, capsys):
+    config_dir, images = dev
+    code, out, err = promote_cli(capsys, config_dir, "--apply")
+    assert code == 0, err
+    pin_path = config_dir / "releases" / "staging.json"
+    assert out[-2] == f"wrote {pin_path}"
+    assert out[-1].startswith("note: staging does not deploy it yet: add `release: {manifest: releases/staging.json}`")
+
+    ecr = aws_fakes.session("staging").client("ecr")
+    for model, image in images.items():
+        (repository,) = ecr.describe_repositories(repositoryNames=[f"inferstack/{model}"])["repositories"]
+        assert repository["imageTagMutability"] == "IMMUTABLE"
+        assert repository["encryptionConfiguration"]["encryptionType"] == "KMS"
+        (detail,) = ecr.describe_images(repositoryName=f"inferstack/{model}")["imageDetails"]
+        assert (detail["imageDigest"], detail["imageTags"]) == (image.digest, [image.tag])
+        layers = ecr.batch_check_layer_availability(repositoryName=f"inferstack/{model}",
+                                                    layerDigests=list(image.blobs))["layers"]
+        assert {layer["layerDigest"] for layer in layers} == set(image.blobs)
+
+    pin = ReleasePin.model_validate_json(pin_path.read_text())
+    assert (pin.environment, pin.promoted_from) == ("staging", "dev")
+    assert {m: (i.repository_uri, i.digest) for m, i in pin.images.items()} == {
+        m: (f"{TARGET}/{m}", images[m].digest) for m in MODELS}
+    assert json.loads(pin_path.read_text()) == json.loads(json.dumps(json.loads(pin_path.read_text()), sort_keys=True))
+
+    # The pin is what staging's config load accepts once environments.yaml names it.
+    env_file = config_dir / "environments.yaml"
+    env_file.write_text(env_file.read_text().replace(
+        "  staging:\n", "  staging:\n    release: {manifest: releases/staging.json}\n", 1))
+    assert load(config_dir).releases["staging"] == pin
+
+    # A second promotion finds everything in place and rewrites the same pin.
+    before = pin_path.read_text()
+    code, out, err = promote_cli(capsys, config_dir, "--apply")
+    assert code == 0, err
+    assert all(line.endswith("(exists)") for line in out[1:4]), out
+    assert pin_path.read_text() == before
+
+
+def test_release_manifest_is_checked_and_recorded(dev, capsys, tmp_path):
+    config_dir, images = dev
+    manifest = tmp_path / "release.json"
+    manifest.write_text(json.dumps(release_manifest(images)))
+    code, out, err = promote_cli(capsys, config_dir, "--apply", "--manifest", str(manifest))
+    assert code == 0, err
+    pin = ReleasePin.model_validate_json((config_dir / "releases" / "staging.json").read_text())
+    assert pin.release.commit == "c" * 40
+    assert pin.release.config_sha256 == "f" * 64
+    assert pin.release.manifest_sha256 is not None
+
+
+def test_source_running_another_image_than_the_release_fails_naming_the_model(dev, capsys, tmp_path):
+    config_dir, images = dev
+    manifest = tmp_path / "release.json"
+    manifest.write_text(json.dumps(release_manifest(images, tags={"intent-bert": "0" * 64})))
+    code, out, err = promote_cli(capsys, config_dir, "--manifest", str(manifest))
+    assert code == 1
+    assert len(err) == 1 and err[0].startswith("promote: error: intent-bert: dev runs ")
+    assert f"not the image of release {manifest}" in err[0]
+
+
+def test_missing_source_stack_fails_naming_model_and_stack(dev, capsys):
+    config_dir, _ = dev
+    aws_fakes.session("dev").client("cloudformation").delete_stack(StackName="dev-t5-spelling")
+    code, out, err = promote_cli(capsys, config_dir, "--apply")
+    assert code == 1
+    assert err == ["promote: error: t5-spelling: stack dev-t5-spelling not found (is dev deployed?)"]
+    assert not (config_dir / "releases").exists()
+
+
+def test_missing_service_and_endpoint_fail(dev, capsys):
+    config_dir, _ = dev
+    sess = aws_fakes.session("dev")
+    sess.client("ecs").delete_service(cluster="dev-intent-bert-cluster", service="intent-bert-service", force=True)
+    code, _, err = promote_cli(capsys, config_dir)
+    assert code == 1
+    assert err[0].startswith("promote: error: intent-bert: ECS service intent-bert-service not found")
+
+    sess.client("sagemaker").delete_endpoint(EndpointName="dev-bert-large-classifier")
+    code, _, err = promote_cli(capsys, config_dir)
+    assert code == 1
+    assert err[0].startswith("promote: error: bert-large-classifier: SageMaker endpoint dev-bert-large-classifier "
+                             "not found")
+
+
+def test_image_missing_from_ecr_fails(dev, capsys):
+    config_dir, images = dev
+    sess = aws_fakes.session("dev")
+    repository = aws_fakes.ASSET_REPOSITORY.format(account="111111111111", region="us-east-1")
+    sess.client("ecr").batch_delete_image(repositoryName=repository, imageIds=[{"imageTag": images["t5-spelling"].tag}])
+    code, _, err = promote_cli(capsys, config_dir)
+    assert code == 1
+    assert err[0].startswith(f"promote: error: t5-spelling: {images['t5-spelling'].uri}: not found in ECR")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--from", "dev", "--to", "qa"], "promote: error: --to: unknown environment 'qa'; known: dev, staging, prod"),
+    (["--from", "dev", "--to", "dev"], "promote: error: --from and --to name the same environment"),
+    (["--from", "dev", "--to", "staging", "--manifest", "/nonexistent/release.json"],
+     "promote: error: --manifest /nonexistent/release.json: file not found"),
+])
+def test_bad_arguments_are_one_line_exit_2(args, message, capsys):
+    assert cli.main(["promote", *args]) == 2
+    assert capsys.readouterr().err.splitlines() == [message]
+
+
+def test_missing_argument_is_a_usage_error_without_traceback():
+    result = run("-m", "inferstack", "promote", "--from", "dev")
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        "python -m inferstack promote: error: the following arguments are required: --to"]
+
+
+def test_not_a_release_manifest_is_rejected(tmp_path, capsys):
+    path = tmp_path / "release.json"
+    path.write_text('{"format": "something-else"}')
+    assert cli.main(["promote", "--from", "dev", "--to", "staging", "--manifest", str(path)]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"promote: error: --manifest {path}: not a release manifest (format is not 'inferstack-release/1')"]
+
+
+def test_container_name_matches_the_construct():
+    from inferstack.constructs.neuron_ecs_service import CONTAINER_NAME
+    assert promote.NEURON_CONTAINER == CONTAINER_NAME
+
+
+def test_image_references():
+    ref = ecr_images.ImageRef.parse("111111111111.dkr.ecr.us-east-1.amazonaws.com/a/b:tag1@sha256:" + "a" * 64)
+    assert (ref.account, ref.region, ref.repository, ref.tag) == ("111111111111", "us-east-1", "a/b", "tag1")
+    for bad in ("nginx:latest", "111111111111.dkr.ecr.us-east-1.amazonaws.com/repo"):
+        with pytest.raises(ecr_images.ImageError):
+            ecr_images.ImageRef.parse(bad)
