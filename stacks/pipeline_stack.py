@@ -95,18 +95,21 @@ class PipelineStack(cdk.Stack):
         self._lint_clean_pipeline_resource()
 
     def _registry_credentials(self, triton_base_images: Mapping[str, str]) -> list[pipelines.DockerCredential]:
-        repositories: dict[str, ecr.IRepository] = {}
+        """One ECR login per registry (account and region) the Triton builds pull from: cdk-assets logs in
+        to the registry of a credential's first repository only, so repositories are not mixed."""
+        registries: dict[tuple[str, str], dict[str, ecr.IRepository]] = {}
         for uri in sorted(set(triton_base_images.values())):
             registry, _, path = uri.partition("/")
             account, _, _, region, *_ = registry.split(".")
             name = path.split(":", 1)[0]
-            arn = f"arn:{self.partition}:ecr:{region}:{account}:repository/{name}"
-            repositories.setdefault(arn, ecr.Repository.from_repository_arn(
-                self, f"TritonBase-{region}-{account}", arn))
-        if not repositories:
-            return []
+            repositories = registries.setdefault((account, region), {})
+            if name not in repositories:
+                repositories[name] = ecr.Repository.from_repository_arn(
+                    self, f"BaseImage-{account}-{region}-{name}",
+                    f"arn:{self.partition}:ecr:{region}:{account}:repository/{name}")
         return [pipelines.DockerCredential.ecr(list(repositories.values()),
-                                               usages=[pipelines.DockerCredentialUsage.ASSET_PUBLISHING])]
+                                               usages=[pipelines.DockerCredentialUsage.ASSET_PUBLISHING])
+                for _, repositories in sorted(registries.items())]
 
     def _smoke_step(self, env_name: str, environment: Environment) -> pipelines.CodeBuildStep:
         """Installs the project from the same source revision and runs the smoke test as a role of the
