@@ -254,7 +254,8 @@ def private_subnets(rehearsal: Rehearsal) -> list[str]:
     subnets = ec2.describe_subnets(SubnetIds=rehearsal.of_type(f"{ENV}-Foundation", "AWS::EC2::Subnet"))["Subnets"]
     private = sorted(s["SubnetId"] for s in subnets
                      if {"Key": "aws-cdk:subnet-type", "Value": "Private"} in s.get("Tags", []))
-    assert len(private) == len(private_zones := {s["AvailabilityZone"] for s in subnets}) and private_zones
+    zones = {s["AvailabilityZone"] for s in subnets}
+    assert zones and len(private) == len(zones)  # one private subnet per zone
     return private
 
 
