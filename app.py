@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """CDK entry point: the only place that reads context. Loads and validates model_configs/, then builds
-one Stage per environment (all of them unless `-c environments=dev,staging`)."""
+one Stage per environment (all of them unless `-c environments=dev,staging`) and, when environments.yaml
+configures one, the pipeline that deploys those same stages (`-c pipeline=false` leaves it out)."""
 
 import sys
 from pathlib import Path
@@ -8,7 +9,7 @@ from pathlib import Path
 import aws_cdk as cdk
 
 from inferstack import config
-from stacks.app_builder import POST_CLI_CONTEXT, build
+from stacks.app_builder import POST_CLI_CONTEXT, PipelineUnavailable, build, pipeline_wanted
 
 
 def main() -> int:
@@ -29,7 +30,15 @@ def main() -> int:
               f"known: {', '.join(project.environments)}", file=sys.stderr)
         return 2
 
-    build(app, project, names)
+    pipeline_context = app.node.try_get_context("pipeline")  # "true"/"false" from -c, a bool from cdk.json
+    try:
+        with_pipeline = pipeline_wanted(project, names,
+                                        None if pipeline_context is None else str(pipeline_context).lower())
+    except PipelineUnavailable as exc:
+        print(exc, file=sys.stderr)
+        return 2
+
+    build(app, project, names, pipeline=with_pipeline)
     try:
         app.synth()
     except RuntimeError as exc:  # jsii surfaces the CDK's ValidationError as a RuntimeError

@@ -1,5 +1,5 @@
-"""Assemble the app: the stages for the chosen environments plus the cdk-nag checks. Shared by app.py
-and the tests so both synthesize exactly the same thing."""
+"""Assemble the app: the stages for the chosen environments, the pipeline that deploys them, and the
+cdk-nag checks. Shared by app.py and the tests so both synthesize exactly the same thing."""
 
 from __future__ import annotations
 
@@ -7,16 +7,69 @@ from collections.abc import Sequence
 
 import aws_cdk as cdk
 
-from inferstack import nag
-from inferstack.config import Project
+from inferstack import nag, planning, triton_image
+from inferstack.config import Project, TritonSageMakerModel
+from stacks.pipeline_stack import PipelineStack
 from stacks.stage import InferenceStage, add_stages
 
 # The CDK CLI hands every app failSynthOnValidationErrors=false, so policy findings would only be
 # reported. Post-CLI context wins over the CLI's, so an unacknowledged cdk-nag finding fails synth.
 POST_CLI_CONTEXT = {"@aws-cdk/core:failSynthOnValidationErrors": True}
+PIPELINE_STACK_ID = "Pipeline"
+PIPELINE_STACK_NAME = "inferstack-pipeline"
 
 
-def build(app: cdk.App, project: Project, env_names: Sequence[str]) -> dict[str, InferenceStage]:
+class PipelineUnavailable(ValueError):
+    """`-c pipeline=true` asked for a pipeline that cannot be built from this config and selection."""
+
+
+def pipeline_wanted(project: Project, env_names: Sequence[str], requested: str | None) -> bool:
+    """Whether to add the pipeline stack. `requested` is the `pipeline` context value: unset builds it when
+    `pipeline:` is configured and every environment it deploys is being synthesized (so `-c environments=dev`
+    stays a fast dev-only synth); "true" insists; "false" leaves it out."""
+    if requested not in (None, "true", "false"):
+        raise PipelineUnavailable(f"-c pipeline: expected true or false, got {requested!r}")
+    if requested == "false":
+        return False
+    if project.pipeline is None:
+        if requested == "true":
+            raise PipelineUnavailable("-c pipeline=true: environments.yaml has no pipeline: block")
+        return False
+    missing = [name for name in project.pipeline.stages if name not in env_names]
+    if missing and requested == "true":
+        raise PipelineUnavailable(f"-c pipeline=true: the pipeline deploys {', '.join(project.pipeline.stages)}, "
+                                  f"but -c environments leaves out {', '.join(missing)}")
+    return not missing
+
+
+def build(app: cdk.App, project: Project, env_names: Sequence[str], *,
+          pipeline: bool = False) -> dict[str, InferenceStage]:
     stages = add_stages(app, project, env_names)
+    if pipeline:
+        add_pipeline(app, project, stages)
     nag.add_checks(app)
     return stages
+
+
+def add_pipeline(app: cdk.App, project: Project, stages: dict[str, InferenceStage]) -> PipelineStack:
+    settings = project.pipeline
+    if settings is None:
+        raise PipelineUnavailable("environments.yaml has no pipeline: block")
+    environments = {name: project.environments[name] for name in settings.stages}
+    return PipelineStack(app, PIPELINE_STACK_ID, stack_name=PIPELINE_STACK_NAME, settings=settings,
+                         stages=stages, environments=environments,
+                         triton_base_images=triton_base_images(project, settings.stages),
+                         description="inferstack CDK pipeline: " + " -> ".join(settings.stages))
+
+
+def triton_base_images(project: Project, env_names: Sequence[str]) -> dict[str, str]:
+    """"<env>/<model>" -> the SageMaker Triton base image its image asset is built from."""
+    images = {}
+    for env_name in env_names:
+        environment = project.environments[env_name]
+        for model in project.models:
+            if isinstance(model, TritonSageMakerModel):
+                plan = planning.plan(model, env_name, environment)
+                images[f"{env_name}/{model.name}"] = triton_image.base_image_uri(
+                    region=environment.region, version=model.serving.image_version, instance_type=plan.instance_type)
+    return images

@@ -53,6 +53,7 @@ def _reference_model(name, itype, throughput, pipeline_cores):
 def reference_project(tmp_path):
     environments = yaml.safe_load((CONFIG_DIR / "environments.yaml").read_text())
     environments["environments"] = {"dev": {**environments["environments"]["dev"], "prices": POST_PRICES}}
+    environments.pop("pipeline")  # it deploys staging and prod too, which this dev-only config leaves out
     (tmp_path / "environments.yaml").write_text(yaml.safe_dump(environments))
     for name, itype, throughput, cores, _ in PUBLISHED:
         (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(_reference_model(name, itype, throughput, cores)))

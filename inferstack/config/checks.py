@@ -3,10 +3,13 @@ pairs so the loader can attach file and line; nothing here raises on the first p
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 from inferstack import instances, planning, triton_image
-from inferstack.config.models import Environment, NeuronEcsModel, TritonSageMakerModel
+from inferstack.config.models import (
+    CONNECTION_ARN_PATTERN, Environment, EnvironmentsFile, NeuronEcsModel, TritonSageMakerModel,
+)
 from inferstack.config.yaml_source import KeyPath
 
 Model = NeuronEcsModel | TritonSageMakerModel
@@ -150,3 +153,27 @@ def _check_plan(model: Model, env_name: str, environment: Environment) -> Iterat
             f"peak {result.peak_tps:g} TPS needs {result.instances_at_peak} x {result.instance_type} at "
             f"{result.throughput_per_instance:g}/s x safety factor {result.safety_factor:g}, "
             f"but max is {result.max_capacity}")
+
+
+def check_pipeline(env_file: EnvironmentsFile) -> Iterator[Finding]:
+    """The pipeline block against the environments it deploys."""
+    pipeline = env_file.pipeline
+    if pipeline is None:
+        return
+    known = ", ".join(env_file.environments)
+    seen: set[str] = set()
+    for index, name in enumerate(pipeline.stages):
+        if name not in env_file.environments:
+            yield ("pipeline", "stages", index), f"unknown environment {name!r}; known: {known}"
+        elif name in seen:
+            yield ("pipeline", "stages", index), f"{name} is deployed twice"
+        seen.add(name)
+    for index, name in enumerate(pipeline.approval_before):
+        if name not in pipeline.stages:
+            yield ("pipeline", "approval_before", index), (
+                f"{name!r} is not one of pipeline.stages ({', '.join(pipeline.stages)})")
+    # A pipeline can only use a connection of its own account (connections are not shared across accounts).
+    connection_account = re.fullmatch(CONNECTION_ARN_PATTERN, pipeline.connection_arn).group(2)  # type: ignore[union-attr]
+    if connection_account != pipeline.account:
+        yield ("pipeline", "connection_arn"), (
+            f"the connection belongs to account {connection_account}, not the pipeline's account {pipeline.account}")

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ValidationError
 
 from inferstack.config import checks, release_pin
 from inferstack.config.models import (
-    Environment, EnvironmentsFile, NeuronEcsModel, TritonSageMakerModel,
+    Environment, EnvironmentsFile, NeuronEcsModel, PipelineSettings, TritonSageMakerModel,
 )
 from inferstack.config.problems import ConfigError, Problem
 from inferstack.config.yaml_source import YamlDocument, YamlSyntaxError, parse
@@ -34,6 +34,7 @@ class Project:
     model_files: Mapping[str, Path]
     # environment -> its promoted release, for environments whose `release:` names a pin file
     releases: Mapping[str, release_pin.ReleasePin] = field(default_factory=lambda: MappingProxyType({}))
+    pipeline: PipelineSettings | None = None
 
     def model(self, name: str) -> Model:
         for model in self.models:
@@ -51,8 +52,12 @@ def load(config_dir: Path | str, *, releases: bool = True) -> Project:
         raise ConfigError([Problem(str(config_dir), None, "", "config directory not found")])
 
     env_path = config_dir / ENVIRONMENTS_FILE
-    env_file = _load_file(env_path, EnvironmentsFile, problems, config_dir)
+    env_doc = _parse(env_path, problems, config_dir)
+    env_file = _validate(EnvironmentsFile, env_path, env_doc, problems, config_dir) if env_doc else None
     environments = dict(env_file.environments) if env_file else {}
+    if env_file:
+        for key, message in checks.check_pipeline(env_file):
+            problems.append(_problem(env_path, config_dir, env_doc, key, message))
 
     models: list[tuple[Model, Path, YamlDocument]] = []
     for path in sorted(p for p in config_dir.glob("*.y*ml") if p.name != ENVIRONMENTS_FILE):
@@ -85,6 +90,7 @@ def load(config_dir: Path | str, *, releases: bool = True) -> Project:
         models=tuple(m for m, _, _ in models),
         model_files=MappingProxyType({m.name: p for m, p, _ in models}),
         releases=MappingProxyType(pins),
+        pipeline=env_file.pipeline,
     )
 
 
@@ -170,11 +176,6 @@ def _message(error: dict) -> str:
     if kind in {"value_error", "assertion_error"}:
         return message
     return f"{message} (got {error.get('input')!r})"
-
-
-def _load_file(path: Path, schema: type[BaseModel], problems: list[Problem], config_dir: Path):
-    doc = _parse(path, problems, config_dir)
-    return _validate(schema, path, doc, problems, config_dir) if doc else None
 
 
 def _load_model(path: Path, problems: list[Problem], config_dir: Path):

@@ -18,6 +18,10 @@ from inferstack import instances
 NAME_PATTERN = r"^[a-z][a-z0-9-]{0,38}[a-z0-9]$"
 REGION_PATTERN = r"^[a-z]{2}(-gov)?-[a-z]+-\d$"
 ACM_CERTIFICATE_PATTERN = r"^arn:aws[a-z-]*:acm:([a-z0-9-]+):(\d{12}):certificate/[0-9a-f-]{36}$"
+# A CodeStar Connections or (renamed service) CodeConnections connection: region, account, UUID.
+CONNECTION_ARN_PATTERN = (r"^arn:aws[a-z-]*:(?:codestar-connections|codeconnections):([a-z0-9-]+):(\d{12}):"
+                          r"connection/[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+ACCOUNT_PATTERN = r"^\d{12}$"
 # CloudWatch Logs accepts only these retention periods.
 LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827,
                       2192, 2557, 2922, 3288, 3653)
@@ -115,7 +119,7 @@ class ReleaseRef(Frozen):
 
 
 class Environment(Frozen):
-    account: str = Field(pattern=r"^\d{12}$", description="12-digit AWS account id")
+    account: str = Field(pattern=ACCOUNT_PATTERN, description="12-digit AWS account id")
     region: str = Field(pattern=REGION_PATTERN)
     availability_zones: tuple[str, ...] = Field(min_length=2, max_length=6)
     network: Network
@@ -155,9 +159,33 @@ class Environment(Frozen):
         return self.network.create is not None or bool(self.network.import_ and self.network.import_.public_subnet_ids)
 
 
+class PipelineSettings(Frozen):
+    """The CDK Pipelines stack: where it runs, what it builds, and the order it deploys environments in.
+    Rules spanning the environments (known names, approvals among the stages) live in checks.py."""
+
+    account: str = Field(pattern=ACCOUNT_PATTERN, description="tooling account the pipeline runs in")
+    region: str = Field(pattern=REGION_PATTERN, description="region the pipeline runs in")
+    connection_arn: str = Field(
+        pattern=CONNECTION_ARN_PATTERN,
+        description="CodeConnections (or CodeStar Connections) connection of the tooling account to the repository")
+    repository: str = Field(pattern=r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$", description="owner/name")
+    branch: str = Field("main", pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]*$", max_length=255)
+    stages: tuple[Name, ...] = Field(
+        min_length=1, description="environments the pipeline deploys, in this order (each after the previous "
+                                  "one's smoke test passed)")
+    approval_before: tuple[Name, ...] = Field(
+        (), description="environments whose deployment waits for a manual approval")
+    smoke_role_name: str = Field(
+        "inferstack-smoke", pattern=r"^[\w+=,.@-]{1,64}$",
+        description="IAM role (in each environment's account, trusting the tooling account) the smoke test "
+                    "assumes to reach that environment")
+
+
 class EnvironmentsFile(Frozen):
     default_environment: Name
     environments: dict[Name, Environment] = Field(min_length=1)
+    pipeline: PipelineSettings | None = Field(
+        None, description="CDK Pipelines deployment of the environments; omitted: no pipeline stack")
 
     @model_validator(mode="after")
     def _default_exists(self) -> "EnvironmentsFile":

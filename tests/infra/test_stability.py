@@ -9,6 +9,7 @@ from tests.infra.synth import synth
 def test_synth_twice_gives_identical_templates(project, synthesized, tmp_path):
     again = synth(project, list(project.environments), tmp_path)
     assert again.templates == synthesized.templates
+    assert again.root_templates == synthesized.root_templates
 
 
 def test_adding_a_model_changes_no_other_stack(synthesized, config_copy, tmp_path):

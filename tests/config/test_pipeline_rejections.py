@@ -1,0 +1,75 @@
+"""The pipeline block of environments.yaml: every mistake is one line naming the file, line and key."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from inferstack import config
+from tests.config.test_rejections import _delete, _set, edit_yaml, problems_of
+
+FILE = "environments.yaml"
+OTHER_ACCOUNT_CONNECTION = ("arn:aws:codeconnections:us-east-1:555555555555:connection/"
+                            "0b1c2d3e-4f50-4617-8293-a4b5c6d7e8f9")
+
+CASES = {
+    "short account": (_set("pipeline", "account", value="4444"), "pipeline.account: String should match pattern"),
+    "bad region": (_set("pipeline", "region", value="us-east"), "pipeline.region: String should match pattern"),
+    "not a connection ARN": (
+        _set("pipeline", "connection_arn", value="arn:aws:iam::444444444444:role/github"),
+        "pipeline.connection_arn: String should match pattern"),
+    "connection without a UUID": (
+        _set("pipeline", "connection_arn", value="arn:aws:codestar-connections:us-east-1:444444444444:connection/x"),
+        "pipeline.connection_arn: String should match pattern"),
+    "connection of another account": (
+        _set("pipeline", "connection_arn", value=OTHER_ACCOUNT_CONNECTION),
+        "pipeline.connection_arn: the connection belongs to account 555555555555, not the pipeline's account "
+        "444444444444"),
+    "missing connection": (_delete("pipeline", "connection_arn"), "pipeline.connection_arn: required field is missing"),
+    "repository without owner": (_set("pipeline", "repository", value="inferstack"),
+                                 "pipeline.repository: String should match pattern"),
+    "unknown stage": (_set("pipeline", "stages", value=["dev", "qa"]),
+                      "pipeline.stages.1: unknown environment 'qa'; known: dev, staging, prod"),
+    "stage twice": (_set("pipeline", "stages", value=["dev", "staging", "dev"]),
+                    "pipeline.stages.2: dev is deployed twice"),
+    "no stages": (_set("pipeline", "stages", value=[]), "pipeline.stages: Tuple should have at least 1 item"),
+    "approval outside the stages": (
+        _set("pipeline", "approval_before", value=["qa"]),
+        "pipeline.approval_before.0: 'qa' is not one of pipeline.stages (dev, staging, prod)"),
+    "unknown key": (_set("pipeline", "approvals", value=["prod"]), "pipeline.approvals: unknown key"),
+    "bad smoke role name": (_set("pipeline", "smoke_role_name", value="smoke role"),
+                            "pipeline.smoke_role_name: String should match pattern"),
+}
+
+
+@pytest.mark.parametrize("case", CASES, ids=list(CASES))
+def test_pipeline_rejection(config_copy, case):
+    change, expected = CASES[case]
+    edit_yaml(config_copy / FILE, change)
+    problems = problems_of(config_copy)
+    matching = [p for p in problems if expected in p]
+    assert matching, f"expected {expected!r} in {problems}"
+    assert matching[0].startswith(f"model_configs/{FILE}:")
+    assert all("\n" not in p for p in problems)
+
+
+def test_problem_line_points_at_the_stage(config_copy):
+    edit_yaml(config_copy / FILE, _set("pipeline", "stages", value=["dev", "qa", "prod"]))
+    text = (config_copy / FILE).read_text().splitlines()
+    (problem,) = problems_of(config_copy)
+    line = int(problem.split(":")[1])
+    assert text[line - 1].strip() == "- qa"
+
+
+def test_pipeline_block_is_optional(config_copy):
+    data = yaml.safe_load((config_copy / FILE).read_text())
+    del data["pipeline"]
+    (config_copy / FILE).write_text(yaml.safe_dump(data, sort_keys=False))
+    assert config.load(config_copy).pipeline is None
+
+
+def test_shipped_pipeline_block(config_copy):
+    pipeline = config.load(config_copy).pipeline
+    assert pipeline is not None
+    assert (pipeline.stages, pipeline.approval_before) == (("dev", "staging", "prod"), ("prod",))
+    assert pipeline.account not in {e.account for e in config.load(config_copy).environments.values()}

@@ -1,0 +1,287 @@
+"""The CDK Pipelines stack, asserted on its synthesized template: stage order from config, the approval
+before prod only, a smoke test after every environment with the exact command, the configured source,
+cross-account deploy roles, assets published once for every account, and the stages it deploys being the
+very templates `cdk deploy '<env>/*'` deploys. Expectations are read from the YAML, not from the loader."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from inferstack import config
+from stacks.app_builder import PipelineUnavailable, pipeline_wanted
+from tests.conftest import CONFIG_DIR, ROOT
+from tests.infra.synth import synth
+from tests.test_cli import _cdk_env, assert_nothing_written, run
+
+RAW = yaml.safe_load((CONFIG_DIR / "environments.yaml").read_text())
+SETTINGS = RAW["pipeline"]
+ENVIRONMENTS = RAW["environments"]
+FIXED_STAGES = ["Source", "Build", "UpdatePipeline", "Assets"]
+BOOTSTRAP = "hnb659fds"
+
+
+# ----------------------------------------------------------------------------- helpers
+
+def resources(template: dict, resource_type: str) -> dict[str, dict]:
+    return {k: r for k, r in template["Resources"].items() if r["Type"] == resource_type}
+
+
+def pipeline_stages(template: dict) -> list[dict]:
+    (pipeline,) = resources(template, "AWS::CodePipeline::Pipeline").values()
+    return pipeline["Properties"]["Stages"]
+
+
+def stage(template: dict, name: str) -> dict:
+    (found,) = [s for s in pipeline_stages(template) if s["Name"] == name]
+    return found
+
+
+def provider(action: dict) -> str:
+    return action["ActionTypeId"]["Provider"]
+
+
+def deploy_actions(stage_: dict) -> list[dict]:
+    return [a for a in stage_["Actions"] if provider(a) == "CloudFormation"]
+
+
+def build_spec(template: dict, action: dict) -> str:
+    """The buildspec text of the CodeBuild project a CodeBuild action runs (tokens flattened)."""
+    project = template["Resources"][action["Configuration"]["ProjectName"]["Ref"]]
+    spec = project["Properties"]["Source"]["BuildSpec"]
+    if isinstance(spec, dict):  # Fn::Join around account-specific parts
+        spec = "".join(p if isinstance(p, str) else "<token>" for p in spec["Fn::Join"][1])
+    return spec
+
+
+def role_arn(value) -> str:
+    """An action's role ARN as CloudFormation would resolve it in the aws partition."""
+    if isinstance(value, dict) and "Fn::Sub" in value:
+        return value["Fn::Sub"].replace("${AWS::Partition}", "aws")
+    if isinstance(value, dict) and "Fn::Join" in value:
+        return "".join("aws" if p == {"Ref": "AWS::Partition"} else p for p in value["Fn::Join"][1])
+    return value
+
+
+@pytest.fixture(scope="module")
+def template(synthesized) -> dict:
+    return synthesized.root_templates["Pipeline"]
+
+
+# ----------------------------------------------------------------------------- order, approval, smoke
+
+def test_stages_run_in_the_configured_order(template):
+    assert SETTINGS["stages"] == ["dev", "staging", "prod"]
+    assert [s["Name"] for s in pipeline_stages(template)] == FIXED_STAGES + SETTINGS["stages"]
+
+
+def test_manual_approval_before_prod_only(template):
+    for name in SETTINGS["stages"]:
+        actions = stage(template, name)["Actions"]
+        approvals = [a for a in actions if provider(a) == "Manual"]
+        if name in SETTINGS["approval_before"]:
+            (approval,) = approvals
+            assert approval["ActionTypeId"]["Category"] == "Approval"
+            assert approval["RunOrder"] < min(a["RunOrder"] for a in deploy_actions(stage(template, name)))
+        else:
+            assert approvals == [], f"{name} waits for an approval it was not configured with"
+    assert SETTINGS["approval_before"] == ["prod"]
+
+
+@pytest.mark.parametrize("env", ["dev", "staging", "prod"])
+def test_smoke_test_runs_after_the_environment_is_deployed(template, env):
+    actions = stage(template, env)["Actions"]
+    (smoke,) = [a for a in actions if a["Name"] == f"Smoke-{env}"]
+    assert provider(smoke) == "CodeBuild"
+    assert smoke["RunOrder"] > max(a["RunOrder"] for a in deploy_actions(stage(template, env)))
+    spec = json.loads(build_spec(template, smoke))
+    commands = spec["phases"]["build"]["commands"]
+    assert commands[-1] == f"python -m inferstack smoke --env {env}"
+    # installed the way the Makefile installs it: the pinned runtime requirements with constraints.txt
+    assert any("pip install" in c and "-r requirements.txt -c constraints.txt" in c
+               for c in spec["phases"]["install"]["commands"])
+    assert spec["phases"]["install"]["runtime-versions"] == {"python": "3.11"}
+    # it runs as the environment's smoke role, which its CodeBuild role may assume (and nothing else)
+    smoke_role = f"arn:aws:iam::{ENVIRONMENTS[env]['account']}:role/{SETTINGS['smoke_role_name']}"
+    project = template["Resources"][smoke["Configuration"]["ProjectName"]["Ref"]]
+    variables = {v["Name"]: v["Value"] for v in project["Properties"]["Environment"]["EnvironmentVariables"]}
+    assert variables["SMOKE_ROLE_ARN"] == smoke_role
+    assert variables["AWS_REGION"] == ENVIRONMENTS[env]["region"]
+    role_id = project["Properties"]["ServiceRole"]["Fn::GetAtt"][0]
+    (policy,) = [p for p in resources(template, "AWS::IAM::Policy").values()
+                 if {"Ref": role_id} in p["Properties"]["Roles"]]
+    assume = [s for s in policy["Properties"]["PolicyDocument"]["Statement"] if s["Action"] == "sts:AssumeRole"]
+    assert assume == [{"Action": "sts:AssumeRole", "Effect": "Allow", "Resource": smoke_role}]
+
+
+def test_source_uses_the_configured_connection_repository_and_branch(template):
+    (action,) = stage(template, "Source")["Actions"]
+    assert action["ActionTypeId"] == {"Category": "Source", "Owner": "AWS", "Provider": "CodeStarSourceConnection",
+                                      "Version": "1"}
+    configuration = action["Configuration"]
+    assert configuration["ConnectionArn"] == SETTINGS["connection_arn"]
+    assert configuration["FullRepositoryId"] == SETTINGS["repository"]
+    assert configuration["BranchName"] == SETTINGS["branch"]
+
+
+def test_synth_is_the_readme_command_and_runs_in_the_tooling_account(template, synthesized):
+    (action,) = stage(template, "Build")["Actions"]
+    assert json.loads(build_spec(template, action))["phases"]["build"]["commands"] == ["make synth"]
+    stack = synthesized.stages["dev"].node.root.node.find_child("Pipeline")
+    assert (stack.account, stack.region) == (SETTINGS["account"], SETTINGS["region"])
+    (mutate,) = stage(template, "UpdatePipeline")["Actions"]
+    package = json.loads((ROOT / "package.json").read_text())
+    assert f"aws-cdk@{package['devDependencies']['aws-cdk']}" in build_spec(template, mutate)
+
+
+# ----------------------------------------------------------------------------- accounts and regions
+
+@pytest.mark.parametrize("env", ["dev", "staging", "prod"])
+def test_every_stack_is_deployed_with_the_environment_bootstrap_roles(template, env):
+    account, region = ENVIRONMENTS[env]["account"], ENVIRONMENTS[env]["region"]
+    actions = deploy_actions(stage(template, env))
+    assert actions
+    for action in actions:
+        assert role_arn(action["RoleArn"]) == f"arn:aws:iam::{account}:role/cdk-{BOOTSTRAP}-deploy-role-{account}-{region}"
+        if action["Configuration"]["ActionMode"] == "CHANGE_SET_REPLACE":  # the change set runs as cfn-exec
+            assert role_arn(action["Configuration"]["RoleArn"]) == (
+                f"arn:aws:iam::{account}:role/cdk-{BOOTSTRAP}-cfn-exec-role-{account}-{region}")
+        # actions in another region than the pipeline's name it (and get a replication bucket there)
+        assert action.get("Region", SETTINGS["region"]) == region
+
+
+def test_pipeline_role_may_assume_exactly_the_configured_deploy_roles(template):
+    (pipeline,) = resources(template, "AWS::CodePipeline::Pipeline").values()
+    role_id = pipeline["Properties"]["RoleArn"]["Fn::GetAtt"][0]
+    (policy,) = [p for p in resources(template, "AWS::IAM::Policy").values()
+                 if {"Ref": role_id} in p["Properties"]["Roles"]]
+    assumed = [role_arn(r) for s in policy["Properties"]["PolicyDocument"]["Statement"]
+               if s["Action"] == "sts:AssumeRole" for r in s["Resource"]]
+    cross_account = sorted(a for a in assumed if isinstance(a, str) and "cdk-" in a)
+    assert cross_account == sorted(
+        f"arn:aws:iam::{e['account']}:role/cdk-{BOOTSTRAP}-deploy-role-{e['account']}-{e['region']}"
+        for name, e in ENVIRONMENTS.items() if name in SETTINGS["stages"])
+
+
+def test_artifact_keys_admit_the_target_accounts(template, synthesized):
+    # cross_account_keys: customer-managed keys whose policies let each account's deploy role decrypt the
+    # artifacts; the pipeline region's key for actions there, a support stack's key for other regions.
+    for env in SETTINGS["stages"]:
+        account, region = ENVIRONMENTS[env]["account"], ENVIRONMENTS[env]["region"]
+        holder = template if region == SETTINGS["region"] else \
+            synthesized.root_templates[f"cross-region-stack-{SETTINGS['account']}:{region}"]
+        (key,) = resources(holder, "AWS::KMS::Key").values()
+        assert f"{account}:role/cdk-{BOOTSTRAP}-deploy-role-{account}-{region}" in json.dumps(key["Properties"]["KeyPolicy"])
+        assert key["Properties"]["EnableKeyRotation"] is True
+
+
+def test_prod_region_gets_a_replication_bucket_stack(synthesized):
+    support = [k for k in synthesized.root_templates if k.startswith("cross-region-stack-")]
+    other_regions = sorted({e["region"] for n, e in ENVIRONMENTS.items()
+                            if n in SETTINGS["stages"] and e["region"] != SETTINGS["region"]})
+    assert support == [f"cross-region-stack-{SETTINGS['account']}:{r}" for r in other_regions]
+
+
+# ----------------------------------------------------------------------------- what it deploys
+
+@pytest.mark.parametrize("env", ["dev", "staging", "prod"])
+def test_each_stage_deploys_the_same_templates_as_cdk_deploy(template, synthesized, env):
+    stage_ = synthesized.stages[env]
+    expected = {f"{env}-{stack.node.id}": f"Synth_Output::assembly-{env}/{stack.template_file}"
+                for stack in [stage_.foundation, *stage_.serving.values()]}
+    prepared = {a["Configuration"]["StackName"]: a["Configuration"]["TemplatePath"]
+                for a in deploy_actions(stage(template, env)) if a["Configuration"]["ActionMode"] == "CHANGE_SET_REPLACE"}
+    assert prepared == expected
+    # the foundation (exports) is executed before any serving stack (imports) is prepared
+    actions = deploy_actions(stage(template, env))
+    foundation_done = max(a["RunOrder"] for a in actions if a["Configuration"]["StackName"] == f"{env}-Foundation")
+    assert all(a["RunOrder"] > foundation_done for a in actions if a["Configuration"]["StackName"] != f"{env}-Foundation")
+
+
+def _asset_ids(outdir: Path, kind: str) -> set[str]:
+    """Assets the stages need, less their own templates (deploy actions read those from the cloud assembly)."""
+    ids = set()
+    for manifest in outdir.glob("assembly-*/*.assets.json"):
+        ids |= {k for k, a in json.loads(manifest.read_text())[kind].items()
+                if not a["source"].get("path", "").endswith(".template.json")}
+    return ids
+
+
+def test_each_asset_is_published_once_to_every_account_that_uses_it(template, synthesized):
+    actions = stage(template, "Assets")["Actions"]
+    specs = [build_spec(template, a) for a in actions]
+    published = [set(re.findall(r'publish \\"([0-9a-f]{64}):', spec)) for spec in specs]
+    assert all(len(ids) == 1 for ids in published), "one publishing action per asset"
+    ids = [next(iter(p)) for p in published]
+    assert sorted(ids) == sorted(_asset_ids(synthesized.outdir, "dockerImages") | _asset_ids(synthesized.outdir, "files"))
+    # the Neuron image does not depend on the environment: one build pushed to all three accounts
+    neuron = synthesized.stages["dev"].serving["intent-bert"]
+    manifest = json.loads((synthesized.outdir / "assembly-dev" / f"{neuron.artifact_id}.assets.json").read_text())
+    (neuron_image,) = manifest["dockerImages"]
+    (spec,) = [s for s in specs if neuron_image in s]
+    destinations = re.findall(rf'publish \\"{neuron_image}:(\d{{12}})-([a-z0-9-]+?)-[0-9a-f]{{8}}\\"', spec)
+    assert sorted(destinations) == sorted((ENVIRONMENTS[e]["account"], ENVIRONMENTS[e]["region"])
+                                          for e in SETTINGS["stages"])
+
+
+def test_docker_builds_are_privileged_and_log_in_to_both_triton_registries(template):
+    projects = resources(template, "AWS::CodeBuild::Project")
+    privileged = {k for k, p in projects.items() if p["Properties"]["Environment"]["PrivilegedMode"]}
+    assert privileged and all("DockerAsset" in k for k in privileged)
+    for key in privileged:
+        spec = json.dumps(projects[key]["Properties"]["Source"]["BuildSpec"])
+        for region in sorted({e["region"] for e in ENVIRONMENTS.values()}):
+            assert f"dkr.ecr.{region}." in spec, f"{key} cannot pull the {region} Triton base image"
+
+
+# ----------------------------------------------------------------------------- config drives it
+
+def test_stage_order_and_approvals_come_from_config(config_copy, tmp_path):
+    envs_path = config_copy / "environments.yaml"
+    data = yaml.safe_load(envs_path.read_text())
+    data["pipeline"].update(stages=["staging", "dev"], approval_before=["dev"])
+    envs_path.write_text(yaml.safe_dump(data, sort_keys=False))
+    project = config.load(config_copy)
+    out = synth(project, ["dev", "staging"], tmp_path)
+    tpl = out.root_templates["Pipeline"]
+    assert [s["Name"] for s in pipeline_stages(tpl)] == FIXED_STAGES + ["staging", "dev"]
+    assert [provider(a) for a in stage(tpl, "dev")["Actions"] if provider(a) == "Manual"] == ["Manual"]
+    assert not [a for a in stage(tpl, "staging")["Actions"] if provider(a) == "Manual"]
+    assert [k for k in out.root_templates if k.startswith("cross-region")] == []  # prod's region is not deployed
+
+
+def test_when_the_pipeline_is_built(project):
+    every = list(project.environments)
+    assert pipeline_wanted(project, every, None) is True
+    assert pipeline_wanted(project, ["dev"], None) is False  # a dev-only synth stays fast
+    assert pipeline_wanted(project, every, "false") is False
+    assert pipeline_wanted(project, every, "true") is True
+    with pytest.raises(PipelineUnavailable, match="leaves out staging, prod"):
+        pipeline_wanted(project, ["dev"], "true")
+    with pytest.raises(PipelineUnavailable, match="expected true or false"):
+        pipeline_wanted(project, every, "sometimes")
+
+
+def test_no_pipeline_block_no_pipeline(config_copy):
+    envs_path = config_copy / "environments.yaml"
+    data = yaml.safe_load(envs_path.read_text())
+    del data["pipeline"]
+    envs_path.write_text(yaml.safe_dump(data, sort_keys=False))
+    project = config.load(config_copy)
+    assert project.pipeline is None
+    assert pipeline_wanted(project, list(project.environments), None) is False
+    with pytest.raises(PipelineUnavailable, match="no pipeline: block"):
+        pipeline_wanted(project, list(project.environments), "true")
+
+
+def test_cdk_synth_refuses_a_pipeline_without_its_stages(tmp_path):
+    outdir = tmp_path / "cdk.out"
+    result = run("app.py", env=_cdk_env(outdir, environments="dev", pipeline="true"))
+    assert result.returncode == 2
+    assert result.stderr.strip() == ("-c pipeline=true: the pipeline deploys dev, staging, prod, "
+                                     "but -c environments leaves out staging, prod")
+    assert_nothing_written(outdir)
