@@ -45,9 +45,9 @@ def smoke_command(env_name: str) -> str:
     return f"python -m inferstack smoke --env {env_name}"
 
 
-def _cdk_cli_version() -> str:
-    # One pin for the CLI: the self-update step installs the version package.json pins for developers.
-    return json.loads((ROOT / "package.json").read_text())["devDependencies"]["aws-cdk"]
+def _pinned_npm_version(package: str) -> str:
+    # One pin per tool: the pipeline's CodeBuild steps install the versions package.json pins for developers.
+    return json.loads((ROOT / "package.json").read_text())["devDependencies"][package]
 
 
 class PipelineStack(cdk.Stack):
@@ -77,7 +77,8 @@ class PipelineStack(cdk.Stack):
             # projects CDK Pipelines makes privileged itself); the Triton base images need a registry login.
             docker_enabled_for_synth=False,
             docker_credentials=self._registry_credentials(triton_base_images),
-            cli_version=_cdk_cli_version(),
+            cli_version=_pinned_npm_version("aws-cdk"),
+            cdk_assets_cli_version=_pinned_npm_version("cdk-assets"),
             code_build_defaults=pipelines.CodeBuildOptions(
                 build_environment=codebuild.BuildEnvironment(build_image=BUILD_IMAGE),
                 partial_build_spec=codebuild.BuildSpec.from_object(

@@ -155,6 +155,30 @@ def _check_plan(model: Model, env_name: str, environment: Environment) -> Iterat
             f"but max is {result.max_capacity}")
 
 
+# CodePipeline quota: at most 50 actions in one stage. CDK Pipelines deploys each stack of an environment
+# with two actions (prepare the change set, execute it), plus the smoke step and an optional approval.
+PIPELINE_ACTIONS_PER_STAGE = 50
+
+
+def pipeline_actions_per_stage(model_count: int, *, approval: bool) -> int:
+    return 2 * (1 + model_count) + 1 + int(approval)  # foundation + models, smoke, approval
+
+
+def check_pipeline_capacity(env_file: EnvironmentsFile, model_count: int) -> Iterator[Finding]:
+    """Every environment's stacks deploy in one pipeline stage, so the fleet must fit CodePipeline's quota."""
+    pipeline = env_file.pipeline
+    if pipeline is None:
+        return
+    for name in pipeline.stages:
+        actions = pipeline_actions_per_stage(model_count, approval=name in pipeline.approval_before)
+        if actions > PIPELINE_ACTIONS_PER_STAGE:
+            yield ("pipeline", "stages"), (
+                f"{model_count} models need {actions} actions in the {name} stage; CodePipeline allows "
+                f"{PIPELINE_ACTIONS_PER_STAGE} per stage: remove the pipeline block and deploy with the CLI "
+                f"(README: From an external CI)")
+            return
+
+
 def check_pipeline(env_file: EnvironmentsFile) -> Iterator[Finding]:
     """The pipeline block against the environments it deploys."""
     pipeline = env_file.pipeline

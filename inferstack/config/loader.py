@@ -76,6 +76,10 @@ def load(config_dir: Path | str, *, releases: bool = True) -> Project:
             for key, message in checks.check_model(model, environments):
                 problems.append(_problem(path, config_dir, doc, key, message))
 
+    if env_file:
+        for key, message in checks.check_pipeline_capacity(env_file, len(models)):
+            problems.append(_problem(env_path, config_dir, env_doc, key, message))
+
     pins: dict[str, release_pin.ReleasePin] = {}
     if env_file and releases and not problems:
         pins = _load_pins(config_dir, env_path, environments, [m.name for m, _, _ in models], problems)

@@ -73,3 +73,20 @@ def test_shipped_pipeline_block(config_copy):
     assert pipeline is not None
     assert (pipeline.stages, pipeline.approval_before) == (("dev", "staging", "prod"), ("prod",))
     assert pipeline.account not in {e.account for e in config.load(config_copy).environments.values()}
+
+
+def test_a_fleet_too_large_for_one_pipeline_stage_is_rejected(config_copy):
+    source = (config_copy / "t5-spelling.yaml").read_text()
+
+    def add(i: int) -> None:
+        (config_copy / f"extra-{i:02d}.yaml").write_text(source.replace("name: t5-spelling", f"name: extra-{i:02d}"))
+
+    for i in range(20):
+        add(i)
+    # 23 models: prod needs 2 x (foundation + 23) + smoke + approval = 50 actions, CodePipeline's limit
+    assert len(config.load(config_copy).models) == 23
+    add(20)
+    problems = problems_of(config_copy)
+    assert problems == [f"model_configs/{FILE}:{problems[0].split(':')[1]}: pipeline.stages: 24 models need 51 "
+                        "actions in the dev stage; CodePipeline allows 50 per stage: remove the pipeline block "
+                        "and deploy with the CLI (README: From an external CI)"]

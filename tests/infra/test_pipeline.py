@@ -238,6 +238,15 @@ def test_docker_builds_are_privileged_and_log_in_to_both_triton_registries(templ
             assert f"dkr.ecr.{region}." in spec, f"{key} cannot pull the {region} Triton base image"
 
 
+def test_tools_installed_in_codebuild_are_the_versions_package_json_pins(template):
+    pins = json.loads((ROOT / "package.json").read_text())["devDependencies"]
+    specs = [json.dumps(p["Properties"]["Source"]["BuildSpec"])
+             for p in resources(template, "AWS::CodeBuild::Project").values()]
+    assets = [spec for spec in specs if "cdk-assets" in spec]
+    assert assets and all(f"cdk-assets@{pins['cdk-assets']}" in spec and "@latest" not in spec for spec in assets)
+    assert any(f"aws-cdk@{pins['aws-cdk']}" in spec for spec in specs)  # the self-update step
+
+
 # ----------------------------------------------------------------------------- config drives it
 
 def test_stage_order_and_approvals_come_from_config(config_copy, tmp_path):
