@@ -18,6 +18,19 @@ if _node_bin.is_dir() and not os.environ.get("PATH", "").startswith(str(_node_bi
 
 
 @pytest.fixture
+def aws(monkeypatch):
+    """Emulated AWS (moto) with fake credentials, for tests of boto3 code."""
+    from moto import mock_aws
+
+    from tests import aws_fakes
+
+    for key, value in aws_fakes.FAKE_CREDENTIALS.items():
+        monkeypatch.setenv(key, value)
+    with mock_aws():
+        yield
+
+
+@pytest.fixture
 def config_copy(tmp_path: Path) -> Path:
     """A writable copy of model_configs/ for tests that change it."""
     target = tmp_path / "model_configs"

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from moto import mock_aws
 
 from inferstack import cli, ecr_images, promote
 from inferstack.config import load
@@ -17,14 +16,6 @@ from tests.test_cli import run
 
 MODELS = ("bert-large-classifier", "intent-bert", "t5-spelling")
 TARGET = "222222222222.dkr.ecr.us-east-1.amazonaws.com/inferstack"
-
-
-@pytest.fixture
-def aws(monkeypatch):
-    for key, value in aws_fakes.FAKE_CREDENTIALS.items():
-        monkeypatch.setenv(key, value)
-    with mock_aws():
-        yield
 
 
 @pytest.fixture

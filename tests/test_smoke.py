@@ -10,21 +10,12 @@ from pathlib import Path
 import pytest
 import requests
 import yaml
-from moto import mock_aws
 
 from inferstack import cli, smoke
 from inferstack.config import load
 from tests import aws_fakes
 from tests.container.conftest import LABELS, ServerProcess, artifact, tiny_bert  # noqa: F401 (fixtures)
 from tests.test_cli import run
-
-
-@pytest.fixture
-def aws(monkeypatch):
-    for key, value in aws_fakes.FAKE_CREDENTIALS.items():
-        monkeypatch.setenv(key, value)
-    with mock_aws():
-        yield
 
 
 def edit_model(config_dir: Path, name: str, change) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from inferstack import config
-from tests.config.test_rejections import _set, edit_yaml, problems_of
+from tests.config.test_rejections import _set, assert_rejected, edit_yaml, problems_of
 
 DEV_CERT = "arn:aws:acm:us-east-1:111111111111:certificate/0f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b"
 PROD_CERT = "arn:aws:acm:us-west-2:333333333333:certificate/0f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b"
@@ -81,13 +81,7 @@ CASES = {
 
 @pytest.mark.parametrize("case", CASES, ids=list(CASES))
 def test_rejection(config_copy, case):
-    filename, change, expected = CASES[case]
-    edit_yaml(config_copy / filename, change)
-    problems = problems_of(config_copy)
-    matching = [p for p in problems if expected in p]
-    assert matching, f"expected {expected!r} in {problems}"
-    assert matching[0].startswith(f"model_configs/{filename}:")
-    assert all("\n" not in p for p in problems)
+    assert_rejected(config_copy, *CASES[case])
 
 
 def test_public_model_in_an_imported_vpc_without_public_subnets(config_copy):

@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from inferstack import config
-from tests.config.test_rejections import _delete, _set, edit_yaml, problems_of
+from tests.config.test_rejections import _delete, _set, assert_rejected, edit_yaml, problems_of
 
 FILE = "environments.yaml"
 OTHER_ACCOUNT_CONNECTION = ("arn:aws:codeconnections:us-east-1:555555555555:connection/"
@@ -45,12 +45,7 @@ CASES = {
 @pytest.mark.parametrize("case", CASES, ids=list(CASES))
 def test_pipeline_rejection(config_copy, case):
     change, expected = CASES[case]
-    edit_yaml(config_copy / FILE, change)
-    problems = problems_of(config_copy)
-    matching = [p for p in problems if expected in p]
-    assert matching, f"expected {expected!r} in {problems}"
-    assert matching[0].startswith(f"model_configs/{FILE}:")
-    assert all("\n" not in p for p in problems)
+    assert_rejected(config_copy, FILE, change, expected)
 
 
 def test_problem_line_points_at_the_stage(config_copy):

@@ -17,6 +17,16 @@ def edit_yaml(path: Path, change: Callable[[dict], None]) -> None:
     path.write_text(yaml.safe_dump(data, sort_keys=False))
 
 
+def assert_rejected(config_dir: Path, filename: str, change: Callable[[dict], None], expected: str) -> None:
+    """Apply `change` to `filename`; the load must fail with `expected` in a file:line: key: message line."""
+    edit_yaml(config_dir / filename, change)
+    problems = problems_of(config_dir)
+    matching = [p for p in problems if expected in p]
+    assert matching, f"expected {expected!r} in {problems}"
+    assert matching[0].startswith(f"model_configs/{filename}:")
+    assert all("\n" not in p for p in problems)
+
+
 def problems_of(config_dir: Path) -> list[str]:
     with pytest.raises(config.ConfigError) as caught:
         config.load(config_dir)
@@ -197,14 +207,7 @@ CASES = {
 
 @pytest.mark.parametrize("case", CASES, ids=list(CASES))
 def test_rejection(config_copy, case):
-    filename, change, expected = CASES[case]
-    edit_yaml(config_copy / filename, change)
-    problems = problems_of(config_copy)
-    matching = [p for p in problems if expected in p]
-    assert matching, f"expected {expected!r} in {problems}"
-    # file:line: key: message, all on one line
-    assert matching[0].startswith(f"model_configs/{filename}:")
-    assert all("\n" not in p for p in problems)
+    assert_rejected(config_copy, *CASES[case])
 
 
 def test_malformed_yaml_reports_its_line(config_copy):
