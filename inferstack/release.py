@@ -145,14 +145,9 @@ def sha256_of(text: str) -> str:
 def load(path: Path) -> tuple[dict, str]:
     """A manifest written by `release`, and the sha256 of its bytes (the pin records it)."""
     try:
-        text = path.read_text(encoding="utf-8")
-        data = json.loads(text)
-    except FileNotFoundError:
-        raise ReleaseError(f"--manifest {path}: file not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ReleaseError(f"--manifest {path}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
-    except json.JSONDecodeError as exc:
-        raise ReleaseError(f"--manifest {path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+        data, text = assembly.read_json_text(path)
+    except assembly.AssemblyError as exc:
+        raise ReleaseError(f"--manifest {exc}") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ReleaseError(f"--manifest {path}: not a release manifest (format is not {FORMAT!r})")
     if not isinstance(data.get("environments"), dict):

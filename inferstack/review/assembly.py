@@ -63,20 +63,22 @@ class Assembly:
     minimum_cli_version: str | None = None  # the oldest CDK CLI that can deploy it
 
 
-def read_json(path: Path) -> dict:
-    """A JSON object from the assembly; AssemblyError (one line, naming the path) otherwise."""
-    return _read_json(path)
-
-
-def _read_json(path: Path) -> dict:
+def read_json_text(path: Path) -> tuple[object, str]:
+    """The JSON document at `path` and its text; AssemblyError (one line, naming the path) otherwise."""
     try:
-        data = json.loads(path.read_text())
+        text = path.read_text(encoding="utf-8")
+        return json.loads(text), text
     except FileNotFoundError:
         raise AssemblyError(f"{path}: file not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise AssemblyError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except (OSError, UnicodeDecodeError) as exc:  # a decode error has no strerror
+        raise AssemblyError(f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
     except json.JSONDecodeError as exc:
         raise AssemblyError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+
+
+def read_json(path: Path) -> dict:
+    """A JSON object from the assembly; AssemblyError (one line, naming the path) otherwise."""
+    data, _ = read_json_text(path)
     if not isinstance(data, dict):
         raise AssemblyError(f"{path}: expected a JSON object")
     return data
@@ -86,7 +88,7 @@ def _manifest(directory: Path) -> dict:
     path = directory / "manifest.json"
     if not path.is_file():
         raise AssemblyError(f"{directory}: not a cloud assembly (no manifest.json)")
-    manifest = _read_json(path)
+    manifest = read_json(path)
     if not isinstance(manifest.get("artifacts", {}), dict):
         raise AssemblyError(f"{path}: 'artifacts' is not an object")
     return manifest
@@ -125,7 +127,7 @@ def _construct_paths(directory: Path, artifact: dict, template: dict) -> dict[st
     (the CDK CLI's default), so it is the fallback."""
     metadata = dict(artifact.get("metadata") or {})
     if artifact.get("additionalMetadataFile"):
-        metadata.update(_read_json(directory / artifact["additionalMetadataFile"]))
+        metadata.update(read_json(directory / artifact["additionalMetadataFile"]))
     paths = {}
     for path, entries in metadata.items():
         for entry in entries if isinstance(entries, list) else []:
@@ -150,7 +152,7 @@ def _stacks(directory: Path, manifest: dict, prefix: str) -> dict[str, Stack]:
         display = artifact.get("displayName") or artifact_id
         name = display.split("/", 1)[1] if prefix and display.startswith(prefix + "/") else display
         path = directory / template_file
-        template = _read_json(path)
+        template = read_json(path)
         stacks[name] = Stack(name=name, artifact_id=artifact_id,
                              stack_name=props.get("stackName") or artifact_id, region=_region(artifact),
                              template=template, template_path=path,
@@ -166,7 +168,7 @@ def _assets(directory: Path, manifest: dict) -> dict[str, Asset]:
         file = (artifact.get("properties") or {}).get("file")
         if not file:
             continue
-        data = _read_json(directory / file)
+        data = read_json(directory / file)
         for digest, image in (data.get("dockerImages") or {}).items():
             assets[digest] = Asset("container image", image.get("displayName", ""))
         for digest, entry in (data.get("files") or {}).items():
@@ -199,6 +201,6 @@ def load(path: Path) -> Assembly:
         raise AssemblyError(f"{path / 'manifest.json'}: no stacks and no nested assemblies in this cloud assembly")
     tree = None
     for _, artifact in _artifacts(manifest, TREE):
-        tree = _read_json(path / (artifact.get("properties") or {}).get("file", "tree.json")).get("tree")
+        tree = read_json(path / (artifact.get("properties") or {}).get("file", "tree.json")).get("tree")
     return Assembly(path, dict(sorted(environments.items())), tree,
                     schema_version=manifest.get("version"), minimum_cli_version=manifest.get("minimumCliVersion"))
