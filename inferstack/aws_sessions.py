@@ -1,5 +1,5 @@
-"""One boto3 session per environment: the environment's `deploy_role_arn` assumed from the ambient
-credentials when set (source and target accounts differ), else the ambient credentials themselves
+"""One boto3 session per environment: the environment's `deploy_role_arn` (or a role the caller names)
+assumed from the ambient credentials when set (source and target accounts differ), else the ambient credentials themselves
 (AWS_PROFILE, environment variables, instance or OIDC role), always in the environment's region."""
 
 from __future__ import annotations
@@ -17,19 +17,22 @@ class SessionError(Exception):
     """Credentials for an environment cannot be obtained."""
 
 
-def session_for(env_name: str, environment: Environment, *, purpose: str) -> boto3.Session:
+def session_for(env_name: str, environment: Environment, *, purpose: str,
+                role_arn: str | None = None) -> boto3.Session:
+    """`role_arn`: assume this role instead of the environment's deploy_role_arn (the pipeline's smoke role)."""
+    role_arn = role_arn or environment.deploy_role_arn
     try:
         ambient = boto3.Session(region_name=environment.region)
     except AWS_ERRORS as exc:
         raise SessionError(f"{env_name}: cannot create an AWS session: {' '.join(str(exc).split())}") from None
-    if environment.deploy_role_arn is None:
+    if role_arn is None:
         return ambient
     try:
         credentials = ambient.client("sts").assume_role(
-            RoleArn=environment.deploy_role_arn, RoleSessionName=f"inferstack-{purpose}-{env_name}"[:64],
+            RoleArn=role_arn, RoleSessionName=f"inferstack-{purpose}-{env_name}"[:64],
         )["Credentials"]
     except AWS_ERRORS as exc:
-        raise SessionError(f"{env_name}: cannot assume {environment.deploy_role_arn}: "
+        raise SessionError(f"{env_name}: cannot assume {role_arn}: "
                            f"{' '.join(str(exc).split())}") from None
     return boto3.Session(aws_access_key_id=credentials["AccessKeyId"],
                          aws_secret_access_key=credentials["SecretAccessKey"],

@@ -3,13 +3,17 @@ protocol (KServe v2 JSON), check the reply's output names, datatypes and shapes 
 interface, and its latency against the model's p99 SLO. One line per model; exit 1 on any failure.
 
 Endpoints come from the serving stacks' outputs: `Url` (Neuron on ECS: POST {Url}/v2/models/<name>/infer)
-or `EndpointName` (Triton on SageMaker: InvokeEndpoint, which hands the body to Triton's /invocations)."""
+or `EndpointName` (Triton on SageMaker: InvokeEndpoint, which hands the body to Triton's /invocations).
+An internal load balancer is reachable only from inside its VPC: `--via auto` (the default) sends those
+requests through the foundation's smoke probe, a Lambda function in the private subnets
+(inferstack/smoke_probe/), and times them there; `--via direct` calls every URL from here."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import math
+import re
 import time
 import urllib.error
 import urllib.request
@@ -21,13 +25,21 @@ import boto3
 import botocore.config
 
 from inferstack import aws_sessions, stack_outputs
-from inferstack.config import NeuronEcsModel, loader
+from inferstack.config import Environment, NeuronEcsModel, loader
 
 SMOKE_TEXT = "inferstack smoke test"
 # Token ids valid in any vocabulary of the shipped models (BERT's "[CLS] hello world [SEP]"; in range for
 # T5 too), padded to the configured sequence length: the check is the interface, not the answer.
 SMOKE_TOKEN_IDS = (101, 7592, 2088, 102)
 DEFAULT_REQUESTS = 5
+VIA = ("auto", "lambda", "direct")
+# A synchronous invoke waits for the probe's own request (at most --timeout) plus a cold start.
+PROBE_OVERHEAD_S = 30.0
+ROLE_ARN = re.compile(r"^arn:aws[a-z-]*:iam::(\d{12}):role/[A-Za-z0-9+=,.@_/-]+$")
+
+# A sender POSTs one JSON body and returns the reply and the latency in ms, measured where the request
+# is made (here, or inside the VPC for the probe).
+Sender = Callable[[bytes], tuple[bytes, float]]
 
 
 class SmokeFailure(Exception):
@@ -101,13 +113,14 @@ def percentile(samples: list[float], q: float) -> float:
     return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
 
 
-def http_sender(url: str, timeout: float) -> Callable[[bytes], bytes]:
-    def send(body: bytes) -> bytes:
+def http_sender(url: str, timeout: float) -> Sender:
+    def send(body: bytes) -> tuple[bytes, float]:
         request = urllib.request.Request(url, data=body, method="POST",
                                          headers={"Content-Type": "application/json"})
+        start = time.perf_counter()
         try:
             with urllib.request.urlopen(request, timeout=timeout) as response:
-                return response.read()
+                return response.read(), (time.perf_counter() - start) * 1000
         except urllib.error.HTTPError as exc:
             detail = exc.read()[:200].decode("utf-8", "replace")
             raise SmokeFailure(f"HTTP {exc.code} from {url}: {' '.join(detail.split())}") from None
@@ -116,39 +129,119 @@ def http_sender(url: str, timeout: float) -> Callable[[bytes], bytes]:
     return send
 
 
-def sagemaker_sender(session: boto3.Session, endpoint: str, timeout: float) -> Callable[[bytes], bytes]:
+def sagemaker_sender(session: boto3.Session, endpoint: str, timeout: float) -> Sender:
     runtime = session.client("sagemaker-runtime", config=botocore.config.Config(
         read_timeout=timeout, connect_timeout=timeout, retries={"max_attempts": 1}))
 
-    def send(body: bytes) -> bytes:
+    def send(body: bytes) -> tuple[bytes, float]:
+        start = time.perf_counter()
         try:
-            return runtime.invoke_endpoint(EndpointName=endpoint, ContentType="application/json",
-                                           Accept="application/json", Body=body)["Body"].read()
+            reply = runtime.invoke_endpoint(EndpointName=endpoint, ContentType="application/json",
+                                            Accept="application/json", Body=body)["Body"].read()
         except aws_sessions.AWS_ERRORS as exc:
             raise SmokeFailure(f"endpoint {endpoint}: {' '.join(str(exc).split())}") from None
+        return reply, (time.perf_counter() - start) * 1000
     return send
 
 
-def smoke_model(session: boto3.Session, env_name: str, model, *, requests: int, timeout: float) -> str:
-    """One line: what was called and the latencies; SmokeFailure with the reason otherwise."""
+def lambda_client(session: boto3.Session, timeout: float):
+    return session.client("lambda", config=botocore.config.Config(
+        read_timeout=timeout + PROBE_OVERHEAD_S, connect_timeout=timeout, retries={"max_attempts": 1}))
+
+
+def probe_sender(client, function: str, url: str, timeout: float) -> Sender:
+    """POST through the smoke probe (inferstack/smoke_probe/handler.py); its latency is the one measured
+    inside the VPC, without the Lambda invoke around it."""
+    where = f"probe {function}"
+
+    def send(body: bytes) -> tuple[bytes, float]:
+        event = {"url": url, "body": json.loads(body), "timeout": timeout}
+        try:
+            response = client.invoke(FunctionName=function, InvocationType="RequestResponse",
+                                     Payload=json.dumps(event).encode())
+        except aws_sessions.AWS_ERRORS as exc:
+            raise SmokeFailure(f"{where}: {' '.join(str(exc).split())}") from None
+        raw = response["Payload"].read()
+        try:
+            result = json.loads(raw)
+        except (ValueError, UnicodeDecodeError):
+            raise SmokeFailure(f"{where}: result is not JSON: {raw[:80]!r}") from None
+        if response.get("FunctionError"):
+            detail = result.get("errorMessage") if isinstance(result, dict) else None
+            raise SmokeFailure(f"{where} failed ({response['FunctionError']}): "
+                               f"{' '.join(str(detail or raw[:200]).split())}")
+        if not isinstance(result, dict):
+            raise SmokeFailure(f"{where}: unexpected result {json.dumps(result)[:120]}")
+        if "error" in result:
+            raise SmokeFailure(f"{where}: {' '.join(str(result['error']).split())}")
+        status, latency = result.get("status"), result.get("latency_ms")
+        if not isinstance(status, int) or not isinstance(latency, (int, float)) or isinstance(latency, bool):
+            raise SmokeFailure(f"{where}: result without status and latency_ms: {json.dumps(result)[:120]}")
+        reply = (json.dumps(result["body"]) if result.get("body") is not None else str(result.get("text", ""))).encode()
+        if not 200 <= status < 300:
+            detail = reply[:200].decode("utf-8", "replace")
+            raise SmokeFailure(f"HTTP {status} from {url} (via {where}): {' '.join(detail.split())}")
+        return reply, float(latency)
+    return send
+
+
+class ProbeLookup:
+    """The foundation's smoke probe, looked up once per run: its function name, or None if the foundation
+    has none (an older foundation, or the stack is missing)."""
+
+    def __init__(self, cloudformation, env_name: str) -> None:
+        self._cloudformation, self._env_name = cloudformation, env_name
+        self._looked_up, self._function = False, None
+
+    @property
+    def stack(self) -> str:
+        return stack_outputs.stack_name(self._env_name, stack_outputs.FOUNDATION)
+
+    def function(self) -> str | None:
+        if not self._looked_up:
+            try:
+                values = stack_outputs.outputs(self._cloudformation, self._env_name, stack_outputs.FOUNDATION)
+            except stack_outputs.StackNotFound:
+                values = {}
+            self._function = values.get(stack_outputs.PROBE_FUNCTION_NAME) or None
+            self._looked_up = True
+        return self._function
+
+
+def smoke_model(session: boto3.Session, env_name: str, environment: Environment, model, *, requests: int,
+                timeout: float, via: str = "auto", probe: ProbeLookup | None = None, lambda_=None) -> str:
+    """One line: what was called and the latencies; SmokeFailure with the reason otherwise. `via` applies
+    to Neuron models: auto goes through the probe for an internal load balancer when the foundation has
+    one; `lambda_` is the Lambda client to invoke it with (default: one from `session`)."""
     values = stack_outputs.outputs(session.client("cloudformation"), env_name, model.name)
     if isinstance(model, NeuronEcsModel):
         (base,) = stack_outputs.require(values, ("Url",), env_name, model.name)
-        target = f"{base.rstrip('/')}/v2/models/{model.name}/infer"
-        send = http_sender(target, timeout)
+        url = f"{base.rstrip('/')}/v2/models/{model.name}/infer"
+        probe = probe or ProbeLookup(session.client("cloudformation"), env_name)
+        function = None
+        if via == "lambda" or (via == "auto" and not model.public_load_balancer(environment)):
+            function = probe.function()
+            if function is None and via == "lambda":
+                raise SmokeFailure(f"no smoke probe: stack {probe.stack} has no output "
+                                   f"{stack_outputs.PROBE_FUNCTION_NAME} (deploy the foundation, or use --via direct "
+                                   f"from inside the VPC)")
+        if function is None:
+            target, send = url, http_sender(url, timeout)
+        else:
+            target = f"{url} via probe {function}"
+            send = probe_sender(lambda_ or lambda_client(session, timeout), function, url, timeout)
     else:
         (endpoint,) = stack_outputs.require(values, ("EndpointName",), env_name, model.name)
         target = f"endpoint {endpoint}"
         send = sagemaker_sender(session, endpoint, timeout)
-    probe = probe_for(model)
-    body = json.dumps(probe.body).encode()
-    check_reply(send(body), probe.outputs)  # the first request may be a cold start: not timed
+    probe_request = probe_for(model)
+    body = json.dumps(probe_request.body).encode()
+    check_reply(send(body)[0], probe_request.outputs)  # the first request may be a cold start: not timed
     samples = []
     for _ in range(requests):
-        start = time.perf_counter()
-        reply = send(body)
-        samples.append((time.perf_counter() - start) * 1000)
-        check_reply(reply, probe.outputs)
+        reply, latency_ms = send(body)
+        samples.append(latency_ms)
+        check_reply(reply, probe_request.outputs)
     slo = model.slo_for(env_name).p99_latency_ms
     p50, p99 = percentile(samples, 50), percentile(samples, 99)
     summary = f"p50 {p50:.1f} ms, p99 {p99:.1f} ms over {requests} requests (SLO p99 {slo:g} ms), {target}"
@@ -167,14 +260,23 @@ def run(args: argparse.Namespace) -> int:
     unknown = [m for m in args.model or () if m not in known]
     if unknown:
         raise SmokeUsageError(f"--model: unknown model(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-    session = aws_sessions.session_for(args.env, project.environments[args.env], purpose="smoke")
+    environment = project.environments[args.env]
+    if args.role_arn is not None:
+        match = ROLE_ARN.fullmatch(args.role_arn)
+        if match is None:
+            raise SmokeUsageError(f"--role-arn: not an IAM role ARN: {args.role_arn!r}")
+        if match.group(1) != environment.account:
+            raise SmokeUsageError(f"--role-arn: {args.role_arn} is in account {match.group(1)}, not {args.env}'s "
+                                  f"account {environment.account}")
+    session = aws_sessions.session_for(args.env, environment, purpose="smoke", role_arn=args.role_arn)
+    probe = ProbeLookup(session.client("cloudformation"), args.env)
     failures = 0
     for model in sorted(project.models, key=lambda m: m.name):
         if args.model and model.name not in args.model:
             continue
         try:
-            line = f"{model.name}: ok: " + smoke_model(session, args.env, model, requests=args.requests,
-                                                       timeout=args.timeout)
+            line = f"{model.name}: ok: " + smoke_model(session, args.env, environment, model, requests=args.requests,
+                                                       timeout=args.timeout, via=args.via, probe=probe)
         except (SmokeFailure, stack_outputs.StackNotFound) as exc:
             failures += 1
             message = str(exc).removeprefix(f"{model.name}: ")
@@ -199,5 +301,12 @@ def add_parser(commands: argparse._SubParsersAction, handler, default_config_dir
     cmd.add_argument("--requests", type=int, default=DEFAULT_REQUESTS,
                      help=f"timed requests per model for p50/p99 (default {DEFAULT_REQUESTS})")
     cmd.add_argument("--model", action="append", help="only this model (repeatable; default: every model)")
+    cmd.add_argument("--via", choices=VIA, default="auto",
+                     help="how Neuron models are called: lambda = through the foundation's in-VPC smoke probe, "
+                          "direct = HTTP from here, auto (default) = the probe for internal load balancers when "
+                          "the foundation has one, else direct")
+    cmd.add_argument("--role-arn", metavar="ARN",
+                     help="assume this role in the environment's account (the pipeline's smoke role) instead of "
+                          "the environment's deploy_role_arn or the ambient credentials")
     cmd.add_argument("--config-dir", type=Path, default=default_config_dir)
     cmd.set_defaults(func=handler)

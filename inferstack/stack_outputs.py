@@ -6,6 +6,10 @@ from __future__ import annotations
 import botocore.exceptions
 
 
+FOUNDATION = "Foundation"  # the stage's shared stack (stacks/stage.py)
+PROBE_FUNCTION_NAME = "SmokeProbeFunctionName"  # output of the foundation: the in-VPC smoke probe
+
+
 class StackNotFound(Exception):
     pass
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
@@ -11,11 +12,15 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
+from inferstack import smoke_probe, stack_outputs
 from inferstack.config import Environment
 from inferstack.constructs.alarm_topic import AlarmTopic
 from inferstack.constructs.network import InferenceNetwork
 from inferstack.constructs.platform_key import PlatformKey
+from inferstack.constructs.smoke_access import SmokeAccess
 from stacks.base import EnvironmentStack
+
+PROBE_CODE_DIRECTORY = Path(smoke_probe.__file__).resolve().parent
 
 RETENTION = {
     1: logs.RetentionDays.ONE_DAY, 3: logs.RetentionDays.THREE_DAYS, 5: logs.RetentionDays.FIVE_DAYS,
@@ -41,8 +46,17 @@ class SharedResources:
     removal_policy: cdk.RemovalPolicy
 
 
+@dataclass(frozen=True)
+class SmokeRole:
+    """The role `inferstack smoke` assumes in this environment's account, and the one account trusted to."""
+
+    name: str
+    trusted_account: str
+
+
 class FoundationStack(EnvironmentStack):
-    def __init__(self, scope: Construct, construct_id: str, *, environment: Environment, **kwargs) -> None:
+    def __init__(self, scope: Construct, construct_id: str, *, environment: Environment, env_name: str,
+                 smoke_role: SmokeRole, **kwargs) -> None:
         super().__init__(scope, construct_id, environment=environment, **kwargs)
         defaults = environment.defaults
         removal = cdk.RemovalPolicy.RETAIN if defaults.retain_stateful_resources else cdk.RemovalPolicy.DESTROY
@@ -58,6 +72,20 @@ class FoundationStack(EnvironmentStack):
         self.shared = SharedResources(vpc=network.vpc, private_subnets=network.private_subnets, key=key,
                                       alarm_topic=topic, log_retention=retention, removal_policy=removal)
         self._export_shared_values()
+
+        self.smoke = SmokeAccess(
+            self, "Smoke", probe_code_directory=str(PROBE_CODE_DIRECTORY), vpc=network.vpc,
+            subnets=network.private_subnets, vpc_cidr=environment.network.cidr, key=key, log_retention=retention,
+            removal_policy=removal, role_name=smoke_role.name, trusted_account=smoke_role.trusted_account,
+            stack_name_prefix=stack_outputs.stack_name(env_name, ""),
+            endpoint_name_prefix=stack_outputs.stack_name(env_name, ""))
+        # inferstack.smoke reads these by name to reach internal load balancers through the probe.
+        cdk.CfnOutput(self, stack_outputs.PROBE_FUNCTION_NAME, value=self.smoke.probe.function_name,
+                      description="smoke probe Lambda function (in the private subnets)")
+        cdk.CfnOutput(self, "SmokeProbeFunctionArn", value=self.smoke.probe.function_arn,
+                      description="smoke probe Lambda function ARN")
+        cdk.CfnOutput(self, "SmokeRoleArn", value=self.smoke.role.role_arn,
+                      description="role the smoke test assumes in this account")
 
     def _export_shared_values(self) -> None:
         """Export every value serving stacks may import, whether or not a model uses it yet, so adding

@@ -41,8 +41,10 @@ KEY_USE = ("Action::kms:GenerateDataKey*", "Action::kms:ReEncrypt*")
 
 
 def smoke_command(env_name: str) -> str:
-    """The post-deploy check of an environment (inferstack/smoke.py)."""
-    return f"python -m inferstack smoke --env {env_name}"
+    """The post-deploy check of an environment (inferstack/smoke.py), as the environment's smoke role
+    (its foundation creates it, trusting the tooling account): internal load balancers through the
+    foundation's in-VPC probe, SageMaker endpoints through the API."""
+    return f'python -m inferstack smoke --env {env_name} --role-arn "$SMOKE_ROLE_ARN"'
 
 
 def _pinned_npm_version(package: str) -> str:
@@ -123,15 +125,8 @@ class PipelineStack(cdk.Stack):
                  "AWS_DEFAULT_REGION": environment.region},
             install_commands=["python3 -m venv .venv",
                               ".venv/bin/pip install --quiet -r requirements.txt -c constraints.txt"],
-            commands=[
-                # boto3 assumes the role itself from CodeBuild's container credentials.
-                "mkdir -p ~/.aws",
-                "printf '[profile target]\\nrole_arn = %s\\ncredential_source = EcsContainer\\n' "
-                "\"$SMOKE_ROLE_ARN\" > ~/.aws/config",
-                "export AWS_PROFILE=target",
-                ". .venv/bin/activate",
-                smoke_command(env_name),
-            ],
+            # The smoke command assumes the role itself, from CodeBuild's credentials (--role-arn).
+            commands=[". .venv/bin/activate", smoke_command(env_name)],
             role_policy_statements=[iam.PolicyStatement(actions=["sts:AssumeRole"], resources=[role_arn])],
         )
 

@@ -1,17 +1,21 @@
 """`smoke` finds endpoints from stack outputs and checks interface and latency: the Neuron path against
 the real serving app (container/neuron/serve.py with a tiny CPU artifact) over HTTP, the Triton path
-against moto's sagemaker-runtime with configured v2 replies."""
+against moto's sagemaker-runtime with configured v2 replies. The path through the in-VPC smoke probe runs
+the probe's real handler in-process (moto 5 executes Lambda code only in Docker) against the same server."""
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
+import botocore.exceptions
 import pytest
 import requests
 import yaml
 
-from inferstack import cli, smoke
+from inferstack import cli, smoke, stack_outputs
+from inferstack.smoke_probe import handler as probe_handler
 from inferstack.config import load
 from tests import aws_fakes
 from tests.container.conftest import LABELS, ServerProcess, artifact, tiny_bert  # noqa: F401 (fixtures)
@@ -107,6 +111,211 @@ def test_missing_stack_and_unreachable_url_fail_per_model(aws, neuron_config, ca
     code, out, _ = smoke_cli(capsys, neuron_config, "--model", "intent-bert")
     assert code == 1
     assert out[0].startswith("intent-bert: FAIL: http://127.0.0.1:9/v2/models/intent-bert/infer: ")
+
+
+# ----------------------------------------------------------------------------- Neuron through the smoke probe
+
+PROBE = "dev-Foundation-SmokeProbe19B77F8D-Zx9Yw8Vu7Ts6"
+
+
+class InProcessLambda:
+    """The Lambda client smoke uses, for the probe function only: invoke runs the probe's real handler here
+    the way Lambda runs it (event in; the JSON result, or an unhandled exception as FunctionError, out).
+    Any other function name gets Lambda's ResourceNotFoundException."""
+
+    def __init__(self, function_name: str) -> None:
+        self.function_name = function_name
+        self.events: list[dict] = []
+
+    def invoke(self, *, FunctionName: str, InvocationType: str, Payload: bytes) -> dict:  # noqa: N803 (boto3's names)
+        assert InvocationType == "RequestResponse"
+        if FunctionName != self.function_name:
+            raise botocore.exceptions.ClientError(
+                {"Error": {"Code": "ResourceNotFoundException", "Message": f"Function not found: {FunctionName}"}},
+                "Invoke")
+        event = json.loads(Payload)
+        self.events.append(event)
+        try:
+            result = probe_handler.handler(event, None)
+        except Exception as exc:  # noqa: BLE001 (what Lambda reports for an unhandled exception)
+            error = {"errorMessage": str(exc), "errorType": type(exc).__name__}
+            return {"StatusCode": 200, "FunctionError": "Unhandled", "Payload": io.BytesIO(json.dumps(error).encode())}
+        return {"StatusCode": 200, "Payload": io.BytesIO(json.dumps(result).encode())}
+
+
+@pytest.fixture
+def probe_lambda(monkeypatch):
+    """The probe as deployed, but allowed to call this machine (its VPC here is the loopback network)."""
+    monkeypatch.setenv("PROBE_ALLOWED_HOST_SUFFIXES", "127.0.0.1")
+    monkeypatch.setenv("PROBE_ALLOWED_NETWORKS", "127.0.0.0/8")
+    fake = InProcessLambda(PROBE)
+    monkeypatch.setattr(smoke, "lambda_client", lambda session, timeout: fake)
+    return fake
+
+
+def deploy_foundation(function: str = PROBE) -> None:
+    aws_fakes.create_stack(aws_fakes.session("dev"), "dev-Foundation", {stack_outputs.PROBE_FUNCTION_NAME: function})
+
+
+def test_internal_load_balancer_is_reached_through_the_probe(aws, server, neuron_config, probe_lambda, capsys):
+    deploy_url(server.url)
+    deploy_foundation()
+    code, out, err = smoke_cli(capsys, neuron_config, "--model", "intent-bert")  # --via auto
+    assert code == 0, out + err
+    (line,) = out
+    url = f"{server.url}/v2/models/intent-bert/infer"
+    assert line.startswith("intent-bert: ok: p50 ")
+    assert line.endswith(f"(SLO p99 5000 ms), {url} via probe {PROBE}")
+    assert len(probe_lambda.events) == 1 + smoke.DEFAULT_REQUESTS  # one untimed, then the timed ones
+    assert {(e["url"], e["timeout"]) for e in probe_lambda.events} == {(url, 20.0)}
+    assert probe_lambda.events[0]["body"] == smoke.probe_for(load(neuron_config).model("intent-bert")).body
+
+
+def test_latency_is_the_probes_and_checked_against_the_slo(aws, server, neuron_config, probe_lambda, capsys):
+    edit_model(neuron_config, "intent-bert", dev_slo(0.001))
+    deploy_url(server.url)
+    deploy_foundation()
+    code, out, _ = smoke_cli(capsys, neuron_config, "--model", "intent-bert", "--via", "lambda")
+    assert code == 1
+    (line,) = out
+    assert line.startswith("intent-bert: FAIL: latency above the SLO: p50 ") and line.endswith(f"via probe {PROBE}")
+
+
+def test_via_direct_never_invokes_the_probe(aws, server, neuron_config, probe_lambda, capsys):
+    deploy_url(server.url)
+    deploy_foundation()
+    code, out, err = smoke_cli(capsys, neuron_config, "--model", "intent-bert", "--via", "direct")
+    assert code == 0, out + err
+    assert out[0].endswith(f"{server.url}/v2/models/intent-bert/infer")
+    assert probe_lambda.events == []
+
+
+def test_auto_calls_a_public_load_balancer_directly(aws, server, neuron_config, probe_lambda, capsys):
+    path = neuron_config / "environments.yaml"
+    data = yaml.safe_load(path.read_text())
+    data["environments"]["dev"]["defaults"].update(
+        public_load_balancer=True,
+        certificate_arn="arn:aws:acm:us-east-1:111111111111:certificate/0f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b")
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    deploy_url(server.url)
+    deploy_foundation()
+    code, out, err = smoke_cli(capsys, neuron_config, "--model", "intent-bert")
+    assert code == 0, out + err
+    assert probe_lambda.events == []
+
+
+def test_via_lambda_without_a_probe_fails_naming_the_output(aws, server, neuron_config, probe_lambda, capsys):
+    deploy_url(server.url)
+    code, out, _ = smoke_cli(capsys, neuron_config, "--model", "intent-bert", "--via", "lambda")
+    assert (code, out) == (1, ["intent-bert: FAIL: no smoke probe: stack dev-Foundation has no output "
+                               "SmokeProbeFunctionName (deploy the foundation, or use --via direct from inside the VPC)"])
+
+
+def test_wrong_model_name_through_the_probe_fails_with_the_status(aws, server, neuron_config, probe_lambda, capsys):
+    edit_model(neuron_config, "intent-bert", lambda d: d.update(name="intent-other"))
+    deploy_url(server.url, model="intent-other")
+    deploy_foundation()
+    code, out, _ = smoke_cli(capsys, neuron_config, "--model", "intent-other")
+    assert code == 1
+    (line,) = out
+    assert line.startswith(f"intent-other: FAIL: HTTP 404 from {server.url}/v2/models/intent-other/infer "
+                           f"(via probe {PROBE}): ")
+
+
+def test_the_probe_refusing_the_url_fails_with_its_reason(aws, server, neuron_config, probe_lambda, capsys,
+                                                          monkeypatch):
+    monkeypatch.setenv("PROBE_ALLOWED_NETWORKS", "10.10.0.0/16")  # the real dev VPC: not this machine
+    deploy_url(server.url)
+    deploy_foundation()
+    code, out, _ = smoke_cli(capsys, neuron_config, "--model", "intent-bert")
+    assert (code, out) == (1, [f"intent-bert: FAIL: probe {PROBE}: host 127.0.0.1 resolves to 127.0.0.1, outside "
+                               f"the allowed networks (10.10.0.0/16)"])
+
+
+def test_unreachable_server_through_the_probe_is_one_line(aws, neuron_config, probe_lambda, capsys):
+    deploy_url("http://127.0.0.1:9")  # discard port: nothing listens
+    deploy_foundation()
+    code, out, _ = smoke_cli(capsys, neuron_config, "--model", "intent-bert")
+    assert (code, out) == (1, [f"intent-bert: FAIL: probe {PROBE}: http://127.0.0.1:9/v2/models/intent-bert/infer: "
+                               f"connection refused (127.0.0.1:9)"])
+
+
+def test_a_missing_or_crashing_probe_function_fails_cleanly(aws, server, neuron_config, probe_lambda, capsys,
+                                                            monkeypatch):
+    deploy_url(server.url)
+    deploy_foundation("dev-Foundation-SmokeProbe-deleted")
+    code, out, _ = smoke_cli(capsys, neuron_config, "--model", "intent-bert")
+    assert code == 1
+    assert out[0].startswith("intent-bert: FAIL: probe dev-Foundation-SmokeProbe-deleted: An error occurred "
+                             "(ResourceNotFoundException)")
+
+    def crash(*args, **kwargs):
+        raise RuntimeError("probe bug")
+
+    monkeypatch.setattr(probe_handler, "post_json", crash)
+    aws_fakes.session("dev").client("cloudformation").delete_stack(StackName="dev-Foundation")
+    deploy_foundation()
+    code, out, _ = smoke_cli(capsys, neuron_config, "--model", "intent-bert")
+    assert (code, out) == (1, [f"intent-bert: FAIL: probe {PROBE} failed (Unhandled): probe bug"])
+
+
+class CannedLambda:
+    """For the malformed results no real probe returns: what smoke makes of them."""
+
+    def __init__(self, payload: bytes, function_error: str | None = None) -> None:
+        self.response = {"StatusCode": 200, "Payload": io.BytesIO(payload)}
+        if function_error:
+            self.response["FunctionError"] = function_error
+
+    def invoke(self, **kwargs) -> dict:
+        return self.response
+
+
+@pytest.mark.parametrize("payload, error, message", [
+    (b"Task timed out", None, "probe p: result is not JSON: b'Task timed out'"),
+    (b'{"errorMessage": "2026-01-01 Task timed out after 60.00 seconds", "errorType": "Sandbox.Timedout"}',
+     "Unhandled", "probe p failed (Unhandled): 2026-01-01 Task timed out after 60.00 seconds"),
+    (b"[1, 2]", None, "probe p: unexpected result [1, 2]"),
+    (b'{"status": "200"}', None, 'probe p: result without status and latency_ms: {"status": "200"}'),
+])
+def test_malformed_probe_results_are_one_line_failures(payload, error, message):
+    send = smoke.probe_sender(CannedLambda(payload, error), "p", "http://lb/v2/models/m/infer", 5)
+    with pytest.raises(smoke.SmokeFailure) as failed:
+        send(b"{}")
+    assert str(failed.value) == message
+
+
+def test_role_arn_is_assumed_instead_of_the_deploy_role(aws, server, config_copy, capsys):
+    """No deploy roles in the config: only --role-arn reaches the account the stacks are in (moto keeps the
+    accounts apart by the assumed role's credentials)."""
+    edit_model(config_copy, "intent-bert", lambda d: d["source"].update(labels=list(LABELS)))
+    edit_model(config_copy, "intent-bert", dev_slo(5000))
+    deploy_url(server.url)
+    code, out, _ = smoke_cli(capsys, config_copy, "--model", "intent-bert")
+    assert (code, out) == (1, ["intent-bert: FAIL: stack dev-intent-bert not found (is dev deployed?)"])
+    code, out, err = smoke_cli(capsys, config_copy, "--model", "intent-bert",
+                               "--role-arn", "arn:aws:iam::111111111111:role/inferstack-smoke")
+    assert code == 0, out + err
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--role-arn", "inferstack-smoke"], "smoke: error: --role-arn: not an IAM role ARN: 'inferstack-smoke'"),
+    (["--role-arn", "arn:aws:iam::222222222222:role/inferstack-smoke"],
+     "smoke: error: --role-arn: arn:aws:iam::222222222222:role/inferstack-smoke is in account 222222222222, "
+     "not dev's account 111111111111"),
+])
+def test_bad_role_arn_is_one_line_exit_2(args, message, capsys):
+    assert cli.main(["smoke", "--env", "dev", *args]) == 2
+    assert capsys.readouterr().err.splitlines() == [message]
+
+
+def test_bad_via_is_one_line_exit_2(capsys):
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["smoke", "--env", "dev", "--via", "ssh"])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "python -m inferstack smoke: error: argument --via: invalid choice: 'ssh' (choose from 'auto', 'lambda', "
+        "'direct')"]
 
 
 # ----------------------------------------------------------------------------- Triton: moto sagemaker-runtime

@@ -8,7 +8,8 @@ from collections.abc import Iterator
 
 from inferstack import instances, planning, triton_image
 from inferstack.config.models import (
-    CONNECTION_ARN_PATTERN, Environment, EnvironmentsFile, NeuronEcsModel, TritonSageMakerModel,
+    CONNECTION_ARN_PATTERN, DEFAULT_SMOKE_ROLE_NAME, Environment, EnvironmentsFile, NeuronEcsModel,
+    TritonSageMakerModel,
 )
 from inferstack.config.yaml_source import KeyPath
 
@@ -201,3 +202,17 @@ def check_pipeline(env_file: EnvironmentsFile) -> Iterator[Finding]:
     if connection_account != pipeline.account:
         yield ("pipeline", "connection_arn"), (
             f"the connection belongs to account {connection_account}, not the pipeline's account {pipeline.account}")
+
+
+def check_accounts(env_file: EnvironmentsFile) -> Iterator[Finding]:
+    """Each environment's foundation creates the smoke role by its fixed name, and IAM names are unique per
+    account (across regions): two environments in one account would collide on it."""
+    role = env_file.pipeline.smoke_role_name if env_file.pipeline else DEFAULT_SMOKE_ROLE_NAME
+    first: dict[str, str] = {}
+    for name, environment in env_file.environments.items():
+        other = first.setdefault(environment.account, name)
+        if other != name:
+            yield ("environments", name, "account"), (
+                f"account {environment.account} is also {other}'s: each environment's foundation creates the "
+                f"IAM role {role} (the smoke test's), and role names are unique per account; give each "
+                f"environment its own account")

@@ -159,6 +159,9 @@ class Environment(Frozen):
         return self.network.create is not None or bool(self.network.import_ and self.network.import_.public_subnet_ids)
 
 
+DEFAULT_SMOKE_ROLE_NAME = "inferstack-smoke"
+
+
 class PipelineSettings(Frozen):
     """The CDK Pipelines stack: where it runs, what it builds, and the order it deploys environments in.
     Rules spanning the environments (known names, approvals among the stages) live in checks.py."""
@@ -176,7 +179,7 @@ class PipelineSettings(Frozen):
     approval_before: tuple[Name, ...] = Field(
         (), description="environments whose deployment waits for a manual approval")
     smoke_role_name: str = Field(
-        "inferstack-smoke", pattern=r"^[\w+=,.@-]{1,64}$",
+        DEFAULT_SMOKE_ROLE_NAME, pattern=r"^[\w+=,.@-]{1,64}$",
         description="IAM role (in each environment's account, trusting the tooling account) the smoke test "
                     "assumes to reach that environment")
 

@@ -39,6 +39,12 @@ CASES = {
     "unknown key": (_set("pipeline", "approvals", value=["prod"]), "pipeline.approvals: unknown key"),
     "bad smoke role name": (_set("pipeline", "smoke_role_name", value="smoke role"),
                             "pipeline.smoke_role_name: String should match pattern"),
+    # each foundation creates the smoke role by name, and IAM names are unique per account
+    "two environments in one account": (
+        _set("environments", "staging", "account", value="111111111111"),
+        "environments.staging.account: account 111111111111 is also dev's: each environment's foundation creates "
+        "the IAM role inferstack-smoke (the smoke test's), and role names are unique per account; give each "
+        "environment its own account"),
 }
 
 

@@ -64,7 +64,7 @@ def test_endpoint_security_group_admits_https_from_the_vpc_only(dev):
                                                     "CidrIp": Match.any_value()})],
         "SecurityGroupEgress": Match.any_value(),
     })
-    (sg,) = dev.find_resources("AWS::EC2::SecurityGroup").values()
+    (sg,) = [g for k, g in dev.find_resources("AWS::EC2::SecurityGroup").items() if k.startswith("NetworkEndpoint")]
     ingress = sg["Properties"]["SecurityGroupIngress"]
     assert all(rule.get("CidrIp") != "0.0.0.0/0" for rule in ingress)
 

@@ -100,7 +100,8 @@ def test_smoke_test_runs_after_the_environment_is_deployed(template, env):
     assert smoke["RunOrder"] > max(a["RunOrder"] for a in deploy_actions(stage(template, env)))
     spec = json.loads(build_spec(template, smoke))
     commands = spec["phases"]["build"]["commands"]
-    assert commands[-1] == f"python -m inferstack smoke --env {env}"
+    # as the environment's smoke role, which the command assumes itself (no AWS profile in between)
+    assert commands == [". .venv/bin/activate", f'python -m inferstack smoke --env {env} --role-arn "$SMOKE_ROLE_ARN"']
     # installed the way the Makefile installs it: the pinned runtime requirements with constraints.txt
     assert any("pip install" in c and "-r requirements.txt -c constraints.txt" in c
                for c in spec["phases"]["install"]["commands"])
@@ -116,6 +117,24 @@ def test_smoke_test_runs_after_the_environment_is_deployed(template, env):
                  if {"Ref": role_id} in p["Properties"]["Roles"]]
     assume = [s for s in policy["Properties"]["PolicyDocument"]["Statement"] if s["Action"] == "sts:AssumeRole"]
     assert assume == [{"Action": "sts:AssumeRole", "Effect": "Allow", "Resource": smoke_role}]
+
+
+@pytest.mark.parametrize("env", ["dev", "staging", "prod"])
+def test_the_role_each_smoke_step_assumes_is_created_by_that_environment(template, synthesized, env):
+    """The smoke step's role ARN names a role the environment's foundation creates, in that account, and
+    whose trust admits the tooling account the step's CodeBuild role lives in."""
+    (smoke,) = [a for a in stage(template, env)["Actions"] if a["Name"] == f"Smoke-{env}"]
+    project = template["Resources"][smoke["Configuration"]["ProjectName"]["Ref"]]
+    variables = {v["Name"]: v["Value"] for v in project["Properties"]["Environment"]["EnvironmentVariables"]}
+    account, _, name = variables["SMOKE_ROLE_ARN"].split(":", 4)[4].partition(":role/")
+    foundation = synthesized.template(env, "Foundation")
+    (role,) = [r for r in resources(foundation, "AWS::IAM::Role").values()
+               if r["Properties"].get("RoleName") == name]
+    assert account == ENVIRONMENTS[env]["account"]
+    trust = role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+    assert trust == [{"Action": "sts:AssumeRole", "Effect": "Allow",
+                      "Principal": {"AWS": f"arn:aws:iam::{SETTINGS['account']}:root"}}]
+    assert variables["AWS_REGION"] == synthesized.stages[env].foundation.region
 
 
 def test_source_uses_the_configured_connection_repository_and_branch(template):
