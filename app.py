@@ -1,14 +1,18 @@
 #!/usr/bin/env python3
 """CDK entry point: the only place that reads context. Loads and validates model_configs/, then builds
 one Stage per environment (all of them unless `-c environments=dev,staging`) and, when environments.yaml
-configures one, the pipeline that deploys those same stages (`-c pipeline=false` leaves it out)."""
+configures one, the pipeline that deploys those same stages (`-c pipeline=false` leaves it out).
 
+A large fleet without the pipeline synthesizes in parallel shards, each this script run again with
+INFERSTACK_SYNTH_SHARD set (`-c inferstack:synth-workers=N|auto`, see inferstack/synth_shards.py)."""
+
+import os
 import sys
 from pathlib import Path
 
 import aws_cdk as cdk
 
-from inferstack import config
+from inferstack import config, synth_shards
 from stacks.app_builder import POST_CLI_CONTEXT, PipelineUnavailable, build, pipeline_wanted
 
 
@@ -38,7 +42,42 @@ def main() -> int:
         print(exc, file=sys.stderr)
         return 2
 
+    shard_spec = os.environ.get(synth_shards.SHARD_ENV)
+    if shard_spec:  # one shard of a parallel synth: only its stacks
+        try:
+            shard = synth_shards.Shard.from_json(shard_spec, list(project.environments),
+                                                 [m.name for m in project.models])
+        except ValueError as exc:
+            print(exc, file=sys.stderr)
+            return 2
+        build(app, project, list(shard.models), only=shard.models)
+        return synthesize(app)
+    try:
+        workers = 1 if with_pipeline else synth_shards.worker_count(
+            app.node.try_get_context("inferstack:synth-workers"), len(names) * len(project.models))
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    if workers > 1:
+        shards = synth_shards.plan_shards(names, [m.name for m in project.models], workers)
+
+        def synth_here(shard: synth_shards.Shard, outdir: Path) -> int:
+            shard_app = cdk.App(outdir=str(outdir), post_cli_context=POST_CLI_CONTEXT)
+            build(shard_app, project, list(shard.models), only=shard.models)
+            return synthesize(shard_app)
+
+        try:
+            synth_shards.run_shards(shards, Path(app.outdir), [sys.executable, os.path.abspath(sys.argv[0])],
+                                    synth_here)
+        except synth_shards.ShardFailed as exc:
+            return exc.exit_code
+        return 0
+
     build(app, project, names, pipeline=with_pipeline)
+    return synthesize(app)
+
+
+def synthesize(app: cdk.App) -> int:
     try:
         app.synth()
     except RuntimeError as exc:  # jsii surfaces the CDK's ValidationError as a RuntimeError

@@ -3,6 +3,10 @@ synthesize every environment with `app.py` exactly as `cdk synth` runs it, and p
 time, peak memory of the synth process tree, stack count, the largest resource count per stack and the
 largest template, checked against CloudFormation's per-template limits.
 
+Each N runs twice, side by side: in one process (`-c inferstack:synth-workers=1`, the baseline) and
+as `cdk synth` does by default (`auto`: parallel shards once the fleet is big enough to pay for them,
+inferstack/synth_shards.py). `x N=1` is each mode's time over its own time for the smallest N.
+
     .venv/bin/python benchmarks/synth_scale.py                 # N = 1, 10, 100, 300
     .venv/bin/python benchmarks/synth_scale.py --counts 1 10   # a quicker run
 """
@@ -12,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -30,6 +35,7 @@ TEMPLATES = {"neuron-ecs": "intent-bert.yaml", "triton-sagemaker": "bert-large-c
 
 @dataclass
 class Result:
+    mode: str
     models: int
     seconds: float
     peak_rss_mib: float
@@ -80,12 +86,14 @@ def _tree_rss_kib(pid: int) -> int:
     return total
 
 
-def synth(count: int, workdir: Path) -> Result:
+def synth(count: int, workdir: Path, workers: str) -> Result:
     config_dir = workdir / f"configs-{count}"
-    outdir = workdir / f"cdk.out-{count}"
-    config_dir.mkdir()
-    write_configs(config_dir, count)
-    context = json.loads((ROOT / "cdk.json").read_text())["context"] | {"inferstack:config-dir": str(config_dir)}
+    outdir = workdir / f"cdk.out-{count}-{workers}"
+    if not config_dir.exists():
+        config_dir.mkdir()
+        write_configs(config_dir, count)
+    context = json.loads((ROOT / "cdk.json").read_text())["context"] | {
+        "inferstack:config-dir": str(config_dir), "inferstack:synth-workers": workers}
     env = {**os.environ, "CDK_CONTEXT_JSON": json.dumps(context), "CDK_OUTDIR": str(outdir),
            "PATH": f"{ROOT / 'node_modules' / '.bin'}{os.pathsep}{os.environ['PATH']}"}
     start = time.perf_counter()
@@ -108,10 +116,12 @@ def synth(count: int, workdir: Path) -> Result:
     sampler.join()
     if proc.returncode != 0:
         raise SystemExit(f"synth of {count} models failed:\n{stderr}")
-    return measure(count, seconds, peak / 1024, outdir)
+    shards = re.search(r"in (\d+) parallel shards", stderr)
+    mode = "serial" if workers == "1" else f"{workers}: {shards.group(1) if shards else 1} proc"
+    return measure(mode, count, seconds, peak / 1024, outdir)
 
 
-def measure(count: int, seconds: float, peak_mib: float, outdir: Path) -> Result:
+def measure(mode: str, count: int, seconds: float, peak_mib: float, outdir: Path) -> Result:
     templates = sorted(outdir.glob("**/*.template.json"))
     sizes, resources, parameters, outputs, over = [], [], [], [], []
     for path in templates:
@@ -123,27 +133,32 @@ def measure(count: int, seconds: float, peak_mib: float, outdir: Path) -> Result
         resources.append(figures["resources"])
         parameters.append(figures["parameters"])
         outputs.append(figures["outputs"])
-    return Result(count, seconds, peak_mib, len(templates), max(resources), max(sizes) / 1024,
+    return Result(mode, count, seconds, peak_mib, len(templates), max(resources), max(sizes) / 1024,
                   max(parameters), max(outputs), over)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--counts", type=int, nargs="+", default=[1, 10, 100, 300])
+    parser.add_argument("--workers", nargs="+", default=["1", "auto"],
+                        help="inferstack:synth-workers values to compare (1 = one process, the baseline)")
     args = parser.parse_args()
     if any(c < 1 for c in args.counts):
         parser.error("--counts: every N must be at least 1")
 
-    print(f"{'models':>6} {'stacks':>6} {'wall s':>8} {'x N=1':>6} {'peak MiB':>9} {'max res':>7} "
+    print(f"cpus: {os.cpu_count()}; load average before: {os.getloadavg()[0]:.2f}")
+    print(f"{'models':>6} {'mode':>14} {'stacks':>6} {'wall s':>8} {'x N=1':>6} {'peak MiB':>9} {'max res':>7} "
           f"{'max KiB':>8} {'max par':>7} {'max out':>7}  limits")
-    baseline = None
+    baselines: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for count in args.counts:
-            r = synth(count, Path(tmp))
-            baseline = baseline or r.seconds
-            print(f"{r.models:>6} {r.stacks:>6} {r.seconds:>8.1f} {r.seconds / baseline:>6.2f} "
-                  f"{r.peak_rss_mib:>9.0f} {r.max_resources:>7} {r.max_template_kib:>8.1f} "
-                  f"{r.max_parameters:>7} {r.max_outputs:>7}  {'; '.join(r.over_limits) or 'OK'}", flush=True)
+            for workers in args.workers:
+                r = synth(count, Path(tmp), workers)
+                baselines.setdefault(workers, r.seconds)
+                print(f"{r.models:>6} {r.mode:>14} {r.stacks:>6} {r.seconds:>8.1f} {r.seconds / baselines[workers]:>6.2f} "
+                      f"{r.peak_rss_mib:>9.0f} {r.max_resources:>7} {r.max_template_kib:>8.1f} "
+                      f"{r.max_parameters:>7} {r.max_outputs:>7}  {'; '.join(r.over_limits) or 'OK'}", flush=True)
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
     return 0
 
 

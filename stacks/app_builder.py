@@ -3,7 +3,7 @@ cdk-nag checks. Shared by app.py and the tests so both synthesize exactly the sa
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import aws_cdk as cdk
 
@@ -42,9 +42,12 @@ def pipeline_wanted(project: Project, env_names: Sequence[str], requested: str |
     return not missing
 
 
-def build(app: cdk.App, project: Project, env_names: Sequence[str], *,
-          pipeline: bool = False) -> dict[str, InferenceStage]:
-    stages = add_stages(app, project, env_names)
+def build(app: cdk.App, project: Project, env_names: Sequence[str], *, pipeline: bool = False,
+          only: Mapping[str, Sequence[str]] | None = None) -> dict[str, InferenceStage]:
+    """`only`: build just these models per environment (a synth shard, inferstack/synth_shards.py)."""
+    if pipeline and only is not None:
+        raise ValueError("the pipeline needs every stage: a synth shard cannot build it")
+    stages = add_stages(app, project, env_names, only)
     if pipeline:
         add_pipeline(app, project, stages)
     nag.add_checks(app)

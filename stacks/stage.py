@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import aws_cdk as cdk
 from constructs import Construct
@@ -50,7 +50,15 @@ def smoke_role_for(project: Project, env_name: str) -> SmokeRole:
     return SmokeRole(name, project.environments[env_name].account)
 
 
-def add_stages(app: cdk.App, project: Project, env_names: Sequence[str]) -> dict[str, InferenceStage]:
-    return {name: InferenceStage(app, name, environment=project.environments[name], models=project.models,
+def add_stages(app: cdk.App, project: Project, env_names: Sequence[str],
+               only: Mapping[str, Sequence[str]] | None = None) -> dict[str, InferenceStage]:
+    """`only`: environment -> the models to build there (a synth shard); default every model."""
+    def models(env_name: str) -> list[Model]:
+        if only is None:
+            return list(project.models)
+        wanted = set(only[env_name])
+        return [m for m in project.models if m.name in wanted]
+
+    return {name: InferenceStage(app, name, environment=project.environments[name], models=models(name),
                                  smoke_role=smoke_role_for(project, name), release=project.releases.get(name))
             for name in env_names}

@@ -329,6 +329,12 @@ class NeuronEcsService(Construct):
     # ------------------------------------------------------------------ observability
 
     def _metrics(self) -> dict[str, cw.IMetric]:
+        # Built once for alarms and dashboard: each metric object is a round trip to the jsii kernel.
+        if "_metric_objects" not in self.__dict__:
+            self.__dict__["_metric_objects"] = self._build_metrics()
+        return self.__dict__["_metric_objects"]
+
+    def _build_metrics(self) -> dict[str, cw.IMetric]:
         minute = cdk.Duration.minutes(1)
         tg = self.target_group.metrics
         requests = tg.request_count(period=minute, statistic="Sum")

@@ -286,9 +286,15 @@ class TritonEndpoint(Construct):
     # ------------------------------------------------------------------ alarms and dashboard
 
     def _metric(self, name: str, statistic: str, *, instance: bool = False) -> cw.Metric:
-        return cw.Metric(namespace=INSTANCE_METRICS_NAMESPACE if instance else METRICS_NAMESPACE,
-                         metric_name=name, statistic=statistic, period=cdk.Duration.minutes(1),
-                         dimensions_map={"EndpointName": self.endpoint_name, "VariantName": VARIANT})
+        # Alarms and dashboard share one object per metric: each one is a round trip to the jsii
+        # kernel, and synth time at fleet scale is mostly such round trips.
+        key = (name, statistic, instance)
+        cache = self.__dict__.setdefault("_metric_objects", {})
+        if key not in cache:
+            cache[key] = cw.Metric(namespace=INSTANCE_METRICS_NAMESPACE if instance else METRICS_NAMESPACE,
+                                   metric_name=name, statistic=statistic, period=cdk.Duration.minutes(1),
+                                   dimensions_map={"EndpointName": self.endpoint_name, "VariantName": VARIANT})
+        return cache[key]
 
     def _alarms(self, plan: CapacityPlan, spec: instances.InstanceSpec,
                 action: cw.IAlarmAction) -> dict[str, cw.Alarm]:

@@ -1,0 +1,203 @@
+"""Parallel synth (inferstack/synth_shards.py): the shard plan, the merge of cloud assemblies, and the
+proof that matters: app.py in shards writes the same cloud assembly as app.py in one process."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from inferstack import synth_shards
+from inferstack.synth_shards import Shard, merge, merge_reports, plan_shards, run_shards, worker_count
+from tests.test_cli import _cdk_env, assert_nothing_written, run
+
+ENVS = ["dev", "staging", "prod"]
+MODELS = ["a", "b", "c", "d"]
+
+
+# -- the plan -------------------------------------------------------------------------------
+
+
+def test_shards_are_balanced_contiguous_slices_in_synth_order():
+    shards = plan_shards(ENVS, MODELS, 2)
+    assert [s.models for s in shards] == [
+        {"dev": ["a", "b", "c", "d"], "staging": ["a", "b"]},
+        {"staging": ["c", "d"], "prod": ["a", "b", "c", "d"]},
+    ]
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3, 5, 12, 50])
+def test_every_stack_lands_in_exactly_one_shard(workers):
+    shards = plan_shards(ENVS, MODELS, workers)
+    assert len(shards) == min(workers, len(ENVS) * len(MODELS))
+    flat = [(env, m) for s in shards for env, models in s.models.items() for m in models]
+    assert flat == [(env, m) for env in ENVS for m in MODELS]
+    sizes = [sum(map(len, s.models.values())) for s in shards]
+    assert max(sizes) - min(sizes) <= 1
+
+
+def test_an_environment_without_models_still_gets_its_foundation():
+    assert [s.models for s in plan_shards(ENVS, [], 4)] == [{"dev": [], "staging": [], "prod": []}]
+
+
+def test_worker_count_auto_keeps_small_fleets_in_one_process():
+    per_shard = synth_shards.MIN_STACKS_PER_SHARD
+    assert worker_count(None, stacks=9, cpus=8) == 1
+    assert worker_count("auto", stacks=2 * per_shard - 1, cpus=8) == 1
+    assert worker_count("auto", stacks=2 * per_shard, cpus=8) == 2
+    assert worker_count("auto", stacks=300, cpus=2) == 2  # never more than the CPUs
+    assert worker_count("3", stacks=3, cpus=1) == 3  # an explicit count is taken as given
+    assert worker_count(4, stacks=3, cpus=1) == 4
+
+
+@pytest.mark.parametrize("bad", ["0", "-1", "two", "1.5", "", 0])
+def test_worker_count_rejects_anything_but_a_positive_integer_or_auto(bad):
+    with pytest.raises(ValueError, match=r"^-c inferstack:synth-workers: expected a positive integer or auto"):
+        worker_count(bad, stacks=100, cpus=2)
+
+
+def test_shard_round_trips_and_rejects_malformed_specs():
+    shard = Shard({"dev": ["a"], "prod": []})
+    assert Shard.from_json(shard.to_json(), ENVS, MODELS) == shard
+    for bad in ('{"models": ["a"]}', '{"models": {"dev": "a"}}', '[]', '{"models": {"dev": [1]}}', "{not json"):
+        with pytest.raises(ValueError, match=rf"^{synth_shards.SHARD_ENV}: expected"):
+            Shard.from_json(bad, ENVS, MODELS)
+    with pytest.raises(ValueError, match=r"unknown environment or model qa, zz$"):
+        Shard.from_json('{"models": {"qa": ["a"], "dev": ["zz"]}}', ENVS, MODELS)
+
+
+# -- the merge ------------------------------------------------------------------------------
+
+
+def _assembly(root: Path, env: str, stacks: dict[str, str], asset: str = "asset.abc") -> Path:
+    """A minimal cloud assembly as the CDK writes one: a nested assembly per stage, a staged asset."""
+    nested = root / f"assembly-{env}"
+    nested.mkdir(parents=True)
+    artifacts = {}
+    for name, body in stacks.items():
+        (nested / f"{name}.template.json").write_text(body)
+        artifacts[name] = {"type": "aws:cloudformation:stack", "properties": {"templateFile": f"{name}.template.json"}}
+    (nested / "manifest.json").write_text(json.dumps({"version": "55.0.0", "artifacts": artifacts}))
+    (root / asset).mkdir()
+    (root / asset / "Dockerfile").write_text("FROM scratch\n")
+    (root / "manifest.json").write_text(json.dumps({"version": "55.0.0", "artifacts": {
+        f"assembly-{env}": {"type": "cdk:cloud-assembly", "properties": {"directoryName": f"assembly-{env}"}},
+        "Tree": {"type": "cdk:tree", "properties": {"file": "tree.json"}}}}))
+    children = {env: {"id": env, "children": {name: {"id": name} for name in stacks}}, "Tree": {"id": "Tree"}}
+    (root / "tree.json").write_text(json.dumps({"version": "tree-0.1", "tree": {"id": "App", "children": children}}))
+    return root
+
+
+def test_merge_joins_a_split_environment_in_synth_order(tmp_path):
+    one = _assembly(tmp_path / "s0", "dev", {"Foundation": "F", "a": "A"})
+    two = _assembly(tmp_path / "s1", "dev", {"Foundation": "F", "b": "B"})
+    out = tmp_path / "out"
+    out.mkdir()
+    merge([one, two], out)
+    manifest = json.loads((out / "assembly-dev" / "manifest.json").read_text())
+    assert list(manifest["artifacts"]) == ["Foundation", "a", "b"]
+    assert (out / "assembly-dev" / "b.template.json").read_text() == "B"
+    tree = json.loads((out / "tree.json").read_text())["tree"]
+    assert list(tree["children"]) == ["dev", "Tree"]
+    assert list(tree["children"]["dev"]["children"]) == ["Foundation", "a", "b"]
+    assert (out / "asset.abc" / "Dockerfile").exists()
+
+
+def test_merge_stops_when_shards_disagree_on_a_shared_file(tmp_path):
+    one = _assembly(tmp_path / "s0", "dev", {"Foundation": "F", "a": "A"})
+    two = _assembly(tmp_path / "s1", "dev", {"Foundation": "F-different", "b": "B"})
+    with pytest.raises(RuntimeError, match=r"synth shards disagree on .*devFoundation|Foundation\.template\.json"):
+        merge([one, two], tmp_path)
+
+
+def test_merge_replaces_what_an_earlier_synth_left(tmp_path):
+    out = tmp_path / "out"
+    (out / "assembly-dev").mkdir(parents=True)
+    (out / "assembly-dev" / "gone.template.json").write_text("stale")
+    merge([_assembly(tmp_path / "s0", "dev", {"Foundation": "F"})], out)
+    assert sorted(p.name for p in (out / "assembly-dev").iterdir()) == ["Foundation.template.json", "manifest.json"]
+
+
+def test_merged_report_keeps_each_finding_once_and_any_failure():
+    finding = {"ruleName": "R1", "violatingConstructs": [{"constructPath": "dev/Foundation/X", "stackTraces": ["k1"]}]}
+    same_elsewhere = {**finding, "violatingConstructs": [{"constructPath": "dev/Foundation/X", "stackTraces": ["k2"]}]}
+    other = {"ruleName": "R2", "violatingConstructs": [{"constructPath": "dev/a/Y"}]}
+    reports = [
+        {"version": "55.0.0", "pluginReports": [{"pluginName": "P", "conclusion": "success", "violations": [],
+                                                 "suppressedViolations": [finding]}]},
+        {"version": "55.0.0", "pluginReports": [{"pluginName": "P", "conclusion": "failure", "violations": [other],
+                                                 "suppressedViolations": [same_elsewhere]}]},
+    ]
+    merged = merge_reports(reports)["pluginReports"]
+    assert [p["conclusion"] for p in merged] == ["failure"]
+    assert merged[0]["suppressedViolations"] == [finding]
+    assert merged[0]["violations"] == [other]
+
+
+def test_a_failing_shard_fails_the_synth_and_leaves_the_output_alone(tmp_path, capsys):
+    out = tmp_path / "out"
+
+    def synth_here(shard, outdir):
+        _assembly(outdir, "dev", {"Foundation": "F"})
+        return 0
+
+    argv = [sys.executable, "-c", "import sys; print('shard broke: reason', file=sys.stderr); sys.exit(3)"]
+    with pytest.raises(synth_shards.ShardFailed) as failed:
+        run_shards(plan_shards(["dev"], ["a", "b"], 2), out, argv, synth_here)
+    assert failed.value.exit_code == 3
+    assert "shard broke: reason" in capsys.readouterr().err
+    assert list(out.iterdir()) == []  # no manifest, no shard directory left behind
+
+
+# -- app.py ---------------------------------------------------------------------------------
+
+
+def _normalized(outdir: Path) -> dict[str, object]:
+    """Every file of a cloud assembly; metadata and the validation report without the stack traces
+    (they name each process's own jsii kernel directory, so two serial synths differ there too)."""
+    files = {}
+    for path in sorted(p for p in outdir.rglob("*") if p.is_file()):
+        name = path.relative_to(outdir).as_posix()
+        if name.endswith(".metadata.json"):
+            files[name] = synth_shards._without_traces(json.loads(path.read_text()))
+        elif name == synth_shards.REPORT:
+            report = json.loads(path.read_text())
+            files[name] = [(p["pluginName"], p["conclusion"],
+                            sorted(synth_shards._finding_key(v) for v in p["violations"]),
+                            sorted(synth_shards._finding_key(v) for v in p["suppressedViolations"]))
+                           for p in report["pluginReports"]]
+        else:
+            files[name] = path.read_bytes()
+    return files
+
+
+def test_app_in_parallel_shards_writes_what_one_process_writes(tmp_path):
+    serial, parallel = tmp_path / "serial", tmp_path / "parallel"
+    one = run("app.py", env=_cdk_env(serial, pipeline="false", **{"inferstack:synth-workers": "1"}))
+    assert one.returncode == 0, one.stderr
+    two = run("app.py", env=_cdk_env(parallel, pipeline="false", **{"inferstack:synth-workers": "2"}))
+    assert two.returncode == 0, two.stderr
+    assert "synthesized 9 serving stacks in 2 parallel shards" in two.stderr
+    assert "parallel shards" not in one.stderr
+    expected, actual = _normalized(serial), _normalized(parallel)
+    assert sorted(actual) == sorted(expected)
+    assert [name for name in expected if actual[name] != expected[name]] == []
+
+
+def test_app_rejects_a_bad_worker_count_in_one_line(tmp_path):
+    outdir = tmp_path / "cdk.out"
+    result = run("app.py", env=_cdk_env(outdir, pipeline="false", **{"inferstack:synth-workers": "many"}))
+    assert result.returncode == 2
+    assert result.stderr.strip() == "-c inferstack:synth-workers: expected a positive integer or auto, got 'many'"
+    assert_nothing_written(outdir)
+
+
+def test_app_rejects_a_malformed_shard_spec_in_one_line(tmp_path):
+    outdir = tmp_path / "cdk.out"
+    result = run("app.py", env={**_cdk_env(outdir), synth_shards.SHARD_ENV: "not json at all"})
+    assert result.returncode == 2
+    assert synth_shards.SHARD_ENV in result.stderr and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert_nothing_written(outdir)
