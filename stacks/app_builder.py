@@ -9,6 +9,7 @@ import aws_cdk as cdk
 
 from inferstack import nag, planning, triton_image
 from inferstack.config import Project, TritonSageMakerModel
+from inferstack.config.models import PIPELINE_STACK_NAME
 from stacks.pipeline_stack import PipelineStack
 from stacks.stage import InferenceStage, add_stages
 
@@ -16,7 +17,6 @@ from stacks.stage import InferenceStage, add_stages
 # reported. Post-CLI context wins over the CLI's, so an unacknowledged cdk-nag finding fails synth.
 POST_CLI_CONTEXT = {"@aws-cdk/core:failSynthOnValidationErrors": True}
 PIPELINE_STACK_ID = "Pipeline"
-PIPELINE_STACK_NAME = "inferstack-pipeline"
 
 
 class PipelineUnavailable(ValueError):

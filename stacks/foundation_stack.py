@@ -48,10 +48,12 @@ class SharedResources:
 
 @dataclass(frozen=True)
 class SmokeRole:
-    """The role `inferstack smoke` assumes in this environment's account, and the one account trusted to."""
+    """The role `inferstack smoke` assumes in this environment's account, and the one account trusted to.
+    `trusted_role_prefix`: when set, only roles of that account whose names start with it may."""
 
     name: str
     trusted_account: str
+    trusted_role_prefix: str | None = None
 
 
 class FoundationStack(EnvironmentStack):
@@ -77,6 +79,7 @@ class FoundationStack(EnvironmentStack):
             self, "Smoke", probe_code_directory=str(PROBE_CODE_DIRECTORY), vpc=network.vpc,
             subnets=network.private_subnets, vpc_cidr=environment.network.cidr, key=key, log_retention=retention,
             removal_policy=removal, role_name=smoke_role.name, trusted_account=smoke_role.trusted_account,
+            trusted_role_prefix=smoke_role.trusted_role_prefix,
             stack_name_prefix=stack_outputs.stack_name(env_name, ""),
             endpoint_name_prefix=stack_outputs.stack_name(env_name, ""))
         # inferstack.smoke reads these by name to reach internal load balancers through the probe.

@@ -11,7 +11,7 @@ from inferstack.config import Environment, Project
 from inferstack.config.loader import Model
 from inferstack.config.release_pin import ReleasePin
 from inferstack import stack_outputs
-from inferstack.config.models import DEFAULT_SMOKE_ROLE_NAME
+from inferstack.config.models import DEFAULT_SMOKE_ROLE_NAME, PIPELINE_STACK_NAME
 from stacks.foundation_stack import FoundationStack, SmokeRole
 from stacks.serving_stack import ServingStack
 
@@ -46,7 +46,8 @@ def smoke_role_for(project: Project, env_name: str) -> SmokeRole:
     pipeline = project.pipeline
     name = pipeline.smoke_role_name if pipeline else DEFAULT_SMOKE_ROLE_NAME
     if pipeline and env_name in pipeline.stages:
-        return SmokeRole(name, pipeline.account)
+        # Only the pipeline stack's roles (its smoke steps' CodeBuild roles), not the whole tooling account.
+        return SmokeRole(name, pipeline.account, trusted_role_prefix=f"{PIPELINE_STACK_NAME}-")
     return SmokeRole(name, project.environments[env_name].account)
 
 

@@ -160,6 +160,9 @@ class Environment(Frozen):
 
 
 DEFAULT_SMOKE_ROLE_NAME = "inferstack-smoke"
+# The pipeline stack's CloudFormation name. Roles CloudFormation names for it (the smoke steps' CodeBuild
+# roles among them) start with it, which is what the environments' smoke roles trust.
+PIPELINE_STACK_NAME = "inferstack-pipeline"
 
 
 class PipelineSettings(Frozen):

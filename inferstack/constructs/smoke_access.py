@@ -32,18 +32,19 @@ class SmokeAccess(Construct):
     `probe_code_directory`: the probe's code (inferstack/smoke_probe/), packaged as is. `vpc_cidr`: the
     VPC's range as a literal; the probe may only open connections into it, to hosts named like this
     region's load balancers. `role_name`: the smoke role's name (the pipeline assumes it by name);
-    `trusted_account`: the only account whose principals may assume it. `stack_name_prefix` and
+    `trusted_account`: the only account whose principals may assume it; `trusted_role_prefix`, when set,
+    narrows that to its roles whose names start with it. `stack_name_prefix` and
     `endpoint_name_prefix`: every stack and SageMaker endpoint of this environment starts with them."""
 
     def __init__(self, scope: Construct, construct_id: str, *, probe_code_directory: str, vpc: ec2.IVpc,
                  subnets: ec2.SubnetSelection, vpc_cidr: str, key: kms.IKey, log_retention: logs.RetentionDays,
                  removal_policy: cdk.RemovalPolicy, role_name: str, trusted_account: str,
-                 stack_name_prefix: str, endpoint_name_prefix: str) -> None:
+                 stack_name_prefix: str, endpoint_name_prefix: str, trusted_role_prefix: str | None = None) -> None:
         super().__init__(scope, construct_id)
         if not stack_name_prefix or not endpoint_name_prefix:
             raise ValueError("stack_name_prefix and endpoint_name_prefix must not be empty (they scope the role)")
         self._add_probe(probe_code_directory, vpc, subnets, vpc_cidr, key, log_retention, removal_policy)
-        self._add_role(role_name, trusted_account, stack_name_prefix, endpoint_name_prefix)
+        self._add_role(role_name, trusted_account, trusted_role_prefix, stack_name_prefix, endpoint_name_prefix)
 
     def _add_probe(self, code_directory: str, vpc: ec2.IVpc, subnets: ec2.SubnetSelection, vpc_cidr: str,
                    key: kms.IKey, log_retention: logs.RetentionDays, removal_policy: cdk.RemovalPolicy) -> None:
@@ -87,16 +88,21 @@ class SmokeAccess(Construct):
         assert isinstance(function, cdk.CfnResource)
         function.add_metadata("cfn-lint", {"config": {"ignore_checks": ["W3005"]}})
 
-    def _add_role(self, role_name: str, trusted_account: str, stack_name_prefix: str,
-                  endpoint_name_prefix: str) -> None:
+    def _add_role(self, role_name: str, trusted_account: str, trusted_role_prefix: str | None,
+                  stack_name_prefix: str, endpoint_name_prefix: str) -> None:
         stack = cdk.Stack.of(self)
+        principal: iam.IPrincipal = iam.AccountPrincipal(trusted_account)
+        if trusted_role_prefix:
+            principal = principal.with_conditions({"ArnLike": {"aws:PrincipalArn": stack.format_arn(
+                service="iam", region="", account=trusted_account, resource="role",
+                resource_name=f"{trusted_role_prefix}*")}})
         stacks = stack.format_arn(service="cloudformation", resource="stack",
                                   resource_name=f"{stack_name_prefix}*/*")
         # SageMaker writes endpoint names into ARNs in lower case.
         endpoints = stack.format_arn(service="sagemaker", resource="endpoint",
                                      resource_name=f"{endpoint_name_prefix.lower()}*")
         self.role = iam.Role(
-            self, "Role", role_name=role_name, assumed_by=iam.AccountPrincipal(trusted_account),
+            self, "Role", role_name=role_name, assumed_by=principal,
             description="inferstack smoke test: read this environment's stacks, call its models",
             max_session_duration=cdk.Duration.hours(1),
             inline_policies={"Smoke": iam.PolicyDocument(statements=[

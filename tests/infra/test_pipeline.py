@@ -9,10 +9,12 @@ import json
 import re
 from pathlib import Path
 
+import aws_cdk as cdk
 import pytest
 import yaml
 
 from inferstack import config
+from inferstack.config.models import PIPELINE_STACK_NAME
 from stacks.app_builder import PipelineUnavailable, pipeline_wanted
 from tests.conftest import CONFIG_DIR, ROOT
 from tests.infra.synth import synth
@@ -119,10 +121,16 @@ def test_smoke_test_runs_after_the_environment_is_deployed(template, env):
     assert assume == [{"Action": "sts:AssumeRole", "Effect": "Allow", "Resource": smoke_role}]
 
 
+def synthesized_pipeline_stack_name(synthesized) -> str:
+    return next(s.stack_name for s in synthesized.stages["dev"].node.root.node.children
+                if isinstance(s, cdk.Stack) and s.node.id == "Pipeline")
+
+
 @pytest.mark.parametrize("env", ["dev", "staging", "prod"])
 def test_the_role_each_smoke_step_assumes_is_created_by_that_environment(template, synthesized, env):
     """The smoke step's role ARN names a role the environment's foundation creates, in that account, and
-    whose trust admits the tooling account the step's CodeBuild role lives in."""
+    whose trust admits the step's CodeBuild role: a role of the tooling account that CloudFormation names
+    after this stack (no RoleName), which is what the trust's condition matches."""
     (smoke,) = [a for a in stage(template, env)["Actions"] if a["Name"] == f"Smoke-{env}"]
     project = template["Resources"][smoke["Configuration"]["ProjectName"]["Ref"]]
     variables = {v["Name"]: v["Value"] for v in project["Properties"]["Environment"]["EnvironmentVariables"]}
@@ -132,8 +140,12 @@ def test_the_role_each_smoke_step_assumes_is_created_by_that_environment(templat
                if r["Properties"].get("RoleName") == name]
     assert account == ENVIRONMENTS[env]["account"]
     trust = role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
-    assert trust == [{"Action": "sts:AssumeRole", "Effect": "Allow",
-                      "Principal": {"AWS": f"arn:aws:iam::{SETTINGS['account']}:root"}}]
+    tooling = SETTINGS["account"]
+    assert trust == [{"Action": "sts:AssumeRole", "Effect": "Allow", "Principal": {"AWS": f"arn:aws:iam::{tooling}:root"},
+                      "Condition": {"ArnLike": {"aws:PrincipalArn": f"arn:aws:iam::{tooling}:role/{PIPELINE_STACK_NAME}-*"}}}]
+    codebuild_role = template["Resources"][project["Properties"]["ServiceRole"]["Fn::GetAtt"][0]]
+    assert "RoleName" not in codebuild_role["Properties"]
+    assert synthesized_pipeline_stack_name(synthesized) == PIPELINE_STACK_NAME
     assert variables["AWS_REGION"] == synthesized.stages[env].foundation.region
 
 

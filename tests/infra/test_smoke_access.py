@@ -13,6 +13,7 @@ import yaml
 
 from inferstack import config, stack_outputs
 from inferstack.config import NeuronEcsModel
+from inferstack.config.models import PIPELINE_STACK_NAME
 from inferstack.constructs.smoke_access import ENI_ACTIONS, PROBE_HANDLER
 from stacks.stage import smoke_role_for
 from tests.conftest import CONFIG_DIR
@@ -49,11 +50,26 @@ def vpc_cidr(env: str) -> str:
 # ----------------------------------------------------------------------------- the smoke role
 
 @pytest.mark.parametrize("env", ENVS)
-def test_smoke_role_is_named_for_the_pipeline_and_trusts_only_the_tooling_account(synthesized, env):
+def test_smoke_role_is_named_for_the_pipeline_and_trusts_only_the_pipeline_stacks_roles(synthesized, env):
     role = smoke_role(synthesized.template(env, "Foundation"))
+    tooling = PIPELINE["account"]
     assert role["Properties"]["AssumeRolePolicyDocument"]["Statement"] == [
-        {"Action": "sts:AssumeRole", "Effect": "Allow", "Principal": {"AWS": f"arn:aws:iam::{PIPELINE['account']}:root"}}]
+        {"Action": "sts:AssumeRole", "Effect": "Allow", "Principal": {"AWS": f"arn:aws:iam::{tooling}:root"},
+         "Condition": {"ArnLike": {"aws:PrincipalArn": f"arn:aws:iam::{tooling}:role/{PIPELINE_STACK_NAME}-*"}}}]
     assert "ManagedPolicyArns" not in role["Properties"]
+
+
+def test_the_smoke_steps_run_as_roles_the_trust_condition_admits(synthesized):
+    """CloudFormation names a role without RoleName `<stack name>-<logical id>-<suffix>`: the smoke steps'
+    CodeBuild roles live in the pipeline stack and set no name, so their names match the condition."""
+    pipeline = synthesized.root_templates["Pipeline"]
+    projects = [r for r in pipeline["Resources"].values() if r["Type"] == "AWS::CodeBuild::Project"
+                and "smoke" in json.dumps(r["Properties"].get("Source", {}))]
+    assert len(projects) == len(ENVS)
+    for project in projects:
+        role_id = project["Properties"]["ServiceRole"]["Fn::GetAtt"][0]
+        role = pipeline["Resources"][role_id]
+        assert role["Type"] == "AWS::IAM::Role" and "RoleName" not in role["Properties"]
 
 
 @pytest.mark.parametrize("env", ENVS)
@@ -110,8 +126,10 @@ def test_without_a_pipeline_the_role_trusts_the_environments_own_account(config_
     del data["pipeline"]
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     none = config.load(config_copy)
-    assert {env: (r.name, r.trusted_account) for env in ENVS for r in [smoke_role_for(none, env)]} == {
-        env: ("inferstack-smoke", ENVIRONMENTS[env]["account"]) for env in ENVS}
+    assert {env: (r.name, r.trusted_account, r.trusted_role_prefix) for env in ENVS
+            for r in [smoke_role_for(none, env)]} == {
+        env: ("inferstack-smoke", ENVIRONMENTS[env]["account"], None) for env in ENVS}
+    assert smoke_role_for(partial, "prod").trusted_role_prefix is None
 
 
 # ----------------------------------------------------------------------------- the probe
