@@ -13,7 +13,21 @@ import pytest
 import requests
 from conftest import SERVE, run_script
 
+from artifact import read_metadata
+
 TEXT = {"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1], "data": ["in flight"]}]}
+
+
+def test_warm_up_runs_every_batch_shape_the_batcher_can_form(artifact):
+    from runner import ModelRunner
+
+    runner = ModelRunner(artifact, read_metadata(artifact), torch_threads=1)
+    model, shapes = runner.model, []
+    runner.model = lambda ids, mask: (shapes.append(tuple(ids.shape)), model(ids, mask))[1]
+    runner.warm_up(iterations=1, max_batch_size=5)
+    # The artifact's compiled batch is 2, so 1..5 rows execute as 2, 4 or 6.
+    assert {rows for rows, _ in shapes} == {2, 4, 6}
+    assert len(shapes) >= 2 * 3
 
 
 def test_not_ready_until_warm_up_finishes(artifact, start_server):
