@@ -86,7 +86,7 @@ def build_t5_tokenizer(vocab_size: int):
     return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="</s>", unk_token="<unk>")
 
 
-def build_model(kind: str, vocab_size: int, labels: tuple[str, ...], layers: int, hidden: int, max_len: int):
+def build_model(kind: str, vocab_size: int, labels: tuple[str, ...], layers: int, hidden: int, max_len: int, heads: int | None = None):
     import torch
     from transformers import BertConfig, BertForSequenceClassification, T5Config, T5ForConditionalGeneration
 
@@ -96,7 +96,7 @@ def build_model(kind: str, vocab_size: int, labels: tuple[str, ...], layers: int
             vocab_size=vocab_size,
             hidden_size=hidden,
             num_hidden_layers=layers,
-            num_attention_heads=max(1, hidden // 16),
+            num_attention_heads=heads or max(1, hidden // 16),
             intermediate_size=hidden * 4,
             max_position_embeddings=max_len,
             num_labels=len(labels),
@@ -127,6 +127,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--vocab-size", type=int, default=1000)
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--hidden-size", type=int, default=32)
+    parser.add_argument(
+        "--attention-heads", type=int, default=None, help="bert: attention heads (default hidden size / 16; BERT-Tiny has 2)"
+    )
     parser.add_argument("--max-position", type=int, default=512)
     args = parser.parse_args(argv)
     labels = tuple(label.strip() for label in args.labels.split(",") if label.strip())
@@ -138,6 +141,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("--vocab-size: must be at least 200")
     if args.layers < 1 or args.hidden_size < 16 or args.hidden_size % 16:
         parser.error("--layers must be >= 1 and --hidden-size a positive multiple of 16")
+    if args.attention_heads is not None and (args.attention_heads < 1 or args.hidden_size % args.attention_heads):
+        parser.error("--attention-heads: must be >= 1 and divide --hidden-size")
     if args.out.exists() and (not args.out.is_dir() or any(args.out.iterdir())):
         parser.error(f"--out: {args.out} exists and is not an empty directory")
     args.labels = labels
@@ -148,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     tokenizer = build_bert_tokenizer(args.vocab_size) if args.kind == "bert" else build_t5_tokenizer(args.vocab_size)
     model = build_model(
-        args.kind, len(tokenizer), args.labels, args.layers, args.hidden_size, args.max_position
+        args.kind, len(tokenizer), args.labels, args.layers, args.hidden_size, args.max_position, args.attention_heads
     )
     # Write next to the destination and rename, so a failed run leaves nothing behind.
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -2,12 +2,16 @@
 
     python benchmarks/serve_bench.py [--concurrency 1,4,16,32] [--duration 5]
 
-Builds the tiny BERT (benchmarks/make_tiny_model.py) and a CPU artifact with compile.py unless
+Builds a tiny BERT (benchmarks/make_tiny_model.py; BERT-Tiny's dimensions unless --layers,
+--hidden-size, --attention-heads say otherwise) and a CPU artifact with compile.py unless
 --model-dir is given, then measures, on this machine:
   (a) serve.py: dynamic batching, one inference thread per worker;
   (b) a naive baseline (benchmarks/naive_server.py): the same traced model behind a plain
-      FastAPI/uvicorn handler that runs one request at a time;
-  (c) the raw model alone (no HTTP, no tokenizer) at its best batch size: the limit.
+      FastAPI/uvicorn handler that runs one request at a time, with one torch thread and with
+      as many as (a) has in all: each level reports the better of the two;
+  (c) the raw model alone (no HTTP, no tokenizer) at its best batch size, with the same compute
+      threads laid out both as (a) uses them (one process per worker) and as one process: the
+      best of all of them is the limit.
 Each concurrency level is a closed loop of N keep-alive HTTP/1.1 connections sending one-text
 requests back to back. Prints figures only; the targets are reported, never asserted.
 """
@@ -44,10 +48,12 @@ def sample_texts(count: int, seed: int = 7) -> list[str]:
 # -- setup ----------------------------------------------------------------------------------
 
 
-def build_artifact(work: Path, sequence_length: int) -> Path:
+def build_artifact(work: Path, args: argparse.Namespace) -> Path:
     model, art = work / "tiny-bert", work / "artifact"
+    sequence_length = args.sequence_length
+    dims = ["--layers", str(args.layers), "--hidden-size", str(args.hidden_size), "--attention-heads", str(args.attention_heads)]
     for cmd in (
-        [sys.executable, str(ROOT / "benchmarks" / "make_tiny_model.py"), "--kind", "bert", "--out", str(model)],
+        [sys.executable, str(ROOT / "benchmarks" / "make_tiny_model.py"), "--kind", "bert", "--out", str(model), *dims],
         [sys.executable, str(NEURON_DIR / "compile.py"), "--backend", "cpu", "--model", str(model), "--out", str(art),
          "--sequence-length", str(sequence_length), "--batch-size", "1"],
     ):
@@ -147,14 +153,25 @@ async def _load(port: int, requests: list[bytes], concurrency: int, duration: fl
     return latencies, len(errors)
 
 
+def _run(coroutine):
+    # The load generator shares the cores with the servers: uvloop (when installed) makes each
+    # request cost it less, which leaves more CPU to (a) and (b) alike.
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coroutine)
+    return uvloop.run(coroutine)
+
+
 def measure(port: int, path: str, texts: list[str], concurrency: int, duration: float, warmup: float) -> dict:
     requests = request_bytes(path, texts)
-    asyncio.run(_load(port, requests, concurrency, warmup))
-    started = time.perf_counter()
-    latencies, errors = asyncio.run(_load(port, requests, concurrency, duration))
+    _run(_load(port, requests, concurrency, warmup))
+    started, cpu_started = time.perf_counter(), time.process_time()
+    latencies, errors = _run(_load(port, requests, concurrency, duration))
     elapsed = time.perf_counter() - started
     latencies.sort()
     return {
+        "client_cpu": (time.process_time() - cpu_started) / elapsed,
         "rps": len(latencies) / elapsed,
         "p50_ms": 1000 * statistics.median(latencies),
         "p99_ms": 1000 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))],
@@ -177,33 +194,62 @@ def batch_stats(port: int) -> tuple[float, float]:
 # -- (c) the raw model ----------------------------------------------------------------------
 
 
-def raw_model_limit(art: Path, texts: list[str], threads: int, batch_sizes: list[int], seconds: float) -> tuple[int, float, dict]:
+def _raw_inputs(art: Path, texts: list[str], size: int):
     import torch
     from tokenizers import Tokenizer
 
-    torch.set_num_threads(threads)
     metadata = json.loads((art / "metadata.json").read_text())
-    model = torch.jit.load(str(art / "model.pt")).eval()
     tokenizer = Tokenizer.from_file(str(art / "tokenizer.json"))
     tokenizer.enable_truncation(max_length=metadata["sequence_length"])
     tokenizer.enable_padding(length=metadata["sequence_length"], pad_id=metadata["pad_token_id"])
     encodings = tokenizer.encode_batch(texts)
-    ids = torch.tensor([e.ids for e in encodings])
-    mask = torch.tensor([e.attention_mask for e in encodings])
-    results = {}
+    reps = -(-size // len(texts))
+    ids = torch.tensor([e.ids for e in encodings]).repeat(reps, 1)[:size]
+    mask = torch.tensor([e.attention_mask for e in encodings]).repeat(reps, 1)[:size]
+    return ids, mask
+
+
+def _raw_process(art: Path, texts: list[str], threads: int, batch_sizes: list[int], seconds: float, barrier, results) -> None:
+    """One copy of the model, as a serve.py worker holds it: measure every batch size in step
+    with the other copies (the barrier), so the copies compete for the cores as workers do."""
+    import torch
+
+    torch.set_num_threads(threads)
+    model = torch.jit.load(str(art / "model.pt")).eval()
+    ids, mask = _raw_inputs(art, texts, max(batch_sizes))
+    out = {}
     with torch.inference_mode():
+        for _ in range(2):  # every shape, as the server's warm-up does
+            for batch in batch_sizes:
+                model(ids[:batch], mask[:batch])
         for batch in batch_sizes:
-            reps = -(-batch // len(texts))
-            x, m = ids.repeat(reps, 1)[:batch], mask.repeat(reps, 1)[:batch]
-            for _ in range(3):
-                model(x, m)
+            x, m = ids[:batch].contiguous(), mask[:batch].contiguous()
+            model(x, m)
+            barrier.wait()
             done, started = 0, time.perf_counter()
             while time.perf_counter() - started < seconds:
                 model(x, m)
                 done += batch
-            results[batch] = done / (time.perf_counter() - started)
-    best = max(results, key=results.get)
-    return best, results[best], results
+            out[batch] = done / (time.perf_counter() - started)
+    results.put(out)
+
+
+def raw_model_limit(art: Path, texts: list[str], processes: int, threads: int, batch_sizes: list[int], seconds: float) -> dict[int, float]:
+    """Sequences per second of ``processes`` model copies with ``threads`` torch threads each, per batch size."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    barrier, results = context.Barrier(processes), context.Queue()
+    workers = [
+        context.Process(target=_raw_process, args=(art, texts, threads, batch_sizes, seconds, barrier, results))
+        for _ in range(processes)
+    ]
+    for worker in workers:
+        worker.start()
+    per_process = [results.get(timeout=600) for _ in workers]
+    for worker in workers:
+        worker.join()
+    return {batch: sum(out[batch] for out in per_process) for batch in batch_sizes}
 
 
 # -- main -----------------------------------------------------------------------------------
@@ -213,15 +259,29 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model-dir", type=Path, help="a compiled CPU artifact (default: build the tiny BERT)")
     parser.add_argument("--sequence-length", type=int, default=128)
+    parser.add_argument("--layers", type=int, default=2, help="model built when no --model-dir (BERT-Tiny: 2)")
+    parser.add_argument("--hidden-size", type=int, default=128, help="(BERT-Tiny: 128)")
+    parser.add_argument("--attention-heads", type=int, default=2, help="(BERT-Tiny: 2)")
     parser.add_argument("--concurrency", default="1,4,16,32")
     parser.add_argument("--duration", type=float, default=5.0, help="seconds measured per level")
     parser.add_argument("--warmup", type=float, default=1.0, help="seconds of unmeasured load before each level")
     parser.add_argument("--max-batch-size", type=int, default=16)
     parser.add_argument("--max-queue-delay-ms", type=float, default=0)
     parser.add_argument("--workers", type=int, default=1)
-    parser.add_argument("--torch-threads", type=int, default=1, help="per worker, for (a), (b) and (c)")
+    parser.add_argument("--torch-threads", type=int, default=1, help="per worker of (a) and per process of (c)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; the best of each is reported")
     return parser.parse_args()
+
+
+def model_dims(metadata: dict) -> str:
+    config_file = Path(metadata["model_source"]) / "config.json"
+    if not config_file.is_file():
+        return "dimensions unknown"
+    config = json.loads(config_file.read_text())
+    return (
+        f"{config['num_hidden_layers']} layers, hidden {config['hidden_size']}, "
+        f"{config['num_attention_heads']} heads, intermediate {config['intermediate_size']}"
+    )
 
 
 def main() -> int:
@@ -231,68 +291,91 @@ def main() -> int:
     texts = sample_texts(256)
     path = "/v2/models/model/infer"
     with tempfile.TemporaryDirectory(prefix="serve-bench-") as work:
-        art = args.model_dir or build_artifact(Path(work), args.sequence_length)
+        art = args.model_dir or build_artifact(Path(work), args)
         metadata = json.loads((art / "metadata.json").read_text())
+        dims = model_dims(metadata)
         compute_threads = args.workers * args.torch_threads
-        ports = {"a": free_port(), "b": free_port()}
-        servers = [start_server(art, ports["a"], args), start_baseline(art, ports["b"], compute_threads)]
+        # (c) runs the same compute threads as (a) both as (a) lays them out and as one process.
+        layouts = sorted({(args.workers, args.torch_threads), (1, compute_threads)})
+        # (b) runs with one torch thread and with all of (a)'s: intra-op threads help a lone
+        # request but spin against the load generator for the same cores. Each level keeps the better.
+        baselines = sorted({1, compute_threads})
+        ports = {"a": free_port(), **{("b", t): free_port() for t in baselines}}
+        servers = [start_server(art, ports["a"], args)]
+        servers += [start_baseline(art, ports[("b", t)], t) for t in baselines]
         best: dict = {}
-        limits: dict[int, float] = {}
+        limits: dict[tuple[int, int], dict[int, float]] = {layout: {} for layout in layouts}
         try:
             # Rounds interleave (a), (b) and (c) so slow phases of other work on the machine hit
             # all three alike; each figure is the best of its rounds.
             for _ in range(args.rounds):
-                _, _, per_batch = raw_model_limit(art, texts, compute_threads, [1, 2, 4, 8, 16, 32, 64], 1.0)
-                for batch, value in per_batch.items():
-                    limits[batch] = max(limits.get(batch, 0.0), value)
+                for layout in layouts:
+                    per_batch = raw_model_limit(art, texts, *layout, [1, 2, 4, 8, 16, 32, 64], 1.0)
+                    for batch, value in per_batch.items():
+                        limits[layout][batch] = max(limits[layout].get(batch, 0.0), value)
                 for level in levels:
-                    for name in ("a", "b"):
+                    for name in ("a", *(("b", t) for t in baselines)):
                         before = batch_stats(ports["a"])
                         result = measure(ports[name], path, texts, level, args.duration, args.warmup)
                         after = batch_stats(ports["a"])
                         if name == "a":
                             result["avg_batch"] = (after[0] - before[0]) / max(1.0, after[1] - before[1])
+                        else:
+                            result["threads"], name = name[1], "b"
                         if result["rps"] > best.get((level, name), {"rps": -1})["rps"]:
                             best[(level, name)] = result
         finally:
             for server in servers:
                 server.terminate()
                 server.wait(60)
-    best_batch = max(limits, key=limits.get)
     rows = {level: {"a": best[(level, "a")], "b": best[(level, "b")]} for level in levels}
-    report(args, metadata, compute_threads, best_batch, limits[best_batch], limits, rows)
+    report(args, metadata, dims, compute_threads, limits, rows)
     return 0
 
 
-def report(args, metadata, threads, best_batch, limit, per_batch, rows) -> None:
+def report(args, metadata, dims, threads, limits, rows) -> None:
+    best_layout, best_batch = max(
+        ((layout, batch) for layout, per_batch in limits.items() for batch in per_batch),
+        key=lambda key: limits[key[0]][key[1]],
+    )
+    limit = limits[best_layout][best_batch]
     print(
         f"machine: {os.cpu_count()} CPUs; python {sys.version.split()[0]}; load average before "
         f"{args.load_before[0]:.2f}, after {os.getloadavg()[0]:.2f} (other work on the machine skews every figure)"
     )
     print(
-        f"model: tiny BERT ({metadata['model_source']}), cpu backend, sequence length {metadata['sequence_length']}, "
+        f"model: BERT ({dims}; {metadata['model_source']}), cpu backend, sequence length {metadata['sequence_length']}, "
         f"compiled batch {metadata['batch_size']}, {len(metadata['labels'])} labels"
     )
     print(
         f"(a) serve.py: workers={args.workers} torch_threads={args.torch_threads} max_batch_size={args.max_batch_size} "
         f"max_queue_delay_ms={args.max_queue_delay_ms}"
     )
-    print(f"(b) naive FastAPI/uvicorn, one request at a time, torch_threads={threads}")
     print(
-        f"(c) raw model, torch_threads={threads}: best batch {best_batch} -> {limit:,.0f} seq/s "
-        f"({', '.join(f'b{b}={v:,.0f}' for b, v in per_batch.items())})"
+        f"(b) naive FastAPI/uvicorn, one request at a time; the better of torch_threads=1 and {threads} "
+        f"per level ('thr')"
     )
+    for (processes, per_process), per_batch in limits.items():
+        print(
+            f"(c) raw model, {processes} process(es) x {per_process} torch thread(s): "
+            + ", ".join(f"b{b}={v:,.0f}" for b, v in per_batch.items())
+            + " seq/s"
+        )
+    print(f"(c) limit: {limit:,.0f} seq/s ({best_layout[0]} x {best_layout[1]} threads, batch {best_batch})")
     print(
         f"load: closed loop, one text per request, {args.duration:g}s per level after {args.warmup:g}s warm-up; "
-        f"best of {args.rounds} interleaved rounds\n"
+        f"best of {args.rounds} interleaved rounds; 'gen' is the load generator's own CPU (cores)\n"
     )
-    print(f"{'conc':>4} | {'(a) req/s':>9} {'p50 ms':>7} {'p99 ms':>7} {'batch':>5} | {'(b) req/s':>9} {'p50 ms':>7} {'p99 ms':>7} | {'a/b':>5} {'a/c':>5} | errors")
+    print(
+        f"{'conc':>4} | {'(a) req/s':>9} {'p50 ms':>7} {'p99 ms':>7} {'batch':>5} {'gen':>4} | "
+        f"{'(b) req/s':>9} {'p50 ms':>7} {'p99 ms':>7} {'thr':>3} {'gen':>4} | {'a/b':>5} {'a/c':>5} | errors"
+    )
     for level, row in rows.items():
         a, b = row["a"], row["b"]
         print(
-            f"{level:>4} | {a['rps']:>9,.0f} {a['p50_ms']:>7.2f} {a['p99_ms']:>7.2f} {a['avg_batch']:>5.1f} | "
-            f"{b['rps']:>9,.0f} {b['p50_ms']:>7.2f} {b['p99_ms']:>7.2f} | {a['rps'] / b['rps']:>5.2f} {a['rps'] / limit:>5.0%} | "
-            f"{a['errors']}/{b['errors']}"
+            f"{level:>4} | {a['rps']:>9,.0f} {a['p50_ms']:>7.2f} {a['p99_ms']:>7.2f} {a['avg_batch']:>5.1f} {a['client_cpu']:>4.2f} | "
+            f"{b['rps']:>9,.0f} {b['p50_ms']:>7.2f} {b['p99_ms']:>7.2f} {b['threads']:>3} {b['client_cpu']:>4.2f} | "
+            f"{a['rps'] / b['rps']:>5.2f} {a['rps'] / limit:>5.0%} | {a['errors']}/{b['errors']}"
         )
     print("\ntargets at concurrency >= 16: (a) >= 2x (b) throughput, (a) p99 <= (b) p99, (a) >= 70% of (c)")
     for level, row in rows.items():

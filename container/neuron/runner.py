@@ -58,10 +58,14 @@ class ModelRunner:
         module = backend.load(str(model_dir / MODEL_FILE))
         self.model = backend.data_parallel(module, pipeline=metadata["parallelism"] == "pipeline")
 
+    def padded_rows(self, rows: int) -> int:
+        """Rows the model executes for ``rows`` real ones: Neuron graphs have a fixed batch, so
+        a batch is padded up to a multiple of it."""
+        return -(-rows // self.compiled_batch) * self.compiled_batch
+
     def _stack(self, requests: Sequence[TextRows | TokenRows]) -> tuple[np.ndarray, np.ndarray]:
         total = sum(r.rows for r in requests)
-        # Neuron graphs have a fixed batch: pad the rows up to a multiple of it.
-        padded = -(-total // self.compiled_batch) * self.compiled_batch
+        padded = self.padded_rows(total)
         ids = np.full((padded, self.sequence_length), self.pad_id, dtype=np.int64)
         mask = np.zeros((padded, self.sequence_length), dtype=np.int64)
         mask[total:, 0] = 1  # filler rows attend to one token so softmax stays finite
@@ -95,7 +99,17 @@ class ModelRunner:
         return out
 
     def warm_up(self, iterations: int, max_batch_size: int) -> None:
-        """Run full and single-row batches so Neuron loads its NEFFs before we report ready."""
+        """Run every batch shape the batcher can form before we report ready.
+
+        Neuron loads its NEFFs on the first call; TorchScript profiles and optimises the graph on
+        its first calls, and the first call at each new batch size is slower still (fresh
+        buffers). Either would otherwise land on the live requests that happen to form a batch
+        of a size not seen before.
+        """
+        shapes = sorted({self.padded_rows(rows) for rows in range(1, max_batch_size + 1)})
+        for _ in range(2):  # TorchScript's profiling executor optimises on the second call
+            for rows in shapes:
+                self.run([TextRows(["warm up"] * rows)])
         full = [TextRows(["warm up"] * max_batch_size)]
         single = [TextRows(["warm up"])]
         for _ in range(max(1, iterations)):

@@ -1,7 +1,8 @@
 """The container's main process: binds the port, starts the workers, relays signals, reaps them.
 
-It never imports torch or a Neuron package: each worker is a fresh interpreter that inherits the
-listening socket and its own NEURON_RT_VISIBLE_CORES slice, and loads the model itself.
+It never imports torch or a Neuron package: each worker is a fresh interpreter that inherits its
+own listening socket on the shared port and its own NEURON_RT_VISIBLE_CORES slice, and loads the
+model itself.
 The supervisor exits 0 after a SIGTERM/SIGINT once every worker drained and exited 0; if a
 worker dies on its own, it stops the others and exits 1 so the orchestrator replaces the task.
 """
@@ -27,10 +28,29 @@ SERVE_SCRIPT = str(Path(__file__).with_name("serve.py"))
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 
-def bind(settings: ServerSettings) -> socket.socket:
-    sock = socket.create_server((settings.host, settings.port), backlog=2048)
-    sock.set_inheritable(True)
-    return sock
+def bind(settings: ServerSettings, count: int) -> list[socket.socket]:
+    """One listening socket per worker, all on the same port (SO_REUSEPORT).
+
+    The kernel spreads new connections over the sockets by their addresses. With one shared
+    socket, whichever worker woke first accepted a whole burst of connections: a client (or a
+    load balancer) with a few long-lived keep-alive connections then kept one worker busy and
+    the others idle (15 of 16 connections on one of two workers, measured).
+    """
+    # A plain bind first: it fails if anything holds the port, another server's SO_REUSEPORT
+    # group included, which the group's own binds would silently join. It also resolves port 0.
+    with socket.create_server((settings.host, settings.port)) as probe:
+        port = probe.getsockname()[1]
+    socks: list[socket.socket] = []
+    try:
+        for _ in range(count):
+            socks.append(socket.create_server((settings.host, port), backlog=2048, reuse_port=True))
+    except OSError:
+        for sock in socks:
+            sock.close()
+        raise
+    for sock in socks:
+        sock.set_inheritable(True)
+    return socks
 
 
 def run(settings: ServerSettings, metadata: dict, argv: list[str]) -> int:
@@ -39,11 +59,11 @@ def run(settings: ServerSettings, metadata: dict, argv: list[str]) -> int:
     # One worker keeps its metrics in memory; several share them through files, which costs
     # a little on every observation.
     metrics_dir = tempfile.mkdtemp(prefix="inferstack-metrics-") if settings.workers > 1 else None
-    sock = bind(settings)
-    port = sock.getsockname()[1]
+    socks = bind(settings, len(slices))
+    port = socks[0].getsockname()[1]
     children: dict[int, subprocess.Popen] = {}
     try:
-        for index, cores in enumerate(slices):
+        for index, (cores, sock) in enumerate(zip(slices, socks)):
             env = dict(os.environ, SERVER_WORKER_INDEX=str(index))
             # Tokenization runs on the worker's inference thread; the tokenizers library's own
             # thread pool would only compete with the event loop for the same cores.
@@ -58,9 +78,10 @@ def run(settings: ServerSettings, metadata: dict, argv: list[str]) -> int:
             children[child.pid] = child
             log.info("worker started", extra={"worker": index, "worker_pid": child.pid, "visible_cores": cores, "port": port})
     finally:
-        # Workers hold the socket now; keeping a copy here would let connections queue
+        # Workers hold the sockets now; keeping a copy here would let connections queue
         # unanswered after the workers stop listening during a drain.
-        sock.close()
+        for sock in socks:
+            sock.close()
     return supervise(children, metrics_dir)
 
 

@@ -117,6 +117,7 @@ def run(settings: ServerSettings, metadata: dict, fd: int) -> int:
         app,
         log_config=None,
         access_log=False,  # per-request log lines cost more than the tiny model; errors are still logged
+        proxy_headers=False,  # nothing reads the client address, so skip parsing X-Forwarded-* per request
         lifespan="on",
         timeout_keep_alive=75,  # longer than the ALB's 60 s idle timeout, so the ALB closes first
         timeout_graceful_shutdown=settings.drain_timeout_s,

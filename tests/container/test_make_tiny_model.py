@@ -37,7 +37,12 @@ def test_t5_builds_and_generates(tmp_path: Path):
 
 
 def test_bad_arguments_write_nothing(tmp_path: Path):
-    for args in (["--kind", "gpt"], ["--kind", "bert", "--labels", "only-one"], ["--kind", "bert", "--hidden-size", "20"]):
+    for args in (
+        ["--kind", "gpt"],
+        ["--kind", "bert", "--labels", "only-one"],
+        ["--kind", "bert", "--hidden-size", "20"],
+        ["--kind", "bert", "--attention-heads", "3"],
+    ):
         result = run_script(MAKE_TINY, *args, "--out", str(tmp_path / "m"))
         assert result.returncode == 2, result.stderr
         assert not (tmp_path / "m").exists()

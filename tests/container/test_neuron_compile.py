@@ -46,6 +46,13 @@ def test_traced_artifact_matches_the_eager_model(artifact: Path, tiny_bert: Path
     assert not torch.allclose(got[0], got[1])  # distinct inputs give distinct outputs
 
 
+def test_cpu_artifact_is_saved_frozen(artifact: Path):
+    module = torch.jit.load(str(artifact / "model.pt"))
+    # Frozen: the weights are graph constants, not attributes looked up on every call.
+    assert list(module.parameters()) == []
+    assert "prim::GetAttr" not in {node.kind() for node in module.graph.nodes()}
+
+
 def _rejects(tmp_path: Path, *args: str, flag: str, code: int = 2) -> str:
     out = tmp_path / "out" / "art"
     result = run_script(COMPILE, *args, "--out", str(out))

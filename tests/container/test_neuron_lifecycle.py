@@ -6,14 +6,61 @@ from __future__ import annotations
 import json
 import re
 import signal
+import socket
 import threading
 import time
+from types import SimpleNamespace
 
 import pytest
 import requests
 from conftest import SERVE, run_script
 
+import supervisor
+from artifact import read_metadata
+
 TEXT = {"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1], "data": ["in flight"]}]}
+
+
+def test_each_worker_gets_its_own_socket_and_the_kernel_spreads_connections():
+    socks = supervisor.bind(SimpleNamespace(host="127.0.0.1", port=0), 2)
+    clients: list[socket.socket] = []
+    try:
+        port = socks[0].getsockname()[1]
+        assert {sock.getsockname()[1] for sock in socks} == {port}
+        # The port is taken for anyone else, another server with SO_REUSEPORT included.
+        with pytest.raises(OSError):
+            supervisor.bind(SimpleNamespace(host="127.0.0.1", port=port), 2)
+        clients = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(32)]
+        time.sleep(0.2)
+        accepted = []
+        for sock in socks:
+            sock.setblocking(False)
+            count = 0
+            while True:
+                try:
+                    conn, _ = sock.accept()
+                except BlockingIOError:
+                    break
+                conn.close()
+                count += 1
+            accepted.append(count)
+        # One shared socket let the first worker to wake take nearly all of them.
+        assert sum(accepted) == 32 and min(accepted) > 0, accepted
+    finally:
+        for sock in socks + clients:
+            sock.close()
+
+
+def test_warm_up_runs_every_batch_shape_the_batcher_can_form(artifact):
+    from runner import ModelRunner
+
+    runner = ModelRunner(artifact, read_metadata(artifact), torch_threads=1)
+    model, shapes = runner.model, []
+    runner.model = lambda ids, mask: (shapes.append(tuple(ids.shape)), model(ids, mask))[1]
+    runner.warm_up(iterations=1, max_batch_size=5)
+    # The artifact's compiled batch is 2, so 1..5 rows execute as 2, 4 or 6.
+    assert {rows for rows, _ in shapes} == {2, 4, 6}
+    assert len(shapes) >= 2 * 3
 
 
 def test_not_ready_until_warm_up_finishes(artifact, start_server):
