@@ -27,9 +27,12 @@ from pathlib import Path
 from inferstack.atomic_write import write_text
 
 SHARD_ENV = "INFERSTACK_SYNTH_SHARD"
-# Below this many serving stacks per shard, a process's start-up (Python imports, the Node.js kernel
-# loading aws-cdk-lib, about 4 s of CPU) costs more than its share of the stacks saves.
-MIN_STACKS_PER_SHARD = 25
+# A child process's start-up (Python imports, the Node.js kernel loading aws-cdk-lib, the config, the
+# CloudFormation validation engine: about 7 s) costs as much as synthesizing this many serving stacks.
+# The first shard runs in app.py's own process, already started, so it takes that many more stacks;
+# and a second process pays off only for fleets well past twice that.
+STARTUP_STACKS = 40
+MIN_STACKS_PER_SHARD = 2 * STARTUP_STACKS
 MANIFEST = "manifest.json"
 TREE = "tree.json"
 REPORT = "validation-report.json"  # the policy validation report (cdk-nag, CloudFormation Validate)
@@ -85,15 +88,23 @@ def worker_count(requested: str | int | None, stacks: int, cpus: int | None = No
     return value
 
 
-def plan_shards(env_names: Sequence[str], model_names: Sequence[str], workers: int) -> list[Shard]:
-    """`workers` contiguous slices of the environment-major list of serving stacks, their sizes at most
-    one apart. An environment without models still needs its foundation: the first shard builds it."""
+def plan_shards(env_names: Sequence[str], model_names: Sequence[str], workers: int,
+                head_start: int = STARTUP_STACKS) -> list[Shard]:
+    """`workers` contiguous slices (fewer if there are fewer stacks) of the environment-major list of
+    serving stacks, sized so all finish together: the first (synthesized in the already started
+    process) takes `head_start` more than each other one. An environment without models still needs
+    its foundation: the first shard builds it."""
     stacks = [(env, model) for env in env_names for model in model_names]
     count = max(1, min(workers, len(stacks)))
+    # Every shard gets at least one stack: a small fleet split on request gets a smaller head start.
+    head = min(head_start, (len(stacks) - count) // (count - 1)) if count > 1 else 0
+    first = len(stacks) if count == 1 else (len(stacks) + (count - 1) * head) // count
+    rest = stacks[first:]
+    bounds = [0, first] + [first + (i + 1) * len(rest) // (count - 1) for i in range(count - 1)]
     shards = []
-    for i in range(count):
+    for start, end in zip(bounds, bounds[1:]):
         models: dict[str, list[str]] = {}
-        for env, model in stacks[i * len(stacks) // count:(i + 1) * len(stacks) // count]:
+        for env, model in stacks[start:end]:
             models.setdefault(env, []).append(model)
         shards.append(Shard(models))
     for env in env_names:

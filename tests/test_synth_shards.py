@@ -20,8 +20,8 @@ MODELS = ["a", "b", "c", "d"]
 # -- the plan -------------------------------------------------------------------------------
 
 
-def test_shards_are_balanced_contiguous_slices_in_synth_order():
-    shards = plan_shards(ENVS, MODELS, 2)
+def test_shards_are_contiguous_slices_in_synth_order():
+    shards = plan_shards(ENVS, MODELS, 2, head_start=0)
     assert [s.models for s in shards] == [
         {"dev": ["a", "b", "c", "d"], "staging": ["a", "b"]},
         {"staging": ["c", "d"], "prod": ["a", "b", "c", "d"]},
@@ -29,13 +29,25 @@ def test_shards_are_balanced_contiguous_slices_in_synth_order():
 
 
 @pytest.mark.parametrize("workers", [1, 2, 3, 5, 12, 50])
-def test_every_stack_lands_in_exactly_one_shard(workers):
-    shards = plan_shards(ENVS, MODELS, workers)
+@pytest.mark.parametrize("head_start", [0, 1, 3])
+def test_every_stack_lands_in_exactly_one_shard(workers, head_start):
+    shards = plan_shards(ENVS, MODELS, workers, head_start=head_start)
     assert len(shards) == min(workers, len(ENVS) * len(MODELS))
     flat = [(env, m) for s in shards for env, models in s.models.items() for m in models]
     assert flat == [(env, m) for env in ENVS for m in MODELS]
-    sizes = [sum(map(len, s.models.values())) for s in shards]
-    assert max(sizes) - min(sizes) <= 1
+    assert all(s.models for s in shards)
+
+
+@pytest.mark.parametrize(("stacks", "workers", "sizes"), [
+    (300, 2, [170, 130]),  # the first shard's process is already started: it takes `head_start` more
+    (300, 3, [126, 87, 87]),
+    (81, 2, [60, 21]),
+    (50, 2, [45, 5]),
+    (12, 2, [11, 1]),  # asked for two: the head start shrinks so that the second gets a stack
+])
+def test_the_first_shard_takes_the_start_up_of_the_others_in_stacks(stacks, workers, sizes):
+    shards = plan_shards(["dev"], [f"m{i}" for i in range(stacks)], workers, head_start=40)
+    assert [len(s.models["dev"]) for s in shards] == sizes
 
 
 def test_an_environment_without_models_still_gets_its_foundation():
@@ -44,10 +56,11 @@ def test_an_environment_without_models_still_gets_its_foundation():
 
 def test_worker_count_auto_keeps_small_fleets_in_one_process():
     per_shard = synth_shards.MIN_STACKS_PER_SHARD
+    assert per_shard >= 2 * synth_shards.STARTUP_STACKS  # a second process must save more than it costs
     assert worker_count(None, stacks=9, cpus=8) == 1
     assert worker_count("auto", stacks=2 * per_shard - 1, cpus=8) == 1
     assert worker_count("auto", stacks=2 * per_shard, cpus=8) == 2
-    assert worker_count("auto", stacks=300, cpus=2) == 2  # never more than the CPUs
+    assert worker_count("auto", stacks=20 * per_shard, cpus=2) == 2  # never more than the CPUs
     assert worker_count("3", stacks=3, cpus=1) == 3  # an explicit count is taken as given
     assert worker_count(4, stacks=3, cpus=1) == 4
 
@@ -145,7 +158,7 @@ def test_a_failing_shard_fails_the_synth_and_leaves_the_output_alone(tmp_path, c
 
     argv = [sys.executable, "-c", "import sys; print('shard broke: reason', file=sys.stderr); sys.exit(3)"]
     with pytest.raises(synth_shards.ShardFailed) as failed:
-        run_shards(plan_shards(["dev"], ["a", "b"], 2), out, argv, synth_here)
+        run_shards(plan_shards(["dev"], ["a", "b"], 2, head_start=0), out, argv, synth_here)
     assert failed.value.exit_code == 3
     assert "shard broke: reason" in capsys.readouterr().err
     assert list(out.iterdir()) == []  # no manifest, no shard directory left behind
