@@ -71,6 +71,9 @@ def main() -> int:
                                     synth_here)
         except synth_shards.ShardFailed as exc:
             return exc.exit_code
+        except synth_shards.ShardsDisagree as exc:
+            print(f"synth failed: {exc}", file=sys.stderr)
+            return 1
         return 0
 
     build(app, project, names, pipeline=with_pipeline)

@@ -3,7 +3,7 @@ shard in its own process (one jsii kernel each, so they really run in parallel),
 cloud assemblies into the one directory `cdk synth` reads.
 
 A CDK app in Python is a ping-pong between the interpreter and one Node.js kernel, so a single synth
-uses about one core however many the machine has, and costs about 0.15 s per stack. Shards are
+uses about one core however many the machine has, and costs about 0.18 s per stack. Shards are
 contiguous slices of the stacks in synth order; a shard that holds part of an environment builds that
 environment's foundation too (its template does not depend on the models: the foundation pre-exports
 every shared value), so every shard is a valid app on its own. The merge checks that files written by
@@ -36,6 +36,10 @@ MIN_STACKS_PER_SHARD = 2 * STARTUP_STACKS
 MANIFEST = "manifest.json"
 TREE = "tree.json"
 REPORT = "validation-report.json"  # the policy validation report (cdk-nag, CloudFormation Validate)
+
+
+class ShardsDisagree(RuntimeError):
+    """Two shards wrote different content for the same file: the app is not deterministic."""
 
 
 class ShardFailed(RuntimeError):
@@ -120,8 +124,8 @@ def run_shards(shards: Sequence[Shard], outdir: Path, argv: Sequence[str],
                synth_here: Callable[[Shard, Path], int]) -> None:
     """Synthesize the first shard in this process with `synth_here(shard, outdir)` (its Python and
     Node.js start-up is already paid) and every other one with `argv` (this app, run again) in parallel,
-    then merge them into `outdir`. Raises ShardFailed with the first failing shard's exit code;
-    `outdir` is then left as it was."""
+    then merge them and move the result into `outdir`, its manifest.json last. Raises ShardFailed with
+    the first failing shard's exit code, or ShardsDisagree; `outdir` is then left as it was."""
     outdir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".shards-", dir=outdir) as tmp:
         dirs = [Path(tmp) / f"shard-{i}" for i in range(len(shards))]
@@ -147,32 +151,46 @@ def run_shards(shards: Sequence[Shard], outdir: Path, argv: Sequence[str],
         for result in results:
             if result.returncode != 0:
                 raise ShardFailed(result.returncode)
-        merge(dirs, outdir)
+        merged = Path(tmp) / "merged"
+        merged.mkdir()
+        merge(dirs, merged)
+        publish(merged, outdir)
     stacks = sum(len(models) for shard in shards for models in shard.models.values())
     print(f"inferstack: synthesized {stacks} serving stacks in {len(shards)} parallel shards", file=sys.stderr)
 
 
 def merge(shard_dirs: Sequence[Path], outdir: Path) -> None:
-    """Move the shards' assemblies into `outdir`; manifest.json and tree.json are written last."""
+    """Move the shards' assemblies into the empty directory `outdir`, with one manifest.json, tree.json
+    and validation report for all of them."""
     manifests = [json.loads((d / MANIFEST).read_text()) for d in shard_dirs]
     trees = [json.loads((d / TREE).read_text()) for d in shard_dirs]
     reports = [json.loads((d / REPORT).read_text()) for d in shard_dirs if (d / REPORT).exists()]
-    nested = list(dict.fromkeys(name for m in manifests for name, a in m["artifacts"].items()
-                                if a["type"] == "cdk:cloud-assembly"))
-    placed: set[Path] = set()
+    nested = {name for m in manifests for name, a in m["artifacts"].items() if a["type"] == "cdk:cloud-assembly"}
     for shard in shard_dirs:
         for entry in sorted(shard.iterdir()):
             if entry.name in (MANIFEST, TREE, REPORT):
                 continue
             target = outdir / entry.name
-            if entry.name in nested and target in placed:
+            if entry.name in nested and target.exists():
                 _merge_nested(entry, target)
             else:
-                _place(entry, target, placed)
+                _place(entry, target)
     if reports:
         write_text(outdir / REPORT, json.dumps(merge_reports(reports), indent=2))
     write_text(outdir / TREE, json.dumps(_merge_trees(trees), separators=(",", ":")))
     write_text(outdir / MANIFEST, json.dumps(_merge_manifests(manifests), indent=2))
+
+
+def publish(merged: Path, outdir: Path) -> None:
+    """Move a merged assembly into `outdir`, replacing what an earlier synth left under the same names
+    (as the CDK overwrites its output); manifest.json, which the CLI reads first, goes last."""
+    for entry in sorted(merged.iterdir(), key=lambda e: e.name == MANIFEST):
+        target = outdir / entry.name
+        if target.is_dir() and not target.is_symlink():
+            shutil.rmtree(target)
+        elif target.exists() or target.is_symlink():
+            target.unlink()
+        entry.rename(target)
 
 
 def merge_reports(reports: Sequence[dict]) -> dict:
@@ -199,32 +217,24 @@ def _finding_key(violation: dict) -> str:
 
 
 def _merge_nested(source: Path, target: Path) -> None:
-    """A second shard's part of an environment: its stacks' files join the first shard's."""
-    placed: set[Path] = {target / entry.name for entry in target.iterdir()}
+    """A later shard's part of an environment: its stacks' files join the earlier shard's."""
     for entry in sorted(source.iterdir()):
         if entry.name != MANIFEST:
-            _place(entry, target / entry.name, placed)
+            _place(entry, target / entry.name)
     merged = _merge_manifests([json.loads((target / MANIFEST).read_text()),
                                json.loads((source / MANIFEST).read_text())])
     write_text(target / MANIFEST, json.dumps(merged, indent=2))
 
 
-def _place(source: Path, target: Path, placed: set[Path]) -> None:
-    """Move `source` to `target`. What an earlier synth left there is replaced, as the CDK overwrites
-    its output; what another shard of this synth placed there (a shared foundation template, an asset
-    staged by several shards) must be identical, or the shards disagree and the merge stops."""
-    if target in placed:
-        if source.name.startswith("asset.") and source.is_dir() and target.is_dir():
-            return  # staged assets are content-addressed: the name is the hash of the content
-        if not (source.is_file() and target.is_file() and _same_content(source, target)):
-            raise RuntimeError(f"synth shards disagree on {target}: the app is not deterministic")
-        return
-    if target.is_dir() and not target.is_symlink():
-        shutil.rmtree(target)
-    elif target.exists() or target.is_symlink():
-        target.unlink()
-    source.rename(target)
-    placed.add(target)
+def _place(source: Path, target: Path) -> None:
+    """Move `source` to `target`. What another shard placed there already (a shared foundation's
+    template, an asset staged by several shards) must be the same, or the merge stops."""
+    if not target.exists():
+        source.rename(target)
+    elif source.name.startswith("asset.") and source.is_dir() and target.is_dir():
+        pass  # staged assets are content-addressed: the name is the hash of the content
+    elif not (source.is_file() and target.is_file() and _same_content(source, target)):
+        raise ShardsDisagree(f"synth shards disagree on {target.name}: the app is not deterministic")
 
 
 def _same_content(a: Path, b: Path) -> bool:
@@ -255,7 +265,7 @@ def _merge_manifests(manifests: Sequence[dict]) -> dict:
                 artifacts[name] = artifact
                 order.append(name)
             elif artifact != artifacts[name]:
-                raise RuntimeError(f"synth shards disagree on artifact {name}")
+                raise ShardsDisagree(f"synth shards disagree on artifact {name}: the app is not deterministic")
         for entry in manifest.get("missing", []):
             if entry not in merged.setdefault("missing", []):
                 merged["missing"].append(entry)

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from inferstack import synth_shards
-from inferstack.synth_shards import Shard, merge, merge_reports, plan_shards, run_shards, worker_count
+from inferstack.synth_shards import Shard, merge, merge_reports, plan_shards, publish, run_shards, worker_count
+from tests.conftest import ROOT
 from tests.test_cli import _cdk_env, assert_nothing_written, run
 
 ENVS = ["dev", "staging", "prod"]
@@ -121,16 +122,44 @@ def test_merge_joins_a_split_environment_in_synth_order(tmp_path):
 def test_merge_stops_when_shards_disagree_on_a_shared_file(tmp_path):
     one = _assembly(tmp_path / "s0", "dev", {"Foundation": "F", "a": "A"})
     two = _assembly(tmp_path / "s1", "dev", {"Foundation": "F-different", "b": "B"})
-    with pytest.raises(RuntimeError, match=r"synth shards disagree on .*devFoundation|Foundation\.template\.json"):
-        merge([one, two], tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    with pytest.raises(synth_shards.ShardsDisagree, match=r"^synth shards disagree on Foundation\.template\.json: "):
+        merge([one, two], out)
 
 
-def test_merge_replaces_what_an_earlier_synth_left(tmp_path):
+def test_publish_replaces_what_an_earlier_synth_left_and_keeps_the_rest(tmp_path):
     out = tmp_path / "out"
     (out / "assembly-dev").mkdir(parents=True)
     (out / "assembly-dev" / "gone.template.json").write_text("stale")
-    merge([_assembly(tmp_path / "s0", "dev", {"Foundation": "F"})], out)
+    (out / "manifest.json").write_text("old")
+    (out / "unrelated.txt").write_text("kept")
+    merged = tmp_path / "merged"
+    merged.mkdir()
+    merge([_assembly(tmp_path / "s0", "dev", {"Foundation": "F"})], merged)
+    publish(merged, out)
     assert sorted(p.name for p in (out / "assembly-dev").iterdir()) == ["Foundation.template.json", "manifest.json"]
+    assert json.loads((out / "manifest.json").read_text())["artifacts"]["assembly-dev"]["type"] == "cdk:cloud-assembly"
+    assert (out / "unrelated.txt").read_text() == "kept"
+    assert list(merged.iterdir()) == []
+
+
+def test_disagreeing_shards_fail_the_synth_and_leave_the_output_alone(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "manifest.json").write_text("previous synth")
+
+    def synth_here(shard, outdir):
+        _assembly(outdir, "dev", {"Foundation": "F", "a": "A"})
+        return 0
+
+    child = (f"import os, sys; from pathlib import Path; sys.path.insert(0, {str(ROOT)!r});"
+             "from tests.test_synth_shards import _assembly;"
+             "_assembly(Path(os.environ['CDK_OUTDIR']), 'dev', {'Foundation': 'F-different', 'b': 'B'})")
+    with pytest.raises(synth_shards.ShardsDisagree):
+        run_shards(plan_shards(["dev"], ["a", "b"], 2, head_start=0), out, [sys.executable, "-c", child], synth_here)
+    assert sorted(p.name for p in out.iterdir()) == ["manifest.json"]
+    assert (out / "manifest.json").read_text() == "previous synth"
 
 
 def test_merged_report_keeps_each_finding_once_and_any_failure():
