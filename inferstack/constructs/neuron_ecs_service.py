@@ -4,6 +4,7 @@ task, with alarms and a dashboard."""
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -328,13 +329,9 @@ class NeuronEcsService(Construct):
 
     # ------------------------------------------------------------------ observability
 
+    @functools.cached_property
     def _metrics(self) -> dict[str, cw.IMetric]:
-        # Built once for alarms and dashboard: each metric object is a round trip to the jsii kernel.
-        if "_metric_objects" not in self.__dict__:
-            self.__dict__["_metric_objects"] = self._build_metrics()
-        return self.__dict__["_metric_objects"]
-
-    def _build_metrics(self) -> dict[str, cw.IMetric]:
+        """Built once for alarms and dashboard: each metric object is a round trip to the jsii kernel."""
         minute = cdk.Duration.minutes(1)
         tg = self.target_group.metrics
         requests = tg.request_count(period=minute, statistic="Sum")
@@ -360,7 +357,7 @@ class NeuronEcsService(Construct):
         }
 
     def _add_alarms(self, alarm_action: cw.IAlarmAction) -> dict[str, cw.Alarm]:
-        m, name, limits = self._metrics(), self.model.name, self.model.alarms
+        m, name, limits = self._metrics, self.model.name, self.model.alarms
         slo_seconds = self.capacity.slo_p99_ms / 1000
         periods = limits.evaluation_minutes
         specs = {
@@ -398,7 +395,7 @@ class NeuronEcsService(Construct):
         return alarm
 
     def _add_dashboard(self) -> cw.Dashboard:
-        m = self._metrics()
+        m = self._metrics
         slo = cw.HorizontalAnnotation(value=self.capacity.slo_p99_ms / 1000, label="p99 SLO")
         target = cw.HorizontalAnnotation(value=self.capacity.target_per_instance_per_minute,
                                          label="scaling target")

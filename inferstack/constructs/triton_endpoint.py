@@ -63,6 +63,7 @@ class TritonEndpoint(Construct):
                  vpc: ec2.IVpc, subnets: ec2.SubnetSelection, key: kms.IKey, alarm_action: cw.IAlarmAction,
                  removal_policy: cdk.RemovalPolicy) -> None:
         super().__init__(scope, construct_id)
+        self._metric_objects: dict[tuple[str, str, bool], cw.Metric] = {}
         if plan.model != model.name:
             raise ValueError(f"capacity plan is for {plan.model!r}, not {model.name!r}")
         stack = cdk.Stack.of(self)
@@ -289,12 +290,12 @@ class TritonEndpoint(Construct):
         # Alarms and dashboard share one object per metric: each one is a round trip to the jsii
         # kernel, and synth time at fleet scale is mostly such round trips.
         key = (name, statistic, instance)
-        cache = self.__dict__.setdefault("_metric_objects", {})
-        if key not in cache:
-            cache[key] = cw.Metric(namespace=INSTANCE_METRICS_NAMESPACE if instance else METRICS_NAMESPACE,
-                                   metric_name=name, statistic=statistic, period=cdk.Duration.minutes(1),
-                                   dimensions_map={"EndpointName": self.endpoint_name, "VariantName": VARIANT})
-        return cache[key]
+        if key not in self._metric_objects:
+            self._metric_objects[key] = cw.Metric(
+                namespace=INSTANCE_METRICS_NAMESPACE if instance else METRICS_NAMESPACE, metric_name=name,
+                statistic=statistic, period=cdk.Duration.minutes(1),
+                dimensions_map={"EndpointName": self.endpoint_name, "VariantName": VARIANT})
+        return self._metric_objects[key]
 
     def _alarms(self, plan: CapacityPlan, spec: instances.InstanceSpec,
                 action: cw.IAlarmAction) -> dict[str, cw.Alarm]:
