@@ -42,29 +42,26 @@ def main() -> int:
         print(exc, file=sys.stderr)
         return 2
 
+    model_names = [m.name for m in project.models]
     shard_spec = os.environ.get(synth_shards.SHARD_ENV)
     if shard_spec:  # one shard of a parallel synth: only its stacks
         try:
-            shard = synth_shards.Shard.from_json(shard_spec, list(project.environments),
-                                                 [m.name for m in project.models])
+            shard = synth_shards.Shard.from_json(shard_spec, list(project.environments), model_names)
         except ValueError as exc:
             print(exc, file=sys.stderr)
             return 2
-        build(app, project, list(shard.models), only=shard.models)
-        return synthesize(app)
+        return synthesize_shard(app, project, shard)
     try:
         workers = 1 if with_pipeline else synth_shards.worker_count(
-            app.node.try_get_context("inferstack:synth-workers"), len(names) * len(project.models))
+            app.node.try_get_context("inferstack:synth-workers"), len(names) * len(model_names))
     except ValueError as exc:
         print(exc, file=sys.stderr)
         return 2
     if workers > 1:
-        shards = synth_shards.plan_shards(names, [m.name for m in project.models], workers)
+        shards = synth_shards.plan_shards(names, model_names, workers)
 
         def synth_here(shard: synth_shards.Shard, outdir: Path) -> int:
-            shard_app = cdk.App(outdir=str(outdir), post_cli_context=POST_CLI_CONTEXT)
-            build(shard_app, project, list(shard.models), only=shard.models)
-            return synthesize(shard_app)
+            return synthesize_shard(cdk.App(outdir=str(outdir), post_cli_context=POST_CLI_CONTEXT), project, shard)
 
         try:
             synth_shards.run_shards(shards, Path(app.outdir), [sys.executable, os.path.abspath(sys.argv[0])],
@@ -77,6 +74,11 @@ def main() -> int:
         return 0
 
     build(app, project, names, pipeline=with_pipeline)
+    return synthesize(app)
+
+
+def synthesize_shard(app: cdk.App, project: config.Project, shard: synth_shards.Shard) -> int:
+    build(app, project, list(shard.models), only=shard.models)
     return synthesize(app)
 
 

@@ -96,9 +96,11 @@ def plan_shards(env_names: Sequence[str], model_names: Sequence[str], workers: i
                 head_start: int = STARTUP_STACKS) -> list[Shard]:
     """`workers` contiguous slices (fewer if there are fewer stacks) of the environment-major list of
     serving stacks, sized so all finish together: the first (synthesized in the already started
-    process) takes `head_start` more than each other one. An environment without models still needs
-    its foundation: the first shard builds it."""
+    process) takes `head_start` more than each other one. Every environment has the same models, so
+    only a fleet without models leaves one out of every slice: then one shard builds the foundations."""
     stacks = [(env, model) for env in env_names for model in model_names]
+    if not stacks:
+        return [Shard({env: [] for env in env_names})]
     count = max(1, min(workers, len(stacks)))
     # Every shard gets at least one stack: a small fleet split on request gets a smaller head start.
     head = min(head_start, (len(stacks) - count) // (count - 1)) if count > 1 else 0
@@ -111,12 +113,6 @@ def plan_shards(env_names: Sequence[str], model_names: Sequence[str], workers: i
         for env, model in stacks[start:end]:
             models.setdefault(env, []).append(model)
         shards.append(Shard(models))
-    for env in env_names:
-        if not any(env in shard.models for shard in shards):
-            shards[0].models[env] = []
-    if not stacks:  # keep the environments in their order
-        shards[0].models.clear()
-        shards[0].models.update({env: [] for env in env_names})
     return shards
 
 
