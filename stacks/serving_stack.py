@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import aws_cdk as cdk
-from aws_cdk import aws_cloudwatch_actions as cw_actions
 from aws_cdk import aws_ecr as ecr
 from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_logs as logs
@@ -44,7 +43,8 @@ class ServingStack(EnvironmentStack):
         self.pinned_image = pinned_image
         self.log_group = logs.LogGroup(self, "Logs", encryption_key=shared.key, retention=shared.log_retention,
                                        removal_policy=shared.removal_policy)
-        self.alarm_action = cw_actions.SnsAction(shared.alarm_topic)
+        # Alarms notify the topic when they fire and when they clear.
+        self.alarm_topic_arn = shared.alarm_topic.topic_arn
         cdk.CfnOutput(self, "LogGroupName", value=self.log_group.log_group_name,
                       description=f"{model.name}: serving logs")
 
@@ -81,11 +81,11 @@ class ServingStack(EnvironmentStack):
         endpoint = TritonEndpoint(
             self, "Triton", model=model, plan=plan, off_hours=model.off_hours_for(env_name),
             image_uri=image_uri, image_repository=repository, vpc=shared.vpc,
-            subnets=shared.private_subnets, key=shared.key, alarm_action=self.alarm_action,
+            subnets=shared.private_subnets, key=shared.key, alarm_topic_arn=self.alarm_topic_arn,
             removal_policy=shared.removal_policy)
         cdk.CfnOutput(self, "EndpointName", value=endpoint.endpoint_name,
                       description=f"{model.name}: SageMaker endpoint (Triton)")
-        cdk.CfnOutput(self, "DashboardName", value=endpoint.dashboard.dashboard_name,
+        cdk.CfnOutput(self, "DashboardName", value=endpoint.dashboard.ref,
                       description=f"{model.name}: CloudWatch dashboard")
         return endpoint
 
@@ -99,7 +99,7 @@ class ServingStack(EnvironmentStack):
             vpc_cidr=environment.network.cidr,
             subnets=shared.private_subnets,
             log_group=self.log_group,
-            alarm_action=self.alarm_action,
+            alarm_topic_arn=self.alarm_topic_arn,
             public=model.public_load_balancer(environment),
             certificate_arn=environment.defaults.certificate_arn,
             image=self.pinned_image or ImageBuild(str(NEURON_IMAGE_DIRECTORY)),

@@ -51,6 +51,11 @@ def test_stacks_are_clusters_and_constructs_are_nodes(dev_dot):
         r"4 × ec2.InterfaceVpcEndpoint\nAWS::EC2::VPCEndpoint\nEcrApi, EcrDocker, Logs, SageMakerRuntime")
     assert "dev/Foundation/Network/EcrApi" not in found
     assert found["dev/intent-bert/Neuron/Service"][0].startswith(r"Service\necs.Ec2Service\nAWS::ECS::Service")
+    # An L1 kept at its L2's path (a plain construct holding "Resource") is drawn like that L2.
+    assert found["dev/intent-bert/Neuron/*cloudwatch.CfnAlarm"][0].startswith(
+        r"6 × cloudwatch.CfnAlarm\nAWS::CloudWatch::Alarm\nCapacityShortfallAlarm, ")
+    assert found["dev/intent-bert/Neuron/Dashboard"][0] == (
+        r"Dashboard\ncloudwatch.CfnDashboard\nAWS::CloudWatch::Dashboard")
     assert dev_dot.count("{") == dev_dot.count("}")
 
 

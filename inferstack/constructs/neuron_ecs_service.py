@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import aws_cdk as cdk
@@ -24,6 +25,7 @@ from constructs import Construct, Dependable, DependencyGroup, IConstruct
 from inferstack import nag, neuron_task
 from inferstack.config.models import NeuronEcsModel
 from inferstack.config.release_pin import PinnedImage
+from inferstack.constructs import cloudwatch_l1 as cwl1
 from inferstack.planning import CapacityPlan
 
 # Resolved by CloudFormation at deploy time, so synth needs no lookup. Not ecs.EcsOptimizedImage: some
@@ -68,7 +70,8 @@ class _ClusterCapacityProviderAssociation(Dependable):
 
 class NeuronEcsService(Construct):
     """Exposes `cluster`, `auto_scaling_group`, `capacity_provider`, `task_definition`, `service`,
-    `load_balancer`, `listener`, `target_group`, `access_logs`, `alarms` and `dashboard`.
+    `load_balancer`, `listener`, `target_group`, `access_logs`, `alarms` and `dashboard` (alarms and
+    dashboard are L1s: an alarm's name is its `ref`, its ARN `attr_arn`).
 
     `capacity` (from inferstack.planning) gives the task count range and the requests-per-task target;
     `subnets` hold the instances and tasks, and the load balancer too unless `public`. `vpc_cidr` is the
@@ -76,7 +79,7 @@ class NeuronEcsService(Construct):
 
     def __init__(self, scope: Construct, construct_id: str, *, model: NeuronEcsModel, capacity: CapacityPlan,
                  vpc: ec2.IVpc, vpc_cidr: str, subnets: ec2.SubnetSelection, log_group: logs.ILogGroup,
-                 alarm_action: cw.IAlarmAction, public: bool, certificate_arn: str | None,
+                 alarm_topic_arn: str, public: bool, certificate_arn: str | None,
                  image: NeuronImage, access_log_retention: cdk.Duration,
                  removal_policy: cdk.RemovalPolicy) -> None:
         super().__init__(scope, construct_id)
@@ -95,7 +98,7 @@ class NeuronEcsService(Construct):
         self._add_load_balancer(vpc, vpc_cidr, subnets, public, certificate_arn, access_log_retention,
                                 removal_policy)
         self._add_scaling()
-        self.alarms = self._add_alarms(alarm_action)
+        self.alarms = self._add_alarms(alarm_topic_arn)
         self.dashboard = self._add_dashboard()
 
     # ------------------------------------------------------------------ capacity
@@ -328,99 +331,92 @@ class NeuronEcsService(Construct):
             scale_in_cooldown=cdk.Duration.seconds(scaling.scale_in_cooldown_seconds))
 
     # ------------------------------------------------------------------ observability
+    # Alarms and dashboard as L1 resources built from plain values (inferstack.constructs.cloudwatch_l1):
+    # the L2 API costs a jsii round trip per metric, widget and call, which dominates synth at fleet scale.
+    # The template is the one the L2 wrote (same logical ids, properties and dashboard JSON).
 
     @functools.cached_property
-    def _metrics(self) -> dict[str, cw.IMetric]:
-        """Built once for alarms and dashboard: each metric object is a round trip to the jsii kernel."""
-        minute = cdk.Duration.minutes(1)
-        tg = self.target_group.metrics
-        requests = tg.request_count(period=minute, statistic="Sum")
-        errors = tg.http_code_target(elbv2.HttpCodeTarget.TARGET_5XX_COUNT, period=minute, statistic="Sum")
+    def _metrics(self) -> dict[str, cwl1.AnyMetric]:
+        """Shared by alarms and dashboard. Each token-valued name is read once: every read is a round trip."""
+        tg = self.target_group
+        # As tg.metrics names them: the load balancer by the full name in the first listener's ARN.
+        alb = {"LoadBalancer": tg.first_load_balancer_full_name, "TargetGroup": tg.target_group_full_name}
+        cluster_name = self.cluster.cluster_name
+        ecs_service = {"ClusterName": cluster_name, "ServiceName": self.service.service_name}
+
+        def target_group(metric_name: str, statistic: str) -> cwl1.Metric:
+            return cwl1.Metric("AWS/ApplicationELB", metric_name, alb, statistic)
+
+        requests = target_group("RequestCount", "Sum")
         return {
             "requests": requests,
-            "requests_per_task": tg.request_count_per_target(period=minute, statistic="Sum"),
-            "p99": tg.target_response_time(period=minute, statistic="p99"),
-            "p50": tg.target_response_time(period=minute, statistic="p50"),
-            "error_rate": cw.MathExpression(
+            "requests_per_task": target_group("RequestCountPerTarget", "Sum"),
+            "p99": target_group("TargetResponseTime", "p99"),
+            "p50": target_group("TargetResponseTime", "p50"),
+            "error_rate": cwl1.MathExpression(
                 expression="IF(requests > 0, 100 * FILL(errors, 0) / requests, 0)",
-                using_metrics={"requests": requests, "errors": errors},
-                label="target 5xx, % of requests", period=minute),
-            "unhealthy": tg.unhealthy_host_count(period=minute, statistic="Maximum"),
-            "capacity_reservation": cw.Metric(
-                namespace="AWS/ECS/ManagedScaling", metric_name="CapacityProviderReservation",
-                dimensions_map={"ClusterName": self.cluster.cluster_name,
-                                "CapacityProviderName": self.capacity_provider.capacity_provider_name},
-                statistic="Minimum", period=minute),
-            "healthy": tg.healthy_host_count(period=minute, statistic="Minimum"),
-            "cpu": self.service.metric_cpu_utilization(period=minute, statistic="Average"),
-            "memory": self.service.metric_memory_utilization(period=minute, statistic="Average"),
+                using={"requests": requests, "errors": target_group("HTTPCode_Target_5XX_Count", "Sum")},
+                label="target 5xx, % of requests"),
+            "unhealthy": target_group("UnHealthyHostCount", "Maximum"),
+            "capacity_reservation": cwl1.Metric(
+                "AWS/ECS/ManagedScaling", "CapacityProviderReservation",
+                {"ClusterName": cluster_name,
+                 "CapacityProviderName": self.capacity_provider.capacity_provider_name}, "Minimum"),
+            "healthy": target_group("HealthyHostCount", "Minimum"),
+            "cpu": cwl1.Metric("AWS/ECS", "CPUUtilization", ecs_service, "Average"),
+            "memory": cwl1.Metric("AWS/ECS", "MemoryUtilization", ecs_service, "Average"),
+            "task_count": cwl1.Metric("ECS/ContainerInsights", "RunningTaskCount", ecs_service, "Average"),
         }
 
-    def _add_alarms(self, alarm_action: cw.IAlarmAction) -> dict[str, cw.Alarm]:
+    def _add_alarms(self, alarm_topic_arn: str) -> dict[str, cw.CfnAlarm]:
         m, name, limits = self._metrics, self.model.name, self.model.alarms
         slo_seconds = self.capacity.slo_p99_ms / 1000
         periods = limits.evaluation_minutes
-        specs = {
-            "LatencyAlarm": (m["p99"], slo_seconds, f"{name}: p99 target response time above the "
-                             f"{self.capacity.slo_p99_ms:g} ms SLO"),
-            "ErrorRateAlarm": (m["error_rate"], limits.error_rate_percent,
-                               f"{name}: target 5xx above {limits.error_rate_percent:g}% of requests"),
-            "CpuAlarm": (m["cpu"], limits.cpu_percent, f"{name}: service CPU above {limits.cpu_percent:g}%"),
-            "MemoryAlarm": (m["memory"], limits.memory_percent,
-                            f"{name}: service memory above {limits.memory_percent:g}%"),
-        }
-        alarms = {}
-        for alarm_id, (metric, threshold, description) in specs.items():
-            alarms[alarm_id] = self._alarm(alarm_id, metric, threshold, periods, description, alarm_action)
         # A new task fails the readiness check until its model is loaded and warm (the grace period):
         # look past that, or every deploy and scale-out would page.
         grace_minutes = math.ceil(self.model.serving.health_check_grace_seconds / 60)
-        alarms["UnhealthyTargetsAlarm"] = self._alarm(
-            "UnhealthyTargetsAlarm", m["unhealthy"], 0, grace_minutes + periods,
-            f"{name}: targets failing {READINESS_PATH} beyond the warm-up grace period", alarm_action)
-        alarms["CapacityShortfallAlarm"] = self._alarm(
-            "CapacityShortfallAlarm", m["capacity_reservation"], 100, CAPACITY_SHORTFALL_MINUTES,
-            f"{name}: tasks waiting for {self.task.instance_type} capacity for {CAPACITY_SHORTFALL_MINUTES} "
-            f"minutes (launch failures or the group at its maximum)", alarm_action)
-        return alarms
+        specs = {
+            "LatencyAlarm": (m["p99"], slo_seconds, periods, f"{name}: p99 target response time above the "
+                             f"{self.capacity.slo_p99_ms:g} ms SLO"),
+            "ErrorRateAlarm": (m["error_rate"], limits.error_rate_percent, periods,
+                               f"{name}: target 5xx above {limits.error_rate_percent:g}% of requests"),
+            "CpuAlarm": (m["cpu"], limits.cpu_percent, periods,
+                         f"{name}: service CPU above {limits.cpu_percent:g}%"),
+            "MemoryAlarm": (m["memory"], limits.memory_percent, periods,
+                            f"{name}: service memory above {limits.memory_percent:g}%"),
+            "UnhealthyTargetsAlarm": (m["unhealthy"], 0, grace_minutes + periods,
+                                      f"{name}: targets failing {READINESS_PATH} beyond the warm-up grace period"),
+            "CapacityShortfallAlarm": (m["capacity_reservation"], 100, CAPACITY_SHORTFALL_MINUTES,
+                                       f"{name}: tasks waiting for {self.task.instance_type} capacity for "
+                                       f"{CAPACITY_SHORTFALL_MINUTES} minutes (launch failures or the group at "
+                                       f"its maximum)"),
+        }
+        return {alarm_id: cwl1.alarm(self, alarm_id, metric=metric, threshold=threshold,
+                                     evaluation_periods=evaluation, datapoints_to_alarm=evaluation,
+                                     description=description, action_arn=alarm_topic_arn)
+                for alarm_id, (metric, threshold, evaluation, description) in specs.items()}
 
-    def _alarm(self, alarm_id: str, metric: cw.IMetric, threshold: float, periods: int, description: str,
-               alarm_action: cw.IAlarmAction) -> cw.Alarm:
-        alarm = cw.Alarm(self, alarm_id, metric=metric, threshold=threshold,
-                         comparison_operator=cw.ComparisonOperator.GREATER_THAN_THRESHOLD,
-                         evaluation_periods=periods, datapoints_to_alarm=periods,
-                         treat_missing_data=cw.TreatMissingData.NOT_BREACHING, alarm_description=description)
-        alarm.add_alarm_action(alarm_action)
-        alarm.add_ok_action(alarm_action)
-        return alarm
-
-    def _add_dashboard(self) -> cw.Dashboard:
+    def _add_dashboard(self) -> cw.CfnDashboard:
         m = self._metrics
-        slo = cw.HorizontalAnnotation(value=self.capacity.slo_p99_ms / 1000, label="p99 SLO")
-        target = cw.HorizontalAnnotation(value=self.capacity.target_per_instance_per_minute,
-                                         label="scaling target")
-        task_count = cw.Metric(namespace="ECS/ContainerInsights", metric_name="RunningTaskCount",
-                               dimensions_map={"ClusterName": self.cluster.cluster_name,
-                                               "ServiceName": self.service.service_name},
-                               statistic="Average", period=cdk.Duration.minutes(1))
-        dashboard = cw.Dashboard(self, "Dashboard", default_interval=cdk.Duration.hours(3))
-        dashboard.add_widgets(
-            cw.GraphWidget(title="Requests per minute", left=[m["requests"]], width=8),
-            cw.GraphWidget(title="Requests per task per minute", left=[m["requests_per_task"]],
-                           left_annotations=[target], width=8),
-            cw.GraphWidget(title="Running tasks", left=[task_count], width=8),
-        )
-        dashboard.add_widgets(
-            cw.GraphWidget(title="Target response time (s)", left=[m["p50"], m["p99"]],
-                           left_annotations=[slo], width=8),
-            cw.GraphWidget(title="Target 5xx (% of requests)", left=[m["error_rate"]], width=8),
-            cw.GraphWidget(title="Targets", left=[m["healthy"], m["unhealthy"]], width=8),
-        )
-        dashboard.add_widgets(
-            cw.GraphWidget(title="Service CPU and memory (%)", left=[m["cpu"], m["memory"]], width=12),
-            cw.AlarmStatusWidget(title="Alarms", alarms=list(self.alarms.values()), width=12),
-        )
-        return dashboard
+        region = cdk.Aws.REGION
+        slo = cwl1.Annotation(self.capacity.slo_p99_ms / 1000, "p99 SLO")
+        target = cwl1.Annotation(self.capacity.target_per_instance_per_minute, "scaling target")
+
+        def graph(title: str, *metrics: cwl1.AnyMetric, width: int,
+                  left_annotations: Sequence[cwl1.Annotation] = ()) -> cwl1.Widget:
+            return cwl1.graph(title, metrics, region=region, width=width, left_annotations=left_annotations)
+
+        rows = [
+            [graph("Requests per minute", m["requests"], width=8),
+             graph("Requests per task per minute", m["requests_per_task"], left_annotations=[target], width=8),
+             graph("Running tasks", m["task_count"], width=8)],
+            [graph("Target response time (s)", m["p50"], m["p99"], left_annotations=[slo], width=8),
+             graph("Target 5xx (% of requests)", m["error_rate"], width=8),
+             graph("Targets", m["healthy"], m["unhealthy"], width=8)],
+            [graph("Service CPU and memory (%)", m["cpu"], m["memory"], width=12),
+             cwl1.alarm_status("Alarms", [alarm.attr_arn for alarm in self.alarms.values()], width=12)],
+        ]
+        return cwl1.dashboard(self, "Dashboard", rows, start="-PT3H")  # the last three hours
 
 
 def _lint_ignore_cdk_provider(scope: Construct, provider_id: str) -> None:

@@ -30,6 +30,7 @@ from constructs import Construct
 
 from inferstack import instances, nag, triton_config
 from inferstack.config.models import OffHours, TritonDeployment, TritonSageMakerModel
+from inferstack.constructs import cloudwatch_l1 as cwl1
 from inferstack.planning import CapacityPlan
 
 VARIANT = "AllTraffic"  # the variant name must never change: guardrails and scaling are keyed on it
@@ -56,14 +57,14 @@ def endpoint_name_for(stack_name: str) -> str:
 
 class TritonEndpoint(Construct):
     """Exposes `endpoint_name`, `role`, `security_group`, `model`, `endpoint_config`, `endpoint`,
-    `scalable_target`, `alarms` (by name), `rollback_alarms`, `dashboard` and `data_capture_bucket`."""
+    `scalable_target`, `alarms` (by name), `rollback_alarms`, `dashboard` and `data_capture_bucket`
+    (alarms and dashboard are L1s: an alarm's name is its `ref`, its ARN `attr_arn`)."""
 
     def __init__(self, scope: Construct, construct_id: str, *, model: TritonSageMakerModel, plan: CapacityPlan,
                  off_hours: Sequence[OffHours], image_uri: str, image_repository: ecr.IRepository,
-                 vpc: ec2.IVpc, subnets: ec2.SubnetSelection, key: kms.IKey, alarm_action: cw.IAlarmAction,
+                 vpc: ec2.IVpc, subnets: ec2.SubnetSelection, key: kms.IKey, alarm_topic_arn: str,
                  removal_policy: cdk.RemovalPolicy) -> None:
         super().__init__(scope, construct_id)
-        self._metric_objects: dict[tuple[str, str, bool], cw.Metric] = {}
         if plan.model != model.name:
             raise ValueError(f"capacity plan is for {plan.model!r}, not {model.name!r}")
         stack = cdk.Stack.of(self)
@@ -115,7 +116,7 @@ class TritonEndpoint(Construct):
             data_capture_config=self._data_capture_config(model, key),
         )
 
-        self.alarms = self._alarms(plan, spec, alarm_action)
+        self.alarms = self._alarms(plan, spec, alarm_topic_arn)
         self.rollback_alarms = (self.alarms["ModelLatencyP99"], self.alarms["Invocation5XXErrors"])
 
         self.endpoint = sagemaker.CfnEndpoint(
@@ -220,7 +221,7 @@ class TritonEndpoint(Construct):
 
     def _deployment_config(self, deployment: TritonDeployment) -> sagemaker.CfnEndpoint.DeploymentConfigProperty:
         rollback = sagemaker.CfnEndpoint.AutoRollbackConfigProperty(
-            alarms=[sagemaker.CfnEndpoint.AlarmProperty(alarm_name=alarm.alarm_name)
+            alarms=[sagemaker.CfnEndpoint.AlarmProperty(alarm_name=alarm.ref)
                     for alarm in self.rollback_alarms])
 
         def percent(value: int) -> sagemaker.CfnEndpoint.CapacitySizeProperty:
@@ -286,26 +287,21 @@ class TritonEndpoint(Construct):
 
     # ------------------------------------------------------------------ alarms and dashboard
 
-    def _metric(self, name: str, statistic: str, *, instance: bool = False) -> cw.Metric:
-        # Alarms and dashboard share one object per metric: each one is a round trip to the jsii
-        # kernel, and synth time at fleet scale is mostly such round trips.
-        key = (name, statistic, instance)
-        if key not in self._metric_objects:
-            self._metric_objects[key] = cw.Metric(
-                namespace=INSTANCE_METRICS_NAMESPACE if instance else METRICS_NAMESPACE, metric_name=name,
-                statistic=statistic, period=cdk.Duration.minutes(1),
-                dimensions_map={"EndpointName": self.endpoint_name, "VariantName": VARIANT})
-        return self._metric_objects[key]
+    # Alarms and dashboard are L1 resources built from plain values (inferstack.constructs.cloudwatch_l1):
+    # the L2 API costs a jsii round trip per metric, widget and call, which dominates synth at fleet scale.
+    # The template is the one the L2 wrote (same logical ids, properties and dashboard JSON).
 
-    def _alarms(self, plan: CapacityPlan, spec: instances.InstanceSpec,
-                action: cw.IAlarmAction) -> dict[str, cw.Alarm]:
+    def _metric(self, name: str, statistic: str, *, instance: bool = False) -> cwl1.Metric:
+        return cwl1.Metric(INSTANCE_METRICS_NAMESPACE if instance else METRICS_NAMESPACE, name,
+                           {"EndpointName": self.endpoint_name, "VariantName": VARIANT}, statistic)
+
+    def _alarms(self, plan: CapacityPlan, spec: instances.InstanceSpec, topic_arn: str) -> dict[str, cw.CfnAlarm]:
         slo_us = plan.slo_p99_ms * 1000  # SageMaker reports latencies in microseconds
         gpu_ceiling = GPU_SATURATION_PERCENT * max(spec.gpus, 1)
-        invocations = self._metric("Invocations", "Sum")
-        client_error_rate = cw.MathExpression(
+        client_error_rate = cwl1.MathExpression(
             expression="IF(invocations > 0, 100 * errors / invocations, 0)", label="4xx %",
-            using_metrics={"errors": self._metric("Invocation4XXErrors", "Sum"), "invocations": invocations},
-            period=cdk.Duration.minutes(1))
+            using={"errors": self._metric("Invocation4XXErrors", "Sum"),
+                   "invocations": self._metric("Invocations", "Sum")})
         definitions = {
             "ModelLatencyP99": (self._metric("ModelLatency", "p99"), slo_us, 3, 3,
                                 f"p99 model latency above the {plan.slo_p99_ms:g} ms SLO"),
@@ -320,39 +316,37 @@ class TritonEndpoint(Construct):
             "GPUMemoryUtilization": (self._metric("GPUMemoryUtilization", "Maximum", instance=True), gpu_ceiling,
                                      5, 5, "GPU memory nearly full"),
         }
-        alarms: dict[str, cw.Alarm] = {}
-        for name, (metric, threshold, periods, datapoints, description) in definitions.items():
-            alarm = metric.create_alarm(
-                self, name, threshold=threshold, evaluation_periods=periods, datapoints_to_alarm=datapoints,
-                comparison_operator=(cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD
-                                     if name == "Invocation5XXErrors" else cw.ComparisonOperator.GREATER_THAN_THRESHOLD),
+        return {
+            name: cwl1.alarm(
+                self, name, metric=metric, threshold=threshold, evaluation_periods=periods,
+                datapoints_to_alarm=datapoints,
+                comparison_operator=("GreaterThanOrEqualToThreshold" if name == "Invocation5XXErrors"
+                                     else "GreaterThanThreshold"),
                 # No traffic is not an outage; and during a blue/green bake a missing datapoint must not
                 # roll back a healthy deployment.
-                treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
-                alarm_description=f"{self.endpoint_name}: {description}")
-            alarm.add_alarm_action(action)
-            alarm.add_ok_action(action)
-            alarms[name] = alarm
-        return alarms
+                treat_missing_data="notBreaching",
+                description=f"{self.endpoint_name}: {description}", action_arn=topic_arn)
+            for name, (metric, threshold, periods, datapoints, description) in definitions.items()}
 
-    def _dashboard(self, model_name: str) -> cw.Dashboard:
-        def graph(title: str, *metrics: cw.IMetric, right: Sequence[cw.IMetric] = ()) -> cw.GraphWidget:
-            return cw.GraphWidget(title=title, left=list(metrics), right=list(right), width=12)
+    def _dashboard(self, model_name: str) -> cw.CfnDashboard:
+        region = cdk.Aws.REGION
 
-        alarm = self.alarms
-        dashboard = cw.Dashboard(self, "Dashboard", period_override=cw.PeriodOverride.AUTO)
-        dashboard.add_widgets(
-            cw.TextWidget(markdown=f"# {model_name}: SageMaker endpoint `{self.endpoint_name}`", width=24, height=1))
-        dashboard.add_widgets(
-            graph("Invocations", self._metric("Invocations", "Sum"),
-                  right=[self._metric("InvocationsPerInstance", "Sum")]),
-            cw.AlarmWidget(alarm=alarm["ModelLatencyP99"], title="ModelLatency p99 (us) vs SLO", width=12))
-        dashboard.add_widgets(
-            cw.AlarmWidget(alarm=alarm["OverheadLatencyP99"], title="OverheadLatency p99 (us)", width=12),
-            graph("Errors", self._metric("Invocation4XXErrors", "Sum"), self._metric("Invocation5XXErrors", "Sum")))
-        dashboard.add_widgets(
-            graph("GPU", self._metric("GPUUtilization", "Average", instance=True),
-                  self._metric("GPUMemoryUtilization", "Maximum", instance=True)),
-            graph("CPU and memory", self._metric("CPUUtilization", "Average", instance=True),
-                  self._metric("MemoryUtilization", "Maximum", instance=True)))
-        return dashboard
+        def graph(title: str, *metrics: cwl1.Metric, right: Sequence[cwl1.Metric] = ()) -> cwl1.Widget:
+            return cwl1.graph(title, metrics, right=right, region=region, width=12)
+
+        def alarm_graph(title: str, alarm: str) -> cwl1.Widget:
+            return cwl1.alarm_graph(title, self.alarms[alarm].attr_arn, region=region, width=12)
+
+        rows = [
+            [cwl1.text(f"# {model_name}: SageMaker endpoint `{self.endpoint_name}`", width=24, height=1)],
+            [graph("Invocations", self._metric("Invocations", "Sum"),
+                   right=[self._metric("InvocationsPerInstance", "Sum")]),
+             alarm_graph("ModelLatency p99 (us) vs SLO", "ModelLatencyP99")],
+            [alarm_graph("OverheadLatency p99 (us)", "OverheadLatencyP99"),
+             graph("Errors", self._metric("Invocation4XXErrors", "Sum"), self._metric("Invocation5XXErrors", "Sum"))],
+            [graph("GPU", self._metric("GPUUtilization", "Average", instance=True),
+                   self._metric("GPUMemoryUtilization", "Maximum", instance=True)),
+             graph("CPU and memory", self._metric("CPUUtilization", "Average", instance=True),
+                   self._metric("MemoryUtilization", "Maximum", instance=True))],
+        ]
+        return cwl1.dashboard(self, "Dashboard", rows, period_override="auto")

@@ -10,10 +10,8 @@ from pathlib import Path
 import aws_cdk as cdk
 import pytest
 import yaml
-from aws_cdk import aws_cloudwatch_actions as cw_actions
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_logs as logs
-from aws_cdk import aws_sns as sns
 from aws_cdk.assertions import Match, Template
 
 from inferstack import config
@@ -459,10 +457,10 @@ def build_direct(model, instance_type: str, **overrides) -> Template:
     plan = CapacityPlan(model=model.name, environment="test", instance_type=instance_type,
                         throughput_per_instance=500, profile_p99_ms=8, slo_p99_ms=10, peak_tps=400,
                         safety_factor=0.5, instances_at_peak=2, min_capacity=1, max_capacity=3)
-    topic = sns.Topic.from_topic_arn(stack, "Topic", "arn:aws:sns:us-east-1:111111111111:alarms")
     args = dict(model=model, capacity=plan, vpc=vpc, vpc_cidr="10.0.0.0/16",
                 subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
-                log_group=logs.LogGroup(stack, "Logs"), alarm_action=cw_actions.SnsAction(topic), public=False,
+                log_group=logs.LogGroup(stack, "Logs"), alarm_topic_arn="arn:aws:sns:us-east-1:111111111111:alarms",
+                public=False,
                 certificate_arn=None, image=ImageBuild(str(NEURON_IMAGE_DIRECTORY)),
                 access_log_retention=cdk.Duration.days(7), removal_policy=cdk.RemovalPolicy.RETAIN)
     NeuronEcsService(stack, "Neuron", **(args | overrides))
