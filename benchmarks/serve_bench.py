@@ -274,6 +274,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--torch-threads", type=int, default=1, help="per worker of (a) and per process of (c)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; the best of each is reported")
+    parser.add_argument("--limit-seconds", type=float, default=1.0, help="seconds (c) runs each batch size per round")
     return parser.parse_args()
 
 
@@ -314,7 +315,7 @@ def main() -> int:
             # all three alike; each figure is the best of its rounds.
             for _ in range(args.rounds):
                 for layout in layouts:
-                    per_batch = raw_model_limit(art, texts, *layout, [1, 2, 4, 8, 16, 32, 64], 1.0)
+                    per_batch = raw_model_limit(art, texts, *layout, [1, 2, 4, 8, 16, 32, 64], args.limit_seconds)
                     for batch, value in per_batch.items():
                         limits[layout][batch] = max(limits[layout].get(batch, 0.0), value)
                 for level in levels:
