@@ -275,7 +275,21 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--torch-threads", type=int, default=1, help="per worker of (a) and per process of (c)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; the best of each is reported")
     parser.add_argument("--limit-seconds", type=float, default=1.0, help="seconds (c) runs each batch size per round")
-    return parser.parse_args()
+    args = parser.parse_args()
+    positive = ("sequence_length", "layers", "hidden_size", "attention_heads", "duration", "max_batch_size",
+                "workers", "torch_threads", "rounds", "limit_seconds")
+    for name in positive:
+        if getattr(args, name) <= 0:
+            parser.error(f"--{name.replace('_', '-')}: must be greater than 0, got {getattr(args, name)}")
+    if args.warmup < 0 or args.max_queue_delay_ms < 0:
+        parser.error("--warmup and --max-queue-delay-ms: must not be negative")
+    try:
+        args.levels = [int(c) for c in args.concurrency.split(",")]
+    except ValueError:
+        args.levels = []
+    if not args.levels or min(args.levels) <= 0:
+        parser.error(f"--concurrency: a comma-separated list of positive integers, got {args.concurrency!r}")
+    return args
 
 
 def model_dims(metadata: dict) -> str:
@@ -292,7 +306,7 @@ def model_dims(metadata: dict) -> str:
 def main() -> int:
     args = parse_args()
     args.load_before = os.getloadavg()
-    levels = [int(c) for c in args.concurrency.split(",")]
+    levels = args.levels
     texts = sample_texts(256)
     path = "/v2/models/model/infer"
     with tempfile.TemporaryDirectory(prefix="serve-bench-") as work:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from conftest import ROOT, run_script
 
 SERVE_BENCH = ROOT / "benchmarks" / "serve_bench.py"
@@ -24,3 +26,17 @@ def test_serve_bench_reports_every_level(artifact):
     verdicts = re.findall(r"^  concurrency (\d+): 2x throughput (met|MISSED), p99 no worse (met|MISSED), "
                           r"70% of limit (met|MISSED)$", out, re.M)
     assert [int(v[0]) for v in verdicts] == [16], out
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--limit-seconds", "0"], "--limit-seconds: must be greater than 0, got 0.0"),
+    (["--rounds", "-1"], "--rounds: must be greater than 0, got -1"),
+    (["--concurrency", "4,x"], "--concurrency: a comma-separated list of positive integers, got '4,x'"),
+    (["--concurrency", "0"], "--concurrency: a comma-separated list of positive integers, got '0'"),
+    (["--warmup", "-1"], "--warmup and --max-queue-delay-ms: must not be negative"),
+])
+def test_serve_bench_rejects_bad_arguments(args, message):
+    result = run_script(SERVE_BENCH, *args, timeout=60)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1].endswith(message), result.stderr
+    assert "Traceback" not in result.stderr
