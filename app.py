@@ -12,11 +12,18 @@ from pathlib import Path
 
 import aws_cdk as cdk
 
-from inferstack import config, synth_shards
+from inferstack import config, synth_shards, triton_image
 from stacks.app_builder import POST_CLI_CONTEXT, PipelineUnavailable, build, pipeline_wanted
 
 
 def main() -> int:
+    known_images = os.environ.get(triton_image.KNOWN_IMAGES_ENV)
+    if known_images:  # a shard of a parallel synth: the parent resolved the Triton images already
+        try:
+            triton_image.import_known(known_images)
+        except ValueError as exc:
+            print(exc, file=sys.stderr)
+            return 2
     app = cdk.App(post_cli_context=POST_CLI_CONTEXT)
     config_dir = Path(app.node.try_get_context("inferstack:config-dir") or "model_configs")
     try:
@@ -65,7 +72,7 @@ def main() -> int:
 
         try:
             synth_shards.run_shards(shards, Path(app.outdir), [sys.executable, os.path.abspath(sys.argv[0])],
-                                    synth_here)
+                                    synth_here, child_env={triton_image.KNOWN_IMAGES_ENV: triton_image.export_known()})
         except synth_shards.ShardFailed as exc:
             return exc.exit_code
         except synth_shards.ShardsDisagree as exc:

@@ -3,7 +3,7 @@ shard in its own process (one jsii kernel each, so they really run in parallel),
 cloud assemblies into the one directory `cdk synth` reads.
 
 A CDK app in Python is a ping-pong between the interpreter and one Node.js kernel, so a single synth
-uses about one core however many the machine has, and costs about 0.18 s per stack. Shards are
+uses about one core however many the machine has, and costs about 0.12 s per stack. Shards are
 contiguous slices of the stacks in synth order; a shard that holds part of an environment builds that
 environment's foundation too (its template does not depend on the models: the foundation pre-exports
 every shared value), so every shard is a valid app on its own. The merge checks that files written by
@@ -19,7 +19,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,10 +28,11 @@ from inferstack.atomic_write import write_text
 
 SHARD_ENV = "INFERSTACK_SYNTH_SHARD"
 # A child process's start-up (Python imports, the Node.js kernel loading aws-cdk-lib, the config, the
-# CloudFormation validation engine: about 7 s) costs as much as synthesizing this many serving stacks.
-# The first shard runs in app.py's own process, already started, so it takes that many more stacks;
-# and a second process pays off only for fleets well past twice that.
-STARTUP_STACKS = 40
+# CloudFormation validation engine: about 4.5 s; the Triton images come resolved from the parent) costs
+# as much as synthesizing this many serving stacks. The first shard runs in app.py's own process,
+# already started, so it takes that many more stacks; and a second process pays off only for fleets
+# well past twice that.
+STARTUP_STACKS = 25
 MIN_STACKS_PER_SHARD = 2 * STARTUP_STACKS
 MANIFEST = "manifest.json"
 TREE = "tree.json"
@@ -80,7 +81,7 @@ class Shard:
 def worker_count(requested: str | int | None, stacks: int, cpus: int | None = None) -> int:
     """`requested`: the `inferstack:synth-workers` context, a positive number or "auto" (the default):
     one worker per CPU, fewer when the fleet is too small to pay for the extra processes."""
-    cpus = cpus or os.cpu_count() or 1
+    cpus = cpus or available_cpus()
     if requested in (None, "auto"):
         return max(1, min(cpus, stacks // MIN_STACKS_PER_SHARD))
     try:
@@ -90,6 +91,14 @@ def worker_count(requested: str | int | None, stacks: int, cpus: int | None = No
     if value < 1 or str(requested).strip() != str(value):
         raise ValueError(f"-c inferstack:synth-workers: expected a positive integer or auto, got {requested!r}")
     return value
+
+
+def available_cpus() -> int:
+    """The CPUs this process may run on: a container or `taskset` can allow fewer than the machine has."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:  # no affinity API (macOS)
+        return os.cpu_count() or 1
 
 
 def plan_shards(env_names: Sequence[str], model_names: Sequence[str], workers: int,
@@ -117,17 +126,19 @@ def plan_shards(env_names: Sequence[str], model_names: Sequence[str], workers: i
 
 
 def run_shards(shards: Sequence[Shard], outdir: Path, argv: Sequence[str],
-               synth_here: Callable[[Shard, Path], int]) -> None:
+               synth_here: Callable[[Shard, Path], int], child_env: Mapping[str, str] | None = None) -> None:
     """Synthesize the first shard in this process with `synth_here(shard, outdir)` (its Python and
-    Node.js start-up is already paid) and every other one with `argv` (this app, run again) in parallel,
-    then merge them and move the result into `outdir`, its manifest.json last. Raises ShardFailed with
-    the first failing shard's exit code, or ShardsDisagree; `outdir` is then left as it was."""
+    Node.js start-up is already paid) and every other one with `argv` (this app, run again, with
+    `child_env` added to its environment) in parallel, then merge them and move the result into
+    `outdir`, its manifest.json last. Raises ShardFailed with the first failing shard's exit code, or
+    ShardsDisagree; `outdir` is then left as it was."""
     outdir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".shards-", dir=outdir) as tmp:
         dirs = [Path(tmp) / f"shard-{i}" for i in range(len(shards))]
 
         def synth_child(index: int) -> subprocess.CompletedProcess:
-            env = {**os.environ, SHARD_ENV: shards[index].to_json(), "CDK_OUTDIR": str(dirs[index])}
+            env = {**os.environ, **(child_env or {}), SHARD_ENV: shards[index].to_json(),
+                   "CDK_OUTDIR": str(dirs[index])}
             # The CLI's performance counters are one process's; shards would overwrite each other's.
             env.pop("CDK_PERF_COUNTERS_FILE", None)
             return subprocess.run(list(argv), env=env, capture_output=True, text=True)
@@ -234,8 +245,9 @@ def _place(source: Path, target: Path) -> None:
 
 
 def _same_content(a: Path, b: Path) -> bool:
-    """Byte-identical, except that a stack's metadata carries creation stack traces, which name each
-    process's own jsii kernel directory: those are left out of the comparison (the first shard's stay)."""
+    """Byte-identical, except that a stack's metadata may carry stack traces (acknowledgements'; creation
+    stacks with `cdk synth --debug`), which name each process's own jsii kernel directory: those are left
+    out of the comparison (the first shard's stay)."""
     if a.read_bytes() == b.read_bytes():
         return True
     if not a.name.endswith(".metadata.json"):

