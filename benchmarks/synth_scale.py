@@ -1,13 +1,20 @@
 """Synth at fleet scale: generate N model configs (mixed kinds) in a temporary copy of model_configs/,
-synthesize every environment with `app.py` exactly as `cdk synth` runs it, and print per N the wall
-time, peak memory of the synth process tree, stack count, the largest resource count per stack and the
-largest template, checked against CloudFormation's per-template limits.
+synthesize every environment with `cdk synth` (the CDK CLI, as `make synth` runs it; `--via app` runs
+app.py alone, without the CLI's own start-up), and print per N the wall time, peak memory of the synth
+process tree, stack count, the largest resource count per stack and the largest template, checked
+against CloudFormation's per-template limits.
 
 Each N runs twice, side by side: in one process (`-c inferstack:synth-workers=1`, the baseline) and
 as `cdk synth` does by default (`auto`: parallel shards once the fleet is big enough to pay for them,
 inferstack/synth_shards.py). `x N=1` is each mode's time over its own time for the smallest N.
 
+`--floor` adds, per N, the floor of any Python CDK design for the same templates
+(benchmarks/synth_floor.py: every resource a raw CfnResource, one process), checked to write the
+same templates; its `x N=1` is over the first mode's smallest N, the real app's. `--cpus K` runs
+everything on K of this machine's CPUs (auto shards follow), to see how synth scales with cores.
+
     .venv/bin/python benchmarks/synth_scale.py                 # N = 1, 10, 100, 300
+    .venv/bin/python benchmarks/synth_scale.py --counts 1 100 --floor
     .venv/bin/python benchmarks/synth_scale.py --counts 1 10   # a quicker run
 """
 
@@ -26,6 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
+
+import synth_floor
 
 ROOT = Path(__file__).resolve().parent.parent
 # CloudFormation quotas per template (docs: "CloudFormation quotas").
@@ -86,19 +95,48 @@ def _tree_rss_kib(pid: int) -> int:
     return total
 
 
-def synth(count: int, workdir: Path, workers: str) -> Result:
+def synth(count: int, workdir: Path, workers: str, via: str, cpus: set[int] | None) -> Result:
     config_dir = workdir / f"configs-{count}"
     outdir = workdir / f"cdk.out-{count}-{workers}"
     if not config_dir.exists():
         config_dir.mkdir()
         write_configs(config_dir, count)
-    context = json.loads((ROOT / "cdk.json").read_text())["context"] | {
-        "inferstack:config-dir": str(config_dir), "inferstack:synth-workers": workers}
-    env = {**os.environ, "CDK_CONTEXT_JSON": json.dumps(context), "CDK_OUTDIR": str(outdir),
-           "PATH": f"{ROOT / 'node_modules' / '.bin'}{os.pathsep}{os.environ['PATH']}"}
+    context = {"inferstack:config-dir": str(config_dir), "inferstack:synth-workers": workers}
+    seconds, peak_mib, stderr = run_app([sys.executable, "app.py"], context, outdir, via, cpus)
+    shards = re.search(r"in (\d+) parallel shards", stderr)
+    mode = "serial" if workers == "1" else f"{workers}: {shards.group(1) if shards else 1} proc"
+    return measure(mode, count, seconds, peak_mib, outdir)
+
+
+def floor(count: int, workdir: Path, source: Path, via: str, cpus: set[int] | None) -> Result:
+    """The same templates as `source` (an assembly of `count` models) from the floor app."""
+    outdir = workdir / f"cdk.out-{count}-floor"
+    seconds, peak_mib, _ = run_app([sys.executable, str(ROOT / "benchmarks" / "synth_floor.py"), str(source)],
+                                   {}, outdir, via, cpus)
+    differ = synth_floor.differing_templates(source, outdir)
+    if differ:
+        raise SystemExit(f"the floor app wrote different templates for {', '.join(differ[:5])}")
+    return measure("floor", count, seconds, peak_mib, outdir)
+
+
+def run_app(app: list[str], context: dict[str, str], outdir: Path, via: str,
+            cpus: set[int] | None) -> tuple[float, float, str]:
+    """Synthesize `app` into `outdir` with the CDK CLI (`via` "cli") or as the CLI runs it (cdk.json's
+    context in CDK_CONTEXT_JSON). Returns the wall time, the process tree's peak memory (MiB) and stderr."""
+    env = {**os.environ, "CDK_DISABLE_CLI_TELEMETRY": "true",
+           "PATH": os.pathsep.join([str(ROOT / "node_modules" / ".bin"), str(Path(sys.executable).parent),
+                                    os.environ["PATH"]])}
+    if via == "cli":
+        command = ["cdk", "synth", "--quiet", "--output", str(outdir), "--app", subprocess.list2cmdline(app)]
+        for key, value in context.items():
+            command += ["--context", f"{key}={value}"]
+    else:
+        command = app
+        env |= {"CDK_OUTDIR": str(outdir), "CDK_CONTEXT_JSON": json.dumps(
+            json.loads((ROOT / "cdk.json").read_text())["context"] | context)}
     start = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True, preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
     peak = 0
     done = threading.Event()
 
@@ -115,10 +153,8 @@ def synth(count: int, workdir: Path, workers: str) -> Result:
     done.set()
     sampler.join()
     if proc.returncode != 0:
-        raise SystemExit(f"synth of {count} models failed:\n{stderr}")
-    shards = re.search(r"in (\d+) parallel shards", stderr)
-    mode = "serial" if workers == "1" else f"{workers}: {shards.group(1) if shards else 1} proc"
-    return measure(mode, count, seconds, peak / 1024, outdir)
+        raise SystemExit(f"synth of {' '.join(app)} into {outdir} failed:\n{stderr}")
+    return seconds, peak / 1024, stderr
 
 
 def measure(mode: str, count: int, seconds: float, peak_mib: float, outdir: Path) -> Result:
@@ -142,22 +178,39 @@ def main() -> int:
     parser.add_argument("--counts", type=int, nargs="+", default=[1, 10, 100, 300])
     parser.add_argument("--workers", nargs="+", default=["1", "auto"],
                         help="inferstack:synth-workers values to compare (1 = one process, the baseline)")
+    parser.add_argument("--via", choices=["cli", "app"], default="cli",
+                        help="cli: `cdk synth` (the default); app: app.py alone, as the CLI runs it")
+    parser.add_argument("--floor", action="store_true",
+                        help="also synthesize each N's templates as raw CfnResources (synth_floor.py)")
+    parser.add_argument("--cpus", type=int, help="run on this many of the CPUs this process may use")
     args = parser.parse_args()
     if any(c < 1 for c in args.counts):
         parser.error("--counts: every N must be at least 1")
+    allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    if args.cpus is not None and (allowed is None or not 1 <= args.cpus <= len(allowed)):
+        parser.error(f"--cpus: expected 1 to {len(allowed) if allowed else 'the CPUs'} "
+                     f"(the CPUs this process may use), got {args.cpus}")
+    cpus = set(allowed[:args.cpus]) if args.cpus else None
 
-    print(f"cpus: {os.cpu_count()}; load average before: {os.getloadavg()[0]:.2f}")
+    print(f"cpus: {len(cpus) if cpus else os.cpu_count()}; via {args.via}; "
+          f"load average before: {os.getloadavg()[0]:.2f}")
     print(f"{'models':>6} {'mode':>14} {'stacks':>6} {'wall s':>8} {'x N=1':>6} {'peak MiB':>9} {'max res':>7} "
           f"{'max KiB':>8} {'max par':>7} {'max out':>7}  limits")
     baselines: dict[str, float] = {}
+
+    def show(r: Result, baseline: str) -> None:
+        baselines.setdefault(baseline, r.seconds)
+        print(f"{r.models:>6} {r.mode:>14} {r.stacks:>6} {r.seconds:>8.1f} {r.seconds / baselines[baseline]:>6.2f} "
+              f"{r.peak_rss_mib:>9.0f} {r.max_resources:>7} {r.max_template_kib:>8.1f} "
+              f"{r.max_parameters:>7} {r.max_outputs:>7}  {'; '.join(r.over_limits) or 'OK'}", flush=True)
+
     with tempfile.TemporaryDirectory() as tmp:
         for count in args.counts:
             for workers in args.workers:
-                r = synth(count, Path(tmp), workers)
-                baselines.setdefault(workers, r.seconds)
-                print(f"{r.models:>6} {r.mode:>14} {r.stacks:>6} {r.seconds:>8.1f} {r.seconds / baselines[workers]:>6.2f} "
-                      f"{r.peak_rss_mib:>9.0f} {r.max_resources:>7} {r.max_template_kib:>8.1f} "
-                      f"{r.max_parameters:>7} {r.max_outputs:>7}  {'; '.join(r.over_limits) or 'OK'}", flush=True)
+                show(synth(count, Path(tmp), workers, args.via, cpus), workers)
+            if args.floor:
+                source = Path(tmp) / f"cdk.out-{count}-{args.workers[0]}"
+                show(floor(count, Path(tmp), source, args.via, cpus), args.workers[0])
     print(f"load average after: {os.getloadavg()[0]:.2f}")
     return 0
 
