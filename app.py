@@ -70,9 +70,11 @@ def main() -> int:
         def synth_here(shard: synth_shards.Shard, outdir: Path) -> int:
             return synthesize_shard(cdk.App(outdir=str(outdir), post_cli_context=POST_CLI_CONTEXT), project, shard)
 
+        # The shard processes get the Triton images config.load resolved: no SDK import in each.
+        images = {triton_image.KNOWN_IMAGES_ENV: triton_image.export_known()}
         try:
             synth_shards.run_shards(shards, Path(app.outdir), [sys.executable, os.path.abspath(sys.argv[0])],
-                                    synth_here, child_env={triton_image.KNOWN_IMAGES_ENV: triton_image.export_known()})
+                                    synth_here, child_env=images)
         except synth_shards.ShardFailed as exc:
             return exc.exit_code
         except synth_shards.ShardsDisagree as exc:

@@ -192,7 +192,7 @@ def main() -> int:
                      f"(the CPUs this process may use), got {args.cpus}")
     cpus = set(allowed[:args.cpus]) if args.cpus else None
 
-    print(f"cpus: {len(cpus) if cpus else os.cpu_count()}; via {args.via}; "
+    print(f"cpus: {len(cpus or allowed or []) or os.cpu_count()}; via {args.via}; "
           f"load average before: {os.getloadavg()[0]:.2f}")
     print(f"{'models':>6} {'mode':>14} {'stacks':>6} {'wall s':>8} {'x N=1':>6} {'peak MiB':>9} {'max res':>7} "
           f"{'max KiB':>8} {'max par':>7} {'max out':>7}  limits")

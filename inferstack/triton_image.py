@@ -3,7 +3,6 @@ tables (offline; never a hand-written account map). Called by the stacks, not by
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 from contextlib import contextmanager
@@ -12,6 +11,7 @@ FRAMEWORK = "sagemaker-tritonserver"
 # Set by a parallel synth for its shard processes (inferstack/synth_shards.py): the images the parent
 # already resolved, so a shard does not import the SDK again (seconds of start-up per process).
 KNOWN_IMAGES_ENV = "INFERSTACK_TRITON_IMAGES"
+# (region, version, instance type) -> image URI: what this process resolved or was handed.
 _known: dict[tuple[str, str, str], str] = {}
 
 
@@ -19,7 +19,6 @@ class UnknownTritonImage(ValueError):
     """The installed SageMaker SDK knows no Triton image for this region/version/instance type."""
 
 
-@functools.cache
 def base_image_uri(*, region: str, version: str, instance_type: str) -> str:
     known = _known.get((region, version, instance_type))
     if known is not None:
