@@ -1,7 +1,9 @@
 """The floor of a Python CDK synth: the templates of a synthesized cloud assembly built again with no
 L2 construct at all, every resource a raw `CfnResource` holding its final properties, as a CDK app:
 
-    cdk synth --app "python benchmarks/synth_floor.py SOURCE_ASSEMBLY" -o OUT
+    cdk synth --app "python benchmarks/synth_floor.py SOURCE_ASSEMBLY [PART/PARTS]" -o OUT
+
+(PART/PARTS, e.g. 0/2: only that contiguous slice of the stacks, to run the floor in parallel processes.)
 
 Everything else is as in app.py: the same stages, stack names and environments, cdk.json's feature
 flags, the cdk-nag checks with the same acknowledgements (read from the source's metadata), the CDK's
@@ -42,7 +44,7 @@ def stacks_of(assembly: Path) -> list[tuple[str, dict, Path]]:
     return found
 
 
-def build(source: Path) -> None:
+def build(source: Path, part: int = 0, parts: int = 1) -> None:
     import aws_cdk as cdk
 
     from inferstack import nag
@@ -50,7 +52,8 @@ def build(source: Path) -> None:
 
     app = cdk.App(post_cli_context=POST_CLI_CONTEXT)
     stages: dict[str, cdk.Stage] = {}
-    for stage_name, artifact, nested in stacks_of(source):
+    stacks = stacks_of(source)
+    for stage_name, artifact, nested in stacks[part * len(stacks) // parts:(part + 1) * len(stacks) // parts]:
         _, account, region = artifact["environment"].rsplit("/", 2)
         stage = stages.get(stage_name) or stages.setdefault(stage_name, cdk.Stage(
             app, stage_name, env=cdk.Environment(account=account, region=region)))
@@ -100,10 +103,11 @@ def _acknowledge(metadata_file: Path, artifact: dict, resources: dict) -> None:
                         validations.acknowledge(cdk.Acknowledgment(id=rule, reason=reason))
 
 
-def differing_templates(source: Path, floor: Path) -> list[str]:
-    """Templates of `source` that `floor` does not reproduce exactly (missing ones included)."""
+def differing_templates(source: Path, *floors: Path) -> list[str]:
+    """Templates of `source` that the `floors` (one assembly per part) do not reproduce exactly (missing
+    ones included)."""
     built = {artifact["displayName"]: json.loads((nested / artifact["properties"]["templateFile"]).read_text())
-             for _, artifact, nested in stacks_of(floor)}
+             for floor in floors for _, artifact, nested in stacks_of(floor)}
     return [artifact["displayName"] for _, artifact, nested in stacks_of(source)
             if built.get(artifact["displayName"]) != json.loads(
                 (nested / artifact["properties"]["templateFile"]).read_text())]
@@ -114,13 +118,22 @@ def main(argv: list[str]) -> int:
         differ = differing_templates(Path(argv[1]), Path(argv[2]))
         print(f"{len(differ)} templates differ" + (f": {', '.join(differ[:5])}" if differ else ""))
         return 1 if differ else 0
-    if len(argv) != 1 or not (Path(argv[0]) / "manifest.json").is_file():
-        print("usage: synth_floor.py SOURCE_ASSEMBLY | --check SOURCE FLOOR (a directory with a manifest.json)",
-              file=sys.stderr)
+    part = _part(argv[1]) if len(argv) == 2 else (0, 1)
+    if len(argv) not in (1, 2) or part is None or not (Path(argv[0]) / "manifest.json").is_file():
+        print("usage: synth_floor.py SOURCE_ASSEMBLY [PART/PARTS] | --check SOURCE FLOOR "
+              "(an assembly is a directory with a manifest.json; PART counts from 0)", file=sys.stderr)
         return 2
     sys.path.insert(0, str(ROOT))
-    build(Path(argv[0]))
+    build(Path(argv[0]), *part)
     return 0
+
+
+def _part(text: str) -> tuple[int, int] | None:
+    try:
+        part, parts = (int(v) for v in text.split("/"))
+    except ValueError:
+        return None
+    return (part, parts) if 0 <= part < parts else None
 
 
 if __name__ == "__main__":

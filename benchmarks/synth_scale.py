@@ -9,8 +9,9 @@ as `cdk synth` does by default (`auto`: parallel shards once the fleet is big en
 inferstack/synth_shards.py). `x N=1` is each mode's time over its own time for the smallest N.
 
 `--floor` adds, per N, the floor of any Python CDK design for the same templates
-(benchmarks/synth_floor.py: every resource a raw CfnResource, one process), checked to write the
-same templates; its `x N=1` is over the first mode's smallest N, the real app's. `--cpus K` runs
+(benchmarks/synth_floor.py: every resource a raw CfnResource), checked to write the same templates,
+in one process and split between one process per CPU (not merged afterwards, so a lower bound); its
+`x N=1` is over the first mode's smallest N, the real app's. `--cpus K` runs
 everything on K of this machine's CPUs (auto shards follow), to see how synth scales with cores.
 
     .venv/bin/python benchmarks/synth_scale.py                 # N = 1, 10, 100, 300
@@ -29,6 +30,7 @@ import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -108,15 +110,22 @@ def synth(count: int, workdir: Path, workers: str, via: str, cpus: set[int] | No
     return measure(mode, count, seconds, peak_mib, outdir)
 
 
-def floor(count: int, workdir: Path, source: Path, via: str, cpus: set[int] | None) -> Result:
-    """The same templates as `source` (an assembly of `count` models) from the floor app."""
-    outdir = workdir / f"cdk.out-{count}-floor"
-    seconds, peak_mib, _ = run_app([sys.executable, str(ROOT / "benchmarks" / "synth_floor.py"), str(source)],
-                                   {}, outdir, via, cpus)
-    differ = synth_floor.differing_templates(source, outdir)
+def floor(count: int, workdir: Path, source: Path, via: str, cpus: set[int] | None, parts: int) -> Result:
+    """The same templates as `source` (an assembly of `count` models) from the floor app, its stacks
+    split between `parts` processes run side by side (their outputs are not merged: a lower bound)."""
+    outdirs = [workdir / f"cdk.out-{count}-floor-{part}-of-{parts}" for part in range(parts)]
+    start = time.perf_counter()
+    with ThreadPoolExecutor(parts) as pool:
+        runs = list(pool.map(lambda part: run_app(
+            [sys.executable, str(ROOT / "benchmarks" / "synth_floor.py"), str(source), f"{part}/{parts}"],
+            {}, outdirs[part], via, cpus), range(parts)))
+    seconds = time.perf_counter() - start
+    differ = synth_floor.differing_templates(source, *outdirs)
     if differ:
         raise SystemExit(f"the floor app wrote different templates for {', '.join(differ[:5])}")
-    return measure("floor", count, seconds, peak_mib, outdir)
+    # Each process's own peak, summed: at most what they held together.
+    return measure("floor" if parts == 1 else f"floor: {parts} proc", count, seconds,
+                   sum(peak for _, peak, _ in runs), *outdirs)
 
 
 def run_app(app: list[str], context: dict[str, str], outdir: Path, via: str,
@@ -157,8 +166,8 @@ def run_app(app: list[str], context: dict[str, str], outdir: Path, via: str,
     return seconds, peak / 1024, stderr
 
 
-def measure(mode: str, count: int, seconds: float, peak_mib: float, outdir: Path) -> Result:
-    templates = sorted(outdir.glob("**/*.template.json"))
+def measure(mode: str, count: int, seconds: float, peak_mib: float, *outdirs: Path) -> Result:
+    templates = sorted(t for outdir in outdirs for t in outdir.glob("**/*.template.json"))
     sizes, resources, parameters, outputs, over = [], [], [], [], []
     for path in templates:
         template = json.loads(path.read_text())
@@ -181,7 +190,8 @@ def main() -> int:
     parser.add_argument("--via", choices=["cli", "app"], default="cli",
                         help="cli: `cdk synth` (the default); app: app.py alone, as the CLI runs it")
     parser.add_argument("--floor", action="store_true",
-                        help="also synthesize each N's templates as raw CfnResources (synth_floor.py)")
+                        help="also synthesize each N's templates as raw CfnResources (synth_floor.py), in "
+                             "one process and in one per CPU")
     parser.add_argument("--cpus", type=int, help="run on this many of the CPUs this process may use")
     args = parser.parse_args()
     if any(c < 1 for c in args.counts):
@@ -191,6 +201,8 @@ def main() -> int:
         parser.error(f"--cpus: expected 1 to {len(allowed) if allowed else 'the CPUs'} "
                      f"(the CPUs this process may use), got {args.cpus}")
     cpus = set(allowed[:args.cpus]) if args.cpus else None
+    # The floor in one process, and in one process per CPU as auto shards would run.
+    floor_parts = sorted({1, len(cpus or allowed or [])} - {0}) if args.floor else []
 
     print(f"cpus: {len(cpus or allowed or []) or os.cpu_count()}; via {args.via}; "
           f"load average before: {os.getloadavg()[0]:.2f}")
@@ -208,9 +220,9 @@ def main() -> int:
         for count in args.counts:
             for workers in args.workers:
                 show(synth(count, Path(tmp), workers, args.via, cpus), workers)
-            if args.floor:
+            for parts in floor_parts:
                 source = Path(tmp) / f"cdk.out-{count}-{args.workers[0]}"
-                show(floor(count, Path(tmp), source, args.via, cpus), args.workers[0])
+                show(floor(count, Path(tmp), source, args.via, cpus, parts), args.workers[0])
     print(f"load average after: {os.getloadavg()[0]:.2f}")
     return 0
 

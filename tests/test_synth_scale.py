@@ -5,6 +5,7 @@ one-line usage error. Figures are printed, never asserted."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -16,7 +17,8 @@ from tests.conftest import ROOT
 
 SYNTH_SCALE = ROOT / "benchmarks" / "synth_scale.py"
 SYNTH_FLOOR = ROOT / "benchmarks" / "synth_floor.py"
-ROW = re.compile(r"^\s+(\d+)\s+(serial|floor|auto: \d proc)\s+(\d+)\s+[\d.]+\s+[\d.]+\s+\d+\s+(\d+)\s+[\d.]+\s+\d+\s+\d+"
+CPUS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+ROW = re.compile(r"^\s+(\d+)\s+(serial|floor|floor: \d+ proc|auto: \d+ proc)\s+(\d+)\s+[\d.]+\s+[\d.]+\s+\d+\s+(\d+)\s+[\d.]+\s+\d+\s+\d+"
                  r"\s+(.+)$", re.M)
 
 
@@ -31,8 +33,10 @@ def test_one_model_through_the_cli_and_its_floor():
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     assert "via cli" in result.stdout
     rows = [m.groups() for m in ROW.finditer(result.stdout)]
-    # One model in three environments: a foundation and a serving stack each.
-    assert [(r[0], r[1], r[2], r[4]) for r in rows] == [("1", "serial", "6", "OK"), ("1", "floor", "6", "OK")]
+    # One model in three environments: a foundation and a serving stack each; the floor in one process
+    # and split between one per CPU (only one row on a one-CPU machine).
+    floors = [("1", "floor", "6", "OK")] + ([("1", f"floor: {CPUS} proc", "6", "OK")] if CPUS > 1 else [])
+    assert [(r[0], r[1], r[2], r[4]) for r in rows] == [("1", "serial", "6", "OK")] + floors
     assert all(0 < int(r[3]) <= 500 for r in rows)
 
 
@@ -77,9 +81,11 @@ def test_synth_scale_rejects_bad_arguments_in_one_line(args, message):
     assert result.stdout == ""
 
 
-@pytest.mark.parametrize("args", [[], ["/nonexistent"], ["--check", "only-one"]])
-def test_synth_floor_rejects_anything_but_an_assembly_in_one_line(args):
-    result = run(SYNTH_FLOOR, *args)
+@pytest.mark.parametrize("args", [[], ["/nonexistent"], ["--check", "only-one"], ["ASSEMBLY", "2/2"],
+                                  ["ASSEMBLY", "-1/2"], ["ASSEMBLY", "x"], ["ASSEMBLY", "0/1", "more"]])
+def test_synth_floor_rejects_anything_but_an_assembly_and_a_part_in_one_line(args, tmp_path):
+    assembly = _assembly(tmp_path / "assembly", {})
+    result = run(SYNTH_FLOOR, *[str(assembly) if a == "ASSEMBLY" else a for a in args])
     assert result.returncode == 2
     assert result.stderr.strip().startswith("usage: synth_floor.py SOURCE_ASSEMBLY")
     assert len(result.stderr.strip().splitlines()) == 1
