@@ -44,6 +44,10 @@ def stacks_of(assembly: Path) -> list[tuple[str, dict, Path]]:
     return found
 
 
+def template_of(artifact: dict, nested: Path) -> dict:
+    return json.loads((nested / artifact["properties"]["templateFile"]).read_text())
+
+
 def build(source: Path, part: int = 0, parts: int = 1) -> None:
     import aws_cdk as cdk
 
@@ -55,10 +59,11 @@ def build(source: Path, part: int = 0, parts: int = 1) -> None:
     stacks = stacks_of(source)
     for stage_name, artifact, nested in stacks[part * len(stacks) // parts:(part + 1) * len(stacks) // parts]:
         _, account, region = artifact["environment"].rsplit("/", 2)
-        stage = stages.get(stage_name) or stages.setdefault(stage_name, cdk.Stage(
-            app, stage_name, env=cdk.Environment(account=account, region=region)))
+        if stage_name not in stages:
+            stages[stage_name] = cdk.Stage(app, stage_name, env=cdk.Environment(account=account, region=region))
+        stage = stages[stage_name]
         props = artifact["properties"]
-        template = json.loads((nested / props["templateFile"]).read_text())
+        template = template_of(artifact, nested)
         stack = cdk.Stack(stage, artifact["displayName"].split("/")[-1], stack_name=props["stackName"],
                           description=template.get("Description"),
                           termination_protection=props.get("terminationProtection", False))
@@ -106,11 +111,10 @@ def _acknowledge(metadata_file: Path, artifact: dict, resources: dict) -> None:
 def differing_templates(source: Path, *floors: Path) -> list[str]:
     """Templates of `source` that the `floors` (one assembly per part) do not reproduce exactly (missing
     ones included)."""
-    built = {artifact["displayName"]: json.loads((nested / artifact["properties"]["templateFile"]).read_text())
+    built = {artifact["displayName"]: template_of(artifact, nested)
              for floor in floors for _, artifact, nested in stacks_of(floor)}
     return [artifact["displayName"] for _, artifact, nested in stacks_of(source)
-            if built.get(artifact["displayName"]) != json.loads(
-                (nested / artifact["properties"]["templateFile"]).read_text())]
+            if built.get(artifact["displayName"]) != template_of(artifact, nested)]
 
 
 def main(argv: list[str]) -> int:

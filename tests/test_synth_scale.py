@@ -5,7 +5,6 @@ one-line usage error. Figures are printed, never asserted."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -13,11 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from inferstack.synth_shards import available_cpus
 from tests.conftest import ROOT
 
 SYNTH_SCALE = ROOT / "benchmarks" / "synth_scale.py"
 SYNTH_FLOOR = ROOT / "benchmarks" / "synth_floor.py"
-CPUS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+CPUS = available_cpus()
 ROW = re.compile(r"^\s+(\d+)\s+(serial|floor|floor: \d+ proc|auto: \d+ proc)\s+(\d+)\s+[\d.]+\s+[\d.]+\s+\d+\s+(\d+)\s+[\d.]+\s+\d+\s+\d+"
                  r"\s+(.+)$", re.M)
 
