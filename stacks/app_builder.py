@@ -13,9 +13,14 @@ from inferstack.config.models import PIPELINE_STACK_NAME
 from stacks.pipeline_stack import PipelineStack
 from stacks.stage import InferenceStage, add_stages
 
-# The CDK CLI hands every app failSynthOnValidationErrors=false, so policy findings would only be
-# reported. Post-CLI context wins over the CLI's, so an unacknowledged cdk-nag finding fails synth.
-POST_CLI_CONTEXT = {"@aws-cdk/core:failSynthOnValidationErrors": True}
+# Context every app of ours sets after the CLI's (post-CLI context wins over it):
+# - the CDK CLI hands every app failSynthOnValidationErrors=false, so policy findings would only be
+#   reported: with true, an unacknowledged cdk-nag finding fails synth;
+# - no stack trace of each construct's creation in the assembly metadata (a tenth of the assembly at
+#   fleet scale, and synth time); `cdk synth --debug` records them still. Set here, not in cdk.json,
+#   because the CLI warns about the reserved "aws:" keys there.
+POST_CLI_CONTEXT = {"@aws-cdk/core:failSynthOnValidationErrors": True,
+                    "aws:cdk:disable-creation-stack-traces": True}
 PIPELINE_STACK_ID = "Pipeline"
 
 

@@ -102,3 +102,19 @@ def test_validate_does_not_need_a_valid_aws_profile():
     # The SageMaker SDK (image lookup) builds a boto3 session on import; synth must stay credential-free.
     result = run("-m", "inferstack", "validate", env={"AWS_PROFILE": "no-such-profile"})
     assert result.returncode == 0, result.stderr
+
+
+def test_cdk_synth_through_the_cli_is_clean(tmp_path):
+    # The README's main command, through the real CDK CLI: no warning about cdk.json (the CLI warns about
+    # reserved "aws:" context keys there), and no per-construct creation stack traces in the assembly.
+    outdir = tmp_path / "cdk.out"
+    env = {**os.environ, "CDK_DISABLE_CLI_TELEMETRY": "true",
+           "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])}
+    result = subprocess.run(["cdk", "synth", "--quiet", "-c", "environments=dev", "-o", str(outdir)], cwd=ROOT,
+                            capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert lines[0] == f"Successfully synthesized to {outdir}", result.stderr
+    assert not [line for line in lines if "warn" in line.lower() or "reserved" in line.lower()]
+    metadata = "".join(p.read_text() for p in outdir.glob("assembly-dev/*.metadata.json"))
+    assert '"aws:cdk:logicalId"' in metadata and "aws:cdk:creationStack" not in metadata
