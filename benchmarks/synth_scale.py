@@ -8,10 +8,12 @@ Each N runs twice, side by side: in one process (`-c inferstack:synth-workers=1`
 as `cdk synth` does by default (`auto`: parallel shards once the fleet is big enough to pay for them,
 inferstack/synth_shards.py). `x N=1` is each mode's time over its own time for the smallest N.
 
-`--floor` adds, per N, the floor of any Python CDK design for the same templates
-(benchmarks/synth_floor.py: every resource a raw CfnResource), checked to write the same templates,
-in one process and split between one process per CPU (not merged afterwards, so a lower bound); its
-`x N=1` is over the first mode's smallest N, the real app's. `--cpus K` runs
+`--floor` adds, per N, two floors for the same templates (benchmarks/synth_floor.py), each checked to
+write exactly the real app's templates: `L1 floor`, every resource a raw CfnResource (a Python design
+rendering L1s from plain values), and `template floor`, each template handed to the CDK in one call
+(the least any CDK app can do: what is left is the CDK's own work per template), in one process and
+split between one process per CPU (not merged afterwards, so a lower bound). Their `x N=1` is over
+their own smallest N in one process: a design at a floor would start up at the floor too. `--cpus K` runs
 everything on K of this machine's CPUs (auto shards follow), to see how synth scales with cores.
 
     .venv/bin/python benchmarks/synth_scale.py                 # N = 1, 10, 100, 300
@@ -110,22 +112,39 @@ def synth(count: int, workdir: Path, workers: str, via: str, cpus: set[int] | No
     return measure(mode, count, seconds, peak_mib, outdir)
 
 
-def floor(count: int, workdir: Path, source: Path, via: str, cpus: set[int] | None, parts: int) -> Result:
+@dataclass(frozen=True)
+class Floor:
+    mode: str  # the row's name
+    templates: bool  # synth_floor.py --templates: one CfnInclude per stack
+    parts: int  # processes side by side
+    baseline: str  # whose smallest N its `x N=1` is over
+
+
+def floors(cpus: int) -> list[Floor]:
+    """The L1 floor in one process; the template floor in one, and in one per CPU as auto shards run
+    (over the one-process N=1: like auto, a sharded design would synthesize one model in one process)."""
+    found = [Floor("L1 floor", False, 1, "L1 floor"), Floor("template floor", True, 1, "template floor")]
+    return found + ([Floor(f"template: {cpus} proc", True, cpus, "template floor")] if cpus > 1 else [])
+
+
+def floor(count: int, workdir: Path, source: Path, via: str, cpus: set[int] | None, kind: Floor) -> Result:
     """The same templates as `source` (an assembly of `count` models) from the floor app, its stacks
-    split between `parts` processes run side by side (their outputs are not merged: a lower bound)."""
-    outdirs = [workdir / f"cdk.out-{count}-floor-{part}-of-{parts}" for part in range(parts)]
+    split between `kind.parts` processes run side by side (their outputs are not merged: a lower bound)."""
+    parts = kind.parts
+    outdirs = [workdir / f"cdk.out-{count}-{kind.mode.replace(' ', '-').replace(':', '')}-{part}"
+               for part in range(parts)]
+    flags = ["--templates"] if kind.templates else []
     start = time.perf_counter()
     with ThreadPoolExecutor(parts) as pool:
         runs = list(pool.map(lambda part: run_app(
-            [sys.executable, str(ROOT / "benchmarks" / "synth_floor.py"), str(source), f"{part}/{parts}"],
+            [sys.executable, str(ROOT / "benchmarks" / "synth_floor.py"), *flags, str(source), f"{part}/{parts}"],
             {}, outdirs[part], via, cpus), range(parts)))
     seconds = time.perf_counter() - start
     differ = synth_floor.differing_templates(source, *outdirs)
     if differ:
-        raise SystemExit(f"the floor app wrote different templates for {', '.join(differ[:5])}")
+        raise SystemExit(f"the {kind.mode} app wrote different templates for {', '.join(differ[:5])}")
     # Each process's own peak, summed: at most what they held together.
-    return measure("floor" if parts == 1 else f"floor: {parts} proc", count, seconds,
-                   sum(peak for _, peak, _ in runs), *outdirs)
+    return measure(kind.mode, count, seconds, sum(peak for _, peak, _ in runs), *outdirs)
 
 
 def run_app(app: list[str], context: dict[str, str], outdir: Path, via: str,
@@ -190,8 +209,8 @@ def main() -> int:
     parser.add_argument("--via", choices=["cli", "app"], default="cli",
                         help="cli: `cdk synth` (the default); app: app.py alone, as the CLI runs it")
     parser.add_argument("--floor", action="store_true",
-                        help="also synthesize each N's templates as raw CfnResources (synth_floor.py), in "
-                             "one process and in one per CPU")
+                        help="also synthesize each N's templates at two floors (synth_floor.py): as raw "
+                             "CfnResources, and one CfnInclude per template (in one process and one per CPU)")
     parser.add_argument("--cpus", type=int, help="run on this many of the CPUs this process may use")
     args = parser.parse_args()
     if any(c < 1 for c in args.counts):
@@ -201,18 +220,17 @@ def main() -> int:
         parser.error(f"--cpus: expected 1 to {len(allowed) if allowed else 'the CPUs'} "
                      f"(the CPUs this process may use), got {args.cpus}")
     cpus = set(allowed[:args.cpus]) if args.cpus else None
-    # The floor in one process, and in one process per CPU as auto shards would run.
-    floor_parts = sorted({1, len(cpus or allowed or [])} - {0}) if args.floor else []
+    floor_kinds = floors(len(cpus or allowed or [])) if args.floor else []
 
     print(f"cpus: {len(cpus or allowed or []) or os.cpu_count()}; via {args.via}; "
           f"load average before: {os.getloadavg()[0]:.2f}")
-    print(f"{'models':>6} {'mode':>14} {'stacks':>6} {'wall s':>8} {'x N=1':>6} {'peak MiB':>9} {'max res':>7} "
+    print(f"{'models':>6} {'mode':>16} {'stacks':>6} {'wall s':>8} {'x N=1':>6} {'peak MiB':>9} {'max res':>7} "
           f"{'max KiB':>8} {'max par':>7} {'max out':>7}  limits")
     baselines: dict[str, float] = {}
 
     def show(r: Result, baseline: str) -> None:
         baselines.setdefault(baseline, r.seconds)
-        print(f"{r.models:>6} {r.mode:>14} {r.stacks:>6} {r.seconds:>8.1f} {r.seconds / baselines[baseline]:>6.2f} "
+        print(f"{r.models:>6} {r.mode:>16} {r.stacks:>6} {r.seconds:>8.1f} {r.seconds / baselines[baseline]:>6.2f} "
               f"{r.peak_rss_mib:>9.0f} {r.max_resources:>7} {r.max_template_kib:>8.1f} "
               f"{r.max_parameters:>7} {r.max_outputs:>7}  {'; '.join(r.over_limits) or 'OK'}", flush=True)
 
@@ -220,9 +238,9 @@ def main() -> int:
         for count in args.counts:
             for workers in args.workers:
                 show(synth(count, Path(tmp), workers, args.via, cpus), workers)
-            for parts in floor_parts:
+            for kind in floor_kinds:
                 source = Path(tmp) / f"cdk.out-{count}-{args.workers[0]}"
-                show(floor(count, Path(tmp), source, args.via, cpus, parts), args.workers[0])
+                show(floor(count, Path(tmp), source, args.via, cpus, kind), kind.baseline)
     print(f"load average after: {os.getloadavg()[0]:.2f}")
     return 0
 

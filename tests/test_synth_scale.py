@@ -18,7 +18,7 @@ from tests.conftest import ROOT
 SYNTH_SCALE = ROOT / "benchmarks" / "synth_scale.py"
 SYNTH_FLOOR = ROOT / "benchmarks" / "synth_floor.py"
 CPUS = available_cpus()
-ROW = re.compile(r"^\s+(\d+)\s+(serial|floor|floor: \d+ proc|auto: \d+ proc)\s+(\d+)\s+[\d.]+\s+[\d.]+\s+\d+\s+(\d+)\s+[\d.]+\s+\d+\s+\d+"
+ROW = re.compile(r"^\s+(\d+)\s+(serial|L1 floor|template floor|template: \d+ proc|auto: \d+ proc)\s+(\d+)\s+[\d.]+\s+[\d.]+\s+\d+\s+(\d+)\s+[\d.]+\s+\d+\s+\d+"
                  r"\s+(.+)$", re.M)
 
 
@@ -27,15 +27,16 @@ def run(script: Path, *args: str, timeout: float = 60) -> subprocess.CompletedPr
                           timeout=timeout)
 
 
-def test_one_model_through_the_cli_and_its_floor():
-    # The floor row is only printed after synth_floor's check found every template identical.
-    result = run(SYNTH_SCALE, "--counts", "1", "--workers", "1", "--floor", timeout=300)
+def test_one_model_through_the_cli_and_its_floors():
+    # A floor's row is only printed after synth_floor's check found every template identical.
+    result = run(SYNTH_SCALE, "--counts", "1", "--workers", "1", "--floor", timeout=400)
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     assert "via cli" in result.stdout
     rows = [m.groups() for m in ROW.finditer(result.stdout)]
-    # One model in three environments: a foundation and a serving stack each; the floor in one process
-    # and split between one per CPU (only one row on a one-CPU machine).
-    floors = [("1", "floor", "6", "OK")] + ([("1", f"floor: {CPUS} proc", "6", "OK")] if CPUS > 1 else [])
+    # One model in three environments: a foundation and a serving stack each; the L1 floor, and the
+    # template floor in one process and split between one per CPU (no split on a one-CPU machine).
+    floors = ([("1", "L1 floor", "6", "OK"), ("1", "template floor", "6", "OK")]
+              + ([("1", f"template: {CPUS} proc", "6", "OK")] if CPUS > 1 else []))
     assert [(r[0], r[1], r[2], r[4]) for r in rows] == [("1", "serial", "6", "OK")] + floors
     assert all(0 < int(r[3]) <= 500 for r in rows)
 
@@ -82,10 +83,25 @@ def test_synth_scale_rejects_bad_arguments_in_one_line(args, message):
 
 
 @pytest.mark.parametrize("args", [[], ["/nonexistent"], ["--check", "only-one"], ["ASSEMBLY", "2/2"],
-                                  ["ASSEMBLY", "-1/2"], ["ASSEMBLY", "x"], ["ASSEMBLY", "0/1", "more"]])
+                                  ["ASSEMBLY", "-1/2"], ["ASSEMBLY", "x"], ["ASSEMBLY", "0/1", "more"],
+                                  ["--templates"], ["--templates", "ASSEMBLY", "1/1"], ["ASSEMBLY", "--templates"]])
 def test_synth_floor_rejects_anything_but_an_assembly_and_a_part_in_one_line(args, tmp_path):
     assembly = _assembly(tmp_path / "assembly", {})
     result = run(SYNTH_FLOOR, *[str(assembly) if a == "ASSEMBLY" else a for a in args])
     assert result.returncode == 2
-    assert result.stderr.strip().startswith("usage: synth_floor.py SOURCE_ASSEMBLY")
+    assert result.stderr.strip().startswith("usage: synth_floor.py [--templates] SOURCE_ASSEMBLY")
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(("arn", "text"), [
+    ("arn:aws:iam::aws:policy/ReadOnlyAccess", "arn:aws:iam::aws:policy/ReadOnlyAccess"),
+    ({"Fn::Sub": "arn:${AWS::Partition}:iam::aws:policy/P"}, "arn:<AWS::Partition>:iam::aws:policy/P"),
+    ({"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, ":iam::aws:policy/P"]]},
+     "arn:<AWS::Partition>:iam::aws:policy/P"),
+])
+def test_the_template_floor_names_managed_policies_as_cdk_nag_does(arn, text):
+    # How the template floor acknowledges what nag newly finds on the CDK's provider roles once included.
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import synth_floor
+
+    assert synth_floor._nag_text(arn) == text
