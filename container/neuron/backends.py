@@ -8,6 +8,7 @@ anywhere. torch itself is imported lazily too, so the HTTP side can start before
 from __future__ import annotations
 
 import logging
+import warnings
 from dataclasses import dataclass
 from importlib import metadata
 from typing import Any, Callable, Protocol
@@ -30,6 +31,17 @@ VERSIONED_PACKAGES = (
     "torch-neuronx",
     "neuronx-cc",
 )
+
+
+def load_torchscript(path, **kwargs):
+    """torch.jit.load without the deprecation warning recent torch (2.13 here) gives it. The
+    artifact has to be TorchScript: torch.neuron.trace and torch_neuronx.trace produce nothing else,
+    and the CPU backend stands in for them with the same format."""
+    import torch
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"`torch\.jit\.load` is deprecated", category=DeprecationWarning)
+        return torch.jit.load(path, **kwargs)
 
 
 @dataclass(frozen=True)
@@ -83,9 +95,7 @@ class CpuBackend:
         return TraceResult(module, {"operators": count.to_json(), "compiler_args_ignored": list(compiler_args)})
 
     def load(self, path):
-        import torch
-
-        return torch.jit.load(path, map_location="cpu").eval()
+        return load_torchscript(path, map_location="cpu").eval()
 
     def data_parallel(self, module, pipeline):
         # One copy on the host: the worker's torch thread count is its parallelism.
@@ -132,10 +142,9 @@ class Inf1Backend:
         return TraceResult(module, {"neuron_log": summary.to_json(), "operators": count.to_json()})
 
     def load(self, path):
-        import torch
         import torch_neuron  # noqa: F401  must precede torch.jit.load to register neuron:: ops
 
-        return torch.jit.load(path)
+        return load_torchscript(path)
 
     def data_parallel(self, module, pipeline):
         import torch
@@ -162,10 +171,9 @@ class Inf2Backend:
         return TraceResult(module, {"operators": count.to_json()})
 
     def load(self, path):
-        import torch
         import torch_neuronx  # noqa: F401  registers the neuron ops before loading
 
-        return torch.jit.load(path)
+        return load_torchscript(path)
 
     def data_parallel(self, module, pipeline):
         import torch_neuronx

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ from conftest import COMPILE, LABELS, SEQUENCE_LENGTH, run_script
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 from artifact import source_checksums
+from backends import load_torchscript
 
 
 def test_metadata_describes_the_compiled_artifact(artifact: Path, tiny_bert: Path):
@@ -33,7 +35,7 @@ def test_metadata_describes_the_compiled_artifact(artifact: Path, tiny_bert: Pat
 
 
 def test_traced_artifact_matches_the_eager_model(artifact: Path, tiny_bert: Path):
-    traced = torch.jit.load(str(artifact / "model.pt"))
+    traced = load_torchscript(str(artifact / "model.pt"))
     eager = AutoModelForSequenceClassification.from_pretrained(tiny_bert, attn_implementation="eager").eval()
     tokenizer = AutoTokenizer.from_pretrained(artifact)
     texts = ["a fine film", "nothing at all to see here, move along", "x", "zz top " * 30, "dog"]
@@ -47,7 +49,7 @@ def test_traced_artifact_matches_the_eager_model(artifact: Path, tiny_bert: Path
 
 
 def test_cpu_artifact_is_saved_frozen(artifact: Path):
-    module = torch.jit.load(str(artifact / "model.pt"))
+    module = load_torchscript(str(artifact / "model.pt"))
     # Frozen: the weights are graph constants, not attributes looked up on every call.
     assert list(module.parameters()) == []
     assert "prim::GetAttr" not in {node.kind() for node in module.graph.nodes()}
@@ -117,3 +119,14 @@ def test_labels_must_match_the_model_after_loading(tmp_path, tiny_bert):
     # Checked only once the model is loaded: the staging directory must still not appear.
     err = _rejects(tmp_path, "--backend", "cpu", "--model", str(tiny_bert), "--labels", "yes,no", flag="--labels")
     assert "3 outputs" in err
+
+
+def test_the_cpu_backend_loads_the_artifact_without_a_deprecation_warning(artifact: Path):
+    # Neuron artifacts are TorchScript, so the backends load TorchScript; torch's advice to move to
+    # torch.export does not apply and must not reach the server's log.
+    from backends import CpuBackend
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        module = CpuBackend().load(str(artifact / "model.pt"))
+    assert isinstance(module, torch.jit.ScriptModule)

@@ -13,6 +13,7 @@ import pytest
 import requests
 import torch
 import tritonclient.http as triton
+from backends import load_torchscript
 from conftest import LABELS, SEQUENCE_LENGTH, ServerProcess
 from tokenizers import Tokenizer
 
@@ -53,7 +54,7 @@ def reference_logits(artifact: Path, texts: list[str]) -> np.ndarray:
     ids = torch.tensor([e.ids for e in encodings])
     mask = torch.tensor([e.attention_mask for e in encodings])
     with torch.inference_mode():
-        return torch.jit.load(str(artifact / "model.pt"))(ids, mask).numpy()
+        return load_torchscript(str(artifact / "model.pt"))(ids, mask).numpy()
 
 
 def test_health_and_metadata_routes(server):
