@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -69,42 +68,48 @@ def build(source: Path, part: int = 0, parts: int = 1, *, whole_templates: bool 
     app = cdk.App(post_cli_context=POST_CLI_CONTEXT)
     stages: dict[str, cdk.Stage] = {}
     stacks = stacks_of(source)
-    scratch = Path(tempfile.mkdtemp(prefix="synth-floor-"))  # CfnInclude reads its file when constructed
-    for stage_name, artifact, nested in stacks[part * len(stacks) // parts:(part + 1) * len(stacks) // parts]:
-        _, account, region = artifact["environment"].rsplit("/", 2)
-        if stage_name not in stages:
-            stages[stage_name] = cdk.Stage(app, stage_name, env=cdk.Environment(account=account, region=region))
-        stage = stages[stage_name]
-        props = artifact["properties"]
-        template = template_of(artifact, nested)
-        stack = cdk.Stack(stage, artifact["displayName"].split("/")[-1], stack_name=props["stackName"],
-                          description=template.get("Description"),
-                          termination_protection=props.get("terminationProtection", False))
-        metadata = _metadata(nested, artifact)
-        if whole_templates:
-            _include(stack, template, scratch / f"{artifact['displayName'].replace('/', '-')}.json", metadata)
-            continue
-        resources = {}
-        for logical_id, resource in template.get("Resources", {}).items():
-            element = cdk.CfnResource(stack, logical_id, type=resource["Type"],
-                                      properties=resource.get("Properties"))
-            element.override_logical_id(logical_id)
-            for attribute in RESOURCE_ATTRIBUTES:
-                if attribute in resource:
-                    element.add_override(attribute, resource[attribute])
-            resources[logical_id] = element
-        for name, parameter in template.get("Parameters", {}).items():
-            if name not in SYNTHESIZER_PARAMETERS:
-                cdk.CfnParameter(stack, name, type=parameter["Type"], default=parameter.get("Default"),
-                                 description=parameter.get("Description")).override_logical_id(name)
-        for name, output in template.get("Outputs", {}).items():
-            export = output.get("Export", {}).get("Name")
-            cdk.CfnOutput(stack, name, value=cdk.Token.as_string(output["Value"]), export_name=export,
-                          description=output.get("Description")).override_logical_id(name)
-        _acknowledge(metadata, resources.get)
-    shutil.rmtree(scratch)
+    # CfnInclude reads its template file when constructed: the files are not needed for app.synth().
+    with tempfile.TemporaryDirectory(prefix="synth-floor-") as scratch:
+        for stage_name, artifact, nested in stacks[part * len(stacks) // parts:(part + 1) * len(stacks) // parts]:
+            _, account, region = artifact["environment"].rsplit("/", 2)
+            if stage_name not in stages:
+                stages[stage_name] = cdk.Stage(app, stage_name, env=cdk.Environment(account=account, region=region))
+            stage = stages[stage_name]
+            props = artifact["properties"]
+            template = template_of(artifact, nested)
+            stack = cdk.Stack(stage, artifact["displayName"].split("/")[-1], stack_name=props["stackName"],
+                              description=template.get("Description"),
+                              termination_protection=props.get("terminationProtection", False))
+            metadata = _metadata(nested, artifact)
+            if whole_templates:
+                _include(stack, template, Path(scratch) / f"{props['stackName']}.json", metadata)
+            else:
+                _add_resources(stack, template, metadata)
     nag.add_checks(app)
     app.synth()
+
+
+def _add_resources(stack, template: dict, metadata: dict) -> None:
+    """`template` into `stack` as one raw CfnResource per resource, plus its parameters and outputs."""
+    import aws_cdk as cdk
+
+    resources = {}
+    for logical_id, resource in template.get("Resources", {}).items():
+        element = cdk.CfnResource(stack, logical_id, type=resource["Type"], properties=resource.get("Properties"))
+        element.override_logical_id(logical_id)
+        for attribute in RESOURCE_ATTRIBUTES:
+            if attribute in resource:
+                element.add_override(attribute, resource[attribute])
+        resources[logical_id] = element
+    for name, parameter in template.get("Parameters", {}).items():
+        if name not in SYNTHESIZER_PARAMETERS:
+            cdk.CfnParameter(stack, name, type=parameter["Type"], default=parameter.get("Default"),
+                             description=parameter.get("Description")).override_logical_id(name)
+    for name, output in template.get("Outputs", {}).items():
+        export = output.get("Export", {}).get("Name")
+        cdk.CfnOutput(stack, name, value=cdk.Token.as_string(output["Value"]), export_name=export,
+                      description=output.get("Description")).override_logical_id(name)
+    _acknowledge(metadata, resources.get)
 
 
 def _include(stack, template: dict, path: Path, metadata: dict) -> None:
@@ -162,7 +167,12 @@ def _under(metadata: dict, entry_type: str) -> list[str]:
     """Logical ids of the resources under the constructs carrying metadata `entry_type`."""
     marked = [path for path, entries in metadata.items() if any(e["type"] == entry_type for e in entries)]
     return [entry["data"] for path, entries in metadata.items() for entry in entries
-            if entry["type"] == LOGICAL_ID and any(path == m or path.startswith(m + "/") for m in marked)]
+            if entry["type"] == LOGICAL_ID and any(_within(path, m) for m in marked)]
+
+
+def _within(path: str, scope: str) -> bool:
+    """Whether construct `path` is `scope` or under it."""
+    return path == scope or path.startswith(scope + "/")
 
 
 def _acknowledge(metadata: dict, resource_of) -> None:
@@ -177,7 +187,7 @@ def _acknowledge(metadata: dict, resource_of) -> None:
             if entry["type"] != ACKNOWLEDGED:
                 continue
             for path, logical_id in paths.items():
-                resource = resource_of(logical_id) if path == ack_path or path.startswith(ack_path + "/") else None
+                resource = resource_of(logical_id) if _within(path, ack_path) else None
                 if resource is not None:
                     validations = cdk.Validations.of(resource)
                     for rule, reason in entry["data"].items():
