@@ -21,6 +21,7 @@ lowers it. benchmarks/synth_scale.py `--floor` runs both next to the real synth,
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import sys
@@ -126,18 +127,22 @@ def _include(stack, template: dict, path: Path, metadata: dict) -> None:
     path.write_text(json.dumps(body))
     included = cloudformation_include.CfnInclude(stack, "Template", template_file=str(path))
     resources = template.get("Resources", {})
+
+    @functools.cache  # one jsii call per resource, however many acknowledgements reach it
+    def resource_of(logical_id: str):
+        return included.get_resource(logical_id) if logical_id in resources else None
+
     for logical_id, resource in resources.items():
         if len(resource.get("DependsOn", [])) > 1:  # CfnInclude sorts them; keep the source's order
-            included.get_resource(logical_id).add_override("DependsOn", resource["DependsOn"])
-    _acknowledge(metadata, lambda logical_id: included.get_resource(logical_id) if logical_id in resources
-                 else None)
+            resource_of(logical_id).add_override("DependsOn", resource["DependsOn"])
+    _acknowledge(metadata, resource_of)
     # The CDK's custom-resource providers create their roles as untyped CfnResources, which cdk-nag's
     # rules skip; included, they are CfnRoles, so acknowledge what nag would newly find there
     # (AWS-managed policies), to get the source's verdict. Anything else still fails the synth.
     for logical_id in _under(metadata, PROVIDER):
         resource = resources.get(logical_id, {})
         if resource.get("Type") == "AWS::IAM::Role":
-            validations = cdk.Validations.of(included.get_resource(logical_id))
+            validations = cdk.Validations.of(resource_of(logical_id))
             for arn in resource.get("Properties", {}).get("ManagedPolicyArns", []):
                 validations.acknowledge(cdk.Acknowledgment(
                     id=f"AwsSolutions::AwsSolutions-IAM4[Policy::{_nag_text(arn)}]",
