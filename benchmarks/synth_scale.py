@@ -106,8 +106,8 @@ def synth(count: int, workdir: Path, workers: str, via: str, cpus: set[int] | No
         config_dir.mkdir()
         write_configs(config_dir, count)
     context = {"inferstack:config-dir": str(config_dir), "inferstack:synth-workers": workers}
-    seconds, peak_mib, stderr = run_app([sys.executable, "app.py"], context, outdir, via, cpus)
-    shards = re.search(r"in (\d+) parallel shards", stderr)
+    seconds, peak_mib, printed = run_app([sys.executable, "app.py"], context, outdir, via, cpus)
+    shards = re.search(r"in (\d+) parallel shards", printed)
     mode = "serial" if workers == "1" else f"{workers}: {shards.group(1) if shards else 1} proc"
     return measure(mode, count, seconds, peak_mib, outdir)
 
@@ -150,7 +150,8 @@ def floor(count: int, workdir: Path, source: Path, via: str, cpus: set[int] | No
 def run_app(app: list[str], context: dict[str, str], outdir: Path, via: str,
             cpus: set[int] | None) -> tuple[float, float, str]:
     """Synthesize `app` into `outdir` with the CDK CLI (`via` "cli") or as the CLI runs it (cdk.json's
-    context in CDK_CONTEXT_JSON). Returns the wall time, the process tree's peak memory (MiB) and stderr."""
+    context in CDK_CONTEXT_JSON). Returns the wall time, the process tree's peak memory (MiB) and what it
+    printed (stdout and stderr together: with CI=true the CLI prints on stdout)."""
     env = {**os.environ, "CDK_DISABLE_CLI_TELEMETRY": "true",
            "PATH": os.pathsep.join([str(ROOT / "node_modules" / ".bin"), str(Path(sys.executable).parent),
                                     os.environ["PATH"]])}
@@ -163,7 +164,7 @@ def run_app(app: list[str], context: dict[str, str], outdir: Path, via: str,
         env |= {"CDK_OUTDIR": str(outdir), "CDK_CONTEXT_JSON": json.dumps(
             json.loads((ROOT / "cdk.json").read_text())["context"] | context)}
     start = time.perf_counter()
-    proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
     peak = 0
     done = threading.Event()
@@ -176,13 +177,13 @@ def run_app(app: list[str], context: dict[str, str], outdir: Path, via: str,
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
-    _, stderr = proc.communicate()
+    printed, _ = proc.communicate()
     seconds = time.perf_counter() - start
     done.set()
     sampler.join()
     if proc.returncode != 0:
-        raise SystemExit(f"synth of {' '.join(app)} into {outdir} failed:\n{stderr}")
-    return seconds, peak / 1024, stderr
+        raise SystemExit(f"synth of {' '.join(app)} into {outdir} failed:\n{printed}")
+    return seconds, peak / 1024, printed
 
 
 def measure(mode: str, count: int, seconds: float, peak_mib: float, *outdirs: Path) -> Result:
