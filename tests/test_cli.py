@@ -109,7 +109,8 @@ def test_validate_does_not_need_a_valid_aws_profile():
 def test_cdk_synth_through_the_cli_is_clean(tmp_path, ci):
     # The README's main command, through the real CDK CLI: no warning about cdk.json (the CLI warns about
     # reserved "aws:" context keys there), and no per-construct creation stack traces in the assembly.
-    # With CI=true (set by CI runners) the CLI prints its messages on stdout instead of stderr, so both are read.
+    # With CI=true (set by CI runners) the CLI prints its messages on stdout instead of stderr, so both are read,
+    # merged in the order printed.
     outdir = tmp_path / "cdk.out"
     env = {key: value for key, value in os.environ.items() if key != "CI"}
     env.update({"CDK_DISABLE_CLI_TELEMETRY": "true",
@@ -117,8 +118,8 @@ def test_cdk_synth_through_the_cli_is_clean(tmp_path, ci):
     if ci:
         env["CI"] = ci
     result = subprocess.run(["cdk", "synth", "--quiet", "-c", "environments=dev", "-o", str(outdir)], cwd=ROOT,
-                            capture_output=True, text=True, env=env, timeout=300)
-    output = result.stdout + result.stderr
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, timeout=300)
+    output = result.stdout
     assert result.returncode == 0, output[-3000:]
     lines = [line for line in output.splitlines() if line.strip()]
     assert lines and lines[0] == f"Successfully synthesized to {outdir}", output
