@@ -4,7 +4,7 @@ one Stage per environment (all of them unless `-c environments=dev,staging`) and
 configures one, the pipeline that deploys those same stages (`-c pipeline=false` leaves it out).
 
 A large fleet without the pipeline synthesizes in parallel shards, each this script run again with
-INFERSTACK_SYNTH_SHARD set (`-c inferstack:synth-workers=N|auto`, see inferstack/synth_shards.py)."""
+INFERSTACK_SYNTH_SHARD set (`-c inferstack:synth-workers=N|auto`, see inferstack/synthesis/shards.py)."""
 
 import os
 import sys
@@ -12,7 +12,9 @@ from pathlib import Path
 
 import aws_cdk as cdk
 
-from inferstack import config, synth_shards, triton_image
+from inferstack import config
+from inferstack.synthesis import shards as synth_shards
+from inferstack.triton import image as triton_image
 from stacks.app_builder import POST_CLI_CONTEXT, PipelineUnavailable, build, pipeline_wanted
 
 

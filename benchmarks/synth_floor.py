@@ -63,7 +63,7 @@ def build(source: Path, part: int = 0, parts: int = 1, *, whole_templates: bool 
     """`whole_templates`: one CfnInclude per stack instead of a CfnResource per resource."""
     import aws_cdk as cdk
 
-    from inferstack import nag
+    from inferstack.constructs import nag
     from stacks.app_builder import POST_CLI_CONTEXT
 
     app = cdk.App(post_cli_context=POST_CLI_CONTEXT)

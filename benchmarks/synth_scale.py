@@ -6,7 +6,7 @@ against CloudFormation's per-template limits.
 
 Each N runs twice, side by side: in one process (`-c inferstack:synth-workers=1`, the baseline) and
 as `cdk synth` does by default (`auto`: parallel shards once the fleet is big enough to pay for them,
-inferstack/synth_shards.py). `x N=1` is each mode's time over its own time for the smallest N.
+inferstack/synthesis/shards.py). `x N=1` is each mode's time over its own time for the smallest N.
 
 `--floor` adds, per N, two floors for the same templates (benchmarks/synth_floor.py), each checked to
 write exactly the real app's templates: `L1 floor`, every resource a raw CfnResource (a Python design

@@ -11,7 +11,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from inferstack import atomic_write, aws_sessions, config, instances, plan_report, pricing
+from inferstack import atomic_write, config
+from inferstack.delivery import aws_sessions
+from inferstack.schema import instances
+from inferstack.capacity import plan_report, pricing
 from inferstack.config import TritonSageMakerModel, json_schema
 from inferstack.review import assembly
 from inferstack.review import command as review_command
@@ -54,7 +57,7 @@ class UsageError(Exception):
 
 def _cmd_render_triton(args: argparse.Namespace) -> int:
     # Imported here: the Triton proto is only needed by this command.
-    from inferstack import triton_config
+    from inferstack.triton import config as triton_config
 
     project = config.load(args.config_dir)
     try:
@@ -82,7 +85,7 @@ def _cmd_diff(args: argparse.Namespace) -> int:
 
 
 def _cmd_release(args: argparse.Namespace) -> int:
-    from inferstack import release
+    from inferstack.delivery import release
 
     try:
         commit = release.git_commit(args.commit, Path.cwd())
@@ -102,7 +105,7 @@ def _cmd_release(args: argparse.Namespace) -> int:
 
 
 def _cmd_promote(args: argparse.Namespace) -> int:
-    from inferstack import ecr_images, promote
+    from inferstack.delivery import ecr_images, promote
 
     try:
         return promote.run(args)
@@ -115,7 +118,7 @@ def _cmd_promote(args: argparse.Namespace) -> int:
 
 
 def _cmd_smoke(args: argparse.Namespace) -> int:
-    from inferstack import smoke
+    from inferstack.delivery import smoke
 
     try:
         return smoke.run(args)
@@ -164,7 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
     release_cmd.set_defaults(func=_cmd_release)
 
     # Imported lazily by their handlers (boto3 clients); the parsers are cheap.
-    from inferstack import promote, smoke
+    from inferstack.delivery import promote, smoke
     promote.add_parser(commands, _cmd_promote, DEFAULT_CONFIG_DIR)
     smoke.add_parser(commands, _cmd_smoke, DEFAULT_CONFIG_DIR)
     return parser

@@ -7,9 +7,11 @@ from collections.abc import Mapping, Sequence
 
 import aws_cdk as cdk
 
-from inferstack import nag, planning, triton_image
+from inferstack.constructs import nag
+from inferstack.capacity import planning
+from inferstack.triton import image as triton_image
 from inferstack.config import Project, TritonSageMakerModel
-from inferstack.config.models import PIPELINE_STACK_NAME
+from inferstack.schema.models import PIPELINE_STACK_NAME
 from stacks.pipeline_stack import PipelineStack
 from stacks.stage import InferenceStage, add_stages
 
@@ -49,7 +51,7 @@ def pipeline_wanted(project: Project, env_names: Sequence[str], requested: str |
 
 def build(app: cdk.App, project: Project, env_names: Sequence[str], *, pipeline: bool = False,
           only: Mapping[str, Sequence[str]] | None = None) -> dict[str, InferenceStage]:
-    """`only`: build just these models per environment (a synth shard, inferstack/synth_shards.py)."""
+    """`only`: build just these models per environment (a synth shard, inferstack/synthesis/shards.py)."""
     if pipeline and only is not None:
         raise ValueError("the pipeline needs every stage: a synth shard cannot build it")
     stages = add_stages(app, project, env_names, only)

@@ -12,7 +12,7 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
-from inferstack import smoke_probe, stack_outputs
+from inferstack.delivery import smoke_probe, stack_outputs
 from inferstack.config import Environment
 from inferstack.constructs.alarm_topic import AlarmTopic
 from inferstack.constructs.network import InferenceNetwork
@@ -82,7 +82,7 @@ class FoundationStack(EnvironmentStack):
             trusted_role_prefix=smoke_role.trusted_role_prefix,
             stack_name_prefix=stack_outputs.stack_name(env_name, ""),
             endpoint_name_prefix=stack_outputs.stack_name(env_name, ""))
-        # inferstack.smoke reads these by name to reach internal load balancers through the probe.
+        # inferstack.delivery.smoke reads these by name to reach internal load balancers through the probe.
         cdk.CfnOutput(self, stack_outputs.PROBE_FUNCTION_NAME, value=self.smoke.probe.function_name,
                       description="smoke probe Lambda function (in the private subnets)")
         cdk.CfnOutput(self, "SmokeProbeFunctionArn", value=self.smoke.probe.function_arn,

@@ -18,9 +18,9 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import pipelines
 from constructs import Construct
 
-from inferstack import nag
+from inferstack.constructs import nag
 from inferstack.config import Environment
-from inferstack.config.models import PipelineSettings
+from inferstack.schema.models import PipelineSettings
 from stacks.stage import InferenceStage
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,7 +41,7 @@ KEY_USE = ("Action::kms:GenerateDataKey*", "Action::kms:ReEncrypt*")
 
 
 def smoke_command(env_name: str) -> str:
-    """The post-deploy check of an environment (inferstack/smoke.py), as the environment's smoke role
+    """The post-deploy check of an environment (inferstack/delivery/smoke.py), as the environment's smoke role
     (its foundation creates it, trusting the tooling account): internal load balancers through the
     foundation's in-VPC probe, SageMaker endpoints through the API."""
     return f'python -m inferstack smoke --env {env_name} --role-arn "$SMOKE_ROLE_ARN"'

@@ -10,10 +10,11 @@ from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from inferstack import planning, triton_config, triton_image
+from inferstack.capacity import planning
+from inferstack.triton import config as triton_config, image as triton_image
 from inferstack.config import Environment, TritonSageMakerModel
 from inferstack.config.loader import Model
-from inferstack.config.models import NeuronEcsModel
+from inferstack.schema.models import NeuronEcsModel
 from inferstack.config.release_pin import PinnedImage
 from inferstack.constructs.neuron_ecs_service import ImageBuild, NeuronEcsService
 from inferstack.constructs.triton_endpoint import TritonEndpoint
@@ -28,9 +29,8 @@ TRITON_DOCKERFILE = "container/triton/Dockerfile"
 # (shared code, not a copy). Only what the build uses is in the context, so the image (and with it
 # the endpoint) changes only when the renderer, the config schema or container/triton/ does.
 # Kept identical to container/triton/Dockerfile.dockerignore (a test checks).
-TRITON_BUILD_CONTEXT = ("*", "!inferstack/__init__.py", "!inferstack/config", "!inferstack/instances.py",
-                        "!inferstack/planning.py", "!inferstack/triton_config.py", "!container/triton",
-                        "**/__pycache__", "**/*.pyc")
+TRITON_BUILD_CONTEXT = ("*", "!inferstack/__init__.py", "!inferstack/schema", "!inferstack/triton/__init__.py",
+                        "!inferstack/triton/config.py", "!container/triton", "**/__pycache__", "**/*.pyc")
 
 
 class ServingStack(EnvironmentStack):

@@ -10,8 +10,8 @@ from constructs import Construct
 from inferstack.config import Environment, Project
 from inferstack.config.loader import Model
 from inferstack.config.release_pin import ReleasePin
-from inferstack import stack_outputs
-from inferstack.config.models import DEFAULT_SMOKE_ROLE_NAME, PIPELINE_STACK_NAME
+from inferstack.delivery import stack_outputs
+from inferstack.schema.models import DEFAULT_SMOKE_ROLE_NAME, PIPELINE_STACK_NAME
 from stacks.foundation_stack import FoundationStack, SmokeRole
 from stacks.serving_stack import ServingStack
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from inferstack import config, instances, neuron_task
+from inferstack import config
+from inferstack.schema import instances
+from inferstack.neuron import task as neuron_task
 from tests.conftest import CONFIG_DIR
 
 # From the instance table in REFERENCE.md: devices, NeuronCores.

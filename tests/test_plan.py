@@ -9,7 +9,9 @@ from decimal import ROUND_HALF_UP, Decimal
 import pytest
 import yaml
 
-from inferstack import config, instances, plan_report, pricing
+from inferstack import config
+from inferstack.schema import instances
+from inferstack.capacity import plan_report, pricing
 from tests.conftest import CONFIG_DIR
 from tests.test_cli import run
 

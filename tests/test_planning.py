@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from inferstack import config, planning
+from inferstack import config
+from inferstack.capacity import planning
 from tests.conftest import CONFIG_DIR
 
 

@@ -8,7 +8,8 @@ import json
 
 import pytest
 
-from inferstack import cli, ecr_images, promote
+from inferstack import cli
+from inferstack.delivery import ecr_images, promote
 from inferstack.config import load
 from inferstack.config.release_pin import ReleasePin
 from tests import aws_fakes

@@ -9,7 +9,8 @@ import subprocess
 
 import pytest
 
-from inferstack import cli, config, release
+from inferstack import cli, config
+from inferstack.delivery import release
 from tests.conftest import CONFIG_DIR, ROOT
 from tests.infra.synth import synth
 from tests.test_cli import run

@@ -14,8 +14,9 @@ import pytest
 import requests
 import yaml
 
-from inferstack import cli, smoke, stack_outputs
-from inferstack.smoke_probe import handler as probe_handler
+from inferstack import cli
+from inferstack.delivery import smoke, stack_outputs
+from inferstack.delivery.smoke_probe import handler as probe_handler
 from inferstack.config import load
 from tests import aws_fakes
 from tests.container.conftest import LABELS, ServerProcess, artifact, tiny_bert  # noqa: F401 (fixtures)

@@ -1,4 +1,4 @@
-"""The smoke probe's handler (inferstack/smoke_probe/handler.py) over real HTTP against local servers:
+"""The smoke probe's handler (inferstack/delivery/smoke_probe/handler.py) over real HTTP against local servers:
 the reply, status and latency it reports, and every way it refuses or fails, each as one line."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from inferstack.smoke_probe import handler as probe
+from inferstack.delivery.smoke_probe import handler as probe
 
 LOCAL = {"PROBE_ALLOWED_HOST_SUFFIXES": "localhost,127.0.0.1", "PROBE_ALLOWED_NETWORKS": "127.0.0.0/8,::1/128"}
 

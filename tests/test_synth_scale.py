@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from inferstack.synth_shards import available_cpus
+from inferstack.synthesis.shards import available_cpus
 from tests.conftest import ROOT
 
 SYNTH_SCALE = ROOT / "benchmarks" / "synth_scale.py"

@@ -1,4 +1,4 @@
-"""Parallel synth (inferstack/synth_shards.py): the shard plan, the merge of cloud assemblies, and the
+"""Parallel synth (inferstack/synthesis/shards.py): the shard plan, the merge of cloud assemblies, and the
 proof that matters: app.py in shards writes the same cloud assembly as app.py in one process."""
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from inferstack import synth_shards, triton_image
-from inferstack.synth_shards import Shard, merge, merge_reports, plan_shards, publish, run_shards, worker_count
+from inferstack.synthesis import shards as synth_shards
+from inferstack.triton import image as triton_image
+from inferstack.synthesis.shards import Shard, merge, merge_reports, plan_shards, publish, run_shards, worker_count
 from tests.conftest import ROOT
 from tests.test_cli import _cdk_env, assert_nothing_written, run
 
@@ -73,7 +74,7 @@ def test_auto_counts_the_cpus_this_process_may_use_not_the_machines():
     # Under `taskset` or a container's cpuset, os.cpu_count() still reports every CPU of the machine.
     child = ("import os\n"
              "os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})\n"
-             "from inferstack import synth_shards\n"
+             "from inferstack.synthesis import shards as synth_shards\n"
              "print(synth_shards.available_cpus(), synth_shards.worker_count('auto', stacks=10_000))")
     result = subprocess.run([sys.executable, "-c", child], cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr

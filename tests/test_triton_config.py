@@ -11,8 +11,9 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as pb
 
-from inferstack import config, triton_config
-from inferstack.triton_config import RepositoryError, RepositorySpec
+from inferstack import config
+from inferstack.triton import config as triton_config
+from inferstack.triton.config import RepositoryError, RepositorySpec
 from tests.conftest import CONFIG_DIR, ROOT
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from inferstack import triton_image
+from inferstack.triton import image as triton_image
 from tests.conftest import ROOT
 
 DOCKERFILE = ROOT / "container" / "triton" / "Dockerfile"
@@ -61,7 +61,7 @@ def test_a_shard_process_takes_the_images_its_parent_resolved_without_the_sdk():
     exported = triton_image.export_known()
     assert ["us-west-2", "24.09", "ml.g4dn.xlarge", uri] in json.loads(exported)
     child = ("import json, sys\n"
-             "from inferstack import triton_image\n"
+             "from inferstack.triton import image as triton_image\n"
              "triton_image.import_known(sys.argv[1])\n"
              "uri = triton_image.base_image_uri(region='us-west-2', version='24.09', instance_type='ml.g4dn.xlarge')\n"
              "print(json.dumps([uri, 'sagemaker' in sys.modules]))")

@@ -1,6 +1,6 @@
 """Export step of the Triton image: Hugging Face checkpoint -> ONNX (dynamic batch axis) -> parity
 check against PyTorch with onnxruntime -> the Triton model repository, written by
-inferstack.triton_config.write_repository (the same renderer the stacks use).
+inferstack.triton.config.write_repository (the same renderer the stacks use).
 
     TRITON_REPOSITORY_SPEC='<RepositorySpec JSON>' python container/triton/export.py --out /build/repository
 
@@ -26,8 +26,8 @@ HERE = Path(__file__).resolve().parent
 # The image and this checkout both keep inferstack/ two levels above this file.
 sys.path.insert(0, str(HERE.parents[1]))
 
-from inferstack import instances  # noqa: E402
-from inferstack.triton_config import (  # noqa: E402
+from inferstack.schema import instances  # noqa: E402
+from inferstack.triton.config import (  # noqa: E402
     VERSION, FolderSpec, RepositoryError, RepositorySpec, check_repository, default_model_name, folders,
     write_repository,
 )

@@ -1,5 +1,5 @@
 """Triton Python-backend model for text2text-generation: greedy decoding over BLS calls to the
-`<name>-encoder` and `<name>-decoder` ONNX models (interfaces in inferstack/triton_config.py).
+`<name>-encoder` and `<name>-decoder` ONNX models (interfaces in inferstack/triton/config.py).
 
 export.py copies this file to `<repo>/<name>/1/model.py` and writes `generation.json` beside it.
 The decoding loop, `greedy_decode`, is a pure function of two callables, so tests drive it with

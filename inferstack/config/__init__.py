@@ -1,7 +1,7 @@
 """Configuration: the typed schema of model_configs/ and its loader."""
 
 from inferstack.config.loader import Project, load
-from inferstack.config.models import (
+from inferstack.schema.models import (
     Environment, NeuronEcsModel, TritonSageMakerModel,
 )
 from inferstack.config.problems import ConfigError, Problem

@@ -6,8 +6,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-from inferstack import instances, planning, triton_image
-from inferstack.config.models import (
+from inferstack.schema import instances
+from inferstack.capacity import planning
+from inferstack.triton import image as triton_image
+from inferstack.schema.models import (
     CONNECTION_ARN_PATTERN, DEFAULT_SMOKE_ROLE_NAME, Environment, EnvironmentsFile, NeuronEcsModel,
     TritonSageMakerModel,
 )

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from pydantic import TypeAdapter
 
-from inferstack.config.models import EnvironmentsFile, ModelConfig
+from inferstack.schema.models import EnvironmentsFile, ModelConfig
 
 SCHEMAS = {
     "model.schema.json": lambda: TypeAdapter(ModelConfig).json_schema(),

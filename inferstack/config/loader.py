@@ -11,7 +11,7 @@ from types import MappingProxyType
 from pydantic import BaseModel, ValidationError
 
 from inferstack.config import checks, release_pin
-from inferstack.config.models import (
+from inferstack.schema.models import (
     Environment, EnvironmentsFile, NeuronEcsModel, PipelineSettings, TritonSageMakerModel,
 )
 from inferstack.config.problems import ConfigError, Problem

@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import Field, ValidationError
 
-from inferstack.config.models import Environment, Frozen, Name
+from inferstack.schema.models import Environment, Frozen, Name
 
 PIN_FORMAT = "inferstack-pin/1"
 DIGEST_PATTERN = r"^sha256:[0-9a-f]{64}$"

@@ -12,7 +12,7 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from inferstack.config.models import Network
+from inferstack.schema.models import Network
 
 # Interface endpoints every serving path needs from private subnets.
 INTERFACE_ENDPOINTS: dict[str, ec2.InterfaceVpcEndpointAwsService] = {

@@ -22,11 +22,12 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from constructs import Construct, Dependable, DependencyGroup, IConstruct
 
-from inferstack import nag, neuron_task
-from inferstack.config.models import NeuronEcsModel
+from inferstack.constructs import nag
+from inferstack.neuron import task as neuron_task
+from inferstack.schema.models import NeuronEcsModel
 from inferstack.config.release_pin import PinnedImage
 from inferstack.constructs import cloudwatch_l1 as cwl1
-from inferstack.planning import CapacityPlan
+from inferstack.capacity.planning import CapacityPlan
 
 # Resolved by CloudFormation at deploy time, so synth needs no lookup. Not ecs.EcsOptimizedImage: some
 # CDK versions build the AL2023 Neuron path wrongly (".../inf/...").
@@ -73,7 +74,7 @@ class NeuronEcsService(Construct):
     `load_balancer`, `listener`, `target_group`, `access_logs`, `alarms` and `dashboard` (alarms and
     dashboard are L1s: an alarm's name is its `ref`, its ARN `attr_arn`).
 
-    `capacity` (from inferstack.planning) gives the task count range and the requests-per-task target;
+    `capacity` (from inferstack.capacity.planning) gives the task count range and the requests-per-task target;
     `subnets` hold the instances and tasks, and the load balancer too unless `public`. `vpc_cidr` is the
     VPC's range as a literal (an internal load balancer admits only it; a literal keeps the rule reviewable)."""
 

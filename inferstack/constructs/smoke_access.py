@@ -12,11 +12,11 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from inferstack import nag
+from inferstack.constructs import nag
 
 PROBE_RUNTIME = lambda_.Runtime.PYTHON_3_14
 PROBE_HANDLER = "handler.handler"
-# The probe caps one request at 50 s (inferstack/smoke_probe/handler.py); the function outlives it.
+# The probe caps one request at 50 s (inferstack/delivery/smoke_probe/handler.py); the function outlives it.
 PROBE_TIMEOUT = cdk.Duration.seconds(60)
 # Internal load balancers listen on HTTP (inferstack/constructs/neuron_ecs_service.py); HTTPS is allowed
 # too, for a load balancer that terminates TLS inside the VPC.
@@ -29,7 +29,7 @@ ENI_ACTIONS = ("ec2:CreateNetworkInterface", "ec2:DescribeNetworkInterfaces", "e
 class SmokeAccess(Construct):
     """Exposes `probe` (the function), `probe_security_group`, `probe_log_group` and `role` (the smoke role).
 
-    `probe_code_directory`: the probe's code (inferstack/smoke_probe/), packaged as is. `vpc_cidr`: the
+    `probe_code_directory`: the probe's code (inferstack/delivery/smoke_probe/), packaged as is. `vpc_cidr`: the
     VPC's range as a literal; the probe may only open connections into it, to hosts named like this
     region's load balancers. `role_name`: the smoke role's name (the pipeline assumes it by name);
     `trusted_account`: the only account whose principals may assume it; `trusted_role_prefix`, when set,

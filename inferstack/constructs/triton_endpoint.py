@@ -28,10 +28,12 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_sagemaker as sagemaker
 from constructs import Construct
 
-from inferstack import instances, nag, triton_config
-from inferstack.config.models import OffHours, TritonDeployment, TritonSageMakerModel
+from inferstack.schema import instances
+from inferstack.constructs import nag
+from inferstack.triton import config as triton_config
+from inferstack.schema.models import OffHours, TritonDeployment, TritonSageMakerModel
 from inferstack.constructs import cloudwatch_l1 as cwl1
-from inferstack.planning import CapacityPlan
+from inferstack.capacity.planning import CapacityPlan
 
 VARIANT = "AllTraffic"  # the variant name must never change: guardrails and scaling are keyed on it
 METRICS_NAMESPACE = "AWS/SageMaker"

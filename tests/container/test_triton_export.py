@@ -22,8 +22,8 @@ from google.protobuf import json_format, text_format
 from transformers import AutoModelForSeq2SeqLM, AutoModelForSequenceClassification, AutoTokenizer
 from tritonclient.grpc import model_config_pb2 as pb
 
-from inferstack import triton_client, triton_config
-from inferstack.triton_config import RepositorySpec
+from inferstack.triton import client as triton_client, config as triton_config
+from inferstack.triton.config import RepositorySpec
 
 TRITON_DIR = ROOT / "container" / "triton"
 EXPORT = TRITON_DIR / "export.py"

@@ -16,7 +16,7 @@ from aws_cdk.assertions import Match, Template
 
 from inferstack import config
 from inferstack.constructs.neuron_ecs_service import AMI_PARAMETER, ImageBuild, NeuronEcsService
-from inferstack.planning import CapacityPlan
+from inferstack.capacity.planning import CapacityPlan
 from stacks.serving_stack import NEURON_IMAGE_DIRECTORY
 from tests.conftest import CONFIG_DIR
 from tests.infra.synth import cdk_json_context, synth

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from inferstack import config
-from inferstack.config.models import PIPELINE_STACK_NAME
+from inferstack.schema.models import PIPELINE_STACK_NAME
 from stacks.app_builder import PipelineUnavailable, pipeline_wanted
 from tests.conftest import CONFIG_DIR, ROOT
 from tests.infra.synth import synth

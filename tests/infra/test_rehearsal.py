@@ -1,6 +1,6 @@
 """Deploy rehearsal: every synthesized stack of dev created in moto's CloudFormation, in dependency order
 (the foundation's exports before the serving stacks' Fn::ImportValue), then the created resources checked
-against the config and inferstack.planning, for what moto models.
+against the config and inferstack.capacity.planning, for what moto models.
 
 What moto cannot do is handled in the open, and reported in the warnings summary (a RehearsalReport):
 - resource types moto's CloudFormation does not model (not in moto.cloudformation.parsing.get_model_map()):
@@ -28,7 +28,7 @@ import pytest
 from moto import mock_aws
 from moto.cloudformation.parsing import get_model_map
 
-from inferstack import planning
+from inferstack.capacity import planning
 from inferstack.config import NeuronEcsModel, TritonSageMakerModel
 from stacks.stage import InferenceStage
 

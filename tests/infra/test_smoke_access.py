@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from inferstack import config, stack_outputs
+from inferstack import config
+from inferstack.delivery import stack_outputs
 from inferstack.config import NeuronEcsModel
-from inferstack.config.models import PIPELINE_STACK_NAME
+from inferstack.schema.models import PIPELINE_STACK_NAME
 from inferstack.constructs.smoke_access import ENI_ACTIONS, PROBE_HANDLER
 from stacks.stage import smoke_role_for
 from tests.conftest import CONFIG_DIR

@@ -10,7 +10,8 @@ import pytest
 import yaml
 from aws_cdk.assertions import Template
 
-from inferstack import config, triton_image
+from inferstack import config
+from inferstack.triton import image as triton_image
 from stacks.serving_stack import TRITON_BUILD_CONTEXT
 from tests.conftest import CONFIG_DIR, ROOT
 from tests.infra.synth import synth
@@ -106,7 +107,7 @@ def test_image_asset_builds_from_container_triton_with_the_sdk_resolved_base(syn
     assert spec["name"] == "t5-spelling" and set(spec) == {"name", "source", "export", "serving"}
     staged = (assets_file.parent / source["directory"]).resolve()
     staged_files = sorted(p.relative_to(staged).as_posix() for p in staged.rglob("*") if p.is_file())
-    assert "container/triton/Dockerfile" in staged_files and "inferstack/triton_config.py" in staged_files
+    assert "container/triton/Dockerfile" in staged_files and "inferstack/triton/config.py" in staged_files
     assert not any(f.startswith(("tests/", "model_configs/", "node_modules/", "stacks/", "inferstack/constructs/"))
                    for f in staged_files)
 

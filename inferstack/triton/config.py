@@ -35,7 +35,7 @@ from google.protobuf import text_format
 from pydantic import model_validator
 from tritonclient.grpc import model_config_pb2 as pb
 
-from inferstack.config.models import Frozen, ModelSource, TritonExport, TritonSageMakerModel, TritonServing
+from inferstack.schema.models import Frozen, ModelSource, TritonExport, TritonSageMakerModel, TritonServing
 
 CONFIG_FILE = "config.pbtxt"
 VERSION = "1"

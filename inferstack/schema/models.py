@@ -13,7 +13,7 @@ from typing import Annotated, Literal, Union
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from inferstack import instances
+from inferstack.schema import instances
 
 NAME_PATTERN = r"^[a-z][a-z0-9-]{0,38}[a-z0-9]$"
 REGION_PATTERN = r"^[a-z]{2}(-gov)?-[a-z]+-\d$"
@@ -42,7 +42,7 @@ def _known_instance(value: str) -> str:
 
 
 InstanceType = Annotated[str, AfterValidator(_known_instance),
-                         Field(description="an instance type from inferstack.instances",
+                         Field(description="an instance type from inferstack.schema.instances",
                                json_schema_extra={"enum": sorted(instances.INSTANCES)})]
 
 
@@ -126,7 +126,7 @@ class Environment(Frozen):
     alarms: Alarms = Alarms()
     defaults: EnvironmentDefaults = EnvironmentDefaults()
     prices: dict[InstanceType, PositiveFloat] = Field(
-        default_factory=dict, description="USD per instance hour, overriding inferstack.pricing's table")
+        default_factory=dict, description="USD per instance hour, overriding inferstack.capacity.pricing's table")
     release: ReleaseRef | None = Field(
         None, description="deploy a promoted release (pinned image digests) instead of building images")
     deploy_role_arn: str | None = Field(

@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from inferstack import instances
-from inferstack.config.models import NeuronEcsModel
+from inferstack.schema import instances
+from inferstack.schema.models import NeuronEcsModel
 
 # The image's Dockerfile inside container/neuron/, per Neuron generation (the one place that names it).
 DOCKERFILE = "Dockerfile.{neuron_target}"

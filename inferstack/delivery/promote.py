@@ -14,7 +14,8 @@ from pathlib import Path
 
 import boto3
 
-from inferstack import atomic_write, aws_sessions, ecr_images, release, stack_outputs
+from inferstack import atomic_write
+from inferstack.delivery import aws_sessions, ecr_images, release, stack_outputs
 from inferstack.config import NeuronEcsModel, Project, loader
 from inferstack.config.release_pin import PIN_FORMAT, PinnedImage, ReleaseIdentity, ReleasePin, dump
 

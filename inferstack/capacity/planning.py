@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from inferstack.config.models import Environment, NeuronEcsModel, TritonSageMakerModel
+from inferstack.schema.models import Environment, NeuronEcsModel, TritonSageMakerModel
 
 Model = NeuronEcsModel | TritonSageMakerModel
 

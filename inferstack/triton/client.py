@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from inferstack.triton_config import CONFIG_FILE, VERSION, parse_config
+from inferstack.triton.config import CONFIG_FILE, VERSION, parse_config
 
 if TYPE_CHECKING:
     import numpy as np

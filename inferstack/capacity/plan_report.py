@@ -1,14 +1,17 @@
 """`python -m inferstack plan`: capacity and cost per model and environment, from the same
-`planning.plan` the stacks use, priced with `inferstack.pricing`."""
+`planning.plan` the stacks use, priced with `inferstack.capacity.pricing`."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 
-from inferstack import planning, pricing
-from inferstack.config import Project
+from inferstack.capacity import planning, pricing
+
+if TYPE_CHECKING:  # capacity sits below config: the report takes a loaded project, it never loads one
+    from inferstack.config import Project
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ import os
 from contextlib import contextmanager
 
 FRAMEWORK = "sagemaker-tritonserver"
-# Set by a parallel synth for its shard processes (inferstack/synth_shards.py): the images the parent
+# Set by a parallel synth for its shard processes (inferstack/synthesis/shards.py): the images the parent
 # already resolved, so a shard does not import the SDK again (seconds of start-up per process).
 KNOWN_IMAGES_ENV = "INFERSTACK_TRITON_IMAGES"
 # (region, version, instance type) -> image URI: what this process resolved or was handed.

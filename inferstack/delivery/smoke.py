@@ -6,7 +6,7 @@ Endpoints come from the serving stacks' outputs: `Url` (Neuron on ECS: POST {Url
 or `EndpointName` (Triton on SageMaker: InvokeEndpoint, which hands the body to Triton's /invocations).
 An internal load balancer is reachable only from inside its VPC: `--via auto` (the default) sends those
 requests through the foundation's smoke probe, a Lambda function in the private subnets
-(inferstack/smoke_probe/), and times them there; `--via direct` calls every URL from here."""
+(inferstack/delivery/smoke_probe/), and times them there; `--via direct` calls every URL from here."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from pathlib import Path
 import boto3
 import botocore.config
 
-from inferstack import aws_sessions, stack_outputs
+from inferstack.delivery import aws_sessions, stack_outputs
 from inferstack.config import Environment, NeuronEcsModel, loader
 
 SMOKE_TEXT = "inferstack smoke test"
@@ -65,7 +65,7 @@ def probe_for(model) -> Probe:
         # container/neuron/README.md: TEXT in, logits [n, labels] and label [n] out.
         body = {"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1], "data": [SMOKE_TEXT]}]}
         return Probe(body, (Output("logits", "FP32", (1, len(model.source.labels))), Output("label", "BYTES", (1,))))
-    from inferstack import triton_config  # the Triton proto: only Triton models need it
+    from inferstack.triton import config as triton_config  # the Triton proto: only Triton models need it
 
     folder = triton_config.folders(model)[0]  # the default model SageMaker routes /invocations to
     inputs = []
@@ -150,7 +150,7 @@ def lambda_client(session: boto3.Session, timeout: float):
 
 
 def probe_sender(client, function: str, url: str, timeout: float) -> Sender:
-    """POST through the smoke probe (inferstack/smoke_probe/handler.py); its latency is the one measured
+    """POST through the smoke probe (inferstack/delivery/smoke_probe/handler.py); its latency is the one measured
     inside the VPC, without the Lambda invoke around it."""
     where = f"probe {function}"
 

@@ -1,0 +1,1 @@
+"""Inferentia on ECS: the task-definition facts a Neuron host needs (devices, cores, placement)."""

@@ -1,0 +1,1 @@
+"""How the app synthesizes many stacks: sharding the work over processes."""
