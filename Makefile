@@ -8,8 +8,8 @@ export PATH := $(CURDIR)/node_modules/.bin:$(CURDIR)/$(VENV)/bin:$(PATH)
 export CDK_DISABLE_CLI_TELEMETRY := true
 PYTEST_ARGS ?= -n 2
 
-.PHONY: setup synth test validate clean constraints
-setup: .make/python .make/node
+.PHONY: setup synth test validate clean constraints rehearse-images
+setup: .make/python .make/node .make/images
 
 .make/python: requirements.txt requirements-dev.txt constraints.txt
 	@mkdir -p .make
@@ -22,6 +22,15 @@ setup: .make/python .make/node
 	npm ci --no-audit --no-fund --loglevel=error
 	@touch $@
 
+# The image build rehearsal's side environments, one per image requirements file (inferstack/rehearsal/image_build.py).
+.make/images: .make/python container/triton/requirements-export.txt container/neuron/requirements-inf1.txt container/neuron/requirements-inf2.txt
+	$(PYTHON) -m inferstack.rehearsal.image_build --prepare
+	@touch $@
+
+rehearse-images: setup
+	rm -rf cdk.out.images && cdk synth --quiet -c environments=dev -o cdk.out.images
+	$(PYTHON) -m inferstack.rehearsal.image_build --assembly cdk.out.images
+
 validate: setup
 	$(PYTHON) -m inferstack validate
 
@@ -32,7 +41,7 @@ test: setup
 	$(PYTHON) -m pytest $(PYTEST_ARGS)
 
 clean:
-	rm -rf cdk.out .make
+	rm -rf cdk.out cdk.out.images .make .venv-images
 
 # Refresh the transitive pins after changing requirements*.txt (torch stays pinned by its requirement).
 constraints:

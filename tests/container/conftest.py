@@ -17,7 +17,9 @@ from pathlib import Path
 
 import pytest
 import requests
-from filelock import FileLock
+
+from tests.build_once import build_once as _build_once
+from tests.build_once import shared_dir as _shared_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 NEURON_DIR = ROOT / "container" / "neuron"
@@ -42,20 +44,6 @@ def run_script(script: Path, *args: str, env: dict | None = None, timeout: float
     )
 
 
-def _shared_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    # With xdist each worker has its own basetemp under one common parent.
-    base = tmp_path_factory.getbasetemp()
-    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
-
-
-def _build_once(tmp_path_factory, name: str, build) -> Path:
-    shared = _shared_dir(tmp_path_factory)
-    target = shared / name
-    with FileLock(str(shared / f"{name}.lock")):
-        if not (target / ".done").exists():
-            build(target)
-            (target / ".done").write_text("ok")
-    return target
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,50 @@
+"""Fixtures of the image tier: dev synthesized by the real CDK CLI (the assets `cdk deploy` would hand
+to Docker), and each image asset rehearsed once per session (shared between xdist workers)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from inferstack.rehearsal import image_build
+from tests.build_once import build_once
+from tests.conftest import ROOT
+
+
+def synth_with_cli(out: Path, env_name: str = "dev") -> None:
+    result = subprocess.run(
+        ["cdk", "synth", "--quiet", "-c", f"environments={env_name}", "-o", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+        env={**os.environ, "CDK_DISABLE_CLI_TELEMETRY": "true"})
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.fixture(scope="session")
+def dev_assembly(tmp_path_factory) -> Path:
+    return build_once(tmp_path_factory, "dev-assembly", lambda target: synth_with_cli(target / "cdk.out")) / "cdk.out"
+
+
+@pytest.fixture(scope="session")
+def dev_images(dev_assembly) -> dict[str, image_build.ImageAsset]:
+    """dev's image assets by model (stack) name."""
+    assets = image_build.image_assets(dev_assembly)
+    return {asset.stacks[0].split("/")[-1]: asset for asset in assets}
+
+
+@pytest.fixture(scope="session")
+def rehearsed(tmp_path_factory, dev_images):
+    """Rehearse one image asset once per session: rehearsed(model stack name) -> (report lines, image root)."""
+    def get(stack: str) -> Path:
+        asset = dev_images[stack]
+
+        def build(target: Path) -> None:
+            report = image_build.rehearse(asset, target / "work")
+            (target / "report.txt").write_text("\n".join(report.lines()) + "\n")
+            (target / "image-root").symlink_to(report.image_root)
+            (target / "imports.txt").write_text("\n".join(sorted(report.imports)) + "\n")
+
+        return build_once(tmp_path_factory, f"image-{asset.asset_id[:16]}", build)
+    return get

@@ -1,0 +1,134 @@
+"""The image build rehearsal (inferstack/rehearsal/image_build.py) on dev's real image assets: the
+context Docker would send (the docker SDK's .dockerignore matcher on the staged asset), every
+Dockerfile step interpreted in order, each build step run in that context with the image's own pinned
+requirements, and the closure of what the Triton export imports pinned against the context.
+
+Stand-ins (each named in the rehearsal's report): tiny random checkpoints instead of hub downloads,
+compile.py's CPU backend instead of the Neuron compiler, the local torch CPU wheel instead of
+PyTorch's index and of the Neuron DLC's torch. No shipped model targets inf2 yet, so Dockerfile.inf2
+is rehearsed with intent-bert's staged context and build arguments retargeted to inf2."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from inferstack.rehearsal import image_build
+from inferstack.triton import config as triton_config
+from tests.build_once import build_once
+
+pytestmark = pytest.mark.image_build
+
+TRITON_MODELS = ("bert-large-classifier", "t5-spelling")
+# What the Triton export may import of inferstack, and all the build context may hold of it: the
+# schema and the renderer (STYLE.md lesson 11). A change here is a change of the image's contract.
+TRITON_CLOSURE = {"inferstack", "inferstack.schema", "inferstack.schema.instances", "inferstack.schema.models",
+                  "inferstack.triton", "inferstack.triton.config"}
+
+
+def inf2_asset(inf1: image_build.ImageAsset) -> image_build.ImageAsset:
+    args = dict(inf1.build_args, NEURON_TARGET="inf2", COMPILER_ARGS="--auto-cast=matmult")
+    return dataclasses.replace(inf1, dockerfile="Dockerfile.inf2", build_args=args)
+
+
+def patterns_of(asset: image_build.ImageAsset) -> list[str]:
+    return image_build.ignore_patterns(image_build.ignore_file(asset.directory, asset.dockerfile))
+
+
+def test_dev_builds_three_images_each_with_a_recipe(dev_images):
+    assert sorted(dev_images) == ["bert-large-classifier", "intent-bert", "t5-spelling"]
+    assert {name: image_build.recipe_for(a).name for name, a in dev_images.items()} == {
+        "bert-large-classifier": "triton", "t5-spelling": "triton", "intent-bert": "neuron-inf1"}
+
+
+def test_the_triton_context_is_the_schema_the_renderer_and_the_export(dev_images, tmp_path):
+    asset = dev_images["bert-large-classifier"]
+    files = image_build.build_context(asset.directory, asset.dockerfile, tmp_path)
+    assert image_build.ignore_file(asset.directory, asset.dockerfile).name == "Dockerfile.dockerignore"
+    assert [f for f in files if f.startswith("inferstack/")] == [
+        "inferstack/__init__.py", "inferstack/schema/__init__.py", "inferstack/schema/instances.py",
+        "inferstack/schema/models.py", "inferstack/triton/__init__.py", "inferstack/triton/config.py"]
+    assert "container/triton/export.py" in files and "container/triton/requirements-export.txt" in files
+
+
+@pytest.mark.parametrize("model", TRITON_MODELS)
+def test_triton_image_builds_its_repository_and_imports_only_its_closure(rehearsed, dev_images, model):
+    built = rehearsed(model)
+    report = (built / "report.txt").read_text()
+    assert "step container/triton/Dockerfile:" in report and "python container/triton/export.py" in report
+    imports = set((built / "imports.txt").read_text().split())
+    assert {m for m in imports if m.startswith("inferstack")} == TRITON_CLOSURE
+    # The serve stage's COPY --from=export put the repository where SageMaker's serve script reads it.
+    repository = built / "image-root" / "opt" / "ml" / "model"
+    spec = json.loads(dev_images[model].build_args["TRITON_REPOSITORY_SPEC"])
+    triton_config.check_repository(repository, default_model=spec["name"])
+    assert (repository / spec["name"] / "config.pbtxt").is_file()
+
+
+@pytest.mark.parametrize("target", ["inf1", "inf2"])
+def test_neuron_image_compiles_an_artifact_where_the_entrypoint_reads_it(tmp_path_factory, dev_images, target):
+    asset = dev_images["intent-bert"] if target == "inf1" else inf2_asset(dev_images["intent-bert"])
+
+    def build(out: Path) -> None:
+        report = image_build.rehearse(asset, out / "work")
+        (out / "report.txt").write_text("\n".join(report.lines()))
+        (out / "image-root").symlink_to(report.image_root)
+
+    built = build_once(tmp_path_factory, f"neuron-image-{target}", build)
+    report = (built / "report.txt").read_text()
+    assert f"Dockerfile.{target}" in report and "--backend cpu" in report
+    metadata = json.loads((built / "image-root/opt/inferstack/artifact/model/metadata.json").read_text())
+    assert metadata["backend"] == "cpu" and metadata["sequence_length"] == 128
+
+
+def test_a_module_the_export_imports_left_out_of_the_context_fails_in_one_line(dev_images, tmp_path):
+    """Today's defect, recreated: the ignore file drops a module the export imports."""
+    asset = dev_images["bert-large-classifier"]
+    with pytest.raises(image_build.RehearsalError) as caught:
+        image_build.rehearse(asset, tmp_path / "w", patterns=patterns_of(asset) + ["inferstack/schema/instances.py"])
+    message = str(caught.value)
+    assert "\n" not in message
+    assert "container/triton/Dockerfile:42: build step failed (exit 1)" in message
+    assert "cannot import name 'instances' from 'inferstack.schema'" in message
+
+
+def test_a_module_in_the_context_the_export_never_imports_fails():
+    problem = image_build.closure_problem("inferstack", TRITON_CLOSURE, TRITON_CLOSURE | {"inferstack.capacity.planning"})
+    assert problem == ("the build context holds inferstack.capacity.planning, which the build step never imports "
+                       "(drop it from the ignore file's allow-list)")
+    assert image_build.closure_problem("inferstack", TRITON_CLOSURE, TRITON_CLOSURE) is None
+
+
+def test_a_requirements_file_left_out_of_the_context_fails(dev_images, tmp_path):
+    asset = dev_images["t5-spelling"]
+    with pytest.raises(image_build.RehearsalError,
+                       match=r"Dockerfile:\d+: COPY container/triton/requirements-export.txt: not in the build context$"):
+        image_build.rehearse(asset, tmp_path / "w",
+                             patterns=patterns_of(asset) + ["container/triton/requirements-export.txt"])
+
+
+def test_a_requirement_that_is_not_an_exact_pin_fails():
+    with pytest.raises(image_build.RehearsalError, match=r"^requirements.txt:2: 'onnx>=1.20' is not an exact pin"):
+        image_build.exact_pins("numpy==2.4.6\nonnx>=1.20\n", source="requirements.txt")
+    assert image_build.exact_pins("--extra-index-url https://x\ntritonclient[grpc]==2.73.0  # why\n",
+                                  source="r") == {"tritonclient": "2.73.0"}
+
+
+def test_a_distribution_the_export_imports_but_the_image_does_not_pin_fails(rehearsed):
+    imports = set((rehearsed("bert-large-classifier") / "imports.txt").read_text().split())
+    providers = image_build.distributions_of(image_build.ENVS_DIR / "triton", image_build.third_party(imports))
+    requirements = (image_build.ROOT / "container/triton/requirements-export.txt").read_text()
+    pinned = set(image_build.exact_pins(requirements, source="requirements-export.txt"))
+    assert "onnxscript" in pinned
+    missing, _ = image_build.unpinned_imports(providers, pinned - {"onnxscript"})
+    assert missing == ["onnxscript (onnxscript)"]
+    assert image_build.unpinned_imports(providers, pinned)[0] == []
+
+
+def test_an_image_without_a_recipe_is_refused(dev_images):
+    asset = dataclasses.replace(dev_images["intent-bert"], dockerfile="Dockerfile.gpu")
+    with pytest.raises(image_build.RehearsalError, match="no rehearsal recipe for Dockerfile.gpu"):
+        image_build.recipe_for(asset)
