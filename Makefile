@@ -3,18 +3,26 @@
 SHELL := /bin/bash
 VENV := .venv
 PYTHON := $(VENV)/bin/python
+# checkov lives apart: its dependencies conflict with the project's pins (tests/infra/test_checkov.py runs it).
+CHECKOV_VENV := .venv-checkov
 # Node 22 from package.json (the `node` package) comes first: the machine's Node 20 is end-of-life.
 export PATH := $(CURDIR)/node_modules/.bin:$(CURDIR)/$(VENV)/bin:$(PATH)
 export CDK_DISABLE_CLI_TELEMETRY := true
 PYTEST_ARGS ?= -n 2
 
 .PHONY: setup synth test validate clean constraints rehearse-images
-setup: .make/python .make/node .make/images
+setup: .make/python .make/node .make/checkov .make/images
 
 .make/python: requirements.txt requirements-dev.txt constraints.txt
 	@mkdir -p .make
 	python3 -m venv $(VENV)
 	$(PYTHON) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt -c constraints.txt
+	@touch $@
+
+.make/checkov: requirements-checkov.txt
+	@mkdir -p .make
+	python3 -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-checkov.txt
 	@touch $@
 
 .make/node: package.json package-lock.json
@@ -34,14 +42,15 @@ rehearse-images: setup
 validate: setup
 	$(PYTHON) -m inferstack validate
 
-synth: setup
+# Not checkov: the pipeline's synth step runs `make synth` and has no use for it.
+synth: .make/python .make/node
 	cdk synth --quiet
 
 test: setup
 	$(PYTHON) -m pytest $(PYTEST_ARGS)
 
 clean:
-	rm -rf cdk.out cdk.out.images .make .venv-images
+	rm -rf cdk.out cdk.out.images .make .venv-images $(CHECKOV_VENV)
 
 # Refresh the transitive pins after changing requirements*.txt (torch stays pinned by its requirement).
 constraints:

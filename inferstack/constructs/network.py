@@ -12,6 +12,7 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
+from inferstack.constructs import checkov
 from inferstack.schema.models import Network
 
 # Interface endpoints every serving path needs from private subnets.
@@ -53,6 +54,7 @@ class InferenceNetwork(Construct):
             self.vpc.add_flow_log("FlowLog", destination=ec2.FlowLogDestination.to_cloud_watch_logs(flow_logs),
                                   traffic_type=ec2.FlowLogTrafficType.ALL)
             _lint_ignore_cdk_provider(self.vpc)
+            checkov.skip_provider_handler(self.vpc, "Custom::VpcRestrictDefaultSGCustomResourceProvider")
             create_endpoints = True
             cidr = network.create.cidr
         else:

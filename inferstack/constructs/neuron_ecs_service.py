@@ -22,7 +22,7 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from constructs import Construct, Dependable, DependencyGroup, IConstruct
 
-from inferstack.constructs import nag
+from inferstack.constructs import checkov, nag
 from inferstack.neuron import task as neuron_task
 from inferstack.schema.models import NeuronEcsModel
 from inferstack.config.release_pin import PinnedImage
@@ -42,6 +42,10 @@ HTTPS_PORT = 443
 # An Inferentia instance boots and joins the cluster in minutes; wanting more capacity than the group
 # delivers for longer than this means launches fail (e.g. InsufficientInstanceCapacity) or max is reached.
 CAPACITY_SHORTFALL_MINUTES = 15
+# TLS 1.2 and 1.3 only, forward-secret ciphers (an HTTPS listener without a policy would admit TLS 1.0).
+TLS_POLICY = elbv2.SslPolicy.RECOMMENDED_TLS
+PLAIN_HTTP_REASON = ("internal load balancer without a certificate (defaults.certificate_arn): it listens only inside "
+                     "the VPC, admitting the VPC's range alone; setting a certificate makes this listener HTTPS")
 
 
 @dataclass(frozen=True)
@@ -263,10 +267,13 @@ class NeuronEcsService(Construct):
     def _add_load_balancer(self, vpc: ec2.IVpc, vpc_cidr: str, subnets: ec2.SubnetSelection, public: bool,
                            certificate_arn: str | None, access_log_retention: cdk.Duration,
                            removal_policy: cdk.RemovalPolicy) -> None:
-        port = HTTPS_PORT if public else HTTP_PORT
+        # Public load balancers always have a certificate; internal ones serve HTTPS when the environment has one.
+        tls = certificate_arn is not None
+        port = HTTPS_PORT if tls else HTTP_PORT
+        scheme = "HTTPS" if tls else "HTTP"
         self.load_balancer_security_group = ec2.SecurityGroup(
             self, "LoadBalancerSecurityGroup", vpc=vpc, allow_all_outbound=False,
-            description=("HTTPS from the internet" if public else "HTTP from inside the VPC")
+            description=("HTTPS from the internet" if public else f"{scheme} from inside the VPC")
             + " to the model load balancer")
         if public:
             self.load_balancer_security_group.add_ingress_rule(ec2.Peer.any_ipv4(), ec2.Port.tcp(port),
@@ -275,7 +282,7 @@ class NeuronEcsService(Construct):
                             "configured as a public endpoint: HTTPS (TLS only) from any client is the purpose")
         else:
             self.load_balancer_security_group.add_ingress_rule(ec2.Peer.ipv4(vpc_cidr),
-                                                               ec2.Port.tcp(port), "HTTP from the VPC")
+                                                               ec2.Port.tcp(port), f"{scheme} from the VPC")
         self.load_balancer = elbv2.ApplicationLoadBalancer(
             self, "LoadBalancer", vpc=vpc, internet_facing=public,
             vpc_subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PUBLIC) if public else subnets,
@@ -291,9 +298,17 @@ class NeuronEcsService(Construct):
             removal_policy=removal_policy, auto_delete_objects=auto_delete)
         if auto_delete:
             _lint_ignore_cdk_provider(self, "Custom::S3AutoDeleteObjectsCustomResourceProvider")
+            checkov.skip_provider_handler(self, "Custom::S3AutoDeleteObjectsCustomResourceProvider")
         nag.acknowledge(self.access_logs, "S1",
                         "this bucket is the load balancer's access-log destination; logging access to the "
                         "log bucket itself would need another bucket, and so on")
+        checkov.skip(self.access_logs, "CKV_AWS_18",
+                     "this bucket is the load balancer's access-log destination; logging access to the log "
+                     "bucket itself would need another bucket, and so on")
+        checkov.skip(self.access_logs, "CKV_AWS_21",
+                     "load balancer logs are written once under unique keys and never overwritten; the lifecycle "
+                     "rule deletes them at the environment's log retention, which versioning would defeat by "
+                     "keeping them as noncurrent versions")
         self.load_balancer.log_access_logs(self.access_logs)
 
         self.target_group = elbv2.ApplicationTargetGroup(
@@ -305,17 +320,19 @@ class NeuronEcsService(Construct):
             health_check=elbv2.HealthCheck(path=READINESS_PATH, healthy_http_codes="200",
                                            interval=cdk.Duration.seconds(10), timeout=cdk.Duration.seconds(5),
                                            healthy_threshold_count=2, unhealthy_threshold_count=3))
-        if public:
+        if tls:
             assert certificate_arn is not None
             self.listener = self.load_balancer.add_listener(
                 "Listener", port=port, protocol=elbv2.ApplicationProtocol.HTTPS, open=False,
-                certificates=[elbv2.ListenerCertificate.from_arn(certificate_arn)],
+                certificates=[elbv2.ListenerCertificate.from_arn(certificate_arn)], ssl_policy=TLS_POLICY,
                 default_target_groups=[self.target_group])
         else:
             self.listener = self.load_balancer.add_listener(
                 "Listener", port=port, protocol=elbv2.ApplicationProtocol.HTTP, open=False,
                 default_target_groups=[self.target_group])
-        self.url = f"{'https' if public else 'http'}://{self.load_balancer.load_balancer_dns_name}"
+            checkov.skip(self.listener, "CKV_AWS_2", PLAIN_HTTP_REASON)
+            checkov.skip(self.listener, "CKV_AWS_103", PLAIN_HTTP_REASON)
+        self.url = f"{scheme.lower()}://{self.load_balancer.load_balancer_dns_name}"
 
     # ------------------------------------------------------------------ scaling
 

@@ -12,14 +12,14 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from inferstack.constructs import nag
+from inferstack.constructs import checkov, nag
 
 PROBE_RUNTIME = lambda_.Runtime.PYTHON_3_14
 PROBE_HANDLER = "handler.handler"
 # The probe caps one request at 50 s (inferstack/delivery/smoke_probe/handler.py); the function outlives it.
 PROBE_TIMEOUT = cdk.Duration.seconds(60)
-# Internal load balancers listen on HTTP (inferstack/constructs/neuron_ecs_service.py); HTTPS is allowed
-# too, for a load balancer that terminates TLS inside the VPC.
+# Internal load balancers listen on HTTP, or on HTTPS where the environment has a certificate
+# (inferstack/constructs/neuron_ecs_service.py).
 PROBE_PORTS = (80, 443)
 # What AWSLambdaVPCAccessExecutionRole grants, written inline for this one function.
 ENI_ACTIONS = ("ec2:CreateNetworkInterface", "ec2:DescribeNetworkInterfaces", "ec2:DescribeSubnets",
@@ -72,6 +72,10 @@ class SmokeAccess(Construct):
                         "AWSLambdaVPCAccessExecutionRole grants them: the Describe calls have no resource-level "
                         "permissions, and Lambda creates and deletes interfaces it names itself, in subnets that "
                         "may belong to a shared VPC's owner account")
+        checkov.skip(probe_role, "CKV_AWS_111",
+                     "the network-interface actions a function in a VPC needs, as AWS's "
+                     "AWSLambdaVPCAccessExecutionRole grants them: Lambda creates and deletes interfaces it names "
+                     "itself, in subnets that may belong to a shared VPC's owner account")
         self.probe = lambda_.Function(
             self, "Probe",
             description="inferstack smoke probe: POSTs one JSON request to a load balancer inside the VPC",
@@ -87,6 +91,16 @@ class SmokeAccess(Construct):
         function = self.probe.node.default_child
         assert isinstance(function, cdk.CfnResource)
         function.add_metadata("cfn-lint", {"config": {"ignore_checks": ["W3005"]}})
+        checkov.skip(self.probe, "CKV_AWS_116",
+                     "invoked synchronously (RequestResponse) by `inferstack smoke`, which gets any error in the "
+                     "answer and fails; a dead-letter queue only receives failed asynchronous invocations")
+        checkov.skip(self.probe, "CKV_AWS_115",
+                     "called only by the smoke test, one request at a time; reserved concurrency would take "
+                     "from the account's shared pool (Lambda refuses to leave less than 100 unreserved, so "
+                     "accounts at the default quota could not deploy) and bound nothing that needs bounding")
+        checkov.skip(self.probe, "CKV_AWS_173",
+                     "the variables hold the allowed host suffix and the VPC's range, neither secret; Lambda "
+                     "encrypts them at rest with its AWS managed key, and a customer key would only add a grant")
 
     def _add_role(self, role_name: str, trusted_account: str, trusted_role_prefix: str | None,
                   stack_name_prefix: str, endpoint_name_prefix: str) -> None:

@@ -29,7 +29,7 @@ from aws_cdk import aws_sagemaker as sagemaker
 from constructs import Construct
 
 from inferstack.schema import instances
-from inferstack.constructs import nag
+from inferstack.constructs import checkov, nag
 from inferstack.triton import config as triton_config
 from inferstack.schema.models import OffHours, TritonDeployment, TritonSageMakerModel
 from inferstack.constructs import cloudwatch_l1 as cwl1
@@ -198,6 +198,8 @@ class TritonEndpoint(Construct):
             removal_policy=removal_policy)
         nag.acknowledge(access_logs, "S1", "this bucket receives the data-capture bucket's server access logs; "
                                            "logging it to itself would loop")
+        checkov.skip(access_logs, "CKV_AWS_18", "this bucket receives the data-capture bucket's server access "
+                                                "logs; logging it to itself would loop")
         return s3.Bucket(
             self, "DataCapture", encryption=s3.BucketEncryption.KMS, encryption_key=key, bucket_key_enabled=True,
             block_public_access=s3.BlockPublicAccess.BLOCK_ALL, enforce_ssl=True, versioned=True,

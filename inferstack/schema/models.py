@@ -92,7 +92,8 @@ class EnvironmentDefaults(Frozen):
     public_load_balancer: bool = Field(False, description="internet-facing load balancers (TLS required)")
     certificate_arn: str | None = Field(
         None, pattern=ACM_CERTIFICATE_PATTERN,
-        description="ACM certificate (this account and region) for the HTTPS listener of public load balancers")
+        description="ACM certificate (this account and region) for the HTTPS listener of the load balancers: "
+                    "required by public ones; internal ones serve HTTPS with it, plain HTTP inside the VPC without")
     safety_factor: float = Field(0.5, gt=0, le=1, description="default share of measured throughput an "
                                  "instance is asked to carry; the rest is headroom")
 

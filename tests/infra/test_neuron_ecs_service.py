@@ -300,6 +300,7 @@ def test_public_load_balancer_serves_tls_only(variant):
     _, listener = only(tpl, "AWS::ElasticLoadBalancingV2::Listener")
     assert (listener["Properties"]["Protocol"], listener["Properties"]["Port"]) == ("HTTPS", 443)
     assert listener["Properties"]["Certificates"] == [{"CertificateArn": CERT}]
+    assert listener["Properties"]["SslPolicy"] == "ELBSecurityPolicy-TLS13-1-2-2021-06"  # TLS 1.2 and 1.3 only
     lb_sg = lb["Properties"]["SecurityGroups"][0]["Fn::GetAtt"][0]
     ingress = tpl.to_json()["Resources"][lb_sg]["Properties"]["SecurityGroupIngress"]
     assert [(r["CidrIp"], r["FromPort"], r["ToPort"]) for r in ingress] == [("0.0.0.0/0", 443, 443)]
