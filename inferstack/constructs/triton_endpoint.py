@@ -120,6 +120,13 @@ class TritonEndpoint(Construct):
 
         self.alarms = self._alarms(plan, spec, alarm_topic_arn)
         self.rollback_alarms = (self.alarms["ModelLatencyP99"], self.alarms["Invocation5XXErrors"])
+        # Deployment guardrails read the auto-rollback alarms with the execution role: "Ensure that your IAM
+        # execution role has permission to perform the cloudwatch:DescribeAlarms action on the auto-rollback
+        # alarms you specify" (https://docs.aws.amazon.com/sagemaker/latest/dg/deployment-guardrails-configuration.html).
+        # Scoped to exactly those alarms; the endpoint waits for the policy through the Model.
+        policy.add_statements(iam.PolicyStatement(
+            sid="RollbackAlarms", actions=["cloudwatch:DescribeAlarms"],
+            resources=[alarm.attr_arn for alarm in self.rollback_alarms]))
 
         self.endpoint = sagemaker.CfnEndpoint(
             self, "Endpoint",

@@ -92,6 +92,22 @@ def test_execution_role_is_least_privilege(case):
     assert "ManagedPolicyArns" not in role["Properties"] and "Policies" not in role["Properties"]
 
 
+def test_execution_role_may_describe_exactly_the_rollback_alarms(case):
+    """Deployment guardrails: "Ensure that your IAM execution role has permission to perform the
+    cloudwatch:DescribeAlarms action on the auto-rollback alarms you specify"
+    (https://docs.aws.amazon.com/sagemaker/latest/dg/deployment-guardrails-configuration.html)."""
+    _, _, template = case
+    _, policy = only(template, "AWS::IAM::Policy")
+    statements = {s["Sid"]: s for s in policy["Properties"]["PolicyDocument"]["Statement"]}
+    describe = statements["RollbackAlarms"]
+    assert describe["Action"] == "cloudwatch:DescribeAlarms"
+    _, endpoint = only(template, "AWS::SageMaker::Endpoint")
+    rollback = [a["AlarmName"]["Ref"] for a in endpoint["Properties"]["DeploymentConfig"]
+                ["AutoRollbackConfiguration"]["Alarms"]]
+    assert sorted(r["Fn::GetAtt"][0] for r in describe["Resource"]) == sorted(rollback)
+    assert all(r["Fn::GetAtt"][1] == "Arn" for r in describe["Resource"])
+
+
 def test_image_asset_builds_from_container_triton_with_the_sdk_resolved_base(synthesized, project):
     assets_files = list((synthesized.outdir / "assembly-prod").glob("prod*t5spelling*.assets.json"))
     (assets_file,) = assets_files
