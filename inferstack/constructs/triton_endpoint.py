@@ -59,7 +59,8 @@ def endpoint_name_for(stack_name: str) -> str:
 
 class TritonEndpoint(Construct):
     """Exposes `endpoint_name`, `role`, `security_group`, `model`, `endpoint_config`, `endpoint`,
-    `scalable_target`, `alarms` (by name), `rollback_alarms`, `dashboard` and `data_capture_bucket`
+    `deployment` (the guardrails as applied to this fleet's size), `scalable_target`, `alarms` (by name),
+    `rollback_alarms`, `dashboard` and `data_capture_bucket`
     (alarms and dashboard are L1s: an alarm's name is its `ref`, its ARN `attr_arn`)."""
 
     def __init__(self, scope: Construct, construct_id: str, *, model: TritonSageMakerModel, plan: CapacityPlan,
@@ -128,6 +129,10 @@ class TritonEndpoint(Construct):
             sid="RollbackAlarms", actions=["cloudwatch:DescribeAlarms"],
             resources=[alarm.attr_arn for alarm in self.rollback_alarms]))
 
+        # With RetainAllVariantProperties a deploy meets the autoscaled fleet, which can be as small as the
+        # planned minimum or an off-hours minimum: size the guardrails for that fleet.
+        smallest_fleet = min([plan.min_capacity, *(window.min for window in off_hours)])
+        self.deployment = model.deployment.for_fleet(smallest_fleet)
         self.endpoint = sagemaker.CfnEndpoint(
             self, "Endpoint",
             endpoint_name=self.endpoint_name,
@@ -137,7 +142,7 @@ class TritonEndpoint(Construct):
             retain_all_variant_properties=True,
             exclude_retained_variant_properties=[
                 sagemaker.CfnEndpoint.VariantPropertyProperty(variant_property_type="DataCaptureConfig")],
-            deployment_config=self._deployment_config(model.deployment),
+            deployment_config=self._deployment_config(self.deployment),
         )
 
         self.scalable_target = self._autoscaling(model, plan, off_hours)

@@ -461,13 +461,22 @@ class TritonServing(Frozen):
         return self
 
 
+# SageMaker sizes every stepped deployment against the variant's instance count at deploy time: CanarySize
+# "must be less than or equal to 50% of the variant's total instance count", LinearStepSize "must be 10-50%"
+# of it (https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_TrafficRoutingConfig.html), a rolling
+# MaximumBatchSize "between 5% to 50%" (.../API_RollingUpdatePolicy.html). A step is at least one instance,
+# and one instance is at most 50% of the fleet only from two instances on.
+MIN_INSTANCES_FOR_STEPPED_DEPLOYMENT = 2
+
+
 class TritonDeployment(Frozen):
     """How SageMaker replaces a running fleet on update (deployment guardrails), rolled back
     automatically when the latency or error alarms fire."""
 
     strategy: Literal["canary", "linear", "all-at-once", "rolling"] = Field(
         "canary", description="canary/linear/all-at-once: blue/green (a second fleet for the duration); "
-        "rolling: replace the fleet in batches (no second fleet)")
+        "rolling: replace the fleet in batches (no second fleet); a fleet that can be one instance at deploy "
+        "time is replaced blue/green all at once")
     size_percent: int | None = Field(
         None, ge=1, le=50, description="canary: share of capacity that takes traffic first (1-50); linear: "
         "share shifted per step (10-50); rolling: batch size (5-50); unused by all-at-once")
@@ -497,6 +506,17 @@ class TritonDeployment(Frozen):
             raise ValueError(f"maximum_execution_timeout_seconds {self.maximum_execution_timeout_seconds} must "
                              f"exceed the {self.total_wait_seconds} s this deployment spends waiting")
         return self
+
+    def for_fleet(self, smallest_fleet: int) -> "TritonDeployment":
+        """The deployment SageMaker can run when the variant may hold only `smallest_fleet` instances at
+        deploy time (the endpoint keeps its autoscaled count, so that is the planned minimum or an
+        off-hours minimum). Below MIN_INSTANCES_FOR_STEPPED_DEPLOYMENT a canary, linear step or rolling
+        batch would be the whole fleet: such a fleet is replaced blue/green all at once, still baked
+        against the rollback alarms for wait_interval_seconds."""
+        if self.strategy == "all-at-once" or smallest_fleet >= MIN_INSTANCES_FOR_STEPPED_DEPLOYMENT:
+            return self
+        return self.model_copy(update={"strategy": "all-at-once", "size_percent": None,
+                                       "rollback_size_percent": None})
 
     @property
     def steps(self) -> int:

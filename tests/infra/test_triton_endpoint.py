@@ -175,8 +175,8 @@ def test_data_capture_to_an_encrypted_logged_bucket(synthesized):
 
 # ---------------------------------------------------------------- endpoint and deployment guardrails
 
-def test_endpoint_keeps_the_fleet_and_rolls_back_on_alarms(case):
-    _, name, template = case
+def test_endpoint_keeps_the_fleet_and_rolls_back_on_alarms(case, project):
+    env, name, template = case
     endpoint_id, endpoint = only(template, "AWS::SageMaker::Endpoint")
     assert endpoint_id.startswith("TritonEndpoint")
     props = endpoint["Properties"]
@@ -191,11 +191,30 @@ def test_endpoint_keeps_the_fleet_and_rolls_back_on_alarms(case):
     raw = raw_yaml(name)["deployment"]
     policy = deployment["BlueGreenUpdatePolicy"]
     routing = policy["TrafficRoutingConfiguration"]
-    assert routing["Type"] == raw["strategy"].upper()
     assert routing["WaitIntervalInSeconds"] == raw["wait_interval_seconds"]
-    size_key = "CanarySize" if raw["strategy"] == "canary" else "LinearStepSize"
-    assert routing[size_key] == {"Type": "CAPACITY_PERCENT", "Value": raw["size_percent"]}
     assert policy["TerminationWaitInSeconds"] == raw["termination_wait_seconds"]
+    if project.model(name).capacity_for(env).min < 2:
+        # A canary or linear step of a one-instance fleet is the whole fleet: blue/green all at once.
+        assert routing == {"Type": "ALL_AT_ONCE", "WaitIntervalInSeconds": raw["wait_interval_seconds"]}
+    else:
+        assert routing["Type"] == raw["strategy"].upper()
+        size_key = "CanarySize" if raw["strategy"] == "canary" else "LinearStepSize"
+        assert routing[size_key] == {"Type": "CAPACITY_PERCENT", "Value": raw["size_percent"]}
+
+
+def test_guardrails_per_environment_follow_the_smallest_fleet(synthesized):
+    """CanarySize at most 50% and LinearStepSize 10-50% of the variant's instance count
+    (https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_TrafficRoutingConfig.html): dev and
+    staging run one instance at their minimum and deploy blue/green all at once; prod (two or more)
+    keeps the configured canary and linear shifts."""
+    routing = {(env, name): only(synthesized.template(env, name), "AWS::SageMaker::Endpoint")[1]["Properties"]
+               ["DeploymentConfig"]["BlueGreenUpdatePolicy"]["TrafficRoutingConfiguration"]["Type"]
+               for env in ENVS for name in TRITON_MODELS}
+    assert routing == {
+        ("dev", "bert-large-classifier"): "ALL_AT_ONCE", ("dev", "t5-spelling"): "ALL_AT_ONCE",
+        ("staging", "bert-large-classifier"): "ALL_AT_ONCE", ("staging", "t5-spelling"): "ALL_AT_ONCE",
+        ("prod", "bert-large-classifier"): "CANARY", ("prod", "t5-spelling"): "LINEAR"}
+    assert synthesized.stages["prod"].serving["t5-spelling"].triton.deployment.strategy == "linear"
 
 
 def test_endpoint_logical_ids_are_pinned(synthesized):
