@@ -206,6 +206,18 @@ def check_pipeline(env_file: EnvironmentsFile) -> Iterator[Finding]:
             f"the connection belongs to account {connection_account}, not the pipeline's account {pipeline.account}")
 
 
+def check_networks(env_file: EnvironmentsFile) -> Iterator[Finding]:
+    """A VPC shared from another account: its owner creates and manages the VPC endpoints and route
+    tables, participants cannot (https://docs.aws.amazon.com/vpc/latest/userguide/vpc-share-limitations.html)."""
+    for name, environment in env_file.environments.items():
+        imported = environment.network.import_
+        owner = environment.network.vpc_owner(environment.account)
+        if imported is not None and owner != environment.account and imported.create_endpoints:
+            yield ("environments", name, "network", "import", "create_endpoints"), (
+                f"the VPC is shared from account {owner}: participants cannot create VPC endpoints or change "
+                f"route tables in a shared VPC; set create_endpoints: false and have the owner add them")
+
+
 def check_accounts(env_file: EnvironmentsFile) -> Iterator[Finding]:
     """Each environment's foundation creates the smoke role by its fixed name, and IAM names are unique per
     account (across regions): two environments in one account would collide on it."""

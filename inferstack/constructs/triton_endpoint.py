@@ -66,7 +66,9 @@ class TritonEndpoint(Construct):
     def __init__(self, scope: Construct, construct_id: str, *, model: TritonSageMakerModel, plan: CapacityPlan,
                  off_hours: Sequence[OffHours], image_uri: str, image_repository: ecr.IRepository,
                  vpc: ec2.IVpc, subnets: ec2.SubnetSelection, key: kms.IKey, alarm_topic_arn: str,
-                 removal_policy: cdk.RemovalPolicy) -> None:
+                 removal_policy: cdk.RemovalPolicy, vpc_owner_account: str | None = None) -> None:
+        """`vpc_owner_account`: the account that owns `vpc` when it is shared with this one (VPC sharing);
+        default: this stack's account."""
         super().__init__(scope, construct_id)
         if plan.model != model.name:
             raise ValueError(f"capacity plan is for {plan.model!r}, not {model.name!r}")
@@ -82,7 +84,7 @@ class TritonEndpoint(Construct):
 
         self.data_capture_bucket = (self._data_capture_bucket(key, removal_policy)
                                     if model.data_capture else None)
-        self.role, policy = self._execution_role(image_repository, vpc, key)
+        self.role, policy = self._execution_role(image_repository, vpc, vpc_owner_account, key)
 
         subnet_ids = vpc.select_subnets(
             subnet_type=subnets.subnet_type, subnet_group_name=subnets.subnet_group_name, subnets=subnets.subnets,
@@ -150,11 +152,16 @@ class TritonEndpoint(Construct):
 
     # ------------------------------------------------------------------ IAM
 
-    def _execution_role(self, repository: ecr.IRepository, vpc: ec2.IVpc,
+    def _execution_role(self, repository: ecr.IRepository, vpc: ec2.IVpc, vpc_owner_account: str | None,
                         key: kms.IKey) -> tuple[iam.Role, iam.Policy]:
         stack = cdk.Stack.of(self)
         role = iam.Role(self, "ExecutionRole", assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"),
                         description="SageMaker execution role of one Triton endpoint")
+        # A VPC's ARN (arn:aws:ec2:<region>:<account>:vpc/<id>) names the account that owns it: for a VPC
+        # shared with this account, the owner's (https://docs.aws.amazon.com/vpc/latest/userguide/vpc-share-limitations.html,
+        # https://repost.aws/knowledge-center/vpc-interface-endpoint-creation-errors). ec2:Vpc must match it.
+        vpc_arn = stack.format_arn(service="ec2", resource="vpc", resource_name=vpc.vpc_id,
+                                   account=vpc_owner_account or stack.account)
         log_group_arn = stack.format_arn(service="logs", resource="log-group",
                                          resource_name=f"/aws/sagemaker/Endpoints/{self.endpoint_name}",
                                          arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME)
@@ -174,8 +181,7 @@ class TritonEndpoint(Construct):
             iam.PolicyStatement(sid="VpcInterfaces", resources=["*"], actions=[
                 "ec2:CreateNetworkInterface", "ec2:CreateNetworkInterfacePermission",
                 "ec2:DeleteNetworkInterface", "ec2:DeleteNetworkInterfacePermission"],
-                conditions={"ArnEquals": {"ec2:Vpc": stack.format_arn(service="ec2", resource="vpc",
-                                                                      resource_name=vpc.vpc_id)}}),
+                conditions={"ArnEquals": {"ec2:Vpc": vpc_arn}}),
         ]
         if self.data_capture_bucket is not None:
             statements += [

@@ -60,7 +60,12 @@ class ImportVpc(Frozen):
     private_subnet_route_table_ids: tuple[Annotated[str, Field(pattern=r"^rtb-[0-9a-f]{8,17}$")], ...] = Field(
         min_length=2)
     public_subnet_ids: tuple[Annotated[str, Field(pattern=r"^subnet-[0-9a-f]{8,17}$")], ...] = ()
-    create_endpoints: bool = Field(False, description="add the VPC endpoints inferstack needs to this VPC")
+    create_endpoints: bool = Field(False, description="add the VPC endpoints inferstack needs to this VPC "
+                                   "(and the S3 gateway route to its route tables); only the VPC's owner can")
+    owner_account: str | None = Field(
+        None, pattern=ACCOUNT_PATTERN,
+        description="account that owns the VPC when it is shared with this environment's account (VPC "
+                    "sharing through AWS RAM); its ARN carries this account; omitted: the environment's own")
 
 
 class Network(Frozen):
@@ -76,6 +81,11 @@ class Network(Frozen):
     @property
     def cidr(self) -> str:
         return self.create.cidr if self.create is not None else self.import_.vpc_cidr  # type: ignore[union-attr]
+
+    def vpc_owner(self, account: str) -> str:
+        """The account that owns the VPC, for an environment in `account`."""
+        owner = self.import_.owner_account if self.import_ is not None else None
+        return owner or account
 
 
 class Alarms(Frozen):

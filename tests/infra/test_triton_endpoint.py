@@ -92,6 +92,23 @@ def test_execution_role_is_least_privilege(case):
     assert "ManagedPolicyArns" not in role["Properties"] and "Policies" not in role["Properties"]
 
 
+def test_eni_condition_names_the_vpc_by_its_owners_arn(case, project):
+    """The ec2:Vpc condition must match the VPC's ARN, which carries the owning account: prod's VPC is
+    shared from the network account, dev's and staging's are their own."""
+    env, _, template = case
+    _, policy = only(template, "AWS::IAM::Policy")
+    statements = {s["Sid"]: s for s in policy["Properties"]["PolicyDocument"]["Statement"]}
+    arn = statements["VpcInterfaces"]["Condition"]["ArnEquals"]["ec2:Vpc"]
+    environment = project.environments[env]
+    owner = {"prod": "555555555555"}.get(env, environment.account)
+    assert owner == environment.network.vpc_owner(environment.account)
+    if env == "prod":  # an imported VPC: the ARN is a literal
+        assert arn == "arn:aws:ec2:us-west-2:555555555555:vpc/vpc-0a1b2c3d4e5f60718"
+    else:  # the foundation's VPC, imported by reference
+        parts = arn["Fn::Join"][1]
+        assert f":{environment.region}:{owner}:vpc/" in "".join(p for p in parts if isinstance(p, str))
+
+
 def test_execution_role_may_describe_exactly_the_rollback_alarms(case):
     """Deployment guardrails: "Ensure that your IAM execution role has permission to perform the
     cloudwatch:DescribeAlarms action on the auto-rollback alarms you specify"
