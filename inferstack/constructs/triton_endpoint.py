@@ -31,6 +31,7 @@ from constructs import Construct
 from inferstack.schema import instances
 from inferstack.constructs import nag
 from inferstack.triton import config as triton_config
+from inferstack.triton import startup as triton_startup
 from inferstack.schema.models import OffHours, TritonDeployment, TritonSageMakerModel
 from inferstack.constructs import cloudwatch_l1 as cwl1
 from inferstack.capacity.planning import CapacityPlan
@@ -110,8 +111,9 @@ class TritonEndpoint(Construct):
                 instance_type=plan.instance_type,
                 initial_instance_count=plan.min_capacity,
                 initial_variant_weight=1.0,
+                # From what the container loads: TensorRT engine builds, instances, warm-up.
                 container_startup_health_check_timeout_in_seconds=(
-                    model.serving.container_startup_health_check_timeout_seconds),
+                    triton_startup.health_check_timeout_seconds(model)),
                 model_data_download_timeout_in_seconds=model.serving.model_data_download_timeout_seconds,
                 inference_ami_version=model.serving.inference_ami_version,
             )],

@@ -418,6 +418,10 @@ class TritonExport(Frozen):
     token_type_ids: bool = Field(
         False, description="the tokenizer emits token_type_ids (BERT does; RoBERTa and DistilBERT do not)")
     onnx_opset: int = Field(17, ge=11, le=21)
+    parameters_millions: float | None = Field(
+        None, gt=0, le=100_000, description="size of the checkpoint in millions of parameters (bert-base 110, "
+        "bert-large 335, t5-small 60); sizes the start-up health-check timeout (TensorRT builds its engines at "
+        "load); omitted: 350, a BERT-large-sized model")
 
 
 class TensorRtAcceleration(Frozen):
@@ -454,8 +458,10 @@ class TritonServing(Frozen):
     warmup: bool = True
     response_cache: bool = False
     image_version: str = Field("24.09", pattern=r"^\d{2}\.\d{2}$", description="Triton release, YY.MM")
-    container_startup_health_check_timeout_seconds: int = Field(
-        600, ge=60, le=3600, description="model load, TensorRT engine build and warm-up must fit in it")
+    container_startup_health_check_timeout_seconds: int | None = Field(
+        None, ge=60, le=3600, description="model load, TensorRT engine build and warm-up must fit in it; "
+        "omitted: estimated from export.parameters_millions, the TensorRT engines and instance_group.count "
+        "(inferstack/triton/startup.py)")
     model_data_download_timeout_seconds: int = Field(600, ge=60, le=3600)
     inference_ami_version: InferenceAmiVersion | None = Field(
         None, description="SageMaker inference AMI (GPU driver); set it for Triton images that need CUDA 12")
