@@ -39,6 +39,7 @@ class SharedResources:
     """What every serving stack of an environment receives from the foundation."""
 
     vpc: ec2.IVpc
+    vpc_owner_account: str  # another account's for a VPC shared with this one
     private_subnets: ec2.SubnetSelection
     key: kms.IKey
     alarm_topic: sns.ITopic
@@ -71,7 +72,8 @@ class FoundationStack(EnvironmentStack):
         topic = AlarmTopic(self, "Alarms", existing_topic_arn=environment.alarms.topic_arn,
                            emails=environment.alarms.emails, key=key).topic
 
-        self.shared = SharedResources(vpc=network.vpc, private_subnets=network.private_subnets, key=key,
+        self.shared = SharedResources(vpc=network.vpc, vpc_owner_account=network.vpc_owner_account,
+                                      private_subnets=network.private_subnets, key=key,
                                       alarm_topic=topic, log_retention=retention, removal_policy=removal)
         self._export_shared_values()
 

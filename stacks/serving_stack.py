@@ -81,7 +81,7 @@ class ServingStack(EnvironmentStack):
         endpoint = TritonEndpoint(
             self, "Triton", model=model, plan=plan, off_hours=model.off_hours_for(env_name),
             image_uri=image_uri, image_repository=repository, vpc=shared.vpc,
-            subnets=shared.private_subnets, key=shared.key, alarm_topic_arn=self.alarm_topic_arn,
+            vpc_owner_account=shared.vpc_owner_account, subnets=shared.private_subnets, key=shared.key, alarm_topic_arn=self.alarm_topic_arn,
             removal_policy=shared.removal_policy)
         cdk.CfnOutput(self, "EndpointName", value=endpoint.endpoint_name,
                       description=f"{model.name}: SageMaker endpoint (Triton)")

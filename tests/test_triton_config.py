@@ -54,6 +54,11 @@ def test_every_folder_parses_back_with_the_configured_settings(project, name):
         assert trt.parameters["precision_mode"] == "FP16"
         assert int(trt.parameters["max_workspace_size_bytes"]) == (
             model.serving.tensorrt_acceleration.max_workspace_size_bytes)
+        # one TensorRT profile for batch 1..max over every input, so no batch size rebuilds the engine
+        batch = model.serving.max_batch_size
+        for bound, first in (("min", 1), ("opt", batch), ("max", batch)):
+            assert trt.parameters[f"trt_profile_{bound}_shapes"] == ",".join(
+                f"{i.name}:{'x'.join(map(str, [first, *i.dims]))}" for i in cfg.input)
         # warm-up at batch 1 and the largest batch, with zero data matching every input
         assert [w.batch_size for w in cfg.model_warmup] == [1, model.serving.max_batch_size]
         for warmup in cfg.model_warmup:
@@ -249,3 +254,17 @@ def test_cli_rejects_bad_input_with_one_line_and_writes_nothing(tmp_path, model,
 def test_cli_requires_out(tmp_path):
     result = run_cli("t5-spelling")
     assert result.returncode == 2 and "--out" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_tensorrt_profile_shapes_cover_batch_one_to_max(project):
+    """ONNX Runtime's TensorRT options trt_profile_{min,opt,max}_shapes, as Triton's onnxruntime backend
+    passes them (https://github.com/triton-inference-server/onnxruntime_backend, "input1:dim1xdimd2...")."""
+    cfg = parsed(triton_config.render_config(project.model("bert-large-classifier")))
+    (trt,) = cfg.optimization.execution_accelerators.gpu_execution_accelerator
+    assert trt.parameters["trt_profile_min_shapes"] == "input_ids:1x512,attention_mask:1x512,token_type_ids:1x512"
+    assert trt.parameters["trt_profile_max_shapes"] == (
+        "input_ids:16x512,attention_mask:16x512,token_type_ids:16x512")
+    decoder = parsed(triton_config.render_config(project.model("t5-spelling"), folder="t5-spelling-decoder"))
+    (trt,) = decoder.optimization.execution_accelerators.gpu_execution_accelerator
+    assert trt.parameters["trt_profile_min_shapes"] == (
+        "decoder_input_ids:1x16,encoder_hidden_states:1x32x512,encoder_attention_mask:1x32")

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from inferstack.schema import instances
 from inferstack.capacity import planning
 from inferstack.triton import image as triton_image
+from inferstack.triton import startup as triton_startup
 from inferstack.schema.models import (
     CONNECTION_ARN_PATTERN, DEFAULT_SMOKE_ROLE_NAME, Environment, EnvironmentsFile, NeuronEcsModel,
     TritonSageMakerModel,
@@ -33,6 +34,8 @@ def check_model(model: Model, environments: dict[str, Environment]) -> Iterator[
             yield ("environments", env), f"unknown environment; known: {', '.join(sorted(environments))}"
     if isinstance(model, NeuronEcsModel):
         yield from _check_neuron_static(model)
+    else:
+        yield from _check_triton_startup(model)
     yield from _check_off_hours(model)
     # Instance-dependent rules run per environment, after its overrides; a finding shared by several
     # environments is reported once, naming them all.
@@ -90,6 +93,20 @@ def _check_triton_image(model: TritonSageMakerModel, environment: Environment,
                                     instance_type=spec.name)
     except triton_image.UnknownTritonImage as exc:
         yield ("serving", "image_version"), str(exc)
+
+
+def _check_triton_startup(model: TritonSageMakerModel) -> Iterator[Finding]:
+    """SageMaker allows at most 3600 s from container start to a healthy /ping."""
+    if model.serving.container_startup_health_check_timeout_seconds is not None:
+        return
+    needed = triton_startup.padded_seconds(model)
+    if needed > triton_startup.MAX_SECONDS:
+        key = ("export", "parameters_millions") if model.export.parameters_millions else ("serving", "instance_group")
+        yield key, (
+            f"start-up (TensorRT engine builds, {model.serving.instance_group.count} instances per model, "
+            f"warm-up) is estimated at {needed} s with margin, above SageMaker's "
+            f"{triton_startup.MAX_SECONDS} s health-check limit: use fewer instances or a TensorRT plan, or "
+            f"set serving.container_startup_health_check_timeout_seconds if it starts faster")
 
 
 def _check_neuron_static(model: NeuronEcsModel) -> Iterator[Finding]:
@@ -204,6 +221,18 @@ def check_pipeline(env_file: EnvironmentsFile) -> Iterator[Finding]:
     if connection_account != pipeline.account:
         yield ("pipeline", "connection_arn"), (
             f"the connection belongs to account {connection_account}, not the pipeline's account {pipeline.account}")
+
+
+def check_networks(env_file: EnvironmentsFile) -> Iterator[Finding]:
+    """A VPC shared from another account: its owner creates and manages the VPC endpoints and route
+    tables, participants cannot (https://docs.aws.amazon.com/vpc/latest/userguide/vpc-share-limitations.html)."""
+    for name, environment in env_file.environments.items():
+        imported = environment.network.import_
+        owner = environment.network.vpc_owner(environment.account)
+        if imported is not None and owner != environment.account and imported.create_endpoints:
+            yield ("environments", name, "network", "import", "create_endpoints"), (
+                f"the VPC is shared from account {owner}: participants cannot create VPC endpoints or change "
+                f"route tables in a shared VPC; set create_endpoints: false and have the owner add them")
 
 
 def check_accounts(env_file: EnvironmentsFile) -> Iterator[Finding]:

@@ -56,7 +56,8 @@ def load(config_dir: Path | str, *, releases: bool = True) -> Project:
     env_file = _validate(EnvironmentsFile, env_path, env_doc, problems, config_dir) if env_doc else None
     environments = dict(env_file.environments) if env_file else {}
     if env_file:
-        for key, message in [*checks.check_pipeline(env_file), *checks.check_accounts(env_file)]:
+        for key, message in [*checks.check_pipeline(env_file), *checks.check_accounts(env_file),
+                             *checks.check_networks(env_file)]:
             problems.append(_problem(env_path, config_dir, env_doc, key, message))
 
     models: list[tuple[Model, Path, YamlDocument]] = []

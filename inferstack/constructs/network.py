@@ -25,13 +25,16 @@ INTERFACE_ENDPOINTS: dict[str, ec2.InterfaceVpcEndpointAwsService] = {
 
 
 class InferenceNetwork(Construct):
-    """Exposes `vpc` and `private_subnets`; creates endpoints for a new VPC, or for an imported one
-    when the config asks for them."""
+    """Exposes `vpc`, `private_subnets` and `vpc_owner_account` (the account in the VPC's ARN: another
+    account's for a VPC shared with this one); creates endpoints for a new VPC, or for an imported one
+    when the config asks for them and this account owns it."""
 
     def __init__(self, scope: Construct, construct_id: str, *, network: Network,
                  availability_zones: Sequence[str], key: kms.IKey, log_retention: logs.RetentionDays,
                  removal_policy: cdk.RemovalPolicy) -> None:
         super().__init__(scope, construct_id)
+        account = cdk.Stack.of(self).account
+        self.vpc_owner_account = network.vpc_owner(account)
         if network.create is not None:
             self.vpc: ec2.IVpc = ec2.Vpc(
                 self, "Vpc",
@@ -71,6 +74,12 @@ class InferenceNetwork(Construct):
             )
             create_endpoints = imported.create_endpoints
             cidr = imported.vpc_cidr
+            # The owner of a shared VPC manages its endpoints and route tables; a participant cannot
+            # (https://docs.aws.amazon.com/vpc/latest/userguide/vpc-share-limitations.html). The config
+            # check reports this first; here it keeps the construct from being wired wrong.
+            if create_endpoints and self.vpc_owner_account != account:
+                raise ValueError(f"VPC {imported.vpc_id} is shared from account {self.vpc_owner_account}: "
+                                 f"only its owner can create VPC endpoints or change its route tables")
 
         self.private_subnets = ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS)
         self.endpoint_security_group: ec2.SecurityGroup | None = None

@@ -23,6 +23,7 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct, Dependable, DependencyGroup, IConstruct
 
 from inferstack.constructs import checkov, nag
+from inferstack.constructs.scale_in_release import ScaleInProtectionRelease
 from inferstack.neuron import task as neuron_task
 from inferstack.schema.models import NeuronEcsModel
 from inferstack.config.release_pin import PinnedImage
@@ -100,6 +101,7 @@ class NeuronEcsService(Construct):
         self._add_capacity(vpc, subnets)
         self._add_task(log_group, image)
         self._add_service(vpc, subnets)
+        self._release_capacity_on_delete(log_group)
         self._add_load_balancer(vpc, vpc_cidr, subnets, public, certificate_arn, access_log_retention,
                                 removal_policy)
         self._add_scaling()
@@ -261,6 +263,20 @@ class NeuronEcsService(Construct):
         association = DependencyGroup()
         Dependable.implement(association, _ClusterCapacityProviderAssociation(self.cluster))
         self.service.node.add_dependency(association)
+
+    def _release_capacity_on_delete(self, log_group: logs.ILogGroup) -> None:
+        """Managed termination protection keeps every instance protected from scale-in while the service
+        runs; on stack deletion that protection would keep CloudFormation from emptying the group
+        (aws-cdk issue 18179). Deletion runs against the dependencies: the service goes first (its tasks
+        stop), then this release (protection off, group to zero), then the cluster association, the
+        capacity provider and the group."""
+        self.scale_in_release = ScaleInProtectionRelease(
+            self, "ScaleInRelease", auto_scaling_group=self.auto_scaling_group, log_group=log_group)
+        release = self.scale_in_release.resource
+        association = DependencyGroup()
+        Dependable.implement(association, _ClusterCapacityProviderAssociation(self.cluster))
+        release.node.add_dependency(self.capacity_provider, association)
+        self.service.node.add_dependency(release)
 
     # ------------------------------------------------------------------ traffic
 

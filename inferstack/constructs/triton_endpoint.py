@@ -31,6 +31,7 @@ from constructs import Construct
 from inferstack.schema import instances
 from inferstack.constructs import checkov, nag
 from inferstack.triton import config as triton_config
+from inferstack.triton import startup as triton_startup
 from inferstack.schema.models import OffHours, TritonDeployment, TritonSageMakerModel
 from inferstack.constructs import cloudwatch_l1 as cwl1
 from inferstack.capacity.planning import CapacityPlan
@@ -59,13 +60,16 @@ def endpoint_name_for(stack_name: str) -> str:
 
 class TritonEndpoint(Construct):
     """Exposes `endpoint_name`, `role`, `security_group`, `model`, `endpoint_config`, `endpoint`,
-    `scalable_target`, `alarms` (by name), `rollback_alarms`, `dashboard` and `data_capture_bucket`
+    `deployment` (the guardrails as applied to this fleet's size), `scalable_target`, `alarms` (by name),
+    `rollback_alarms`, `dashboard` and `data_capture_bucket`
     (alarms and dashboard are L1s: an alarm's name is its `ref`, its ARN `attr_arn`)."""
 
     def __init__(self, scope: Construct, construct_id: str, *, model: TritonSageMakerModel, plan: CapacityPlan,
                  off_hours: Sequence[OffHours], image_uri: str, image_repository: ecr.IRepository,
                  vpc: ec2.IVpc, subnets: ec2.SubnetSelection, key: kms.IKey, alarm_topic_arn: str,
-                 removal_policy: cdk.RemovalPolicy) -> None:
+                 removal_policy: cdk.RemovalPolicy, vpc_owner_account: str | None = None) -> None:
+        """`vpc_owner_account`: the account that owns `vpc` when it is shared with this one (VPC sharing);
+        default: this stack's account."""
         super().__init__(scope, construct_id)
         if plan.model != model.name:
             raise ValueError(f"capacity plan is for {plan.model!r}, not {model.name!r}")
@@ -81,7 +85,7 @@ class TritonEndpoint(Construct):
 
         self.data_capture_bucket = (self._data_capture_bucket(key, removal_policy)
                                     if model.data_capture else None)
-        self.role, policy = self._execution_role(image_repository, vpc, key)
+        self.role, policy = self._execution_role(image_repository, vpc, vpc_owner_account, key)
 
         subnet_ids = vpc.select_subnets(
             subnet_type=subnets.subnet_type, subnet_group_name=subnets.subnet_group_name, subnets=subnets.subnets,
@@ -107,8 +111,9 @@ class TritonEndpoint(Construct):
                 instance_type=plan.instance_type,
                 initial_instance_count=plan.min_capacity,
                 initial_variant_weight=1.0,
+                # From what the container loads: TensorRT engine builds, instances, warm-up.
                 container_startup_health_check_timeout_in_seconds=(
-                    model.serving.container_startup_health_check_timeout_seconds),
+                    triton_startup.health_check_timeout_seconds(model)),
                 model_data_download_timeout_in_seconds=model.serving.model_data_download_timeout_seconds,
                 inference_ami_version=model.serving.inference_ami_version,
             )],
@@ -120,7 +125,18 @@ class TritonEndpoint(Construct):
 
         self.alarms = self._alarms(plan, spec, alarm_topic_arn)
         self.rollback_alarms = (self.alarms["ModelLatencyP99"], self.alarms["Invocation5XXErrors"])
+        # Deployment guardrails read the auto-rollback alarms with the execution role: "Ensure that your IAM
+        # execution role has permission to perform the cloudwatch:DescribeAlarms action on the auto-rollback
+        # alarms you specify" (https://docs.aws.amazon.com/sagemaker/latest/dg/deployment-guardrails-configuration.html).
+        # Scoped to exactly those alarms; the endpoint waits for the policy through the Model.
+        policy.add_statements(iam.PolicyStatement(
+            sid="RollbackAlarms", actions=["cloudwatch:DescribeAlarms"],
+            resources=[alarm.attr_arn for alarm in self.rollback_alarms]))
 
+        # With RetainAllVariantProperties a deploy meets the autoscaled fleet, which can be as small as the
+        # planned minimum or an off-hours minimum: size the guardrails for that fleet.
+        smallest_fleet = min([plan.min_capacity, *(window.min for window in off_hours)])
+        self.deployment = model.deployment.for_fleet(smallest_fleet)
         self.endpoint = sagemaker.CfnEndpoint(
             self, "Endpoint",
             endpoint_name=self.endpoint_name,
@@ -130,7 +146,7 @@ class TritonEndpoint(Construct):
             retain_all_variant_properties=True,
             exclude_retained_variant_properties=[
                 sagemaker.CfnEndpoint.VariantPropertyProperty(variant_property_type="DataCaptureConfig")],
-            deployment_config=self._deployment_config(model.deployment),
+            deployment_config=self._deployment_config(self.deployment),
         )
 
         self.scalable_target = self._autoscaling(model, plan, off_hours)
@@ -138,11 +154,16 @@ class TritonEndpoint(Construct):
 
     # ------------------------------------------------------------------ IAM
 
-    def _execution_role(self, repository: ecr.IRepository, vpc: ec2.IVpc,
+    def _execution_role(self, repository: ecr.IRepository, vpc: ec2.IVpc, vpc_owner_account: str | None,
                         key: kms.IKey) -> tuple[iam.Role, iam.Policy]:
         stack = cdk.Stack.of(self)
         role = iam.Role(self, "ExecutionRole", assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"),
                         description="SageMaker execution role of one Triton endpoint")
+        # A VPC's ARN (arn:aws:ec2:<region>:<account>:vpc/<id>) names the account that owns it: for a VPC
+        # shared with this account, the owner's (https://docs.aws.amazon.com/vpc/latest/userguide/vpc-share-limitations.html,
+        # https://repost.aws/knowledge-center/vpc-interface-endpoint-creation-errors). ec2:Vpc must match it.
+        vpc_arn = stack.format_arn(service="ec2", resource="vpc", resource_name=vpc.vpc_id,
+                                   account=vpc_owner_account or stack.account)
         log_group_arn = stack.format_arn(service="logs", resource="log-group",
                                          resource_name=f"/aws/sagemaker/Endpoints/{self.endpoint_name}",
                                          arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME)
@@ -162,8 +183,7 @@ class TritonEndpoint(Construct):
             iam.PolicyStatement(sid="VpcInterfaces", resources=["*"], actions=[
                 "ec2:CreateNetworkInterface", "ec2:CreateNetworkInterfacePermission",
                 "ec2:DeleteNetworkInterface", "ec2:DeleteNetworkInterfacePermission"],
-                conditions={"ArnEquals": {"ec2:Vpc": stack.format_arn(service="ec2", resource="vpc",
-                                                                      resource_name=vpc.vpc_id)}}),
+                conditions={"ArnEquals": {"ec2:Vpc": vpc_arn}}),
         ]
         if self.data_capture_bucket is not None:
             statements += [

@@ -60,7 +60,12 @@ class ImportVpc(Frozen):
     private_subnet_route_table_ids: tuple[Annotated[str, Field(pattern=r"^rtb-[0-9a-f]{8,17}$")], ...] = Field(
         min_length=2)
     public_subnet_ids: tuple[Annotated[str, Field(pattern=r"^subnet-[0-9a-f]{8,17}$")], ...] = ()
-    create_endpoints: bool = Field(False, description="add the VPC endpoints inferstack needs to this VPC")
+    create_endpoints: bool = Field(False, description="add the VPC endpoints inferstack needs to this VPC "
+                                   "(and the S3 gateway route to its route tables); only the VPC's owner can")
+    owner_account: str | None = Field(
+        None, pattern=ACCOUNT_PATTERN,
+        description="account that owns the VPC when it is shared with this environment's account (VPC "
+                    "sharing through AWS RAM); its ARN carries this account; omitted: the environment's own")
 
 
 class Network(Frozen):
@@ -76,6 +81,11 @@ class Network(Frozen):
     @property
     def cidr(self) -> str:
         return self.create.cidr if self.create is not None else self.import_.vpc_cidr  # type: ignore[union-attr]
+
+    def vpc_owner(self, account: str) -> str:
+        """The account that owns the VPC, for an environment in `account`."""
+        owner = self.import_.owner_account if self.import_ is not None else None
+        return owner or account
 
 
 class Alarms(Frozen):
@@ -409,6 +419,10 @@ class TritonExport(Frozen):
     token_type_ids: bool = Field(
         False, description="the tokenizer emits token_type_ids (BERT does; RoBERTa and DistilBERT do not)")
     onnx_opset: int = Field(17, ge=11, le=21)
+    parameters_millions: float | None = Field(
+        None, gt=0, le=100_000, description="size of the checkpoint in millions of parameters (bert-base 110, "
+        "bert-large 335, t5-small 60); sizes the start-up health-check timeout (TensorRT builds its engines at "
+        "load); omitted: 350, a BERT-large-sized model")
 
 
 class TensorRtAcceleration(Frozen):
@@ -445,8 +459,10 @@ class TritonServing(Frozen):
     warmup: bool = True
     response_cache: bool = False
     image_version: str = Field("24.09", pattern=r"^\d{2}\.\d{2}$", description="Triton release, YY.MM")
-    container_startup_health_check_timeout_seconds: int = Field(
-        600, ge=60, le=3600, description="model load, TensorRT engine build and warm-up must fit in it")
+    container_startup_health_check_timeout_seconds: int | None = Field(
+        None, ge=60, le=3600, description="model load, TensorRT engine build and warm-up must fit in it; "
+        "omitted: estimated from export.parameters_millions, the TensorRT engines and instance_group.count "
+        "(inferstack/triton/startup.py)")
     model_data_download_timeout_seconds: int = Field(600, ge=60, le=3600)
     inference_ami_version: InferenceAmiVersion | None = Field(
         None, description="SageMaker inference AMI (GPU driver); set it for Triton images that need CUDA 12")
@@ -462,13 +478,22 @@ class TritonServing(Frozen):
         return self
 
 
+# SageMaker sizes every stepped deployment against the variant's instance count at deploy time: CanarySize
+# "must be less than or equal to 50% of the variant's total instance count", LinearStepSize "must be 10-50%"
+# of it (https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_TrafficRoutingConfig.html), a rolling
+# MaximumBatchSize "between 5% to 50%" (.../API_RollingUpdatePolicy.html). A step is at least one instance,
+# and one instance is at most 50% of the fleet only from two instances on.
+MIN_INSTANCES_FOR_STEPPED_DEPLOYMENT = 2
+
+
 class TritonDeployment(Frozen):
     """How SageMaker replaces a running fleet on update (deployment guardrails), rolled back
     automatically when the latency or error alarms fire."""
 
     strategy: Literal["canary", "linear", "all-at-once", "rolling"] = Field(
         "canary", description="canary/linear/all-at-once: blue/green (a second fleet for the duration); "
-        "rolling: replace the fleet in batches (no second fleet)")
+        "rolling: replace the fleet in batches (no second fleet); a fleet that can be one instance at deploy "
+        "time is replaced blue/green all at once")
     size_percent: int | None = Field(
         None, ge=1, le=50, description="canary: share of capacity that takes traffic first (1-50); linear: "
         "share shifted per step (10-50); rolling: batch size (5-50); unused by all-at-once")
@@ -498,6 +523,17 @@ class TritonDeployment(Frozen):
             raise ValueError(f"maximum_execution_timeout_seconds {self.maximum_execution_timeout_seconds} must "
                              f"exceed the {self.total_wait_seconds} s this deployment spends waiting")
         return self
+
+    def for_fleet(self, smallest_fleet: int) -> "TritonDeployment":
+        """The deployment SageMaker can run when the variant may hold only `smallest_fleet` instances at
+        deploy time (the endpoint keeps its autoscaled count, so that is the planned minimum or an
+        off-hours minimum). Below MIN_INSTANCES_FOR_STEPPED_DEPLOYMENT a canary, linear step or rolling
+        batch would be the whole fleet: such a fleet is replaced blue/green all at once, still baked
+        against the rollback alarms for wait_interval_seconds."""
+        if self.strategy == "all-at-once" or smallest_fleet >= MIN_INSTANCES_FOR_STEPPED_DEPLOYMENT:
+            return self
+        return self.model_copy(update={"strategy": "all-at-once", "size_percent": None,
+                                       "rollback_size_percent": None})
 
     @property
     def steps(self) -> int:

@@ -177,6 +177,13 @@ def build_config(model: Model, folder: FolderSpec) -> pb.ModelConfig:
         trt.parameters["max_workspace_size_bytes"] = str(accel.max_workspace_size_bytes)
         trt.parameters["trt_engine_cache_enable"] = "1"
         trt.parameters["trt_engine_cache_path"] = f"{TRT_ENGINE_CACHE}/{folder.name}"
+        # Explicit profile shapes (ONNX Runtime TensorRT options trt_profile_{min,opt,max}_shapes, passed
+        # through by Triton's onnxruntime backend: https://github.com/triton-inference-server/onnxruntime_backend):
+        # one engine covers batch 1 to max_batch_size. Without them the provider builds for the shapes it
+        # has seen and rebuilds when a larger batch arrives: warm-up at batch 1 and then at the largest
+        # batch would build twice, per model instance.
+        for bound, batch in profile_batches(serving).items():
+            trt.parameters[f"trt_profile_{bound}_shapes"] = profile_shapes(folder, batch)
 
     # The Python model only orchestrates calls to models that warm up themselves.
     if serving.warmup and folder.kind != "python":
@@ -189,10 +196,20 @@ def build_config(model: Model, folder: FolderSpec) -> pb.ModelConfig:
     return config
 
 
+def profile_batches(serving: TritonServing) -> dict[str, int]:
+    """Batch sizes of the TensorRT profile: the range the dynamic batcher can send, tuned for full batches."""
+    return {"min": 1, "opt": serving.max_batch_size, "max": serving.max_batch_size}
+
+
+def profile_shapes(folder: FolderSpec, batch: int) -> str:
+    """`name:BxD1x...` for every input, comma-separated: the format of trt_profile_*_shapes."""
+    return ",".join(f"{t.name}:{'x'.join(str(d) for d in (batch, *t.dims))}" for t in folder.inputs)
+
+
 def _add_warmup(config: pb.ModelConfig, folder: FolderSpec, max_batch_size: int) -> None:
-    """Warm up at batch 1 and at the largest batch: TensorRT builds its engines (and ONNX Runtime's TRT
-    provider its shape range) before /ping answers, not on the first requests. Zero data rather than
-    random: a random INT64 is not a valid token id."""
+    """Warm up at batch 1 and at the largest batch: the TensorRT engine (one, for the whole profile) is
+    built or loaded before /ping answers, not on the first requests. Zero data rather than random: a
+    random INT64 is not a valid token id."""
     for batch in sorted({1, max_batch_size}):
         sample = config.model_warmup.add(name=f"zeros-batch-{batch}", batch_size=batch)
         for tensor in folder.inputs:

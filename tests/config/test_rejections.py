@@ -200,6 +200,15 @@ CASES = {
         "environments.dev.network: set exactly one of 'create'"),
     "bad log retention": ("environments.yaml", _set("environments", "dev", "defaults", "log_retention_days", value=10),
                           "environments.dev.defaults.log_retention_days: must be one of 1, 3, 5"),
+    # A participant cannot create VPC endpoints or change route tables in a VPC shared with it
+    # (https://docs.aws.amazon.com/vpc/latest/userguide/vpc-share-limitations.html).
+    "endpoints in a shared vpc": (
+        "environments.yaml", _set("environments", "prod", "network", "import", "create_endpoints", value=True),
+        "environments.prod.network.import.create_endpoints: the VPC is shared from account 555555555555: "
+        "participants cannot create VPC endpoints"),
+    "bad vpc owner account": (
+        "environments.yaml", _set("environments", "prod", "network", "import", "owner_account", value="shared"),
+        "environments.prod.network.import.owner_account: String should match pattern"),
     "default environment missing": ("environments.yaml", _set("default_environment", value="qa"),
                                     "default_environment 'qa' is not one of the environments"),
 }

@@ -43,7 +43,7 @@ def test_vpc_flow_logs_go_to_an_encrypted_log_group(dev):
         "KmsKeyId": Match.object_like({"Fn::GetAtt": Match.any_value()}), "RetentionInDays": 14})
 
 
-@pytest.mark.parametrize("env", ["dev", "staging", "prod"])
+@pytest.mark.parametrize("env", ["dev", "staging"])
 def test_interface_and_gateway_endpoints(synthesized, env):
     template = Template.from_json(synthesized.template(env, "Foundation"))
     endpoints = template.find_resources("AWS::EC2::VPCEndpoint")
@@ -97,12 +97,33 @@ def test_prod_imports_its_vpc_and_topic(prod):
     prod.resource_count_is("AWS::EC2::VPC", 0)
     prod.resource_count_is("AWS::EC2::Subnet", 0)
     prod.resource_count_is("AWS::SNS::Topic", 0)
-    prod.has_resource_properties("AWS::EC2::VPCEndpoint", {
-        "VpcId": "vpc-0a1b2c3d4e5f60718", "VpcEndpointType": "Interface",
-        "SubnetIds": ["subnet-0a1b2c3d4e5f60001", "subnet-0a1b2c3d4e5f60002", "subnet-0a1b2c3d4e5f60003"]})
-    prod.has_resource_properties("AWS::EC2::VPCEndpoint", {
-        "VpcEndpointType": "Gateway",
-        "RouteTableIds": ["rtb-0a1b2c3d4e5f60001", "rtb-0a1b2c3d4e5f60002", "rtb-0a1b2c3d4e5f60003"]})
+
+
+def test_prod_leaves_the_shared_vpcs_endpoints_and_routes_to_its_owner(prod):
+    """prod's VPC is shared from the network account; participants cannot create VPC endpoints or change
+    route tables (https://docs.aws.amazon.com/vpc/latest/userguide/vpc-share-limitations.html)."""
+    prod.resource_count_is("AWS::EC2::VPCEndpoint", 0)
+    for kind in ("AWS::EC2::Route", "AWS::EC2::RouteTable", "AWS::EC2::SubnetRouteTableAssociation"):
+        prod.resource_count_is(kind, 0)
+
+
+def test_a_participant_cannot_wire_endpoints_into_a_shared_vpc():
+    import aws_cdk as cdk
+    from aws_cdk import aws_kms as kms, aws_logs as logs
+
+    from inferstack.constructs.network import InferenceNetwork
+    from inferstack.schema.models import Network
+
+    network = Network.model_validate({"import": {
+        "vpc_id": "vpc-0a1b2c3d4e5f60718", "vpc_cidr": "10.30.0.0/16", "owner_account": "555555555555",
+        "private_subnet_ids": ["subnet-0a1b2c3d4e5f60001", "subnet-0a1b2c3d4e5f60002"],
+        "private_subnet_route_table_ids": ["rtb-0a1b2c3d4e5f60001", "rtb-0a1b2c3d4e5f60002"],
+        "create_endpoints": True}})
+    stack = cdk.Stack(cdk.App(), "Participant", env=cdk.Environment(account="333333333333", region="us-west-2"))
+    with pytest.raises(ValueError, match="shared from account 555555555555"):
+        InferenceNetwork(stack, "Network", network=network, availability_zones=["us-west-2a", "us-west-2b"],
+                         key=kms.Key(stack, "Key"), log_retention=logs.RetentionDays.ONE_WEEK,
+                         removal_policy=cdk.RemovalPolicy.DESTROY)
 
 
 def test_foundation_pins_stateful_logical_ids(synthesized):

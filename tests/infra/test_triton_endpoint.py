@@ -92,6 +92,39 @@ def test_execution_role_is_least_privilege(case):
     assert "ManagedPolicyArns" not in role["Properties"] and "Policies" not in role["Properties"]
 
 
+def test_eni_condition_names_the_vpc_by_its_owners_arn(case, project):
+    """The ec2:Vpc condition must match the VPC's ARN, which carries the owning account: prod's VPC is
+    shared from the network account, dev's and staging's are their own."""
+    env, _, template = case
+    _, policy = only(template, "AWS::IAM::Policy")
+    statements = {s["Sid"]: s for s in policy["Properties"]["PolicyDocument"]["Statement"]}
+    arn = statements["VpcInterfaces"]["Condition"]["ArnEquals"]["ec2:Vpc"]
+    environment = project.environments[env]
+    owner = {"prod": "555555555555"}.get(env, environment.account)
+    assert owner == environment.network.vpc_owner(environment.account)
+    if env == "prod":  # an imported VPC: the ARN is a literal
+        assert arn == "arn:aws:ec2:us-west-2:555555555555:vpc/vpc-0a1b2c3d4e5f60718"
+    else:  # the foundation's VPC, imported by reference
+        parts = arn["Fn::Join"][1]
+        assert f":{environment.region}:{owner}:vpc/" in "".join(p for p in parts if isinstance(p, str))
+
+
+def test_execution_role_may_describe_exactly_the_rollback_alarms(case):
+    """Deployment guardrails: "Ensure that your IAM execution role has permission to perform the
+    cloudwatch:DescribeAlarms action on the auto-rollback alarms you specify"
+    (https://docs.aws.amazon.com/sagemaker/latest/dg/deployment-guardrails-configuration.html)."""
+    _, _, template = case
+    _, policy = only(template, "AWS::IAM::Policy")
+    statements = {s["Sid"]: s for s in policy["Properties"]["PolicyDocument"]["Statement"]}
+    describe = statements["RollbackAlarms"]
+    assert describe["Action"] == "cloudwatch:DescribeAlarms"
+    _, endpoint = only(template, "AWS::SageMaker::Endpoint")
+    rollback = [a["AlarmName"]["Ref"] for a in endpoint["Properties"]["DeploymentConfig"]
+                ["AutoRollbackConfiguration"]["Alarms"]]
+    assert sorted(r["Fn::GetAtt"][0] for r in describe["Resource"]) == sorted(rollback)
+    assert all(r["Fn::GetAtt"][1] == "Arn" for r in describe["Resource"])
+
+
 def test_image_asset_builds_from_container_triton_with_the_sdk_resolved_base(synthesized, project):
     assets_files = list((synthesized.outdir / "assembly-prod").glob("prod*t5spelling*.assets.json"))
     (assets_file,) = assets_files
@@ -133,8 +166,9 @@ def test_endpoint_config_variant_from_config(case, project):
     assert variant["InitialInstanceCount"] == model.capacity_for(env).min
     raw = raw_yaml(name)["serving"]
     assert variant["InferenceAmiVersion"] == raw["inference_ami_version"]
-    assert variant["ContainerStartupHealthCheckTimeoutInSeconds"] == (
-        model.serving.container_startup_health_check_timeout_seconds)
+    # From the model's size, its TensorRT engines and instance count (inferstack/triton/startup.py)
+    assert variant["ContainerStartupHealthCheckTimeoutInSeconds"] == {
+        "bert-large-classifier": 900, "t5-spelling": 540}[name]
     assert variant["ModelDataDownloadTimeoutInSeconds"] == model.serving.model_data_download_timeout_seconds
     assert "VolumeSizeInGB" not in variant
 
@@ -159,8 +193,8 @@ def test_data_capture_to_an_encrypted_logged_bucket(synthesized):
 
 # ---------------------------------------------------------------- endpoint and deployment guardrails
 
-def test_endpoint_keeps_the_fleet_and_rolls_back_on_alarms(case):
-    _, name, template = case
+def test_endpoint_keeps_the_fleet_and_rolls_back_on_alarms(case, project):
+    env, name, template = case
     endpoint_id, endpoint = only(template, "AWS::SageMaker::Endpoint")
     assert endpoint_id.startswith("TritonEndpoint")
     props = endpoint["Properties"]
@@ -175,11 +209,30 @@ def test_endpoint_keeps_the_fleet_and_rolls_back_on_alarms(case):
     raw = raw_yaml(name)["deployment"]
     policy = deployment["BlueGreenUpdatePolicy"]
     routing = policy["TrafficRoutingConfiguration"]
-    assert routing["Type"] == raw["strategy"].upper()
     assert routing["WaitIntervalInSeconds"] == raw["wait_interval_seconds"]
-    size_key = "CanarySize" if raw["strategy"] == "canary" else "LinearStepSize"
-    assert routing[size_key] == {"Type": "CAPACITY_PERCENT", "Value": raw["size_percent"]}
     assert policy["TerminationWaitInSeconds"] == raw["termination_wait_seconds"]
+    if project.model(name).capacity_for(env).min < 2:
+        # A canary or linear step of a one-instance fleet is the whole fleet: blue/green all at once.
+        assert routing == {"Type": "ALL_AT_ONCE", "WaitIntervalInSeconds": raw["wait_interval_seconds"]}
+    else:
+        assert routing["Type"] == raw["strategy"].upper()
+        size_key = "CanarySize" if raw["strategy"] == "canary" else "LinearStepSize"
+        assert routing[size_key] == {"Type": "CAPACITY_PERCENT", "Value": raw["size_percent"]}
+
+
+def test_guardrails_per_environment_follow_the_smallest_fleet(synthesized):
+    """CanarySize at most 50% and LinearStepSize 10-50% of the variant's instance count
+    (https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_TrafficRoutingConfig.html): dev and
+    staging run one instance at their minimum and deploy blue/green all at once; prod (two or more)
+    keeps the configured canary and linear shifts."""
+    routing = {(env, name): only(synthesized.template(env, name), "AWS::SageMaker::Endpoint")[1]["Properties"]
+               ["DeploymentConfig"]["BlueGreenUpdatePolicy"]["TrafficRoutingConfiguration"]["Type"]
+               for env in ENVS for name in TRITON_MODELS}
+    assert routing == {
+        ("dev", "bert-large-classifier"): "ALL_AT_ONCE", ("dev", "t5-spelling"): "ALL_AT_ONCE",
+        ("staging", "bert-large-classifier"): "ALL_AT_ONCE", ("staging", "t5-spelling"): "ALL_AT_ONCE",
+        ("prod", "bert-large-classifier"): "CANARY", ("prod", "t5-spelling"): "LINEAR"}
+    assert synthesized.stages["prod"].serving["t5-spelling"].triton.deployment.strategy == "linear"
 
 
 def test_endpoint_logical_ids_are_pinned(synthesized):
