@@ -163,10 +163,14 @@ def parse(path: Path) -> YamlDocument:
         text = raw.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise YamlSyntaxError(None, f"cannot read file: {exc}") from None
-    loader = _BoundedLoader(text)
+    loader = None
     try:
+        loader = _BoundedLoader(text)  # the reader rejects non-printable characters (NUL, ESC...) here
         node = loader.get_single_node()
         data = loader.construct_document(node) if node is not None else None
+    except yaml.reader.ReaderError as exc:
+        raise YamlSyntaxError(text.count("\n", 0, exc.position) + 1,
+                              f"malformed YAML: character #x{exc.character:04x} is not allowed") from None
     except _LimitExceeded as exc:
         raise YamlSyntaxError(exc.mark.line + 1 if exc.mark else None, exc.message, exc.path) from None
     except yaml.MarkedYAMLError as exc:
@@ -176,7 +180,8 @@ def parse(path: Path) -> YamlDocument:
     except yaml.YAMLError as exc:
         raise YamlSyntaxError(None, f"malformed YAML: {exc}") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     doc = YamlDocument(data)
     if node is not None:
         _index(node, (), doc)

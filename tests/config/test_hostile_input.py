@@ -228,3 +228,19 @@ def test_synth_reports_hostile_files_the_same_way_and_writes_nothing(config_copy
     assert result.returncode == 2
     assert_reported_cleanly(result.stderr)
     assert_nothing_written(outdir)
+
+
+@pytest.mark.parametrize("content, expected", [
+    # Found by test_fuzz_config: the reader's error was raised before the try that reports YAML errors.
+    (b"x: \x00\n", ":48: malformed YAML: character #x0000 is not allowed"),
+    (b"\x1b[31m: red\n", ":48: malformed YAML: character #x001b is not allowed"),
+    # Found by test_fuzz_config: a key holding a line break made the problem two lines.
+    (b'"\\r": 1\n', ":48: \\r: unknown key"),
+    (b'"a\\u2028b": 1\n', ":48: a\\u2028b: unknown key"),
+], ids=["NUL", "ESC", "CR in a key", "line separator in a key"])
+def test_control_characters_stay_on_one_line(config_copy, content, expected):
+    path = config_copy / "intent-bert.yaml"
+    assert len(path.read_text().splitlines()) == 47
+    path.write_bytes(path.read_bytes() + content)
+    problem = only_problem(config_copy, "intent-bert.yaml")
+    assert problem.isprintable() and problem == "model_configs/intent-bert.yaml" + expected
