@@ -1,7 +1,7 @@
 """Property-based fuzzing of the Neuron serving app over real HTTP: whatever the body and headers, every
 route answers 2xx or 4xx (never 5xx), the worker stays up, and /ping still answers afterwards.
 
-One real server (serve.py with the tiny CPU artifact) serves the whole module. Bodies are random bytes,
+One real server (serve.py with the tiny CPU artifact) serves every property. Bodies are random bytes,
 random JSON, and near-valid KServe v2 requests with wrong types, shapes, datatypes, huge or negative
 dimensions, binary tails and header lengths that lie. Derandomized (tests/conftest.py)."""
 
@@ -213,14 +213,14 @@ def model_request(draw) -> dict:
 
 @settings(max_examples=fuzz_examples(100), deadline=None)
 @given(model_request(), st.sampled_from(INFER_ROUTES))
-def test_requests_that_reach_the_model_never_5xx(server, http, body, route):
+def requests_that_reach_the_model(server, http, body, route):
     response = send(server, http, "POST", route, json.dumps(body).encode(), {"Content-Type": "application/json"})
     assert response.status_code in (200, 400), response.text
 
 
 @settings(max_examples=fuzz_examples(300), deadline=None)
 @given(kserve_request(), st.sampled_from(INFER_ROUTES))
-def test_near_valid_kserve_requests_never_5xx(server, http, request_and_headers, route):
+def near_valid_kserve_requests(server, http, request_and_headers, route):
     body, headers = request_and_headers
     response = send(server, http, "POST", route, body, headers)
     if response.status_code != 200:
@@ -229,7 +229,7 @@ def test_near_valid_kserve_requests_never_5xx(server, http, request_and_headers,
 
 @settings(max_examples=fuzz_examples(150), deadline=None)
 @given(json_values, st.sampled_from(INFER_ROUTES + OTHER_POST_ROUTES))
-def test_random_json_never_5xx(server, http, value, route):
+def random_json(server, http, value, route):
     send(server, http, "POST", route, json.dumps(value).encode(), {"Content-Type": "application/json"})
 
 
@@ -238,18 +238,25 @@ def test_random_json_never_5xx(server, http, value, route):
                  st.sampled_from([b"[" * 5000, b'{"inputs":' * 1500, b"\xff\xfe", b"\x00" * 100,
                                   b'{"inputs": [{"name": "TEXT"' + b" " * (MAX_BODY + 1)])),
        st.sampled_from(INFER_ROUTES + OTHER_POST_ROUTES))
-def test_random_bytes_never_5xx(server, http, body, route):
+def random_bytes(server, http, body, route):
     send(server, http, "POST", route, body, {"Content-Type": "application/octet-stream"})
 
 
 @settings(max_examples=fuzz_examples(60), deadline=None)
 @given(st.sampled_from(GET_ROUTES + INFER_ROUTES), st.sampled_from(["GET", "PUT", "DELETE", "PATCH", "OPTIONS"]),
        st.binary(max_size=50))
-def test_other_methods_never_5xx(server, http, route, method, body):
+def other_methods(server, http, route, method, body):
     send(server, http, method, route, body)
 
 
-def test_server_still_answers_after_the_fuzzing(server, http):
+PROPERTIES = [requests_that_reach_the_model, near_valid_kserve_requests, random_json, random_bytes, other_methods]
+
+
+def test_every_route_answers_2xx_or_4xx_and_the_server_stays_up(server, http):
+    # The properties run in one test so that one server serves them all, however pytest-xdist splits the
+    # suite. A failure names its property and its (shrunk) falsifying example.
+    for prop in PROPERTIES:
+        prop(server, http)
     assert_still_up(server, http)
     ok = http.post(server.url + INFER_ROUTES[0], timeout=60, json={
         "inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1], "data": ["still serving"]}]})
