@@ -12,6 +12,24 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG_DIR = ROOT / "model_configs"
 
+# Hypothesis (the fuzz-marked tests): derandomized, so every run, local or CI, tries the same examples and
+# a failure reproduces; no example database written into the checkout. To hunt for new bugs by hand:
+# HYPOTHESIS_PROFILE=explore FUZZ_SCALE=20 (fresh random examples, twenty times as many).
+try:
+    from hypothesis import HealthCheck, settings
+
+    settings.register_profile("ci", derandomize=True, database=None, print_blob=True,
+                              suppress_health_check=[HealthCheck.too_slow])
+    settings.register_profile("explore", parent=settings.get_profile("ci"), derandomize=False)
+    settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+except ImportError:  # only the fuzz tests need it
+    pass
+
+
+def fuzz_examples(count: int) -> int:
+    """A fuzz test's example count: modest by default (the suite stays fast), scaled by FUZZ_SCALE."""
+    return count * int(os.environ.get("FUZZ_SCALE", "1"))
+
 _node_bin = ROOT / "node_modules" / ".bin"
 if _node_bin.is_dir() and not os.environ.get("PATH", "").startswith(str(_node_bin)):
     os.environ["PATH"] = f"{_node_bin}{os.pathsep}{os.environ.get('PATH', '')}"

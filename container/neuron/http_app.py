@@ -22,7 +22,7 @@ from starlette.routing import Route
 
 import metrics
 from batcher import BatcherClosed, DynamicBatcher
-from protocol import HEADER_LENGTH, MODEL_VERSION, ModelInterface, ProtocolError
+from protocol import HEADER_LENGTH, MODEL_VERSION, ModelInterface, ProtocolError, parse_json
 
 log = logging.getLogger("http")
 SERVER_NAME = "inferstack-neuron"
@@ -163,11 +163,9 @@ def build_app(*, interface: ModelInterface, state: ServerState, max_body_bytes: 
     async def repository_index(request: Request) -> Response:
         try:
             body = await read_body(request, max_body_bytes)
-            options = json.loads(body) if body.strip() else {}
+            options = parse_json(body, "body") if body.strip() else {}
         except ProtocolError as exc:
             return error(str(exc), exc.status)
-        except ValueError as exc:
-            return error(f"body: malformed JSON: {exc}", 400)
         if not isinstance(options, dict):
             return error("body: expected a JSON object", 400)
         entry = {"name": name, "version": MODEL_VERSION, "state": "READY" if ready() else "UNAVAILABLE"}

@@ -43,16 +43,30 @@ class InferRequest:
 
 
 def _flatten(data: Any, field: str) -> list:
+    """Row-major values of a nested JSON list, one nesting level at a time: a loop, not recursion, so
+    data nested as deep as the JSON parser allows cannot exhaust the stack."""
     if not isinstance(data, list):
         raise ProtocolError(f"{field}: expected a list of values")
-    if data and isinstance(data[0], list):
+    while data and isinstance(data[0], list):
         flat: list = []
         for item in data:
-            flat.extend(_flatten(item, field))
-        return flat
+            if not isinstance(item, list):
+                raise ProtocolError(f"{field}: ragged nesting")
+            flat.extend(item)
+        data = flat
     if any(isinstance(item, list) for item in data):
         raise ProtocolError(f"{field}: ragged nesting")
     return data
+
+
+def parse_json(raw: bytes, field: str) -> Any:
+    """JSON from a request, or a 400 naming ``field``: malformed, not UTF-8, a number of more than
+    4,300 digits (int() refuses it) or nesting deeper than the parser's recursion allows."""
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        message = "nested too deeply" if isinstance(exc, RecursionError) else " ".join(str(exc).split())[:200]
+        raise ProtocolError(f"{field}: malformed JSON: {message}") from None
 
 
 def _decode_binary_strings(chunk: bytes, count: int, field: str) -> list[str]:
@@ -65,7 +79,10 @@ def _decode_binary_strings(chunk: bytes, count: int, field: str) -> list[str]:
         offset += 4
         if offset + length > len(chunk):
             raise ProtocolError(f"{field}: binary BYTES element overruns the data")
-        out.append(chunk[offset : offset + length].decode("utf-8", errors="strict"))
+        try:
+            out.append(chunk[offset : offset + length].decode("utf-8", errors="strict"))
+        except UnicodeDecodeError as exc:
+            raise ProtocolError(f"{field}[{len(out)}]: not UTF-8 ({exc.reason} at byte {exc.start})") from None
         offset += length
     if offset != len(chunk):
         raise ProtocolError(f"{field}: binary BYTES data has {len(chunk) - offset} extra bytes")
@@ -113,10 +130,7 @@ class ModelInterface:
 
     def parse(self, body: bytes, header_length: str | None) -> InferRequest:
         json_part, binary = self._split(body, header_length)
-        try:
-            request = json.loads(json_part)
-        except (UnicodeDecodeError, ValueError) as exc:
-            raise ProtocolError(f"body: malformed JSON: {exc}") from None
+        request = parse_json(json_part, "body")
         if not isinstance(request, dict):
             raise ProtocolError("body: expected a JSON object with an 'inputs' list")
         request_id = request.get("id")
@@ -206,6 +220,11 @@ class ModelInterface:
                 raise ProtocolError(f"{where}.data[{k}]: expected a string, got {type(value).__name__}")
             if len(value) > self.max_text_chars:
                 raise ProtocolError(f"{where}.data[{k}]: text of {len(value)} characters exceeds the limit of {self.max_text_chars}", 413)
+            if not value.isascii():
+                try:  # JSON's "\ud800" escapes decode to lone surrogates, which the tokenizer cannot take
+                    value.encode("utf-8")
+                except UnicodeEncodeError as exc:
+                    raise ProtocolError(f"{where}.data[{k}]: not valid Unicode ({exc.reason} at character {exc.start})") from None
         return list(values)
 
     def _integers(self, name: str, values: Any, shape: list[int], where: str) -> np.ndarray:

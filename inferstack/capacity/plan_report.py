@@ -73,7 +73,8 @@ def build(project: Project, envs: Sequence[str], *, compare: bool = False) -> li
         for model in project.models:
             row = _row(project, model, env)
             if compare:
-                options = [_row(project, model, env, itype) for itype in sorted(model.throughput_profile)]
+                options = [_row(project, model, env, itype) for itype in sorted(model.throughput_profile)
+                           if _plannable(model, env, project.environments[env], itype)]
                 eligible = [o for o in options if o.meets_slo]
                 best = min(eligible, key=lambda o: (o.cost_per_hour, o.cost_per_million)) if eligible else None
                 options = [o if o is not best else _mark_cheapest(o) for o in options]
@@ -81,6 +82,16 @@ def build(project: Project, envs: Sequence[str], *, compare: bool = False) -> li
                                  "cheapest": best is not None and best.instance_type == row.instance_type})
             rows.append(row)
     return rows
+
+
+def _plannable(model, env: str, environment, instance_type: str) -> bool:
+    """Validation plans only the deployed instance type; another profiled type whose figures no finite
+    fleet can serve is left out of the comparison (it could never be the cheapest that meets the SLO)."""
+    try:
+        planning.plan(model, env, environment, instance_type=instance_type)
+    except planning.FleetBeyondCount:
+        return False
+    return True
 
 
 def _fields(row: PlanRow) -> dict:

@@ -19,6 +19,11 @@ class PlanningError(ValueError):
     """The configuration cannot be planned at all (e.g. no profile for the chosen instance type)."""
 
 
+class FleetBeyondCount(PlanningError):
+    """Peak over per-instance throughput is not a finite number of instances (a throughput so small,
+    or a peak so large, that the division overflows): no max capacity can carry it."""
+
+
 def target_per_minute(throughput_per_second: float, safety_factor: float) -> float:
     """Autoscaling target in requests per instance per minute, the unit of both ALBRequestCountPerTarget
     and SageMakerVariantInvocationsPerInstance: measured max RPS x safety factor x 60."""
@@ -70,6 +75,11 @@ def plan(model: Model, env_name: str, environment: Environment, *, instance_type
         raise PlanningError(f"no throughput_profile entry for {instance_type} (the instance type used in {env_name})")
     safety = capacity.safety_factor if capacity.safety_factor is not None else environment.defaults.safety_factor
     per_instance = point.throughput_per_second * safety
+    needed = slo.peak_tps / per_instance if per_instance > 0 else math.inf  # both factors > 0 may underflow to 0
+    if not math.isfinite(needed):
+        raise FleetBeyondCount(
+            f"peak {slo.peak_tps:g} TPS at {point.throughput_per_second:g}/s x safety factor {safety:g} per "
+            f"{instance_type} needs more instances than can be counted")
     return CapacityPlan(
         model=model.name,
         environment=env_name,
@@ -80,7 +90,7 @@ def plan(model: Model, env_name: str, environment: Environment, *, instance_type
         peak_tps=slo.peak_tps,
         safety_factor=safety,
         # A tiny epsilon keeps float noise (e.g. 3.0000000004) from adding an instance.
-        instances_at_peak=max(1, math.ceil(slo.peak_tps / per_instance - 1e-9)),
+        instances_at_peak=max(1, math.ceil(needed - 1e-9)),
         min_capacity=capacity.min,
         max_capacity=capacity.max,
     )

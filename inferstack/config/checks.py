@@ -161,6 +161,9 @@ def _check_neuron_load_balancer(model: NeuronEcsModel, environment: Environment)
 def _check_plan(model: Model, env_name: str, environment: Environment) -> Iterator[Finding]:
     try:
         result = planning.plan(model, env_name, environment)
+    except planning.FleetBeyondCount as exc:
+        yield _capacity_key(model, env_name, "max"), str(exc)
+        return
     except planning.PlanningError as exc:
         yield ("throughput_profile",), str(exc)
         return

@@ -3,6 +3,7 @@ each naming its file, line and key path."""
 
 from __future__ import annotations
 
+import reprlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -150,7 +151,7 @@ def _parse(path: Path, problems: list[Problem], config_dir: Path) -> YamlDocumen
     try:
         doc = parse(path)
     except YamlSyntaxError as exc:
-        problems.append(Problem(_display(path, config_dir), exc.line, "", str(exc)))
+        problems.append(Problem(_display(path, config_dir), exc.line, ".".join(map(str, exc.key)), str(exc)))
         return None
     for key, line in doc.duplicate_keys:
         problems.append(Problem(_display(path, config_dir), line, ".".join(map(str, key)), "duplicate key"))
@@ -180,7 +181,17 @@ def _message(error: dict) -> str:
     message = error["msg"].removeprefix("Value error, ")
     if kind in {"value_error", "assertion_error"}:
         return message
-    return f"{message} (got {error.get('input')!r})"
+    return f"{message} (got {_brief(error.get('input'))})"
+
+
+_BRIEF = reprlib.Repr()  # Python 3.11's Repr takes no arguments
+_BRIEF.maxlevel, _BRIEF.maxstring, _BRIEF.maxother, _BRIEF.maxlong = 2, 60, 60, 40
+_BRIEF.maxdict = _BRIEF.maxlist = _BRIEF.maxtuple = _BRIEF.maxset = 4
+
+
+def _brief(value: object) -> str:
+    """The offending input, cut short: a config value may be a 200 KB string or a 10,000-node list."""
+    return _BRIEF.repr(value)
 
 
 def _load_model(path: Path, problems: list[Problem], config_dir: Path):

@@ -13,10 +13,19 @@ class Problem:
     message: str
 
     def __str__(self) -> str:
-        where = self.file if self.line is None else f"{self.file}:{self.line}"
-        # Keep every problem on one line, whatever the underlying message contained.
+        # Keep every problem on one line, whatever the file name, the key (a YAML key may hold "\r" or
+        # "\u2028") or the underlying message contained.
+        file = _printable(self.file)
+        where = file if self.line is None else f"{file}:{self.line}"
         message = " ".join(self.message.split())
-        return f"{where}: {self.key}: {message}" if self.key else f"{where}: {message}"
+        return f"{where}: {_printable(self.key)}: {message}" if self.key else f"{where}: {message}"
+
+
+def _printable(text: str) -> str:
+    """`text` with control and line-breaking characters written as escapes (\\r, \\x1b, \\u2028)."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
 class ConfigError(Exception):

@@ -20,6 +20,8 @@ DIGEST_PATTERN = r"^sha256:[0-9a-f]{64}$"
 REPOSITORY_URI_PATTERN = (r"^(?P<account>\d{12})\.dkr\.ecr\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(\.cn)?"
                           r"/(?P<name>[a-z0-9]+(?:[._/-][a-z0-9]+)*)$")
 Finding = tuple[str, str]  # (key path, message)
+# A pin holds one image per model (~300 bytes each); 1 MiB is thousands of models, read in milliseconds.
+MAX_PIN_BYTES = 1024 * 1024
 
 
 class PinnedImage(Frozen):
@@ -75,7 +77,11 @@ class ReleasePin(Frozen):
 def read(path: Path) -> tuple[ReleasePin | None, list[tuple[str, int | None, str]]]:
     """The pin at `path`, or the (key, line, message) problems that keep it from loading."""
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as stream:
+            raw = stream.read(MAX_PIN_BYTES + 1)
+        if len(raw) > MAX_PIN_BYTES:
+            return None, [("", None, f"file is larger than {MAX_PIN_BYTES} bytes (the limit for a pin file)")]
+        text = raw.decode("utf-8")
     except FileNotFoundError:
         return None, [("", None, "file not found; run `python -m inferstack promote ... --apply` to write it")]
     except (OSError, UnicodeDecodeError) as exc:
@@ -84,6 +90,8 @@ def read(path: Path) -> tuple[ReleasePin | None, list[tuple[str, int | None, str
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         return None, [("", exc.lineno, f"not valid JSON: {exc.msg}")]
+    except (ValueError, RecursionError) as exc:  # a 5,000-digit integer, arrays nested thousands deep
+        return None, [("", None, f"not valid JSON: {' '.join(str(exc).split())[:200]}")]
     try:
         return ReleasePin.model_validate(data), []
     except ValidationError as exc:

@@ -28,7 +28,9 @@ LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 
 
 
 class Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", str_strip_whitespace=True)
+    # allow_inf_nan=False: no number in a config may be nan or infinite (YAML's .nan/.inf, 1.0e400, or a
+    # string such as "1e400" that parses to infinity); every capacity formula assumes finite inputs.
+    model_config = ConfigDict(frozen=True, extra="forbid", str_strip_whitespace=True, allow_inf_nan=False)
 
 
 Name = Annotated[str, Field(pattern=NAME_PATTERN, description="lower-case letters, digits and dashes")]

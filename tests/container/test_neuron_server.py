@@ -180,6 +180,13 @@ def binary_text_request(texts: list[str], declared: int | None = None) -> tuple[
     return header + raw, {"Inference-Header-Content-Length": str(len(header))}
 
 
+def binary_bytes_request(elements: list[bytes]) -> tuple[bytes, dict]:
+    raw = b"".join(struct.pack("<I", len(e)) + e for e in elements)
+    header = json.dumps({"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [len(elements)],
+                                     "parameters": {"binary_data_size": len(raw)}}]}).encode()
+    return header + raw, {"Inference-Header-Content-Length": str(len(header))}
+
+
 def ids_input(shape, data, name="input_ids"):
     return {"name": name, "datatype": "INT64", "shape": shape, "data": data}
 
@@ -209,6 +216,13 @@ MALFORMED = [
     ("unknown output", json.dumps(text_body(["a"], outputs=[{"name": "probabilities"}])).encode(), {}, 400, "outputs[0].name"),
     ("bad binary header", b'{"inputs": []}', {"Inference-Header-Content-Length": "999"}, 400, "Inference-Header-Content-Length"),
     ("binary size overrun", *binary_text_request(["abc"], declared=50), 400, "binary_data_size"),
+    # Found by tests/container/test_fuzz_http.py (500s before): JSON nested past the parser's recursion
+    # limit, a lone surrogate (the "\ud800" escape) that the tokenizer refuses, binary BYTES not UTF-8.
+    ("nested too deeply", b"[" * 50_000, {}, 400, "body: malformed JSON: nested too deeply"),
+    ("lone surrogate", json.dumps(text_body(["ok", "a\ud800b"])).encode(), {}, 400,
+     "inputs[0].data[1]: not valid Unicode (surrogates not allowed at character 1)"),
+    ("binary BYTES not UTF-8", *binary_bytes_request([b"ok", b"\xff\xfe"]), 400,
+     "inputs[0].data[1]: not UTF-8 (invalid start byte at byte 0)"),
 ]
 
 
@@ -220,6 +234,13 @@ def test_malformed_input_gets_a_json_4xx_naming_the_field(server, case, body, he
     assert response.status_code == status, response.text
     error = response.json()["error"]
     assert error.startswith(field) or field in error, error
+
+
+def test_repository_index_rejects_json_nested_too_deeply(server):
+    # Found by tests/container/test_fuzz_http.py: the RecursionError was a 500.
+    response = requests.post(server.url + "/v2/repository/index", data=b"[" * 50_000)
+    assert response.status_code == 400
+    assert response.json() == {"error": "body: malformed JSON: nested too deeply"}
 
 
 def test_worker_survives_bad_input(server):
