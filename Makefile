@@ -6,9 +6,10 @@ PYTHON := $(VENV)/bin/python
 # Node 22 from package.json (the `node` package) comes first: the machine's Node 20 is end-of-life.
 export PATH := $(CURDIR)/node_modules/.bin:$(CURDIR)/$(VENV)/bin:$(PATH)
 export CDK_DISABLE_CLI_TELEMETRY := true
-PYTEST_ARGS ?= -n 2
+# loadgroup: tests marked xdist_group (one Triton server each) stay on one worker; others spread as with load.
+PYTEST_ARGS ?= -n 2 --dist loadgroup
 
-.PHONY: setup synth test validate clean constraints
+.PHONY: setup synth test test-real-triton validate clean constraints
 setup: .make/python .make/node
 
 .make/python: requirements.txt requirements-dev.txt constraints.txt
@@ -33,6 +34,21 @@ test: setup
 
 clean:
 	rm -rf cdk.out .make
+
+# Side environment of the real-Triton tier (tests/real_triton/): tritonserver 2.51 from nvidia-pytriton,
+# numpy < 2 for its Python backend stub, onnxruntime for the onnxruntime stand-in backend; plus the
+# loopback-bind shim (the SageMaker front end binds 0.0.0.0). Kept out of .venv (numpy 2.x there).
+TRITON_VENV := .venv-triton
+.make/triton: requirements-triton.txt inferstack/rehearsal/loopback_bind.c
+	@mkdir -p .make
+	rm -rf $(TRITON_VENV)
+	python3 -m venv $(TRITON_VENV)
+	$(TRITON_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-triton.txt
+	cc -shared -fPIC -O2 -o $(TRITON_VENV)/lib/loopback_bind.so inferstack/rehearsal/loopback_bind.c -ldl
+	@touch $@
+
+test-real-triton: setup .make/triton
+	$(PYTHON) -m pytest -m real_triton tests/real_triton $(PYTEST_ARGS)
 
 # Refresh the transitive pins after changing requirements*.txt (torch stays pinned by its requirement).
 constraints:
