@@ -6,8 +6,7 @@ PYTHON := $(VENV)/bin/python
 # Node 22 from package.json (the `node` package) comes first: the machine's Node 20 is end-of-life.
 export PATH := $(CURDIR)/node_modules/.bin:$(CURDIR)/$(VENV)/bin:$(PATH)
 export CDK_DISABLE_CLI_TELEMETRY := true
-# loadgroup: tests marked xdist_group (one Triton server each) stay on one worker; others spread as with load.
-PYTEST_ARGS ?= -n 2 --dist loadgroup
+PYTEST_ARGS ?= -n 2
 
 .PHONY: setup synth test test-real-triton validate clean constraints
 setup: .make/python .make/node
