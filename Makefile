@@ -10,8 +10,8 @@ export PATH := $(CURDIR)/node_modules/.bin:$(CURDIR)/$(VENV)/bin:$(PATH)
 export CDK_DISABLE_CLI_TELEMETRY := true
 PYTEST_ARGS ?= -n 2
 
-.PHONY: setup synth test validate clean constraints rehearse-images
-setup: .make/python .make/node .make/checkov .make/images
+.PHONY: setup synth test test-real-triton validate clean constraints rehearse-images
+setup: .make/python .make/node .make/checkov .make/images .make/triton
 
 .make/python: requirements.txt requirements-dev.txt constraints.txt
 	@mkdir -p .make
@@ -50,7 +50,22 @@ test: setup
 	$(PYTHON) -m pytest $(PYTEST_ARGS)
 
 clean:
-	rm -rf cdk.out cdk.out.images .make .venv-images $(CHECKOV_VENV)
+	rm -rf cdk.out cdk.out.images .make .venv-images $(CHECKOV_VENV) .venv-triton
+
+# Side environment of the real-Triton tier (tests/real_triton/): tritonserver 2.51 from nvidia-pytriton,
+# numpy < 2 for its Python backend stub, onnxruntime for the onnxruntime stand-in backend; plus the
+# loopback-bind shim (the SageMaker front end binds 0.0.0.0). Kept out of .venv (numpy 2.x there).
+TRITON_VENV := .venv-triton
+.make/triton: requirements-triton.txt inferstack/rehearsal/loopback_bind.c
+	@mkdir -p .make
+	rm -rf $(TRITON_VENV)
+	python3 -m venv $(TRITON_VENV)
+	$(TRITON_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-triton.txt
+	cc -shared -fPIC -O2 -o $(TRITON_VENV)/lib/loopback_bind.so inferstack/rehearsal/loopback_bind.c -ldl
+	@touch $@
+
+test-real-triton: setup .make/triton
+	$(PYTHON) -m pytest -m real_triton tests/real_triton $(PYTEST_ARGS)
 
 # Refresh the transitive pins after changing requirements*.txt (torch stays pinned by its requirement).
 constraints:
