@@ -8,7 +8,7 @@ export PATH := $(CURDIR)/node_modules/.bin:$(CURDIR)/$(VENV)/bin:$(PATH)
 export CDK_DISABLE_CLI_TELEMETRY := true
 PYTEST_ARGS ?= -n 2
 
-.PHONY: setup synth test validate clean constraints
+.PHONY: setup synth test validate clean constraints rehearse-deploy
 setup: .make/python .make/node
 
 .make/python: requirements.txt requirements-dev.txt constraints.txt
@@ -30,6 +30,11 @@ synth: setup
 
 test: setup
 	$(PYTHON) -m pytest $(PYTEST_ARGS)
+
+# The README's deploy path with the real CDK CLI against moto's server (patched: inferstack/rehearsal/):
+# bootstrap, deploy every dev stack pinned to a release, smoke, promote, destroy; prints a report.
+rehearse-deploy: setup
+	$(PYTHON) -m inferstack.rehearsal.cli_deploy
 
 clean:
 	rm -rf cdk.out .make
