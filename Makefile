@@ -10,7 +10,7 @@ export PATH := $(CURDIR)/node_modules/.bin:$(CURDIR)/$(VENV)/bin:$(PATH)
 export CDK_DISABLE_CLI_TELEMETRY := true
 PYTEST_ARGS ?= -n 2
 
-.PHONY: setup synth test test-real-triton validate clean constraints rehearse-images
+.PHONY: setup synth test test-real-triton validate clean constraints rehearse-images rehearse-deploy
 setup: .make/python .make/node .make/checkov .make/images .make/triton
 
 .make/python: requirements.txt requirements-dev.txt constraints.txt
@@ -48,6 +48,11 @@ synth: .make/python .make/node
 
 test: setup
 	$(PYTHON) -m pytest $(PYTEST_ARGS)
+
+# The README's deploy path with the real CDK CLI against moto's server (patched: inferstack/rehearsal/):
+# bootstrap, deploy every dev stack pinned to a release, smoke, promote, destroy; prints a report.
+rehearse-deploy: setup
+	$(PYTHON) -m inferstack.rehearsal.cli_deploy
 
 clean:
 	rm -rf cdk.out cdk.out.images .make .venv-images $(CHECKOV_VENV) .venv-triton

@@ -1,0 +1,337 @@
+"""Named workarounds for defects of the AWS emulator (moto 5.2.5) that the CLI deploy rehearsal runs
+against. Each patch changes moto, in the emulator's own process, before its server starts: never the
+templates under test. One patch per defect, each with the moto version it was found on, and a unit test
+(tests/rehearsal/test_cli_deploy.py) that fails without it and passes with it at the moto-backend level.
+
+    from inferstack.rehearsal import moto_patches
+    with moto_patches.applied():          # or moto_patches.apply_all() for the life of the process
+        ...
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+MOTO_VERSION = "5.2.5"  # the version these defects were found on; the server refuses to start on another one
+
+Undo = Callable[[], None]
+
+
+@dataclass(frozen=True)
+class Patch:
+    name: str
+    defect: str  # what moto does wrong, as the rehearsal report lists it
+    apply: Callable[[], Undo]
+
+
+def _replace(owner, attribute: str, replacement) -> Undo:
+    original = owner.__dict__[attribute]
+    setattr(owner, attribute, replacement)
+    return lambda: setattr(owner, attribute, original)
+
+
+# ----------------------------------------------------------------------------- account-from-access-key
+
+ACCOUNT_KEY = re.compile(r"^\d{12}$")
+CREDENTIAL = re.compile(r"Credential=(\d{12})/")  # SigV4: Credential=<key id>/<date>/<region>/...
+
+
+def _account_from_access_key() -> Undo:
+    """An access key id of 12 digits that moto's IAM does not know acts as that account, so one emulator
+    serves several accounts (dev and staging for promote) and the CDK CLI's STS GetCallerIdentity reports
+    the account the stacks are for. moto reads only 20-character key ids from a request's signature and maps
+    unknown ones to its default account. Keys moto issued (assume-role credentials) keep their own account."""
+    from moto.core.responses import BaseResponse
+    from moto.iam import models as iam_models
+
+    original_key = BaseResponse.__dict__["get_access_key"]
+    original_account = iam_models.get_account_id_from
+
+    def get_access_key(self) -> str:
+        found = CREDENTIAL.search(self.headers.get("Authorization") or "")
+        return found.group(1) if found else original_key(self)
+
+    def get_account_id_from(access_key: str) -> str:
+        account = original_account(access_key)
+        if account == iam_models.DEFAULT_ACCOUNT_ID and ACCOUNT_KEY.fullmatch(access_key or ""):
+            return access_key
+        return account
+
+    undo_key = _replace(BaseResponse, "get_access_key", get_access_key)
+    iam_models.get_account_id_from = get_account_id_from
+
+    def undo() -> None:
+        undo_key()
+        iam_models.get_account_id_from = original_account
+    return undo
+
+
+# ----------------------------------------------------------------------------- kms-key-cloudformation-tags
+
+def _kms_key_cloudformation_tags() -> Undo:
+    """AWS::KMS::Key's `Tags` are CloudFormation tags ({Key, Value}); moto's handler passes them to its KMS
+    API code, which reads the KMS API's shape ({TagKey, TagValue}): KeyError: 'TagKey', the change set
+    fails. Translate them before the handler runs."""
+    from moto.kms.models import Key
+
+    original = Key.__dict__["create_from_cloudformation_json"].__func__
+
+    def create_from_cloudformation_json(cls, resource_name, cloudformation_json, account_id, region_name, **kwargs):
+        tags = (cloudformation_json.get("Properties") or {}).get("Tags")
+        if tags and all("Key" in t for t in tags):
+            cloudformation_json = copy.deepcopy(cloudformation_json)
+            cloudformation_json["Properties"]["Tags"] = [{"TagKey": t["Key"], "TagValue": t["Value"]} for t in tags]
+        return original(cls, resource_name, cloudformation_json, account_id, region_name, **kwargs)
+
+    return _replace(Key, "create_from_cloudformation_json", classmethod(create_from_cloudformation_json))
+
+
+# ----------------------------------------------------------------------------- change-set-outputs-and-exports
+
+def _change_set_outputs_and_exports() -> Undo:
+    """The CDK CLI deploys through change sets. moto's ExecuteChangeSet of a CREATE change set applies the
+    resources to a stack that was built with an empty template and no view of the region's exports, and
+    never builds its outputs or registers its exports: the stack reports CREATE_COMPLETE with no outputs
+    (CDKToolkit has no BootstrapVersion, so the CLI cannot find the bootstrap), and the next stack's
+    Fn::ImportValue fails with `No export named ... found`. Execute a CREATE change set the way moto's own
+    CreateStack creates a stack (dependency order, the region's exports, outputs, exports registered) and
+    rebuild outputs and exports after an UPDATE change set."""
+    from moto.cloudformation.models import CloudFormationBackend
+
+    original = CloudFormationBackend.__dict__["execute_change_set"]
+
+    def execute_change_set(self, change_set_name: str, stack_name: str | None = None) -> None:
+        change_set = self.change_sets.get(change_set_name) or next(
+            (c for c in self.change_sets.values() if c.change_set_name == change_set_name
+             and stack_name in (None, c.stack_name, c.stack_id)), None)
+        if change_set is None or change_set.change_set_type != "CREATE":
+            original(self, change_set_name, stack_name)
+            if change_set is not None:
+                stack = self.stacks[change_set.stack_id]
+                stack.output_map = stack._create_output_map()
+                for name in [n for n, e in self.exports.items() if e.exporting_stack_id == stack.stack_id]:
+                    del self.exports[name]
+                self._validate_export_uniqueness(stack)
+                self.exports.update({e.name: e for e in stack.exports})
+            return
+        stack = self.stacks[change_set.stack_id]
+        stack.template = change_set.template
+        stack._parse_template()
+        stack.parameters = change_set.parameters
+        stack.cross_stack_resources = self.exports
+        stack._add_stack_event("CREATE_IN_PROGRESS", resource_status_reason="User Initiated")
+        no_outputs = stack.output_map  # built for the empty template: outputs are evaluated when read
+        try:
+            stack.resource_map = stack._create_resource_map()
+            stack.create_resources()
+            stack.output_map = stack._create_output_map()
+            self._validate_export_uniqueness(stack)
+            self.exports.update({e.name: e for e in stack.exports})
+        except Exception as exc:  # moto raised mid-create: a failed stack, as AWS would report it
+            stack.output_map = no_outputs
+            stack.status = "CREATE_FAILED"
+            stack._add_stack_event("CREATE_FAILED", resource_status_reason=f"{type(exc).__name__}: {exc}")
+            change_set.execution_status = "EXECUTE_FAILED"
+            return
+        change_set.execution_status = "EXECUTE_COMPLETE"
+
+    return _replace(CloudFormationBackend, "execute_change_set", execute_change_set)
+
+
+# ----------------------------------------------------------------------------- template-url-on-loopback
+
+LOOPBACK_HOSTS = ("127.0.0.1", "::1")
+
+
+def _template_url_on_loopback() -> Undo:
+    """With AWS_ENDPOINT_URL set, the CDK CLI uploads the template to the emulator and passes its path-style
+    URL (http://127.0.0.1:<port>/<bucket>/<key>) as TemplateURL. moto reads the bucket from the path only for
+    `localhost` URLs and otherwise takes the host's first label as the bucket ("127"): NoSuchBucket. Read a
+    loopback address like localhost."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    from moto.cloudformation.responses import CloudFormationResponse
+
+    original = CloudFormationResponse.__dict__["_get_stack_from_s3_url"]
+
+    def _get_stack_from_s3_url(self, template_url: str) -> str:
+        parts = urlsplit(template_url)
+        if parts.hostname in LOOPBACK_HOSTS:
+            netloc = "localhost" + (f":{parts.port}" if parts.port else "")
+            template_url = urlunsplit(parts._replace(netloc=netloc))
+        return original(self, template_url)
+
+    return _replace(CloudFormationResponse, "_get_stack_from_s3_url", _get_stack_from_s3_url)
+
+
+# ----------------------------------------------------------------------------- custom-resources-without-docker
+
+# (stack id, logical id, resource type) of every custom resource marked created without running its handler
+CUSTOM_RESOURCES_NOT_RUN: list[tuple[str, str, str]] = []
+
+
+def _custom_resources_without_docker() -> Undo:
+    """moto creates a custom resource (Custom::*, AWS::CloudFormation::CustomResource) by invoking its
+    provider Lambda in a Docker container and waiting for the function's reply to the ResponseURL. Without
+    a Docker daemon the reply never comes: the stack stays CREATE_IN_PROGRESS and `cdk deploy` waits
+    forever. Mark each custom resource created at once, with no attributes, without invoking its Lambda
+    (the provider function must still exist), and record it: the rehearsal reports each one as not run."""
+    import sys
+
+    from moto.awslambda.utils import get_backend as get_lambda_backend
+    from moto.cloudformation import cloudformation_backends
+    from moto.cloudformation.custom_model import CustomModel
+    from moto.moto_api._internal import mock_random
+
+    original = CustomModel.__dict__["create_from_cloudformation_json"]
+
+    def create_from_cloudformation_json(cls, resource_name, cloudformation_json, account_id, region_name, **kwargs):
+        get_lambda_backend(account_id, region_name).get_function(cloudformation_json["Properties"]["ServiceToken"])
+        resource = cls(region_name, str(mock_random.uuid4()), kwargs["LogicalId"], resource_name)
+        cloudformation_backends[account_id][region_name].get_stack(kwargs["StackId"]).add_custom_resource(resource)
+        resource.set_data({})
+        CUSTOM_RESOURCES_NOT_RUN.append((kwargs["StackId"], kwargs["LogicalId"], kwargs["ResourceType"]))
+        print(f"moto patch custom-resources-without-docker: {kwargs['ResourceType']} {kwargs['LogicalId']} marked "
+              f"created, its Lambda not invoked", file=sys.stderr, flush=True)
+        return resource
+
+    return _replace(CustomModel, "create_from_cloudformation_json", classmethod(create_from_cloudformation_json))
+
+
+# ----------------------------------------------------------------------------- getatt-of-unmodeled-resource
+
+class UnmodeledResource:
+    """Stands in for a resource moto's CloudFormation skips, when another resource or an output reads it:
+    Ref gives a name and Fn::GetAtt an ARN-shaped value, both marked `unmodeled`, so they are never taken
+    for a real resource. Never stored in the stack: nothing lists, describes or deletes it."""
+
+    def __init__(self, stack_name: str, logical_id: str, account_id: str, region_name: str) -> None:
+        self.logical_id, self.account_id, self.region_name = logical_id, account_id, region_name
+        self.physical_resource_id = f"{stack_name}-{logical_id}-unmodeled"
+
+    def get_cfn_attribute(self, attribute: str) -> str:
+        return f"arn:aws:unmodeled:{self.region_name}:{self.account_id}:{self.logical_id}/{attribute}"
+
+    def is_created(self) -> bool:
+        return True
+
+
+def _getatt_of_unmodeled_resource() -> Undo:
+    """moto skips a resource type it does not model (AWS::CloudWatch::Alarm, AWS::ECS::CapacityProvider,
+    ...) with a warning, but a Fn::GetAtt of such a resource then fails the whole stack (`Template error:
+    instance of Fn::GetAtt references undefined resource ...`), and a Ref silently drops the property.
+    A CDK template reads alarm ARNs (dashboards, SageMaker auto-rollback) and capacity provider names:
+    answer both with marked placeholder values instead."""
+    from moto.cloudformation.parsing import ResourceMap, resource_class_from_type
+
+    original = ResourceMap.__dict__["__getitem__"]
+
+    def __getitem__(self, key: str):
+        value = original(self, key)
+        if value is None:
+            resource = (self._resource_json_map or {}).get(key)
+            if isinstance(resource, dict) and not resource_class_from_type(resource.get("Type", "")):
+                return UnmodeledResource(self["AWS::StackName"], key,
+                                         self._account_id, self._region_name)
+        return value
+
+    return _replace(ResourceMap, "__getitem__", __getitem__)
+
+
+# ----------------------------------------------------------------------------- target-group-getatt
+
+def _target_group_getatt() -> Undo:
+    """moto's AWS::ElasticLoadBalancingV2::TargetGroup has no get_cfn_attribute at all: any Fn::GetAtt of
+    it fails the stack with AttributeError. The CDK reads TargetGroupFullName for the ALB request-count
+    scaling metric and the alarms. Answer the documented attributes from the target group itself."""
+    from moto.elbv2.models import FakeTargetGroup
+
+    def get_cfn_attribute(self, attribute_name: str):
+        from moto.cloudformation.exceptions import UnformattedGetAttTemplateException
+
+        values = {"TargetGroupFullName": self.arn.split(":")[-1],  # targetgroup/<name>/<id>
+                  "TargetGroupName": self.name, "TargetGroupArn": self.arn,
+                  "LoadBalancerArns": list(self.load_balancer_arns)}
+        if attribute_name not in values:
+            raise UnformattedGetAttTemplateException()
+        return values[attribute_name]
+
+    if "get_cfn_attribute" in FakeTargetGroup.__dict__:  # moto implemented it: leave moto's
+        return lambda: None
+    FakeTargetGroup.get_cfn_attribute = get_cfn_attribute
+    return lambda: delattr(FakeTargetGroup, "get_cfn_attribute")
+
+
+# ----------------------------------------------------------------------------- sagemaker-endpoint-name
+
+def _sagemaker_endpoint_name() -> Undo:
+    """moto's AWS::SageMaker::Endpoint ignores its EndpointName property (cloudformation_name_type is ""):
+    the endpoint gets a generated name, so the stack's EndpointName output names no endpoint and
+    DescribeEndpoint/InvokeEndpoint (promote, smoke) fail. Name the endpoint from the property."""
+    from moto.sagemaker.models import FakeEndpoint
+
+    return _replace(FakeEndpoint, "cloudformation_name_type", staticmethod(lambda: "EndpointName"))
+
+
+PATCHES: tuple[Patch, ...] = (
+    Patch("account-from-access-key",
+          "moto answers every unknown access key as its default account 123456789012 (MOTO_ACCOUNT_ID would "
+          "force one account for every caller); the CDK CLI refuses to deploy a stack of 111111111111 then",
+          _account_from_access_key),
+    Patch("kms-key-cloudformation-tags",
+          "AWS::KMS::Key with Tags fails in moto's CloudFormation (KeyError: 'TagKey' in "
+          "kms Key.create_from_cloudformation_json)",
+          _kms_key_cloudformation_tags),
+    Patch("change-set-outputs-and-exports",
+          "a stack created through a change set (how the CDK CLI deploys) gets no outputs and registers no "
+          "exports, and cannot import other stacks' exports: CDKToolkit has no BootstrapVersion output, "
+          "serving stacks fail with `No export named ... found`",
+          _change_set_outputs_and_exports),
+    Patch("template-url-on-loopback",
+          "a TemplateURL on the emulator's own loopback endpoint (http://127.0.0.1:<port>/<bucket>/<key>, what "
+          "the CLI passes with AWS_ENDPOINT_URL) is read as bucket \"127\": NoSuchBucket at CreateChangeSet",
+          _template_url_on_loopback),
+    Patch("custom-resources-without-docker",
+          "a custom resource waits for its provider Lambda, which moto runs only in Docker: without a Docker "
+          "daemon the stack stays CREATE_IN_PROGRESS forever; marked created without running the handler",
+          _custom_resources_without_docker),
+    Patch("getatt-of-unmodeled-resource",
+          "Fn::GetAtt of a resource type moto does not model (CloudWatch alarms read by SageMaker auto-rollback "
+          "and dashboards) fails the stack (`Fn::GetAtt references undefined resource`), and a Ref to one "
+          "drops the property; both now read a marked placeholder (`...-unmodeled`)",
+          _getatt_of_unmodeled_resource),
+    Patch("target-group-getatt",
+          "Fn::GetAtt of an AWS::ElasticLoadBalancingV2::TargetGroup (TargetGroupFullName, read by the request-"
+          "count scaling metric and alarms) fails the stack: AttributeError, moto's FakeTargetGroup has no "
+          "get_cfn_attribute",
+          _target_group_getatt),
+    Patch("sagemaker-endpoint-name",
+          "AWS::SageMaker::Endpoint's EndpointName property is ignored (a generated name is used), so the stack's "
+          "EndpointName output names no endpoint: DescribeEndpoint / InvokeEndpoint fail",
+          _sagemaker_endpoint_name),
+)
+BY_NAME = {p.name: p for p in PATCHES}
+
+
+def apply_all(names: list[str] | None = None) -> list[Undo]:
+    """Apply the named patches (default: all), in order; returns their undo functions."""
+    import moto
+
+    if moto.__version__ != MOTO_VERSION:
+        raise RuntimeError(f"moto {moto.__version__}: these patches were written for moto {MOTO_VERSION}; "
+                           f"re-check each defect (tests/rehearsal/test_cli_deploy.py) and update MOTO_VERSION")
+    return [BY_NAME[name].apply() for name in (names or [p.name for p in PATCHES])]
+
+
+@contextlib.contextmanager
+def applied(*names: str) -> Iterator[None]:
+    undo = apply_all(list(names) or None)
+    try:
+        yield
+    finally:
+        for restore in reversed(undo):
+            restore()

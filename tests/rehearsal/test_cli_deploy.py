@@ -1,0 +1,285 @@
+"""The README's deploy path rehearsed with the real CDK CLI against moto's server (inferstack/rehearsal/
+cli_deploy.py), once, and each named moto workaround (inferstack/rehearsal/moto_patches.py) shown at the
+moto-backend level: the defect without the patch, fixed with it."""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from inferstack.rehearsal import moto_patches
+
+ACCOUNT, REGION = "111111111111", "us-east-1"
+
+
+@pytest.fixture
+def moto_env(monkeypatch):
+    for key in ("AWS_ENDPOINT_URL", "AWS_PROFILE", "AWS_SESSION_TOKEN", "MOTO_ACCOUNT_ID"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
+
+
+def test_every_patch_is_named_documented_and_tested_here():
+    tested = {name.removeprefix("test_patch_").split("__")[0].replace("_", "-")
+              for name in globals() if name.startswith("test_patch_")}
+    assert tested == set(moto_patches.BY_NAME)
+    assert all(p.defect and p.apply.__doc__ for p in moto_patches.PATCHES)
+
+
+def test_patches_refuse_another_moto_version(monkeypatch):
+    import moto
+
+    monkeypatch.setattr(moto, "__version__", "9.9.9")
+    with pytest.raises(RuntimeError, match="written for moto 5.2.5"):
+        moto_patches.apply_all()
+
+
+# ----------------------------------------------------------------------------- account-from-access-key
+
+def _response_signed_by(key: str):
+    from moto.core.responses import BaseResponse
+
+    response = BaseResponse()
+    response.headers = {"Authorization": f"AWS4-HMAC-SHA256 Credential={key}/20260101/{REGION}/sts/aws4_request, "
+                                         f"SignedHeaders=host, Signature=00"}
+    response.querystring = {}
+    return response
+
+
+def test_patch_account_from_access_key():
+    from moto.iam import models as iam_models
+
+    def account_of_request() -> str:
+        return iam_models.get_account_id_from(_response_signed_by(ACCOUNT).get_access_key())
+
+    assert account_of_request() == "123456789012"  # moto's default account: the CLI refuses to deploy
+    with moto_patches.applied("account-from-access-key"):
+        assert account_of_request() == ACCOUNT
+        assert iam_models.get_account_id_from("AKIAIOSFODNN7EXAMPLE") == "123456789012"  # other keys unchanged
+    assert account_of_request() == "123456789012"  # undone
+
+
+# ----------------------------------------------------------------------------- kms-key-cloudformation-tags
+
+def _key_from_cloudformation():
+    from moto.kms.models import Key
+
+    return Key.create_from_cloudformation_json(
+        "PlatformKey", {"Properties": {"KeyPolicy": {"Version": "2012-10-17", "Statement": []},
+                                       "EnableKeyRotation": True, "Tags": [{"Key": "team", "Value": "ml"}]}},
+        "123456789012", REGION)
+
+
+def test_patch_kms_key_cloudformation_tags(moto_env):
+    with mock_aws():
+        with pytest.raises(KeyError, match="TagKey"):
+            _key_from_cloudformation()
+        with moto_patches.applied("kms-key-cloudformation-tags"):
+            key = _key_from_cloudformation()
+        tags = boto3.client("kms").list_resource_tags(KeyId=key.id)["Tags"]
+        assert tags == [{"TagKey": "team", "TagValue": "ml"}]
+
+
+# ----------------------------------------------------------------------------- change-set-outputs-and-exports
+
+def exporting(suffix: str) -> dict:
+    return {"Resources": {"Param": {"Type": "AWS::SSM::Parameter",
+                                    "Properties": {"Name": f"/rehearsal/{suffix}", "Type": "String", "Value": "v1"}}},
+            "Outputs": {"Name": {"Value": {"Ref": "Param"}, "Export": {"Name": "shared-param"}}}}
+
+
+EXPORTING = exporting("param")
+IMPORTING = {"Resources": {"Copy": {"Type": "AWS::SSM::Parameter",
+                                    "Properties": {"Name": "/rehearsal/copy", "Type": "String",
+                                                  "Value": {"Fn::ImportValue": "shared-param"}}}},
+             "Outputs": {"Copied": {"Value": {"Ref": "Copy"}}}}
+
+
+def _deploy_through_change_set(cloudformation, name: str, template: dict) -> dict:
+    cloudformation.create_change_set(StackName=name, ChangeSetName="cdk-deploy-change-set", ChangeSetType="CREATE",
+                                     TemplateBody=json.dumps(template))
+    try:
+        cloudformation.execute_change_set(StackName=name, ChangeSetName="cdk-deploy-change-set")
+    except Exception as exc:  # noqa: BLE001 - moto raises the creation error through the API
+        return {"StackStatus": "error", "error": str(exc)}
+    return cloudformation.describe_stacks(StackName=name)["Stacks"][0]
+
+
+def test_patch_change_set_outputs_and_exports(moto_env):
+    with mock_aws():
+        cloudformation = boto3.client("cloudformation")
+        plain = _deploy_through_change_set(cloudformation, "plain", exporting("plain"))
+        assert plain["StackStatus"] == "CREATE_COMPLETE" and "Outputs" not in plain  # no outputs
+        assert cloudformation.list_exports()["Exports"] == []                         # no exports
+        with moto_patches.applied("change-set-outputs-and-exports"):
+            exporter = _deploy_through_change_set(cloudformation, "exporting", EXPORTING)
+            importer = _deploy_through_change_set(cloudformation, "importing", IMPORTING)
+        assert exporter["StackStatus"] == "CREATE_COMPLETE"
+        assert [(o["OutputKey"], o["OutputValue"], o.get("ExportName")) for o in exporter["Outputs"]] == [
+            ("Name", "/rehearsal/param", "shared-param")]
+        (export,) = cloudformation.list_exports()["Exports"]
+        assert (export["Name"], export["ExportingStackId"]) == ("shared-param", exporter["StackId"])
+        assert importer["StackStatus"] == "CREATE_COMPLETE"
+        assert importer["Outputs"] == [{"OutputKey": "Copied", "OutputValue": "/rehearsal/copy"}]
+        assert boto3.client("ssm").get_parameter(Name="/rehearsal/copy")["Parameter"]["Value"] == "/rehearsal/param"
+
+
+def test_change_set_patch_reports_a_failed_create_as_create_failed(moto_env):
+    with mock_aws(), moto_patches.applied("change-set-outputs-and-exports"):
+        cloudformation = boto3.client("cloudformation")
+        failed = _deploy_through_change_set(cloudformation, "importing", IMPORTING)  # nothing exports it
+        assert failed["StackStatus"] == "CREATE_FAILED"
+        events = cloudformation.describe_stack_events(StackName="importing")["StackEvents"]
+        assert any("shared-param" in (e.get("ResourceStatusReason") or "") for e in events)
+
+
+# ----------------------------------------------------------------------------- template-url-on-loopback
+
+def test_patch_template_url_on_loopback(moto_env):
+    from moto.cloudformation.responses import CloudFormationResponse
+
+    with mock_aws():
+        s3 = boto3.client("s3")
+        s3.create_bucket(Bucket="cdk-assets")
+        s3.put_object(Bucket="cdk-assets", Key="stack.json", Body=b'{"Resources": {}}')
+        response = CloudFormationResponse()
+        response.current_account, response.partition = "123456789012", "aws"
+        url = "http://127.0.0.1:45123/cdk-assets/stack.json"  # what the CLI passes with AWS_ENDPOINT_URL
+        with pytest.raises(Exception, match="NoSuchBucket|bucket does not exist"):
+            response._get_stack_from_s3_url(url)
+        with moto_patches.applied("template-url-on-loopback"):
+            assert response._get_stack_from_s3_url(url) == '{"Resources": {}}'
+
+
+# ----------------------------------------------------------------------------- custom-resources-without-docker
+
+def _custom_resource():
+    from moto.cloudformation.custom_model import CustomModel
+
+    iam = boto3.client("iam")
+    role = iam.create_role(RoleName="provider", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
+    function = boto3.client("lambda").create_function(
+        FunctionName="provider", Runtime="nodejs22.x", Role=role, Handler="index.handler",
+        Code={"ZipFile": b"PK\x05\x06" + b"\x00" * 18})["FunctionArn"]
+    stack = boto3.client("cloudformation").create_stack(StackName="holder", TemplateBody=json.dumps(EXPORTING))
+    return CustomModel.create_from_cloudformation_json(
+        "RestrictDefaultSG", {"Properties": {"ServiceToken": function}}, "123456789012", REGION,
+        LogicalId="RestrictDefaultSG", StackId=stack["StackId"], ResourceType="Custom::VpcRestrictDefaultSG")
+
+
+def test_patch_custom_resources_without_docker(moto_env):
+    # Lambda without Docker: moto's invoke returns at once and nobody answers the ResponseURL.
+    with mock_aws(config={"lambda": {"use_docker": False}}):
+        assert not _custom_resource().is_created()  # CloudFormation would wait for it forever
+    with mock_aws(config={"lambda": {"use_docker": False}}), moto_patches.applied("custom-resources-without-docker"):
+        before = len(moto_patches.CUSTOM_RESOURCES_NOT_RUN)
+        resource = _custom_resource()
+        assert resource.is_created()
+        assert moto_patches.CUSTOM_RESOURCES_NOT_RUN[before:][0][1:] == ("RestrictDefaultSG",
+                                                                         "Custom::VpcRestrictDefaultSG")
+
+
+# ----------------------------------------------------------------------------- getatt-of-unmodeled-resource
+
+READS_AN_ALARM = {"Resources": {
+    "Alarm": {"Type": "AWS::CloudWatch::Alarm", "Properties": {
+        "MetricName": "ModelLatency", "Namespace": "AWS/SageMaker", "Statistic": "Average", "Period": 60,
+        "EvaluationPeriods": 1, "Threshold": 1, "ComparisonOperator": "GreaterThanThreshold"}},
+    "Reader": {"Type": "AWS::SSM::Parameter", "Properties": {"Name": "/rehearsal/reader", "Type": "String",
+                                                             "Value": {"Fn::GetAtt": ["Alarm", "Arn"]}}}}}
+
+
+def test_patch_getatt_of_unmodeled_resource(moto_env):
+    from moto.cloudformation.parsing import get_model_map
+
+    assert "AWS::CloudWatch::Alarm" not in get_model_map()  # the premise: moto 5.2.5 skips alarms
+    with mock_aws(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cloudformation = boto3.client("cloudformation")
+        with pytest.raises(Exception, match="references undefined resource Alarm"):
+            cloudformation.create_stack(StackName="plain", TemplateBody=json.dumps(READS_AN_ALARM))
+        with moto_patches.applied("getatt-of-unmodeled-resource"):
+            cloudformation.create_stack(StackName="patched", TemplateBody=json.dumps(READS_AN_ALARM))
+        assert cloudformation.describe_stacks(StackName="patched")["Stacks"][0]["StackStatus"] == "CREATE_COMPLETE"
+        resources = cloudformation.list_stack_resources(StackName="patched")["StackResourceSummaries"]
+        resources = [r for r in resources if r["LogicalResourceId"]]  # moto also lists unnamed entries
+        assert [r["LogicalResourceId"] for r in resources] == ["Reader"]  # the alarm is still not created
+        value = boto3.client("ssm").get_parameter(Name=resources[0]["PhysicalResourceId"])["Parameter"]["Value"]
+        assert value == f"arn:aws:unmodeled:{REGION}:123456789012:Alarm/Arn"
+
+
+# ----------------------------------------------------------------------------- target-group-getatt
+
+READS_A_TARGET_GROUP = {"Resources": {
+    "Vpc": {"Type": "AWS::EC2::VPC", "Properties": {"CidrBlock": "10.0.0.0/16"}},
+    "Group": {"Type": "AWS::ElasticLoadBalancingV2::TargetGroup",
+              "Properties": {"Name": {"Ref": "AWS::StackName"}, "Port": 8080, "Protocol": "HTTP", "VpcId": {"Ref": "Vpc"}}},
+    "Reader": {"Type": "AWS::SSM::Parameter", "Properties": {
+        "Name": {"Fn::Sub": "/rehearsal/${AWS::StackName}"}, "Type": "String", "Value": {"Fn::GetAtt": ["Group", "TargetGroupFullName"]}}}}}
+
+
+def test_patch_target_group_getatt(moto_env):
+    with mock_aws():
+        cloudformation = boto3.client("cloudformation")
+        with pytest.raises(AttributeError, match="get_cfn_attribute"):
+            cloudformation.create_stack(StackName="plain", TemplateBody=json.dumps(READS_A_TARGET_GROUP))
+        with moto_patches.applied("target-group-getatt"):
+            cloudformation.create_stack(StackName="patched", TemplateBody=json.dumps(READS_A_TARGET_GROUP))
+        (group,) = boto3.client("elbv2").describe_target_groups(Names=["patched"])["TargetGroups"]
+        value = boto3.client("ssm").get_parameter(Name="/rehearsal/patched")["Parameter"]["Value"]
+        assert value == group["TargetGroupArn"].split(":")[-1]
+        assert value.startswith("targetgroup/patched/")
+
+
+# ----------------------------------------------------------------------------- sagemaker-endpoint-name
+
+def _endpoint_stack(name: str) -> dict:
+    return {"Resources": {
+        "Model": {"Type": "AWS::SageMaker::Model", "Properties": {
+            "ExecutionRoleArn": "arn:aws:iam::123456789012:role/x",
+            "PrimaryContainer": {"Image": "123456789012.dkr.ecr.us-east-1.amazonaws.com/m@sha256:" + "0" * 64}}},
+        "Config": {"Type": "AWS::SageMaker::EndpointConfig", "Properties": {"ProductionVariants": [{
+            "ModelName": {"Fn::GetAtt": ["Model", "ModelName"]}, "VariantName": "AllTraffic",
+            "InitialInstanceCount": 1, "InstanceType": "ml.g4dn.xlarge"}]}},
+        "Endpoint": {"Type": "AWS::SageMaker::Endpoint", "Properties": {
+            "EndpointName": name, "EndpointConfigName": {"Fn::GetAtt": ["Config", "EndpointConfigName"]}}}}}
+
+
+def test_patch_sagemaker_endpoint_name(moto_env):
+    with mock_aws():
+        cloudformation, sagemaker = boto3.client("cloudformation"), boto3.client("sagemaker")
+        cloudformation.create_stack(StackName="plain", TemplateBody=json.dumps(_endpoint_stack("dev-plain")))
+        with pytest.raises(sagemaker.exceptions.ClientError, match="Could not find endpoint"):
+            sagemaker.describe_endpoint(EndpointName="dev-plain")
+        with moto_patches.applied("sagemaker-endpoint-name"):
+            cloudformation.create_stack(StackName="patched", TemplateBody=json.dumps(_endpoint_stack("dev-patched")))
+        assert sagemaker.describe_endpoint(EndpointName="dev-patched")["EndpointStatus"] == "InService"
+
+
+# ----------------------------------------------------------------------------- the rehearsal itself
+
+@pytest.mark.cli_rehearsal
+@pytest.mark.xfail(strict=True, reason="open: moto's delete of dev-Foundation fails with `The vpc ... has dependencies "
+                   "and cannot be deleted` (cdk destroy step); every step before it passes. Remove when fixed.")
+def test_cli_deploy_rehearsal():
+    """The whole rehearsal once, with CI=true (the CDK CLI then prints to stdout, not stderr)."""
+    from inferstack.rehearsal import cli_deploy
+
+    if not (cli_deploy.ROOT / "node_modules" / ".bin" / "cdk").exists():
+        pytest.skip("the CDK CLI is not installed (make setup)")
+    result = cli_deploy.rehearse_once(timeout=600, ci=True)
+    text = cli_deploy.report(result)
+    print(text)
+    assert result.ok, text
+    names = [s.name for s in result.steps]
+    assert names[-1] == "delete CDKToolkit" and len(names) == 8, names
+    assert result.workarounds and result.unmodeled and not result.leftovers
+    assert any("Custom::VpcRestrictDefaultSG" in c for c in result.custom_resources_not_run)
+    assert os.environ.get("AWS_ENDPOINT_URL") is None  # nothing leaked into this process
