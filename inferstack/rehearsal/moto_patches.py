@@ -277,6 +277,58 @@ def _sagemaker_endpoint_name() -> Undo:
     return _replace(FakeEndpoint, "cloudformation_name_type", staticmethod(lambda: "EndpointName"))
 
 
+# ----------------------------------------------------------------------------- route-table-delete
+
+def _route_table_delete() -> Undo:
+    """moto's AWS::EC2::RouteTable has no delete: deleting a stack leaves its route tables (with their
+    subnet associations), and the VPC's delete then fails with `The vpc ... has dependencies`, so
+    `cdk destroy` of the foundation fails. Delete a table as CloudFormation does: its associations first."""
+    from moto.ec2.models.route_tables import RouteTable
+
+    if "delete" in RouteTable.__dict__:
+        raise RuntimeError("moto's RouteTable has a delete of its own now: re-check the route-table-delete defect")
+
+    def delete(self, account_id: str, region_name: str) -> None:
+        for association_id in list(self._associations):
+            self.ec2_backend.disassociate_route_table(association_id)
+        self.ec2_backend.delete_route_table(self.id)
+
+    RouteTable.delete = delete
+    return lambda: delattr(RouteTable, "delete")
+
+
+# ----------------------------------------------------------------------------- deletes-without-a-handler
+
+def _deletes_without_a_handler() -> Undo:
+    """moto's CloudFormation deletes a resource through the model's `delete` or its class's
+    `delete_from_cloudformation_json`; these four types have neither, so a deleted stack leaves them
+    behind (running NAT gateway, ACTIVE cluster and task definition, target group). Delete them through
+    moto's own API code, which leaves what AWS leaves: a `deleted` NAT gateway, an INACTIVE cluster and
+    task definition, no target group."""
+    from moto.ec2.models.nat_gateways import NatGateway
+    from moto.ecs.models import Cluster, TaskDefinition, ecs_backends
+    from moto.elbv2.models import FakeTargetGroup, elbv2_backends
+
+    deletes = {
+        NatGateway: lambda self, account, region: self.ec2_backend.delete_nat_gateway(self.id),
+        Cluster: lambda self, account, region: ecs_backends[account][region].delete_cluster(self.arn),
+        TaskDefinition: lambda self, account, region: ecs_backends[account][region].deregister_task_definition(
+            self.arn),
+        FakeTargetGroup: lambda self, account, region: elbv2_backends[account][region].delete_target_group(
+            self.arn),
+    }
+    for model in deletes:
+        if "delete" in model.__dict__ or "delete_from_cloudformation_json" in model.__dict__:
+            raise RuntimeError(f"moto's {model.__name__} deletes itself now: re-check deletes-without-a-handler")
+    for model, delete in deletes.items():
+        model.delete = delete
+
+    def undo() -> None:
+        for model in deletes:
+            delattr(model, "delete")
+    return undo
+
+
 PATCHES: tuple[Patch, ...] = (
     Patch("account-from-access-key",
           "moto answers every unknown access key as its default account 123456789012 (MOTO_ACCOUNT_ID would "
@@ -313,6 +365,15 @@ PATCHES: tuple[Patch, ...] = (
           "AWS::SageMaker::Endpoint's EndpointName property is ignored (a generated name is used), so the stack's "
           "EndpointName output names no endpoint: DescribeEndpoint / InvokeEndpoint fail",
           _sagemaker_endpoint_name),
+    Patch("route-table-delete",
+          "AWS::EC2::RouteTable is never deleted with its stack (moto's RouteTable has no delete), so deleting the "
+          "VPC fails with `The vpc ... has dependencies and cannot be deleted`: `cdk destroy` of the foundation fails",
+          _route_table_delete),
+    Patch("deletes-without-a-handler",
+          "AWS::EC2::NatGateway, AWS::ECS::Cluster, AWS::ECS::TaskDefinition and "
+          "AWS::ElasticLoadBalancingV2::TargetGroup have no CloudFormation delete in moto: they outlive their "
+          "deleted stack",
+          _deletes_without_a_handler),
 )
 BY_NAME = {p.name: p for p in PATCHES}
 

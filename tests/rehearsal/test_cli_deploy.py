@@ -263,11 +263,73 @@ def test_patch_sagemaker_endpoint_name(moto_env):
         assert sagemaker.describe_endpoint(EndpointName="dev-patched")["EndpointStatus"] == "InService"
 
 
+# ----------------------------------------------------------------------------- route-table-delete
+
+VPC_WITH_A_ROUTED_SUBNET = {"Resources": {
+    "Vpc": {"Type": "AWS::EC2::VPC", "Properties": {"CidrBlock": "10.0.0.0/16"}},
+    "Subnet": {"Type": "AWS::EC2::Subnet", "Properties": {"VpcId": {"Ref": "Vpc"}, "CidrBlock": "10.0.0.0/24"}},
+    "Table": {"Type": "AWS::EC2::RouteTable", "Properties": {"VpcId": {"Ref": "Vpc"}}},
+    "Association": {"Type": "AWS::EC2::SubnetRouteTableAssociation",
+                    "Properties": {"SubnetId": {"Ref": "Subnet"}, "RouteTableId": {"Ref": "Table"}}}}}
+
+
+def test_patch_route_table_delete(moto_env):
+    with mock_aws():
+        cloudformation, ec2 = boto3.client("cloudformation"), boto3.client("ec2")
+        cloudformation.create_stack(StackName="plain", TemplateBody=json.dumps(VPC_WITH_A_ROUTED_SUBNET))
+        with pytest.raises(cloudformation.exceptions.ClientError, match="The vpc vpc-.* has dependencies"):
+            cloudformation.delete_stack(StackName="plain")
+        with moto_patches.applied("route-table-delete"):
+            cloudformation.create_stack(StackName="patched", TemplateBody=json.dumps(VPC_WITH_A_ROUTED_SUBNET))
+            vpc_id = cloudformation.describe_stack_resource(
+                StackName="patched", LogicalResourceId="Vpc")["StackResourceDetail"]["PhysicalResourceId"]
+            cloudformation.delete_stack(StackName="patched")
+        assert not ec2.describe_vpcs(Filters=[{"Name": "vpc-id", "Values": [vpc_id]}])["Vpcs"]
+        assert not ec2.describe_route_tables(Filters=[{"Name": "vpc-id", "Values": [vpc_id]}])["RouteTables"]
+
+
+# ----------------------------------------------------------------------------- deletes-without-a-handler
+
+OUTLIVES_ITS_STACK = {"Resources": {
+    "Vpc": {"Type": "AWS::EC2::VPC", "Properties": {"CidrBlock": "10.1.0.0/16"}},
+    "Subnet": {"Type": "AWS::EC2::Subnet", "Properties": {"VpcId": {"Ref": "Vpc"}, "CidrBlock": "10.1.0.0/24"}},
+    "Ip": {"Type": "AWS::EC2::EIP", "Properties": {"Domain": "vpc"}},
+    "Nat": {"Type": "AWS::EC2::NatGateway", "Properties": {
+        "SubnetId": {"Ref": "Subnet"}, "AllocationId": {"Fn::GetAtt": ["Ip", "AllocationId"]}}},
+    "Cluster": {"Type": "AWS::ECS::Cluster", "Properties": {}},
+    "Task": {"Type": "AWS::ECS::TaskDefinition", "Properties": {"Family": "rehearsal", "ContainerDefinitions": [
+        {"Name": "app", "Image": "public.ecr.aws/x/y:1", "Memory": 128}]}},
+    "Targets": {"Type": "AWS::ElasticLoadBalancingV2::TargetGroup", "Properties": {
+        "Port": 80, "Protocol": "HTTP", "VpcId": {"Ref": "Vpc"}}}}}
+
+
+def _left_over(stack: str) -> dict[str, bool]:
+    cloudformation = boto3.client("cloudformation")
+    ids = {r["LogicalResourceId"]: r["PhysicalResourceId"]
+           for r in cloudformation.describe_stack_resources(StackName=stack)["StackResources"]}
+    ec2, ecs, elbv2 = boto3.client("ec2"), boto3.client("ecs"), boto3.client("elbv2")
+    cloudformation.delete_stack(StackName=stack)
+    (nat,) = ec2.describe_nat_gateways(NatGatewayIds=[ids["Nat"]])["NatGateways"]
+    (cluster,) = ecs.describe_clusters(clusters=[ids["Cluster"]])["clusters"]
+    task = ecs.describe_task_definition(taskDefinition=ids["Task"])["taskDefinition"]
+    groups = [g["TargetGroupArn"] for g in elbv2.describe_target_groups()["TargetGroups"]]
+    return {"Nat": nat["State"] != "deleted", "Cluster": cluster["status"] == "ACTIVE",
+            "Task": task["status"] == "ACTIVE", "Targets": ids["Targets"] in groups}
+
+
+def test_patch_deletes_without_a_handler(moto_env):
+    with mock_aws():
+        boto3.client("cloudformation").create_stack(StackName="plain", TemplateBody=json.dumps(OUTLIVES_ITS_STACK))
+        assert _left_over("plain") == {"Nat": True, "Cluster": True, "Task": True, "Targets": True}
+        with moto_patches.applied("deletes-without-a-handler"):
+            boto3.client("cloudformation").create_stack(StackName="patched",
+                                                        TemplateBody=json.dumps(OUTLIVES_ITS_STACK))
+            assert _left_over("patched") == {"Nat": False, "Cluster": False, "Task": False, "Targets": False}
+
+
 # ----------------------------------------------------------------------------- the rehearsal itself
 
 @pytest.mark.cli_rehearsal
-@pytest.mark.xfail(strict=True, reason="open: moto's delete of dev-Foundation fails with `The vpc ... has dependencies "
-                   "and cannot be deleted` (cdk destroy step); every step before it passes. Remove when fixed.")
 def test_cli_deploy_rehearsal():
     """The whole rehearsal once, with CI=true (the CDK CLI then prints to stdout, not stderr)."""
     from inferstack.rehearsal import cli_deploy
