@@ -24,6 +24,7 @@ from tritonclient.grpc import model_config_pb2 as pb
 
 from inferstack.triton import client as triton_client, config as triton_config
 from inferstack.triton.config import RepositorySpec
+from tests.tiny_models import varied_t5
 
 TRITON_DIR = ROOT / "container" / "triton"
 EXPORT = TRITON_DIR / "export.py"
@@ -73,16 +74,7 @@ def tiny_t5(tmp_path_factory) -> Path:
     scaled, rows differ and some end with end-of-sequence at different steps, so the greedy test sees
     early stops, padding and full-length rows."""
     def build(target: Path) -> None:
-        result = run_script(MAKE_TINY, "--kind", "t5", "--out", str(target / "base"))
-        assert result.returncode == 0, result.stderr
-        model = AutoModelForSeq2SeqLM.from_pretrained(target / "base", attn_implementation="eager").eval()
-        with torch.no_grad():
-            for name, parameter in model.named_parameters():
-                if "layer_norm" not in name:
-                    parameter.mul_(10)
-            model.lm_head.weight[model.config.eos_token_id] *= 3  # tied with the input embedding
-        model.save_pretrained(target / "model")
-        AutoTokenizer.from_pretrained(target / "base").save_pretrained(target / "model")
+        varied_t5(target, eos_scale=3)
 
     return _build_once(tmp_path_factory, "tiny-t5-varied", build) / "model"
 
@@ -265,6 +257,8 @@ class FakeTriton:
 
 
 def test_python_model_glue_splits_batched_requests_back(t5_repo, tiny_t5, monkeypatch):
+    """A fast unit check of the pb_utils glue with a fake module: which rows go back to which request.
+    The proof that the decoder works in Triton is tests/real_triton/ (the real Python backend and BLS)."""
     fake = FakeTriton(sessions(t5_repo))
     monkeypatch.setattr(t5_greedy_model, "pb_utils", fake)
     folder = t5_repo / "tiny-t5"

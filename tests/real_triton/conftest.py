@@ -37,6 +37,7 @@ from inferstack.config import TritonSageMakerModel
 from inferstack.rehearsal import triton_server
 from inferstack.triton.config import RepositorySpec
 from tests.build_once import build_once as _build_once
+from tests.tiny_models import varied_t5
 from tests.conftest import CONFIG_DIR, ROOT
 
 EXPORT = ROOT / "container" / "triton" / "export.py"
@@ -118,21 +119,8 @@ def _tiny_t5(target: Path) -> Path:
     random init alone repeats one token; scaled, rows differ. The end-of-sequence row is scaled by
     EOS_SCALE (not 3 as there): with the larger vocabulary a factor 3 ends no row within 16 steps, 30
     ends some rows early (at different steps) and leaves others running to the full length."""
-    import torch
-    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
-
-    result = _run(str(MAKE_TINY), "--kind", "t5", "--out", str(target / "base"), "--vocab-size", str(TINY_VOCAB),
-                  "--hidden-size", str(TINY_HIDDEN))
-    assert result.returncode == 0, result.stderr
-    model = AutoModelForSeq2SeqLM.from_pretrained(target / "base", attn_implementation="eager").eval()
-    with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            if "layer_norm" not in name:
-                parameter.mul_(10)
-        model.lm_head.weight[model.config.eos_token_id] *= EOS_SCALE  # tied with the input embedding
-    model.save_pretrained(target / "model")
-    AutoTokenizer.from_pretrained(target / "base").save_pretrained(target / "model")
-    return target / "model"
+    return varied_t5(target, eos_scale=EOS_SCALE,
+                     make_tiny_args=("--vocab-size", str(TINY_VOCAB), "--hidden-size", str(TINY_HIDDEN)))
 
 
 def tiny_spec(synthesized_spec: dict, checkpoint: Path) -> RepositorySpec:
