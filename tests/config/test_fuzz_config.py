@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
@@ -21,12 +20,11 @@ from hypothesis import strategies as st
 
 from inferstack import config
 from tests.conftest import CONFIG_DIR, fuzz_examples
+from tests.hang_guard import hang_guard
 
 pytestmark = pytest.mark.fuzz
 
 SHIPPED = {path.name: yaml.safe_load(path.read_text()) for path in sorted(CONFIG_DIR.glob("*.yaml"))}
-# A load of the four shipped files takes ~35 ms; a hostile one must not take more than this.
-LOAD_SECONDS = 5.0
 
 NUMBER_SPELLINGS = ["nan", "NaN", "-nan", "inf", "-inf", "Infinity", "1e400", "-1e400", "1e-400", "1e308",
                     "0x7fffffffffffffff", "9" * 30, "1_000", "0b101", "0o17", "1:30", "-0", "+1", ".5"]
@@ -120,9 +118,9 @@ yaml_text = st.one_of(
 
 
 def assert_loads_or_reports(config_dir: Path) -> None:
-    started = time.perf_counter()
     try:
-        config.load(config_dir)
+        with hang_guard("config.load of a generated config"):
+            config.load(config_dir)
     except config.ConfigError as exc:
         assert exc.problems
         for problem in exc.problems:
@@ -130,7 +128,6 @@ def assert_loads_or_reports(config_dir: Path) -> None:
             assert len(line.splitlines()) == 1 and line.isprintable(), line
             assert len(line) < 2000, line
             assert problem.file.startswith(config_dir.name + "/"), line
-    assert time.perf_counter() - started < LOAD_SECONDS
 
 
 def in_a_copy(files: dict[str, bytes]) -> None:
@@ -144,7 +141,7 @@ def in_a_copy(files: dict[str, bytes]) -> None:
 
 @pytest.fixture(scope="module", autouse=True)
 def imports_done():
-    config.load(CONFIG_DIR)  # the checks' imports, before any example is timed
+    config.load(CONFIG_DIR)  # the checks' imports, before any example runs under the hang guard
 
 
 @settings(max_examples=fuzz_examples(80), deadline=None)

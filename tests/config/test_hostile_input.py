@@ -4,7 +4,6 @@ overflow or are not finite. Each is rejected quickly with one line naming file, 
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -14,6 +13,7 @@ from inferstack import config
 from inferstack.capacity import plan_report
 from inferstack.config import yaml_source
 from tests.conftest import CONFIG_DIR
+from tests.hang_guard import hang_guard
 from tests.config.test_rejections import _set, edit_yaml, problems_of
 
 # Nine levels of nine aliases: 9**9 (387 million) leaves once expanded, from 700 bytes.
@@ -35,22 +35,19 @@ def only_problem(config_dir: Path, filename: str) -> str:
     return mine[0]
 
 
-def test_alias_bomb_is_rejected_in_well_under_a_second(config_copy):
+def test_alias_bomb_is_rejected_at_the_node_limit(config_copy):
     (config_copy / "bomb.yaml").write_text(ALIAS_BOMB)
-    started = time.perf_counter()
-    problem = only_problem(config_copy, "bomb.yaml")
-    assert time.perf_counter() - started < 1.0
+    with hang_guard("validate of an alias bomb"):
+        problem = only_problem(config_copy, "bomb.yaml")
     assert problem == ("model_configs/bomb.yaml:5: e.0: alias *d (7381 nodes) takes the document past 10000 "
                        "nodes (the limit; an alias counts every node it repeats)")
 
 
-def test_alias_bomb_parse_alone_is_fast(tmp_path):
+def test_alias_bomb_parse_alone_stops_at_the_first_alias_past_the_limit(tmp_path):
     path = tmp_path / "bomb.yaml"
     path.write_text(ALIAS_BOMB)
-    started = time.perf_counter()
-    with pytest.raises(yaml_source.YamlSyntaxError):
+    with hang_guard("parse of an alias bomb"), pytest.raises(yaml_source.YamlSyntaxError, match="past 10000 nodes"):
         yaml_source.parse(path)
-    assert time.perf_counter() - started < 0.1
 
 
 def test_a_bomb_inside_a_real_config_names_the_key(config_copy):
@@ -93,9 +90,8 @@ def test_aliases_and_merge_keys_within_the_limits_still_load(config_copy):
         "huge hex", "huge sexagesimal", "past 64 bits", "impossible date", "oversized file"])
 def test_hostile_yaml_is_one_line(config_copy, text, expected):
     (config_copy / "hostile.yaml").write_text(text)
-    started = time.perf_counter()
-    problem = only_problem(config_copy, "hostile.yaml")
-    assert time.perf_counter() - started < 1.0
+    with hang_guard("validate of a hostile file"):
+        problem = only_problem(config_copy, "hostile.yaml")
     assert expected in problem
 
 
@@ -211,9 +207,8 @@ def test_validate_reports_hostile_files_in_one_line_each(config_copy):
     from tests.test_cli import run
 
     write_hostile_files(config_copy)
-    started = time.perf_counter()
+    # run() gives up after 300 s (subprocess timeout): the bomb alone ran for minutes before.
     result = run("-m", "inferstack", "validate", "--config-dir", str(config_copy))
-    assert time.perf_counter() - started < 60  # the bomb alone ran for minutes before
     assert result.returncode == 2
     assert_reported_cleanly(result.stderr)
     assert result.stderr.strip().splitlines()[-1] == f"{len(HOSTILE_FILES) + 1} problem(s) found"
