@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+
 MAKE_TINY = Path(__file__).resolve().parents[1] / "benchmarks" / "make_tiny_model.py"
 
 
@@ -28,3 +30,17 @@ def varied_t5(target: Path, *, eos_scale: float, make_tiny_args: tuple[str, ...]
     model.save_pretrained(target / "model")
     AutoTokenizer.from_pretrained(target / "base").save_pretrained(target / "model")
     return target / "model"
+
+
+def greedy_reference(model, tensors: dict[str, np.ndarray], max_output_length: int) -> np.ndarray:
+    """transformers' own greedy generate(), without the start token, padded to max_output_length: what
+    the exported T5 greedy decoder must return."""
+    import torch
+
+    with torch.no_grad():
+        generated = model.generate(input_ids=torch.from_numpy(tensors["input_ids"]),
+                                   attention_mask=torch.from_numpy(tensors["attention_mask"]),
+                                   max_new_tokens=max_output_length, num_beams=1, do_sample=False).numpy()
+    out = np.full((generated.shape[0], max_output_length), model.generation_config.pad_token_id, dtype=np.int64)
+    out[:, :generated.shape[1] - 1] = generated[:, 1:]
+    return out

@@ -24,7 +24,7 @@ from tritonclient.grpc import model_config_pb2 as pb
 
 from inferstack.triton import client as triton_client, config as triton_config
 from inferstack.triton.config import RepositorySpec
-from tests.tiny_models import varied_t5
+from tests.tiny_models import greedy_reference, varied_t5
 
 TRITON_DIR = ROOT / "container" / "triton"
 EXPORT = TRITON_DIR / "export.py"
@@ -162,14 +162,7 @@ def test_bert_onnx_matches_pytorch_at_batch_1_and_more(bert_repo, tiny_bert):
 
 
 def expected_greedy(model, tensors: dict[str, np.ndarray]) -> np.ndarray:
-    """transformers' own greedy generate(), without the start token, padded to max_output_length."""
-    with torch.no_grad():
-        generated = model.generate(input_ids=torch.from_numpy(tensors["input_ids"]),
-                                   attention_mask=torch.from_numpy(tensors["attention_mask"]),
-                                   max_new_tokens=MAX_OUTPUT_LENGTH, num_beams=1, do_sample=False).numpy()
-    out = np.full((generated.shape[0], MAX_OUTPUT_LENGTH), model.generation_config.pad_token_id, dtype=np.int64)
-    out[:, :generated.shape[1] - 1] = generated[:, 1:]
-    return out
+    return greedy_reference(model, tensors, MAX_OUTPUT_LENGTH)
 
 
 def test_t5_greedy_decoding_over_the_onnx_graphs_equals_generate(t5_repo, tiny_t5):

@@ -28,6 +28,7 @@ from tritonclient.grpc import model_config_pb2 as pb
 from inferstack.delivery import smoke
 from inferstack.triton import client as triton_client, config as triton_config
 from inferstack.rehearsal import triton_server
+from tests.tiny_models import greedy_reference
 from tests.real_triton.conftest import TRITON_MODELS, exported, model_params, shipped
 
 pytestmark = pytest.mark.real_triton
@@ -52,19 +53,10 @@ def _onnx_session(repository: Path, folder: str) -> ort.InferenceSession:
 
 
 def _expected_greedy(served, tensors: dict[str, np.ndarray]) -> np.ndarray:
-    """transformers' own greedy generate(), without the start token, padded to max_output_length."""
-    import torch
     from transformers import AutoModelForSeq2SeqLM
 
-    length = served.exported.spec.export.max_output_length
     model = AutoModelForSeq2SeqLM.from_pretrained(served.exported.checkpoint).eval()
-    with torch.no_grad():
-        generated = model.generate(input_ids=torch.from_numpy(tensors["input_ids"]),
-                                   attention_mask=torch.from_numpy(tensors["attention_mask"]),
-                                   max_new_tokens=length, num_beams=1, do_sample=False).numpy()
-    out = np.full((generated.shape[0], length), model.generation_config.pad_token_id, dtype=np.int64)
-    out[:, :generated.shape[1] - 1] = generated[:, 1:]
-    return out
+    return greedy_reference(model, tensors, served.exported.spec.export.max_output_length)
 
 
 def _reference(served, tensors: dict[str, np.ndarray]) -> tuple[str, np.ndarray]:
