@@ -13,7 +13,7 @@ from pydantic import BaseModel, ValidationError
 
 from inferstack.config import checks, release_pin
 from inferstack.schema.models import (
-    Environment, EnvironmentsFile, NeuronEcsModel, PipelineSettings, TritonSageMakerModel,
+    Environment, EnvironmentsFile, Fleet, NeuronEcsModel, PipelineSettings, TritonSageMakerModel,
 )
 from inferstack.config.problems import ConfigError, Problem
 from inferstack.config.yaml_source import YamlDocument, YamlSyntaxError, parse
@@ -36,12 +36,27 @@ class Project:
     # environment -> its promoted release, for environments whose `release:` names a pin file
     releases: Mapping[str, release_pin.ReleasePin] = field(default_factory=lambda: MappingProxyType({}))
     pipeline: PipelineSettings | None = None
+    # fleet name -> models sharing accelerators (environments.yaml `fleets:`)
+    fleets: Mapping[str, Fleet] = field(default_factory=lambda: MappingProxyType({}))
 
     def model(self, name: str) -> Model:
         for model in self.models:
             if model.name == name:
                 return model
         raise KeyError(f"no model named {name!r}; known: {', '.join(m.name for m in self.models)}")
+
+    def fleet_of(self, model: str, env_name: str) -> str | None:
+        """The fleet that carries `model` in `env_name`, or None where it has its own endpoint or instances."""
+        for name, fleet in self.fleets.items():
+            if model in fleet.models and fleet.deploys_in(env_name):
+                return name
+        return None
+
+    def fleet_members(self, fleet: str) -> list[Model]:
+        return [self.model(name) for name in self.fleets[fleet].models]
+
+    def fleets_in(self, env_name: str) -> list[str]:
+        return [name for name, fleet in self.fleets.items() if fleet.deploys_in(env_name)]
 
 
 def load(config_dir: Path | str, *, releases: bool = True) -> Project:
@@ -97,6 +112,7 @@ def load(config_dir: Path | str, *, releases: bool = True) -> Project:
         model_files=MappingProxyType({m.name: p for m, p, _ in models}),
         releases=MappingProxyType(pins),
         pipeline=env_file.pipeline,
+        fleets=MappingProxyType(dict(env_file.fleets)),
     )
 
 

@@ -200,11 +200,88 @@ class PipelineSettings(Frozen):
                     "assumes to reach that environment")
 
 
+# ---------------------------------------------------------------- fleets (models sharing accelerators)
+
+class FleetCapacity(Frozen):
+    instance_type: InstanceType
+    min: int = Field(ge=0, description="instances at the least; 0 scales the fleet to zero when idle "
+                     "(sagemaker-inference-components only; a neuron-cores fleet reaches 0 through off_hours)")
+    max: PositiveInt
+    safety_factor: float | None = Field(None, gt=0, le=1, description="overrides the environment default")
+
+
+class FleetCapacityOverride(Frozen):
+    instance_type: InstanceType | None = None
+    min: int | None = Field(None, ge=0)
+    max: PositiveInt | None = None
+    safety_factor: float | None = Field(None, gt=0, le=1)
+
+
+class FleetEnvironmentOverride(Frozen):
+    capacity: FleetCapacityOverride = FleetCapacityOverride()
+    off_hours: tuple[OffHours, ...] = Field((), description="scheduled windows of reduced capacity; min 0 "
+                                            "scales the fleet to zero for the window")
+
+
+class _FleetBase(Frozen):
+    description: str = ""
+    models: tuple[Name, ...] = Field(min_length=1, description="the models this fleet carries, in this order")
+    capacity: FleetCapacity
+    environments: dict[Name, FleetEnvironmentOverride] = Field(
+        default_factory=dict, description="per-environment overrides of capacity and off_hours")
+
+    @field_validator("models")
+    @classmethod
+    def _unique_models(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if len(set(value)) != len(value):
+            raise ValueError("models repeat")
+        return value
+
+    def capacity_for(self, environment: str) -> FleetCapacity:
+        override = self.environments.get(environment, FleetEnvironmentOverride()).capacity
+        return self.capacity.model_copy(update=override.model_dump(exclude_none=True))
+
+    def off_hours_for(self, environment: str) -> tuple[OffHours, ...]:
+        return self.environments.get(environment, FleetEnvironmentOverride()).off_hours
+
+
+class InferenceComponentFleet(_FleetBase):
+    """One SageMaker endpoint whose instances (managed instance scaling) are shared by its models, each an
+    inference component with its own copies, scaling, alarms, dashboard and smoke test."""
+
+    kind: Literal["sagemaker-inference-components"]
+    deploy_in: tuple[Name, ...] | None = Field(
+        None, description="environments where the models share this endpoint; elsewhere each keeps its own "
+        "(dedicated endpoints, e.g. where an SLO needs them); omitted: every environment")
+
+    def deploys_in(self, environment: str) -> bool:
+        return self.deploy_in is None or environment in self.deploy_in
+
+
+class NeuronCoreFleet(_FleetBase):
+    """Inferentia instances whose NeuronCores are split among several neuron-ecs models: one task per
+    instance, one image with every model compiled in, each model on its own core range and port. Packed in
+    every environment, so the one image promotes unchanged."""
+
+    kind: Literal["neuron-cores"]
+    models: tuple[Name, ...] = Field(min_length=2, description="the models sharing each instance, in port and "
+                                     "core order")
+
+    def deploys_in(self, environment: str) -> bool:
+        return True
+
+
+Fleet = Annotated[Union[InferenceComponentFleet, NeuronCoreFleet], Field(discriminator="kind")]
+
+
 class EnvironmentsFile(Frozen):
     default_environment: Name
     environments: dict[Name, Environment] = Field(min_length=1)
     pipeline: PipelineSettings | None = Field(
         None, description="CDK Pipelines deployment of the environments; omitted: no pipeline stack")
+    fleets: dict[Name, Fleet] = Field(
+        default_factory=dict, description="models sharing accelerators: several models on one SageMaker "
+        "endpoint (inference components) or on one Inferentia instance's NeuronCores")
 
     @model_validator(mode="after")
     def _default_exists(self) -> "EnvironmentsFile":
@@ -236,6 +313,10 @@ class ModelSource(Frozen):
 class Slo(Frozen):
     p99_latency_ms: PositiveFloat = Field(description="end-to-end p99 the service must meet")
     peak_tps: PositiveFloat = Field(description="peak inferences per second across the fleet")
+    cold_start_seconds: PositiveFloat | None = Field(
+        None, description="longest the model's callers accept to wait (retrying) after it scaled to zero, "
+        "until it serves again; required to scale a model to zero, and must cover the planner's cold-start "
+        "estimate (inferstack/capacity/packing.py)")
 
 
 class ProfilePoint(Frozen):
@@ -263,6 +344,7 @@ class CapacityOverride(Frozen):
 class SloOverride(Frozen):
     p99_latency_ms: PositiveFloat | None = None
     peak_tps: PositiveFloat | None = None
+    cold_start_seconds: PositiveFloat | None = None
 
 
 # Application Auto Scaling cron: six fields, minutes to year (e.g. "cron(0 20 ? * MON-FRI *)").
@@ -283,8 +365,9 @@ class OffHours(Frozen):
 
     start: str = Field(pattern=CRON_PATTERN, description="cron(...) when the window opens")
     end: str = Field(pattern=CRON_PATTERN, description="cron(...) when planned capacity returns")
-    min: PositiveInt = Field(description="minimum instances inside the window (real-time endpoints need 1)")
-    max: PositiveInt
+    min: int = Field(ge=0, description="minimum inside the window; 0 (scale to zero) where the model runs on a "
+                     "fleet that allows it (config/checks.py): a dedicated real-time endpoint needs 1")
+    max: int = Field(ge=0, description="maximum inside the window; 0 closes a neuron-cores fleet for the window")
     time_zone: Annotated[str, AfterValidator(_time_zone)] = Field("UTC", description="IANA zone of the crons")
 
     @model_validator(mode="after")
@@ -568,6 +651,19 @@ class DataCapture(Frozen):
         return value
 
 
+class InferenceComponentSpec(Frozen):
+    """What one copy of the model holds on a shared endpoint (an AWS::SageMaker::InferenceComponent's
+    ComputeResourceRequirements). Used where an inference-components fleet in environments.yaml carries
+    the model; elsewhere the model keeps its own endpoint."""
+
+    accelerators: int = Field(1, ge=1, le=8, description="GPUs one copy holds (NumberOfAcceleratorDevicesRequired)")
+    cpu_cores: float = Field(1.0, ge=0.25, le=192, description="vCPUs one copy reserves (NumberOfCpuCoresRequired)")
+    memory_mib: int = Field(ge=128, le=786_432, description="host memory one copy reserves (MinMemoryRequiredInMb)")
+    profiled_on: InstanceType | None = Field(
+        None, description="throughput_profile entry a copy's throughput comes from, scaled by accelerators over "
+        "that instance's GPUs; omitted: capacity.instance_type")
+
+
 class TritonSageMakerModel(_ModelBase):
     kind: Literal["triton-sagemaker"]
     export: TritonExport = TritonExport()
@@ -576,6 +672,9 @@ class TritonSageMakerModel(_ModelBase):
     scaling: TritonScaling = TritonScaling()
     data_capture: DataCapture | None = Field(None, description="log sampled requests/responses to an "
                                              "encrypted bucket")
+    inference_component: InferenceComponentSpec | None = Field(
+        None, description="resources of one copy on a shared endpoint; required where a fleet of kind "
+        "sagemaker-inference-components in environments.yaml carries this model")
 
     @model_validator(mode="after")
     def _generation_shapes(self) -> "TritonSageMakerModel":
