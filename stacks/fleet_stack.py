@@ -33,6 +33,8 @@ class FleetStack(EnvironmentStack):
         self.fleet = fleet
         self.members = tuple(members)
         self.plan = packing.plan_fleet(fleet_name, fleet, members, env_name, environment)
+        # neuron-cores: this stack serves the members; inference components: their own stacks do.
+        self.serves_members = isinstance(fleet, NeuronCoreFleet)
         if isinstance(fleet, NeuronCoreFleet):
             self._neuron_fleet(environment, env_name, shared, pinned_image)
         elif isinstance(fleet, InferenceComponentFleet):

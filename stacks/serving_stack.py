@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import aws_cdk as cdk
 from aws_cdk import aws_ecr as ecr
@@ -21,6 +22,9 @@ from inferstack.constructs.triton_endpoint import TritonEndpoint
 from stacks.base import EnvironmentStack
 from stacks.foundation_stack import SharedResources
 
+if TYPE_CHECKING:
+    from stacks.fleet_stack import FleetStack
+
 ROOT = Path(__file__).resolve().parent.parent
 # Build context of the Neuron serving image (its Dockerfiles and serving app).
 NEURON_IMAGE_DIRECTORY = ROOT / "container" / "neuron"
@@ -36,11 +40,13 @@ TRITON_BUILD_CONTEXT = ("*", "!inferstack/__init__.py", "!inferstack/schema", "!
 class ServingStack(EnvironmentStack):
     def __init__(self, scope: Construct, construct_id: str, *, model: Model, environment: Environment,
                  env_name: str, shared: SharedResources, pinned_image: PinnedImage | None = None,
-                 **kwargs) -> None:
-        """`pinned_image`: deploy this promoted image (by digest) instead of building one."""
+                 fleet: "FleetStack | None" = None, **kwargs) -> None:
+        """`pinned_image`: deploy this promoted image (by digest) instead of building one. `fleet`: the
+        inference-components fleet whose shared endpoint carries this model (None: its own endpoint)."""
         super().__init__(scope, construct_id, environment=environment, **kwargs)
         self.model = model
         self.pinned_image = pinned_image
+        self.fleet = fleet
         self.log_group = logs.LogGroup(self, "Logs", encryption_key=shared.key, retention=shared.log_retention,
                                        removal_policy=shared.removal_policy)
         # Alarms notify the topic when they fire and when they clear.

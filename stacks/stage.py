@@ -11,16 +11,21 @@ from inferstack.config import Environment, Project
 from inferstack.config.loader import Model
 from inferstack.config.release_pin import ReleasePin
 from inferstack.delivery import stack_outputs
-from inferstack.schema.models import DEFAULT_SMOKE_ROLE_NAME, PIPELINE_STACK_NAME
+from inferstack.schema.models import DEFAULT_SMOKE_ROLE_NAME, PIPELINE_STACK_NAME, Fleet
 from stacks.foundation_stack import FoundationStack, SmokeRole
+from stacks.fleet_stack import FleetStack
 from stacks.serving_stack import ServingStack
 
 
 class InferenceStage(cdk.Stage):
     def __init__(self, scope: Construct, env_name: str, *, environment: Environment,
-                 models: Sequence[Model], smoke_role: SmokeRole, release: ReleasePin | None = None) -> None:
+                 models: Sequence[Model], smoke_role: SmokeRole, release: ReleasePin | None = None,
+                 fleets: Mapping[str, Fleet] | None = None, all_models: Sequence[Model] = ()) -> None:
         """`release`: the environment's promoted release; its models deploy the pinned images.
-        `smoke_role`: the role the smoke test assumes here (see `smoke_role_for`)."""
+        `smoke_role`: the role the smoke test assumes here (see `smoke_role_for`).
+        `fleets`: the fleets deployed in this environment (fleet name -> fleet); a neuron-cores fleet's
+        members are served by the fleet's stack, an inference-components fleet's members keep their own
+        stacks on the fleet's endpoint. `all_models`: every model of the project (fleet members)."""
         super().__init__(scope, env_name, env=cdk.Environment(account=environment.account,
                                                               region=environment.region))
         protect = environment.defaults.retain_stateful_resources
@@ -28,13 +33,34 @@ class InferenceStage(cdk.Stage):
                                           env_name=env_name, smoke_role=smoke_role,
                                           termination_protection=protect,
                                           description=f"inferstack foundation ({env_name})")
+        by_name = {m.name: m for m in (all_models or models)}
+        wanted = {m.name for m in models}
+        self.fleets: dict[str, FleetStack] = {}
+        fleet_of: dict[str, str] = {}
+        for fleet_name, fleet in (fleets or {}).items():
+            if not wanted.intersection(fleet.models):
+                continue  # a synth shard without this fleet's models
+            stack = FleetStack(self, fleet_name, fleet_name=fleet_name, fleet=fleet,
+                               members=[by_name[m] for m in fleet.models], environment=environment,
+                               env_name=env_name, shared=self.foundation.shared, termination_protection=protect,
+                               pinned_image=release.image_for(fleet_name) if release else None,
+                               description=f"inferstack {fleet.kind} fleet: {fleet_name} ({env_name})")
+            cdk.Tags.of(stack).add("inferstack:fleet", fleet_name)
+            self.fleets[fleet_name] = stack
+            fleet_of.update({m: fleet_name for m in fleet.models})
         self.serving: dict[str, ServingStack] = {}
         for model in models:
+            fleet_stack = self.fleets.get(fleet_of.get(model.name, ""))
+            if fleet_stack is not None and fleet_stack.serves_members:
+                continue  # the fleet's own stack serves this model
             stack = ServingStack(self, model.name, model=model, environment=environment, env_name=env_name,
                                  shared=self.foundation.shared, termination_protection=protect,
                                  pinned_image=release.image_for(model.name) if release else None,
+                                 fleet=fleet_stack,
                                  description=f"inferstack {model.kind} serving: {model.name} ({env_name})")
             cdk.Tags.of(stack).add("inferstack:model", model.name)
+            if fleet_stack is not None:
+                stack.add_dependency(fleet_stack)  # the shared endpoint exists before its components
             self.serving[model.name] = stack
         cdk.Tags.of(self).add("inferstack:environment", env_name)
 
@@ -61,5 +87,7 @@ def add_stages(app: cdk.App, project: Project, env_names: Sequence[str],
         return [m for m in project.models if m.name in wanted]
 
     return {name: InferenceStage(app, name, environment=project.environments[name], models=models(name),
-                                 smoke_role=smoke_role_for(project, name), release=project.releases.get(name))
+                                 smoke_role=smoke_role_for(project, name), release=project.releases.get(name),
+                                 fleets={f: project.fleets[f] for f in project.fleets_in(name)},
+                                 all_models=project.models)
             for name in env_names}
