@@ -47,7 +47,14 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         raise UsageError(f"--env: unknown environment {args.env!r}; known: {', '.join(project.environments)}")
     envs = [args.env] if args.env else list(project.environments)
     rows = plan_report.build(project, envs, compare=args.compare)
-    print(plan_report.to_json(rows) if args.json else plan_report.to_table(rows))
+    fleets = plan_report.build_fleets(project, envs)
+    if args.json:
+        print(plan_report.to_json(rows, fleets))
+    else:
+        print(plan_report.to_table(rows))
+        if fleets:
+            print()
+            print(plan_report.fleets_to_text(fleets))
     return 0
 
 

@@ -56,6 +56,7 @@ def reference_project(tmp_path):
     environments = yaml.safe_load((CONFIG_DIR / "environments.yaml").read_text())
     environments["environments"] = {"dev": {**environments["environments"]["dev"], "prices": POST_PRICES}}
     environments.pop("pipeline")  # it deploys staging and prod too, which this dev-only config leaves out
+    environments.pop("fleets")  # they carry the shipped models, which this config replaces
     (tmp_path / "environments.yaml").write_text(yaml.safe_dump(environments))
     for name, itype, throughput, cores, _ in PUBLISHED:
         (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(_reference_model(name, itype, throughput, cores)))
@@ -87,8 +88,8 @@ def test_unknown_instance_type_is_a_clear_error():
 def test_plan_json_has_one_object_per_model_and_environment():
     result = run("-m", "inferstack", "plan", "--json")
     assert result.returncode == 0, result.stderr
-    rows = json.loads(result.stdout)
-    assert len(rows) == 9
+    rows = json.loads(result.stdout)["models"]
+    assert len(rows) == 12
     prod_intent = next(r for r in rows if (r["model"], r["env"]) == ("intent-bert", "prod"))
     assert {k: prod_intent[k] for k in ("instance_type", "throughput_per_instance", "instances_min",
                                         "instances_max", "instances_at_peak")} == {
@@ -102,7 +103,7 @@ def test_plan_json_has_one_object_per_model_and_environment():
 def test_plan_compare_marks_the_cheapest_type_meeting_the_slo():
     result = run("-m", "inferstack", "plan", "--env", "prod", "--compare", "--json")
     assert result.returncode == 0, result.stderr
-    intent = next(r for r in json.loads(result.stdout) if r["model"] == "intent-bert")
+    intent = next(r for r in json.loads(result.stdout)["models"] if r["model"] == "intent-bert")
     options = {o["instance_type"]: o for o in intent["compare"]}
     assert set(options) == {"inf1.6xlarge", "inf1.xlarge"}
     # peak 16,000 TPS: 32 x inf1.xlarge ($0.228) = $7.30/h beats 8 x inf1.6xlarge ($1.18) = $9.44/h
@@ -116,6 +117,9 @@ def test_plan_compare_excludes_types_whose_latency_misses_the_slo(config_copy):
     data["throughput_profile"]["inf1.xlarge"]["p99_latency_ms"] = 12  # above the 10 ms SLO
     data["environments"]["dev"]["capacity"]["instance_type"] = "inf1.6xlarge"
     (config_copy / "intent-bert.yaml").write_text(yaml.safe_dump(data))
+    environments = yaml.safe_load((config_copy / "environments.yaml").read_text())
+    environments["fleets"]["intent-pack"]["environments"]["dev"]["capacity"]["instance_type"] = "inf1.6xlarge"
+    (config_copy / "environments.yaml").write_text(yaml.safe_dump(environments))
     rows = plan_report.build(config.load(config_copy), ["prod"], compare=True)
     intent = next(r for r in rows if r.model == "intent-bert")
     options = {o.instance_type: o for o in intent.compare}

@@ -377,40 +377,62 @@ class FleetCost:
     price_source: str
     instances_at_peak: int
     cost_per_hour_at_peak: float
+    min_capacity: int
+    monthly_at_min: float  # the planned minimum all month, the windows' hours at their min (the floor)
     monthly_at_peak: float  # every hour at the peak fleet (upper bound)
     monthly_with_off_hours: float  # the windows' hours at their max instead
     dedicated_instances_at_peak: int
     dedicated_cost_per_hour_at_peak: float
+    dedicated_min_capacity: int
+    dedicated_monthly_at_min: float
     dedicated_monthly_at_peak: float
     dedicated_monthly_with_off_hours: float  # what the dedicated models' own schedules would save
 
     @property
-    def monthly_saving(self) -> float:
-        """Packing plus the fleet's schedules, against one model per accelerator with the models' own."""
+    def monthly_saving_at_peak(self) -> float:
+        """Packing plus the fleet's schedules, against one model per accelerator with the models' own, with
+        every fleet at its peak size outside the windows."""
         return self.dedicated_monthly_with_off_hours - self.monthly_with_off_hours
+
+    @property
+    def monthly_saving_at_min(self) -> float:
+        """The same when traffic stays low: each fleet at its minimum (a fleet at min 0 costs nothing idle)."""
+        return self.dedicated_monthly_at_min - self.monthly_at_min
+
+
+def monthly_floor_hours(minimum: int, windows: Sequence[Window]) -> float:
+    """Instance hours per month at the planned minimum, each window's share at its own minimum."""
+    open_total = min(1.0, sum(w.open_share for w in windows))
+    inside = sum(w.open_share * min(w.min, minimum) for w in windows)
+    return (minimum * (1 - open_total) + inside) * pricing.HOURS_PER_MONTH
 
 
 def cost(fleet_plan: FleetPlan, members: Sequence, environment: Environment) -> FleetCost:
     price = hourly_price(fleet_plan.instance_type, environment)
     hourly = price.usd_per_hour
-    dedicated_count = 0
-    dedicated_hourly = dedicated_monthly = dedicated_scheduled = 0.0
+    dedicated_count = dedicated_min = 0
+    dedicated_hourly = dedicated_monthly = dedicated_scheduled = dedicated_floor = 0.0
     for model in members:
         own = plan_dedicated(model, fleet_plan.environment, environment)
         own_price = hourly_price(own.instance_type, environment).usd_per_hour
         dedicated_count += own.instances_at_peak
+        dedicated_min += own.min_capacity
         dedicated_hourly += own.instances_at_peak * own_price
         dedicated_monthly += own.instances_at_peak * own_price * pricing.HOURS_PER_MONTH
         # A dedicated model keeps its own off-hours windows (a Triton endpoint never below one instance).
         own_windows = [Window.of(w) for w in model.off_hours_for(fleet_plan.environment)]
         dedicated_scheduled += monthly_instance_hours(own.instances_at_peak, own_windows) * own_price
+        dedicated_floor += monthly_floor_hours(own.min_capacity, own_windows) * own_price
     return FleetCost(
         fleet=fleet_plan.fleet, environment=fleet_plan.environment, instance_type=fleet_plan.instance_type,
         usd_per_instance_hour=hourly,
         price_source=f"{price.source} ({price.recorded})" if price.recorded else price.source,
         instances_at_peak=fleet_plan.instances_at_peak,
         cost_per_hour_at_peak=fleet_plan.instances_at_peak * hourly,
+        min_capacity=fleet_plan.min_capacity,
+        monthly_at_min=monthly_floor_hours(fleet_plan.min_capacity, fleet_plan.windows) * hourly,
         monthly_at_peak=fleet_plan.instances_at_peak * hourly * pricing.HOURS_PER_MONTH,
         monthly_with_off_hours=monthly_instance_hours(fleet_plan.instances_at_peak, fleet_plan.windows) * hourly,
         dedicated_instances_at_peak=dedicated_count, dedicated_cost_per_hour_at_peak=dedicated_hourly,
+        dedicated_min_capacity=dedicated_min, dedicated_monthly_at_min=dedicated_floor,
         dedicated_monthly_at_peak=dedicated_monthly, dedicated_monthly_with_off_hours=dedicated_scheduled)

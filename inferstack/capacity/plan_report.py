@@ -1,5 +1,7 @@
 """`python -m inferstack plan`: capacity and cost per model and environment, from the same
-`planning.plan` the stacks use, priced with `inferstack.capacity.pricing`."""
+`planning.plan` the stacks use, priced with `inferstack.capacity.pricing`; and per fleet (models sharing
+accelerators), the packed layout from `packing.plan_fleet`, its cost with and without its off-hours
+schedules, and what it saves against one model per accelerator."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
-from inferstack.capacity import planning, pricing
+from inferstack.capacity import packing, planning, pricing
 
 if TYPE_CHECKING:  # capacity sits below config: the report takes a loaded project, it never loads one
     from inferstack.config import Project
@@ -39,6 +41,7 @@ class PlanRow:
     deployed: bool  # the instance type the stacks deploy in this environment
     cheapest: bool = False
     compare: list[PlanRow] = field(default_factory=list)
+    fleet: str | None = None  # the fleet that carries the model here; this row is then its dedicated baseline
 
 
 def _row(project: Project, model, env: str, instance_type: str | None = None) -> PlanRow:
@@ -72,6 +75,9 @@ def build(project: Project, envs: Sequence[str], *, compare: bool = False) -> li
     for env in envs:
         for model in project.models:
             row = _row(project, model, env)
+            fleet = project.fleet_of(model.name, env)
+            if fleet is not None:
+                row = PlanRow(**{**_fields(row), "fleet": fleet})
             if compare:
                 options = [_row(project, model, env, itype) for itype in sorted(model.throughput_profile)
                            if _plannable(model, env, project.environments[env], itype)]
@@ -102,17 +108,113 @@ def _mark_cheapest(row: PlanRow) -> PlanRow:
     return PlanRow(**{**_fields(row), "cheapest": True})
 
 
-def to_json(rows: Sequence[PlanRow]) -> str:
+@dataclass(frozen=True)
+class FleetMemberRow:
+    model: str
+    placement: str  # "cores 0-2, port 8080, 3 workers" or "1 GPU, 2 vCPU, 8192 MiB per copy"
+    slo_p99_ms: float
+    profile_p99_ms: float
+    peak_tps: float
+    capacity_at_peak: str  # "3 cores x 2 instances" or "1 copy"
+    scaling_target: str  # per task or per copy, per minute
+    cold_start_seconds: int | None = None
+
+
+@dataclass(frozen=True)
+class FleetRow:
+    fleet: str
+    kind: str
+    env: str
+    instance_type: str
+    members: list[FleetMemberRow]
+    instances_min: int
+    instances_at_peak: int
+    instances_max: int
+    off_hours: list[str]
+    meets_slo: bool
+    cost: packing.FleetCost
+
+
+def build_fleets(project: Project, envs: Sequence[str]) -> list[FleetRow]:
+    rows = []
+    for env in envs:
+        environment = project.environments[env]
+        for name in project.fleets_in(env):
+            fleet = project.fleets[name]
+            members = project.fleet_members(name)
+            result = packing.plan_fleet(name, fleet, members, env, environment)
+            rows.append(FleetRow(
+                fleet=name, kind=fleet.kind, env=env, instance_type=result.instance_type,
+                members=[_member(result, share) for share in result.shares],
+                instances_min=result.min_capacity, instances_at_peak=result.instances_at_peak,
+                instances_max=result.max_capacity,
+                off_hours=[f"{w.start}..{w.end} {w.time_zone}: {w.min}..{w.max} ({w.open_share:.0%} of the time)"
+                           for w in result.windows],
+                meets_slo=result.meets_slo, cost=packing.cost(result, members, environment)))
+    return rows
+
+
+def _member(result: packing.FleetPlan, share) -> FleetMemberRow:
+    if isinstance(result, packing.NeuronFleetPlan):
+        return FleetMemberRow(
+            model=share.model, slo_p99_ms=share.slo_p99_ms, profile_p99_ms=share.profile_p99_ms,
+            peak_tps=share.peak_tps,
+            placement=f"cores {share.visible_cores}, port {share.port}, {share.workers} worker"
+                      + ("s" if share.workers > 1 else ""),
+            capacity_at_peak=f"{share.cores} core{'s' if share.cores > 1 else ''} x {result.instances_at_peak}",
+            scaling_target=f"{result.target_per_task_per_minute(share.model):,.0f}/task/min")
+    return FleetMemberRow(
+        model=share.model, slo_p99_ms=share.slo_p99_ms, profile_p99_ms=share.profile_p99_ms, peak_tps=share.peak_tps,
+        placement=f"{share.accelerators} GPU, {share.cpu_cores:g} vCPU, {share.memory_mib} MiB per copy",
+        capacity_at_peak=f"{share.copies_at_peak} cop{'y' if share.copies_at_peak == 1 else 'ies'} "
+                         f"({share.min_copies}..{share.max_copies})",
+        scaling_target=f"{result.target_per_copy_per_minute(share.model):,.0f}/copy/min",
+        cold_start_seconds=share.cold_start_seconds)
+
+
+def to_json(rows: Sequence[PlanRow], fleets: Sequence[FleetRow] = ()) -> str:
     def clean(row: PlanRow) -> dict:
         data = asdict(row)
         if not row.compare:
             data.pop("compare")
         return data
-    return json.dumps([clean(r) for r in rows], indent=2)
+
+    def fleet(row: FleetRow) -> dict:
+        data = asdict(row)
+        data["cost"]["monthly_saving_at_peak"] = row.cost.monthly_saving_at_peak
+        data["cost"]["monthly_saving_at_min"] = row.cost.monthly_saving_at_min
+        return data
+    return json.dumps({"models": [clean(r) for r in rows], "fleets": [fleet(f) for f in fleets]}, indent=2)
+
+
+def fleets_to_text(fleets: Sequence[FleetRow]) -> str:
+    """Each fleet: its layout, then cost per month (low traffic: the minimum; high: the peak fleet all
+    month) with its schedules, without them, and for the same models each on its own accelerators."""
+    out = []
+    for row in fleets:
+        c = row.cost
+        out.append(f"fleet {row.fleet} ({row.kind}) in {row.env}: {row.instance_type} x "
+                   f"{row.instances_min}..{row.instances_max}, {row.instances_at_peak} at peak, "
+                   f"SLO {'met' if row.meets_slo else 'NOT met'}")
+        for m in row.members:
+            cold = f", cold start ~{m.cold_start_seconds} s" if m.cold_start_seconds is not None else ""
+            out.append(f"  {m.model}: {m.placement}; {m.capacity_at_peak} at peak {m.peak_tps:g} TPS; "
+                       f"p99 {m.profile_p99_ms:g}/{m.slo_p99_ms:g} ms; target {m.scaling_target}{cold}")
+        for window in row.off_hours:
+            out.append(f"  off hours {window}")
+        out.append(f"  ${c.usd_per_instance_hour:g}/h per instance ({c.price_source}); ${c.cost_per_hour_at_peak:,.2f}/h "
+                   f"at peak")
+        out.append(f"  $/month       at min     at peak   (without schedules)")
+        out.append(f"  packed     {c.monthly_at_min:>9,.0f}  {c.monthly_with_off_hours:>10,.0f}   ({c.monthly_at_peak:,.0f})")
+        out.append(f"  dedicated  {c.dedicated_monthly_at_min:>9,.0f}  {c.dedicated_monthly_with_off_hours:>10,.0f}   "
+                   f"({c.dedicated_monthly_at_peak:,.0f})   {c.dedicated_min_capacity}..{c.dedicated_instances_at_peak} "
+                   f"instances, one model per accelerator")
+        out.append(f"  saving     {c.monthly_saving_at_min:>9,.0f}  {c.monthly_saving_at_peak:>10,.0f}")
+    return "\n".join(out)
 
 
 _COLUMNS = ("model", "env", "instance", "thru/inst", "p99 ms", "min", "peak", "max", "target/min",
-            "$/h peak", "$/month min..peak", "$/1M", "SLO")
+            "$/h peak", "$/month min..peak", "$/1M", "SLO", "fleet")
 
 
 def to_table(rows: Sequence[PlanRow]) -> str:
@@ -128,6 +230,8 @@ def to_table(rows: Sequence[PlanRow]) -> str:
     out += [fmt.format(*line) for line in lines]
     if any(r.compare for r in rows):
         out.append("* cheapest instance type (fleet cost at peak) whose profiled p99 meets the SLO")
+    if any(r.fleet for r in rows):
+        out.append("fleet: the model runs on that fleet here (below); its row is what it would need on its own")
     return "\n".join(out)
 
 
@@ -136,4 +240,4 @@ def _cells(row: PlanRow, model: str, env: str) -> list[str]:
             f"{row.profile_p99_ms:g}/{row.slo_p99_ms:g}", str(row.instances_min), str(row.instances_at_peak),
             str(row.instances_max), f"{row.scaling_target_per_instance_per_minute:,.0f}",
             f"{row.cost_per_hour:,.2f}", f"{row.cost_per_month_min:,.0f}..{row.cost_per_month_at_peak:,.0f}",
-            f"{row.cost_per_million:.3f}", "yes" if row.meets_slo else "NO"]
+            f"{row.cost_per_million:.3f}", "yes" if row.meets_slo else "NO", row.fleet or ""]

@@ -4,15 +4,15 @@ pairs so the loader can attach file and line; nothing here raises on the first p
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from inferstack.schema import instances
-from inferstack.capacity import planning
+from inferstack.capacity import packing, planning, schedule
 from inferstack.triton import image as triton_image
 from inferstack.triton import startup as triton_startup
 from inferstack.schema.models import (
-    CONNECTION_ARN_PATTERN, DEFAULT_SMOKE_ROLE_NAME, Environment, EnvironmentsFile, NeuronEcsModel,
-    TritonSageMakerModel,
+    CONNECTION_ARN_PATTERN, DEFAULT_SMOKE_ROLE_NAME, Environment, EnvironmentsFile, Fleet, InferenceComponentFleet,
+    NeuronCoreFleet, NeuronEcsModel, OffHours, TritonSageMakerModel,
 )
 from inferstack.config.yaml_source import KeyPath
 
@@ -68,14 +68,35 @@ def _check_environment(model: Model, env_name: str, environment: Environment) ->
 
 def _check_off_hours(model: Model) -> Iterator[Finding]:
     for env, override in model.environments.items():
-        if override.off_hours and not isinstance(model, TritonSageMakerModel):
-            yield ("environments", env, "off_hours"), f"off_hours is not supported for {model.kind} models yet"
-            continue
         planned_max = model.capacity_for(env).max
         for index, window in enumerate(override.off_hours):
-            if window.max > planned_max:
-                yield ("environments", env, "off_hours", index, "max"), (
-                    f"off-hours max {window.max} exceeds the planned max {planned_max}; off-hours only scale down")
+            key = ("environments", env, "off_hours", index)
+            yield from _check_window(window, key, planned_max, zero=(
+                "closed" if isinstance(model, NeuronEcsModel) else None), owner=model.kind)
+
+
+def _check_window(window: OffHours, key: KeyPath, planned_max: int, *, zero: str | None,
+                  owner: str) -> Iterator[Finding]:
+    """`zero`: None where nothing can scale to zero (a dedicated real-time endpoint); "closed" where a window
+    at min 0 must also be max 0 (ECS scales on requests per target, which no request can raise from zero
+    tasks); "on-demand" where a request scales out from zero (inference components)."""
+    try:
+        schedule.open_share(window.start, window.end, window.time_zone)
+    except schedule.CronError as exc:
+        yield key + ("start",), f"cannot evaluate the schedule: {exc}"
+    if window.max > planned_max:
+        yield key + ("max",), (
+            f"off-hours max {window.max} exceeds the planned max {planned_max}; off-hours only scale down")
+    if window.min == 0 and zero is None:
+        yield key + ("min",), (
+            f"a dedicated real-time SageMaker endpoint keeps at least 1 instance; to scale {owner} to zero, "
+            f"carry it on a fleet of kind sagemaker-inference-components (environments.yaml fleets:)")
+    elif window.max == 0 and zero is None:
+        yield key + ("max",), "a dedicated real-time SageMaker endpoint keeps at least 1 instance"
+    elif window.min == 0 and window.max > 0 and zero == "closed":
+        yield key + ("max",), (
+            "an ECS service at 0 tasks has no target to count requests for, so nothing scales it out again "
+            "before the window ends: a window at min 0 must be closed (max 0)")
 
 
 def _family_problem(spec: instances.InstanceSpec, kind: str) -> str | None:
@@ -184,22 +205,172 @@ PIPELINE_ACTIONS_PER_STAGE = 50
 
 
 def pipeline_actions_per_stage(model_count: int, *, approval: bool) -> int:
-    return 2 * (1 + model_count) + 1 + int(approval)  # foundation + models, smoke, approval
+    """`model_count`: the serving stacks of the environment (models with their own stack, and fleets)."""
+    return 2 * (1 + model_count) + 1 + int(approval)  # foundation + serving stacks, smoke, approval
 
 
-def check_pipeline_capacity(env_file: EnvironmentsFile, model_count: int) -> Iterator[Finding]:
+def serving_stack_count(env_file: EnvironmentsFile, model_names: Iterable[str], env_name: str) -> int:
+    """Stacks besides the foundation in an environment: one per fleet deployed there, one per model except
+    the members of a neuron-cores fleet (the fleet's stack serves them)."""
+    fleets = [f for f in env_file.fleets.values() if f.deploys_in(env_name)]
+    served_by_fleet = {m for f in fleets if isinstance(f, NeuronCoreFleet) for m in f.models}
+    return len(fleets) + sum(1 for m in model_names if m not in served_by_fleet)
+
+
+def check_pipeline_capacity(env_file: EnvironmentsFile, model_names: Sequence[str]) -> Iterator[Finding]:
     """Every environment's stacks deploy in one pipeline stage, so the fleet must fit CodePipeline's quota."""
     pipeline = env_file.pipeline
     if pipeline is None:
         return
     for name in pipeline.stages:
-        actions = pipeline_actions_per_stage(model_count, approval=name in pipeline.approval_before)
+        stacks = serving_stack_count(env_file, model_names, name)
+        actions = pipeline_actions_per_stage(stacks, approval=name in pipeline.approval_before)
         if actions > PIPELINE_ACTIONS_PER_STAGE:
             yield ("pipeline", "stages"), (
-                f"{model_count} models need {actions} actions in the {name} stage; CodePipeline allows "
+                f"{stacks} serving stacks need {actions} actions in the {name} stage; CodePipeline allows "
                 f"{PIPELINE_ACTIONS_PER_STAGE} per stage: remove the pipeline block and deploy with the CLI "
                 f"(README: From an external CI)")
             return
+
+
+# ---------------------------------------------------------------- fleets
+
+FLEET_MEMBER_KIND = {"neuron-cores": "neuron-ecs", "sagemaker-inference-components": "triton-sagemaker"}
+RESERVED_STACK_IDS = ("Foundation", "Pipeline")
+
+
+def check_fleets(env_file: EnvironmentsFile, models: Mapping[str, Model]) -> Iterator[Finding]:
+    """`fleets:` against the models and environments: membership, what fits on the instance, and the plan
+    (inferstack.capacity.packing) in every environment the fleet deploys in. Keys are environments.yaml's."""
+    carrier: dict[tuple[str, str], str] = {}  # (environment, model) -> fleet
+    for name, fleet in env_file.fleets.items():
+        base = ("fleets", name)
+        if name in models or name in RESERVED_STACK_IDS:
+            yield base, (f"fleet name {name!r} is also a model's or a reserved stack's name; each names a stack "
+                         f"in every environment, so they must differ")
+        for env in fleet.environments:
+            if env not in env_file.environments:
+                yield base + ("environments", env), (
+                    f"unknown environment; known: {', '.join(env_file.environments)}")
+        if isinstance(fleet, InferenceComponentFleet):
+            for index, env in enumerate(fleet.deploy_in or ()):
+                if env not in env_file.environments:
+                    yield base + ("deploy_in", index), (
+                        f"unknown environment {env!r}; known: {', '.join(env_file.environments)}")
+        members: list[Model] = []
+        for index, model_name in enumerate(fleet.models):
+            model = models.get(model_name)
+            if model is None:
+                yield base + ("models", index), f"unknown model {model_name!r}; known: {', '.join(sorted(models))}"
+                continue
+            if model.kind != FLEET_MEMBER_KIND[fleet.kind]:
+                yield base + ("models", index), (
+                    f"{model_name} is a {model.kind} model; a {fleet.kind} fleet carries "
+                    f"{FLEET_MEMBER_KIND[fleet.kind]} models")
+                continue
+            for env in env_file.environments:
+                if not fleet.deploys_in(env):
+                    continue
+                other = carrier.setdefault((env, model_name), name)
+                if other != name:
+                    yield base + ("models", index), f"{model_name} is already on fleet {other} in {env}"
+                    break
+            members.append(model)
+        if len(members) != len(fleet.models):
+            continue
+        grouped: dict[Finding, list[str]] = {}
+        for env_name, environment in env_file.environments.items():
+            if fleet.deploys_in(env_name):
+                for finding in _check_fleet_environment(name, fleet, members, env_name, environment):
+                    grouped.setdefault(finding, []).append(env_name)
+        for (key, message), env_names in grouped.items():
+            label = "environment" if len(env_names) == 1 else "environments"
+            yield key, f"{message} ({label} {', '.join(env_names)})"
+
+
+def _fleet_capacity_key(name: str, fleet: Fleet, env: str, field: str) -> KeyPath:
+    override = fleet.environments.get(env)
+    if override is not None and getattr(override.capacity, field) is not None:
+        return ("fleets", name, "environments", env, "capacity", field)
+    return ("fleets", name, "capacity", field)
+
+
+def _check_fleet_environment(name: str, fleet: Fleet, members: Sequence[Model], env_name: str,
+                             environment: Environment) -> Iterator[Finding]:
+    capacity = fleet.capacity_for(env_name)
+    spec = instances.get(capacity.instance_type)
+    type_key = _fleet_capacity_key(name, fleet, env_name, "instance_type")
+    problem = _family_problem(spec, FLEET_MEMBER_KIND[fleet.kind])
+    if problem:
+        yield type_key, problem
+        return
+    if capacity.min > capacity.max:
+        yield _fleet_capacity_key(name, fleet, env_name, "min"), f"min {capacity.min} > max {capacity.max}"
+        return
+    windows = fleet.off_hours_for(env_name)
+    for index, window in enumerate(windows):
+        yield from _check_window(window, ("fleets", name, "environments", env_name, "off_hours", index),
+                                 capacity.max, zero="closed" if isinstance(fleet, NeuronCoreFleet) else "on-demand",
+                                 owner=f"fleet {name}")
+    if isinstance(fleet, NeuronCoreFleet):
+        if capacity.min == 0:
+            yield _fleet_capacity_key(name, fleet, env_name, "min"), (
+                "a neuron-cores fleet keeps at least 1 instance outside its off_hours (ECS cannot scale out from "
+                "0 tasks on requests); close it at night with an off_hours window at min 0, max 0")
+            return
+        for index, model in enumerate(members):
+            if model.compile.neuron_generation != spec.neuron_generation:  # type: ignore[union-attr]
+                yield ("fleets", name, "models", index), (
+                    f"{model.name} is compiled for {model.compile.neuron_generation}, {spec.name} runs "  # type: ignore[union-attr]
+                    f"{spec.neuron_generation}; Neuron artifacts are not portable between generations")
+                return
+        publics = {model.public_load_balancer(environment) for model in members}  # type: ignore[union-attr]
+        if len(publics) > 1:
+            yield ("fleets", name, "models"), (
+                "the members share one load balancer: give them the same load_balancer.public setting")
+            return
+    else:
+        amis = {model.serving.inference_ami_version for model in members}  # type: ignore[union-attr]
+        if len(amis) > 1:
+            yield ("fleets", name, "models"), (
+                f"the members share one endpoint variant and so one inference AMI, but ask for "
+                f"{', '.join(sorted(str(a) for a in amis))}: give them the same serving.inference_ami_version")
+            return
+        for index, model in enumerate(members):
+            if model.inference_component is None:  # type: ignore[union-attr]
+                yield ("fleets", name, "models", index), (
+                    f"{model.name} needs inference_component (accelerators, cpu_cores, memory_mib of one copy) "
+                    f"in its model file to share an endpoint")
+                return
+    try:
+        result = packing.plan_fleet(name, fleet, members, env_name, environment)
+    except planning.FleetBeyondCount as exc:
+        yield _fleet_capacity_key(name, fleet, env_name, "max"), str(exc)
+        return
+    except planning.PlanningError as exc:  # PackingError among them: cores or a copy over the instance
+        yield type_key, str(exc)
+        return
+    for index, share in enumerate(result.shares):
+        if share.profile_p99_ms > share.slo_p99_ms:
+            yield ("fleets", name, "models", index), (
+                f"{share.model}: SLO p99 {share.slo_p99_ms:g} ms is below the profiled p99 "
+                f"{share.profile_p99_ms:g} ms on {result.instance_type}")
+    if not result.peak_within_max:
+        yield _fleet_capacity_key(name, fleet, env_name, "max"), (
+            f"the members' peaks need {result.instances_at_peak} x {result.instance_type}, but max is "
+            f"{result.max_capacity}")
+    if isinstance(result, packing.ComponentFleetPlan) and result.scales_to_zero:
+        for index, share in enumerate(result.shares):
+            needed = share.cold_start_seconds or 0
+            if share.cold_start_allowed is None or share.cold_start_allowed < needed:
+                allowed = ("no slo.cold_start_seconds" if share.cold_start_allowed is None
+                           else f"slo.cold_start_seconds {share.cold_start_allowed:g}")
+                yield ("fleets", name, "models", index), (
+                    f"{share.model}: scaling to zero makes a first request wait about {needed} s (alarm "
+                    f"{packing.NO_CAPACITY_ALARM_SECONDS} s + instance launch {packing.INSTANCE_LAUNCH_SECONDS} s + "
+                    f"start-up {needed - packing.NO_CAPACITY_ALARM_SECONDS - packing.INSTANCE_LAUNCH_SECONDS} s), "
+                    f"but its SLO has {allowed}: set slo.cold_start_seconds >= {needed} in its model file, or keep "
+                    f"the fleet's min >= 1")
 
 
 def check_pipeline(env_file: EnvironmentsFile) -> Iterator[Finding]:

@@ -16,6 +16,7 @@ from inferstack.schema.models import (
     Environment, EnvironmentsFile, Fleet, NeuronEcsModel, PipelineSettings, TritonSageMakerModel,
 )
 from inferstack.config.problems import ConfigError, Problem
+from inferstack.config.checks import FLEET_MEMBER_KIND as _FLEET_MEMBER_KIND
 from inferstack.config.yaml_source import YamlDocument, YamlSyntaxError, parse
 
 ENVIRONMENTS_FILE = "environments.yaml"
@@ -24,6 +25,7 @@ MODEL_KINDS: dict[str, type[BaseModel]] = {
     "triton-sagemaker": TritonSageMakerModel,
 }
 Model = NeuronEcsModel | TritonSageMakerModel
+FLEET_KINDS = frozenset(_FLEET_MEMBER_KIND)
 
 
 @dataclass(frozen=True)
@@ -77,10 +79,13 @@ def load(config_dir: Path | str, *, releases: bool = True) -> Project:
             problems.append(_problem(env_path, config_dir, env_doc, key, message))
 
     models: list[tuple[Model, Path, YamlDocument]] = []
-    for path in sorted(p for p in config_dir.glob("*.y*ml") if p.name != ENVIRONMENTS_FILE):
+    model_files = sorted(p for p in config_dir.glob("*.y*ml") if p.name != ENVIRONMENTS_FILE)
+    for path in model_files:
         loaded = _load_model(path, problems, config_dir)
         if loaded:
             models.append(loaded)
+    # A model file that did not load would show up again as an "unknown model" of its fleet.
+    all_models_loaded = len(models) == len(model_files)
 
     seen: dict[str, Path] = {}
     for model, path, doc in models:
@@ -94,7 +99,9 @@ def load(config_dir: Path | str, *, releases: bool = True) -> Project:
                 problems.append(_problem(path, config_dir, doc, key, message))
 
     if env_file:
-        for key, message in checks.check_pipeline_capacity(env_file, len(models)):
+        unique = {model.name: model for model, _, _ in models}
+        for key, message in [*checks.check_pipeline_capacity(env_file, list(unique)),
+                             *(checks.check_fleets(env_file, unique) if all_models_loaded else ())]:
             problems.append(_problem(env_path, config_dir, env_doc, key, message))
 
     pins: dict[str, release_pin.ReleasePin] = {}
@@ -184,6 +191,8 @@ def _validate(schema: type[BaseModel], path: Path, doc: YamlDocument, problems: 
     except ValidationError as exc:
         for error in exc.errors(include_url=False):
             loc = tuple(part for part in error["loc"] if part != "[key]")  # pydantic's marker for dict keys
+            if len(loc) > 2 and loc[0] == "fleets" and loc[2] in FLEET_KINDS:
+                loc = loc[:2] + loc[3:]  # the union's tag, not a key of the file
             problems.append(_problem(path, config_dir, doc, loc, _message(error)))
         return None
 

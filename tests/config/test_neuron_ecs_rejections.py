@@ -89,7 +89,7 @@ def test_public_model_in_an_imported_vpc_without_public_subnets(config_copy):
         _env_defaults("dev", certificate_arn=DEV_CERT), _env_defaults("staging", certificate_arn=DEV_CERT.replace(
             "111111111111", "222222222222")), _env_defaults("prod", certificate_arn=PROD_CERT)))
     edit_yaml(config_copy / "intent-bert.yaml", _set("load_balancer", value={"public": True}))
-    (problem,) = [p for p in problems_of(config_copy) if "load_balancer.public" in p]
+    (problem,) = [p for p in problems_of(config_copy) if ": load_balancer.public" in p]
     assert problem.startswith("model_configs/intent-bert.yaml:")
     assert problem.endswith("load_balancer.public: a public load balancer needs public subnets: set "
                             "network.import.public_subnet_ids in environments.yaml (environment prod)")

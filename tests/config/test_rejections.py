@@ -23,7 +23,8 @@ def assert_rejected(config_dir: Path, filename: str, change: Callable[[dict], No
     problems = problems_of(config_dir)
     matching = [p for p in problems if expected in p]
     assert matching, f"expected {expected!r} in {problems}"
-    assert matching[0].startswith(f"model_configs/{filename}:")
+    where = "environments.yaml" if "fleets." in expected else filename
+    assert matching[0].startswith(f"model_configs/{where}:")
     assert all("\n" not in p for p in problems)
 
 
@@ -158,19 +159,87 @@ CASES = {
     "off-hours min above max": (
         "t5-spelling.yaml", _set("environments", "dev", "off_hours", 0, "min", value=2),
         "environments.dev.off_hours.0: min 2 > max 1"),
-    "off-hours zero instances": (
+    "off-hours zero instances on a dedicated endpoint": (
         "t5-spelling.yaml", _set("environments", "dev", "off_hours", 0, "min", value=0),
-        "environments.dev.off_hours.0.min: Input should be greater than or equal to 1"),
+        "environments.dev.off_hours.0.min: a dedicated real-time SageMaker endpoint keeps at least 1 instance"),
+    "off-hours negative instances": (
+        "t5-spelling.yaml", _set("environments", "dev", "off_hours", 0, "min", value=-1),
+        "environments.dev.off_hours.0.min: Input should be greater than or equal to 0"),
+    "off-hours cron that cannot be evaluated": (
+        "t5-spelling.yaml", _set("environments", "dev", "off_hours", 0, "start", value="cron(0 25 ? * MON-FRI *)"),
+        "environments.dev.off_hours.0.start: cannot evaluate the schedule: '25' is outside 0-23"),
     "off-hours same start and end": (
         "t5-spelling.yaml", _set("environments", "dev", "off_hours", 0, "end", value="cron(0 20 ? * MON-FRI *)"),
         "environments.dev.off_hours.0: start and end are the same schedule"),
     "off-hours above the planned max": (
         "t5-spelling.yaml", _set("environments", "dev", "off_hours", 0, "max", value=5),
         "environments.dev.off_hours.0.max: off-hours max 5 exceeds the planned max 2"),
-    "off-hours on a neuron model": (
+    "neuron off-hours at zero but open": (
         "intent-bert.yaml", _set("environments", "dev", "off_hours", value=[
-            {"start": "cron(0 20 * * ? *)", "end": "cron(0 7 * * ? *)", "min": 1, "max": 1}]),
-        "environments.dev.off_hours: off_hours is not supported for neuron-ecs models yet"),
+            {"start": "cron(0 20 * * ? *)", "end": "cron(0 7 * * ? *)", "min": 0, "max": 1}]),
+        "environments.dev.off_hours.0.max: an ECS service at 0 tasks has no target to count requests for"),
+    # ---- fleets (environments.yaml `fleets:`)
+    "fleet of an unknown model": (
+        "environments.yaml", _set("fleets", "intent-pack", "models", value=["intent-bert", "sentiment"]),
+        "fleets.intent-pack.models.1: unknown model 'sentiment'"),
+    "fleet of the wrong kind of model": (
+        "environments.yaml", _set("fleets", "intent-pack", "models", value=["intent-bert", "t5-spelling"]),
+        "fleets.intent-pack.models.1: t5-spelling is a triton-sagemaker model; a neuron-cores fleet carries "
+        "neuron-ecs models"),
+    "fleet named like a model": (
+        "environments.yaml", lambda data: data["fleets"].update({"t5-spelling": data["fleets"].pop("triton-shared")}),
+        "fleets.t5-spelling: fleet name 't5-spelling' is also a model's or a reserved stack's name"),
+    "model on two fleets": (
+        "environments.yaml", lambda data: data["fleets"].update({"second": dict(data["fleets"]["triton-shared"])}),
+        "fleets.second.models.0: bert-large-classifier is already on fleet triton-shared in dev"),
+    "fleet in an unknown environment": (
+        "environments.yaml", _set("fleets", "triton-shared", "deploy_in", value=["qa"]),
+        "fleets.triton-shared.deploy_in.0: unknown environment 'qa'"),
+    "neuron fleet of one model": (
+        "environments.yaml", _set("fleets", "intent-pack", "models", value=["intent-bert"]),
+        "fleets.intent-pack.models: Tuple should have at least 2 items"),
+    "neuron fleet on a GPU type": (
+        "environments.yaml", _set("fleets", "intent-pack", "capacity", "instance_type", value="ml.g4dn.xlarge"),
+        "fleets.intent-pack.capacity.instance_type: ml.g4dn.xlarge is not an Inferentia EC2 type"),
+    "neuron fleet on the other generation": (
+        "environments.yaml", _set("fleets", "intent-pack", "capacity", "instance_type", value="inf2.xlarge"),
+        "fleets.intent-pack.models.0: intent-bert is compiled for inf1, inf2.xlarge runs inf2"),
+    "neuron fleet whose cores do not fit": (
+        "duplicate-bert.yaml", lambda data: (data["compile"].update(neuron_cores_per_model=4, parallelism="pipeline"),
+                                             data["serving"].update(data_parallel=False, workers=1)),
+        "fleets.intent-pack.environments.dev.capacity.instance_type: fleet intent-pack: its models need at least "
+        "5 NeuronCores per instance (1 + 4), inf1.xlarge has 4"),
+    "neuron fleet too small for the peaks": (
+        "environments.yaml", _set("fleets", "intent-pack", "capacity", "max", value=4),
+        "fleets.intent-pack.capacity.max: the members' peaks need 13 x inf1.6xlarge, but max is 4 (environment prod)"),
+    "neuron fleet at zero outside its windows": (
+        "environments.yaml", _set("fleets", "intent-pack", "environments", "dev", "capacity", "min", value=0),
+        "fleets.intent-pack.environments.dev.capacity.min: a neuron-cores fleet keeps at least 1 instance"),
+    "neuron fleet window at zero but open": (
+        "environments.yaml", _set("fleets", "intent-pack", "environments", "dev", "off_hours", 0, "max", value=1),
+        "fleets.intent-pack.environments.dev.off_hours.0.max: an ECS service at 0 tasks has no target"),
+    "packed model whose SLO the shared fleet cannot meet": (
+        "duplicate-bert.yaml", _set("slo", "p99_latency_ms", value=12),
+        "fleets.intent-pack.models.1: duplicate-bert: SLO p99 12 ms is below the profiled p99 20 ms"),
+    "component without its resources": (
+        "t5-spelling.yaml", _delete("inference_component"),
+        "fleets.triton-shared.models.1: t5-spelling needs inference_component"),
+    "component copy over the instance's memory": (
+        "bert-large-classifier.yaml", _set("inference_component", "memory_mib", value=100000),
+        "fleets.triton-shared.capacity.instance_type: bert-large-classifier: one copy (1 GPU, 2 vCPU, 100000 MiB) "
+        "does not fit on ml.g4dn.xlarge"),
+    "component copy over the instance's accelerators": (
+        "bert-large-classifier.yaml", _set("inference_component", "accelerators", value=2),
+        "fleets.triton-shared.capacity.instance_type: bert-large-classifier: one copy (2 GPU"),
+    "scale to zero without a cold-start SLO": (
+        "t5-spelling.yaml", _set("environments", "dev", "slo", value={"peak_tps": 30}),
+        "fleets.triton-shared.models.1: t5-spelling: scaling to zero makes a first request wait about"),
+    "scale to zero with a cold-start SLO below the estimate": (
+        "bert-large-classifier.yaml", _set("environments", "dev", "slo", "cold_start_seconds", value=60),
+        "fleets.triton-shared.models.0: bert-large-classifier: scaling to zero makes a first request wait about"),
+    "shared endpoint members on different inference AMIs": (
+        "t5-spelling.yaml", _set("serving", "inference_ami_version", value="al2-ami-sagemaker-inference-gpu-3-1"),
+        "fleets.triton-shared.models: the members share one endpoint variant and so one inference AMI"),
     "unknown inference AMI": ("t5-spelling.yaml", _set("serving", "inference_ami_version", value="al2-latest"),
                               "serving.inference_ami_version: Input should be"),
     "triton version the SDK does not know": (
