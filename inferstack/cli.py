@@ -31,7 +31,11 @@ class _Parser(argparse.ArgumentParser):
 
 def _cmd_validate(args: argparse.Namespace) -> int:
     project = config.load(args.config_dir)
-    print(f"{args.config_dir}: {len(project.environments)} environments, {len(project.models)} models: OK")
+    for warning in project.warnings:
+        print(warning, file=sys.stderr)
+    warned = f", {len(project.warnings)} warning(s)" if project.warnings else ""
+    print(f"{args.config_dir}: {len(project.environments)} environments, {len(project.models)} models, "
+          f"{len(project.fleets)} fleets: OK{warned}")
     return 0
 
 
@@ -48,13 +52,15 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     envs = [args.env] if args.env else list(project.environments)
     rows = plan_report.build(project, envs, compare=args.compare)
     fleets = plan_report.build_fleets(project, envs)
+    generations = plan_report.build_generations(project, envs) if args.compare else []
     if args.json:
-        print(plan_report.to_json(rows, fleets))
+        print(plan_report.to_json(rows, fleets, generations))
     else:
         print(plan_report.to_table(rows))
-        if fleets:
-            print()
-            print(plan_report.fleets_to_text(fleets))
+        for section in (plan_report.fleets_to_text(fleets), plan_report.generations_to_text(generations)):
+            if section:
+                print()
+                print(section)
     return 0
 
 
@@ -155,7 +161,8 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--env", help="one environment (default: all)")
     plan.add_argument("--json", action="store_true", help="one JSON object per model and environment")
     plan.add_argument("--compare", action="store_true",
-                      help="also plan every profiled instance type and mark the cheapest that meets the SLO")
+                      help="also plan every profiled instance type and mark the cheapest that meets the SLO, and "
+                           "one checkpoint compiled for Inf1 and for Inf2 side by side at the Inf1 model's SLO")
     plan.set_defaults(func=_cmd_plan)
 
     render = commands.add_parser("render-triton", help="write a Triton model repository skeleton "

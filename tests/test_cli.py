@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import CONFIG_DIR
 import yaml
 
 from tests.conftest import ROOT
@@ -31,7 +33,33 @@ def break_configs(config_dir: Path) -> None:
 def test_validate_accepts_the_shipped_configs():
     result = run("-m", "inferstack", "validate")
     assert result.returncode == 0, result.stderr
-    assert "3 environments, 3 models: OK" in result.stdout
+    assert "3 environments, 5 models, 2 fleets: OK, 2 warning(s)" in result.stdout
+
+
+def test_validate_warns_about_models_on_inf1_and_says_how_to_move_them():
+    """A warning line per Inf1 model, naming file, line and key, citing the support status; exit 0."""
+    result = run("-m", "inferstack", "validate")
+    assert result.returncode == 0
+    lines = result.stderr.strip().splitlines()
+    assert [line.split(": ")[0] for line in lines] == ["model_configs/duplicate-bert.yaml:13",
+                                                       "model_configs/intent-bert.yaml:12"]
+    for line in lines:
+        assert ": compile.neuron_generation: warning: torch-neuron (Inf1) is no longer officially supported" in line
+        assert "set compile.neuron_generation: inf2" in line and "plan --compare" in line
+    text = (CONFIG_DIR / "intent-bert.yaml").read_text().splitlines()
+    assert text[12 - 1].strip() == "neuron_generation: inf1"
+
+
+def test_validate_has_no_warning_for_inf2_models(config_copy):
+    for name in ("intent-bert.yaml", "duplicate-bert.yaml"):
+        path = config_copy / name
+        path.write_text(path.read_text().replace("neuron_generation: inf1", "neuron_generation: inf2"))
+    from inferstack import config as config_module
+    with pytest.raises(config_module.ConfigError):  # their inf1 instance types no longer fit: still an error
+        config_module.load(config_copy)
+    project = config_module.load(CONFIG_DIR)
+    assert [w.file for w in project.warnings] == ["model_configs/duplicate-bert.yaml", "model_configs/intent-bert.yaml"]
+    assert "intent-bert-inf2" not in " ".join(w.file for w in project.warnings)
 
 
 def test_validate_reports_every_problem_and_exits_2(config_copy):

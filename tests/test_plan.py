@@ -4,6 +4,7 @@ price overrides and bad input."""
 from __future__ import annotations
 
 import json
+import math
 from decimal import ROUND_HALF_UP, Decimal
 
 import pytest
@@ -89,7 +90,7 @@ def test_plan_json_has_one_object_per_model_and_environment():
     result = run("-m", "inferstack", "plan", "--json")
     assert result.returncode == 0, result.stderr
     rows = json.loads(result.stdout)["models"]
-    assert len(rows) == 12
+    assert len(rows) == 15  # 5 models x 3 environments
     prod_intent = next(r for r in rows if (r["model"], r["env"]) == ("intent-bert", "prod"))
     assert {k: prod_intent[k] for k in ("instance_type", "throughput_per_instance", "instances_min",
                                         "instances_max", "instances_at_peak")} == {
@@ -162,3 +163,28 @@ def test_plan_unknown_environment_exits_2():
     result = run("-m", "inferstack", "plan", "--env", "qa")
     assert result.returncode == 2
     assert result.stderr.strip() == "plan: error: --env: unknown environment 'qa'; known: dev, staging, prod"
+
+
+def test_compare_puts_one_checkpoint_on_inf1_and_inf2_side_by_side():
+    """intent-bert (inf1) and intent-bert-inf2 share their source: both planned at intent-bert's SLO, priced
+    from the dated table, the cheapest that meets the SLO marked, each generation's support status named."""
+    result = run("-m", "inferstack", "plan", "--env", "prod", "--compare", "--json")
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(result.stdout)["generations"]
+    assert {(r["model"], r["instance_type"]) for r in rows} == {
+        ("intent-bert", "inf1.6xlarge"), ("intent-bert", "inf1.xlarge"),
+        ("intent-bert-inf2", "inf2.xlarge"), ("intent-bert-inf2", "inf2.8xlarge")}
+    assert {(r["peak_tps"], r["slo_p99_ms"]) for r in rows} == {(16000, 10)}  # intent-bert's prod SLO for all
+    inf2 = next(r for r in rows if r["instance_type"] == "inf2.xlarge")
+    assert inf2["instances_at_peak"] == math.ceil(16000 / (1500 * 0.5))
+    assert inf2["cost_per_hour"] == pytest.approx(inf2["instances_at_peak"] * pricing.PRICES["inf2.xlarge"].usd_per_hour)
+    assert inf2["price_recorded"] == pricing.RECORDED and inf2["support"].startswith("current")
+    cheapest = [r for r in rows if r["cheapest"]]
+    assert len(cheapest) == 1
+    assert cheapest[0]["cost_per_hour"] == min(r["cost_per_hour"] for r in rows if r["meets_slo"])
+
+
+def test_compare_text_names_the_support_status():
+    result = run("-m", "inferstack", "plan", "--env", "dev", "--compare")
+    assert "Inf1 vs Inf2 in dev, at intent-bert's SLO (p99 10 ms, 400 TPS at peak):" in result.stdout
+    assert "no longer officially supported by the AWS Neuron SDK" in result.stdout

@@ -172,7 +172,8 @@ def _member(result: packing.FleetPlan, share) -> FleetMemberRow:
         cold_start_seconds=share.cold_start_seconds)
 
 
-def to_json(rows: Sequence[PlanRow], fleets: Sequence[FleetRow] = ()) -> str:
+def to_json(rows: Sequence[PlanRow], fleets: Sequence[FleetRow] = (),
+            generations: Sequence[GenerationRow] = ()) -> str:
     def clean(row: PlanRow) -> dict:
         data = asdict(row)
         if not row.compare:
@@ -184,7 +185,8 @@ def to_json(rows: Sequence[PlanRow], fleets: Sequence[FleetRow] = ()) -> str:
         data["cost"]["monthly_saving_at_peak"] = row.cost.monthly_saving_at_peak
         data["cost"]["monthly_saving_at_min"] = row.cost.monthly_saving_at_min
         return data
-    return json.dumps({"models": [clean(r) for r in rows], "fleets": [fleet(f) for f in fleets]}, indent=2)
+    return json.dumps({"models": [clean(r) for r in rows], "fleets": [fleet(f) for f in fleets],
+                       "generations": [asdict(g) for g in generations]}, indent=2)
 
 
 def fleets_to_text(fleets: Sequence[FleetRow]) -> str:
@@ -241,3 +243,93 @@ def _cells(row: PlanRow, model: str, env: str) -> list[str]:
             str(row.instances_max), f"{row.scaling_target_per_instance_per_minute:,.0f}",
             f"{row.cost_per_hour:,.2f}", f"{row.cost_per_month_min:,.0f}..{row.cost_per_month_at_peak:,.0f}",
             f"{row.cost_per_million:.3f}", "yes" if row.meets_slo else "NO", row.fleet or ""]
+
+
+# ---------------------------------------------------------------- Inf1 against Inf2
+
+# The Neuron SDK's own statement of Inf1's status (its torch-neuron pages are archived).
+INF1_STATUS = ("torch-neuron (Inf1) is no longer officially supported by the AWS Neuron SDK "
+               "(awsdocs-neuron.readthedocs-hosted.com/en/latest/archive/torch-neuron/misc-inference-torch-neuron.html)")
+SUPPORT = {"inf1": "no longer supported (torch-neuron, archived)", "inf2": "current (torch-neuronx)"}
+
+
+@dataclass(frozen=True)
+class GenerationRow:
+    env: str
+    reference: str  # the model whose SLO both generations are planned for
+    model: str
+    generation: str
+    instance_type: str
+    throughput_per_instance: float
+    profile_p99_ms: float
+    slo_p99_ms: float
+    peak_tps: float
+    instances_at_peak: int
+    usd_per_instance_hour: float
+    price_source: str
+    price_recorded: str
+    cost_per_hour: float
+    cost_per_million: float
+    meets_slo: bool
+    support: str
+    cheapest: bool = False
+
+
+def generation_pairs(project: Project) -> list[tuple]:
+    """(inf1 model, inf2 model) pairs of one checkpoint: the same source (hub id or local path, revision,
+    task and labels) compiled for each generation."""
+    def source_key(model):
+        s = model.source
+        return (s.huggingface_id, s.local_path, s.revision, s.task, s.labels)
+    neuron = [m for m in project.models if getattr(m, "kind", "") == "neuron-ecs"]
+    return [(old, new) for old in neuron if old.compile.neuron_generation == "inf1"
+            for new in neuron if new.compile.neuron_generation == "inf2" and source_key(new) == source_key(old)]
+
+
+def build_generations(project: Project, envs: Sequence[str]) -> list[GenerationRow]:
+    """Each pair planned on every profiled instance type at the Inf1 model's SLO in each environment, priced
+    from the same table (its dated entries, or the environment's overrides)."""
+    rows = []
+    for env in envs:
+        environment = project.environments[env]
+        for old, new in generation_pairs(project):
+            slo = old.slo_for(env)
+            options = []
+            for model in (old, new):
+                for itype in sorted(model.throughput_profile):
+                    try:
+                        result = planning.plan(model, env, environment, instance_type=itype, slo=slo)
+                    except planning.FleetBeyondCount:
+                        continue
+                    hourly = pricing.price(itype, environment.prices)
+                    options.append(GenerationRow(
+                        env=env, reference=old.name, model=model.name, generation=model.compile.neuron_generation,
+                        instance_type=itype, throughput_per_instance=result.throughput_per_instance,
+                        profile_p99_ms=result.profile_p99_ms, slo_p99_ms=slo.p99_latency_ms, peak_tps=slo.peak_tps,
+                        instances_at_peak=result.instances_at_peak, usd_per_instance_hour=hourly.usd_per_hour,
+                        price_source=hourly.source, price_recorded=hourly.recorded,
+                        cost_per_hour=result.instances_at_peak * hourly.usd_per_hour,
+                        cost_per_million=pricing.cost_per_million(hourly.usd_per_hour, result.throughput_per_instance),
+                        meets_slo=result.latency_within_slo, support=SUPPORT[model.compile.neuron_generation]))
+            eligible = [o for o in options if o.meets_slo]
+            best = min(eligible, key=lambda o: (o.cost_per_hour, o.cost_per_million)) if eligible else None
+            rows += [o if o is not best else GenerationRow(**{**asdict(o), "cheapest": True}) for o in options]
+    return rows
+
+
+def generations_to_text(rows: Sequence[GenerationRow]) -> str:
+    out, seen = [], set()
+    for row in rows:
+        if (row.env, row.reference) not in seen:
+            seen.add((row.env, row.reference))
+            out.append(f"Inf1 vs Inf2 in {row.env}, at {row.reference}'s SLO (p99 {row.slo_p99_ms:g} ms, "
+                       f"{row.peak_tps:,.0f} TPS at peak):")
+        price = f"${row.usd_per_instance_hour:g}/h" + (f" ({row.price_recorded})" if row.price_recorded else "")
+        out.append(f"  {'*' if row.cheapest else ' '} {row.generation}  {row.model:<18} {row.instance_type:<13} "
+                   f"{row.throughput_per_instance:>7,.0f}/s  p99 {row.profile_p99_ms:>3g} ms  "
+                   f"{row.instances_at_peak:>3} x {price:<20} = {'$' + format(row.cost_per_hour, ',.2f') + '/h':>11}  "
+                   f"${row.cost_per_million:.3f}/1M  {'meets SLO' if row.meets_slo else 'misses SLO'}; {row.support}")
+    if rows:
+        out.append("* cheapest that meets the SLO. Prices: " + "; ".join(sorted({r.price_source for r in rows})))
+        out.append(INF1_STATUS)
+    return "\n".join(out)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from inferstack.schema.models import Environment, NeuronEcsModel, TritonSageMakerModel
+from inferstack.schema.models import Environment, NeuronEcsModel, Slo, TritonSageMakerModel
 
 Model = NeuronEcsModel | TritonSageMakerModel
 
@@ -65,10 +65,12 @@ class CapacityPlan:
         return self.latency_within_slo and self.peak_within_max
 
 
-def plan(model: Model, env_name: str, environment: Environment, *, instance_type: str | None = None) -> CapacityPlan:
-    """The capacity the stacks deploy; `instance_type` plans the same model on another profiled type."""
+def plan(model: Model, env_name: str, environment: Environment, *, instance_type: str | None = None,
+         slo: Slo | None = None) -> CapacityPlan:
+    """The capacity the stacks deploy; `instance_type` plans the same model on another profiled type, `slo`
+    for another model's SLO (the same checkpoint compiled for another Neuron generation, compared)."""
     capacity = model.capacity_for(env_name)
-    slo = model.slo_for(env_name)
+    slo = slo or model.slo_for(env_name)
     instance_type = instance_type or capacity.instance_type
     point = model.throughput_profile.get(instance_type)
     if point is None:

@@ -66,6 +66,21 @@ def _check_environment(model: Model, env_name: str, environment: Environment) ->
         yield from _check_plan(model, env_name, environment)
 
 
+# https://awsdocs-neuron.readthedocs-hosted.com/en/latest/archive/torch-neuron/misc-inference-torch-neuron.html
+INF1_SUPPORT_STATUS = ("torch-neuron (Inf1) is no longer officially supported by the AWS Neuron SDK (its pages are "
+                       "archived), and the ECS AL2023 Neuron AMI pins Inf1 hosts to an older Neuron driver at boot")
+
+
+def model_warnings(model: Model) -> Iterator[Finding]:
+    """What loads and deploys but deserves a look: reported by `validate` as warning lines, exit 0."""
+    if isinstance(model, NeuronEcsModel) and model.compile.neuron_generation == "inf1":
+        yield ("compile", "neuron_generation"), (
+            f"{INF1_SUPPORT_STATUS}. To move {model.name} to Inf2: set compile.neuron_generation: inf2 (and "
+            f"cast: matmult for BF16), profile it on inf2.xlarge or inf2.8xlarge under throughput_profile, set "
+            f"capacity.instance_type to one of them, and compare with `python -m inferstack plan --compare` "
+            f"(model_configs/intent-bert-inf2.yaml is intent-bert moved)")
+
+
 def _check_off_hours(model: Model) -> Iterator[Finding]:
     for env, override in model.environments.items():
         planned_max = model.capacity_for(env).max

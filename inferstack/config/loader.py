@@ -38,6 +38,8 @@ class Project:
     # environment -> its promoted release, for environments whose `release:` names a pin file
     releases: Mapping[str, release_pin.ReleasePin] = field(default_factory=lambda: MappingProxyType({}))
     pipeline: PipelineSettings | None = None
+    # what loads but deserves a look (`validate` prints them as warnings), e.g. a model on Inf1
+    warnings: tuple[Problem, ...] = ()
     # fleet name -> models sharing accelerators (environments.yaml `fleets:`)
     fleets: Mapping[str, Fleet] = field(default_factory=lambda: MappingProxyType({}))
 
@@ -88,6 +90,7 @@ def load(config_dir: Path | str, *, releases: bool = True) -> Project:
     all_models_loaded = len(models) == len(model_files)
 
     seen: dict[str, Path] = {}
+    warnings: list[Problem] = []
     for model, path, doc in models:
         if model.name in seen:
             problems.append(_problem(path, config_dir, doc, ("name",),
@@ -97,6 +100,8 @@ def load(config_dir: Path | str, *, releases: bool = True) -> Project:
         if env_file:
             for key, message in checks.check_model(model, environments):
                 problems.append(_problem(path, config_dir, doc, key, message))
+        warnings.extend(_problem(path, config_dir, doc, key, f"warning: {message}")
+                        for key, message in checks.model_warnings(model))
 
     if env_file:
         unique = {model.name: model for model, _, _ in models}
@@ -120,6 +125,7 @@ def load(config_dir: Path | str, *, releases: bool = True) -> Project:
         releases=MappingProxyType(pins),
         pipeline=env_file.pipeline,
         fleets=MappingProxyType(dict(env_file.fleets)),
+        warnings=tuple(sorted(warnings)),
     )
 
 
