@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from inferstack.capacity import pricing, schedule
-from inferstack.capacity.planning import FleetBeyondCount, PlanningError, plan as plan_dedicated
+from inferstack.capacity.planning import FleetBeyondCount, PlanningError, plan as plan_dedicated, target_in_flight
 from inferstack.schema import instances
 from inferstack.schema.models import (
     Environment, Fleet, InferenceComponentFleet, NeuronCoreFleet, NeuronEcsModel, OffHours, TritonSageMakerModel,
@@ -118,6 +118,11 @@ class NeuronFleetPlan:
         """Requests per minute to one task's target of this model (ALB RequestCountPerTarget on the model's
         target group): its cores' measured throughput x safety factor x 60, as for a dedicated instance."""
         return self.share(model).throughput_per_instance() * self.safety_factor * 60.0
+
+    def target_in_flight_per_task(self, model: str) -> float:
+        """The model's concurrency target per task (planning.target_in_flight on its cores' throughput)."""
+        share = self.share(model)
+        return target_in_flight(share.throughput_per_instance(), self.safety_factor, share.profile_p99_ms)
 
     @property
     def latency_within_slo(self) -> bool:

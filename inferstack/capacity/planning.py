@@ -24,6 +24,13 @@ class FleetBeyondCount(PlanningError):
     or a peak so large, that the division overflows): no max capacity can carry it."""
 
 
+def target_in_flight(throughput_per_second: float, safety_factor: float, p99_latency_ms: float) -> float:
+    """Concurrency target per instance (requests in the server at once: queued plus executing), for scaling
+    on the serving app's own in-flight metric. Little's law at the request-count target's operating point:
+    arrival rate (measured max RPS x safety factor) x time in the server, bounded by the profiled p99."""
+    return throughput_per_second * safety_factor * p99_latency_ms / 1000.0
+
+
 def target_per_minute(throughput_per_second: float, safety_factor: float) -> float:
     """Autoscaling target in requests per instance per minute, the unit of both ALBRequestCountPerTarget
     and SageMakerVariantInvocationsPerInstance: measured max RPS x safety factor x 60."""
@@ -51,6 +58,10 @@ class CapacityPlan:
     @property
     def target_per_instance_per_minute(self) -> float:
         return target_per_minute(self.throughput_per_instance, self.safety_factor)
+
+    @property
+    def target_in_flight_per_instance(self) -> float:
+        return target_in_flight(self.throughput_per_instance, self.safety_factor, self.profile_p99_ms)
 
     @property
     def latency_within_slo(self) -> bool:

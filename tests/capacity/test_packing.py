@@ -178,3 +178,14 @@ def test_plan_json_carries_the_fleets():
     assert fleets[0]["instances_at_peak"] == 13
     assert fleets[0]["cost"]["monthly_saving_at_min"] == pytest.approx(
         fleets[0]["cost"]["dedicated_monthly_at_min"] - fleets[0]["cost"]["monthly_at_min"])
+
+
+def test_in_flight_target_is_littles_law_at_the_request_target(project):
+    """Concurrency per task = arrival rate at the request-count target x time in the server (profiled p99)."""
+    env = project.environments["prod"]
+    dedicated = planning.plan(project.model("intent-bert"), "prod", env)
+    assert dedicated.target_in_flight_per_instance == pytest.approx(4000 * 0.5 * 0.008)
+    result = fleet_plan(project, "intent-pack", "prod")
+    share = result.share("duplicate-bert")
+    assert result.target_in_flight_per_task("duplicate-bert") == pytest.approx(
+        result.target_per_task_per_minute("duplicate-bert") / 60 * share.profile_p99_ms / 1000)
