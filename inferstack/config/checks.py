@@ -8,6 +8,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from inferstack.schema import instances
 from inferstack.capacity import packing, planning, schedule
+from inferstack.neuron import deployment as neuron_deployment
 from inferstack.triton import image as triton_image
 from inferstack.triton import startup as triton_startup
 from inferstack.schema.models import (
@@ -34,6 +35,7 @@ def check_model(model: Model, environments: dict[str, Environment]) -> Iterator[
             yield ("environments", env), f"unknown environment; known: {', '.join(sorted(environments))}"
     if isinstance(model, NeuronEcsModel):
         yield from _check_neuron_static(model)
+        yield from _check_ecs_deployments(model.deployment, model.environments, ())
     else:
         yield from _check_triton_startup(model)
     yield from _check_off_hours(model)
@@ -79,6 +81,15 @@ def model_warnings(model: Model) -> Iterator[Finding]:
             f"cast: matmult for BF16), profile it on inf2.xlarge or inf2.8xlarge under throughput_profile, set "
             f"capacity.instance_type to one of them, and compare with `python -m inferstack plan --compare` "
             f"(model_configs/intent-bert-inf2.yaml is intent-bert moved)")
+
+
+def _check_ecs_deployments(deployment, environments, base: KeyPath) -> Iterator[Finding]:
+    """A Neuron service's rollouts (its own and each environment's) against what ECS accepts."""
+    for key, message in neuron_deployment.problems(deployment):
+        yield base + ("deployment",) + key, message
+    for env, override in environments.items():
+        for key, message in neuron_deployment.problems(override.deployment):
+            yield base + ("environments", env, "deployment") + key, message
 
 
 def _check_off_hours(model: Model) -> Iterator[Finding]:
@@ -291,6 +302,8 @@ def check_fleets(env_file: EnvironmentsFile, models: Mapping[str, Model]) -> Ite
                     yield base + ("models", index), f"{model_name} is already on fleet {other} in {env}"
                     break
             members.append(model)
+        if isinstance(fleet, NeuronCoreFleet):
+            yield from _check_ecs_deployments(fleet.deployment, fleet.environments, base)
         if len(members) != len(fleet.models):
             continue
         grouped: dict[Finding, list[str]] = {}

@@ -221,6 +221,7 @@ class FleetEnvironmentOverride(Frozen):
     capacity: FleetCapacityOverride = FleetCapacityOverride()
     off_hours: tuple[OffHours, ...] = Field((), description="scheduled windows of reduced capacity; min 0 "
                                             "scales the fleet to zero for the window")
+    deployment: Deployment | None = Field(None, description="neuron-cores: this environment's rollout")
 
 
 class _FleetBase(Frozen):
@@ -266,6 +267,12 @@ class NeuronCoreFleet(_FleetBase):
     kind: Literal["neuron-cores"]
     models: tuple[Name, ...] = Field(min_length=2, description="the models sharing each instance, in port and "
                                      "core order")
+    deployment: Deployment | None = Field(
+        None, description="the fleet service's ECS rollout (as a neuron-ecs model's deployment); omitted: rolling")
+
+    def deployment_for(self, environment: str) -> Deployment | None:
+        override = self.environments.get(environment, FleetEnvironmentOverride()).deployment
+        return override if override is not None else self.deployment
 
     def deploys_in(self, environment: str) -> bool:
         return True
@@ -384,6 +391,8 @@ class EnvironmentOverride(Frozen):
     slo: SloOverride = SloOverride()
     off_hours: tuple[OffHours, ...] = Field(
         (), description="scheduled scale-down windows in this environment (e.g. nights and weekends in dev)")
+    deployment: Deployment | None = Field(
+        None, description="this environment's rollout, replacing the model's deployment (e.g. all at once in dev)")
 
 
 class _ModelBase(Frozen):
@@ -406,6 +415,10 @@ class _ModelBase(Frozen):
 
     def off_hours_for(self, environment: str) -> tuple[OffHours, ...]:
         return self.environments.get(environment, EnvironmentOverride()).off_hours
+
+    def deployment_for(self, environment: str) -> "Deployment | None":
+        override = self.environments.get(environment, EnvironmentOverride()).deployment
+        return override if override is not None else getattr(self, "deployment", None)
 
 
 # ---------------------------------------------------------------- neuron-ecs
@@ -482,6 +495,9 @@ class NeuronEcsModel(_ModelBase):
     kind: Literal["neuron-ecs"]
     compile: NeuronCompile
     serving: NeuronServing = NeuronServing()
+    deployment: Deployment | None = Field(
+        None, description="ECS native rollout (canary, linear, all-at-once blue/green, or rolling), rolled back "
+        "on the SLO alarms; omitted: rolling, starting the whole new fleet before stopping the old one")
     load_balancer: NeuronLoadBalancer = NeuronLoadBalancer()
     scaling: NeuronScaling = NeuronScaling()
     alarms: NeuronAlarms = NeuronAlarms()
@@ -571,9 +587,10 @@ class TritonServing(Frozen):
 MIN_INSTANCES_FOR_STEPPED_DEPLOYMENT = 2
 
 
-class TritonDeployment(Frozen):
-    """How SageMaker replaces a running fleet on update (deployment guardrails), rolled back
-    automatically when the latency or error alarms fire."""
+class Deployment(Frozen):
+    """How a running fleet is replaced on update, rolled back automatically when the latency or error alarms
+    fire: SageMaker deployment guardrails for Triton endpoints, ECS's native deployment strategies for
+    Neuron services (the mapping and the ECS rules: inferstack/neuron/deployment.py)."""
 
     strategy: Literal["canary", "linear", "all-at-once", "rolling"] = Field(
         "canary", description="canary/linear/all-at-once: blue/green (a second fleet for the duration); "
@@ -631,6 +648,9 @@ class TritonDeployment(Frozen):
     def total_wait_seconds(self) -> int:
         termination = 0 if self.strategy == "rolling" else self.termination_wait_seconds
         return self.steps * self.wait_interval_seconds + termination
+
+
+TritonDeployment = Deployment  # the name the SageMaker side grew up with
 
 
 class TritonScaling(Frozen):

@@ -178,6 +178,26 @@ CASES = {
         "intent-bert.yaml", _set("environments", "dev", "off_hours", value=[
             {"start": "cron(0 20 * * ? *)", "end": "cron(0 7 * * ? *)", "min": 0, "max": 1}]),
         "environments.dev.off_hours.0.max: an ECS service at 0 tasks has no target to count requests for"),
+    # ---- ECS native rollouts (inferstack/neuron/deployment.py): what ECS refuses
+    "ECS bake time in seconds": (
+        "intent-bert-inf2.yaml", _set("deployment", "wait_interval_seconds", value=90),
+        "deployment.wait_interval_seconds: 90 s: ECS bakes in whole minutes"),
+    "ECS bake time in seconds in one environment": (
+        "intent-bert-inf2.yaml", _set("environments", "dev", "deployment", "termination_wait_seconds", value=30),
+        "environments.dev.deployment.termination_wait_seconds: 30 s: ECS bakes in whole minutes"),
+    "ECS rollback batch": (
+        "intent-bert-inf2.yaml", _set("deployment", value={"strategy": "rolling", "size_percent": 25,
+                                                           "rollback_size_percent": 50}),
+        "deployment.rollback_size_percent: ECS rolls a blue/green-family deployment back by moving traffic"),
+    "ECS overall timeout": (
+        "intent-bert-inf2.yaml", _set("deployment", "maximum_execution_timeout_seconds", value=7200),
+        "deployment.maximum_execution_timeout_seconds: ECS deployments have no overall timeout setting"),
+    "ECS linear step below the range": (
+        "intent-bert-inf2.yaml", _set("deployment", "size_percent", value=5),
+        "deployment: size_percent for linear must be 10 to 50"),
+    "ECS bake time of a fleet": (
+        "environments.yaml", _set("fleets", "intent-pack", "deployment", "wait_interval_seconds", value=45),
+        "fleets.intent-pack.deployment.wait_interval_seconds: 45 s: ECS bakes in whole minutes"),
     # ---- fleets (environments.yaml `fleets:`)
     "fleet of an unknown model": (
         "environments.yaml", _set("fleets", "intent-pack", "models", value=["intent-bert", "sentiment"]),
