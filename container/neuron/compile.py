@@ -4,15 +4,19 @@
         [--revision REV] [--task text-classification] [--labels a,b] [--batch-size 1] \
         [--sequence-length 128] [--neuron-cores 1] [--parallelism data-parallel] \
         [--compiler-args="--fp32-cast=all"]
+    python compile.py --backend {cpu,inf1,inf2} --models-json '[{"name": "a", "model": ...}, ...]' --out DIR
 
 Loads the model, pads example inputs to the fixed (batch, sequence) shape, traces it with the
 backend (torch.neuron.trace / torch_neuronx.trace / torch.jit.trace), fails unless the whole graph
-compiled, and writes model.pt + tokenizer + metadata.json. Exit 2: bad flags; exit 1: compile failed.
+compiled, and writes model.pt + tokenizer + metadata.json. With --models-json (the MODELS build arg)
+it compiles every entry into DIR/<name>/ and publishes DIR only once all of them compiled.
+Exit 2: bad flags; exit 1: compile failed.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import platform
 import sys
 import tempfile
@@ -20,6 +24,7 @@ from pathlib import Path
 
 from artifact import FORMAT_VERSION, MODEL_FILE, TOKENIZER_FILE, sha256_file, source_checksums, staged_directory, write_metadata
 from backends import get_backend, installed_versions
+from compile_models import PackedCompile, parse_models, relabel
 from compile_report import IncompleteCompileError
 from compile_settings import CompileSettings, SettingsError, build_settings
 
@@ -43,7 +48,7 @@ class OneLineParser(argparse.ArgumentParser):
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = OneLineParser(prog="compile.py", description=__doc__.splitlines()[0])
     parser.add_argument("--backend", "--neuron-target", dest="backend", required=True, help="cpu, inf1 or inf2 (NEURON_TARGET)")
-    parser.add_argument("--model", "--model-source", dest="model", required=True, help="HF id or local dir (MODEL_SOURCE)")
+    parser.add_argument("--model", "--model-source", dest="model", default=None, help="HF id or local dir (MODEL_SOURCE)")
     parser.add_argument("--revision", "--model-revision", dest="revision", default=None, help="hub revision (MODEL_REVISION)")
     parser.add_argument("--task", default="text-classification", help="TASK")
     parser.add_argument("--labels", default=None, help="comma-separated labels (LABELS); default: the model config's")
@@ -52,8 +57,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--neuron-cores", "--neuron-cores-per-model", dest="neuron_cores", default="1", help="NEURON_CORES_PER_MODEL")
     parser.add_argument("--parallelism", default="data-parallel", help="data-parallel or pipeline (PARALLELISM)")
     parser.add_argument("--compiler-args", default="", help='compiler flags, e.g. --compiler-args="--fp32-cast=all" (COMPILER_ARGS)')
+    parser.add_argument(
+        "--models-json", default=None, help="JSON array of models to compile into OUT/<name>/ (MODELS); --model must be empty"
+    )
     parser.add_argument("--out", required=True, help="artifact directory to create")
     return parser.parse_args(argv)
+
+
+def packed_models_json(args: argparse.Namespace) -> str | None:
+    """MODELS when set (then MODEL_SOURCE must be empty), None for a single model (then it is required)."""
+    packed = args.models_json if args.models_json and args.models_json.strip() else None
+    if packed is None and args.model is None:
+        raise UsageError("the following arguments are required: --model")
+    if packed is not None and args.model:
+        raise UsageError("--model (MODEL_SOURCE): must be empty when --models-json (MODELS) is set")
+    return packed
 
 
 def resolve_model_dir(settings: CompileSettings) -> tuple[Path, str | None]:
@@ -203,9 +221,37 @@ def compile_artifact(settings: CompileSettings) -> dict:
     return metadata
 
 
+def compile_packed(entries: list[PackedCompile], out: Path) -> list[dict]:
+    """Every entry into <out>/<name>/; <out> appears only once all of them compiled."""
+    compiled = []
+    with staged_directory(out) as staging:
+        for entry in entries:
+            settings = dataclasses.replace(entry.settings, out=staging / entry.name)
+            try:
+                compiled.append(compile_artifact(settings))
+            except (UsageError, SettingsError) as exc:
+                raise UsageError(relabel(entry.index, str(exc))) from None
+            except CompileFailure as exc:
+                raise CompileFailure(f"MODELS[{entry.index}] ({entry.name}): {exc}") from None
+    return compiled
+
+
+def summary(metadata: dict, out: Path) -> str:
+    return (
+        f"compiled {metadata['model_source']} for {metadata['backend']}: batch {metadata['batch_size']}, "
+        f"sequence {metadata['sequence_length']}, labels {','.join(metadata['labels'])} -> {out}"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         args = parse_args(argv)
+        packed = packed_models_json(args)
+        if packed is not None:
+            entries = parse_models(packed, backend=args.backend, out=args.out)
+            for entry, metadata in zip(entries, compile_packed(entries, Path(args.out))):
+                print(summary(metadata, Path(args.out) / entry.name))
+            return 0
         settings = build_settings(
             backend=args.backend,
             model=args.model,
@@ -226,10 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     except CompileFailure as exc:
         print(f"compile.py: compile failed: {exc}", file=sys.stderr)
         return 1
-    print(
-        f"compiled {metadata['model_source']} for {metadata['backend']}: batch {metadata['batch_size']}, "
-        f"sequence {metadata['sequence_length']}, labels {','.join(metadata['labels'])} -> {settings.out}"
-    )
+    print(summary(metadata, settings.out))
     return 0
 
 

@@ -15,14 +15,14 @@ _SPEC = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$")
 LABEL = "NEURON_RT_VISIBLE_CORES"
 
 
-def parse_cores(spec: str) -> range:
+def parse_cores(spec: str, *, label: str = LABEL) -> range:
     match = _SPEC.match(spec)
     if not match:
-        raise SettingsError(f"{LABEL}: expected a core index or a range like 0-3, got {spec!r}")
+        raise SettingsError(f"{label}: expected a core index or a range like 0-3, got {spec!r}")
     first = int(match.group(1))
     last = int(match.group(2)) if match.group(2) is not None else first
     if last < first:
-        raise SettingsError(f"{LABEL}: range {spec!r} ends before it starts")
+        raise SettingsError(f"{label}: range {spec!r} ends before it starts")
     return range(first, last + 1)
 
 
@@ -30,18 +30,28 @@ def format_cores(cores: range) -> str:
     return str(cores.start) if len(cores) == 1 else f"{cores.start}-{cores.stop - 1}"
 
 
-def partition(spec: str | None, workers: int, cores_per_model: int) -> list[str | None]:
-    """NEURON_RT_VISIBLE_CORES for each worker; None means leave the variable unset."""
+def partition(
+    spec: str | None,
+    workers: int,
+    cores_per_model: int,
+    *,
+    cores_label: str = LABEL,
+    workers_label: str = "--workers (SERVER_WORKERS)",
+) -> list[str | None]:
+    """NEURON_RT_VISIBLE_CORES for each worker; None means leave the variable unset.
+
+    The labels name the setting in errors: the container's variables, or one packed model's keys.
+    """
     if spec is None or not spec.strip():
         if workers > 1 and cores_per_model:
-            raise SettingsError(f"{LABEL}: set the container's cores (e.g. 0-15) to run {workers} workers")
+            raise SettingsError(f"{cores_label}: set the container's cores (e.g. 0-15) to run {workers} workers")
         return [None] * workers
-    cores = parse_cores(spec)
+    cores = parse_cores(spec, label=cores_label)
     if len(cores) % workers:
-        raise SettingsError(f"--workers (SERVER_WORKERS): {len(cores)} cores in {spec!r} do not split evenly over {workers} workers")
+        raise SettingsError(f"{workers_label}: {len(cores)} cores in {spec!r} do not split evenly over {workers} workers")
     share = len(cores) // workers
     if cores_per_model and share % cores_per_model:
         raise SettingsError(
-            f"--workers (SERVER_WORKERS): {share} cores per worker is not a multiple of the model's {cores_per_model} cores"
+            f"{workers_label}: {share} cores per worker is not a multiple of the model's {cores_per_model} cores"
         )
     return [format_cores(cores[i * share : (i + 1) * share]) for i in range(workers)]

@@ -4,6 +4,9 @@
 Built on Starlette (FastAPI's core) without request models; the inference routes themselves are
 answered by a thin ASGI front (InferenceFastPath) and parsed once by protocol.py, which keeps the
 per-request overhead low enough for dynamic batching to pay off.
+
+In a container packing several models (SERVER_MODELS) each port serves one model's routes;
+readiness and the repository index also cover the other models, through their ready markers.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from starlette.routing import Route
 import metrics
 from batcher import BatcherClosed, DynamicBatcher
 from protocol import HEADER_LENGTH, MODEL_VERSION, ModelInterface, ProtocolError, parse_json
+from readiness import PackedReadiness
 
 log = logging.getLogger("http")
 SERVER_NAME = "inferstack-neuron"
@@ -75,7 +79,15 @@ async def read_body(request: Request, limit: int) -> bytes:
     return await read_limited(request.stream(), request.headers.get("content-length"), limit)
 
 
-def build_app(*, interface: ModelInterface, state: ServerState, max_body_bytes: int, lifespan=None) -> InferenceFastPath:
+def build_app(
+    *,
+    interface: ModelInterface,
+    state: ServerState,
+    max_body_bytes: int,
+    lifespan=None,
+    packed: PackedReadiness | None = None,
+) -> InferenceFastPath:
+    """The worker's routes; ``packed`` is set when this worker is one of several packed models'."""
     name = interface.name
     latency = {route: metrics.REQUEST_LATENCY.labels(route) for route in ("infer", "invocations")}
     outcomes: dict[tuple[str, int], Any] = {}
@@ -89,18 +101,36 @@ def build_app(*, interface: ModelInterface, state: ServerState, max_body_bytes: 
     def check_model(request: Request) -> Response | None:
         params = request.path_params
         if params["model"] != name:
+            if packed is not None and params["model"] in packed.ports:
+                other = params["model"]
+                return error(f"model '{other}' is served on port {packed.ports[other]}; this port serves '{name}'", 404)
             return error(f"model '{params['model']}' not found; this server serves '{name}'", 404)
         version = params.get("version")
         if version is not None and version != MODEL_VERSION:
             return error(f"model '{name}' has no version '{version}'; available: {MODEL_VERSION}", 404)
         return None
 
-    def ready() -> bool:
+    def worker_ready() -> bool:
         return state.ready and not state.draining
 
+    def ready() -> bool:
+        """The whole container: this worker, and with packed models every worker of every model."""
+        return worker_ready() and (packed is None or not packed.not_ready())
+
+    def model_is_ready() -> bool:
+        """This port's model: this worker, and with packed models every worker of the model."""
+        return worker_ready() and (packed is None or packed.model_ready(name))
+
+    def not_ready_reason() -> str:
+        if state.draining:
+            return "server is shutting down"
+        if not state.ready or packed is None:
+            return state.not_ready_reason
+        waiting = packed.not_ready()
+        return f"waiting for every worker of {', '.join(repr(m) for m in waiting)}" if waiting else "ready"
+
     def not_ready() -> Response:
-        reason = "server is shutting down" if state.draining else state.not_ready_reason
-        return error(reason, 503)
+        return error(not_ready_reason(), 503)
 
     async def run_inference(body_chunks, declared_length: str | None, header_length: str | None, route: str):
         """(status, content, headers) for one inference request; never raises."""
@@ -158,7 +188,26 @@ def build_app(*, interface: ModelInterface, state: ServerState, max_body_bytes: 
         return check_model(request) or json_response(interface.metadata())
 
     async def model_ready(request: Request) -> Response:
-        return check_model(request) or (json_response({"name": name, "ready": True}) if ready() else not_ready())
+        return check_model(request) or (json_response({"name": name, "ready": True}) if model_is_ready() else not_ready())
+
+    def index_entries() -> list[dict]:
+        if packed is None:
+            entry = {"name": name, "version": MODEL_VERSION, "state": "READY" if ready() else "UNAVAILABLE"}
+            if not ready():
+                entry["reason"] = state.not_ready_reason
+            return [entry]
+        entries = []
+        for model in packed.names:
+            up = model_is_ready() if model == name else packed.model_ready(model)
+            entry = {"name": model, "version": MODEL_VERSION, "state": "READY" if up else "UNAVAILABLE"}
+            if not up:
+                if model == name and not worker_ready():
+                    entry["reason"] = not_ready_reason()
+                else:
+                    ready_count = packed.ready_workers(model)
+                    entry["reason"] = f"{ready_count} of {packed.workers[model]} workers ready"
+            entries.append(entry)
+        return entries
 
     async def repository_index(request: Request) -> Response:
         try:
@@ -168,10 +217,8 @@ def build_app(*, interface: ModelInterface, state: ServerState, max_body_bytes: 
             return error(str(exc), exc.status)
         if not isinstance(options, dict):
             return error("body: expected a JSON object", 400)
-        entry = {"name": name, "version": MODEL_VERSION, "state": "READY" if ready() else "UNAVAILABLE"}
-        if not ready():
-            entry["reason"] = state.not_ready_reason
-        return json_response([] if options.get("ready") and not ready() else [entry])
+        entries = index_entries()
+        return json_response([e for e in entries if e["state"] == "READY"] if options.get("ready") else entries)
 
     async def prometheus(request: Request) -> Response:
         return Response(metrics.render(), media_type=metrics.CONTENT_TYPE)

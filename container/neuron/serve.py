@@ -4,6 +4,8 @@
 
 Every flag falls back to its environment variable (PORT, MODEL_NAME, SERVER_WORKERS,
 SERVER_MAX_BATCH_SIZE, SERVER_MAX_QUEUE_DELAY_MS, NEURON_RT_VISIBLE_CORES, ...; see --help).
+With SERVER_MODELS (--models) one container serves several models, each compiled into
+<model-dir>/<name>/ and served on its own port, cores and workers (packing.py).
 Bad flags or a bad artifact: one line on stderr and exit 2, before anything starts.
 """
 
@@ -15,7 +17,9 @@ import sys
 import jsonlog
 from artifact import ArtifactError, read_metadata
 from compile_settings import SettingsError
-from server_settings import add_arguments, from_args
+from packing import preflight
+from readiness import PackedReadiness
+from server_settings import ServerSettings, add_arguments, for_model, from_args
 
 
 class UsageError(Exception):
@@ -33,9 +37,14 @@ def main(argv: list[str] | None = None) -> int:
     add_arguments(parser)
     # Internal: set by the supervisor when it starts a worker on the inherited socket.
     parser.add_argument("--worker-fd", type=int, default=None, help=argparse.SUPPRESS)
+    # Internal, packed models only: the worker's model and the supervisor's ready-marker directory.
+    parser.add_argument("--worker-model", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--ready-dir", default=None, help=argparse.SUPPRESS)
     try:
         args = parser.parse_args(argv)
         settings = from_args(args)
+        if settings.models:
+            return serve_packed(settings, args, argv)
         metadata = read_metadata(settings.model_dir)
     except (UsageError, SettingsError, ArtifactError) as exc:
         print(f"serve.py: error: {exc}", file=sys.stderr)
@@ -55,6 +64,27 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:  # e.g. the port is taken
         print(f"serve.py: error: --port: cannot listen on {settings.host}:{settings.port}: {exc.strerror}", file=sys.stderr)
         return 2
+
+
+def serve_packed(settings: ServerSettings, args: argparse.Namespace, argv: list[str]) -> int:
+    """Several models: the supervisor checks every artifact, core range and port before starting
+    any worker; each worker serves its own model (--worker-model) on its own port."""
+    if args.worker_fd is not None:
+        import worker
+
+        model = settings.packed_model(args.worker_model)
+        own = for_model(settings, model)
+        metadata = read_metadata(own.model_dir)
+        packed = PackedReadiness(
+            args.ready_dir, {m.name: m.port for m in settings.models}, {m.name: m.workers for m in settings.models}
+        )
+        jsonlog.configure(settings.log_level)
+        return worker.run(own, metadata, args.worker_fd, packed)
+    plans = preflight(settings.models, settings.model_dir, settings.visible_cores)
+    jsonlog.configure(settings.log_level)
+    import supervisor
+
+    return supervisor.run_packed(settings, plans, argv)
 
 
 if __name__ == "__main__":

@@ -2,16 +2,20 @@
 
 Flags win over environment variables; each value is validated once here, and a bad one becomes
 a SettingsError naming the flag and its variable, so serve.py can exit 2 with one line.
+SERVER_MODELS (--models) packs several models into the container (packing.py); each packed
+model's worker then runs with for_model()'s settings.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+import packing
 from compile_settings import SettingsError, parse_int
+from packing import PackedModel
 
 
 @dataclass(frozen=True)
@@ -30,6 +34,13 @@ class ServerSettings:
     warmup_iterations: int
     drain_timeout_s: int
     log_level: str
+    models: tuple[PackedModel, ...] = ()  # SERVER_MODELS; empty: one model in --model-dir itself
+
+    def packed_model(self, name: str) -> PackedModel:
+        for model in self.models:
+            if model.name == name:
+                return model
+        raise SettingsError(f"--models ({packing.ENV}): no model named {name!r}")
 
 
 # flag -> (environment variable, default)
@@ -46,6 +57,7 @@ ENVIRONMENT = {
     "warmup_iterations": ("SERVER_WARMUP_ITERATIONS", "3"),
     "drain_timeout_s": ("SERVER_DRAIN_TIMEOUT_S", "25"),
     "log_level": ("SERVER_LOG_LEVEL", "info"),
+    "models": (packing.ENV, None),
 }
 
 
@@ -95,14 +107,30 @@ def from_args(args: argparse.Namespace, environ: dict[str, str] | None = None) -
     model_name = _raw(args, "model_name", environ)
     if not model_name or "/" in model_name or model_name.strip() != model_name:
         raise SettingsError(f"{_label('model_name')}: must be a non-empty name without '/' or spaces, got {model_name!r}")
+    workers = _int(args, "workers", environ, 1, 64)
+    max_batch_size = _int(args, "max_batch_size", environ, 1, 1024)
+    max_queue_delay_ms = _float(args, "max_queue_delay_ms", environ, 0, 1000)
+    raw_models = _raw(args, "models", environ)
+    models: tuple[PackedModel, ...] = ()
+    if raw_models is not None and raw_models.strip():
+        for name in ("model_name", "port"):
+            if getattr(args, name) is not None or environ.get(ENVIRONMENT[name][0]):
+                raise SettingsError(f"{_label(name)}: not allowed with {_label('models')}, which names each model and its port")
+        models = packing.parse(
+            raw_models,
+            label=_label("models"),
+            workers=workers,
+            max_batch_size=max_batch_size,
+            max_queue_delay_ms=max_queue_delay_ms,
+        )
     return ServerSettings(
         model_dir=model_dir,
         host=args.host,
         port=_int(args, "port", environ, 0, 65535),
         model_name=model_name,
-        workers=_int(args, "workers", environ, 1, 64),
-        max_batch_size=_int(args, "max_batch_size", environ, 1, 1024),
-        max_queue_delay_ms=_float(args, "max_queue_delay_ms", environ, 0, 1000),
+        workers=workers,
+        max_batch_size=max_batch_size,
+        max_queue_delay_ms=max_queue_delay_ms,
         torch_threads=_int(args, "torch_threads", environ, 1, 256),
         visible_cores=_raw(args, "visible_cores", environ),
         max_body_bytes=_int(args, "max_body_bytes", environ, 1024, 1 << 30),
@@ -110,4 +138,19 @@ def from_args(args: argparse.Namespace, environ: dict[str, str] | None = None) -
         warmup_iterations=_int(args, "warmup_iterations", environ, 0, 1_000_000),
         drain_timeout_s=_int(args, "drain_timeout_s", environ, 1, 3600),
         log_level=log_level,
+        models=models,
+    )
+
+
+def for_model(settings: ServerSettings, model: PackedModel) -> ServerSettings:
+    """The settings one packed model's worker runs with: its artifact, name, port, cores and batching."""
+    return replace(
+        settings,
+        model_dir=settings.model_dir / model.name,
+        port=model.port,
+        model_name=model.name,
+        workers=model.workers,
+        max_batch_size=model.max_batch_size,
+        max_queue_delay_ms=model.max_queue_delay_ms,
+        visible_cores=model.visible_cores,
     )

@@ -5,6 +5,9 @@ own listening socket on the shared port and its own NEURON_RT_VISIBLE_CORES slic
 model itself.
 The supervisor exits 0 after a SIGTERM/SIGINT once every worker drained and exited 0; if a
 worker dies on its own, it stops the others and exits 1 so the orchestrator replaces the task.
+With several packed models (SERVER_MODELS) it does the same for each model at once: every model
+gets its own port, its own workers on its own core range, and its own metrics directory; the
+workers share one private directory of ready markers (readiness.py).
 """
 
 from __future__ import annotations
@@ -17,15 +20,41 @@ import socket
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
+from compile_settings import SettingsError
 from core_ranges import partition
+from packing import PackedPlan
+from readiness import marker_path
 from server_settings import ServerSettings
 
 log = logging.getLogger("supervisor")
 SERVE_SCRIPT = str(Path(__file__).with_name("serve.py"))
 # prometheus_client's multiprocess mode: every worker writes its samples under this directory.
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+
+@dataclass
+class WorkerGroup:
+    """The workers serving one model on one port."""
+
+    model: str | None  # the packed model's name; None in a single-model container
+    slices: list[str | None]  # NEURON_RT_VISIBLE_CORES of each worker
+    socks: list[socket.socket]  # one listening socket per worker, all on the same port
+    metrics_dir: str | None  # shared by the group's workers when there are several
+    args: tuple[str, ...] = ()  # added to each worker's command line
+
+    @property
+    def port(self) -> int:
+        return self.socks[0].getsockname()[1]
+
+
+@dataclass
+class Child:
+    process: subprocess.Popen
+    group: WorkerGroup
+    index: int
 
 
 def bind(settings: ServerSettings, count: int) -> list[socket.socket]:
@@ -36,14 +65,18 @@ def bind(settings: ServerSettings, count: int) -> list[socket.socket]:
     load balancer) with a few long-lived keep-alive connections then kept one worker busy and
     the others idle (15 of 16 connections on one of two workers, measured).
     """
+    return bind_port(settings.host, settings.port, count)
+
+
+def bind_port(host: str, port: int, count: int) -> list[socket.socket]:
     # A plain bind first: it fails if anything holds the port, another server's SO_REUSEPORT
     # group included, which the group's own binds would silently join. It also resolves port 0.
-    with socket.create_server((settings.host, settings.port)) as probe:
+    with socket.create_server((host, port)) as probe:
         port = probe.getsockname()[1]
     socks: list[socket.socket] = []
     try:
         for _ in range(count):
-            socks.append(socket.create_server((settings.host, port), backlog=2048, reuse_port=True))
+            socks.append(socket.create_server((host, port), backlog=2048, reuse_port=True))
     except OSError:
         for sock in socks:
             sock.close()
@@ -53,39 +86,77 @@ def bind(settings: ServerSettings, count: int) -> list[socket.socket]:
     return socks
 
 
+def _metrics_dir(workers: int) -> str | None:
+    # One worker keeps its metrics in memory; several share them through files, which costs
+    # a little on every observation.
+    return tempfile.mkdtemp(prefix="inferstack-metrics-") if workers > 1 else None
+
+
 def run(settings: ServerSettings, metadata: dict, argv: list[str]) -> int:
     cores_per_model = 0 if metadata["backend"] == "cpu" else int(metadata["neuron_cores_per_model"])
     slices = partition(settings.visible_cores, settings.workers, cores_per_model)
-    # One worker keeps its metrics in memory; several share them through files, which costs
-    # a little on every observation.
-    metrics_dir = tempfile.mkdtemp(prefix="inferstack-metrics-") if settings.workers > 1 else None
     socks = bind(settings, len(slices))
-    port = socks[0].getsockname()[1]
-    children: dict[int, subprocess.Popen] = {}
+    group = WorkerGroup(None, slices, socks, _metrics_dir(len(slices)))
+    return supervise(start([group], argv), [group], ready_dir=None)
+
+
+def run_packed(settings: ServerSettings, plans: list[PackedPlan], argv: list[str]) -> int:
+    """Every packed model's sockets are bound before any worker starts: a taken port fails alone."""
+    groups: list[WorkerGroup] = []
     try:
-        for index, (cores, sock) in enumerate(zip(slices, socks)):
-            env = dict(os.environ, SERVER_WORKER_INDEX=str(index))
-            # Tokenization runs on the worker's inference thread; the tokenizers library's own
-            # thread pool would only compete with the event loop for the same cores.
-            env.setdefault("TOKENIZERS_PARALLELISM", "false")
-            env.pop(MULTIPROC_ENV, None)
-            if metrics_dir is not None:
-                env[MULTIPROC_ENV] = metrics_dir
-            if cores is not None:
-                env["NEURON_RT_VISIBLE_CORES"] = cores
-            command = [sys.executable, SERVE_SCRIPT, *argv, "--worker-fd", str(sock.fileno())]
-            child = subprocess.Popen(command, env=env, pass_fds=(sock.fileno(),))
-            children[child.pid] = child
-            log.info("worker started", extra={"worker": index, "worker_pid": child.pid, "visible_cores": cores, "port": port})
+        for plan in plans:
+            model = plan.model
+            try:
+                socks = bind_port(settings.host, model.port, len(plan.slices))
+            except OSError as exc:
+                reason = os.strerror(exc.errno) if exc.errno else str(exc)  # create_server appends the address
+                raise SettingsError(f"{model.label('port')}: cannot listen on {settings.host}:{model.port}: {reason}") from None
+            groups.append(WorkerGroup(model.name, list(plan.slices), socks, None, ("--worker-model", model.name)))
+    except BaseException:
+        for group in groups:
+            for sock in group.socks:
+                sock.close()
+        raise
+    for group in groups:
+        group.metrics_dir = _metrics_dir(len(group.slices))
+    ready_dir = tempfile.mkdtemp(prefix="inferstack-ready-")
+    for group in groups:
+        group.args += ("--ready-dir", ready_dir)
+    return supervise(start(groups, argv), groups, ready_dir=ready_dir)
+
+
+def start(groups: list[WorkerGroup], argv: list[str]) -> dict[int, Child]:
+    children: dict[int, Child] = {}
+    try:
+        for group in groups:
+            port = group.port
+            for index, (cores, sock) in enumerate(zip(group.slices, group.socks)):
+                env = dict(os.environ, SERVER_WORKER_INDEX=str(index))
+                # Tokenization runs on the worker's inference thread; the tokenizers library's own
+                # thread pool would only compete with the event loop for the same cores.
+                env.setdefault("TOKENIZERS_PARALLELISM", "false")
+                env.pop(MULTIPROC_ENV, None)
+                if group.metrics_dir is not None:
+                    env[MULTIPROC_ENV] = group.metrics_dir
+                if cores is not None:
+                    env["NEURON_RT_VISIBLE_CORES"] = cores
+                command = [sys.executable, SERVE_SCRIPT, *argv, *group.args, "--worker-fd", str(sock.fileno())]
+                process = subprocess.Popen(command, env=env, pass_fds=(sock.fileno(),))
+                children[process.pid] = Child(process, group, index)
+                extra = {"worker": index, "worker_pid": process.pid, "visible_cores": cores, "port": port}
+                if group.model is not None:
+                    extra["model"] = group.model
+                log.info("worker started", extra=extra)
     finally:
         # Workers hold the sockets now; keeping a copy here would let connections queue
         # unanswered after the workers stop listening during a drain.
-        for sock in socks:
-            sock.close()
-    return supervise(children, metrics_dir)
+        for group in groups:
+            for sock in group.socks:
+                sock.close()
+    return children
 
 
-def supervise(children: dict[int, subprocess.Popen], metrics_dir: str | None) -> int:
+def supervise(children: dict[int, Child], groups: list[WorkerGroup], *, ready_dir: str | None) -> int:
     stopping = {"signal": None}
 
     def forward(signum, frame) -> None:
@@ -93,8 +164,8 @@ def supervise(children: dict[int, subprocess.Popen], metrics_dir: str | None) ->
             stopping["signal"] = signum
             log.info("stopping workers", extra={"signal": signal.Signals(signum).name})
         for child in children.values():
-            if child.poll() is None:
-                child.send_signal(signal.SIGTERM)
+            if child.process.poll() is None:
+                child.process.send_signal(signal.SIGTERM)
 
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
@@ -106,9 +177,11 @@ def supervise(children: dict[int, subprocess.Popen], metrics_dir: str | None) ->
             if child is None:
                 continue
             code = os.waitstatus_to_exitcode(status)
-            child.returncode = code
-            if metrics_dir is not None:
-                _forget_metrics(pid, metrics_dir)
+            child.process.returncode = code
+            if child.group.metrics_dir is not None:
+                _forget_metrics(pid, child.group.metrics_dir)
+            if ready_dir is not None:  # a worker that died cannot remove its own marker
+                marker_path(ready_dir, child.group.model, child.index).unlink(missing_ok=True)
             if stopping["signal"] is None:
                 log.error("worker exited unexpectedly; stopping the others", extra={"worker_pid": pid, "exit_code": code})
                 exit_code = 1
@@ -117,8 +190,9 @@ def supervise(children: dict[int, subprocess.Popen], metrics_dir: str | None) ->
                 log.error("worker failed while stopping", extra={"worker_pid": pid, "exit_code": code})
                 exit_code = 1
     finally:
-        if metrics_dir is not None:
-            shutil.rmtree(metrics_dir, ignore_errors=True)
+        for directory in [group.metrics_dir for group in groups] + [ready_dir]:
+            if directory is not None:
+                shutil.rmtree(directory, ignore_errors=True)
     log.info("supervisor exiting", extra={"exit_code": exit_code})
     return exit_code
 

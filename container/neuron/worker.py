@@ -5,6 +5,7 @@ set to the worker's own slice, so nothing Neuron-related ever crosses a fork. HT
 (live = 200) while a loader thread loads and warms the model; ready flips to 200 only after
 warm-up. SIGTERM marks the worker draining (ready = 503), uvicorn stops accepting connections
 and waits for in-flight requests, then the batcher finishes its queue and the process exits 0.
+A worker of one of several packed models also keeps its ready marker (readiness.py) in step.
 """
 
 from __future__ import annotations
@@ -25,24 +26,45 @@ import metrics
 from batcher import DynamicBatcher
 from http_app import ServerState, build_app
 from protocol import ModelInterface
+from readiness import PackedReadiness
 from server_settings import ServerSettings
 
 log = logging.getLogger("worker")
 
 
+class WorkerReadiness:
+    """This worker's readiness: the routes' ServerState, plus its marker when models are packed."""
+
+    def __init__(self, state: ServerState, packed: PackedReadiness | None, model: str, index: int) -> None:
+        self.state, self.packed, self.model, self.index = state, packed, model, index
+
+    def ready(self) -> None:
+        if self.packed is not None:
+            self.packed.mark_ready(self.model, self.index)
+        self.state.ready = True
+        if self.state.draining:  # a drain began while the marker was written
+            self.drain()
+
+    def drain(self) -> None:
+        self.state.draining = True
+        if self.packed is not None:
+            self.packed.clear(self.model, self.index)
+
+
 class DrainingServer(uvicorn.Server):
     """uvicorn.Server that flips readiness off as soon as a shutdown signal arrives."""
 
-    def __init__(self, config: uvicorn.Config, state: ServerState) -> None:
+    def __init__(self, config: uvicorn.Config, readiness: WorkerReadiness) -> None:
         super().__init__(config)
-        self.state = state
+        self.readiness = readiness
 
     def handle_exit(self, sig, frame) -> None:
-        self.state.draining = True
+        self.readiness.drain()
         super().handle_exit(sig, frame)
 
 
-def load_model(settings: ServerSettings, metadata: dict, state: ServerState, server: DrainingServer, failed: list) -> None:
+def load_model(settings: ServerSettings, metadata: dict, readiness: WorkerReadiness, server: DrainingServer, failed: list) -> None:
+    state = readiness.state
     try:
         started = time.perf_counter()
         from runner import ModelRunner  # imports torch: only now, inside this worker
@@ -59,10 +81,11 @@ def load_model(settings: ServerSettings, metadata: dict, state: ServerState, ser
         )
         batcher.start()
         state.batcher = batcher
-        state.ready = True
+        readiness.ready()
         log.info(
             "model ready",
             extra={
+                "model": settings.model_name,
                 "backend": metadata["backend"],
                 "visible_cores": os.environ.get("NEURON_RT_VISIBLE_CORES"),
                 "load_s": round(loaded - started, 3),
@@ -76,19 +99,19 @@ def load_model(settings: ServerSettings, metadata: dict, state: ServerState, ser
         server.should_exit = True
 
 
-def watch_parent(server: DrainingServer, state: ServerState) -> None:
+def watch_parent(server: DrainingServer, readiness: WorkerReadiness) -> None:
     """Exit (gracefully) if the supervisor disappears, so no orphan keeps the cores reserved."""
     parent = os.getppid()
     while not server.should_exit:
         if os.getppid() != parent:
             log.error("supervisor exited; shutting down")
-            state.draining = True
+            readiness.drain()
             server.should_exit = True
             return
         time.sleep(1.0)
 
 
-def run(settings: ServerSettings, metadata: dict, fd: int) -> int:
+def run(settings: ServerSettings, metadata: dict, fd: int, packed: PackedReadiness | None = None) -> int:
     # The inference thread needs the GIL back after every model call while the event loop is
     # busy; Python's default 5 ms switch interval would leave it waiting that long each time.
     sys.setswitchinterval(0.0005)
@@ -96,23 +119,24 @@ def run(settings: ServerSettings, metadata: dict, fd: int) -> int:
         name=settings.model_name, metadata=metadata, max_rows=settings.max_batch_size, max_text_chars=settings.max_text_chars
     )
     state = ServerState()
+    readiness = WorkerReadiness(state, packed, settings.model_name, int(os.environ.get("SERVER_WORKER_INDEX", "0")))
     failed: list = []
     holder: dict = {}
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
         threading.Thread(
-            target=load_model, args=(settings, metadata, state, holder["server"], failed), name="loader", daemon=True
+            target=load_model, args=(settings, metadata, readiness, holder["server"], failed), name="loader", daemon=True
         ).start()
-        threading.Thread(target=watch_parent, args=(holder["server"], state), name="parent-watch", daemon=True).start()
+        threading.Thread(target=watch_parent, args=(holder["server"], readiness), name="parent-watch", daemon=True).start()
         yield
         # uvicorn has stopped accepting connections and finished in-flight requests.
-        state.draining = True
+        readiness.drain()
         if state.batcher is not None:
             await asyncio.get_running_loop().run_in_executor(None, state.batcher.close, settings.drain_timeout_s)
         log.info("worker stopped")
 
-    app = build_app(interface=interface, state=state, max_body_bytes=settings.max_body_bytes, lifespan=lifespan)
+    app = build_app(interface=interface, state=state, max_body_bytes=settings.max_body_bytes, lifespan=lifespan, packed=packed)
     config = uvicorn.Config(
         app,
         log_config=None,
@@ -122,7 +146,7 @@ def run(settings: ServerSettings, metadata: dict, fd: int) -> int:
         timeout_keep_alive=75,  # longer than the ALB's 60 s idle timeout, so the ALB closes first
         timeout_graceful_shutdown=settings.drain_timeout_s,
     )
-    server = holder["server"] = DrainingServer(config, state)
+    server = holder["server"] = DrainingServer(config, readiness)
     # uvicorn re-raises the shutdown signal once it has drained, with the handler that was
     # installed before it; make that a no-op so a drained worker exits 0 instead of dying by signal.
     for signum in (signal.SIGTERM, signal.SIGINT):

@@ -18,9 +18,9 @@ For every Docker image asset in the assembly (the staged directory, Dockerfile a
 What cannot run here has one stand-in each, listed in the report: the base images (not pulled: the
 side environment plays the Python the base image brings, plus the packages a Neuron DLC ships), the
 Neuron compiler (compile.py's CPU backend), the hub checkpoint (a tiny random checkpoint of the
-same architecture put where a local checkpoint goes), system steps (useradd, chown: skipped; mkdir
-emulated), and PyTorch's CPU wheel index (unreachable here; the same +cpu wheel comes from the
-machine's local wheel directory).
+same architecture put where a local checkpoint goes; one per entry of a packed image's MODELS, with
+the entry's labels), system steps (useradd, chown: skipped; mkdir emulated), and PyTorch's CPU
+wheel index (unreachable here; the same +cpu wheel comes from the machine's local wheel directory).
 
     python -m inferstack.rehearsal.image_build --assembly cdk.out          # rehearse every image asset
     python -m inferstack.rehearsal.image_build --prepare                   # build the side environments
@@ -271,11 +271,42 @@ def stand_in_checkpoint(recipe: Recipe, build_args: Mapping[str, str], context: 
         spec["source"] = {"local_path": relative, "task": source["task"], "labels": source.get("labels") or []}
         args["TRITON_REPOSITORY_SPEC"] = json.dumps(spec, separators=(",", ":"))
         return args, f"checkpoint {replaced} -> a tiny random {kind} at {relative} (no hub downloads here)"
+    if args.get("MODELS", "").strip():
+        packed = _packed_models(args["MODELS"])
+        if packed is None:
+            return args, "MODELS left as given: compile.py rejects what it cannot read"
+        replaced = []
+        for entry in packed:
+            relative = f"./{CHECKPOINT_DIR}/{entry['name']}"
+            tiny_checkpoint(recipe.tiny_kind, context / CHECKPOINT_DIR / entry["name"],
+                            labels=",".join(entry.get("labels") or []),
+                            max_position=max(512, int(entry.get("sequence_length", 128))))
+            replaced.append(f"{entry['model']} -> {relative}")
+            entry["model"] = relative
+        args["MODELS"] = json.dumps(packed, separators=(",", ":"))
+        return args, (f"MODELS: {', '.join(replaced)}, each a tiny random {recipe.tiny_kind} with its entry's labels "
+                      f"(no hub downloads here)")
     relative = f"./{CHECKPOINT_DIR}"
     tiny_checkpoint(recipe.tiny_kind, context / CHECKPOINT_DIR, labels=args.get("LABELS", ""),
                     max_position=max(512, int(args.get("SEQUENCE_LENGTH", "128"))))
     replaced, args["MODEL_SOURCE"] = args.get("MODEL_SOURCE"), relative
     return args, f"MODEL_SOURCE {replaced} -> a tiny random {recipe.tiny_kind} at {relative} (no hub downloads here)"
+
+
+def _packed_models(raw: str) -> list[dict] | None:
+    """The MODELS entries whose checkpoints a stand-in can replace, or None: what compile.py would
+    reject (not JSON, not a list of named models) is left for the build step to reject in its own words."""
+    try:
+        entries = json.loads(raw)
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(entries, list) or not entries:
+        return None
+    if not all(isinstance(e, dict) and isinstance(e.get("name"), str) and isinstance(e.get("model"), str)
+               and isinstance(e.get("labels", []), list) and isinstance(e.get("sequence_length", 128), int)
+               and re.fullmatch(r"[a-z][a-z0-9-]*", e["name"]) for e in entries):
+        return None
+    return entries
 
 
 # ---------------------------------------------------------------- running the Dockerfile's stages
@@ -359,8 +390,10 @@ class Rehearsal:
         preamble, stages = df.read(dockerfile)
         args, stand_in = stand_in_checkpoint(self.recipe, self.asset.build_args, self.context)
         self.report.stand_ins.append(stand_in)
-        globals_ = {i.arguments.split("=", 1)[0]: args.get(i.arguments.split("=", 1)[0],
-                                                            i.arguments.partition("=")[2]) for i in preamble}
+        globals_ = {}
+        for instruction in preamble:
+            name, default = _arg(instruction, {})
+            globals_[name] = args.get(name, default)
         digest = _tree_digest(self.context)
         finished: dict[str, Path] = {}
         stage_root = None
@@ -382,8 +415,8 @@ class Rehearsal:
             keyword, line = instruction.keyword, instruction.line
             variables = {**scope, **state.env}
             if keyword == "ARG":
-                name, _, default = instruction.arguments.partition("=")
-                scope[name] = build_args.get(name, globals_.get(name, df.expand(default, variables)))
+                name, default = _arg(instruction, variables)
+                scope[name] = build_args.get(name, globals_.get(name, default))
             elif keyword == "ENV":
                 for word in instruction.words(variables):
                     key, _, value = word.partition("=")
@@ -531,6 +564,13 @@ class Rehearsal:
     def _image_python_files(self) -> list[Path]:
         root = self.report.image_root
         return [p for p in root.rglob("*.py") if p.is_file()] if root else []
+
+
+def _arg(instruction: df.Instruction, variables: dict[str, str]) -> tuple[str, str]:
+    """(name, default) of `ARG name[=default]`, the default unquoted as the builder does (`ARG X=""`
+    is empty, not two quote characters)."""
+    name, _, default = instruction.words(variables)[0].partition("=")
+    return name, default
 
 
 def third_party(imports: Iterable[str]) -> set[str]:

@@ -25,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 NEURON_DIR = ROOT / "container" / "neuron"
 COMPILE = NEURON_DIR / "compile.py"
 SERVE = NEURON_DIR / "serve.py"
+HEALTHCHECK = NEURON_DIR / "healthcheck.py"
 MAKE_TINY = ROOT / "benchmarks" / "make_tiny_model.py"
 PYTHON = sys.executable
 SEQUENCE_LENGTH = 32
@@ -67,12 +68,34 @@ def artifact(tmp_path_factory, tiny_bert) -> Path:
     return _build_once(tmp_path_factory, "tiny-bert-artifact", build) / "art"
 
 
-class ServerProcess:
-    """serve.py in a subprocess on an OS-assigned port, with its JSON log lines collected."""
+def reference_logits(artifact: Path, texts: list[str]):
+    """What the artifact computes for these texts, outside the server (a numpy array)."""
+    import torch
+    from backends import load_torchscript
+    from tokenizers import Tokenizer
 
-    def __init__(self, artifact: Path, env: dict | None = None, args: tuple[str, ...] = ()) -> None:
+    tokenizer = Tokenizer.from_file(str(artifact / "tokenizer.json"))
+    metadata = json.loads((artifact / "metadata.json").read_text())
+    length = metadata["sequence_length"]
+    tokenizer.enable_truncation(max_length=length)
+    tokenizer.enable_padding(length=length, pad_id=metadata["pad_token_id"])
+    encodings = tokenizer.encode_batch(texts)
+    ids = torch.tensor([e.ids for e in encodings])
+    mask = torch.tensor([e.attention_mask for e in encodings])
+    with torch.inference_mode():
+        return load_torchscript(str(artifact / "model.pt"))(ids, mask).numpy()
+
+
+class ServerProcess:
+    """serve.py in a subprocess on an OS-assigned port, with its JSON log lines collected.
+
+    port=None passes no --port (packed models name theirs in SERVER_MODELS); the url is then the
+    first worker's port.
+    """
+
+    def __init__(self, artifact: Path, env: dict | None = None, args: tuple[str, ...] = (), port: str | None = "0") -> None:
         self.proc = subprocess.Popen(
-            [PYTHON, str(SERVE), "--model-dir", str(artifact), "--port", "0", "--host", "127.0.0.1", *args],
+            [PYTHON, str(SERVE), "--model-dir", str(artifact), *(("--port", port) if port is not None else ()), "--host", "127.0.0.1", *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,

@@ -17,7 +17,7 @@ import compile as compile_cli
 DOCKERFILES = sorted(p for p in (ROOT / "container").rglob("Dockerfile*") if p.suffix != ".dockerignore")
 BUILD_ARGS = (
     "MODEL_SOURCE", "MODEL_REVISION", "TASK", "LABELS", "BATCH_SIZE", "SEQUENCE_LENGTH",
-    "NEURON_CORES_PER_MODEL", "PARALLELISM", "COMPILER_ARGS", "NEURON_TARGET",
+    "NEURON_CORES_PER_MODEL", "PARALLELISM", "COMPILER_ARGS", "NEURON_TARGET", "MODELS",
 )
 NEURON_DOCKERFILES = [NEURON_DIR / "Dockerfile.inf1", NEURON_DIR / "Dockerfile.inf2"]
 

@@ -11,10 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import requests
-import torch
 import tritonclient.http as triton
-from backends import load_torchscript
-from conftest import LABELS, SEQUENCE_LENGTH, ServerProcess
+from conftest import LABELS, SEQUENCE_LENGTH, ServerProcess, reference_logits
 from tokenizers import Tokenizer
 
 MODEL = "tiny-bert"
@@ -42,19 +40,6 @@ def server(artifact: Path):
 
 def text_body(texts, shape=None, **extra) -> dict:
     return {"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": shape or [len(texts)], "data": texts}], **extra}
-
-
-def reference_logits(artifact: Path, texts: list[str]) -> np.ndarray:
-    """What the artifact computes for these texts, outside the server."""
-    tokenizer = Tokenizer.from_file(str(artifact / "tokenizer.json"))
-    metadata = json.loads((artifact / "metadata.json").read_text())
-    tokenizer.enable_truncation(max_length=SEQUENCE_LENGTH)
-    tokenizer.enable_padding(length=SEQUENCE_LENGTH, pad_id=metadata["pad_token_id"])
-    encodings = tokenizer.encode_batch(texts)
-    ids = torch.tensor([e.ids for e in encodings])
-    mask = torch.tensor([e.attention_mask for e in encodings])
-    with torch.inference_mode():
-        return load_torchscript(str(artifact / "model.pt"))(ids, mask).numpy()
 
 
 def test_health_and_metadata_routes(server):

@@ -6,7 +6,8 @@ requirements, and the closure of what the Triton export imports pinned against t
 Stand-ins (each named in the rehearsal's report): tiny random checkpoints instead of hub downloads,
 compile.py's CPU backend instead of the Neuron compiler, the local torch CPU wheel instead of
 PyTorch's index and of the Neuron DLC's torch. No shipped model targets inf2 yet, so Dockerfile.inf2
-is rehearsed with intent-bert's staged context and build arguments retargeted to inf2."""
+is rehearsed with intent-bert's staged context and build arguments retargeted to inf2; no shipped
+model packs several models into one image yet, so the MODELS build is rehearsed the same way."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from inferstack.rehearsal import dockerfile as df
 from inferstack.rehearsal import image_build
 from inferstack.triton import config as triton_config
 from tests.build_once import build_once
@@ -82,6 +84,58 @@ def test_neuron_image_compiles_an_artifact_where_the_entrypoint_reads_it(tmp_pat
     assert f"Dockerfile.{target}" in report and "--backend cpu" in report
     metadata = json.loads((built / "image-root/opt/inferstack/artifact/model/metadata.json").read_text())
     assert metadata["backend"] == "cpu" and metadata["sequence_length"] == 128
+
+
+def packed_asset(inf1: image_build.ImageAsset, models: list[dict], **extra: str) -> image_build.ImageAsset:
+    """intent-bert's staged context and build arguments with MODELS set (and MODEL_SOURCE left out,
+    as a packing build passes it)."""
+    args = {key: value for key, value in inf1.build_args.items() if key != "MODEL_SOURCE"}
+    return dataclasses.replace(inf1, build_args={**args, "MODELS": json.dumps(models), **extra})
+
+
+def entrypoint_model_dir(dockerfile: Path) -> str:
+    _, stages = df.read(dockerfile)
+    (entrypoint,) = [i for i in stages[-1].instructions if i.keyword == "ENTRYPOINT"]
+    argv = json.loads(entrypoint.arguments)
+    return argv[argv.index("--model-dir") + 1]
+
+
+PACKED = [
+    {"name": "intent", "model": "bert-base-uncased", "labels": ["search", "navigate", "purchase"], "sequence_length": 32},
+    {"name": "intent-shadow", "model": "bert-base-uncased", "labels": ["yes", "no"], "sequence_length": 64,
+     "batch_size": 2, "compiler_args": ["--fp32-cast=all"]},
+]
+
+
+def test_a_packed_neuron_image_compiles_every_model_where_the_entrypoint_reads_them(tmp_path_factory, dev_images):
+    asset = packed_asset(dev_images["intent-bert"], PACKED)
+
+    def build(out: Path) -> None:
+        report = image_build.rehearse(asset, out / "work")
+        (out / "report.txt").write_text("\n".join(report.lines()))
+        (out / "image-root").symlink_to(report.image_root)
+
+    built = build_once(tmp_path_factory, "neuron-image-packed", build)
+    report = (built / "report.txt").read_text()
+    assert "--backend cpu" in report and "MODELS: bert-base-uncased -> ./rehearsal-checkpoint/intent," in report
+    model_dir = built / "image-root" / entrypoint_model_dir(asset.directory / asset.dockerfile).lstrip("/")
+    assert sorted(p.name for p in model_dir.iterdir()) == ["intent", "intent-shadow"]
+    for entry in PACKED:
+        metadata = json.loads((model_dir / entry["name"] / "metadata.json").read_text())
+        assert metadata["labels"] == entry["labels"] and metadata["sequence_length"] == entry["sequence_length"]
+        assert metadata["batch_size"] == entry.get("batch_size", 1) and metadata["backend"] == "cpu"
+        assert (model_dir / entry["name"] / "model.pt").is_file()
+
+
+def test_a_packed_build_that_still_sets_model_source_fails_in_one_line(dev_images, tmp_path):
+    inf1 = dev_images["intent-bert"]
+    asset = packed_asset(inf1, PACKED[:1], MODEL_SOURCE=inf1.build_args["MODEL_SOURCE"])
+    with pytest.raises(image_build.RehearsalError) as caught:
+        image_build.rehearse(asset, tmp_path / "w")
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.endswith("build step failed (exit 2): compile.py: error: "
+                            "--model (MODEL_SOURCE): must be empty when --models-json (MODELS) is set"), message
 
 
 def test_a_module_the_export_imports_left_out_of_the_context_fails_in_one_line(dev_images, tmp_path):
