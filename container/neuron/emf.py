@@ -7,22 +7,33 @@ Cost per request is bounded: an observation takes a lock and updates fixed-size 
 reservoir of at most MAX_VALUES samples); each worker writes one line per metric group per interval,
 whatever the traffic. CloudWatch computes percentiles (the p99 the latency alarm uses) over the reservoir
 of each line: uniform samples of the interval's requests.
+
+Every process of a container (the supervisor, each worker) writes to the same stdout pipe. A line is
+written with one os.write and is at most PIPE_BUF bytes (a record too large is split over several lines),
+so the kernel never interleaves it with another process's write; a lock keeps the threads of one process
+from interleaving theirs. Logs go to stderr, never to this stream.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import os
 import random
-import sys
+import select
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import IO
+
+log = logging.getLogger("emf")
 
 NAMESPACE = "inferstack/Serving"
 MAX_VALUES = 100  # EMF: at most 100 values per metric in one line
 MAX_DIMENSIONS = 30  # EMF: at most 30 keys per dimension set
+# Writes of at most PIPE_BUF bytes to a pipe are atomic (POSIX): several processes' lines never mix.
+MAX_LINE_BYTES = select.PIPE_BUF
 
 # Metric name -> unit. The stacks alarm and scale on these names (inferstack/neuron/metrics.py mirrors them,
 # and a test holds the two equal).
@@ -53,7 +64,7 @@ class Reservoir:
         if len(self.values) < self.size:
             self.values.append(value)
         else:
-            slot = self._rng.randrange(self.count)
+            slot = int(self._rng.random() * self.count)  # uniform in [0, count): a third of randrange's cost
             if slot < self.size:
                 self.values[slot] = value
 
@@ -65,10 +76,14 @@ class _Window:
 
 
 class Recorder:
-    """Thread-safe accumulation of one worker's observations for the current interval."""
+    """Thread-safe accumulation of one worker's observations for the current interval.
+
+    `always_counted` names counts written in every record, 0 when nothing happened: an idle worker then
+    reports zero requests and zero errors instead of no data, which alarms would treat as missing.
+    """
 
     def __init__(self, dimensions: Mapping[str, str], *, namespace: str = NAMESPACE,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None, always_counted: Iterable[str] = ()) -> None:
         missing = [key for keys in DIMENSION_SETS for key in keys if key not in dimensions]
         if missing:
             raise ValueError(f"EMF dimensions missing: {', '.join(sorted(set(missing)))}")
@@ -76,28 +91,57 @@ class Recorder:
         self.namespace = namespace
         self._rng = rng or random.Random()
         self._lock = threading.Lock()
-        self._window = _Window()
+        self._always_counted = tuple(always_counted)
+        self._window = self._fresh()
+
+    def _fresh(self) -> _Window:
+        return _Window(counts=dict.fromkeys(self._always_counted, 0))
+
+    def _sample(self, name: str, value: float) -> None:  # the caller holds the lock
+        reservoir = self._window.samples.get(name)
+        if reservoir is None:
+            reservoir = self._window.samples[name] = Reservoir(rng=self._rng)
+        reservoir.add(value)
 
     def observe(self, name: str, value: float) -> None:
         with self._lock:
-            reservoir = self._window.samples.get(name)
-            if reservoir is None:
-                reservoir = self._window.samples[name] = Reservoir(rng=self._rng)
-            reservoir.add(float(value))
+            self._sample(name, float(value))
 
     def count(self, name: str, increment: int = 1) -> None:
         with self._lock:
             self._window.counts[name] = self._window.counts.get(name, 0) + increment
 
+    def request(self, latency_ms: float, server_error: bool = False) -> None:
+        """One answered inference request: its latency, the request count and a 5xx; one lock for all three."""
+        with self._lock:
+            self._sample(REQUEST_LATENCY, latency_ms)
+            counts = self._window.counts
+            counts[REQUESTS] = counts.get(REQUESTS, 0) + 1
+            if server_error:
+                counts[ERRORS] = counts.get(ERRORS, 0) + 1
+
+    def batch(self, rows: int, latency_ms: float) -> None:
+        """One executed batch: its rows and its tokenize + model time."""
+        with self._lock:
+            self._sample(BATCH_SIZE, rows)
+            self._sample(INFERENCE_LATENCY, latency_ms)
+
     def drain(self, timestamp_ms: int) -> dict | None:
         """The interval's EMF record (None when nothing was observed), and a fresh interval."""
         with self._lock:
-            window, self._window = self._window, _Window()
-        values: dict[str, float | list[float]] = {name: r.values for name, r in window.samples.items() if r.values}
-        values.update({name: float(n) for name, n in window.counts.items()})
+            window, self._window = self._window, self._fresh()
+        values: dict[str, float | list[float]] = {
+            name: [_compact(v) for v in r.values] for name, r in window.samples.items() if r.values}
+        values.update({name: n for name, n in window.counts.items()})
         if not values:
             return None
         return record(self.namespace, self.dimensions, values, timestamp_ms)
+
+
+def _compact(value: float) -> float | int:
+    """Microsecond precision is plenty for milliseconds, and `16` is shorter than `16.0`: shorter lines."""
+    rounded = round(float(value), 3)
+    return int(rounded) if rounded.is_integer() else rounded
 
 
 def record(namespace: str, dimensions: Mapping[str, str], values: Mapping[str, float | list[float]],
@@ -124,6 +168,73 @@ def line(emf_record: Mapping) -> str:
     return json.dumps(emf_record, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
 
 
+def lines(emf_record: Mapping, max_bytes: int = MAX_LINE_BYTES) -> list[str]:
+    """The record as lines of at most `max_bytes` bytes each, newline included: itself when it fits, else its
+    metrics split in halves, and a metric's values in halves, until every part fits. CloudWatch takes the parts
+    as the same metrics at the same time, so a split changes no statistic."""
+    text = line(emf_record)
+    if len(text) < max_bytes:  # ASCII: one byte per character, plus the newline
+        return [text]
+    directive = emf_record["_aws"]["CloudWatchMetrics"][0]
+    metrics = directive["Metrics"]
+    if len(metrics) > 1:
+        half = len(metrics) // 2
+        return [part for group in (metrics[:half], metrics[half:])
+                for part in lines(_with_metrics(emf_record, group), max_bytes)]
+    name = metrics[0]["Name"]
+    values = emf_record[name]
+    if isinstance(values, list) and len(values) > 1:
+        half = len(values) // 2
+        return [part for chunk in (values[:half], values[half:])
+                for part in lines({**emf_record, name: chunk}, max_bytes)]
+    raise ValueError(f"EMF record of {len(text)} bytes cannot be split under {max_bytes} bytes: {text[:200]}")
+
+
+def _with_metrics(emf_record: Mapping, metrics: list[dict]) -> dict:
+    directive = emf_record["_aws"]["CloudWatchMetrics"][0]
+    names = {m["Name"] for m in directive["Metrics"]}
+    keep = {m["Name"] for m in metrics}
+    out = {key: value for key, value in emf_record.items() if key not in names or key in keep}
+    out["_aws"] = {**emf_record["_aws"], "CloudWatchMetrics": [{**directive, "Metrics": metrics}]}
+    return out
+
+
+_WRITE_LOCK = threading.Lock()
+
+
+class LineOutput:
+    """Where EMF lines go: the process's stdout file descriptor, one os.write per line (atomic against the other
+    processes writing to the same pipe), or a text stream (tests). Thread-safe; a failed write loses the line
+    and is logged once, never raised: metrics must not stop the server."""
+
+    def __init__(self, stream: IO[str] | None = None, fd: int = 1) -> None:
+        self._stream = stream
+        self._fd = fd
+        self._failed = False
+
+    def write(self, emf_records: Iterable[Mapping]) -> int:
+        """Writes every record; returns the number of lines written."""
+        texts = [text for emf_record in emf_records for text in lines(emf_record)]
+        if not texts:
+            return 0
+        with _WRITE_LOCK:
+            try:
+                if self._stream is not None:
+                    self._stream.write("".join(text + "\n" for text in texts))
+                    self._stream.flush()
+                else:
+                    for text in texts:
+                        data = (text + "\n").encode("ascii")
+                        while data:
+                            data = data[os.write(self._fd, data):]
+            except (OSError, ValueError) as exc:  # stdout closed, or a closed stream
+                if not self._failed:
+                    self._failed = True
+                    log.error("cannot write EMF metrics", extra={"error": str(exc)})
+                return 0
+        return len(texts)
+
+
 class Publisher:
     """Samples the gauges every second and writes the recorder's record every `interval_s`, from a daemon
     thread; `stop()` writes what is left (a draining worker's last requests count)."""
@@ -133,10 +244,9 @@ class Publisher:
         self.recorder = recorder
         self.gauges = dict(gauges)
         self.interval_s = interval_s
-        self._stream = stream
+        self._output = LineOutput(stream)
         self._clock = clock
         self._stop = threading.Event()
-        self._write_lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="emf-publisher", daemon=True)
 
     def start(self) -> "Publisher":
@@ -160,12 +270,8 @@ class Publisher:
 
     def flush(self) -> None:
         emf_record = self.recorder.drain(int(self._clock() * 1000))
-        if emf_record is None:
-            return
-        stream = self._stream or sys.stdout
-        with self._write_lock:
-            stream.write(line(emf_record) + "\n")
-            stream.flush()
+        if emf_record is not None:
+            self._output.write([emf_record])
 
     def stop(self) -> None:
         self._stop.set()

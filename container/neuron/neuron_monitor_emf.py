@@ -1,10 +1,10 @@
 """NeuronCore utilisation and device memory from `neuron-monitor` into CloudWatch, as EMF lines.
 
 `neuron-monitor` (package aws-neuronx-tools, in both Neuron base images, for Inf1 and Inf2) writes one JSON
-report per period on stdout. The supervisor runs it next to the workers, reads its reports and writes one
-EMF line per report (emf.py): per model (the workers tag their runtime with NEURON_PROCESS_TAG
-"<model>/<worker>") and per task. Report layout: the Neuron docs' neuron-monitor user guide
-(awsdocs-neuron.readthedocs-hosted.com/en/latest/tools/neuron-sys-tools/neuron-monitor-user-guide.html).
+report per period on stdout. The supervisor runs it next to the workers (neuron_monitor.py), reads its
+reports and writes EMF lines per report (emf.py): one per model (the workers tag their runtime with
+NEURON_PROCESS_TAG "<model>/<worker>") and one per task. Report layout: the Neuron docs' neuron-monitor user
+guide (awsdocs-neuron.readthedocs-hosted.com/en/latest/tools/neuron-sys-tools/neuron-monitor-user-guide.html).
 
     neuron-monitor -c neuron-monitor.json | python neuron_monitor_emf.py --service dev-intent-pack
 """
@@ -15,7 +15,7 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from typing import IO
 
 import emf
@@ -60,19 +60,24 @@ def _merge(into: dict[str, float | list[float]], values: dict[str, float | list[
             into[name] = float(into.get(name) or 0.0) + value  # type: ignore[arg-type]
 
 
-def records(report: dict, service: str, timestamp_ms: int) -> list[dict]:
+def records(report: dict, service: str, timestamp_ms: int, models: Collection[str] | None = None) -> list[dict]:
     """EMF records of one neuron-monitor report: one per model (its workers' runtimes summed, their cores'
-    utilisations listed) and one for the whole task. Runtimes without a model tag count for the task only."""
+    utilisations listed) and one for the whole task. Runtimes without a model tag count for the task only;
+    with `models` (the container's own), only runtimes tagged with one of them count at all, so another
+    container's runtimes on the same instance never add to this task's figures."""
     per_model: dict[str, dict[str, float | list[float]]] = {}
     task: dict[str, float | list[float]] = {}
     for runtime in report.get("neuron_runtime_data") or []:
         if not isinstance(runtime, dict) or runtime.get("error"):
             continue
+        tag = str(runtime.get("neuron_runtime_tag") or "")
+        model = tag.split(TAG_SEPARATOR, 1)[0] if TAG_SEPARATOR in tag else None
+        if models is not None and model not in models:
+            continue
         values = _runtime_values(runtime.get("report") or {})
         _merge(task, values)
-        tag = str(runtime.get("neuron_runtime_tag") or "")
-        if TAG_SEPARATOR in tag:
-            _merge(per_model.setdefault(tag.split(TAG_SEPARATOR, 1)[0], {}), values)
+        if model is not None:
+            _merge(per_model.setdefault(model, {}), values)
     out = []
     for model, values in sorted(per_model.items()):
         out.append(emf.record(emf.NAMESPACE, {"Service": service, "Model": model}, _capped(values), timestamp_ms,
@@ -93,9 +98,12 @@ def _capped(values: dict[str, float | list[float]]) -> dict[str, float | list[fl
     return out
 
 
-def convert(lines: Iterable[str], service: str, out: IO[str], clock=time.time) -> Iterator[int]:
-    """Each report line to EMF lines on `out`; yields the number written per report. A line that is not a
-    report (neuron-monitor's own messages) is skipped, never fatal: metrics must not stop the server."""
+def convert(lines: Iterable[str], service: str, out: IO[str] | emf.LineOutput | None = None, clock=time.time,
+            models: Collection[str] | None = None) -> Iterator[int]:
+    """Each report line to EMF lines on `out` (default: stdout, emf.LineOutput); yields the number of records
+    written per report. A line that is not a report (neuron-monitor's own messages) is skipped, never fatal:
+    metrics must not stop the server."""
+    output = out if isinstance(out, emf.LineOutput) else emf.LineOutput(out)
     for text in lines:
         try:
             report = json.loads(text)
@@ -105,19 +113,16 @@ def convert(lines: Iterable[str], service: str, out: IO[str], clock=time.time) -
         if not isinstance(report, dict):
             yield 0
             continue
-        written = 0
-        for emf_record in records(report, service, int(clock() * 1000)):
-            out.write(emf.line(emf_record) + "\n")
-            written += 1
-        out.flush()
-        yield written
+        emf_records = records(report, service, int(clock() * 1000), models)
+        output.write(emf_records)
+        yield len(emf_records)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--service", required=True, help="the Service dimension (the stacks set it)")
     args = parser.parse_args(argv)
-    for _ in convert(sys.stdin, args.service, sys.stdout):
+    for _ in convert(sys.stdin, args.service):
         pass
     return 0
 

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import random
+import subprocess
+import sys
 
 import jsonschema
 import pytest
+from conftest import NEURON_DIR
 
 import emf
 import neuron_monitor_emf
@@ -136,3 +140,100 @@ def test_converter_skips_what_is_not_a_report():
     assert written == [0, 3, 0, 0]
     for text in out.getvalue().splitlines():
         assert_valid_emf(json.loads(text))
+
+
+def test_request_and_batch_record_in_one_call_and_counts_can_always_be_written():
+    recorder = emf.Recorder(DIMENSIONS, always_counted=(emf.REQUESTS, emf.ERRORS))
+    idle = recorder.drain(1)
+    assert (idle[emf.REQUESTS], idle[emf.ERRORS]) == (0, 0) and emf.REQUEST_LATENCY not in idle
+    recorder.request(12.3456789)
+    recorder.request(1.0, server_error=True)
+    recorder.batch(16, 4.25)
+    data = recorder.drain(2)
+    assert_valid_emf(data)
+    assert (data[emf.REQUESTS], data[emf.ERRORS]) == (2, 1)
+    # Microseconds are plenty for milliseconds, and whole numbers are written without ".0": shorter lines.
+    assert data[emf.REQUEST_LATENCY] == [12.346, 1] and data[emf.BATCH_SIZE] == [16]
+    assert data[emf.INFERENCE_LATENCY] == [4.25]
+    assert emf.line(data).count(".0,") == 0
+
+
+def full_record(values_per_metric: int = emf.MAX_VALUES) -> dict:
+    recorder = emf.Recorder(DIMENSIONS, rng=random.Random(3))
+    for i in range(values_per_metric):
+        for name in (emf.REQUEST_LATENCY, emf.INFERENCE_LATENCY, emf.BATCH_SIZE, emf.QUEUE_DEPTH, emf.IN_FLIGHT):
+            recorder.observe(name, 100_000 + i + 0.123)  # long values: 10 characters each
+        recorder.request(123.456)
+    return recorder.drain(1700000000000)
+
+
+def test_a_record_over_pipe_buf_is_split_into_lines_that_each_fit_and_together_say_the_same():
+    data = full_record()
+    assert len(emf.line(data)) > emf.MAX_LINE_BYTES
+    parts = [json.loads(text) for text in emf.lines(data)]
+    assert len(parts) > 1 and all(len(text) < emf.MAX_LINE_BYTES for text in emf.lines(data))
+    merged: dict = {}
+    for part in parts:
+        assert_valid_emf(part)
+        assert {k: part[k] for k in DIMENSIONS} == DIMENSIONS and part["_aws"]["Timestamp"] == 1700000000000
+        for metric in part["_aws"]["CloudWatchMetrics"][0]["Metrics"]:
+            assert metric["Unit"] == emf.UNITS[metric["Name"]]
+            value = part[metric["Name"]]
+            merged.setdefault(metric["Name"], []).extend(value if isinstance(value, list) else [value])
+    for name in data["_aws"]["CloudWatchMetrics"][0]["Metrics"]:
+        value = data[name["Name"]]
+        assert sorted(merged[name["Name"]]) == sorted(value if isinstance(value, list) else [value])
+    small = emf.record("ns", {"Service": "s", "Model": "m"}, {"X": 1.0}, 1)
+    assert emf.lines(small) == [emf.line(small)]
+
+
+WRITER = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import emf, random
+recorder = emf.Recorder({"Service": "s" * 900, "Model": sys.argv[2], "Worker": "0"}, rng=random.Random(1))
+output = emf.LineOutput()
+for round_ in range(40):
+    for i in range(emf.MAX_VALUES):
+        recorder.observe(emf.REQUEST_LATENCY, 100000 + i + 0.5)
+        recorder.observe(emf.INFERENCE_LATENCY, 100000 + i + 0.5)
+    output.write([recorder.drain(round_ + 1)])
+"""
+
+
+def test_lines_from_several_processes_on_one_pipe_never_interleave():
+    """Two processes write lines close to PIPE_BUF to one pipe at once (as the supervisor and the workers share
+    the container's stdout): every line read back is whole."""
+    read, write = os.pipe()
+    writers = [subprocess.Popen([sys.executable, "-c", WRITER, str(NEURON_DIR), model], stdout=write)
+               for model in ("a", "b")]
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        received = pipe.read().decode().splitlines()
+    assert [w.wait(60) for w in writers] == [0, 0]
+    records = [json.loads(text) for text in received]  # a torn line would not parse
+    assert max(len(text) for text in received) > emf.MAX_LINE_BYTES * 0.6
+    for model in ("a", "b"):
+        mine = [r for r in records if r["Model"] == model]
+        assert len({r["_aws"]["Timestamp"] for r in mine}) == 40
+        assert sum(len(r.get(emf.REQUEST_LATENCY, [])) for r in mine) == 40 * emf.MAX_VALUES
+
+
+def test_a_failed_write_loses_the_line_and_never_raises(caplog):
+    read, write = os.pipe()
+    os.close(read)
+    output = emf.LineOutput(fd=write)
+    record = emf.record("ns", {"Service": "s", "Model": "m"}, {"X": 1.0}, 1)
+    assert output.write([record]) == 0 and output.write([record]) == 0  # EPIPE: the reader is gone
+    os.close(write)
+    assert [r.getMessage() for r in caplog.records] == ["cannot write EMF metrics"]  # once
+
+
+def test_only_the_containers_own_models_count_when_named():
+    foreign = json.loads(json.dumps(REPORT))
+    foreign["neuron_runtime_data"].append({"pid": 9, "neuron_runtime_tag": "other-task/0", "error": "", "report": {
+        "neuroncore_counters": {"neuroncores_in_use": {"7": {"neuroncore_utilization": 99.0}}}}})
+    records = neuron_monitor_emf.records(foreign, "svc", 1, models={"intent-bert"})
+    assert {r.get("Model") for r in records} == {"intent-bert", None}
+    task = [r for r in records if "Model" not in r][0]
+    assert task[neuron_monitor_emf.NEURONCORE_UTILIZATION] == [61.5, 58.5, 40.0]
