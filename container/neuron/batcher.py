@@ -57,6 +57,11 @@ class DynamicBatcher:
     def start(self) -> None:
         self._thread.start()
 
+    @property
+    def queue_depth(self) -> int:
+        """Requests waiting for the model now (read from any thread)."""
+        return len(self._queue)
+
     def submit(self, payload: Any, rows: int) -> asyncio.Future:
         """Queue one request (called on the event loop); await the returned future."""
         if rows > self._max_rows:

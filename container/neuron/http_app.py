@@ -3,7 +3,8 @@
 
 Built on Starlette (FastAPI's core) without request models; the inference routes themselves are
 answered by a thin ASGI front (InferenceFastPath) and parsed once by protocol.py, which keeps the
-per-request overhead low enough for dynamic batching to pay off.
+per-request overhead low enough for dynamic batching to pay off. Each inference request's latency and
+outcome also go to the worker's CloudWatch metrics (emf.py), when they are on.
 
 In a container packing several models (SERVER_MODELS) each port serves one model's routes;
 readiness and the repository index also cover the other models, through their ready markers.
@@ -25,6 +26,7 @@ from starlette.routing import Route
 
 import metrics
 from batcher import BatcherClosed, DynamicBatcher
+from emf import Recorder
 from protocol import HEADER_LENGTH, MODEL_VERSION, ModelInterface, ProtocolError, parse_json
 from readiness import PackedReadiness
 
@@ -40,6 +42,7 @@ class ServerState:
     draining: bool = False
     batcher: DynamicBatcher | None = None
     not_ready_reason: str = "model is loading"
+    in_flight: int = 0  # inference requests accepted and not yet answered (changed on the event loop only)
 
 
 JSON_HEADERS = {"content-type": "application/json"}
@@ -86,8 +89,10 @@ def build_app(
     max_body_bytes: int,
     lifespan=None,
     packed: PackedReadiness | None = None,
+    recorder: Recorder | None = None,
 ) -> InferenceFastPath:
-    """The worker's routes; ``packed`` is set when this worker is one of several packed models'."""
+    """The worker's routes; ``packed`` is set when this worker is one of several packed models';
+    ``recorder`` takes every inference request's latency and outcome for the EMF metrics (emf.py)."""
     name = interface.name
     latency = {route: metrics.REQUEST_LATENCY.labels(route) for route in ("infer", "invocations")}
     outcomes: dict[tuple[str, int], Any] = {}
@@ -136,6 +141,7 @@ def build_app(
         """(status, content, headers) for one inference request; never raises."""
         started = time.perf_counter()
         status = 200
+        state.in_flight += 1
         try:
             if state.batcher is None or not state.ready:
                 raise ProtocolError(state.not_ready_reason, 503)
@@ -156,8 +162,12 @@ def build_app(
             log.exception("inference failed", extra={"route": route})
             return status, error_body("internal error while running the model"), JSON_HEADERS
         finally:
-            latency[route].observe(time.perf_counter() - started)
+            state.in_flight -= 1
+            elapsed = time.perf_counter() - started
+            latency[route].observe(elapsed)
             count(route, status)
+            if recorder is not None:
+                recorder.request(elapsed * 1000.0, status >= 500)
 
     async def starlette_inference(request: Request, route: str) -> Response:
         headers = request.headers

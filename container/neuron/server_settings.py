@@ -3,7 +3,8 @@
 Flags win over environment variables; each value is validated once here, and a bad one becomes
 a SettingsError naming the flag and its variable, so serve.py can exit 2 with one line.
 SERVER_MODELS (--models) packs several models into the container (packing.py); each packed
-model's worker then runs with for_model()'s settings.
+model's worker then runs with for_model()'s settings. SERVER_METRICS* and SERVER_NEURON_MONITOR
+shape the CloudWatch metrics the container writes to stdout (emf.py, neuron_monitor.py).
 """
 
 from __future__ import annotations
@@ -35,6 +36,10 @@ class ServerSettings:
     drain_timeout_s: int
     log_level: str
     models: tuple[PackedModel, ...] = ()  # SERVER_MODELS; empty: one model in --model-dir itself
+    metrics: bool = True  # SERVER_METRICS=emf: EMF lines on stdout; off: none, and no neuron-monitor
+    metrics_service: str = "model"  # the Service dimension
+    metrics_interval_s: int = 60
+    neuron_monitor: Path | None = None  # the executable the supervisor runs, or None (off)
 
     def packed_model(self, name: str) -> PackedModel:
         for model in self.models:
@@ -58,6 +63,17 @@ ENVIRONMENT = {
     "drain_timeout_s": ("SERVER_DRAIN_TIMEOUT_S", "25"),
     "log_level": ("SERVER_LOG_LEVEL", "info"),
     "models": (packing.ENV, None),
+    "metrics": ("SERVER_METRICS", "emf"),
+    "metrics_service": ("SERVER_METRICS_SERVICE", None),
+    "metrics_interval_s": ("SERVER_METRICS_INTERVAL_S", "60"),
+    "neuron_monitor": ("SERVER_NEURON_MONITOR", None),
+}
+# Where aws-neuronx-tools installs neuron-monitor in both Neuron base images.
+DEFAULT_NEURON_MONITOR = Path("/opt/aws/neuron/bin/neuron-monitor")
+# What --help says for defaults that are not a fixed value.
+DEFAULT_HELP = {
+    "metrics_service": "the model name; packed: the models' names joined by '+'",
+    "neuron_monitor": f"{DEFAULT_NEURON_MONITOR} if present, else off",
 }
 
 
@@ -66,7 +82,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="0.0.0.0")
     for name, (env, default) in ENVIRONMENT.items():
         flag = "--" + name.replace("_", "-")
-        parser.add_argument(flag, dest=name, default=None, help=f"env {env} (default {default})")
+        parser.add_argument(flag, dest=name, default=None, help=f"env {env} (default {DEFAULT_HELP.get(name, default)})")
 
 
 def _raw(args: argparse.Namespace, name: str, environ: dict[str, str]) -> str | None:
@@ -123,6 +139,16 @@ def from_args(args: argparse.Namespace, environ: dict[str, str] | None = None) -
             max_batch_size=max_batch_size,
             max_queue_delay_ms=max_queue_delay_ms,
         )
+    metrics = _raw(args, "metrics", environ).strip().lower()
+    if metrics not in ("emf", "off"):
+        raise SettingsError(f"{_label('metrics')}: must be emf or off, got {_raw(args, 'metrics', environ)!r}")
+    service = _raw(args, "metrics_service", environ)
+    if service is None:
+        service = "+".join(m.name for m in models) if models else model_name
+    if metrics == "emf":
+        if not models:  # packed model names are [a-z0-9-] already
+            _dimension_value("model_name", model_name)
+        _dimension_value("metrics_service", service)
     return ServerSettings(
         model_dir=model_dir,
         host=args.host,
@@ -139,7 +165,35 @@ def from_args(args: argparse.Namespace, environ: dict[str, str] | None = None) -
         drain_timeout_s=_int(args, "drain_timeout_s", environ, 1, 3600),
         log_level=log_level,
         models=models,
+        metrics=metrics == "emf",
+        metrics_service=service,
+        metrics_interval_s=_int(args, "metrics_interval_s", environ, 1, 3600),
+        neuron_monitor=_neuron_monitor(args, environ) if metrics == "emf" else None,
     )
+
+
+def _dimension_value(name: str, value: str) -> None:
+    """CloudWatch takes dimension values of 1 to 1024 ASCII characters, not all whitespace; a metric with any
+    other value is dropped on ingestion, without an error anywhere the task would see."""
+    printable = all(" " <= c <= "~" for c in value)
+    if not value or len(value) > 1024 or not printable or value.strip() != value:
+        raise SettingsError(
+            f"{_label(name)}: a metrics dimension (--metrics emf) must be 1 to 1024 printable ASCII characters "
+            f"without leading or trailing spaces, got {value[:80]!r}"
+        )
+
+
+def _neuron_monitor(args: argparse.Namespace, environ: dict[str, str]) -> Path | None:
+    raw = _raw(args, "neuron_monitor", environ)
+    if raw is None:
+        found = DEFAULT_NEURON_MONITOR.is_file() and os.access(DEFAULT_NEURON_MONITOR, os.X_OK)
+        return DEFAULT_NEURON_MONITOR if found else None
+    if raw.strip().lower() == "off":
+        return None
+    path = Path(raw)
+    if not path.is_file() or not os.access(path, os.X_OK):
+        raise SettingsError(f"{_label('neuron_monitor')}: {raw!r} is not an executable file (a neuron-monitor, or off)")
+    return path.resolve()
 
 
 def for_model(settings: ServerSettings, model: PackedModel) -> ServerSettings:

@@ -8,6 +8,9 @@ worker dies on its own, it stops the others and exits 1 so the orchestrator repl
 With several packed models (SERVER_MODELS) it does the same for each model at once: every model
 gets its own port, its own workers on its own core range, and its own metrics directory; the
 workers share one private directory of ready markers (readiness.py).
+With SERVER_NEURON_MONITOR it also runs neuron-monitor (neuron_monitor.py) and writes its reports as
+EMF lines; each worker tags its Neuron runtime "<model>/<index>" (NEURON_PROCESS_TAG) so they split
+per model. neuron-monitor is not a worker: its exit never stops the container.
 """
 
 from __future__ import annotations
@@ -20,11 +23,14 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from compile_settings import SettingsError
 from core_ranges import partition
+from neuron_monitor import NeuronMonitor
 from packing import PackedPlan
 from readiness import marker_path
 from server_settings import ServerSettings
@@ -44,6 +50,7 @@ class WorkerGroup:
     socks: list[socket.socket]  # one listening socket per worker, all on the same port
     metrics_dir: str | None  # shared by the group's workers when there are several
     args: tuple[str, ...] = ()  # added to each worker's command line
+    served: str = "model"  # the served model's name: its workers' NEURON_PROCESS_TAG is "<served>/<index>"
 
     @property
     def port(self) -> int:
@@ -96,8 +103,9 @@ def run(settings: ServerSettings, metadata: dict, argv: list[str]) -> int:
     cores_per_model = 0 if metadata["backend"] == "cpu" else int(metadata["neuron_cores_per_model"])
     slices = partition(settings.visible_cores, settings.workers, cores_per_model)
     socks = bind(settings, len(slices))
-    group = WorkerGroup(None, slices, socks, _metrics_dir(len(slices)))
-    return supervise(start([group], argv), [group], ready_dir=None)
+    group = WorkerGroup(None, slices, socks, _metrics_dir(len(slices)), served=settings.model_name)
+    children = start([group], argv)
+    return supervise(children, [group], ready_dir=None, monitor=start_neuron_monitor(settings, [group.served]))
 
 
 def run_packed(settings: ServerSettings, plans: list[PackedPlan], argv: list[str]) -> int:
@@ -111,7 +119,8 @@ def run_packed(settings: ServerSettings, plans: list[PackedPlan], argv: list[str
             except OSError as exc:
                 reason = os.strerror(exc.errno) if exc.errno else str(exc)  # create_server appends the address
                 raise SettingsError(f"{model.label('port')}: cannot listen on {settings.host}:{model.port}: {reason}") from None
-            groups.append(WorkerGroup(model.name, list(plan.slices), socks, None, ("--worker-model", model.name)))
+            groups.append(WorkerGroup(model.name, list(plan.slices), socks, None, ("--worker-model", model.name),
+                                      served=model.name))
     except BaseException:
         for group in groups:
             for sock in group.socks:
@@ -122,7 +131,17 @@ def run_packed(settings: ServerSettings, plans: list[PackedPlan], argv: list[str
     ready_dir = tempfile.mkdtemp(prefix="inferstack-ready-")
     for group in groups:
         group.args += ("--ready-dir", ready_dir)
-    return supervise(start(groups, argv), groups, ready_dir=ready_dir)
+    children = start(groups, argv)
+    monitor = start_neuron_monitor(settings, [group.served for group in groups])
+    return supervise(children, groups, ready_dir=ready_dir, monitor=monitor)
+
+
+def start_neuron_monitor(settings: ServerSettings, models: list[str]) -> NeuronMonitor | None:
+    if settings.neuron_monitor is None:
+        return None
+    directory = Path(tempfile.mkdtemp(prefix="inferstack-neuron-monitor-"))
+    return NeuronMonitor(settings.neuron_monitor, service=settings.metrics_service, models=models,
+                         interval_s=settings.metrics_interval_s, directory=directory).start()
 
 
 def start(groups: list[WorkerGroup], argv: list[str]) -> dict[int, Child]:
@@ -131,7 +150,8 @@ def start(groups: list[WorkerGroup], argv: list[str]) -> dict[int, Child]:
         for group in groups:
             port = group.port
             for index, (cores, sock) in enumerate(zip(group.slices, group.socks)):
-                env = dict(os.environ, SERVER_WORKER_INDEX=str(index))
+                # The Neuron runtime reports the tag to neuron-monitor, which reports per model from it.
+                env = dict(os.environ, SERVER_WORKER_INDEX=str(index), NEURON_PROCESS_TAG=f"{group.served}/{index}")
                 # Tokenization runs on the worker's inference thread; the tokenizers library's own
                 # thread pool would only compete with the event loop for the same cores.
                 env.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -156,27 +176,35 @@ def start(groups: list[WorkerGroup], argv: list[str]) -> dict[int, Child]:
     return children
 
 
-def supervise(children: dict[int, Child], groups: list[WorkerGroup], *, ready_dir: str | None) -> int:
+def supervise(children: dict[int, Child], groups: list[WorkerGroup], *, ready_dir: str | None,
+              monitor: NeuronMonitor | None = None) -> int:
     stopping = {"signal": None}
 
     def forward(signum, frame) -> None:
         if stopping["signal"] is None:
             stopping["signal"] = signum
             log.info("stopping workers", extra={"signal": signal.Signals(signum).name})
+        if monitor is not None:
+            monitor.signal_stop()
         for child in children.values():
-            if child.process.poll() is None:
-                child.process.send_signal(signal.SIGTERM)
+            # os.kill, not Popen.send_signal: that polls, and a worker reaped here would never reach the loop
+            # below. An exited worker not yet reaped keeps its pid, so the signal cannot reach another process.
+            if child.process.returncode is None:
+                try:
+                    os.kill(child.process.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
 
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
     exit_code = 0
+    leave_alone = monitor.owns if monitor is not None else (lambda pid: False)
     try:
         while children:
-            pid, status = os.wait()
+            pid, code = wait_for_child(children, leave_alone)
             child = children.pop(pid, None)
             if child is None:
                 continue
-            code = os.waitstatus_to_exitcode(status)
             child.process.returncode = code
             if child.group.metrics_dir is not None:
                 _forget_metrics(pid, child.group.metrics_dir)
@@ -190,11 +218,29 @@ def supervise(children: dict[int, Child], groups: list[WorkerGroup], *, ready_di
                 log.error("worker failed while stopping", extra={"worker_pid": pid, "exit_code": code})
                 exit_code = 1
     finally:
-        for directory in [group.metrics_dir for group in groups] + [ready_dir]:
+        if monitor is not None:
+            monitor.stop()
+        monitor_dir = str(monitor.config_path.parent) if monitor is not None else None
+        for directory in [group.metrics_dir for group in groups] + [ready_dir, monitor_dir]:
             if directory is not None:
                 shutil.rmtree(directory, ignore_errors=True)
     log.info("supervisor exiting", extra={"exit_code": exit_code})
     return exit_code
+
+
+def wait_for_child(children: dict[int, Child], leave_alone: Callable[[int], bool]) -> tuple[int, int]:
+    """The next child to exit, reaped: (pid, exit code). A child `leave_alone` claims (neuron-monitor, which
+    its own thread reaps to learn its exit code) is only looked at; the workers are polled beside it."""
+    while True:
+        info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOWAIT)
+        if info is not None and (info.si_pid in children or not leave_alone(info.si_pid)):
+            pid, status = os.waitpid(info.si_pid, 0)
+            return pid, os.waitstatus_to_exitcode(status)
+        for pid in list(children):
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                return done, os.waitstatus_to_exitcode(status)
+        time.sleep(0.05)
 
 
 def _forget_metrics(pid: int, metrics_dir: str) -> None:

@@ -4,7 +4,8 @@ The supervisor starts each worker as a fresh interpreter with NEURON_RT_VISIBLE_
 set to the worker's own slice, so nothing Neuron-related ever crosses a fork. HTTP comes up first
 (live = 200) while a loader thread loads and warms the model; ready flips to 200 only after
 warm-up. SIGTERM marks the worker draining (ready = 503), uvicorn stops accepting connections
-and waits for in-flight requests, then the batcher finishes its queue and the process exits 0.
+and waits for in-flight requests, then the batcher finishes its queue, the worker writes its last
+EMF metrics line (emf.py) and the process exits 0.
 A worker of one of several packed models also keeps its ready marker (readiness.py) in step.
 """
 
@@ -22,6 +23,7 @@ import time
 
 import uvicorn
 
+import emf
 import metrics
 from batcher import DynamicBatcher
 from http_app import ServerState, build_app
@@ -63,7 +65,34 @@ class DrainingServer(uvicorn.Server):
         super().handle_exit(sig, frame)
 
 
-def load_model(settings: ServerSettings, metadata: dict, readiness: WorkerReadiness, server: DrainingServer, failed: list) -> None:
+def batch_observer(recorder: emf.Recorder | None):
+    """What the batcher calls after each executed batch: Prometheus, and the EMF recorder when metrics are on."""
+    if recorder is None:
+        return lambda rows, seconds: (metrics.BATCH_SIZE.observe(rows), metrics.BATCH_LATENCY.observe(seconds))
+
+    def observe(rows: int, seconds: float) -> None:
+        metrics.BATCH_SIZE.observe(rows)
+        metrics.BATCH_LATENCY.observe(seconds)
+        recorder.batch(rows, seconds * 1000.0)
+
+    return observe
+
+
+def emf_publisher(settings: ServerSettings, state: ServerState, index: int) -> emf.Publisher | None:
+    """This worker's CloudWatch metrics (SERVER_METRICS=emf): per model and per worker, one line per interval."""
+    if not settings.metrics:
+        return None
+    dimensions = {"Service": settings.metrics_service, "Model": settings.model_name, "Worker": str(index)}
+    recorder = emf.Recorder(dimensions, always_counted=(emf.REQUESTS, emf.ERRORS))
+    gauges = {
+        emf.QUEUE_DEPTH: lambda: state.batcher.queue_depth if state.batcher is not None else 0,
+        emf.IN_FLIGHT: lambda: state.in_flight,
+    }
+    return emf.Publisher(recorder, gauges, interval_s=settings.metrics_interval_s)
+
+
+def load_model(settings: ServerSettings, metadata: dict, readiness: WorkerReadiness, server: DrainingServer, failed: list,
+               recorder: emf.Recorder | None = None) -> None:
     state = readiness.state
     try:
         started = time.perf_counter()
@@ -76,7 +105,7 @@ def load_model(settings: ServerSettings, metadata: dict, readiness: WorkerReadin
             runner.run,
             max_batch_size=settings.max_batch_size,
             max_queue_delay_s=settings.max_queue_delay_ms / 1000.0,
-            on_batch=lambda rows, seconds: (metrics.BATCH_SIZE.observe(rows), metrics.BATCH_LATENCY.observe(seconds)),
+            on_batch=batch_observer(recorder),
             on_queue_depth=metrics.QUEUE_DEPTH.set,
         )
         batcher.start()
@@ -119,24 +148,36 @@ def run(settings: ServerSettings, metadata: dict, fd: int, packed: PackedReadine
         name=settings.model_name, metadata=metadata, max_rows=settings.max_batch_size, max_text_chars=settings.max_text_chars
     )
     state = ServerState()
-    readiness = WorkerReadiness(state, packed, settings.model_name, int(os.environ.get("SERVER_WORKER_INDEX", "0")))
+    index = int(os.environ.get("SERVER_WORKER_INDEX", "0"))
+    readiness = WorkerReadiness(state, packed, settings.model_name, index)
+    publisher = emf_publisher(settings, state, index)
+    recorder = publisher.recorder if publisher is not None else None
     failed: list = []
     holder: dict = {}
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
+        if publisher is not None:
+            publisher.start()
         threading.Thread(
-            target=load_model, args=(settings, metadata, readiness, holder["server"], failed), name="loader", daemon=True
+            target=load_model, args=(settings, metadata, readiness, holder["server"], failed, recorder), name="loader",
+            daemon=True,
         ).start()
         threading.Thread(target=watch_parent, args=(holder["server"], readiness), name="parent-watch", daemon=True).start()
         yield
         # uvicorn has stopped accepting connections and finished in-flight requests.
         readiness.drain()
+        loop = asyncio.get_running_loop()
         if state.batcher is not None:
-            await asyncio.get_running_loop().run_in_executor(None, state.batcher.close, settings.drain_timeout_s)
+            await loop.run_in_executor(None, state.batcher.close, settings.drain_timeout_s)
+        if publisher is not None:  # after the drain, so the last requests and batches are in its last line
+            await loop.run_in_executor(None, publisher.stop)
         log.info("worker stopped")
 
-    app = build_app(interface=interface, state=state, max_body_bytes=settings.max_body_bytes, lifespan=lifespan, packed=packed)
+    app = build_app(
+        interface=interface, state=state, max_body_bytes=settings.max_body_bytes, lifespan=lifespan, packed=packed,
+        recorder=recorder,
+    )
     config = uvicorn.Config(
         app,
         log_config=None,

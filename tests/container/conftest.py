@@ -35,6 +35,18 @@ LABELS = ("negative", "neutral", "positive")
 sys.path.insert(0, str(NEURON_DIR))
 
 
+NEURON_MONITOR_STANDIN = Path(__file__).with_name("neuron_monitor_standin.py")
+
+
+def neuron_monitor_standin(directory: Path) -> Path:
+    """The neuron-monitor stand-in (neuron_monitor_standin.py; the real one needs Inferentia) as an executable
+    file run by this interpreter, for SERVER_NEURON_MONITOR."""
+    path = directory / "neuron-monitor"
+    path.write_text(f'#!/bin/sh\nexec "{PYTHON}" "{NEURON_MONITOR_STANDIN}" "$@"\n')
+    path.chmod(0o755)
+    return path
+
+
 def run_script(script: Path, *args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run(
         [PYTHON, str(script), *args],
@@ -90,28 +102,44 @@ class ServerProcess:
     """serve.py in a subprocess on an OS-assigned port, with its JSON log lines collected.
 
     port=None passes no --port (packed models name theirs in SERVER_MODELS); the url is then the
-    first worker's port.
+    first worker's port. separate_stdout=True keeps stdout (the EMF metrics lines) apart from stderr
+    (the logs): `stdout_lines` and `lines`; otherwise both are in `lines`, as a terminal shows them.
     """
 
-    def __init__(self, artifact: Path, env: dict | None = None, args: tuple[str, ...] = (), port: str | None = "0") -> None:
+    def __init__(self, artifact: Path, env: dict | None = None, args: tuple[str, ...] = (), port: str | None = "0",
+                 separate_stdout: bool = False) -> None:
         self.proc = subprocess.Popen(
             [PYTHON, str(SERVE), "--model-dir", str(artifact), *(("--port", port) if port is not None else ()), "--host", "127.0.0.1", *args],
             stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
+            stderr=subprocess.PIPE if separate_stdout else subprocess.STDOUT,
             text=True,
             env={**os.environ, **(env or {})},
         )
         self.lines: list[str] = []
+        self.stdout_lines: list[str] = []
         self._port_seen = threading.Event()
         self.port: int | None = None
-        threading.Thread(target=self._read, daemon=True).start()
+        self._readers = [threading.Thread(target=self._read, args=(self.proc.stderr or self.proc.stdout,), daemon=True)]
+        if separate_stdout:
+            self._readers.append(threading.Thread(target=self._collect, args=(self.proc.stdout,), daemon=True))
+        for reader in self._readers:
+            reader.start()
         if not self._port_seen.wait(30):
             self.kill()
             raise AssertionError("server did not report its port:\n" + "\n".join(self.lines))
         self.url = f"http://127.0.0.1:{self.port}"
 
-    def _read(self) -> None:
-        for line in self.proc.stdout:
+    def _collect(self, stream) -> None:
+        for line in stream:
+            self.stdout_lines.append(line.rstrip("\n"))
+
+    def finish_reading(self, timeout: float = 10) -> None:
+        """After the process exited: wait until everything it wrote has been read."""
+        for reader in self._readers:
+            reader.join(timeout)
+
+    def _read(self, stream) -> None:
+        for line in stream:
             self.lines.append(line.rstrip("\n"))
             if self.port is None:
                 try:

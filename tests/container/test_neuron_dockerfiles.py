@@ -67,3 +67,16 @@ def test_compile_step_passes_every_build_arg_to_flags_compile_py_accepts(dockerf
         argv += [f"{flag}=value-of-{var}"]
     args = compile_cli.parse_args(argv)  # raises on any flag compile.py does not know
     assert args.model == "value-of-MODEL_SOURCE" and args.compiler_args == "value-of-COMPILER_ARGS"
+
+
+@pytest.mark.parametrize("dockerfile", NEURON_DOCKERFILES, ids=lambda p: p.name)
+def test_the_app_and_neuron_monitors_configuration_are_copied_side_by_side(dockerfile: Path):
+    import neuron_monitor
+
+    (copy,) = re.findall(r"^COPY (.*) /opt/inferstack/app/$", dockerfile.read_text(), re.MULTILINE)
+    assert copy.split() == ["*.py", neuron_monitor.CONFIG_TEMPLATE.name]
+    assert neuron_monitor.CONFIG_TEMPLATE.parent == NEURON_DIR
+    config = neuron_monitor.render_config(15)
+    assert config["period"] == "15s"
+    (runtimes,) = config["neuron_runtimes"]
+    assert [m["type"] for m in runtimes["metrics"]] == ["neuroncore_counters", "memory_used", "execution_stats"]

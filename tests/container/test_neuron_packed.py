@@ -29,13 +29,16 @@ from conftest import (
     SERVE,
     SEQUENCE_LENGTH,
     ServerProcess,
+    neuron_monitor_standin,
     reference_logits,
     run_script,
 )
 
 from tests.build_once import build_once
+from tests.container.emf_schema import assert_valid_emf
 
 BETA_LABELS = ("spam", "ham")
+PACK_SERVICE = "test-pack"
 
 
 def text_body(texts: list[str]) -> dict:
@@ -119,11 +122,14 @@ def wait_status(url: str, status: int, server: ServerProcess, timeout: float = 1
 
 
 @pytest.fixture(scope="module")
-def server(packed_artifact):
+def server(packed_artifact, tmp_path_factory):
     """The packed server, started with beta's only worker held back (SIGSTOP) until alpha is ready,
-    so the readiness a port reports while another model is still loading is observed, not raced."""
+    so the readiness a port reports while another model is still loading is observed, not raced.
+    Its metrics: every second, and neuron-monitor's stand-in (the real one needs Inferentia)."""
     alpha_port, beta_port = free_ports(2)
-    env = {"SERVER_MODELS": json.dumps(server_models(alpha_port, beta_port)), "SERVER_WARMUP_ITERATIONS": "1"}
+    env = {"SERVER_MODELS": json.dumps(server_models(alpha_port, beta_port)), "SERVER_WARMUP_ITERATIONS": "1",
+           "SERVER_METRICS_SERVICE": PACK_SERVICE, "SERVER_METRICS_INTERVAL_S": "1",
+           "SERVER_NEURON_MONITOR": str(neuron_monitor_standin(tmp_path_factory.mktemp("neuron-monitor")))}
     proc = ServerProcess(packed_artifact, env=env, port=None)
     proc.ports = {"alpha": alpha_port, "beta": beta_port}
     proc.urls = {name: f"http://127.0.0.1:{port}" for name, port in proc.ports.items()}
@@ -269,6 +275,23 @@ def test_sigterm_drains_every_model_and_exits_0(server):
     for url in server.urls.values():
         with pytest.raises(requests.ConnectionError):
             requests.get(url + "/v2/health/live", timeout=2)
+
+
+def test_each_packed_model_reports_its_own_metrics(server):
+    """After the drain (the test above stops the server; stopped here if this test runs without it)."""
+    if server.proc.poll() is None:
+        assert server.stop() == 0, "\n".join(server.lines)
+    server.finish_reading()
+    records = [json.loads(line) for line in server.lines if '"_aws"' in line]
+    for record in records:
+        assert_valid_emf(record)
+        assert record["Service"] == PACK_SERVICE
+    serving = [r for r in records if "Worker" in r]
+    assert {(r["Model"], r["Worker"]) for r in serving} == {("alpha", "0"), ("alpha", "1"), ("beta", "0")}
+    assert sum(r["Requests"] for r in serving if r["Model"] == "alpha") >= 1  # the fixture's early request
+    # neuron-monitor per model, from each worker's runtime tag "<model>/<index>", and per task.
+    utilization = {r.get("Model"): sorted(r["NeuronCoreUtilization"]) for r in records if "NeuronCoreUtilization" in r}
+    assert utilization == {"alpha": [50.0, 51.0], "beta": [52.0, 53.0], None: [50.0, 51.0, 52.0, 53.0]}
 
 
 # ---------------------------------------------------------------- SERVER_MODELS rejections

@@ -84,6 +84,10 @@ def test_neuron_image_compiles_an_artifact_where_the_entrypoint_reads_it(tmp_pat
     assert f"Dockerfile.{target}" in report and "--backend cpu" in report
     metadata = json.loads((built / "image-root/opt/inferstack/artifact/model/metadata.json").read_text())
     assert metadata["backend"] == "cpu" and metadata["sequence_length"] == 128
+    # The supervisor reads neuron-monitor's configuration beside itself (container/neuron/neuron_monitor.py).
+    app = built / "image-root/opt/inferstack/app"
+    assert (app / "supervisor.py").is_file() and (app / "neuron_monitor.py").is_file()
+    assert json.loads((app / "neuron-monitor.json").read_text())["neuron_runtimes"]
 
 
 def packed_asset(inf1: image_build.ImageAsset, models: list[dict], **extra: str) -> image_build.ImageAsset:
