@@ -84,7 +84,8 @@ def wait_ready(port: int, proc: subprocess.Popen, path: str, timeout: float = 12
     raise SystemExit("server never became ready")
 
 
-def start_server(art: Path, port: int, args: argparse.Namespace) -> subprocess.Popen:
+def start_server(art: Path, port: int, args: argparse.Namespace, extra_env: dict[str, str] | None = None,
+                 stdout=subprocess.DEVNULL) -> subprocess.Popen:
     env = {
         **os.environ,
         "SERVER_MAX_BATCH_SIZE": str(args.max_batch_size),
@@ -92,11 +93,12 @@ def start_server(art: Path, port: int, args: argparse.Namespace) -> subprocess.P
         "SERVER_WORKERS": str(args.workers),
         "SERVER_TORCH_THREADS": str(args.torch_threads),
         "SERVER_LOG_LEVEL": "warning",
+        **(extra_env or {}),
     }
     proc = subprocess.Popen(
         [sys.executable, str(NEURON_DIR / "serve.py"), "--model-dir", str(art), "--port", str(port), "--host", "127.0.0.1"],
         env=env,
-        stdout=subprocess.DEVNULL,
+        stdout=stdout,
     )
     wait_ready(port, proc, "/v2/health/ready")
     if args.workers > 1:
@@ -177,6 +179,7 @@ def measure(port: int, path: str, texts: list[str], concurrency: int, duration: 
         "p50_ms": 1000 * statistics.median(latencies),
         "p99_ms": 1000 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))],
         "errors": errors,
+        "answered": len(latencies),
     }
 
 
