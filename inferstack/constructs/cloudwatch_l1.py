@@ -67,17 +67,18 @@ class Widget:
 def alarm(scope: Construct, construct_id: str, *, metric: AnyMetric, threshold: float, evaluation_periods: int,
           datapoints_to_alarm: int, description: str, action_arn: str,
           comparison_operator: str = "GreaterThanThreshold",
-          treat_missing_data: str = "notBreaching") -> cw.CfnAlarm:
-    """An alarm notifying `action_arn` when it fires and when it clears, at the construct path cw.Alarm
-    uses (`<construct_id>/Resource`): the path is part of the logical id's hash. `comparison_operator`
+          treat_missing_data: str = "notBreaching", notify_ok: bool = True) -> cw.CfnAlarm:
+    """An alarm notifying `action_arn` when it fires and (`notify_ok`) when it clears, at the construct path
+    cw.Alarm uses (`<construct_id>/Resource`): the path is part of the logical id's hash. `comparison_operator`
     and `treat_missing_data` take CloudFormation's values. Its name is `.ref` (not `.alarm_name`, which
-    is the unset input property), its ARN `.attr_arn`."""
+    is the unset input property), its ARN `.attr_arn`. An alarm that starts a scaling policy must not
+    notify it on OK (the policy would run with a value outside its steps): `notify_ok=False`."""
     return cw.CfnAlarm(
         Construct(scope, construct_id), "Resource",
         alarm_description=description, comparison_operator=comparison_operator, threshold=threshold,
         evaluation_periods=evaluation_periods, datapoints_to_alarm=datapoints_to_alarm,
-        treat_missing_data=treat_missing_data, alarm_actions=[action_arn], ok_actions=[action_arn],
-        **alarm_metric_properties(metric))
+        treat_missing_data=treat_missing_data, alarm_actions=[action_arn],
+        ok_actions=[action_arn] if notify_ok else None, **alarm_metric_properties(metric))
 
 
 def alarm_metric_properties(metric: AnyMetric) -> dict[str, Any]:

@@ -13,8 +13,6 @@ capture are written by SageMaker, not by the container).
 
 from __future__ import annotations
 
-import hashlib
-import re
 from collections.abc import Sequence
 
 import aws_cdk as cdk
@@ -30,32 +28,16 @@ from constructs import Construct
 
 from inferstack.schema import instances
 from inferstack.constructs import checkov, nag
+from inferstack.constructs import sagemaker_hosting as hosting
+from inferstack.constructs.sagemaker_hosting import (  # noqa: F401 (re-exported: their home before they were shared)
+    ENDPOINT_NAME_MAX, GPU_SATURATION_PERCENT, INSTANCE_METRICS_NAMESPACE, METRICS_NAMESPACE, VARIANT,
+    endpoint_name_for,
+)
 from inferstack.triton import config as triton_config
 from inferstack.triton import startup as triton_startup
 from inferstack.schema.models import OffHours, TritonDeployment, TritonSageMakerModel
 from inferstack.constructs import cloudwatch_l1 as cwl1
 from inferstack.capacity.planning import CapacityPlan
-
-VARIANT = "AllTraffic"  # the variant name must never change: guardrails and scaling are keyed on it
-METRICS_NAMESPACE = "AWS/SageMaker"
-INSTANCE_METRICS_NAMESPACE = "/aws/sagemaker/Endpoints"
-# Share of the p99 SLO that SageMaker's own overhead may take before it is alarmed on: more means
-# requests queue in front of the container.
-OVERHEAD_SHARE_OF_SLO = 0.2
-CLIENT_ERROR_PERCENT = 5.0
-GPU_SATURATION_PERCENT = 90.0  # per GPU; SageMaker reports 0-100 per GPU, summed over the instance's GPUs
-ENDPOINT_NAME_MAX = 63
-
-
-def endpoint_name_for(stack_name: str) -> str:
-    """A readable, deterministic endpoint name from the stack name (SageMaker allows 63 characters of
-    letters, digits and dashes). Known at synth, so alarms and the scaling target can name it without
-    a reference cycle with the endpoint that lists those alarms for rollback."""
-    clean = re.sub(r"-+", "-", re.sub(r"[^A-Za-z0-9-]", "-", stack_name)).strip("-")
-    if len(clean) <= ENDPOINT_NAME_MAX:
-        return clean
-    digest = hashlib.sha256(clean.encode()).hexdigest()[:8]
-    return f"{clean[:ENDPOINT_NAME_MAX - 9].rstrip('-')}-{digest}"
 
 
 class TritonEndpoint(Construct):
@@ -77,20 +59,14 @@ class TritonEndpoint(Construct):
         self.endpoint_name = endpoint_name_for(stack.stack_name)
         spec = instances.get(plan.instance_type)
 
-        self.security_group = ec2.SecurityGroup(
-            self, "SecurityGroup", vpc=vpc, allow_all_outbound=False,
-            description=f"{model.name} SageMaker endpoint: no ingress, HTTPS egress only")
-        self.security_group.add_egress_rule(ec2.Peer.any_ipv4(), ec2.Port.tcp(443),
-                                            "HTTPS to AWS APIs (VPC endpoints, S3 gateway)")
+        self.security_group = hosting.no_ingress_security_group(
+            self, "SecurityGroup", vpc=vpc, description=f"{model.name} SageMaker endpoint: no ingress, HTTPS egress only")
 
         self.data_capture_bucket = (self._data_capture_bucket(key, removal_policy)
                                     if model.data_capture else None)
         self.role, policy = self._execution_role(image_repository, vpc, vpc_owner_account, key)
 
-        subnet_ids = vpc.select_subnets(
-            subnet_type=subnets.subnet_type, subnet_group_name=subnets.subnet_group_name, subnets=subnets.subnets,
-            availability_zones=subnets.availability_zones, one_per_az=subnets.one_per_az,
-            subnet_filters=subnets.subnet_filters).subnet_ids
+        subnet_ids = hosting.subnet_ids(vpc, subnets)
         self.model = sagemaker.CfnModel(
             self, "Model",
             execution_role_arn=self.role.role_arn,
@@ -125,13 +101,8 @@ class TritonEndpoint(Construct):
 
         self.alarms = self._alarms(plan, spec, alarm_topic_arn)
         self.rollback_alarms = (self.alarms["ModelLatencyP99"], self.alarms["Invocation5XXErrors"])
-        # Deployment guardrails read the auto-rollback alarms with the execution role: "Ensure that your IAM
-        # execution role has permission to perform the cloudwatch:DescribeAlarms action on the auto-rollback
-        # alarms you specify" (https://docs.aws.amazon.com/sagemaker/latest/dg/deployment-guardrails-configuration.html).
-        # Scoped to exactly those alarms; the endpoint waits for the policy through the Model.
-        policy.add_statements(iam.PolicyStatement(
-            sid="RollbackAlarms", actions=["cloudwatch:DescribeAlarms"],
-            resources=[alarm.attr_arn for alarm in self.rollback_alarms]))
+        # Guardrails read them with the execution role; the endpoint waits for the policy through the Model.
+        policy.add_statements(hosting.rollback_alarms_statement(self.rollback_alarms))
 
         # With RetainAllVariantProperties a deploy meets the autoscaled fleet, which can be as small as the
         # planned minimum or an off-hours minimum: size the guardrails for that fleet.
@@ -157,34 +128,9 @@ class TritonEndpoint(Construct):
     def _execution_role(self, repository: ecr.IRepository, vpc: ec2.IVpc, vpc_owner_account: str | None,
                         key: kms.IKey) -> tuple[iam.Role, iam.Policy]:
         stack = cdk.Stack.of(self)
-        role = iam.Role(self, "ExecutionRole", assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"),
-                        description="SageMaker execution role of one Triton endpoint")
-        # A VPC's ARN (arn:aws:ec2:<region>:<account>:vpc/<id>) names the account that owns it: for a VPC
-        # shared with this account, the owner's (https://docs.aws.amazon.com/vpc/latest/userguide/vpc-share-limitations.html,
-        # https://repost.aws/knowledge-center/vpc-interface-endpoint-creation-errors). ec2:Vpc must match it.
-        vpc_arn = stack.format_arn(service="ec2", resource="vpc", resource_name=vpc.vpc_id,
-                                   account=vpc_owner_account or stack.account)
-        log_group_arn = stack.format_arn(service="logs", resource="log-group",
-                                         resource_name=f"/aws/sagemaker/Endpoints/{self.endpoint_name}",
-                                         arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME)
-        statements = [
-            iam.PolicyStatement(sid="PullServingImage", resources=[repository.repository_arn],
-                                actions=["ecr:BatchCheckLayerAvailability", "ecr:GetDownloadUrlForLayer",
-                                         "ecr:BatchGetImage"]),
-            iam.PolicyStatement(sid="EcrLogin", actions=["ecr:GetAuthorizationToken"], resources=["*"]),
-            iam.PolicyStatement(sid="EndpointLogs", resources=[log_group_arn, f"{log_group_arn}:log-stream:*"],
-                                actions=["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents",
-                                         "logs:DescribeLogStreams"]),
-            iam.PolicyStatement(sid="InstanceMetrics", actions=["cloudwatch:PutMetricData"], resources=["*"],
-                                conditions={"StringLike": {"cloudwatch:namespace": "/aws/sagemaker/*"}}),
-            iam.PolicyStatement(sid="VpcDescribe", resources=["*"], actions=[
-                "ec2:DescribeNetworkInterfaces", "ec2:DescribeVpcs", "ec2:DescribeDhcpOptions",
-                "ec2:DescribeSubnets", "ec2:DescribeSecurityGroups"]),
-            iam.PolicyStatement(sid="VpcInterfaces", resources=["*"], actions=[
-                "ec2:CreateNetworkInterface", "ec2:CreateNetworkInterfacePermission",
-                "ec2:DeleteNetworkInterface", "ec2:DeleteNetworkInterfacePermission"],
-                conditions={"ArnEquals": {"ec2:Vpc": vpc_arn}}),
-        ]
+        role = hosting.execution_role(self, "ExecutionRole", "SageMaker execution role of one Triton endpoint")
+        log_group_arn = hosting.log_group_arn(stack, f"/aws/sagemaker/Endpoints/{self.endpoint_name}")
+        statements = hosting.execution_statements(repository, log_group_arn, hosting.vpc_arn(stack, vpc, vpc_owner_account))
         if self.data_capture_bucket is not None:
             statements += [
                 iam.PolicyStatement(sid="DataCaptureWrite", actions=["s3:PutObject"],
@@ -193,20 +139,13 @@ class TritonEndpoint(Construct):
                                     resources=[key.key_arn]),
             ]
         policy = iam.Policy(self, "ExecutionPolicy", roles=[role], statements=statements)
-        acknowledgements = [
-            ("Resource::*", "ecr:GetAuthorizationToken, cloudwatch:PutMetricData (limited to /aws/sagemaker/* "
-                            "by condition), the EC2 Describe calls and the VPC ENI calls (limited to this "
-                            "VPC by condition) have no resource-level permissions narrower than *"),
-            (f"Resource::{log_group_arn}:log-stream:*",
-             "SageMaker names the log streams of its endpoint log group per instance at runtime"),
-        ]
+        acknowledgements = hosting.wildcard_acknowledgements(log_group_arn, "its endpoint log group")
         if self.data_capture_bucket is not None:
             bucket_id = stack.resolve(stack.get_logical_id(self.data_capture_bucket.node.default_child))
             acknowledgements.append((f"Resource::<{bucket_id}.Arn>/{self.endpoint_name}/*",
                                      "data capture writes one object per sampled request under this "
                                      "endpoint's prefix; names are chosen by SageMaker at runtime"))
-        for resource, reason in acknowledgements:
-            nag.acknowledge(policy, f"IAM5[{resource}]", reason)
+        hosting.acknowledge(policy, acknowledgements)
         return role, policy
 
     # ------------------------------------------------------------------ data capture
@@ -277,15 +216,7 @@ class TritonEndpoint(Construct):
 
     def _autoscaling(self, model: TritonSageMakerModel, plan: CapacityPlan,
                      off_hours: Sequence[OffHours]) -> appscaling.ScalableTarget:
-        stack = cdk.Stack.of(self)
-        # Application Auto Scaling's service-linked role: AWS keeps it (so teardown can always
-        # deregister the target) and it holds exactly the SageMaker and CloudWatch calls scaling needs.
-        linked_role = iam.Role.from_role_arn(
-            self, "ScalingRole", mutable=False,
-            role_arn=stack.format_arn(
-                service="iam", region="", resource="role",
-                resource_name="aws-service-role/sagemaker.application-autoscaling.amazonaws.com/"
-                              "AWSServiceRoleForApplicationAutoScaling_SageMakerEndpoint"))
+        linked_role = hosting.scaling_role(self)
         target = appscaling.ScalableTarget(
             self, "ScalableTarget", service_namespace=appscaling.ServiceNamespace.SAGEMAKER,
             resource_id=f"endpoint/{self.endpoint_name}/variant/{VARIANT}",
@@ -300,13 +231,9 @@ class TritonEndpoint(Construct):
             target_value=plan.target_per_instance_per_minute,
             scale_out_cooldown=cdk.Duration.seconds(model.scaling.scale_out_cooldown_seconds),
             scale_in_cooldown=cdk.Duration.seconds(model.scaling.scale_in_cooldown_seconds))
-        for index, window in enumerate(off_hours, start=1):
-            zone = cdk.TimeZone.of(window.time_zone)
-            target.scale_on_schedule(f"OffHours{index}Start", schedule=appscaling.Schedule.expression(window.start),
-                                     min_capacity=window.min, max_capacity=window.max, time_zone=zone)
-            target.scale_on_schedule(f"OffHours{index}End", schedule=appscaling.Schedule.expression(window.end),
-                                     min_capacity=plan.min_capacity, max_capacity=plan.max_capacity,
-                                     time_zone=zone)
+        hosting.schedule(target, [
+            hosting.ScheduledCapacity(window.start, window.end, window.time_zone, (window.min, window.max),
+                                      (plan.min_capacity, plan.max_capacity)) for window in off_hours])
         return target
 
     # ------------------------------------------------------------------ alarms and dashboard
@@ -320,37 +247,16 @@ class TritonEndpoint(Construct):
                            {"EndpointName": self.endpoint_name, "VariantName": VARIANT}, statistic)
 
     def _alarms(self, plan: CapacityPlan, spec: instances.InstanceSpec, topic_arn: str) -> dict[str, cw.CfnAlarm]:
-        slo_us = plan.slo_p99_ms * 1000  # SageMaker reports latencies in microseconds
+        # SageMaker reports GPU utilization 0-100 per GPU, summed over the instance's GPUs.
         gpu_ceiling = GPU_SATURATION_PERCENT * max(spec.gpus, 1)
-        client_error_rate = cwl1.MathExpression(
-            expression="IF(invocations > 0, 100 * errors / invocations, 0)", label="4xx %",
-            using={"errors": self._metric("Invocation4XXErrors", "Sum"),
-                   "invocations": self._metric("Invocations", "Sum")})
-        definitions = {
-            "ModelLatencyP99": (self._metric("ModelLatency", "p99"), slo_us, 3, 3,
-                                f"p99 model latency above the {plan.slo_p99_ms:g} ms SLO"),
-            "OverheadLatencyP99": (self._metric("OverheadLatency", "p99"), slo_us * OVERHEAD_SHARE_OF_SLO, 5, 5,
-                                   "p99 SageMaker overhead above a fifth of the SLO: requests queue"),
-            "Invocation5XXErrors": (self._metric("Invocation5XXErrors", "Sum"), 1, 3, 2,
-                                    "the model container returns server errors"),
-            "Invocation4XXErrorRate": (client_error_rate, CLIENT_ERROR_PERCENT, 5, 5,
-                                       f"more than {CLIENT_ERROR_PERCENT:g}% of requests are rejected"),
+        definitions = hosting.invocation_alarm_definitions(self._metric, plan.slo_p99_ms)
+        definitions |= {
             "GPUUtilization": (self._metric("GPUUtilization", "Average", instance=True), gpu_ceiling, 15, 15,
                                "GPUs saturated for 15 minutes: autoscaling is at max or too slow"),
             "GPUMemoryUtilization": (self._metric("GPUMemoryUtilization", "Maximum", instance=True), gpu_ceiling,
                                      5, 5, "GPU memory nearly full"),
         }
-        return {
-            name: cwl1.alarm(
-                self, name, metric=metric, threshold=threshold, evaluation_periods=periods,
-                datapoints_to_alarm=datapoints,
-                comparison_operator=("GreaterThanOrEqualToThreshold" if name == "Invocation5XXErrors"
-                                     else "GreaterThanThreshold"),
-                # No traffic is not an outage; and during a blue/green bake a missing datapoint must not
-                # roll back a healthy deployment.
-                treat_missing_data="notBreaching",
-                description=f"{self.endpoint_name}: {description}", action_arn=topic_arn)
-            for name, (metric, threshold, periods, datapoints, description) in definitions.items()}
+        return hosting.alarms(self, definitions, described=self.endpoint_name, topic_arn=topic_arn)
 
     def _dashboard(self, model_name: str) -> cw.CfnDashboard:
         region = cdk.Aws.REGION
