@@ -232,6 +232,13 @@ class ComponentShare:
     max_copies: int
     cold_start_seconds: int | None  # what a first request after scale-to-zero waits for (None: never at zero)
     cold_start_allowed: float | None
+    copies_per_instance: int  # copies of this model alone one instance holds (its GPUs, vCPUs or memory)
+
+    @property
+    def initial_copies(self) -> int:
+        """RuntimeConfig.CopyCount a deploy creates or updates the component with: at least one copy, so a
+        deploy proves the model loads and serves; a fleet that scales to zero drops it again when idle."""
+        return max(1, self.min_copies)
 
     @property
     def target_invocations_per_copy_per_minute(self) -> float:
@@ -258,6 +265,23 @@ class ComponentFleetPlan:
 
     def target_per_copy_per_minute(self, model: str) -> float:
         return self.share(model).throughput_per_copy * self.safety_factor * 60.0
+
+    @property
+    def initial_instances(self) -> int:
+        """The variant's InitialInstanceCount: SageMaker requires at least 1 even where managed instance
+        scaling may go to 0 (ProductionVariant.InitialInstanceCount, minimum 1)."""
+        return max(1, self.min_capacity)
+
+    def window_copies(self, model: str, window: Window) -> tuple[int, int]:
+        """(min, max) copies of `model` while an off-hours window is open: the window's minimum as copies
+        (0 scales the model to zero), at most the window's maximum instances' worth of copies."""
+        share = self.share(model)
+        most = min(share.max_copies, window.max * share.copies_per_instance)
+        return min(window.min, most), most
+
+    def smallest_copy_count(self, model: str) -> int:
+        """The fewest copies a deploy can meet (the planned minimum, or a window's): sizes the rolling update."""
+        return min([self.share(model).min_copies, *(self.window_copies(model, w)[0] for w in self.windows)])
 
     @property
     def scales_to_zero(self) -> bool:
@@ -344,7 +368,7 @@ def plan_component_fleet(name: str, fleet: InferenceComponentFleet, members: Seq
             copies_at_peak=at_peak, min_copies=0 if to_zero else 1,
             max_copies=max(1, per_instance * capacity.max),
             cold_start_seconds=cold_start_seconds(model) if to_zero else None,
-            cold_start_allowed=slo.cold_start_seconds))
+            cold_start_allowed=slo.cold_start_seconds, copies_per_instance=per_instance))
         copies += [(model.name, ic.accelerators, ic.cpu_cores, ic.memory_mib)] * at_peak
     count, placement = None, None
     for n in range(1, len(copies) + 1):
