@@ -324,7 +324,10 @@ def check_stacks(aws: Aws, stacks: list[StackArtifact], result: Result) -> dict[
     value; returns stack -> logical id -> (type, physical id)."""
     from moto.cloudformation.parsing import get_model_map
 
-    model_map = get_model_map()
+    from inferstack.rehearsal import moto_patches
+
+    # What the emulator models: moto's own types and those its patches add (they live in its process).
+    model_map = set(get_model_map()) | moto_patches.MODELED_BY_PATCHES
     cloudformation = aws.client("cloudformation")
     exports = {e["Name"]: e for page in cloudformation.get_paginator("list_exports").paginate()
                for e in page["Exports"]}
@@ -387,6 +390,13 @@ def check_pinned_images(aws: Aws, published: dict[str, dict], outputs_by_stack: 
             service = ecs.describe_services(cluster=outputs["ClusterName"], services=[outputs["ServiceName"]])
             definition = ecs.describe_task_definition(taskDefinition=service["services"][0]["taskDefinition"])
             images = [c["image"] for c in definition["taskDefinition"]["containerDefinitions"]]
+        elif "InferenceComponentName" in outputs:  # on a fleet's shared endpoint: the component names the model
+            component = sagemaker.describe_inference_component(InferenceComponentName=outputs["InferenceComponentName"])
+            if component["EndpointName"] != outputs.get("EndpointName"):
+                result.problems.append(f"{ENV}-{model}: component {outputs['InferenceComponentName']} is on endpoint "
+                                       f"{component['EndpointName']}, its stack says {outputs.get('EndpointName')}")
+            images = [sagemaker.describe_model(ModelName=component["Specification"]["ModelName"])[
+                "PrimaryContainer"]["Image"]]
         elif "EndpointName" in outputs:
             endpoint = sagemaker.describe_endpoint(EndpointName=outputs["EndpointName"])
             config = sagemaker.describe_endpoint_config(EndpointConfigName=endpoint["EndpointConfigName"])
@@ -465,6 +475,8 @@ def _exists_checks(aws: Aws) -> dict[str, Callable[[str], bool]]:
         "AWS::SageMaker::Endpoint": lambda i: quiet(lambda: bool(sm.describe_endpoint(EndpointName=name_of(i)))),
         "AWS::SageMaker::EndpointConfig": lambda i: quiet(lambda: bool(sm.describe_endpoint_config(EndpointConfigName=name_of(i)))),
         "AWS::SageMaker::Model": lambda i: quiet(lambda: bool(sm.describe_model(ModelName=name_of(i)))),
+        "AWS::SageMaker::InferenceComponent": lambda i: quiet(lambda: bool(sm.describe_inference_component(
+            InferenceComponentName=name_of(i)))),
         "AWS::ElasticLoadBalancingV2::LoadBalancer": lambda i: quiet(lambda: bool(elbv2.describe_load_balancers(LoadBalancerArns=[i])["LoadBalancers"])),
         "AWS::ElasticLoadBalancingV2::TargetGroup": lambda i: quiet(lambda: bool(elbv2.describe_target_groups(TargetGroupArns=[i])["TargetGroups"])),
         "AWS::AutoScaling::AutoScalingGroup": lambda i: quiet(lambda: bool(asg.describe_auto_scaling_groups(AutoScalingGroupNames=[i])["AutoScalingGroups"])),

@@ -329,6 +329,180 @@ def _deletes_without_a_handler() -> Undo:
     return undo
 
 
+# ----------------------------------------------------------------------------- sagemaker-variant-without-model
+
+def _sagemaker_variant_without_model() -> Undo:
+    """An endpoint that hosts inference components has a production variant that names no model (each
+    component names its own). moto's CreateEndpointConfig, through the API or CloudFormation, reads every
+    variant's ModelName to check the model exists: KeyError: 'ModelName', the stack fails. Check only the
+    variants that name a model."""
+    from moto.sagemaker.models import SageMakerModelBackend
+
+    original = SageMakerModelBackend.__dict__["validate_production_variants"]
+
+    def validate_production_variants(self, production_variants) -> None:
+        original(self, [v for v in production_variants if "ModelName" in v])
+
+    return _replace(SageMakerModelBackend, "validate_production_variants", validate_production_variants)
+
+
+# ----------------------------------------------------------------------------- sagemaker-inference-components
+
+INFERENCE_COMPONENT = "AWS::SageMaker::InferenceComponent"
+# Resource types a patch here models although moto's own CloudFormation does not: whoever reads moto's model
+# map in another process (the rehearsal's checks) adds these.
+MODELED_BY_PATCHES = frozenset({INFERENCE_COMPONENT})
+# (account, region) -> component name -> its description, while the patch is applied
+INFERENCE_COMPONENTS: dict[tuple[str, str], dict[str, dict]] = {}
+
+
+def _sagemaker_inference_components() -> Undo:
+    """moto 5.2.5 has no SageMaker inference components: its CloudFormation skips
+    AWS::SageMaker::InferenceComponent (a fleet member's stack is created without its component), and
+    Create/Describe/List/DeleteInferenceComponent are not implemented (promote cannot read what a component
+    runs). Model what the rehearsal needs: a component is created, by CloudFormation or the API, only on an
+    existing endpoint and variant with an existing model (as SageMaker checks), is described and listed, and
+    is deleted with its stack. It is InService at once with its requested copies; nothing runs."""
+    from moto.cloudformation import parsing
+    from moto.core.responses import ActionResult, EmptyResult
+    from moto.core.utils import utcnow
+    from moto.sagemaker.exceptions import ValidationError
+    from moto.sagemaker.models import sagemaker_backends
+    from moto.sagemaker.responses import SageMakerResponse
+    from moto.sagemaker.utils import arn_formatter
+
+    def create(account: str, region: str, name: str, properties: dict) -> dict:
+        backend = sagemaker_backends[account][region]
+        endpoint_name = properties.get("EndpointName")
+        endpoint = backend.endpoints.get(endpoint_name)
+        if endpoint is None:
+            raise ValidationError(message=f"Could not find endpoint '{arn_formatter('endpoint', str(endpoint_name), account, region)}'.")
+        variants = [v["VariantName"] for v in endpoint.production_variants]
+        variant = properties.get("VariantName") or variants[0]
+        if variant not in variants:
+            raise ValidationError(message=f"Endpoint {endpoint_name} has no variant {variant!r} ({', '.join(variants)}).")
+        specification = dict(properties.get("Specification") or {})
+        backend.describe_model(specification.get("ModelName"))  # raises for a missing model, as SageMaker does
+        store = INFERENCE_COMPONENTS.setdefault((account, region), {})
+        if name in store:
+            raise ValidationError(message=f"Cannot create already existing inference component \"{name}\".")
+        copies = int((properties.get("RuntimeConfig") or {}).get("CopyCount", 1))
+        now = utcnow()
+        store[name] = {
+            "InferenceComponentName": name, "InferenceComponentArn": arn_formatter("inference-component", name, account, region),
+            "EndpointName": endpoint_name, "EndpointArn": endpoint.arn, "VariantName": variant,
+            "Specification": specification, "RuntimeConfig": {"DesiredCopyCount": copies, "CurrentCopyCount": copies},
+            "InferenceComponentStatus": "InService", "CreationTime": now, "LastModifiedTime": now}
+        return store[name]
+
+    def described(account: str, region: str, name: str) -> dict:
+        found = INFERENCE_COMPONENTS.get((account, region), {}).get(name)
+        if found is None:
+            raise ValidationError(message=f"Could not find inference component '{arn_formatter('inference-component', name, account, region)}'.")
+        return found
+
+    class FakeInferenceComponent:
+        """Duck-typed like moto's CloudFormationModel, without subclassing it: moto registers every subclass for
+        good, and undoing the patch must leave plain moto."""
+
+        def __init__(self, account: str, region: str, description: dict) -> None:
+            self.account, self.region, self.description = account, region, description
+            self.physical_resource_id = description["InferenceComponentArn"]  # Ref: the component's ARN
+
+        @staticmethod
+        def cloudformation_type() -> str:
+            return INFERENCE_COMPONENT
+
+        @staticmethod
+        def cloudformation_name_type() -> str:
+            return "InferenceComponentName"
+
+        @classmethod
+        def has_cfn_attr(cls, attribute: str) -> bool:
+            return attribute in ("InferenceComponentArn", "InferenceComponentName", "EndpointArn",
+                                 "InferenceComponentStatus")
+
+        def get_cfn_attribute(self, attribute: str) -> str:
+            from moto.cloudformation.exceptions import UnformattedGetAttTemplateException
+
+            if not self.has_cfn_attr(attribute):
+                raise UnformattedGetAttTemplateException()
+            return self.description[attribute]
+
+        @classmethod
+        def create_from_cloudformation_json(cls, resource_name, cloudformation_json, account_id, region_name, **kwargs):
+            properties = cloudformation_json.get("Properties") or {}
+            name = properties.get("InferenceComponentName") or resource_name
+            return cls(account_id, region_name, create(account_id, region_name, name, properties))
+
+        @classmethod
+        def update_from_cloudformation_json(cls, original_resource, new_resource_name, cloudformation_json,
+                                            account_id, region_name):
+            original_resource.delete(account_id, region_name)
+            return cls.create_from_cloudformation_json(new_resource_name, cloudformation_json, account_id, region_name)
+
+        @classmethod
+        def delete_from_cloudformation_json(cls, resource_name, cloudformation_json, account_id, region_name):
+            INFERENCE_COMPONENTS.get((account_id, region_name), {}).pop(resource_name.rsplit("/", 1)[-1], None)
+
+        def delete(self, account_id: str, region_name: str) -> None:
+            INFERENCE_COMPONENTS.get((account_id, region_name), {}).pop(self.description["InferenceComponentName"], None)
+
+        def is_created(self) -> bool:
+            return True
+
+    def create_inference_component(self) -> ActionResult:
+        name = self._get_param("InferenceComponentName")
+        properties = {key: self._get_param(key) for key in ("EndpointName", "VariantName", "Specification",
+                                                             "RuntimeConfig")}
+        return ActionResult({"InferenceComponentArn": create(self.current_account, self.region, name, properties)[
+            "InferenceComponentArn"]})
+
+    def describe_inference_component(self) -> ActionResult:
+        return ActionResult(described(self.current_account, self.region, self._get_param("InferenceComponentName")))
+
+    def list_inference_components(self) -> ActionResult:
+        endpoint = self._get_param("EndpointNameEquals")
+        found = [c for c in INFERENCE_COMPONENTS.get((self.current_account, self.region), {}).values()
+                 if endpoint in (None, c["EndpointName"])]
+        return ActionResult({"InferenceComponents": [
+            {key: c[key] for key in ("InferenceComponentName", "InferenceComponentArn", "EndpointName", "EndpointArn",
+                                     "VariantName", "InferenceComponentStatus", "CreationTime", "LastModifiedTime")}
+            for c in found]})
+
+    def delete_inference_component(self) -> ActionResult:
+        name = self._get_param("InferenceComponentName")
+        described(self.current_account, self.region, name)
+        del INFERENCE_COMPONENTS[(self.current_account, self.region)][name]
+        return EmptyResult()
+
+    handlers = {f.__name__: f for f in (create_inference_component, describe_inference_component,
+                                        list_inference_components, delete_inference_component)}
+    if any(name in SageMakerResponse.__dict__ for name in handlers) or INFERENCE_COMPONENT in parsing.get_model_map():
+        raise RuntimeError("moto models inference components now: re-check the sagemaker-inference-components defect")
+    original_list = parsing.get_model_list
+
+    def get_model_list():
+        return [*original_list(), FakeInferenceComponent]
+
+    def clear_caches() -> None:
+        for cached in (parsing.get_model_map, parsing.get_name_type_map):
+            cached.cache_clear()
+
+    for name, handler in handlers.items():
+        setattr(SageMakerResponse, name, handler)
+    parsing.get_model_list = get_model_list
+    clear_caches()
+
+    def undo() -> None:
+        parsing.get_model_list = original_list
+        clear_caches()
+        for name in handlers:
+            delattr(SageMakerResponse, name)
+        INFERENCE_COMPONENTS.clear()
+    return undo
+
+
 PATCHES: tuple[Patch, ...] = (
     Patch("account-from-access-key",
           "moto answers every unknown access key as its default account 123456789012 (MOTO_ACCOUNT_ID would "
@@ -374,6 +548,15 @@ PATCHES: tuple[Patch, ...] = (
           "AWS::ElasticLoadBalancingV2::TargetGroup have no CloudFormation delete in moto: they outlive their "
           "deleted stack",
           _deletes_without_a_handler),
+    Patch("sagemaker-variant-without-model",
+          "an AWS::SageMaker::EndpointConfig whose variant names no model (an endpoint for inference components) "
+          "fails in moto's CreateEndpointConfig (KeyError: 'ModelName')",
+          _sagemaker_variant_without_model),
+    Patch("sagemaker-inference-components",
+          "AWS::SageMaker::InferenceComponent is not modeled (skipped by CloudFormation) and the inference-component "
+          "API is not implemented: a fleet member's stack gets no component, promote cannot read what it runs; "
+          "modeled as created on an existing endpoint, variant and model, described, listed and deleted",
+          _sagemaker_inference_components),
 )
 BY_NAME = {p.name: p for p in PATCHES}
 

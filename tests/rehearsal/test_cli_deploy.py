@@ -332,6 +332,92 @@ def test_patch_deletes_without_a_handler(moto_env):
             assert _left_over("patched") == {"Nat": False, "Cluster": False, "Task": False, "Targets": False}
 
 
+# ----------------------------------------------------------------------------- sagemaker-variant-without-model
+
+def _shared_endpoint_stack(name: str) -> dict:
+    """An endpoint for inference components: its variant names no model, its config an execution role."""
+    return {"Resources": {
+        "Config": {"Type": "AWS::SageMaker::EndpointConfig", "Properties": {
+            "ExecutionRoleArn": "arn:aws:iam::123456789012:role/x", "ProductionVariants": [{
+                "VariantName": "AllTraffic", "InitialInstanceCount": 1, "InstanceType": "ml.g4dn.xlarge",
+                "ManagedInstanceScaling": {"Status": "ENABLED", "MinInstanceCount": 0, "MaxInstanceCount": 2},
+                "RoutingConfig": {"RoutingStrategy": "LEAST_OUTSTANDING_REQUESTS"}}]}},
+        "Endpoint": {"Type": "AWS::SageMaker::Endpoint", "Properties": {
+            "EndpointName": name, "EndpointConfigName": {"Fn::GetAtt": ["Config", "EndpointConfigName"]}}}}}
+
+
+def test_patch_sagemaker_variant_without_model(moto_env):
+    with mock_aws():
+        cloudformation, sagemaker = boto3.client("cloudformation"), boto3.client("sagemaker")
+        with pytest.raises(KeyError, match="ModelName"):
+            cloudformation.create_stack(StackName="plain", TemplateBody=json.dumps(_shared_endpoint_stack("dev-plain")))
+        with moto_patches.applied("sagemaker-endpoint-name", "sagemaker-variant-without-model"):
+            cloudformation.create_stack(StackName="patched", TemplateBody=json.dumps(_shared_endpoint_stack("dev-shared")))
+            with pytest.raises(sagemaker.exceptions.ClientError, match="Could not find model"):  # still checked
+                sagemaker.create_endpoint_config(EndpointConfigName="named", ProductionVariants=[{
+                    "VariantName": "AllTraffic", "ModelName": "missing", "InitialInstanceCount": 1,
+                    "InstanceType": "ml.g4dn.xlarge"}])
+        assert cloudformation.describe_stacks(StackName="patched")["Stacks"][0]["StackStatus"] == "CREATE_COMPLETE"
+        assert sagemaker.describe_endpoint(EndpointName="dev-shared")["EndpointStatus"] == "InService"
+
+
+# ----------------------------------------------------------------------------- sagemaker-inference-components
+
+def _member_stack(endpoint: str, outputs: bool = True) -> dict:
+    """A fleet member: its Model and its inference component on the shared endpoint (by name), and outputs
+    reading the component (plain moto fails the stack on those: leave them out to see the component skipped)."""
+    model = _endpoint_stack("unused")["Resources"]["Model"]
+    return {"Resources": {
+        "Model": model,
+        "Component": {"Type": moto_patches.INFERENCE_COMPONENT, "Properties": {
+            "InferenceComponentName": "dev-member", "EndpointName": endpoint, "VariantName": "AllTraffic",
+            "Specification": {"ModelName": {"Fn::GetAtt": ["Model", "ModelName"]}, "ComputeResourceRequirements": {
+                "NumberOfAcceleratorDevicesRequired": 1, "MinMemoryRequiredInMb": 1024}},
+            "RuntimeConfig": {"CopyCount": 1}}}},
+        "Outputs": {"Arn": {"Value": {"Ref": "Component"}},
+                    "Name": {"Value": {"Fn::GetAtt": ["Component", "InferenceComponentName"]}}} if outputs else {}}
+
+
+def test_patch_sagemaker_inference_components(moto_env):
+    from moto.cloudformation.parsing import get_model_map
+
+    shared = ("sagemaker-endpoint-name", "sagemaker-variant-without-model")
+    with mock_aws(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cloudformation, sagemaker = boto3.client("cloudformation"), boto3.client("sagemaker")
+        with moto_patches.applied(*shared):
+            cloudformation.create_stack(StackName="fleet", TemplateBody=json.dumps(_shared_endpoint_stack("dev-shared")))
+            # plain: the component is skipped and the API is missing
+            assert moto_patches.INFERENCE_COMPONENT not in get_model_map()
+            cloudformation.create_stack(StackName="plain", TemplateBody=json.dumps(_member_stack("dev-shared", False)))
+            resources = cloudformation.list_stack_resources(StackName="plain")["StackResourceSummaries"]
+            assert [r["LogicalResourceId"] for r in resources if r["LogicalResourceId"]] == ["Model"]
+            with pytest.raises(NotImplementedError, match="describe_inference_component"):
+                sagemaker.describe_inference_component(InferenceComponentName="dev-member")
+            cloudformation.delete_stack(StackName="plain")
+            with moto_patches.applied("sagemaker-inference-components"):
+                # on an endpoint that does not exist, as SageMaker, it fails the stack
+                with pytest.raises(Exception, match="Could not find endpoint"):
+                    cloudformation.create_stack(StackName="astray", TemplateBody=json.dumps(_member_stack("dev-none")))
+                cloudformation.create_stack(StackName="member", TemplateBody=json.dumps(_member_stack("dev-shared")))
+                (stack,) = cloudformation.describe_stacks(StackName="member")["Stacks"]
+                outputs = {o["OutputKey"]: o["OutputValue"] for o in stack["Outputs"]}
+                assert outputs == {"Arn": "arn:aws:sagemaker:us-east-1:123456789012:inference-component/dev-member",
+                                   "Name": "dev-member"}
+                component = sagemaker.describe_inference_component(InferenceComponentName="dev-member")
+                model = cloudformation.describe_stack_resource(
+                    StackName="member", LogicalResourceId="Model")["StackResourceDetail"]["PhysicalResourceId"]
+                assert (component["EndpointName"], component["VariantName"], component["Specification"]["ModelName"],
+                        component["RuntimeConfig"]["DesiredCopyCount"]) == ("dev-shared", "AllTraffic",
+                                                                             model.rsplit("/", 1)[-1], 1)
+                listed = sagemaker.list_inference_components(EndpointNameEquals="dev-shared")["InferenceComponents"]
+                assert [c["InferenceComponentName"] for c in listed] == ["dev-member"]
+                cloudformation.delete_stack(StackName="member")
+                with pytest.raises(sagemaker.exceptions.ClientError, match="Could not find inference component"):
+                    sagemaker.describe_inference_component(InferenceComponentName="dev-member")
+            assert moto_patches.INFERENCE_COMPONENT not in get_model_map()  # undone
+
+
 # ----------------------------------------------------------------------------- the rehearsal itself
 
 @pytest.mark.cli_rehearsal
