@@ -12,9 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import aws_cdk as cdk
 from constructs import Construct
 
 from inferstack.capacity import packing
+from inferstack.constructs.shared_endpoint import SharedEndpoint
 from inferstack.config import Environment
 from inferstack.config.loader import Model
 from inferstack.config.release_pin import PinnedImage
@@ -45,4 +47,18 @@ class FleetStack(EnvironmentStack):
         raise NotImplementedError("neuron-cores fleets: see the neuron fleet work")
 
     def _shared_endpoint(self, environment: Environment, env_name: str, shared: SharedResources) -> None:
-        raise NotImplementedError("inference-component fleets: see the shared endpoint work")
+        """The endpoint the members' inference components run on (their stacks hold the components)."""
+        assert isinstance(self.plan, packing.ComponentFleetPlan)
+        # One variant runs every member's container, so they must need the same AMI.
+        versions = {m.serving.inference_ami_version for m in self.members}
+        if len(versions) != 1:
+            raise ValueError(f"fleet {self.fleet_name}: its members need different serving.inference_ami_version "
+                             f"({', '.join(sorted(str(v) for v in versions))}); one endpoint runs one AMI")
+        self.shared_endpoint = SharedEndpoint(
+            self, "Endpoint", plan=self.plan, inference_ami_version=versions.pop(), vpc=shared.vpc,
+            subnets=shared.private_subnets, key=shared.key, alarm_topic_arn=shared.alarm_topic.topic_arn,
+            vpc_owner_account=shared.vpc_owner_account)
+        cdk.CfnOutput(self, "EndpointName", value=self.shared_endpoint.endpoint_name,
+                      description=f"fleet {self.fleet_name}: the shared SageMaker endpoint")
+        cdk.CfnOutput(self, "DashboardName", value=self.shared_endpoint.dashboard.ref,
+                      description=f"fleet {self.fleet_name}: CloudWatch dashboard")

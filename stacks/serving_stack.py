@@ -11,14 +11,16 @@ from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from inferstack.capacity import planning
+from inferstack.capacity import packing, planning
 from inferstack.triton import config as triton_config, image as triton_image
 from inferstack.config import Environment, TritonSageMakerModel
 from inferstack.config.loader import Model
 from inferstack.schema.models import NeuronEcsModel
 from inferstack.config.release_pin import PinnedImage
 from inferstack.constructs.neuron_ecs_service import ImageBuild, NeuronEcsService
+from inferstack.constructs.triton_component import TritonComponent
 from inferstack.constructs.triton_endpoint import TritonEndpoint
+from inferstack.delivery import stack_outputs
 from stacks.base import EnvironmentStack
 from stacks.foundation_stack import SharedResources
 
@@ -60,30 +62,11 @@ class ServingStack(EnvironmentStack):
             self.triton = self._triton_endpoint(model, environment, env_name, shared)
 
     def _triton_endpoint(self, model: TritonSageMakerModel, environment: Environment, env_name: str,
-                         shared: SharedResources) -> TritonEndpoint:
+                         shared: SharedResources) -> TritonEndpoint | TritonComponent:
+        if self.fleet is not None:
+            return self._triton_component(model, environment, shared)
         plan = planning.plan(model, env_name, environment)
-        if self.pinned_image is None:
-            base_image = triton_image.base_image_uri(region=environment.region, version=model.serving.image_version,
-                                                     instance_type=plan.instance_type)
-            build_args = {"TRITON_BASE_IMAGE": base_image,
-                          "TRITON_REPOSITORY_SPEC": triton_config.RepositorySpec.of(model).model_dump_json()}
-            if model.serving.backend == "tensorrt":
-                # A plan only runs on the GPU it was built for: the export checks the build host against it.
-                build_args["TRITON_TARGET_INSTANCE_TYPE"] = plan.instance_type
-            image = ecr_assets.DockerImageAsset(
-                self, "TritonImage", directory=str(ROOT), file=TRITON_DOCKERFILE,
-                exclude=list(TRITON_BUILD_CONTEXT), ignore_mode=cdk.IgnoreMode.DOCKER,
-                platform=ecr_assets.Platform.LINUX_AMD64, build_args=build_args)
-            image_uri, repository = image.image_uri, image.repository
-        else:
-            pinned = self.pinned_image
-            # The endpoint's execution role may pull from this repository only (TritonEndpoint scopes it).
-            repository = ecr.Repository.from_repository_attributes(
-                self, "TritonImageRepository", repository_name=pinned.repository_name,
-                repository_arn=self.format_arn(service="ecr", resource="repository",
-                                               resource_name=pinned.repository_name,
-                                               account=pinned.account, region=pinned.region))
-            image_uri = pinned.uri
+        image_uri, repository = self._triton_image(model, environment, plan.instance_type)
         endpoint = TritonEndpoint(
             self, "Triton", model=model, plan=plan, off_hours=model.off_hours_for(env_name),
             image_uri=image_uri, image_repository=repository, vpc=shared.vpc,
@@ -94,6 +77,52 @@ class ServingStack(EnvironmentStack):
         cdk.CfnOutput(self, "DashboardName", value=endpoint.dashboard.ref,
                       description=f"{model.name}: CloudWatch dashboard")
         return endpoint
+
+    def _triton_component(self, model: TritonSageMakerModel, environment: Environment,
+                          shared: SharedResources) -> TritonComponent:
+        """The model as an inference component on its fleet's shared endpoint. Its own off_hours do not
+        apply there (they count a dedicated endpoint's instances): the fleet's windows do."""
+        assert self.fleet is not None
+        plan = self.fleet.plan
+        assert isinstance(plan, packing.ComponentFleetPlan)
+        image_uri, repository = self._triton_image(model, environment, plan.instance_type)
+        component = TritonComponent(
+            self, "Triton", model=model, plan=plan, shared=self.fleet.shared_endpoint, image_uri=image_uri,
+            image_repository=repository, vpc=shared.vpc, vpc_owner_account=shared.vpc_owner_account,
+            alarm_topic_arn=self.alarm_topic_arn)
+        # inferstack smoke invokes the component: InvokeEndpoint(EndpointName=..., InferenceComponentName=...).
+        cdk.CfnOutput(self, stack_outputs.ENDPOINT_NAME, value=component.endpoint_name,
+                      description=f"{model.name}: the shared SageMaker endpoint of fleet {self.fleet.fleet_name}")
+        cdk.CfnOutput(self, stack_outputs.INFERENCE_COMPONENT_NAME, value=component.component_name,
+                      description=f"{model.name}: its inference component on that endpoint")
+        cdk.CfnOutput(self, "DashboardName", value=component.dashboard.ref,
+                      description=f"{model.name}: CloudWatch dashboard")
+        return component
+
+    def _triton_image(self, model: TritonSageMakerModel, environment: Environment,
+                      instance_type: str) -> tuple[str, ecr.IRepository]:
+        """The serving image: built from container/triton/ for the instance type, or the promoted one."""
+        if self.pinned_image is None:
+            base_image = triton_image.base_image_uri(region=environment.region, version=model.serving.image_version,
+                                                     instance_type=instance_type)
+            build_args = {"TRITON_BASE_IMAGE": base_image,
+                          "TRITON_REPOSITORY_SPEC": triton_config.RepositorySpec.of(model).model_dump_json()}
+            if model.serving.backend == "tensorrt":
+                # A plan only runs on the GPU it was built for: the export checks the build host against it.
+                build_args["TRITON_TARGET_INSTANCE_TYPE"] = instance_type
+            image = ecr_assets.DockerImageAsset(
+                self, "TritonImage", directory=str(ROOT), file=TRITON_DOCKERFILE,
+                exclude=list(TRITON_BUILD_CONTEXT), ignore_mode=cdk.IgnoreMode.DOCKER,
+                platform=ecr_assets.Platform.LINUX_AMD64, build_args=build_args)
+            return image.image_uri, image.repository
+        pinned = self.pinned_image
+        # The execution roles may pull from this repository only (the constructs scope them to it).
+        repository = ecr.Repository.from_repository_attributes(
+            self, "TritonImageRepository", repository_name=pinned.repository_name,
+            repository_arn=self.format_arn(service="ecr", resource="repository",
+                                           resource_name=pinned.repository_name,
+                                           account=pinned.account, region=pinned.region))
+        return pinned.uri, repository
 
     def _neuron_service(self, model: NeuronEcsModel, environment: Environment, env_name: str,
                         shared: SharedResources) -> NeuronEcsService:

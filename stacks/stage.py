@@ -60,7 +60,7 @@ class InferenceStage(cdk.Stage):
                                  description=f"inferstack {model.kind} serving: {model.name} ({env_name})")
             cdk.Tags.of(stack).add("inferstack:model", model.name)
             if fleet_stack is not None:
-                stack.add_dependency(fleet_stack)  # the shared endpoint exists before its components
+                stack.add_stack_dependency(fleet_stack)  # the shared endpoint exists before its components
             self.serving[model.name] = stack
         cdk.Tags.of(self).add("inferstack:environment", env_name)
 

@@ -8,6 +8,8 @@ import botocore.exceptions
 
 FOUNDATION = "Foundation"  # the stage's shared stack (stacks/stage.py)
 PROBE_FUNCTION_NAME = "SmokeProbeFunctionName"  # output of the foundation: the in-VPC smoke probe
+ENDPOINT_NAME = "EndpointName"  # a Triton model's SageMaker endpoint (a fleet's shared one for a component)
+INFERENCE_COMPONENT_NAME = "InferenceComponentName"  # a Triton model on a fleet's shared endpoint
 
 
 class StackNotFound(Exception):

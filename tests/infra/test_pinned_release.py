@@ -11,14 +11,20 @@ import pytest
 from aws_cdk.assertions import Template
 
 from inferstack import config
+from tests.conftest import CONFIG_DIR
 from tests.infra.synth import synth
 
 ACCOUNT, REGION = "222222222222", "us-east-1"
-MODELS = ("bert-large-classifier", "intent-bert", "t5-spelling")
+MODELS = tuple(sorted(m.name for m in config.load(CONFIG_DIR, releases=False).models))
 
 
 def digest(n: int) -> str:
     return "sha256:" + f"{n:x}" * 64
+
+
+def digest_of(model: str) -> str:
+    """The digest pin_document gives `model`."""
+    return digest(MODELS.index(model) + 1)
 
 
 def pin_document(models=MODELS, environment="staging", account=ACCOUNT, region=REGION) -> dict:
@@ -59,7 +65,7 @@ def test_pinned_neuron_service_runs_the_digest_and_pulls_from_that_repository_on
     (task,) = tpl.find_resources("AWS::ECS::TaskDefinition").values()
     image = task["Properties"]["ContainerDefinitions"][0]["Image"]
     assert image == {"Fn::Join": ["", [f"{ACCOUNT}.dkr.ecr.{REGION}.", {"Ref": "AWS::URLSuffix"},
-                                       f"/inferstack/intent-bert@{digest(2)}"]]}
+                                       f"/inferstack/intent-bert@{digest_of('intent-bert')}"]]}
     policies = tpl.find_resources("AWS::IAM::Policy")
     execution = next(p for k, p in policies.items() if "TaskExecutionRole" in k)
     pull = [s for s in execution["Properties"]["PolicyDocument"]["Statement"]
@@ -71,7 +77,7 @@ def test_pinned_triton_model_uses_the_digest_uri_and_scoped_pull(pinned):
     tpl = Template.from_json(pinned.template("staging", "t5-spelling"))
     (model,) = tpl.find_resources("AWS::SageMaker::Model").values()
     assert model["Properties"]["PrimaryContainer"]["Image"] == (
-        f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/inferstack/t5-spelling@{digest(3)}")
+        f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/inferstack/t5-spelling@{digest_of('t5-spelling')}")
     (policy,) = tpl.find_resources("AWS::IAM::Policy").values()
     (pull,) = [s for s in policy["Properties"]["PolicyDocument"]["Statement"] if s.get("Sid") == "PullServingImage"]
     assert pull["Resource"] == f"arn:aws:ecr:{REGION}:{ACCOUNT}:repository/inferstack/t5-spelling"
@@ -80,6 +86,33 @@ def test_pinned_triton_model_uses_the_digest_uri_and_scoped_pull(pinned):
 def test_pinned_environment_builds_no_image_assets(pinned):
     for manifest in (pinned.outdir / "assembly-staging").glob("*.assets.json"):
         assert json.loads(manifest.read_text()).get("dockerImages", {}) == {}, manifest.name
+
+
+def test_pinned_fleet_member_runs_the_digest_and_the_shared_endpoint_pulls_from_that_repository_only(
+        tmp_path_factory):
+    """dev pinned (as the CLI deploy rehearsal pins it): a model on the shared endpoint runs its pinned image,
+    and both its Model's role and the endpoint's role (through the member's grant) may pull that repository only."""
+    import shutil
+
+    config_dir = tmp_path_factory.mktemp("pinned-dev") / "model_configs"
+    shutil.copytree(CONFIG_DIR, config_dir)
+    env_file = config_dir / "environments.yaml"
+    anchor = '  dev:\n    account: "111111111111"\n'
+    assert anchor in env_file.read_text()
+    env_file.write_text(env_file.read_text().replace(anchor, anchor + "    release: {manifest: releases/dev.json}\n"))
+    (config_dir / "releases").mkdir(exist_ok=True)
+    (config_dir / "releases" / "dev.json").write_text(json.dumps(
+        pin_document(environment="dev", account="111111111111")))
+    project = config.load(config_dir)
+    assert project.fleet_of("t5-spelling", "dev") is not None
+    templates = synth(project, ["dev"], tmp_path_factory.mktemp("cdk.out")).templates["dev"]
+    tpl = Template.from_json(templates["t5-spelling"])
+    (model,) = tpl.find_resources("AWS::SageMaker::Model").values()
+    assert model["Properties"]["PrimaryContainer"]["Image"] == (
+        f"111111111111.dkr.ecr.{REGION}.amazonaws.com/inferstack/t5-spelling@{digest_of('t5-spelling')}")
+    pulls = [s["Resource"] for p in tpl.find_resources("AWS::IAM::Policy").values()
+             for s in p["Properties"]["PolicyDocument"]["Statement"] if s.get("Sid") == "PullServingImage"]
+    assert pulls == [f"arn:aws:ecr:{REGION}:111111111111:repository/inferstack/t5-spelling"] * 2
 
 
 # ----------------------------------------------------------------------------- rejections at config load

@@ -223,7 +223,7 @@ def test_prod_region_gets_a_replication_bucket_stack(synthesized):
 def test_each_stage_deploys_the_same_templates_as_cdk_deploy(template, synthesized, env):
     stage_ = synthesized.stages[env]
     expected = {f"{env}-{stack.node.id}": f"Synth_Output::assembly-{env}/{stack.template_file}"
-                for stack in [stage_.foundation, *stage_.serving.values()]}
+                for stack in [stage_.foundation, *stage_.fleets.values(), *stage_.serving.values()]}
     prepared = {a["Configuration"]["StackName"]: a["Configuration"]["TemplatePath"]
                 for a in deploy_actions(stage(template, env)) if a["Configuration"]["ActionMode"] == "CHANGE_SET_REPLACE"}
     assert prepared == expected
@@ -231,6 +231,11 @@ def test_each_stage_deploys_the_same_templates_as_cdk_deploy(template, synthesiz
     actions = deploy_actions(stage(template, env))
     foundation_done = max(a["RunOrder"] for a in actions if a["Configuration"]["StackName"] == f"{env}-Foundation")
     assert all(a["RunOrder"] > foundation_done for a in actions if a["Configuration"]["StackName"] != f"{env}-Foundation")
+    # a fleet's shared endpoint is executed before its members' components are prepared
+    for fleet in stage_.fleets.values():
+        done = max(a["RunOrder"] for a in actions if a["Configuration"]["StackName"] == fleet.stack_name)
+        members = [s.stack_name for s in stage_.serving.values() if s.fleet is fleet]
+        assert members and all(a["RunOrder"] > done for a in actions if a["Configuration"]["StackName"] in members)
 
 
 def _asset_ids(outdir: Path, kind: str) -> set[str]:

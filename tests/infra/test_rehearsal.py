@@ -9,7 +9,10 @@ What moto cannot do is handled in the open, and reported in the warnings summary
   they are removed from a copy of the template, with the reason printed;
 - the template's parameters are SSM-typed (the CDK bootstrap version, the Neuron AMI id): they are created
   in moto's SSM first, as `cdk bootstrap` and AWS would have, and the file assets the Lambda functions use
-  are uploaded to the bootstrap bucket from cdk.out, as the pipeline's Assets stage would."""
+  are uploaded to the bootstrap bucket from cdk.out, as the pipeline's Assets stage would;
+- SageMaker inference components and an endpoint for them: moto 5.2.5 models neither, the CLI rehearsal's
+  named patches do (inferstack/rehearsal/moto_patches.py, each tested on plain moto in
+  tests/rehearsal/test_cli_deploy.py); they are applied here too."""
 
 from __future__ import annotations
 
@@ -28,13 +31,16 @@ import pytest
 from moto import mock_aws
 from moto.cloudformation.parsing import get_model_map
 
-from inferstack.capacity import planning
+from inferstack.capacity import packing, planning
 from inferstack.config import NeuronEcsModel, TritonSageMakerModel
+from inferstack.rehearsal import moto_patches
 from stacks.stage import InferenceStage
 
 ENV = "dev"
 BOOTSTRAP_VERSION_PARAMETER = "/cdk-bootstrap/hnb659fds/version"
 BOOTSTRAP_VERSION = "30"  # what a current `cdk bootstrap` writes; the templates require >= 6
+# moto's own defects this rehearsal meets (the CLI rehearsal applies every named patch).
+PATCHES = ("sagemaker-endpoint-name", "sagemaker-variant-without-model", "sagemaker-inference-components")
 # Custom resources are created by invoking their provider Lambda and waiting for its response.
 UNRUNNABLE_PREFIX = "Custom::"
 UNRUNNABLE_REASON = "moto runs a custom resource by invoking its Lambda in Docker and waiting for the reply"
@@ -71,7 +77,7 @@ class Rehearsal:
 def deploy_order(stage: InferenceStage) -> list:
     """The stage's stacks, each after the stacks it depends on."""
     ordered: list = []
-    pending = [stage.foundation, *stage.serving.values()]
+    pending = [stage.foundation, *stage.fleets.values(), *stage.serving.values()]
     while pending:
         ready = [s for s in pending if all(d in ordered for d in s.dependencies)]
         assert ready, f"dependency cycle among {[s.stack_name for s in pending]}"
@@ -190,9 +196,9 @@ def rehearsal(synthesized, project) -> Iterator[Rehearsal]:
     stage = synthesized.stages[ENV]
     stacks = deploy_order(stage)
     templates = {s.stack_name: synthesized.template(ENV, s.node.id) for s in stacks}
-    model_map = get_model_map()
 
-    with pytest.MonkeyPatch.context() as patch:
+    with pytest.MonkeyPatch.context() as patch, moto_patches.applied(*PATCHES):
+        model_map = get_model_map()
         # The templates name dev's account in ARNs and bucket names: let moto be that account.
         patch.setenv("MOTO_ACCOUNT_ID", environment.account)
         for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
@@ -267,15 +273,24 @@ def model_plans(project):
 # ----------------------------------------------------------------------------- the deploy itself
 
 def test_every_stack_is_created_foundation_first(rehearsal, project):
+    fleets = [f"{ENV}-{f}" for f in project.fleets_in(ENV)]
     assert rehearsal.stack_names[0] == f"{ENV}-Foundation"
-    assert sorted(rehearsal.stack_names[1:]) == sorted(f"{ENV}-{m.name}" for m in project.models)
+    served_by_fleet = {m for f in project.fleets_in(ENV) if project.fleets[f].kind == "neuron-cores"
+                       for m in project.fleets[f].models}
+    assert sorted(rehearsal.stack_names[1:]) == sorted(
+        fleets + [f"{ENV}-{m.name}" for m in project.models if m.name not in served_by_fleet])
+    for fleet in fleets:  # before its members
+        for member in project.fleets[fleet.removeprefix(f"{ENV}-")].models:
+            if f"{ENV}-{member}" in rehearsal.stack_names:
+                assert rehearsal.stack_names.index(fleet) < rehearsal.stack_names.index(f"{ENV}-{member}")
     assert rehearsal.statuses == {name: "CREATE_COMPLETE" for name in rehearsal.stack_names}
 
 
-def test_serving_stacks_import_the_foundation_exports(rehearsal):
+def test_serving_stacks_import_the_foundation_exports(rehearsal, project):
     cloudformation = rehearsal.client("cloudformation")
     exports = {e["Name"]: e for e in cloudformation.list_exports()["Exports"]}
-    assert exports and all(e["ExportingStackId"].split("/")[1] == f"{ENV}-Foundation" for e in exports.values())
+    exporters = {f"{ENV}-Foundation", *(f"{ENV}-{f}" for f in project.fleets_in(ENV))}  # a fleet: to its members
+    assert exports and {e["ExportingStackId"].split("/")[1] for e in exports.values()} == exporters
     vpc_ids = rehearsal.of_type(f"{ENV}-Foundation", "AWS::EC2::VPC")
     assert [e["Value"] for e in exports.values() if "NetworkVpc" in e["Name"] and e["Value"].startswith("vpc-")] == vpc_ids
 
@@ -322,11 +337,22 @@ def test_foundation_network_key_and_logs(rehearsal, project):
 
 # ----------------------------------------------------------------------------- serving
 
+def _model_in_the_vpc(rehearsal: Rehearsal, project, sagemaker, stack: str) -> dict:
+    (model_id,) = rehearsal.of_type(stack, "AWS::SageMaker::Model")
+    described_model = sagemaker.describe_model(ModelName=model_id.rsplit("/", 1)[-1])
+    # moto keeps the Model's role, container and VPC config (not EnableNetworkIsolation): the subnets
+    # arrived through Fn::ImportValue from the foundation's exports
+    assert sorted(described_model["VpcConfig"]["Subnets"]) == private_subnets(rehearsal)
+    assert described_model["PrimaryContainer"]["Image"].startswith(
+        f"{project.environments[ENV].account}.dkr.ecr.{rehearsal.region}.amazonaws.com/cdk-hnb659fds-container-assets-")
+    return described_model
+
+
 def test_sagemaker_endpoints_carry_the_planned_variant(rehearsal, project):
     sagemaker = rehearsal.client("sagemaker")
     checked = 0
     for name, (model, plan) in model_plans(project).items():
-        if not isinstance(model, TritonSageMakerModel):
+        if not isinstance(model, TritonSageMakerModel) or project.fleet_of(name, ENV) is not None:
             continue
         stack = f"{ENV}-{name}"
         (endpoint_id,) = rehearsal.of_type(stack, "AWS::SageMaker::Endpoint")
@@ -339,16 +365,36 @@ def test_sagemaker_endpoints_carry_the_planned_variant(rehearsal, project):
         # the endpoint config of this stack, not another model's
         (config_id,) = rehearsal.of_type(stack, "AWS::SageMaker::EndpointConfig")
         assert endpoint["EndpointConfigName"] == config_id.rsplit("/", 1)[-1]
-        (model_id,) = rehearsal.of_type(stack, "AWS::SageMaker::Model")
-        assert variant["ModelName"] == model_id.rsplit("/", 1)[-1]
-        # moto keeps the Model's role, container and VPC config (not EnableNetworkIsolation): the subnets
-        # arrived through Fn::ImportValue from the foundation's exports
-        described_model = sagemaker.describe_model(ModelName=variant["ModelName"])
-        assert sorted(described_model["VpcConfig"]["Subnets"]) == private_subnets(rehearsal)
-        assert described_model["PrimaryContainer"]["Image"].startswith(
-            f"{project.environments[ENV].account}.dkr.ecr.{rehearsal.region}.amazonaws.com/cdk-hnb659fds-container-assets-")
+        described_model = _model_in_the_vpc(rehearsal, project, sagemaker, stack)
+        assert variant["ModelName"] == described_model["ModelName"]
         checked += 1
-    assert checked == sum(isinstance(m, TritonSageMakerModel) for m in project.models) > 0
+    assert checked == sum(isinstance(m, TritonSageMakerModel) and project.fleet_of(m.name, ENV) is None
+                          for m in project.models)
+
+
+def test_fleet_members_are_components_on_the_shared_endpoint(rehearsal, project):
+    """The fleet's endpoint (its variant names no model), and each member's component on it, naming the
+    Model of the member's stack, with the copies the fleet plan starts it with."""
+    sagemaker = rehearsal.client("sagemaker")
+    fleets = [f for f in project.fleets_in(ENV) if project.fleets[f].kind == "sagemaker-inference-components"]
+    assert fleets
+    for fleet in fleets:
+        plan = packing.plan_fleet(fleet, project.fleets[fleet], project.fleet_members(fleet), ENV,
+                                  project.environments[ENV])
+        (endpoint_id,) = rehearsal.of_type(f"{ENV}-{fleet}", "AWS::SageMaker::Endpoint")
+        endpoint = sagemaker.describe_endpoint(EndpointName=endpoint_id.rsplit("/", 1)[-1])
+        (variant,) = sagemaker.describe_endpoint_config(EndpointConfigName=endpoint["EndpointConfigName"])[
+            "ProductionVariants"]
+        assert "ModelName" not in variant
+        assert (variant["InstanceType"], variant["InitialInstanceCount"]) == (plan.instance_type, plan.initial_instances)
+        for name in project.fleets[fleet].models:
+            stack = f"{ENV}-{name}"
+            (component_arn,) = rehearsal.of_type(stack, moto_patches.INFERENCE_COMPONENT)
+            component = sagemaker.describe_inference_component(InferenceComponentName=component_arn.rsplit("/", 1)[-1])
+            assert component["EndpointName"] == endpoint["EndpointName"]
+            assert component["Specification"]["ModelName"] == _model_in_the_vpc(rehearsal, project, sagemaker, stack)[
+                "ModelName"]
+            assert component["RuntimeConfig"]["DesiredCopyCount"] == plan.share(name).initial_copies
 
 
 def test_ecs_service_runs_the_neuron_task_on_its_cluster(rehearsal, project):

@@ -1,5 +1,7 @@
 """TritonEndpoint in the synthesized app: fine-grained template assertions for every Triton model and
-environment, and what a model change may and may not touch."""
+environment where it has its own endpoint, and what a model change may and may not touch. Where a fleet's
+shared endpoint carries it instead (dev: triton-shared), tests/infra/test_inference_components.py; dev's
+dedicated endpoints are checked here on a copy of the config without fleets."""
 
 from __future__ import annotations
 
@@ -18,7 +20,8 @@ from tests.infra.synth import synth
 
 ENVS = ["dev", "staging", "prod"]
 TRITON_MODELS = ["bert-large-classifier", "t5-spelling"]
-CASES = [(env, model) for env in ENVS for model in TRITON_MODELS]
+PROJECT = config.load(CONFIG_DIR)
+CASES = [(env, model) for env in ENVS for model in TRITON_MODELS if PROJECT.fleet_of(model, env) is None]
 
 
 def raw_yaml(model: str) -> dict:
@@ -39,6 +42,27 @@ def only(template: dict, kind: str) -> tuple[str, dict]:
 def case(request, synthesized):
     env, model = request.param
     return env, model, synthesized.template(env, model)
+
+
+def without_fleets(config_dir) -> None:
+    path = config_dir / "environments.yaml"
+    data = yaml.safe_load(path.read_text())
+    data.pop("fleets", None)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+@pytest.fixture(scope="module")
+def dedicated_dev(tmp_path_factory) -> dict[str, dict]:
+    """dev's templates with every Triton model on its own endpoint (the shipped config without fleets)."""
+    config_dir = tmp_path_factory.mktemp("dedicated") / "model_configs"
+    shutil.copytree(CONFIG_DIR, config_dir)
+    without_fleets(config_dir)
+    return synth(config.load(config_dir), ["dev"], tmp_path_factory.mktemp("cdk.out")).templates["dev"]
+
+
+def test_dev_runs_the_triton_models_on_a_fleet_and_staging_and_prod_on_their_own_endpoints():
+    assert [(e, m) for e in ENVS for m in TRITON_MODELS if (e, m) not in CASES] == [
+        ("dev", "bert-large-classifier"), ("dev", "t5-spelling")]
 
 
 # ---------------------------------------------------------------- model and image
@@ -220,28 +244,30 @@ def test_endpoint_keeps_the_fleet_and_rolls_back_on_alarms(case, project):
         assert routing[size_key] == {"Type": "CAPACITY_PERCENT", "Value": raw["size_percent"]}
 
 
-def test_guardrails_per_environment_follow_the_smallest_fleet(synthesized):
+def test_guardrails_per_environment_follow_the_smallest_fleet(synthesized, dedicated_dev):
     """CanarySize at most 50% and LinearStepSize 10-50% of the variant's instance count
     (https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_TrafficRoutingConfig.html): dev and
     staging run one instance at their minimum and deploy blue/green all at once; prod (two or more)
     keeps the configured canary and linear shifts."""
-    routing = {(env, name): only(synthesized.template(env, name), "AWS::SageMaker::Endpoint")[1]["Properties"]
-               ["DeploymentConfig"]["BlueGreenUpdatePolicy"]["TrafficRoutingConfiguration"]["Type"]
-               for env in ENVS for name in TRITON_MODELS}
-    assert routing == {
+    def routing(template: dict) -> str:
+        return only(template, "AWS::SageMaker::Endpoint")[1]["Properties"]["DeploymentConfig"][
+            "BlueGreenUpdatePolicy"]["TrafficRoutingConfiguration"]["Type"]
+
+    found = {(env, name): routing(synthesized.template(env, name)) for env, name in CASES}
+    found |= {("dev", name): routing(dedicated_dev[name]) for name in TRITON_MODELS}
+    assert found == {
         ("dev", "bert-large-classifier"): "ALL_AT_ONCE", ("dev", "t5-spelling"): "ALL_AT_ONCE",
         ("staging", "bert-large-classifier"): "ALL_AT_ONCE", ("staging", "t5-spelling"): "ALL_AT_ONCE",
         ("prod", "bert-large-classifier"): "CANARY", ("prod", "t5-spelling"): "LINEAR"}
     assert synthesized.stages["prod"].serving["t5-spelling"].triton.deployment.strategy == "linear"
 
 
-def test_endpoint_logical_ids_are_pinned(synthesized):
+def test_endpoint_logical_ids_are_pinned(synthesized, dedicated_dev):
     # Renaming these constructs would replace the endpoint (and reset its fleet): keep the ids.
-    for env in ENVS:
-        for name in TRITON_MODELS:
-            template = synthesized.template(env, name)
-            assert only(template, "AWS::SageMaker::Endpoint")[0] == "TritonEndpoint7C20F783"
-            assert only(template, "AWS::ApplicationAutoScaling::ScalableTarget")[0] == "TritonScalableTarget64ECA635"
+    templates = [synthesized.template(env, name) for env, name in CASES] + [dedicated_dev[n] for n in TRITON_MODELS]
+    for template in templates:
+        assert only(template, "AWS::SageMaker::Endpoint")[0] == "TritonEndpoint7C20F783"
+        assert only(template, "AWS::ApplicationAutoScaling::ScalableTarget")[0] == "TritonScalableTarget64ECA635"
 
 
 def test_endpoint_name_is_output(case):
@@ -284,10 +310,9 @@ def test_scalable_target_depends_on_the_endpoint_with_planned_capacity(case, pro
         "AWSServiceRoleForApplicationAutoScaling_SageMakerEndpoint")
 
 
-def test_off_hours_schedules_only_where_configured(synthesized):
+def test_off_hours_schedules_only_where_configured(synthesized, dedicated_dev):
     raw = raw_yaml("bert-large-classifier")["environments"]["dev"]["off_hours"][0]
-    _, target = only(synthesized.template("dev", "bert-large-classifier"),
-                     "AWS::ApplicationAutoScaling::ScalableTarget")
+    _, target = only(dedicated_dev["bert-large-classifier"], "AWS::ApplicationAutoScaling::ScalableTarget")
     start, end = target["Properties"]["ScheduledActions"]
     assert start["Schedule"] == raw["start"] and start["Timezone"] == raw["time_zone"]
     assert start["ScalableTargetAction"] == {"MinCapacity": raw["min"], "MaxCapacity": raw["max"]}
@@ -338,7 +363,7 @@ def test_dashboard_without_a_fixed_name(case):
 
 @pytest.fixture(scope="module")
 def changed(tmp_path_factory):
-    """dev synthesized after two edits: t5-spelling's model and serving settings, bert-large's dev max."""
+    """staging synthesized after two edits: t5-spelling's model and serving settings, bert-large's staging max."""
     config_dir = tmp_path_factory.mktemp("changed") / "model_configs"
     shutil.copytree(CONFIG_DIR, config_dir)
     path = config_dir / "t5-spelling.yaml"
@@ -350,13 +375,13 @@ def changed(tmp_path_factory):
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     path = config_dir / "bert-large-classifier.yaml"
     data = yaml.safe_load(path.read_text())
-    data["environments"]["dev"]["capacity"]["max"] = 3
+    data["environments"]["staging"]["capacity"]["max"] = 5
     path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return synth(config.load(config_dir), ["dev"], tmp_path_factory.mktemp("cdk.out")).templates["dev"]
+    return synth(config.load(config_dir), ["staging"], tmp_path_factory.mktemp("cdk.out")).templates["staging"]
 
 
 def test_changing_the_model_replaces_model_and_config_but_keeps_the_endpoint(synthesized, changed):
-    before, after = synthesized.template("dev", "t5-spelling"), changed["t5-spelling"]
+    before, after = synthesized.template("staging", "t5-spelling"), changed["t5-spelling"]
     for kind in ("AWS::SageMaker::Model", "AWS::SageMaker::EndpointConfig"):
         assert only(before, kind)[1] != only(after, kind)[1], f"{kind} did not change"
     # a new image tag replaces the Model (under a fresh CloudFormation name); the config names the Model
@@ -375,7 +400,7 @@ def test_changing_the_model_replaces_model_and_config_but_keeps_the_endpoint(syn
 
 
 def test_capacity_change_does_not_touch_the_image(synthesized, changed):
-    before, after = synthesized.template("dev", "bert-large-classifier"), changed["bert-large-classifier"]
+    before, after = synthesized.template("staging", "bert-large-classifier"), changed["bert-large-classifier"]
     assert only(after, "AWS::SageMaker::Model") == only(before, "AWS::SageMaker::Model")
     assert only(after, "AWS::SageMaker::Endpoint") == only(before, "AWS::SageMaker::Endpoint")
-    assert only(after, "AWS::ApplicationAutoScaling::ScalableTarget")[1]["Properties"]["MaxCapacity"] == 3
+    assert only(after, "AWS::ApplicationAutoScaling::ScalableTarget")[1]["Properties"]["MaxCapacity"] == 5
