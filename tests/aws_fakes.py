@@ -97,3 +97,28 @@ def deploy_triton(sess: boto3.Session, env: str, model: str, image_uri: str) -> 
     sagemaker.create_endpoint(EndpointName=endpoint, EndpointConfigName=f"{model}-config")
     create_stack(sess, f"{env}-{model}", {"EndpointName": endpoint, "DashboardName": f"{model}-dashboard"})
     return endpoint
+
+
+def deploy_triton_component(sess: boto3.Session, env: str, model: str, image_uri: str, fleet: str) -> str:
+    """A Triton model as an inference component on its fleet's shared endpoint (created with the first
+    member). moto models components only with inferstack.rehearsal.moto_patches' sagemaker-variant-without-model
+    and sagemaker-inference-components applied."""
+    sagemaker = sess.client("sagemaker")
+    account = sess.client("sts").get_caller_identity()["Account"]
+    endpoint = f"{env}-{fleet}"
+    if not sagemaker.list_endpoints(NameContains=endpoint)["Endpoints"]:
+        sagemaker.create_endpoint_config(EndpointConfigName=f"{fleet}-config", ProductionVariants=[
+            {"VariantName": "AllTraffic", "InitialInstanceCount": 1, "InstanceType": "ml.g4dn.xlarge",
+             "ManagedInstanceScaling": {"Status": "ENABLED", "MinInstanceCount": 0, "MaxInstanceCount": 4}}],
+            ExecutionRoleArn=f"arn:aws:iam::{account}:role/sagemaker")
+        sagemaker.create_endpoint(EndpointName=endpoint, EndpointConfigName=f"{fleet}-config")
+    sagemaker.create_model(ModelName=f"{model}-model", PrimaryContainer={"Image": image_uri},
+                           ExecutionRoleArn=f"arn:aws:iam::{account}:role/sagemaker")
+    component = f"{env}-{model}"
+    sagemaker.create_inference_component(
+        InferenceComponentName=component, EndpointName=endpoint, VariantName="AllTraffic",
+        Specification={"ModelName": f"{model}-model", "ComputeResourceRequirements": {
+            "NumberOfAcceleratorDevicesRequired": 1, "MinMemoryRequiredInMb": 1024}}, RuntimeConfig={"CopyCount": 1})
+    create_stack(sess, f"{env}-{model}", {"EndpointName": endpoint, "InferenceComponentName": component,
+                                          "DashboardName": f"{model}-dashboard"})
+    return component

@@ -1,43 +1,61 @@
-"""`promote` on moto: dev runs three models (an ECS service and two SageMaker endpoints, images in dev's
-CDK asset repository); promote plans, copies manifests and layers into staging's account, writes the
-pin, and refuses when the source is missing or runs something other than the release."""
+"""`promote` on moto: dev runs every shipped model (an ECS service per Neuron model, the Triton models as
+inference components on their fleet's shared endpoint, images in dev's CDK asset repository); promote plans,
+copies manifests and layers into staging's account, writes the pin, and refuses when the source is missing
+or runs something other than the release. A dedicated SageMaker endpoint is promoted from a config whose
+dev has no fleet."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
+import yaml
 
 from inferstack import cli
 from inferstack.delivery import ecr_images, promote
-from inferstack.config import load
+from inferstack.config import NeuronEcsModel, load
 from inferstack.config.release_pin import ReleasePin
+from inferstack.rehearsal import moto_patches
 from tests import aws_fakes
+from tests.conftest import CONFIG_DIR
 from tests.test_cli import run
 
-MODELS = ("bert-large-classifier", "intent-bert", "t5-spelling")
+PROJECT = load(CONFIG_DIR)
+MODELS = tuple(sorted(m.name for m in PROJECT.models))
 TARGET = "222222222222.dkr.ecr.us-east-1.amazonaws.com/inferstack"
+# moto 5.2.5 models no inference components (or an endpoint for them): the named patches do, in this process.
+COMPONENT_PATCHES = ("sagemaker-variant-without-model", "sagemaker-inference-components")
+
+
+def deploy(sess, config_dir, models=MODELS) -> dict[str, aws_fakes.PushedImage]:
+    """Each model of `config_dir` deployed in dev as its stack would run it."""
+    project = load(config_dir)
+    repository = aws_fakes.ASSET_REPOSITORY.format(account="111111111111", region="us-east-1")
+    images = {}
+    for name in models:
+        images[name] = image = aws_fakes.push_image(sess, repository, seed=name)
+        fleet = project.fleet_of(name, "dev")
+        if isinstance(project.model(name), NeuronEcsModel):
+            aws_fakes.deploy_neuron(sess, "dev", name, image.uri)
+        elif fleet is not None:
+            aws_fakes.deploy_triton_component(sess, "dev", name, image.uri, fleet)
+        else:
+            aws_fakes.deploy_triton(sess, "dev", name, image.uri)
+    return images
 
 
 @pytest.fixture
 def dev(aws, config_copy, monkeypatch):
     """dev deployed: every model's stack, service or endpoint, and image."""
     aws_fakes.with_deploy_roles(config_copy)
-    sess = aws_fakes.session("dev")
-    repository = aws_fakes.ASSET_REPOSITORY.format(account="111111111111", region="us-east-1")
-    images = {}
-    for model in MODELS:
-        images[model] = image = aws_fakes.push_image(sess, repository, seed=model)
-        if model == "intent-bert":
-            aws_fakes.deploy_neuron(sess, "dev", model, image.uri)
-        else:
-            aws_fakes.deploy_triton(sess, "dev", model, image.uri)
-    blobs = {d: b for image in images.values() for d, b in image.blobs.items()}
-    # moto has no GetDownloadUrlForLayer: serve the source blobs directly, chunked as the real code is.
-    monkeypatch.setattr(ecr_images, "download_layer",
-                        lambda ecr, registry, repo, digest, size: iter([blobs[digest][i:i + 4]
-                                                                        for i in range(0, len(blobs[digest]), 4)]))
-    return config_copy, images
+    with moto_patches.applied(*COMPONENT_PATCHES):
+        images = deploy(aws_fakes.session("dev"), config_copy)
+        blobs = {d: b for image in images.values() for d, b in image.blobs.items()}
+        # moto has no GetDownloadUrlForLayer: serve the source blobs directly, chunked as the real code is.
+        monkeypatch.setattr(ecr_images, "download_layer",
+                            lambda ecr, registry, repo, digest, size: iter([blobs[digest][i:i + 4]
+                                                                            for i in range(0, len(blobs[digest]), 4)]))
+        yield config_copy, images
 
 
 def promote_cli(capsys, config_dir, *args: str) -> tuple[int, list[str], list[str]]:
@@ -102,7 +120,7 @@ def test_apply_copies_images_with_layers_and_writes_the_pin(dev, capsys):
     before = pin_path.read_text()
     code, out, err = promote_cli(capsys, config_dir, "--apply")
     assert code == 0, err
-    assert all(line.endswith("(exists)") for line in out[1:4]), out
+    assert all(line.endswith("(exists)") for line in out[1:1 + len(MODELS)]), out
     assert pin_path.read_text() == before
 
 
@@ -137,7 +155,7 @@ def test_missing_source_stack_fails_naming_model_and_stack(dev, capsys):
     assert not (config_dir / "releases").exists()
 
 
-def test_missing_service_and_endpoint_fail(dev, capsys):
+def test_missing_service_and_component_fail(dev, capsys):
     config_dir, _ = dev
     sess = aws_fakes.session("dev")
     sess.client("ecs").delete_service(cluster="dev-intent-bert-cluster", service="intent-bert-service", force=True)
@@ -145,11 +163,48 @@ def test_missing_service_and_endpoint_fail(dev, capsys):
     assert code == 1
     assert err[0].startswith("promote: error: intent-bert: ECS service intent-bert-service not found")
 
-    sess.client("sagemaker").delete_endpoint(EndpointName="dev-bert-large-classifier")
+    assert PROJECT.fleet_of("bert-large-classifier", "dev") == "triton-shared"
+    sess.client("sagemaker").delete_inference_component(InferenceComponentName="dev-bert-large-classifier")
     code, _, err = promote_cli(capsys, config_dir)
     assert code == 1
-    assert err[0].startswith("promote: error: bert-large-classifier: SageMaker endpoint dev-bert-large-classifier "
-                             "not found")
+    assert err[0].startswith("promote: error: bert-large-classifier: SageMaker inference component "
+                             "dev-bert-large-classifier on endpoint dev-triton-shared not found")
+
+
+def test_a_component_is_promoted_from_the_model_it_names(dev, capsys):
+    """The shared endpoint's variant names no model: the image comes from the component's model."""
+    config_dir, images = dev
+    sagemaker = aws_fakes.session("dev").client("sagemaker")
+    (variant,) = sagemaker.describe_endpoint_config(EndpointConfigName="triton-shared-config")["ProductionVariants"]
+    assert "ModelName" not in variant
+    code, out, err = promote_cli(capsys, config_dir)
+    assert code == 0, err
+    assert any(line.startswith(f"t5-spelling: ") and f"@{images['t5-spelling'].digest} -> {TARGET}/t5-spelling"
+               in line for line in out)
+
+
+@pytest.fixture
+def dedicated_dev(aws, config_copy):
+    """dev without fleets: bert-large-classifier on its own endpoint."""
+    aws_fakes.with_deploy_roles(config_copy)
+    path = config_copy / "environments.yaml"
+    data = yaml.safe_load(path.read_text())
+    data.pop("fleets", None)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    images = deploy(aws_fakes.session("dev"), config_copy, models=("bert-large-classifier",))
+    return config_copy, images
+
+
+def test_a_dedicated_endpoint_is_read_through_its_config_and_its_absence_fails(dedicated_dev):
+    config_dir, images = dedicated_dev
+    sess = aws_fakes.session("dev")
+    model = load(config_dir).model("bert-large-classifier")
+    image = promote.running_image(sess, "dev", model)
+    assert image == images["bert-large-classifier"].uri
+    sess.client("sagemaker").delete_endpoint(EndpointName="dev-bert-large-classifier")
+    with pytest.raises(promote.PromoteError, match="bert-large-classifier: SageMaker endpoint "
+                                                   "dev-bert-large-classifier not found"):
+        promote.running_image(sess, "dev", model)
 
 
 def test_image_missing_from_ecr_fails(dev, capsys):

@@ -379,13 +379,120 @@ def test_triton_non_json_reply_fails(triton_config, capsys):
     assert (code, out) == (1, ["t5-spelling: FAIL: reply is not JSON: b'body'"])
 
 
+# ----------------------------------------------------------------------------- Triton on a fleet's shared endpoint
+
+@pytest.fixture
+def component_config(aws, config_copy):
+    """dev's Triton models as inference components on the triton-shared fleet's endpoint (moto models them
+    with inferstack.rehearsal.moto_patches' named patches, in this process)."""
+    from inferstack.rehearsal import moto_patches
+
+    aws_fakes.with_deploy_roles(config_copy)
+    assert load(config_copy).fleet_of("bert-large-classifier", "dev") == "triton-shared"
+    with moto_patches.applied("sagemaker-variant-without-model", "sagemaker-inference-components"):
+        for name in ("bert-large-classifier", "t5-spelling"):
+            edit_model(config_copy, name, dev_slo(5000))
+            aws_fakes.deploy_triton_component(aws_fakes.session("dev"), "dev", name,
+                                              f"111111111111.dkr.ecr.us-east-1.amazonaws.com/repo:{name}", "triton-shared")
+        yield config_copy
+
+
+def test_components_are_invoked_on_the_shared_endpoint_by_name(component_config, capsys):
+    queue_replies(BERT_REPLY, T5_REPLY)  # the wake-up requests come first, in name order, and are the same
+    code, out, err = smoke_cli(capsys, component_config, "--model", "bert-large-classifier", "--model", "t5-spelling")
+    assert code == 0, out + err
+    assert out[0].endswith("(SLO p99 5000 ms), endpoint dev-triton-shared component dev-bert-large-classifier")
+    assert out[1].endswith("endpoint dev-triton-shared component dev-t5-spelling")
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now, self.sleeps = 0.0, []
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+class _Runtime:
+    """sagemaker-runtime for one test: a component answers that it has no copy (the ValidationError of a
+    component scaled to zero) until `ready_at[component]` on `clock`, then a valid reply; records each call."""
+
+    def __init__(self, replies: dict[str, dict], ready_at: dict[str, float], clock: _Clock) -> None:
+        self.replies, self.ready_at, self.clock, self.calls = replies, ready_at, clock, []
+
+    def invoke_endpoint(self, **kwargs):
+        component = kwargs.get("InferenceComponentName")
+        self.calls.append((kwargs["EndpointName"], component))
+        if self.clock.now < self.ready_at[component]:
+            raise botocore.exceptions.ClientError({"Error": {"Code": "ValidationError", "Message": (
+                "Inference Component has no capacity to process this request. ApplicationAutoScaling may be "
+                "in-progress (if configured) or try to increase the capacity by invoking "
+                "UpdateInferenceComponentRuntimeConfig API.")}}, "InvokeEndpoint")
+        return {"Body": io.BytesIO(json.dumps(self.replies[component]).encode())}
+
+
+class _Session:
+    """A boto3 session whose sagemaker-runtime is `runtime`, everything else moto's."""
+
+    def __init__(self, runtime: _Runtime) -> None:
+        self.runtime, self.real = runtime, aws_fakes.session("dev")
+
+    def client(self, service: str, **kwargs):
+        return self.runtime if service == "sagemaker-runtime" else self.real.client(service, **kwargs)
+
+
+def test_cold_starts_of_every_component_begin_together_and_are_waited_out(component_config, capsys, monkeypatch):
+    """A component scaled to zero answers "no capacity" until a copy is up: every component is sent one
+    request before any is checked (their cold starts overlap), then each first answer is awaited."""
+    clock = _Clock()
+    runtime = _Runtime({"dev-bert-large-classifier": BERT_REPLY, "dev-t5-spelling": T5_REPLY},
+                       {"dev-bert-large-classifier": 30.0, "dev-t5-spelling": 20.0}, clock)
+    monkeypatch.setattr(smoke.aws_sessions, "session_for", lambda *args, **kwargs: _Session(runtime))
+    monkeypatch.setattr(smoke.time, "sleep", clock.sleep)
+    monkeypatch.setattr(smoke.time, "monotonic", lambda: clock.now)
+    code, out, err = smoke_cli(capsys, component_config, "--model", "bert-large-classifier", "--model", "t5-spelling")
+    assert code == 0, out + err
+    components = [c for _, c in runtime.calls]
+    assert components[:2] == ["dev-bert-large-classifier", "dev-t5-spelling"]  # the wake-up pass
+    assert {e for e, _ in runtime.calls} == {"dev-triton-shared"}
+    assert clock.sleeps == [smoke.COLD_START_POLL_S] * 2  # bert's copy is up at 30 s; t5's was by then
+    assert out[0].endswith(f"first answer after a {2 * smoke.COLD_START_POLL_S:.0f} s cold start")
+    assert "cold start" not in out[1]
+
+
+def test_a_cold_start_longer_than_the_slo_allows_fails(component_config, capsys, monkeypatch):
+    clock = _Clock()
+    runtime = _Runtime({"dev-t5-spelling": T5_REPLY}, {"dev-t5-spelling": float("inf")}, clock)
+    monkeypatch.setattr(smoke.aws_sessions, "session_for", lambda *args, **kwargs: _Session(runtime))
+    monkeypatch.setattr(smoke.time, "sleep", clock.sleep)
+    monkeypatch.setattr(smoke.time, "monotonic", lambda: clock.now)
+    allowed = load(component_config).model("t5-spelling").slo_for("dev").cold_start_seconds
+    code, out, _ = smoke_cli(capsys, component_config, "--model", "t5-spelling")
+    assert code == 1
+    (line,) = out
+    assert line.startswith("t5-spelling: FAIL: no copy after ") and f"(cold start allowed: {allowed:g} s)" in line
+    assert "has no capacity to process this request" in line
+    assert sum(clock.sleeps) <= allowed
+
+
+def test_without_an_allowed_cold_start_no_capacity_fails_at_once():
+    def send(body: bytes):
+        raise smoke.NoCapacity("endpoint e component c: Inference Component has no capacity to process this request.")
+
+    sleeps: list[float] = []
+    with pytest.raises(smoke.SmokeFailure, match=r"no copy after 0 s \(cold start allowed: 0 s\)"):
+        smoke.first_reply(send, b"{}", 0.0, sleep=sleeps.append, clock=lambda: 0.0)
+    assert sleeps == []
+
+
 # ----------------------------------------------------------------------------- bad input
 
 @pytest.mark.parametrize("args, message", [
     (["--env", "qa"], "smoke: error: --env: unknown environment 'qa'; known: dev, staging, prod"),
     (["--env", "dev", "--timeout", "0"], "smoke: error: --timeout must be > 0 and --requests >= 1"),
     (["--env", "dev", "--model", "nope"], "smoke: error: --model: unknown model(s) nope; known: "
-                                          "bert-large-classifier, intent-bert, t5-spelling"),
+                                          "bert-large-classifier, duplicate-bert, intent-bert, t5-spelling"),
 ])
 def test_bad_arguments_are_one_line_exit_2(args, message, capsys):
     assert cli.main(["smoke", *args]) == 2
@@ -401,6 +508,7 @@ def test_pipeline_command_line_without_credentials_fails_cleanly(tmp_path):
     assert result.returncode == 1, result.stderr
     assert "Traceback" not in result.stderr + result.stdout
     lines = result.stdout.splitlines()
-    assert [line.split(":")[0] for line in lines] == ["bert-large-classifier", "intent-bert", "t5-spelling"]
+    assert [line.split(":")[0] for line in lines] == ["bert-large-classifier", "duplicate-bert", "intent-bert",
+                                                      "t5-spelling"]
     assert all(": FAIL: " in line for line in lines), lines
 

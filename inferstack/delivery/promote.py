@@ -3,8 +3,9 @@ source environment runs into the target environment's registry, by digest, and w
 file, so its next deploy runs exactly those images. Dry run by default: prints the plan, changes nothing.
 
 What runs is read from the source, not from a build: stack outputs -> ECS service -> task definition
-image, or SageMaker endpoint -> endpoint config -> model -> container image; tags are resolved to digests
-in ECR. With --manifest, each image must belong to that release."""
+image, or SageMaker endpoint -> endpoint config -> model -> container image (for a model on a fleet's
+shared endpoint: its inference component -> model -> container image); tags are resolved to digests in
+ECR. With --manifest, each image must belong to that release."""
 
 from __future__ import annotations
 
@@ -68,21 +69,35 @@ def running_image(session: boto3.Session, env_name: str, model) -> str:
             raise PromoteError(f"{model.name}: task definition {task_definition} has no container "
                                f"{NEURON_CONTAINER!r}")
         return images[0]
-    (endpoint,) = stack_outputs.require(values, ("EndpointName",), env_name, model.name)
+    (endpoint,) = stack_outputs.require(values, (stack_outputs.ENDPOINT_NAME,), env_name, model.name)
     sagemaker = session.client("sagemaker")
+    component = values.get(stack_outputs.INFERENCE_COMPONENT_NAME)
+    if component:  # on a fleet's shared endpoint, whose variant names no model: the component names it
+        try:
+            specification = sagemaker.describe_inference_component(InferenceComponentName=component)["Specification"]
+        except aws_sessions.AWS_ERRORS as exc:
+            raise PromoteError(f"{model.name}: SageMaker inference component {component} on endpoint {endpoint} "
+                               f"not found ({env_name}): {' '.join(str(exc).split())}") from None
+        if not specification.get("ModelName"):
+            raise PromoteError(f"{model.name}: inference component {component} names no SageMaker model")
+        return _model_image(sagemaker, model.name, specification["ModelName"])
     try:
         config_name = sagemaker.describe_endpoint(EndpointName=endpoint)["EndpointConfigName"]
     except aws_sessions.AWS_ERRORS as exc:
         raise PromoteError(f"{model.name}: SageMaker endpoint {endpoint} not found ({env_name}): "
                            f"{' '.join(str(exc).split())}") from None
     variants = sagemaker.describe_endpoint_config(EndpointConfigName=config_name)["ProductionVariants"]
-    model_names = sorted({v["ModelName"] for v in variants})
+    model_names = sorted({v["ModelName"] for v in variants if v.get("ModelName")})
     if len(model_names) != 1:
         raise PromoteError(f"{model.name}: endpoint {endpoint} serves {len(model_names)} models; expected 1")
-    described = sagemaker.describe_model(ModelName=model_names[0])
+    return _model_image(sagemaker, model.name, model_names[0])
+
+
+def _model_image(sagemaker, model: str, model_name: str) -> str:
+    described = sagemaker.describe_model(ModelName=model_name)
     container = described.get("PrimaryContainer") or (described.get("Containers") or [{}])[0]
     if not container.get("Image"):
-        raise PromoteError(f"{model.name}: SageMaker model {model_names[0]} names no image")
+        raise PromoteError(f"{model}: SageMaker model {model_name} names no image")
     return container["Image"]
 
 

@@ -3,7 +3,10 @@ protocol (KServe v2 JSON), check the reply's output names, datatypes and shapes 
 interface, and its latency against the model's p99 SLO. One line per model; exit 1 on any failure.
 
 Endpoints come from the serving stacks' outputs: `Url` (Neuron on ECS: POST {Url}/v2/models/<name>/infer)
-or `EndpointName` (Triton on SageMaker: InvokeEndpoint, which hands the body to Triton's /invocations).
+or `EndpointName` (Triton on SageMaker: InvokeEndpoint, which hands the body to Triton's /invocations), with
+`InferenceComponentName` for a model on a fleet's shared endpoint. Such a component may have scaled to zero:
+every component is sent one request first, so their cold starts run side by side, and each model's first
+answer is awaited for up to its `slo.cold_start_seconds` while SageMaker answers that it has no capacity.
 An internal load balancer is reachable only from inside its VPC: `--via auto` (the default) sends those
 requests through the foundation's smoke probe, a Lambda function in the private subnets
 (inferstack/delivery/smoke_probe/), and times them there; `--via direct` calls every URL from here."""
@@ -36,6 +39,11 @@ VIA = ("auto", "lambda", "direct")
 # A synchronous invoke waits for the probe's own request (at most --timeout) plus a cold start.
 PROBE_OVERHEAD_S = 30.0
 ROLE_ARN = re.compile(r"^arn:aws[a-z-]*:iam::(\d{12}):role/[A-Za-z0-9+=,.@_/-]+$")
+# InvokeEndpoint's ValidationError while an inference component has no copy (it scaled to zero): "Inference
+# Component has no capacity to process this request. ApplicationAutoScaling may be in-progress (if configured)
+# or try to increase the capacity by invoking UpdateInferenceComponentRuntimeConfig API."
+NO_CAPACITY = "has no capacity to process this request"
+COLD_START_POLL_S = 15.0
 
 # A sender POSTs one JSON body and returns the reply and the latency in ms, measured where the request
 # is made (here, or inside the VPC for the probe).
@@ -44,6 +52,10 @@ Sender = Callable[[bytes], tuple[bytes, float]]
 
 class SmokeFailure(Exception):
     pass
+
+
+class NoCapacity(SmokeFailure):
+    """An inference component has no copy to answer with yet (scaled to zero; one is on its way)."""
 
 
 @dataclass(frozen=True)
@@ -129,19 +141,42 @@ def http_sender(url: str, timeout: float) -> Sender:
     return send
 
 
-def sagemaker_sender(session: boto3.Session, endpoint: str, timeout: float) -> Sender:
+def sagemaker_sender(session: boto3.Session, endpoint: str, timeout: float, component: str | None = None) -> Sender:
+    """InvokeEndpoint; `component`: the inference component to invoke on a shared endpoint."""
     runtime = session.client("sagemaker-runtime", config=botocore.config.Config(
         read_timeout=timeout, connect_timeout=timeout, retries={"max_attempts": 1}))
+    target = {"InferenceComponentName": component} if component else {}
+    where = f"endpoint {endpoint}" + (f" component {component}" if component else "")
 
     def send(body: bytes) -> tuple[bytes, float]:
         start = time.perf_counter()
         try:
             reply = runtime.invoke_endpoint(EndpointName=endpoint, ContentType="application/json",
-                                            Accept="application/json", Body=body)["Body"].read()
+                                            Accept="application/json", Body=body, **target)["Body"].read()
         except aws_sessions.AWS_ERRORS as exc:
-            raise SmokeFailure(f"endpoint {endpoint}: {' '.join(str(exc).split())}") from None
+            message = " ".join(str(exc).split())
+            raise (NoCapacity if NO_CAPACITY in message else SmokeFailure)(f"{where}: {message}") from None
         return reply, (time.perf_counter() - start) * 1000
     return send
+
+
+def first_reply(send: Sender, body: bytes, cold_start_s: float, *, sleep: Callable[[float], None] | None = None,
+                clock: Callable[[], float] | None = None) -> tuple[bytes, float]:
+    """The first answer, and the seconds spent waiting for a copy: while an inference component has no
+    capacity, ask again every COLD_START_POLL_S for up to `cold_start_s` (0: not at all). `sleep` and
+    `clock`: time.sleep and time.monotonic."""
+    sleep, clock = sleep or time.sleep, clock or time.monotonic
+    start = clock()
+    while True:
+        try:
+            reply, _ = send(body)
+            return reply, clock() - start
+        except NoCapacity as exc:
+            waited = clock() - start
+            if waited + COLD_START_POLL_S > cold_start_s:
+                raise SmokeFailure(f"no copy after {waited:.0f} s (cold start allowed: {cold_start_s:g} s): "
+                                   f"{exc}") from None
+            sleep(COLD_START_POLL_S)
 
 
 def lambda_client(session: boto3.Session, timeout: float):
@@ -209,10 +244,12 @@ class ProbeLookup:
 
 
 def smoke_model(session: boto3.Session, env_name: str, environment: Environment, model, *, requests: int,
-                timeout: float, via: str = "auto", probe: ProbeLookup | None = None, lambda_=None) -> str:
+                timeout: float, via: str = "auto", probe: ProbeLookup | None = None, lambda_=None,
+                sleep: Callable[[float], None] | None = None) -> str:
     """One line: what was called and the latencies; SmokeFailure with the reason otherwise. `via` applies
     to Neuron models: auto goes through the probe for an internal load balancer when the foundation has
     one; `lambda_` is the Lambda client to invoke it with (default: one from `session`)."""
+    component = None
     values = stack_outputs.outputs(session.client("cloudformation"), env_name, model.name)
     if isinstance(model, NeuronEcsModel):
         (base,) = stack_outputs.require(values, ("Url",), env_name, model.name)
@@ -231,12 +268,16 @@ def smoke_model(session: boto3.Session, env_name: str, environment: Environment,
             target = f"{url} via probe {function}"
             send = probe_sender(lambda_ or lambda_client(session, timeout), function, url, timeout)
     else:
-        (endpoint,) = stack_outputs.require(values, ("EndpointName",), env_name, model.name)
-        target = f"endpoint {endpoint}"
-        send = sagemaker_sender(session, endpoint, timeout)
+        (endpoint,) = stack_outputs.require(values, (stack_outputs.ENDPOINT_NAME,), env_name, model.name)
+        component = values.get(stack_outputs.INFERENCE_COMPONENT_NAME) or None
+        target = f"endpoint {endpoint}" + (f" component {component}" if component else "")
+        send = sagemaker_sender(session, endpoint, timeout, component)
     probe_request = probe_for(model)
     body = json.dumps(probe_request.body).encode()
-    check_reply(send(body)[0], probe_request.outputs)  # the first request may be a cold start: not timed
+    # The first request may be a cold start: not timed (a component that scaled to zero: awaited).
+    cold_start_allowed = (model.slo_for(env_name).cold_start_seconds or 0.0) if component else 0.0
+    reply, waited = first_reply(send, body, cold_start_allowed, sleep=sleep)
+    check_reply(reply, probe_request.outputs)
     samples = []
     for _ in range(requests):
         reply, latency_ms = send(body)
@@ -245,6 +286,8 @@ def smoke_model(session: boto3.Session, env_name: str, environment: Environment,
     slo = model.slo_for(env_name).p99_latency_ms
     p50, p99 = percentile(samples, 50), percentile(samples, 99)
     summary = f"p50 {p50:.1f} ms, p99 {p99:.1f} ms over {requests} requests (SLO p99 {slo:g} ms), {target}"
+    if waited >= COLD_START_POLL_S:
+        summary += f", first answer after a {waited:.0f} s cold start"
     if p99 > slo:
         raise SmokeFailure(f"latency above the SLO: {summary}")
     return summary
@@ -270,10 +313,10 @@ def run(args: argparse.Namespace) -> int:
                                   f"account {environment.account}")
     session = aws_sessions.session_for(args.env, environment, purpose="smoke", role_arn=args.role_arn)
     probe = ProbeLookup(session.client("cloudformation"), args.env)
+    chosen = [m for m in sorted(project.models, key=lambda m: m.name) if not args.model or m.name in args.model]
+    wake_components(session, args.env, chosen, args.timeout)
     failures = 0
-    for model in sorted(project.models, key=lambda m: m.name):
-        if args.model and model.name not in args.model:
-            continue
+    for model in chosen:
         try:
             line = f"{model.name}: ok: " + smoke_model(session, args.env, environment, model, requests=args.requests,
                                                        timeout=args.timeout, via=args.via, probe=probe)
@@ -286,6 +329,28 @@ def run(args: argparse.Namespace) -> int:
             line = f"{model.name}: FAIL: {' '.join(str(exc).split())}"
         print(line, flush=True)
     return 1 if failures else 0
+
+
+def wake_components(session: boto3.Session, env_name: str, models, timeout: float) -> list[str]:
+    """Send every Triton model on a shared endpoint one request, answered or not: a component that scaled to
+    zero starts its way back now (its NoCapacityInvocationFailures alarm), beside the others, instead of
+    when its turn comes. Returns the components woken; any failure here is left to the model's own check."""
+    woken = []
+    cloudformation = session.client("cloudformation")
+    for model in models:
+        if isinstance(model, NeuronEcsModel):
+            continue
+        try:
+            values = stack_outputs.outputs(cloudformation, env_name, model.name)
+            component = values.get(stack_outputs.INFERENCE_COMPONENT_NAME)
+            if not component or not values.get(stack_outputs.ENDPOINT_NAME):
+                continue
+            send = sagemaker_sender(session, values[stack_outputs.ENDPOINT_NAME], timeout, component)
+            woken.append(component)
+            send(json.dumps(probe_for(model).body).encode())
+        except (SmokeFailure, stack_outputs.StackNotFound, *aws_sessions.AWS_ERRORS):
+            pass
+    return woken
 
 
 class SmokeUsageError(Exception):

@@ -29,7 +29,7 @@ from inferstack.delivery import smoke
 from inferstack.triton import client as triton_client, config as triton_config
 from inferstack.rehearsal import triton_server
 from tests.tiny_models import greedy_reference
-from tests.real_triton.conftest import TRITON_MODELS, exported, model_params, shipped
+from tests.real_triton.conftest import ENV, PROJECT, TRITON_MODELS, exported, model_params, shipped
 
 pytestmark = pytest.mark.real_triton
 
@@ -226,6 +226,7 @@ class _SageMakerRuntimeFront:
             def do_POST(self):  # noqa: N802 - http.server's naming
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 outer.paths.append(self.path)
+                outer.components.append(self.headers.get("X-Amzn-SageMaker-Inference-Component"))
                 status, reply = server.invoke(body, content_type=self.headers.get("Content-Type", ""))
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
@@ -237,6 +238,7 @@ class _SageMakerRuntimeFront:
                 pass
 
         self.paths: list[str] = []
+        self.components: list[str | None] = []  # the inference component each request named, if any
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
@@ -254,9 +256,14 @@ class _SageMakerRuntimeFront:
 def test_smoke_probe_passes_over_http_and_through_boto3_invoke_endpoint(name, serve, monkeypatch):
     """inferstack.delivery.smoke's request for the shipped model (probe_for) and its reply check (check_reply),
     sent with its own senders: http_sender to /invocations, and sagemaker_sender (boto3
-    InvokeEndpoint) through a local stand-in for SageMaker's runtime front door. Not run: the stack
+    InvokeEndpoint) through a local stand-in for SageMaker's runtime front door, naming the endpoint (and
+    the inference component, on a fleet's shared endpoint) as dev's stack outputs do. Not run: the stack
     output lookup and the latency SLO (CPU latencies say nothing about a g4dn)."""
     import boto3
+
+    fleet = PROJECT.fleet_of(name, ENV)
+    endpoint = f"{ENV}-{fleet or name}"  # stack names: inferstack.delivery.stack_outputs.stack_name
+    component = f"{ENV}-{name}" if fleet else None
 
     served = serve(name)
     probe = smoke.probe_for(shipped(name))
@@ -269,16 +276,17 @@ def test_smoke_probe_passes_over_http_and_through_boto3_invoke_endpoint(name, se
         monkeypatch.setenv(key, value)
     with _SageMakerRuntimeFront(served.server) as front:
         monkeypatch.setenv("AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME", front.url)
-        send = smoke.sagemaker_sender(boto3.Session(region_name="us-east-1"), f"dev-{name}", 30)
+        send = smoke.sagemaker_sender(boto3.Session(region_name="us-east-1"), endpoint, 30, component)
         latencies = []
         for _ in range(3):
             reply, latency = send(body)
             smoke.check_reply(reply, probe.outputs)
             latencies.append(latency)
-        assert front.paths == [f"/endpoints/dev-{name}/invocations"] * 3
+        assert front.paths == [f"/endpoints/{endpoint}/invocations"] * 3
+        assert front.components == [component] * 3
         assert smoke.percentile(latencies, 99) > 0
         # A broken request surfaces as smoke's one-line failure, not a traceback.
-        with pytest.raises(smoke.SmokeFailure, match=f"endpoint dev-{name}"):
+        with pytest.raises(smoke.SmokeFailure, match=f"endpoint {endpoint}"):
             send(b"{broken")
 
 
