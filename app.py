@@ -67,7 +67,9 @@ def main() -> int:
         print(exc, file=sys.stderr)
         return 2
     if workers > 1:
-        shards = synth_shards.plan_shards(names, model_names, workers)
+        # A fleet's stack and its members' stacks reference each other: each fleet stays in one shard.
+        fleets = {env: [project.fleets[f].models for f in project.fleets_in(env)] for env in names}
+        shards = synth_shards.plan_shards(names, model_names, workers, groups=fleets)
 
         def synth_here(shard: synth_shards.Shard, outdir: Path) -> int:
             return synthesize_shard(cdk.App(outdir=str(outdir), post_cli_context=POST_CLI_CONTEXT), project, shard)

@@ -58,6 +58,33 @@ def test_an_environment_without_models_still_gets_its_foundation():
     assert [s.models for s in plan_shards(ENVS, [], 4)] == [{"dev": [], "staging": [], "prod": []}]
 
 
+def test_a_fleet_and_its_members_never_split_between_shards():
+    """A fleet's stack and its members' stacks reference each other (exports, a stack dependency): one app."""
+    assert [s.models for s in plan_shards(["dev"], ["a", "b", "c", "d"], 2, head_start=0)] == [
+        {"dev": ["a", "b"]}, {"dev": ["c", "d"]}]
+    grouped = plan_shards(["dev"], ["a", "b", "c", "d"], 2, head_start=0, groups={"dev": [("b", "c")]})
+    assert [s.models for s in grouped] == [{"dev": ["a", "b", "c"]}, {"dev": ["d"]}]
+    # members are listed together, at the first member's place; other environments are not grouped
+    apart = plan_shards(["dev", "prod"], ["a", "b", "c", "d"], 3, head_start=0, groups={"dev": [("a", "d")]})
+    assert [s.models for s in apart] == [{"dev": ["a", "d"]}, {"dev": ["b", "c"], "prod": ["a"]},
+                                         {"prod": ["b", "c", "d"]}]
+    # a fleet larger than a shard's share takes fewer shards, never a split
+    assert [s.models for s in plan_shards(["dev"], ["a", "b", "c"], 3, head_start=0,
+                                          groups={"dev": [("a", "b", "c")]})] == [{"dev": ["a", "b", "c"]}]
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3, 5, 8])
+def test_every_stack_lands_in_exactly_one_shard_with_fleets(workers):
+    groups = {"dev": [("b", "d")], "staging": [("a", "c", "d")]}
+    shards = plan_shards(ENVS, MODELS, workers, head_start=1, groups=groups)
+    placed = [(env, m) for s in shards for env, models in s.models.items() for m in models]
+    assert sorted(placed) == sorted((env, m) for env in ENVS for m in MODELS)
+    for env, fleets in groups.items():
+        for fleet in fleets:
+            holders = [i for i, s in enumerate(shards) if set(fleet) & set(s.models.get(env, []))]
+            assert len(holders) == 1, (env, fleet, shards)
+
+
 def test_worker_count_auto_keeps_small_fleets_in_one_process():
     per_shard = synth_shards.MIN_STACKS_PER_SHARD
     assert per_shard >= 2 * synth_shards.STARTUP_STACKS  # a second process must save more than it costs
@@ -250,7 +277,7 @@ def test_app_in_parallel_shards_writes_what_one_process_writes(tmp_path):
     assert one.returncode == 0, one.stderr
     two = run("app.py", env=_cdk_env(parallel, pipeline="false", **{"inferstack:synth-workers": "2"}))
     assert two.returncode == 0, two.stderr
-    assert "synthesized 9 serving stacks in 2 parallel shards" in two.stderr
+    assert "synthesized 12 serving stacks in 2 parallel shards" in two.stderr
     assert "parallel shards" not in one.stderr
     expected, actual = _normalized(serial), _normalized(parallel)
     assert sorted(actual) == sorted(expected)
