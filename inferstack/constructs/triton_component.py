@@ -139,7 +139,8 @@ class TritonComponent(Construct):
 
         self.alarms = self._alarms(plan, model, alarm_topic_arn)
         self.rollback_alarms = (self.alarms["ModelLatencyP99"], self.alarms["Invocation5XXErrors"])
-        self.rollout = rollout_for(model.deployment, plan.smallest_copy_count(model.name))
+        deployment = model.deployment_for(plan.environment) or model.deployment  # this environment's, if it has one
+        self.rollout = rollout_for(deployment, plan.smallest_copy_count(model.name))
 
         # The shared endpoint acts with its own role for every component: grant it this component's image, its
         # log group and (guardrails) its rollback alarms, from this stack, so the grant comes and goes with it.
