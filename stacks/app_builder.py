@@ -79,7 +79,10 @@ def triton_base_images(project: Project, env_names: Sequence[str]) -> dict[str, 
         environment = project.environments[env_name]
         for model in project.models:
             if isinstance(model, TritonSageMakerModel):
-                plan = planning.plan(model, env_name, environment)
+                # On a fleet's shared endpoint the image is built for the fleet's instance type (ServingStack).
+                fleet = project.fleet_of(model.name, env_name)
+                instance_type = (project.fleets[fleet].capacity_for(env_name).instance_type if fleet else
+                                 planning.plan(model, env_name, environment).instance_type)
                 images[f"{env_name}/{model.name}"] = triton_image.base_image_uri(
-                    region=environment.region, version=model.serving.image_version, instance_type=plan.instance_type)
+                    region=environment.region, version=model.serving.image_version, instance_type=instance_type)
     return images
