@@ -130,3 +130,16 @@ def test_render_dashboard_body_reads_joins_as_concatenation():
     nested = {"Fn::Join": ["", ['{"a":"', {"Fn::Join": ["/", [{"Ref": "X"}, {"Fn::GetAtt": ["Y", "Arn"]}]]}, '"}']]}
     assert render_dashboard_body(flat) == render_dashboard_body(nested) == {"a": "<Ref X>/<GetAtt Y.Arn>"}
     assert render_dashboard_body('{"b":1}') == {"b": 1}
+
+
+def test_an_alarm_that_starts_a_scaling_policy_does_not_notify_it_on_ok():
+    stack = cdk.Stack(cdk.App(), "S")
+    metric = cwl1.Metric("AWS/SageMaker", "NoCapacityInvocationFailures", {"InferenceComponentName": "c"}, "Sum")
+    alarm = cwl1.alarm(stack, "Wake", metric=metric, threshold=1, evaluation_periods=1, datapoints_to_alarm=1,
+                       description="wake up", action_arn="arn:aws:autoscaling:policy", notify_ok=False)
+    from aws_cdk.assertions import Template
+
+    assert alarm.ok_actions is None
+    (resource,) = Template.from_stack(stack).find_resources("AWS::CloudWatch::Alarm").values()
+    assert resource["Properties"]["AlarmActions"] == ["arn:aws:autoscaling:policy"]
+    assert "OKActions" not in resource["Properties"]

@@ -34,6 +34,7 @@ from moto.cloudformation.parsing import get_model_map
 from inferstack.capacity import packing, planning
 from inferstack.config import NeuronEcsModel, TritonSageMakerModel
 from inferstack.rehearsal import moto_patches
+from inferstack.schema import instances
 from stacks.stage import InferenceStage
 
 ENV = "dev"
@@ -411,14 +412,15 @@ def test_ecs_service_runs_the_neuron_task_on_its_cluster(rehearsal, project):
         assert service["status"] == "ACTIVE"
         definition = ecs.describe_task_definition(taskDefinition=service["taskDefinition"])["taskDefinition"]
         (container,) = definition["containerDefinitions"]
-        chips = {"inf1.xlarge": 1, "inf1.2xlarge": 1, "inf1.6xlarge": 4}[plan.instance_type]
+        spec = instances.get(plan.instance_type)
+        chips, cores = spec.neuron_devices, spec.neuron_cores
         assert container["linuxParameters"]["devices"] == [
             {"hostPath": f"/dev/neuron{i}", "containerPath": f"/dev/neuron{i}", "permissions": ["read", "write"]}
             for i in range(chips)]
         # moto keeps a task definition's containers (not its compatibilities or placement constraints)
         environment = {e["name"]: e["value"] for e in container["environment"]}
         assert environment["MODEL_NAME"] == name
-        assert environment["NEURON_RT_VISIBLE_CORES"] == f"0-{chips * 4 - 1}"
+        assert environment["NEURON_RT_VISIBLE_CORES"] == f"0-{cores - 1}"
         # the instance group: min from the plan, room for a 200 % deployment at max
         (group_name,) = rehearsal.of_type(stack, "AWS::AutoScaling::AutoScalingGroup")
         (group,) = autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[group_name])["AutoScalingGroups"]
