@@ -42,8 +42,7 @@ def base(tmp_path_factory) -> Path:
 
 def change_configs(config_dir: Path) -> None:
     """The head's config changes: a new dev VPC CIDR (create-only: the VPC is replaced), a new model
-    (a stack is added), and instance types for an ECS and a SageMaker model (they reach templates once
-    the serving constructs are merged)."""
+    (a stack is added), and instance types for an ECS model and for dev's shared SageMaker endpoint."""
     envs_path = config_dir / "environments.yaml"
     envs_path.write_text(envs_path.read_text().replace("cidr: 10.10.0.0/16", "cidr: 10.11.0.0/16"))
     source = (config_dir / "t5-spelling.yaml").read_text()
@@ -51,11 +50,10 @@ def change_configs(config_dir: Path) -> None:
     intent = yaml.safe_load((config_dir / "intent-bert.yaml").read_text())
     intent["environments"]["dev"]["capacity"]["instance_type"] = "inf1.6xlarge"
     (config_dir / "intent-bert.yaml").write_text(yaml.safe_dump(intent, sort_keys=False))
-    bert = yaml.safe_load((config_dir / "bert-large-classifier.yaml").read_text())
-    bert["throughput_profile"]["ml.g5.xlarge"] = {"throughput_per_second": 90, "p99_latency_ms": 120,
-                                                  "source": "test figure"}
-    bert["environments"]["dev"]["capacity"]["instance_type"] = "ml.g5.xlarge"
-    (config_dir / "bert-large-classifier.yaml").write_text(yaml.safe_dump(bert, sort_keys=False))
+    # dev's Triton models run on the triton-shared fleet's endpoint: its instance type is the fleet's.
+    envs = yaml.safe_load(envs_path.read_text())
+    envs["fleets"]["triton-shared"]["capacity"]["instance_type"] = "ml.g5.xlarge"
+    envs_path.write_text(yaml.safe_dump(envs, sort_keys=False))
 
 
 def head_config(tmp_path_factory) -> Path:

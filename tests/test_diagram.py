@@ -12,11 +12,14 @@ from pathlib import Path
 
 import pytest
 
+from inferstack import config
 from inferstack.review import assembly, diagram, diff
 from tests import review_assemblies as ra
+from tests.conftest import CONFIG_DIR
 from tests.test_cli import run
 
 NODE = re.compile(r'^\s*"([^"]+)" \[label="([^"]*)"(?:, fillcolor="([^"]+)")?\];$', re.M)
+PROJECT = config.load(CONFIG_DIR)
 EDGE = re.compile(r'^\s*"([^"]+)" -> "([^"]+)" \[label="([^"]*)"\];$', re.M)
 
 
@@ -66,8 +69,12 @@ def test_cross_stack_references_are_edges(dev_dot):
     # Each serving stack's log group imports the platform key's ARN exported by Foundation.
     for model in ("bert-large-classifier", "intent-bert", "t5-spelling"):
         assert (f"dev/{model}/Logs", "dev/Foundation/PlatformKey/Key", "Arn") in edges
-    assert all(target.startswith("dev/Foundation/") and not source.startswith("dev/Foundation/")
-               for source, target, _ in edges)
+    # References go to the foundation's exports, and from a fleet's members to the fleet's stack.
+    fleets = [f"dev/{f}/" for f in PROJECT.fleets_in("dev")]
+    assert all(target.startswith(("dev/Foundation/", *fleets)) and not source.startswith("dev/Foundation/")
+               and target.split("/")[1] != source.split("/")[1] for source, target, _ in edges)
+    for member in PROJECT.fleets["triton-shared"].models:
+        assert (f"dev/{member}/Triton/SharedEndpointAccess", "dev/triton-shared/Endpoint/ExecutionRole", "Ref") in edges
 
 
 def test_output_is_deterministic(base, dev_dot, tmp_path):

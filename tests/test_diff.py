@@ -122,7 +122,7 @@ def test_added_model_is_an_added_stack(base, head_config):
 
 
 def test_sagemaker_instance_type_change_replaces_endpoint_config_not_endpoint(base, head_config):
-    changes = resources(load_diff(base, head_config), stack="bert-large-classifier")
+    changes = resources(load_diff(base, head_config), stack="triton-shared")  # dev's shared endpoint
     (config,) = [r for r in changes.values() if r.type == "AWS::SageMaker::EndpointConfig"]
     assert (config.replacement, config.protected) == ("always", False)
     assert config.replacing_paths == ["Properties.ProductionVariants[0].InstanceType"]
@@ -332,6 +332,30 @@ def test_new_triton_image_replaces_model_and_config_not_endpoint(tmp_path):
     assert (config.replacement, config.cascaded) == ("always", True)
     assert config.replacing_paths == ["Properties.ProductionVariants[0].ModelName"]
     assert changes["Endpoint"].replacement is None
+    assert cli_diff(base, head, "--fail-on-replace").returncode == 0
+
+
+def component(*, image_hash: str = HASH_A, endpoint: str = "dev-triton-shared") -> dict:
+    """A fleet member's stack: its Model and its inference component on the shared endpoint (by name)."""
+    return {"Resources": {
+        "Model": {"Type": "AWS::SageMaker::Model", "Properties": {
+            "ExecutionRoleArn": "arn:aws:iam::111111111111:role/x",
+            "PrimaryContainer": {"Image": {"Fn::Sub": ECR_IMAGE + image_hash}}}},
+        "Component": {"Type": "AWS::SageMaker::InferenceComponent", "Properties": {
+            "InferenceComponentName": "dev-bert", "EndpointName": endpoint, "VariantName": "AllTraffic",
+            "Specification": {"ModelName": {"Fn::GetAtt": ["Model", "ModelName"]}},
+            "RuntimeConfig": {"CopyCount": 1}}}}}
+
+
+def test_a_new_image_replaces_the_model_and_updates_the_component_in_place(tmp_path):
+    """CloudFormation's schema for AWS::SageMaker::InferenceComponent has no create-only property: a
+    component is updated in place (its copies roll over to the new Model); still a protected resource."""
+    base, head = pair(tmp_path, {"bert": component()}, {"bert": component(image_hash=HASH_B)})
+    changes = resources(load_diff(base, head))
+    assert changes["Model"].replacement == "always"
+    updated = changes["Component"]
+    assert (updated.action, updated.replacement, updated.protected) == ("modified", None, True)
+    assert {"path": "Properties.Specification.ModelName", "logical_id": "Model"} in updated.caused_by
     assert cli_diff(base, head, "--fail-on-replace").returncode == 0
 
 

@@ -13,10 +13,11 @@ from typing import Any
 from inferstack.review import schemas
 from inferstack.review.assembly import Assembly, Asset, Environment, Stack
 
-# Serving and stateful resources: replacing one drops traffic or data. A VPC is here too: replacing it
-# replaces every subnet, endpoint and service attached to it.
+# Serving and stateful resources: replacing one drops traffic or data (an inference component: its copies).
+# A VPC is here too: replacing it replaces every subnet, endpoint and service attached to it.
 PROTECTED_TYPES = frozenset({
-    "AWS::SageMaker::Endpoint", "AWS::ECS::Service", "AWS::ElasticLoadBalancingV2::LoadBalancer",
+    "AWS::SageMaker::Endpoint", "AWS::SageMaker::InferenceComponent", "AWS::ECS::Service",
+    "AWS::ElasticLoadBalancingV2::LoadBalancer",
     "AWS::AutoScaling::AutoScalingGroup", "AWS::KMS::Key", "AWS::S3::Bucket", "AWS::Logs::LogGroup",
     "AWS::EC2::VPC",
 })
