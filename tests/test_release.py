@@ -41,7 +41,10 @@ def test_manifest_records_assets_config_commit_and_versions(cdk_out, tmp_path, c
     assert manifest["versions"]["aws-cdk-lib"] == "2.275.0"
     assert set(manifest["versions"]) == {"aws-cdk-lib", "cloud_assembly_schema", "minimum_cdk_cli", "inferstack"}
     stacks = manifest["environments"]["dev"]["stacks"]
-    assert set(stacks) == {"Foundation", "bert-large-classifier", "intent-bert", "t5-spelling"}
+    assert {"Foundation", "bert-large-classifier", "intent-bert", "t5-spelling", "triton-shared"} <= set(stacks)
+    # the shared endpoint's stack builds no image: each member's stack builds its own, promoted per model
+    assert stacks["triton-shared"]["images"] == []
+    assert [i["build_args"]["TRITON_BASE_IMAGE"] for i in stacks["bert-large-classifier"]["images"]]
 
     (neuron,) = stacks["intent-bert"]["images"]
     assert neuron["dockerfile"] == "Dockerfile.inf1"
