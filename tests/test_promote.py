@@ -1,6 +1,7 @@
-"""`promote` on moto: dev runs three models (an ECS service and two SageMaker endpoints, images in dev's
-CDK asset repository); promote plans, copies manifests and layers into staging's account, writes the
-pin, and refuses when the source is missing or runs something other than the release."""
+"""`promote` on moto: dev runs four models in three stacks (the neuron-cores fleet intent-pack, one ECS service
+whose image serves intent-bert and duplicate-bert, and two SageMaker endpoints; images in dev's CDK asset
+repository); promote plans, copies manifests and layers into staging's account (the fleet's image as the
+fleet), writes the pin, and refuses when the source is missing or runs something other than the release."""
 
 from __future__ import annotations
 
@@ -15,20 +16,21 @@ from inferstack.config.release_pin import ReleasePin
 from tests import aws_fakes
 from tests.test_cli import run
 
-MODELS = ("bert-large-classifier", "intent-bert", "t5-spelling")
+# The image units (Project.image_units): each Triton model's own stack, and the fleet's.
+MODELS = ("bert-large-classifier", "intent-pack", "t5-spelling")
 TARGET = "222222222222.dkr.ecr.us-east-1.amazonaws.com/inferstack"
 
 
 @pytest.fixture
 def dev(aws, config_copy, monkeypatch):
-    """dev deployed: every model's stack, service or endpoint, and image."""
+    """dev deployed: every unit's stack, service or endpoint, and image."""
     aws_fakes.with_deploy_roles(config_copy)
     sess = aws_fakes.session("dev")
     repository = aws_fakes.ASSET_REPOSITORY.format(account="111111111111", region="us-east-1")
     images = {}
     for model in MODELS:
         images[model] = image = aws_fakes.push_image(sess, repository, seed=model)
-        if model == "intent-bert":
+        if model == "intent-pack":
             aws_fakes.deploy_neuron(sess, "dev", model, image.uri)
         else:
             aws_fakes.deploy_triton(sess, "dev", model, image.uri)
@@ -121,10 +123,10 @@ def test_release_manifest_is_checked_and_recorded(dev, capsys, tmp_path):
 def test_source_running_another_image_than_the_release_fails_naming_the_model(dev, capsys, tmp_path):
     config_dir, images = dev
     manifest = tmp_path / "release.json"
-    manifest.write_text(json.dumps(release_manifest(images, tags={"intent-bert": "0" * 64})))
+    manifest.write_text(json.dumps(release_manifest(images, tags={"intent-pack": "0" * 64})))
     code, out, err = promote_cli(capsys, config_dir, "--manifest", str(manifest))
     assert code == 1
-    assert len(err) == 1 and err[0].startswith("promote: error: intent-bert: dev runs ")
+    assert len(err) == 1 and err[0].startswith("promote: error: intent-pack: dev runs ")
     assert f"not the image of release {manifest}" in err[0]
 
 
@@ -140,10 +142,10 @@ def test_missing_source_stack_fails_naming_model_and_stack(dev, capsys):
 def test_missing_service_and_endpoint_fail(dev, capsys):
     config_dir, _ = dev
     sess = aws_fakes.session("dev")
-    sess.client("ecs").delete_service(cluster="dev-intent-bert-cluster", service="intent-bert-service", force=True)
+    sess.client("ecs").delete_service(cluster="dev-intent-pack-cluster", service="intent-pack-service", force=True)
     code, _, err = promote_cli(capsys, config_dir)
     assert code == 1
-    assert err[0].startswith("promote: error: intent-bert: ECS service intent-bert-service not found")
+    assert err[0].startswith("promote: error: intent-pack: ECS service intent-pack-service not found")
 
     sess.client("sagemaker").delete_endpoint(EndpointName="dev-bert-large-classifier")
     code, _, err = promote_cli(capsys, config_dir)
@@ -186,6 +188,20 @@ def test_not_a_release_manifest_is_rejected(tmp_path, capsys):
     assert cli.main(["promote", "--from", "dev", "--to", "staging", "--manifest", str(path)]) == 2
     assert capsys.readouterr().err.splitlines() == [
         f"promote: error: --manifest {path}: not a release manifest (format is not 'inferstack-release/1')"]
+
+
+def test_a_fleet_members_are_pinned_as_the_fleet(dev, capsys):
+    """One image serves intent-bert and duplicate-bert: one repository and one pin entry, named as the fleet
+    (what stage.py's release.image_for(fleet) and config load expect), none for the members."""
+    config_dir, images = dev
+    code, out, err = promote_cli(capsys, config_dir, "--apply")
+    assert code == 0, err
+    assert not [line for line in out if line.startswith(("intent-bert:", "duplicate-bert:"))]
+    pin = ReleasePin.model_validate_json((config_dir / "releases" / "staging.json").read_text())
+    assert set(pin.images) == set(MODELS) and pin.image_for("intent-pack").digest == images["intent-pack"].digest
+    repositories = {r["repositoryName"] for r in
+                    aws_fakes.session("staging").client("ecr").describe_repositories()["repositories"]}
+    assert repositories == {f"inferstack/{m}" for m in MODELS}
 
 
 def test_container_name_matches_the_construct():
