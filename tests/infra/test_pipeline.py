@@ -223,7 +223,7 @@ def test_prod_region_gets_a_replication_bucket_stack(synthesized):
 def test_each_stage_deploys_the_same_templates_as_cdk_deploy(template, synthesized, env):
     stage_ = synthesized.stages[env]
     expected = {f"{env}-{stack.node.id}": f"Synth_Output::assembly-{env}/{stack.template_file}"
-                for stack in [stage_.foundation, *stage_.serving.values()]}
+                for stack in [stage_.foundation, *stage_.fleets.values(), *stage_.serving.values()]}
     prepared = {a["Configuration"]["StackName"]: a["Configuration"]["TemplatePath"]
                 for a in deploy_actions(stage(template, env)) if a["Configuration"]["ActionMode"] == "CHANGE_SET_REPLACE"}
     assert prepared == expected
@@ -250,7 +250,7 @@ def test_each_asset_is_published_once_to_every_account_that_uses_it(template, sy
     ids = [next(iter(p)) for p in published]
     assert sorted(ids) == sorted(_asset_ids(synthesized.outdir, "dockerImages") | _asset_ids(synthesized.outdir, "files"))
     # the Neuron image does not depend on the environment: one build pushed to all three accounts
-    neuron = synthesized.stages["dev"].serving["intent-bert"]
+    neuron = synthesized.stages["dev"].fleets["intent-pack"]  # one image for every member
     manifest = json.loads((synthesized.outdir / "assembly-dev" / f"{neuron.artifact_id}.assets.json").read_text())
     (neuron_image,) = manifest["dockerImages"]
     (spec,) = [s for s in specs if neuron_image in s]

@@ -28,7 +28,7 @@ import pytest
 from moto import mock_aws
 from moto.cloudformation.parsing import get_model_map
 
-from inferstack.capacity import planning
+from inferstack.capacity import packing, planning
 from inferstack.config import NeuronEcsModel, TritonSageMakerModel
 from stacks.stage import InferenceStage
 
@@ -260,15 +260,25 @@ def private_subnets(rehearsal: Rehearsal) -> list[str]:
 
 
 def model_plans(project):
+    """Stack name (without the environment) -> (its model, or its neuron-cores fleet's first member; its
+    plan: the model's CapacityPlan, or the fleet's NeuronFleetPlan)."""
     environment = project.environments[ENV]
-    return {m.name: (m, planning.plan(m, ENV, environment)) for m in project.models}
+    plans = {}
+    for unit in project.image_units(ENV):
+        if unit.fleet:
+            plans[unit.name] = (unit.models[0], packing.plan_fleet(unit.name, project.fleets[unit.name],
+                                                                   unit.models, ENV, environment))
+        else:
+            (model,) = unit.models
+            plans[unit.name] = (model, planning.plan(model, ENV, environment))
+    return plans
 
 
 # ----------------------------------------------------------------------------- the deploy itself
 
 def test_every_stack_is_created_foundation_first(rehearsal, project):
     assert rehearsal.stack_names[0] == f"{ENV}-Foundation"
-    assert sorted(rehearsal.stack_names[1:]) == sorted(f"{ENV}-{m.name}" for m in project.models)
+    assert sorted(rehearsal.stack_names[1:]) == sorted(f"{ENV}-{u.name}" for u in project.image_units(ENV))
     assert rehearsal.statuses == {name: "CREATE_COMPLETE" for name in rehearsal.stack_names}
 
 
@@ -371,7 +381,13 @@ def test_ecs_service_runs_the_neuron_task_on_its_cluster(rehearsal, project):
             for i in range(chips)]
         # moto keeps a task definition's containers (not its compatibilities or placement constraints)
         environment = {e["name"]: e["value"] for e in container["environment"]}
-        assert environment["MODEL_NAME"] == name
+        if isinstance(plan, packing.NeuronFleetPlan):  # every member on its own cores and port
+            served = json.loads(environment["SERVER_MODELS"])
+            assert [(s["name"], s["port"], s["visible_cores"]) for s in served] == [
+                (s.model, s.port, s.visible_cores) for s in plan.shares]
+            assert sorted(p["containerPort"] for p in container["portMappings"]) == [s.port for s in plan.shares]
+        else:
+            assert environment["MODEL_NAME"] == name
         assert environment["NEURON_RT_VISIBLE_CORES"] == f"0-{chips * 4 - 1}"
         # the instance group: min from the plan, room for a 200 % deployment at max
         (group_name,) = rehearsal.of_type(stack, "AWS::AutoScaling::AutoScalingGroup")
@@ -384,22 +400,34 @@ def test_ecs_service_runs_the_neuron_task_on_its_cluster(rehearsal, project):
         assert launch["LaunchTemplateData"]["ImageId"] == rehearsal.ssm_values[
             "/aws/service/ecs/optimized-ami/amazon-linux-2023/neuron/recommended/image_id"]
         checked += 1
-    assert checked == sum(isinstance(m, NeuronEcsModel) for m in project.models) > 0
+    assert checked == sum(isinstance(m, NeuronEcsModel) for m, _ in model_plans(project).values()) > 0
 
 
 def test_load_balancer_is_internal_with_the_readiness_health_check(rehearsal, project):
     elbv2 = rehearsal.client("elbv2")
-    for name, (model, _) in model_plans(project).items():
+    for name, (model, plan) in model_plans(project).items():
         if not isinstance(model, NeuronEcsModel):
             continue
         stack = f"{ENV}-{name}"
         (arn,) = rehearsal.of_type(stack, "AWS::ElasticLoadBalancingV2::LoadBalancer")
         (balancer,) = elbv2.describe_load_balancers(LoadBalancerArns=[arn])["LoadBalancers"]
         assert balancer["Scheme"] == "internal"
-        (group_arn,) = rehearsal.of_type(stack, "AWS::ElasticLoadBalancingV2::TargetGroup")
-        (group,) = elbv2.describe_target_groups(TargetGroupArns=[group_arn])["TargetGroups"]
-        assert group["HealthCheckPath"] == "/v2/health/ready"
-        assert group["Port"] == model.serving.port
+        group_arns = rehearsal.of_type(stack, "AWS::ElasticLoadBalancingV2::TargetGroup")
+        groups = elbv2.describe_target_groups(TargetGroupArns=group_arns)["TargetGroups"]
+        if isinstance(plan, packing.NeuronFleetPlan):  # a target group per member: its port, its readiness
+            assert sorted((g["Port"], g["HealthCheckPath"]) for g in groups) == sorted(
+                (s.port, f"/v2/models/{s.model}/ready") for s in plan.shares)
+            (listener_arn,) = rehearsal.of_type(stack, "AWS::ElasticLoadBalancingV2::Listener")
+            rules = [r for r in elbv2.describe_rules(ListenerArn=listener_arn)["Rules"] if not r["IsDefault"]]
+            by_group = {g["TargetGroupArn"]: g["Port"] for g in groups}
+            routed = {tuple(sorted(c["Values"] if "Values" in c else c["PathPatternConfig"]["Values"]))
+                      for r in rules for c in r["Conditions"]}
+            assert routed == {(f"/v2/models/{s.model}", f"/v2/models/{s.model}/*") for s in plan.shares}
+            assert sorted(by_group[r["Actions"][0]["TargetGroupArn"]] for r in rules) == [s.port for s in plan.shares]
+        else:
+            (group,) = groups
+            assert group["HealthCheckPath"] == "/v2/health/ready"
+            assert group["Port"] == model.serving.port
 
 
 def test_scalable_targets_when_moto_models_them(rehearsal, project):

@@ -28,4 +28,4 @@ def test_adding_a_model_changes_no_other_stack(synthesized, config_copy, tmp_pat
 def test_synthesized_fixture_covers_every_environment_and_model(project, synthesized):
     assert set(synthesized.templates) == set(project.environments)
     for env, stacks in synthesized.templates.items():
-        assert set(stacks) == {"Foundation"} | {m.name for m in project.models}, env
+        assert set(stacks) == {"Foundation"} | {u.name for u in project.image_units(env)}, env
