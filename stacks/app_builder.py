@@ -11,7 +11,7 @@ from inferstack.constructs import nag
 from inferstack.capacity import planning
 from inferstack.triton import image as triton_image
 from inferstack.config import Project, TritonSageMakerModel
-from inferstack.schema.models import PIPELINE_STACK_NAME
+from inferstack.schema.models import PIPELINE_STACK_NAME, NeuronCoreFleet
 from stacks.pipeline_stack import PipelineStack
 from stacks.stage import InferenceStage, add_stages
 
@@ -70,6 +70,13 @@ def add_pipeline(app: cdk.App, project: Project, stages: dict[str, InferenceStag
                          stages=stages, environments=environments,
                          triton_base_images=triton_base_images(project, settings.stages),
                          description="inferstack CDK pipeline: " + " -> ".join(settings.stages))
+
+
+def shard_groups(project: Project, env_names: Sequence[str]) -> dict[str, list[list[str]]]:
+    """environment -> the model groups a synth shard must keep together there: each neuron-cores fleet's
+    members, whose one stack serves them all (inferstack.synthesis.shards.plan_shards, `together`)."""
+    return {env: [list(fleet.models) for fleet in project.fleets.values()
+                  if isinstance(fleet, NeuronCoreFleet) and fleet.deploys_in(env)] for env in env_names}
 
 
 def triton_base_images(project: Project, env_names: Sequence[str]) -> dict[str, str]:

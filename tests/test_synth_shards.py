@@ -54,6 +54,30 @@ def test_the_first_shard_takes_the_start_up_of_the_others_in_stacks(stacks, work
     assert [len(s.models["dev"]) for s in shards] == sizes
 
 
+def test_a_fleets_models_stay_in_one_shard_first_in_their_environment():
+    """A neuron-cores fleet's members are served by one stack, which the stage builds before the models' own:
+    they come first in each environment and a slice that would end inside them ends after them."""
+    together = {env: [["c", "b"]] for env in ENVS}
+    shards = plan_shards(ENVS, MODELS, 2, head_start=0, together=together)
+    assert [s.models for s in shards] == [
+        {"dev": ["c", "b", "a", "d"], "staging": ["c", "b"]},
+        {"staging": ["a", "d"], "prod": ["c", "b", "a", "d"]},
+    ]
+    # Four even slices of 12 end after stacks 3, 6 and 9; the 9th is the first of prod's fleet (c, b): that
+    # slice ends after the fleet instead.
+    shards = plan_shards(ENVS, MODELS, 4, head_start=0, together=together)
+    assert [s.models for s in shards] == [
+        {"dev": ["c", "b", "a"]},
+        {"dev": ["d"], "staging": ["c", "b"]},
+        {"staging": ["a", "d"], "prod": ["c", "b"]},
+        {"prod": ["a", "d"]},
+    ]
+    for workers in range(1, 13):
+        for shard in plan_shards(ENVS, MODELS, workers, head_start=1, together=together):
+            for models in shard.models.values():
+                assert ("b" in models) == ("c" in models), (workers, shard)
+
+
 def test_an_environment_without_models_still_gets_its_foundation():
     assert [s.models for s in plan_shards(ENVS, [], 4)] == [{"dev": [], "staging": [], "prod": []}]
 
@@ -250,7 +274,7 @@ def test_app_in_parallel_shards_writes_what_one_process_writes(tmp_path):
     assert one.returncode == 0, one.stderr
     two = run("app.py", env=_cdk_env(parallel, pipeline="false", **{"inferstack:synth-workers": "2"}))
     assert two.returncode == 0, two.stderr
-    assert "synthesized 9 serving stacks in 2 parallel shards" in two.stderr
+    assert "synthesized 12 serving stacks in 2 parallel shards" in two.stderr  # 4 models x 3 environments
     assert "parallel shards" not in one.stderr
     expected, actual = _normalized(serial), _normalized(parallel)
     assert sorted(actual) == sorted(expected)

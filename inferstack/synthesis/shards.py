@@ -102,12 +102,23 @@ def available_cpus() -> int:
 
 
 def plan_shards(env_names: Sequence[str], model_names: Sequence[str], workers: int,
-                head_start: int = STARTUP_STACKS) -> list[Shard]:
+                head_start: int = STARTUP_STACKS,
+                together: Mapping[str, Sequence[Sequence[str]]] | None = None) -> list[Shard]:
     """`workers` contiguous slices (fewer if there are fewer stacks) of the environment-major list of
     serving stacks, sized so all finish together: the first (synthesized in the already started
     process) takes `head_start` more than each other one. Every environment has the same models, so
-    only a fleet without models leaves one out of every slice: then one shard builds the foundations."""
-    stacks = [(env, model) for env in env_names for model in model_names]
+    only a fleet without models leaves one out of every slice: then one shard builds the foundations.
+
+    `together`: environment -> groups of models that one stack serves there (a neuron-cores fleet's members).
+    A group comes first in its environment, in the given order, as the stage builds fleet stacks before the
+    models' own, and never straddles two shards: a slice that would end inside a group ends after it."""
+    groups = {env: [list(g) for g in (together or {}).get(env, ())] for env in env_names}
+    units: list[tuple[str, list[str]]] = []  # (environment, models one shard must hold together)
+    for env in env_names:
+        grouped = {m for group in groups[env] for m in group}
+        units += [(env, group) for group in groups[env]]
+        units += [(env, [m]) for m in model_names if m not in grouped]
+    stacks = [(env, model) for env, models in units for model in models]
     if not stacks:
         return [Shard({env: [] for env in env_names})]
     count = max(1, min(workers, len(stacks)))
@@ -116,6 +127,11 @@ def plan_shards(env_names: Sequence[str], model_names: Sequence[str], workers: i
     first = len(stacks) if count == 1 else (len(stacks) + (count - 1) * head) // count
     rest = stacks[first:]
     bounds = [0, first] + [first + (i + 1) * len(rest) // (count - 1) for i in range(count - 1)]
+    ends, position = set(), 0  # where a slice may end: after a whole unit
+    for _, models in units:
+        position += len(models)
+        ends.add(position)
+    bounds = sorted({min(e for e in ends if e >= b) if b else 0 for b in bounds})
     shards = []
     for start, end in zip(bounds, bounds[1:]):
         models: dict[str, list[str]] = {}
