@@ -28,7 +28,7 @@ import pytest
 from moto import mock_aws
 from moto.cloudformation.parsing import get_model_map
 
-from inferstack.capacity import packing, planning
+from inferstack.capacity import packing, planning, schedule
 from inferstack.config import NeuronEcsModel, TritonSageMakerModel
 from stacks.stage import InferenceStage
 
@@ -71,7 +71,7 @@ class Rehearsal:
 def deploy_order(stage: InferenceStage) -> list:
     """The stage's stacks, each after the stacks it depends on."""
     ordered: list = []
-    pending = [stage.foundation, *stage.serving.values()]
+    pending = [stage.foundation, *stage.fleets.values(), *stage.serving.values()]
     while pending:
         ready = [s for s in pending if all(d in ordered for d in s.dependencies)]
         assert ready, f"dependency cycle among {[s.stack_name for s in pending]}"
@@ -393,6 +393,13 @@ def test_ecs_service_runs_the_neuron_task_on_its_cluster(rehearsal, project):
         (group_name,) = rehearsal.of_type(stack, "AWS::AutoScaling::AutoScalingGroup")
         (group,) = autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[group_name])["AutoScalingGroups"]
         assert (group["MinSize"], group["MaxSize"]) == (plan.min_capacity, plan.max_capacity * 2)
+        # off hours: the group's minimum follows the service's window (dev's fleet closes at night)
+        windows = plan.windows if isinstance(plan, packing.NeuronFleetPlan) else model.off_hours_for(ENV)
+        scheduled = autoscaling.describe_scheduled_actions(
+            AutoScalingGroupName=group_name)["ScheduledUpdateGroupActions"]
+        assert sorted((a["Recurrence"], a["MinSize"]) for a in scheduled) == sorted(
+            [(schedule.unix_recurrence(w.start), w.min) for w in windows]
+            + [(schedule.unix_recurrence(w.end), plan.min_capacity) for w in windows])
         launch = rehearsal.client("ec2").describe_launch_template_versions(
             LaunchTemplateId=group["LaunchTemplate"]["LaunchTemplateId"])["LaunchTemplateVersions"][0]
         assert launch["LaunchTemplateData"]["InstanceType"] == plan.instance_type
