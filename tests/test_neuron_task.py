@@ -95,10 +95,10 @@ def test_packed_build_args_name_every_member_and_its_compile_settings(fleet):
     assert task.build_args["NEURON_TARGET"] == "inf1" and task.dockerfile == "Dockerfile.inf1"
     models = json.loads(task.build_args["MODELS"])
     assert models == [
-        {"name": "intent-bert", "model": "bert-base-uncased", "revision": "", "task": "text-classification",
+        {"name": "intent-bert", "model": "bert-base-uncased", "revision": None, "task": "text-classification",
          "labels": ["search", "navigate", "purchase", "support", "other"], "batch_size": 1, "sequence_length": 128,
          "neuron_cores": 1, "parallelism": "data-parallel", "compiler_args": ["--fp32-cast=all"]},
-        {"name": "duplicate-bert", "model": "bert-base-uncased", "revision": "", "task": "text-classification",
+        {"name": "duplicate-bert", "model": "bert-base-uncased", "revision": None, "task": "text-classification",
          "labels": ["distinct", "duplicate"], "batch_size": 6, "sequence_length": 128, "neuron_cores": 1,
          "parallelism": "data-parallel", "compiler_args": ["--fp32-cast=all"]}]
     # deterministic bytes (sorted keys, compact), whatever order the members come in: the image asset's hash
@@ -109,13 +109,14 @@ def test_packed_build_args_name_every_member_and_its_compile_settings(fleet):
 def test_packed_environment_comes_from_the_plans_shares(fleet):
     plan, members = fleet
     task = neuron_task.for_fleet(plan, members)
-    assert set(task.environment) == {"SERVER_MODELS", "NEURON_RT_VISIBLE_CORES"}  # no MODEL_NAME, no PORT
-    assert task.visible_cores == "0-3"
+    # no MODEL_NAME, no PORT; warm-up applies to every packed model
+    assert set(task.environment) == {"SERVER_MODELS", "NEURON_RT_VISIBLE_CORES", "SERVER_WARMUP_ITERATIONS"}
+    assert task.visible_cores == "0-3" and task.environment["SERVER_WARMUP_ITERATIONS"] == "32"
     assert json.loads(task.environment["SERVER_MODELS"]) == [
         {"name": "intent-bert", "port": 8080, "visible_cores": "0-2", "workers": 3, "max_batch_size": 16,
-         "max_queue_delay_ms": 1.0, "warmup_iterations": 32},
+         "max_queue_delay_ms": 1.0},
         {"name": "duplicate-bert", "port": 8081, "visible_cores": "3", "workers": 1, "max_batch_size": 24,
-         "max_queue_delay_ms": 5.0, "warmup_iterations": 32}]
+         "max_queue_delay_ms": 5.0}]
     assert [s["name"] for s in json.loads(task.environment["SERVER_MODELS"])] == [s.model for s in plan.shares]
     # the same host facts as a dedicated task on that instance type
     dedicated = neuron_task.for_instance(members[0], plan.instance_type)

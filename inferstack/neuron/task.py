@@ -147,7 +147,7 @@ def compile_entry(model: NeuronEcsModel) -> dict[str, object]:
     return {
         "name": model.name,
         "model": source.huggingface_id or source.local_path or "",
-        "revision": source.revision or "",
+        "revision": source.revision,  # null: the hub's default branch
         "task": source.task,
         "labels": list(source.labels),
         "batch_size": comp.batch_size,
@@ -166,8 +166,10 @@ def packed_build_args(models: Sequence[NeuronEcsModel], neuron_target: str) -> d
 
 def packed_environment(plan: "NeuronFleetPlan", models: Sequence[NeuronEcsModel]) -> dict[str, str]:
     """SERVER_MODELS from the plan's shares: each model's port, host-global NeuronCore range and workers, with
-    its own batching and warm-up settings. MODEL_NAME and PORT are left out (the contract forbids them beside
-    SERVER_MODELS); NEURON_RT_VISIBLE_CORES still names the whole instance, which the one task owns."""
+    its own batching (the keys the serving app takes per model). Warm-up applies to every packed model: the
+    most any member asks for. MODEL_NAME and PORT are left out (the contract forbids them beside
+    SERVER_MODELS); NEURON_RT_VISIBLE_CORES names the whole instance, which the one task owns (the app checks
+    every model's range lies inside it)."""
     by_name = {m.name: m for m in models}
     served = []
     for share in plan.shares:
@@ -179,9 +181,9 @@ def packed_environment(plan: "NeuronFleetPlan", models: Sequence[NeuronEcsModel]
             "workers": share.workers,
             "max_batch_size": serving.max_batch_size,
             "max_queue_delay_ms": serving.max_queue_delay_ms,
-            "warmup_iterations": serving.warmup_requests,
         })
-    return {"SERVER_MODELS": _json(served), "NEURON_RT_VISIBLE_CORES": visible_cores(plan.neuron_cores)}
+    return {"SERVER_MODELS": _json(served), "NEURON_RT_VISIBLE_CORES": visible_cores(plan.neuron_cores),
+            "SERVER_WARMUP_ITERATIONS": str(max(m.serving.warmup_requests for m in models))}
 
 
 def for_fleet(plan: "NeuronFleetPlan", models: Sequence[NeuronEcsModel]) -> NeuronTask:

@@ -75,8 +75,7 @@ def test_dev_task_splits_the_cores_as_worked_out_from_the_yaml(synthesized):
     served = served_models(template(synthesized, "dev"))
     assert [(s["name"], s["port"], s["visible_cores"], s["workers"]) for s in served] == [
         ("intent-bert", 8080, "0-2", 3), ("duplicate-bert", 8081, "3", 1)]
-    assert [(s["max_batch_size"], s["max_queue_delay_ms"], s["warmup_iterations"]) for s in served] == [
-        (16, 1, 32), (24, 5, 32)]
+    assert [(s["max_batch_size"], s["max_queue_delay_ms"]) for s in served] == [(16, 1), (24, 5)]
 
 
 def _cores(visible: str) -> set[int]:
@@ -114,7 +113,7 @@ def test_one_image_with_every_member_compiled_for_the_generation(synthesized):
     assert dev["dockerBuildArgs"]["NEURON_TARGET"] == "inf1"
     models = json.loads(dev["dockerBuildArgs"]["MODELS"])
     assert [m["name"] for m in models] == list(MEMBERS)
-    assert models[1] == {"name": "duplicate-bert", "model": "bert-base-uncased", "revision": "",
+    assert models[1] == {"name": "duplicate-bert", "model": "bert-base-uncased", "revision": None,
                          "task": "text-classification", "labels": ["distinct", "duplicate"], "batch_size": 6,
                          "sequence_length": 128, "neuron_cores": 1, "parallelism": "data-parallel",
                          "compiler_args": ["--fp32-cast=all"]}
