@@ -1,6 +1,6 @@
-"""`promote` on moto: dev runs four models in three stacks (the neuron-cores fleet intent-pack, one ECS service
-whose image serves intent-bert and duplicate-bert, and two SageMaker endpoints; images in dev's CDK asset
-repository); promote plans, copies manifests and layers into staging's account (the fleet's image as the
+"""`promote` on moto: dev runs five models in four stacks (the neuron-cores fleet intent-pack, one ECS service
+whose image serves intent-bert and duplicate-bert; intent-bert-inf2 on its own ECS service; two SageMaker
+endpoints; images in dev's CDK asset repository); promote plans, copies manifests and layers into staging's account (the fleet's image as the
 fleet), writes the pin, and refuses when the source is missing or runs something other than the release."""
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from tests import aws_fakes
 from tests.test_cli import run
 
 # The image units (Project.image_units): each Triton model's own stack, and the fleet's.
-MODELS = ("bert-large-classifier", "intent-pack", "t5-spelling")
+MODELS = ("bert-large-classifier", "intent-bert-inf2", "intent-pack", "t5-spelling")
+NEURON = ("intent-bert-inf2", "intent-pack")
 TARGET = "222222222222.dkr.ecr.us-east-1.amazonaws.com/inferstack"
 
 
@@ -30,7 +31,7 @@ def dev(aws, config_copy, monkeypatch):
     images = {}
     for model in MODELS:
         images[model] = image = aws_fakes.push_image(sess, repository, seed=model)
-        if model == "intent-pack":
+        if model in NEURON:
             aws_fakes.deploy_neuron(sess, "dev", model, image.uri)
         else:
             aws_fakes.deploy_triton(sess, "dev", model, image.uri)
@@ -104,7 +105,7 @@ def test_apply_copies_images_with_layers_and_writes_the_pin(dev, capsys):
     before = pin_path.read_text()
     code, out, err = promote_cli(capsys, config_dir, "--apply")
     assert code == 0, err
-    assert all(line.endswith("(exists)") for line in out[1:4]), out
+    assert all(line.endswith("(exists)") for line in out[1:1 + len(MODELS)]), out
     assert pin_path.read_text() == before
 
 

@@ -41,7 +41,7 @@ def test_manifest_records_assets_config_commit_and_versions(cdk_out, tmp_path, c
     assert manifest["versions"]["aws-cdk-lib"] == "2.275.0"
     assert set(manifest["versions"]) == {"aws-cdk-lib", "cloud_assembly_schema", "minimum_cdk_cli", "inferstack"}
     stacks = manifest["environments"]["dev"]["stacks"]
-    assert set(stacks) == {"Foundation", "bert-large-classifier", "intent-pack", "t5-spelling"}
+    assert set(stacks) == {"Foundation", "bert-large-classifier", "intent-bert-inf2", "intent-pack", "t5-spelling"}
 
     # a neuron-cores fleet's stack: one image holds every member (MODELS), keyed by the fleet's name
     (neuron,) = stacks["intent-pack"]["images"]

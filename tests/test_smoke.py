@@ -423,7 +423,8 @@ def test_triton_non_json_reply_fails(triton_config, capsys):
     (["--env", "qa"], "smoke: error: --env: unknown environment 'qa'; known: dev, staging, prod"),
     (["--env", "dev", "--timeout", "0"], "smoke: error: --timeout must be > 0 and --requests >= 1"),
     (["--env", "dev", "--model", "nope"], "smoke: error: --model: unknown model(s) nope; known: "
-                                          "bert-large-classifier, duplicate-bert, intent-bert, t5-spelling"),
+                                          "bert-large-classifier, duplicate-bert, intent-bert, intent-bert-inf2, "
+                                          "t5-spelling"),
 ])
 def test_bad_arguments_are_one_line_exit_2(args, message, capsys):
     assert cli.main(["smoke", *args]) == 2
@@ -440,6 +441,6 @@ def test_pipeline_command_line_without_credentials_fails_cleanly(tmp_path):
     assert "Traceback" not in result.stderr + result.stdout
     lines = result.stdout.splitlines()
     assert [line.split(":")[0] for line in lines] == ["bert-large-classifier", "duplicate-bert", "intent-bert",
-                                                      "t5-spelling"]
+                                                      "intent-bert-inf2", "t5-spelling"]
     assert all(": FAIL: " in line for line in lines), lines
 

@@ -274,7 +274,7 @@ def test_app_in_parallel_shards_writes_what_one_process_writes(tmp_path):
     assert one.returncode == 0, one.stderr
     two = run("app.py", env=_cdk_env(parallel, pipeline="false", **{"inferstack:synth-workers": "2"}))
     assert two.returncode == 0, two.stderr
-    assert "synthesized 12 serving stacks in 2 parallel shards" in two.stderr  # 4 models x 3 environments
+    assert "synthesized 15 serving stacks in 2 parallel shards" in two.stderr  # 5 models x 3 environments
     assert "parallel shards" not in one.stderr
     expected, actual = _normalized(serial), _normalized(parallel)
     assert sorted(actual) == sorted(expected)

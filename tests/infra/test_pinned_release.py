@@ -15,8 +15,9 @@ from inferstack import config
 from tests.infra.synth import synth
 
 ACCOUNT, REGION = "222222222222", "us-east-1"
-# Image units: the Triton models' own stacks and the neuron-cores fleet intent-pack (intent-bert, duplicate-bert).
-MODELS = ("bert-large-classifier", "intent-pack", "t5-spelling")
+# Image units: the Triton models' and intent-bert-inf2's own stacks, and the neuron-cores fleet intent-pack (intent-bert,
+# duplicate-bert).
+MODELS = ("bert-large-classifier", "intent-pack", "t5-spelling", "intent-bert-inf2")
 
 
 def digest(n: int) -> str:
@@ -101,10 +102,10 @@ def test_missing_pin_file_points_at_the_reference(config_copy):
 
 @pytest.mark.parametrize("document, expected", [
     ("{not json", "model_configs/releases/staging.json:1: not valid JSON"),
-    (pin_document(models=("intent-pack", "t5-spelling")),
+    (pin_document(models=("intent-pack", "t5-spelling", "intent-bert-inf2")),
      "model_configs/releases/staging.json: images: no pinned image for bert-large-classifier; promote again"),
     # a fleet's members are not units of their own: one image serves them, pinned by the fleet's name
-    (pin_document(models=("bert-large-classifier", "intent-bert", "duplicate-bert", "t5-spelling")),
+    (pin_document(models=("bert-large-classifier", "intent-bert", "duplicate-bert", "t5-spelling", "intent-bert-inf2")),
      "model_configs/releases/staging.json: images: no pinned image for intent-pack; promote again"),
     (pin_document(models=(*MODELS, "intent-bert")),
      "model_configs/releases/staging.json: images.intent-bert: unknown model or fleet (a neuron-cores fleet's "

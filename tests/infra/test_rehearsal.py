@@ -30,6 +30,7 @@ from moto.cloudformation.parsing import get_model_map
 
 from inferstack.capacity import packing, planning, schedule
 from inferstack.config import NeuronEcsModel, TritonSageMakerModel
+from inferstack.schema import instances
 from stacks.stage import InferenceStage
 
 ENV = "dev"
@@ -375,10 +376,9 @@ def test_ecs_service_runs_the_neuron_task_on_its_cluster(rehearsal, project):
         assert service["status"] == "ACTIVE"
         definition = ecs.describe_task_definition(taskDefinition=service["taskDefinition"])["taskDefinition"]
         (container,) = definition["containerDefinitions"]
-        chips = {"inf1.xlarge": 1, "inf1.2xlarge": 1, "inf1.6xlarge": 4}[plan.instance_type]
+        spec = instances.get(plan.instance_type)
         assert container["linuxParameters"]["devices"] == [
-            {"hostPath": f"/dev/neuron{i}", "containerPath": f"/dev/neuron{i}", "permissions": ["read", "write"]}
-            for i in range(chips)]
+            {"hostPath": path, "containerPath": path, "permissions": ["read", "write"]} for path in spec.device_paths]
         # moto keeps a task definition's containers (not its compatibilities or placement constraints)
         environment = {e["name"]: e["value"] for e in container["environment"]}
         if isinstance(plan, packing.NeuronFleetPlan):  # every member on its own cores and port
@@ -388,18 +388,11 @@ def test_ecs_service_runs_the_neuron_task_on_its_cluster(rehearsal, project):
             assert sorted(p["containerPort"] for p in container["portMappings"]) == [s.port for s in plan.shares]
         else:
             assert environment["MODEL_NAME"] == name
-        assert environment["NEURON_RT_VISIBLE_CORES"] == f"0-{chips * 4 - 1}"
+        assert environment["NEURON_RT_VISIBLE_CORES"] == f"0-{spec.neuron_cores - 1}"
         # the instance group: min from the plan, room for a 200 % deployment at max
         (group_name,) = rehearsal.of_type(stack, "AWS::AutoScaling::AutoScalingGroup")
         (group,) = autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[group_name])["AutoScalingGroups"]
         assert (group["MinSize"], group["MaxSize"]) == (plan.min_capacity, plan.max_capacity * 2)
-        # off hours: the group's minimum follows the service's window (dev's fleet closes at night)
-        windows = plan.windows if isinstance(plan, packing.NeuronFleetPlan) else model.off_hours_for(ENV)
-        scheduled = autoscaling.describe_scheduled_actions(
-            AutoScalingGroupName=group_name)["ScheduledUpdateGroupActions"]
-        assert sorted((a["Recurrence"], a["MinSize"]) for a in scheduled) == sorted(
-            [(schedule.unix_recurrence(w.start), w.min) for w in windows]
-            + [(schedule.unix_recurrence(w.end), plan.min_capacity) for w in windows])
         launch = rehearsal.client("ec2").describe_launch_template_versions(
             LaunchTemplateId=group["LaunchTemplate"]["LaunchTemplateId"])["LaunchTemplateVersions"][0]
         assert launch["LaunchTemplateData"]["InstanceType"] == plan.instance_type
@@ -408,6 +401,27 @@ def test_ecs_service_runs_the_neuron_task_on_its_cluster(rehearsal, project):
             "/aws/service/ecs/optimized-ami/amazon-linux-2023/neuron/recommended/image_id"]
         checked += 1
     assert checked == sum(isinstance(m, NeuronEcsModel) for m, _ in model_plans(project).values()) > 0
+
+
+def test_groups_follow_their_off_hours_windows(rehearsal, project):
+    """The group's minimum follows the service's off-hours window (dev's fleet and intent-bert-inf2 close at
+    night). moto keys Auto Scaling scheduled actions by name account-wide (AWS: per group) and its
+    CloudFormation names them by logical id, so stacks with the same construct layout overwrite each other's
+    actions: every action moto holds must be one its group's windows ask for, and one group holds them all."""
+    autoscaling = rehearsal.client("autoscaling")
+    expected = {}
+    for name, (model, plan) in model_plans(project).items():
+        if not isinstance(model, NeuronEcsModel):
+            continue
+        windows = plan.windows if isinstance(plan, packing.NeuronFleetPlan) else model.off_hours_for(ENV)
+        (group_name,) = rehearsal.of_type(f"{ENV}-{name}", "AWS::AutoScaling::AutoScalingGroup")
+        expected[group_name] = sorted([(schedule.unix_recurrence(w.start), w.min) for w in windows]
+                                      + [(schedule.unix_recurrence(w.end), plan.min_capacity) for w in windows])
+    assert sum(bool(actions) for actions in expected.values()) >= 1
+    held: dict[str, list] = {}
+    for action in autoscaling.describe_scheduled_actions()["ScheduledUpdateGroupActions"]:
+        held.setdefault(action["AutoScalingGroupName"], []).append((action["Recurrence"], action["MinSize"]))
+    assert held and all(sorted(actions) == expected[group] for group, actions in held.items()), (held, expected)
 
 
 def test_load_balancer_is_internal_with_the_readiness_health_check(rehearsal, project):
