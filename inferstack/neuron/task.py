@@ -10,13 +10,10 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from inferstack.schema import instances
 from inferstack.schema.models import NeuronEcsModel
-
-if TYPE_CHECKING:  # the planner imports the schema only; the task needs its plan's type, not its code
-    from inferstack.capacity.packing import NeuronFleetPlan
 
 # The image's Dockerfile inside container/neuron/, per Neuron generation (the one place that names it).
 DOCKERFILE = "Dockerfile.{neuron_target}"
@@ -134,6 +131,33 @@ def for_instance(model: NeuronEcsModel, instance_type: str) -> NeuronTask:
 
 # ---------------------------------------------------------------- several models in one task
 
+class CoreShare(Protocol):
+    """One packed model's part of the task, as inferstack.capacity.packing plans it (this layer sits below
+    the planner, so it names only what it reads)."""
+
+    @property
+    def model(self) -> str: ...
+    @property
+    def port(self) -> int: ...
+    @property
+    def visible_cores(self) -> str: ...
+    @property
+    def workers(self) -> int: ...
+
+
+class PackedLayout(Protocol):
+    """A neuron-cores fleet's plan (inferstack.capacity.packing.NeuronFleetPlan), as far as the task needs it."""
+
+    @property
+    def fleet(self) -> str: ...
+    @property
+    def instance_type(self) -> str: ...
+    @property
+    def neuron_cores(self) -> int: ...
+    @property
+    def shares(self) -> Sequence[CoreShare]: ...
+
+
 def _json(value: object) -> str:
     """Deterministic and compact: the same config gives the same build arg (so the same image asset hash)."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
@@ -164,7 +188,7 @@ def packed_build_args(models: Sequence[NeuronEcsModel], neuron_target: str) -> d
     return {"MODELS": _json([compile_entry(m) for m in models]), "NEURON_TARGET": neuron_target}
 
 
-def packed_environment(plan: "NeuronFleetPlan", models: Sequence[NeuronEcsModel]) -> dict[str, str]:
+def packed_environment(plan: PackedLayout, models: Sequence[NeuronEcsModel]) -> dict[str, str]:
     """SERVER_MODELS from the plan's shares: each model's port, host-global NeuronCore range and workers, with
     its own batching (the keys the serving app takes per model). Warm-up applies to every packed model: the
     most any member asks for. MODEL_NAME and PORT are left out (the contract forbids them beside
@@ -186,7 +210,7 @@ def packed_environment(plan: "NeuronFleetPlan", models: Sequence[NeuronEcsModel]
             "SERVER_WARMUP_ITERATIONS": str(max(m.serving.warmup_requests for m in models))}
 
 
-def for_fleet(plan: "NeuronFleetPlan", models: Sequence[NeuronEcsModel]) -> NeuronTask:
+def for_fleet(plan: PackedLayout, models: Sequence[NeuronEcsModel]) -> NeuronTask:
     """The one task of a neuron-cores fleet: every member compiled into one image for the instance's
     generation, each served on the plan's core range and port. `models` are the fleet's members."""
     names = [share.model for share in plan.shares]
