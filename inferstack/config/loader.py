@@ -94,10 +94,6 @@ class Project:
                 units.append(ImageUnit(name, (self.model(name),)))
         return units
 
-    def unit_of(self, model: str, env_name: str) -> ImageUnit:
-        """The unit (and so the stack) that serves `model` in `env_name`."""
-        return next(u for u in self.image_units(env_name) if model in (m.name for m in u.models))
-
 
 def load(config_dir: Path | str, *, releases: bool = True) -> Project:
     """`releases=False` skips reading the pin files: promote must load a config whose target pin is stale
