@@ -15,7 +15,7 @@ import aws_cdk as cdk
 from inferstack import config
 from inferstack.synthesis import shards as synth_shards
 from inferstack.triton import image as triton_image
-from stacks.app_builder import POST_CLI_CONTEXT, PipelineUnavailable, build, pipeline_wanted
+from stacks.app_builder import POST_CLI_CONTEXT, PipelineUnavailable, build, pipeline_wanted, shard_groups
 
 
 def main() -> int:
@@ -67,9 +67,7 @@ def main() -> int:
         print(exc, file=sys.stderr)
         return 2
     if workers > 1:
-        # A fleet's stack and its members' stacks reference each other: each fleet stays in one shard.
-        fleets = {env: [project.fleets[f].models for f in project.fleets_in(env)] for env in names}
-        shards = synth_shards.plan_shards(names, model_names, workers, groups=fleets)
+        shards = synth_shards.plan_shards(names, model_names, workers, together=shard_groups(project, names))
 
         def synth_here(shard: synth_shards.Shard, outdir: Path) -> int:
             return synthesize_shard(cdk.App(outdir=str(outdir), post_cli_context=POST_CLI_CONTEXT), project, shard)

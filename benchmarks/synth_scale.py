@@ -67,6 +67,7 @@ def write_configs(target: Path, count: int) -> None:
     most 23 models (config validation rejects more), so a fleet beyond that deploys with the CLI."""
     environments = yaml.safe_load((ROOT / "model_configs" / "environments.yaml").read_text())
     environments.pop("pipeline", None)
+    environments.pop("fleets", None)  # they name the shipped models, which the copies are not
     (target / "environments.yaml").write_text(yaml.safe_dump(environments, sort_keys=False))
     kinds = list(TEMPLATES.values())
     for i in range(count):

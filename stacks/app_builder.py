@@ -72,6 +72,14 @@ def add_pipeline(app: cdk.App, project: Project, stages: dict[str, InferenceStag
                          description="inferstack CDK pipeline: " + " -> ".join(settings.stages))
 
 
+def shard_groups(project: Project, env_names: Sequence[str]) -> dict[str, list[list[str]]]:
+    """environment -> the model groups a synth shard must keep together there: each fleet's members, served
+    by the fleet's one stack (neuron-cores) or holding their components on the fleet's endpoint, whose stack
+    and theirs reference each other (inferstack.synthesis.shards.plan_shards, `together`)."""
+    return {env: [list(fleet.models) for fleet in project.fleets.values() if fleet.deploys_in(env)]
+            for env in env_names}
+
+
 def triton_base_images(project: Project, env_names: Sequence[str]) -> dict[str, str]:
     """"<env>/<model>" -> the SageMaker Triton base image its image asset is built from."""
     images = {}

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import aws_cdk as cdk
+from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from inferstack.capacity import packing
@@ -20,9 +21,12 @@ from inferstack.constructs.shared_endpoint import SharedEndpoint
 from inferstack.config import Environment
 from inferstack.config.loader import Model
 from inferstack.config.release_pin import PinnedImage
-from inferstack.schema.models import Fleet, InferenceComponentFleet, NeuronCoreFleet
+from inferstack.constructs.neuron_ecs_service import ImageBuild, NeuronEcsService
+from inferstack.delivery import stack_outputs
+from inferstack.schema.models import Fleet, InferenceComponentFleet, NeuronCoreFleet, NeuronEcsModel
 from stacks.base import EnvironmentStack
 from stacks.foundation_stack import SharedResources
+from stacks.serving_stack import NEURON_IMAGE_DIRECTORY
 
 
 class FleetStack(EnvironmentStack):
@@ -44,7 +48,45 @@ class FleetStack(EnvironmentStack):
 
     def _neuron_fleet(self, environment: Environment, env_name: str, shared: SharedResources,
                       pinned_image: PinnedImage | None) -> None:
-        raise NotImplementedError("neuron-cores fleets: see the neuron fleet work")
+        """One NeuronEcsService whose task serves every member on the plan's core ranges and ports, from one
+        image: built from container/neuron/ with every member's compile settings (MODELS), or the fleet's
+        promoted image (pins name the fleet, not its members)."""
+        plan = self.plan
+        assert isinstance(plan, packing.NeuronFleetPlan)
+        members = [m for m in self.members if isinstance(m, NeuronEcsModel)]
+        if len(members) != len(self.members):
+            raise ValueError(f"fleet {self.fleet_name}: a neuron-cores fleet carries neuron-ecs models only")
+        public = {m.name: m.public_load_balancer(environment) for m in members}
+        if len(set(public.values())) != 1:
+            raise ValueError(f"fleet {self.fleet_name}: its models share one load balancer but disagree on "
+                             f"load_balancer.public ({', '.join(f'{k}: {v}' for k, v in public.items())})")
+        self.log_group = logs.LogGroup(self, "Logs", encryption_key=shared.key, retention=shared.log_retention,
+                                       removal_policy=shared.removal_policy)
+        self.neuron = NeuronEcsService(
+            self, "Neuron",
+            models=members,
+            capacity=plan,
+            vpc=shared.vpc,
+            vpc_cidr=environment.network.cidr,
+            subnets=shared.private_subnets,
+            log_group=self.log_group,
+            alarm_topic_arn=shared.alarm_topic.topic_arn,
+            public=next(iter(public.values())),
+            certificate_arn=environment.defaults.certificate_arn,
+            image=pinned_image or ImageBuild(str(NEURON_IMAGE_DIRECTORY)),
+            access_log_retention=cdk.Duration.days(environment.defaults.log_retention_days),
+            removal_policy=shared.removal_policy,
+        )
+        name, service = self.fleet_name, self.neuron
+        cdk.CfnOutput(self, "LogGroupName", value=self.log_group.log_group_name, description=f"{name}: serving logs")
+        cdk.CfnOutput(self, "LoadBalancerDnsName", value=service.load_balancer.load_balancer_dns_name,
+                      description=f"{name}: load balancer DNS name")
+        cdk.CfnOutput(self, "Url", value=service.url, description=f"{name}: base URL of every model's server")
+        cdk.CfnOutput(self, "ClusterName", value=service.cluster.cluster_name, description=f"{name}: ECS cluster")
+        cdk.CfnOutput(self, "ServiceName", value=service.service.service_name, description=f"{name}: ECS service")
+        cdk.CfnOutput(self, stack_outputs.MODEL_PATHS, value=stack_outputs.model_paths_value(
+            {served.name: served.path for served in service.served}),
+            description=f"{name}: each model's path under Url (JSON: model -> path)")
 
     def _shared_endpoint(self, environment: Environment, env_name: str, shared: SharedResources) -> None:
         """The endpoint the members' inference components run on (their stacks hold the components)."""

@@ -128,8 +128,9 @@ class ServingStack(EnvironmentStack):
                         shared: SharedResources) -> NeuronEcsService:
         service = NeuronEcsService(
             self, "Neuron",
-            model=model,
+            models=[model],
             capacity=planning.plan(model, env_name, environment),
+            off_hours=model.off_hours_for(env_name),
             vpc=shared.vpc,
             vpc_cidr=environment.network.cidr,
             subnets=shared.private_subnets,

@@ -54,3 +54,19 @@ def config_copy(tmp_path: Path) -> Path:
     target = tmp_path / "model_configs"
     shutil.copytree(CONFIG_DIR, target)
     return target
+
+
+def without_fleets(config_dir: Path, keep_models: tuple[str, ...] | None = None) -> Path:
+    """Edit a config copy so every model runs on its own instances or endpoint: environments.yaml without its
+    `fleets:` block and, with `keep_models`, only those models' files (a smaller, faster synth)."""
+    import yaml
+
+    path = config_dir / "environments.yaml"
+    data = yaml.safe_load(path.read_text())
+    data.pop("fleets", None)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    if keep_models is not None:
+        for model_file in config_dir.glob("*.yaml"):
+            if model_file.name != "environments.yaml" and model_file.stem not in keep_models:
+                model_file.unlink()
+    return config_dir

@@ -42,18 +42,16 @@ def base(tmp_path_factory) -> Path:
 
 def change_configs(config_dir: Path) -> None:
     """The head's config changes: a new dev VPC CIDR (create-only: the VPC is replaced), a new model
-    (a stack is added), and instance types for an ECS model and for dev's shared SageMaker endpoint."""
+    (a stack is added), and instance types for an ECS fleet and for dev's shared SageMaker endpoint."""
     envs_path = config_dir / "environments.yaml"
     envs_path.write_text(envs_path.read_text().replace("cidr: 10.10.0.0/16", "cidr: 10.11.0.0/16"))
     source = (config_dir / "t5-spelling.yaml").read_text()
     (config_dir / "t5-grammar.yaml").write_text(source.replace("name: t5-spelling", "name: t5-grammar"))
-    intent = yaml.safe_load((config_dir / "intent-bert.yaml").read_text())
-    intent["environments"]["dev"]["capacity"]["instance_type"] = "inf1.6xlarge"
-    (config_dir / "intent-bert.yaml").write_text(yaml.safe_dump(intent, sort_keys=False))
+    environments = yaml.safe_load(envs_path.read_text())
+    environments["fleets"]["intent-pack"]["environments"]["dev"]["capacity"]["instance_type"] = "inf1.6xlarge"
     # dev's Triton models run on the triton-shared fleet's endpoint: its instance type is the fleet's.
-    envs = yaml.safe_load(envs_path.read_text())
-    envs["fleets"]["triton-shared"]["capacity"]["instance_type"] = "ml.g5.xlarge"
-    envs_path.write_text(yaml.safe_dump(envs, sort_keys=False))
+    environments["fleets"]["triton-shared"]["capacity"]["instance_type"] = "ml.g5.xlarge"
+    envs_path.write_text(yaml.safe_dump(environments, sort_keys=False))
 
 
 def head_config(tmp_path_factory) -> Path:

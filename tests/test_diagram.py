@@ -38,13 +38,14 @@ def nodes(dot: str) -> dict[str, tuple[str, str | None]]:
 
 
 def test_stacks_are_clusters_and_constructs_are_nodes(dev_dot):
-    for stack, name in [("Foundation", "dev-Foundation"), ("intent-bert", "dev-intent-bert"),
-                        ("bert-large-classifier", "dev-bert-large-classifier"), ("t5-spelling", "dev-t5-spelling")]:
+    for stack, name in [("Foundation", "dev-Foundation"), ("intent-bert-inf2", "dev-intent-bert-inf2"),
+                        ("intent-pack", "dev-intent-pack"), ("bert-large-classifier", "dev-bert-large-classifier"),
+                        ("t5-spelling", "dev-t5-spelling")]:
         assert f'subgraph "cluster_{stack}" {{\n    label="{stack} ({name})";' in dev_dot
     found = nodes(dev_dot)
     assert found["dev/Foundation/Network/Vpc"][0].startswith(r"Vpc\nec2.Vpc\nAWS::EC2::VPC (+")
     assert found["dev/Foundation/PlatformKey/Key"][0] == r"Key\nkms.Key\nAWS::KMS::Key"
-    assert found["dev/intent-bert/Logs"][0] == r"Logs\nlogs.LogGroup\nAWS::Logs::LogGroup"
+    assert found["dev/intent-bert-inf2/Logs"][0] == r"Logs\nlogs.LogGroup\nAWS::Logs::LogGroup"
     # L2s are not opened up: no node per subnet, route or L1 "Resource".
     assert not [p for p in found if "/Vpc/" in p or p.endswith("/Resource")]
     # The Network construct (an L3 written in Python, fqn constructs.Construct) is a sub-cluster.
@@ -53,11 +54,11 @@ def test_stacks_are_clusters_and_constructs_are_nodes(dev_dot):
     assert found["dev/Foundation/Network/*ec2.InterfaceVpcEndpoint"][0] == (
         r"4 × ec2.InterfaceVpcEndpoint\nAWS::EC2::VPCEndpoint\nEcrApi, EcrDocker, Logs, SageMakerRuntime")
     assert "dev/Foundation/Network/EcrApi" not in found
-    assert found["dev/intent-bert/Neuron/Service"][0].startswith(r"Service\necs.Ec2Service\nAWS::ECS::Service")
+    assert found["dev/intent-bert-inf2/Neuron/Service"][0].startswith(r"Service\necs.Ec2Service\nAWS::ECS::Service")
     # An L1 kept at its L2's path (a plain construct holding "Resource") is drawn like that L2.
-    assert found["dev/intent-bert/Neuron/*cloudwatch.CfnAlarm"][0].startswith(
+    assert found["dev/intent-bert-inf2/Neuron/*cloudwatch.CfnAlarm"][0].startswith(
         r"6 × cloudwatch.CfnAlarm\nAWS::CloudWatch::Alarm\nCapacityShortfallAlarm, ")
-    assert found["dev/intent-bert/Neuron/Dashboard"][0] == (
+    assert found["dev/intent-bert-inf2/Neuron/Dashboard"][0] == (
         r"Dashboard\ncloudwatch.CfnDashboard\nAWS::CloudWatch::Dashboard")
     assert dev_dot.count("{") == dev_dot.count("}")
 
@@ -67,9 +68,9 @@ def test_cross_stack_references_are_edges(dev_dot):
     declared = set(nodes(dev_dot))
     assert all(source in declared and target in declared for source, target, _ in edges)
     # Each serving stack's log group imports the platform key's ARN exported by Foundation.
-    for model in ("bert-large-classifier", "intent-bert", "t5-spelling"):
-        assert (f"dev/{model}/Logs", "dev/Foundation/PlatformKey/Key", "Arn") in edges
-    # References go to the foundation's exports, and from a fleet's members to the fleet's stack.
+    for stack in ("bert-large-classifier", "intent-bert-inf2", "intent-pack", "t5-spelling"):
+        assert (f"dev/{stack}/Logs", "dev/Foundation/PlatformKey/Key", "Arn") in edges
+    # References go to the foundation's exports, and from an inference-components fleet's members to its stack.
     fleets = [f"dev/{f}/" for f in PROJECT.fleets_in("dev")]
     assert all(target.startswith(("dev/Foundation/", *fleets)) and not source.startswith("dev/Foundation/")
                and target.split("/")[1] != source.split("/")[1] for source, target, _ in edges)

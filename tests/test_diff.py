@@ -134,7 +134,7 @@ def test_sagemaker_instance_type_change_replaces_endpoint_config_not_endpoint(ba
 
 
 def test_neuron_instance_type_change_replaces_task_definition_not_service(base, head_config):
-    changes = resources(load_diff(base, head_config), stack="intent-bert")
+    changes = resources(load_diff(base, head_config), stack="intent-pack")
     (task,) = [r for r in changes.values() if r.type == "AWS::ECS::TaskDefinition"]
     assert task.replacement == "always"
     assert "Properties.ContainerDefinitions[0].Memory" in task.replacing_paths

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from inferstack import config
@@ -71,3 +73,63 @@ def test_generation_mismatch_is_refused(intent):
         neuron_task.for_instance(intent, "inf2.xlarge")
     with pytest.raises(neuron_task.IncompatibleInstance, match="not an Inferentia EC2 type"):
         neuron_task.for_instance(intent, "ml.g4dn.xlarge")
+
+
+# ----------------------------------------------------------------------------- several models in one task
+
+@pytest.fixture(scope="module")
+def fleet():
+    """The shipped neuron-cores fleet in dev: its members and plan (inf1.xlarge, 4 cores)."""
+    from inferstack.capacity import packing
+
+    project = config.load(CONFIG_DIR)
+    members = project.fleet_members("intent-pack")
+    plan = packing.plan_fleet("intent-pack", project.fleets["intent-pack"], members, "dev", project.environments["dev"])
+    return plan, members
+
+
+def test_packed_build_args_name_every_member_and_its_compile_settings(fleet):
+    plan, members = fleet
+    task = neuron_task.for_fleet(plan, members)
+    assert set(task.build_args) == {"MODELS", "NEURON_TARGET"}  # MODEL_SOURCE stays empty beside MODELS
+    assert task.build_args["NEURON_TARGET"] == "inf1" and task.dockerfile == "Dockerfile.inf1"
+    models = json.loads(task.build_args["MODELS"])
+    assert models == [
+        {"name": "intent-bert", "model": "bert-base-uncased", "revision": None, "task": "text-classification",
+         "labels": ["search", "navigate", "purchase", "support", "other"], "batch_size": 1, "sequence_length": 128,
+         "neuron_cores": 1, "parallelism": "data-parallel", "compiler_args": ["--fp32-cast=all"]},
+        {"name": "duplicate-bert", "model": "bert-base-uncased", "revision": None, "task": "text-classification",
+         "labels": ["distinct", "duplicate"], "batch_size": 6, "sequence_length": 128, "neuron_cores": 1,
+         "parallelism": "data-parallel", "compiler_args": ["--fp32-cast=all"]}]
+    # deterministic bytes (sorted keys, compact), whatever order the members come in: the image asset's hash
+    assert task.build_args["MODELS"] == json.dumps(models, sort_keys=True, separators=(",", ":"))
+    assert neuron_task.for_fleet(plan, list(reversed(members))).build_args == task.build_args
+
+
+def test_packed_environment_comes_from_the_plans_shares(fleet):
+    plan, members = fleet
+    task = neuron_task.for_fleet(plan, members)
+    # no MODEL_NAME, no PORT; warm-up applies to every packed model
+    assert set(task.environment) == {"SERVER_MODELS", "NEURON_RT_VISIBLE_CORES", "SERVER_WARMUP_ITERATIONS"}
+    assert task.visible_cores == "0-3" and task.environment["SERVER_WARMUP_ITERATIONS"] == "32"
+    assert json.loads(task.environment["SERVER_MODELS"]) == [
+        {"name": "intent-bert", "port": 8080, "visible_cores": "0-2", "workers": 3, "max_batch_size": 16,
+         "max_queue_delay_ms": 1.0},
+        {"name": "duplicate-bert", "port": 8081, "visible_cores": "3", "workers": 1, "max_batch_size": 24,
+         "max_queue_delay_ms": 5.0}]
+    assert [s["name"] for s in json.loads(task.environment["SERVER_MODELS"])] == [s.model for s in plan.shares]
+    # the same host facts as a dedicated task on that instance type
+    dedicated = neuron_task.for_instance(members[0], plan.instance_type)
+    assert (task.device_paths, task.cpu_units, task.memory_mib) == (
+        dedicated.device_paths, dedicated.cpu_units, dedicated.memory_mib)
+
+
+def test_packed_task_refuses_a_member_of_another_generation_or_a_foreign_model(fleet, intent):
+    plan, members = fleet
+    inf2 = [for_generation(members[0], "inf2"), members[1]]
+    with pytest.raises(neuron_task.IncompatibleInstance,
+                       match="intent-bert is compiled for inf2, inf1.xlarge runs inf1"):
+        neuron_task.for_fleet(plan, inf2)
+    with pytest.raises(ValueError, match="the plan shares intent-bert, duplicate-bert, the models given are "
+                                         "intent-bert$"):
+        neuron_task.for_fleet(plan, [intent])

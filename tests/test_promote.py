@@ -1,8 +1,9 @@
-"""`promote` on moto: dev runs every shipped model (an ECS service per Neuron model, the Triton models as
-inference components on their fleet's shared endpoint, images in dev's CDK asset repository); promote plans,
-copies manifests and layers into staging's account, writes the pin, and refuses when the source is missing
-or runs something other than the release. A dedicated SageMaker endpoint is promoted from a config whose
-dev has no fleet."""
+"""`promote` on moto: dev runs five models in four image units (the neuron-cores fleet intent-pack, one ECS
+service whose image serves intent-bert and duplicate-bert; intent-bert-inf2 on its own ECS service; the two
+Triton models as inference components on the triton-shared fleet's endpoint, each with its own image; images
+in dev's CDK asset repository); promote plans, copies manifests and layers into staging's account (the fleet's
+image as the fleet), writes the pin, and refuses when the source is missing or runs something other than the
+release. A dedicated SageMaker endpoint is read from a config whose dev has no fleets."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import yaml
 
 from inferstack import cli
 from inferstack.delivery import ecr_images, promote
-from inferstack.config import NeuronEcsModel, load
+from inferstack.config import load
 from inferstack.config.release_pin import ReleasePin
 from inferstack.rehearsal import moto_patches
 from tests import aws_fakes
@@ -21,21 +22,23 @@ from tests.conftest import CONFIG_DIR
 from tests.test_cli import run
 
 PROJECT = load(CONFIG_DIR)
-MODELS = tuple(sorted(m.name for m in PROJECT.models))
+# The image units (Project.image_units): each Triton model's own stack, and the fleet's.
+MODELS = ("bert-large-classifier", "intent-bert-inf2", "intent-pack", "t5-spelling")
+NEURON = ("intent-bert-inf2", "intent-pack")
 TARGET = "222222222222.dkr.ecr.us-east-1.amazonaws.com/inferstack"
 # moto 5.2.5 models no inference components (or an endpoint for them): the named patches do, in this process.
 COMPONENT_PATCHES = ("sagemaker-variant-without-model", "sagemaker-inference-components")
 
 
-def deploy(sess, config_dir, models=MODELS) -> dict[str, aws_fakes.PushedImage]:
-    """Each model of `config_dir` deployed in dev as its stack would run it."""
+def deploy(sess, config_dir, units=MODELS) -> dict[str, aws_fakes.PushedImage]:
+    """Each image unit of `config_dir` deployed in dev as its stack would run it."""
     project = load(config_dir)
     repository = aws_fakes.ASSET_REPOSITORY.format(account="111111111111", region="us-east-1")
     images = {}
-    for name in models:
+    for name in units:
         images[name] = image = aws_fakes.push_image(sess, repository, seed=name)
         fleet = project.fleet_of(name, "dev")
-        if isinstance(project.model(name), NeuronEcsModel):
+        if name in NEURON:
             aws_fakes.deploy_neuron(sess, "dev", name, image.uri)
         elif fleet is not None:
             aws_fakes.deploy_triton_component(sess, "dev", name, image.uri, fleet)
@@ -46,7 +49,7 @@ def deploy(sess, config_dir, models=MODELS) -> dict[str, aws_fakes.PushedImage]:
 
 @pytest.fixture
 def dev(aws, config_copy, monkeypatch):
-    """dev deployed: every model's stack, service or endpoint, and image."""
+    """dev deployed: every unit's stack, service or endpoint, and image."""
     aws_fakes.with_deploy_roles(config_copy)
     with moto_patches.applied(*COMPONENT_PATCHES):
         images = deploy(aws_fakes.session("dev"), config_copy)
@@ -139,10 +142,10 @@ def test_release_manifest_is_checked_and_recorded(dev, capsys, tmp_path):
 def test_source_running_another_image_than_the_release_fails_naming_the_model(dev, capsys, tmp_path):
     config_dir, images = dev
     manifest = tmp_path / "release.json"
-    manifest.write_text(json.dumps(release_manifest(images, tags={"intent-bert": "0" * 64})))
+    manifest.write_text(json.dumps(release_manifest(images, tags={"intent-pack": "0" * 64})))
     code, out, err = promote_cli(capsys, config_dir, "--manifest", str(manifest))
     assert code == 1
-    assert len(err) == 1 and err[0].startswith("promote: error: intent-bert: dev runs ")
+    assert len(err) == 1 and err[0].startswith("promote: error: intent-pack: dev runs ")
     assert f"not the image of release {manifest}" in err[0]
 
 
@@ -158,10 +161,10 @@ def test_missing_source_stack_fails_naming_model_and_stack(dev, capsys):
 def test_missing_service_and_component_fail(dev, capsys):
     config_dir, _ = dev
     sess = aws_fakes.session("dev")
-    sess.client("ecs").delete_service(cluster="dev-intent-bert-cluster", service="intent-bert-service", force=True)
+    sess.client("ecs").delete_service(cluster="dev-intent-pack-cluster", service="intent-pack-service", force=True)
     code, _, err = promote_cli(capsys, config_dir)
     assert code == 1
-    assert err[0].startswith("promote: error: intent-bert: ECS service intent-bert-service not found")
+    assert err[0].startswith("promote: error: intent-pack: ECS service intent-pack-service not found")
 
     assert PROJECT.fleet_of("bert-large-classifier", "dev") == "triton-shared"
     sess.client("sagemaker").delete_inference_component(InferenceComponentName="dev-bert-large-classifier")
@@ -191,20 +194,20 @@ def dedicated_dev(aws, config_copy):
     data = yaml.safe_load(path.read_text())
     data.pop("fleets", None)
     path.write_text(yaml.safe_dump(data, sort_keys=False))
-    images = deploy(aws_fakes.session("dev"), config_copy, models=("bert-large-classifier",))
+    images = deploy(aws_fakes.session("dev"), config_copy, units=("bert-large-classifier",))
     return config_copy, images
 
 
 def test_a_dedicated_endpoint_is_read_through_its_config_and_its_absence_fails(dedicated_dev):
     config_dir, images = dedicated_dev
     sess = aws_fakes.session("dev")
-    model = load(config_dir).model("bert-large-classifier")
-    image = promote.running_image(sess, "dev", model)
+    (unit,) = [u for u in load(config_dir).image_units("dev") if u.name == "bert-large-classifier"]
+    image = promote.running_image(sess, "dev", unit)
     assert image == images["bert-large-classifier"].uri
     sess.client("sagemaker").delete_endpoint(EndpointName="dev-bert-large-classifier")
     with pytest.raises(promote.PromoteError, match="bert-large-classifier: SageMaker endpoint "
                                                    "dev-bert-large-classifier not found"):
-        promote.running_image(sess, "dev", model)
+        promote.running_image(sess, "dev", unit)
 
 
 def test_image_missing_from_ecr_fails(dev, capsys):
@@ -241,6 +244,20 @@ def test_not_a_release_manifest_is_rejected(tmp_path, capsys):
     assert cli.main(["promote", "--from", "dev", "--to", "staging", "--manifest", str(path)]) == 2
     assert capsys.readouterr().err.splitlines() == [
         f"promote: error: --manifest {path}: not a release manifest (format is not 'inferstack-release/1')"]
+
+
+def test_a_fleet_members_are_pinned_as_the_fleet(dev, capsys):
+    """One image serves intent-bert and duplicate-bert: one repository and one pin entry, named as the fleet
+    (what stage.py's release.image_for(fleet) and config load expect), none for the members."""
+    config_dir, images = dev
+    code, out, err = promote_cli(capsys, config_dir, "--apply")
+    assert code == 0, err
+    assert not [line for line in out if line.startswith(("intent-bert:", "duplicate-bert:"))]
+    pin = ReleasePin.model_validate_json((config_dir / "releases" / "staging.json").read_text())
+    assert set(pin.images) == set(MODELS) and pin.image_for("intent-pack").digest == images["intent-pack"].digest
+    repositories = {r["repositoryName"] for r in
+                    aws_fakes.session("staging").client("ecr").describe_repositories()["repositories"]}
+    assert repositories == {f"inferstack/{m}" for m in MODELS}
 
 
 def test_container_name_matches_the_construct():

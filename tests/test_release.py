@@ -41,25 +41,30 @@ def test_manifest_records_assets_config_commit_and_versions(cdk_out, tmp_path, c
     assert manifest["versions"]["aws-cdk-lib"] == "2.275.0"
     assert set(manifest["versions"]) == {"aws-cdk-lib", "cloud_assembly_schema", "minimum_cdk_cli", "inferstack"}
     stacks = manifest["environments"]["dev"]["stacks"]
-    assert {"Foundation", "bert-large-classifier", "intent-bert", "t5-spelling", "triton-shared"} <= set(stacks)
+    assert set(stacks) == {"Foundation", "bert-large-classifier", "intent-bert-inf2", "intent-pack", "t5-spelling",
+                           "triton-shared"}
     # the shared endpoint's stack builds no image: each member's stack builds its own, promoted per model
     assert stacks["triton-shared"]["images"] == []
     assert [i["build_args"]["TRITON_BASE_IMAGE"] for i in stacks["bert-large-classifier"]["images"]]
 
-    (neuron,) = stacks["intent-bert"]["images"]
+    # a neuron-cores fleet's stack: one image holds every member (MODELS), keyed by the fleet's name
+    (neuron,) = stacks["intent-pack"]["images"]
     assert neuron["dockerfile"] == "Dockerfile.inf1"
     assert neuron["build_args"]["NEURON_TARGET"] == "inf1"
+    assert [m["name"] for m in json.loads(neuron["build_args"]["MODELS"])] == ["intent-bert", "duplicate-bert"]
     assert neuron["repository"] == "cdk-hnb659fds-container-assets-111111111111-us-east-1"
     assert neuron["tag"] == neuron["asset_id"] and len(neuron["asset_id"]) == 64
     assert neuron["image_uri"] == f"111111111111.dkr.ecr.us-east-1.amazonaws.com/{neuron['repository']}:{neuron['tag']}"
     assert neuron["digest"] is None
+    assert release.model_images(manifest, "intent-pack") == [neuron]
+    assert release.model_images(manifest, "intent-bert") == []  # members have no image of their own
     (triton,) = stacks["t5-spelling"]["images"]
     assert triton["dockerfile"] == "container/triton/Dockerfile"
     assert json.loads(triton["build_args"]["TRITON_REPOSITORY_SPEC"])["name"] == "t5-spelling"
     # dev deletes its buckets' objects on teardown: the handler code is a file asset, named by its hash.
-    files = stacks["intent-bert"]["files"]
+    files = stacks["intent-pack"]["files"]
     assert files and all(f["sha256"] == f["asset_id"] and f["packaging"] == "zip" for f in files)
-    assert stacks["intent-bert"]["stack_name"] == "dev-intent-bert"
+    assert stacks["intent-pack"]["stack_name"] == "dev-intent-pack"
 
 
 def test_manifest_is_deterministic_with_sorted_keys(cdk_out, tmp_path, capsys):

@@ -1,7 +1,9 @@
 """`smoke` finds endpoints from stack outputs and checks interface and latency: the Neuron path against
 the real serving app (container/neuron/serve.py with a tiny CPU artifact) over HTTP, the Triton path
 against moto's sagemaker-runtime with configured v2 replies. The path through the in-VPC smoke probe runs
-the probe's real handler in-process (moto 5 executes Lambda code only in Docker) against the same server."""
+the probe's real handler in-process (moto 5 executes Lambda code only in Docker) against the same server.
+intent-bert is served by the shipped neuron-cores fleet intent-pack: smoke reaches it through the fleet
+stack's Url and its ModelPaths output (and, with the fleet removed, through a stack of its own)."""
 
 from __future__ import annotations
 
@@ -18,10 +20,12 @@ from inferstack import cli
 from inferstack.delivery import smoke, stack_outputs
 from inferstack.delivery.smoke_probe import handler as probe_handler
 from inferstack.config import load
-from tests.conftest import CONFIG_DIR
 from tests import aws_fakes
 from tests.container.conftest import LABELS, ServerProcess, artifact, tiny_bert  # noqa: F401 (fixtures)
+from tests.conftest import without_fleets
 from tests.test_cli import run
+
+FLEET = "intent-pack"  # the shipped neuron-cores fleet: intent-bert and duplicate-bert
 
 
 def edit_model(config_dir: Path, name: str, change) -> None:
@@ -66,7 +70,14 @@ def neuron_config(config_copy):
 
 
 def deploy_url(url: str, model: str = "intent-bert") -> None:
-    aws_fakes.create_stack(aws_fakes.session("dev"), f"dev-{model}", {"Url": url})
+    """The stack that serves `model` in dev: the fleet's (its Url, and every member's path) for the shipped
+    fleet's members, else the model's own."""
+    if model in ("intent-bert", "duplicate-bert"):
+        paths = {m: f"/v2/models/{m}" for m in ("intent-bert", "duplicate-bert")}
+        aws_fakes.create_stack(aws_fakes.session("dev"), f"dev-{FLEET}",
+                               {"Url": url, stack_outputs.MODEL_PATHS: stack_outputs.model_paths_value(paths)})
+    else:
+        aws_fakes.create_stack(aws_fakes.session("dev"), f"dev-{model}", {"Url": url})
 
 
 def test_neuron_model_against_the_real_server(aws, server, neuron_config, capsys):
@@ -89,6 +100,7 @@ def test_too_tight_slo_fails_with_the_latencies(aws, server, neuron_config, caps
 
 
 def test_wrong_model_name_fails_with_the_servers_answer(aws, server, neuron_config, capsys):
+    without_fleets(neuron_config)  # a dedicated model, on a stack of its own
     edit_model(neuron_config, "intent-bert", lambda d: d.update(name="intent-other"))
     deploy_url(server.url, model="intent-other")
     code, out, _ = smoke_cli(capsys, neuron_config, "--model", "intent-other")
@@ -108,11 +120,35 @@ def test_interface_mismatch_fails(aws, server, config_copy, capsys):
 
 def test_missing_stack_and_unreachable_url_fail_per_model(aws, neuron_config, capsys):
     code, out, _ = smoke_cli(capsys, neuron_config, "--model", "intent-bert")
-    assert (code, out) == (1, ["intent-bert: FAIL: stack dev-intent-bert not found (is dev deployed?)"])
+    assert (code, out) == (1, ["intent-bert: FAIL: stack dev-intent-pack not found (is dev deployed?)"])
     deploy_url("http://127.0.0.1:9")  # discard port: nothing listens
     code, out, _ = smoke_cli(capsys, neuron_config, "--model", "intent-bert")
     assert code == 1
     assert out[0].startswith("intent-bert: FAIL: http://127.0.0.1:9/v2/models/intent-bert/infer: ")
+
+
+def test_every_member_of_a_fleet_is_smoked_through_the_fleets_stack(aws, server, neuron_config, capsys):
+    """One stack, one load balancer, a path per member: the test server serves intent-bert only, so
+    duplicate-bert's request reaches the same Url under its own path and gets the server's 404."""
+    deploy_url(server.url)
+    code, out, _ = smoke_cli(capsys, neuron_config, "--model", "intent-bert", "--model", "duplicate-bert")
+    assert code == 1
+    duplicate, intent = out  # name order
+    assert intent.startswith("intent-bert: ok: ") and intent.endswith(f"{server.url}/v2/models/intent-bert/infer")
+    assert duplicate.startswith(f"duplicate-bert: FAIL: HTTP 404 from {server.url}/v2/models/duplicate-bert/infer")
+
+
+def test_a_fleet_stack_without_the_models_path_fails_naming_the_output(aws, neuron_config, capsys):
+    aws_fakes.create_stack(aws_fakes.session("dev"), f"dev-{FLEET}", {"Url": "http://127.0.0.1:9"})
+    code, out, _ = smoke_cli(capsys, neuron_config, "--model", "intent-bert")
+    assert (code, out) == (1, [f"intent-bert: FAIL: stack dev-{FLEET} has no output {stack_outputs.MODEL_PATHS}"])
+    aws_fakes.session("dev").client("cloudformation").delete_stack(StackName=f"dev-{FLEET}")
+    aws_fakes.create_stack(aws_fakes.session("dev"), f"dev-{FLEET}", {
+        "Url": "http://127.0.0.1:9", stack_outputs.MODEL_PATHS: '{"duplicate-bert": "/v2/models/duplicate-bert"}'})
+    code, out, _ = smoke_cli(capsys, neuron_config, "--model", "intent-bert")
+    assert code == 1
+    assert out[0].startswith(f"intent-bert: FAIL: stack dev-{FLEET} output {stack_outputs.MODEL_PATHS} names no "
+                             f"path for it")
 
 
 # ----------------------------------------------------------------------------- Neuron through the smoke probe
@@ -214,6 +250,7 @@ def test_via_lambda_without_a_probe_fails_naming_the_output(aws, server, neuron_
 
 
 def test_wrong_model_name_through_the_probe_fails_with_the_status(aws, server, neuron_config, probe_lambda, capsys):
+    without_fleets(neuron_config)
     edit_model(neuron_config, "intent-bert", lambda d: d.update(name="intent-other"))
     deploy_url(server.url, model="intent-other")
     deploy_foundation()
@@ -294,7 +331,7 @@ def test_role_arn_is_assumed_instead_of_the_deploy_role(aws, server, config_copy
     edit_model(config_copy, "intent-bert", dev_slo(5000))
     deploy_url(server.url)
     code, out, _ = smoke_cli(capsys, config_copy, "--model", "intent-bert")
-    assert (code, out) == (1, ["intent-bert: FAIL: stack dev-intent-bert not found (is dev deployed?)"])
+    assert (code, out) == (1, ["intent-bert: FAIL: stack dev-intent-pack not found (is dev deployed?)"])
     code, out, err = smoke_cli(capsys, config_copy, "--model", "intent-bert",
                                "--role-arn", "arn:aws:iam::111111111111:role/inferstack-smoke")
     assert code == 0, out + err
@@ -493,7 +530,8 @@ def test_without_an_allowed_cold_start_no_capacity_fails_at_once():
     (["--env", "qa"], "smoke: error: --env: unknown environment 'qa'; known: dev, staging, prod"),
     (["--env", "dev", "--timeout", "0"], "smoke: error: --timeout must be > 0 and --requests >= 1"),
     (["--env", "dev", "--model", "nope"], "smoke: error: --model: unknown model(s) nope; known: "
-                                          + ", ".join(sorted(m.name for m in load(CONFIG_DIR).models))),
+                                          "bert-large-classifier, duplicate-bert, intent-bert, intent-bert-inf2, "
+                                          "t5-spelling"),
 ])
 def test_bad_arguments_are_one_line_exit_2(args, message, capsys):
     assert cli.main(["smoke", *args]) == 2
@@ -509,6 +547,7 @@ def test_pipeline_command_line_without_credentials_fails_cleanly(tmp_path):
     assert result.returncode == 1, result.stderr
     assert "Traceback" not in result.stderr + result.stdout
     lines = result.stdout.splitlines()
-    assert [line.split(":")[0] for line in lines] == sorted(m.name for m in load(CONFIG_DIR).models)
+    assert [line.split(":")[0] for line in lines] == ["bert-large-classifier", "duplicate-bert", "intent-bert",
+                                                      "intent-bert-inf2", "t5-spelling"]
     assert all(": FAIL: " in line for line in lines), lines
 

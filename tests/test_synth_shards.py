@@ -54,35 +54,47 @@ def test_the_first_shard_takes_the_start_up_of_the_others_in_stacks(stacks, work
     assert [len(s.models["dev"]) for s in shards] == sizes
 
 
+def test_a_fleets_models_stay_in_one_shard_first_in_their_environment():
+    """A neuron-cores fleet's members are served by one stack, which the stage builds before the models' own:
+    they come first in each environment and a slice that would end inside them ends after them."""
+    together = {env: [["c", "b"]] for env in ENVS}
+    shards = plan_shards(ENVS, MODELS, 2, head_start=0, together=together)
+    assert [s.models for s in shards] == [
+        {"dev": ["c", "b", "a", "d"], "staging": ["c", "b"]},
+        {"staging": ["a", "d"], "prod": ["c", "b", "a", "d"]},
+    ]
+    # Four even slices of 12 end after stacks 3, 6 and 9; the 9th is the first of prod's fleet (c, b): that
+    # slice ends after the fleet instead.
+    shards = plan_shards(ENVS, MODELS, 4, head_start=0, together=together)
+    assert [s.models for s in shards] == [
+        {"dev": ["c", "b", "a"]},
+        {"dev": ["d"], "staging": ["c", "b"]},
+        {"staging": ["a", "d"], "prod": ["c", "b"]},
+        {"prod": ["a", "d"]},
+    ]
+    for workers in range(1, 13):
+        for shard in plan_shards(ENVS, MODELS, workers, head_start=1, together=together):
+            for models in shard.models.values():
+                assert ("b" in models) == ("c" in models), (workers, shard)
+
+
+def test_every_fleet_deployed_in_an_environment_stays_together_there():
+    """An inference-components fleet's members keep their own stacks, but those and the fleet's stack reference
+    each other (the endpoint's role and security group, a stack dependency): one app, like a neuron-cores
+    fleet's. Where the fleet does not deploy (triton-shared: dev only), its models are on their own."""
+    from inferstack import config
+    from stacks.app_builder import shard_groups
+    from tests.conftest import CONFIG_DIR
+
+    project = config.load(CONFIG_DIR)
+    groups = shard_groups(project, ["dev", "staging"])
+    assert ["bert-large-classifier", "t5-spelling"] in groups["dev"]
+    assert ["bert-large-classifier", "t5-spelling"] not in groups["staging"]
+    assert all(list(project.fleets[name].models) in groups["dev"] for name in project.fleets_in("dev"))
+
+
 def test_an_environment_without_models_still_gets_its_foundation():
     assert [s.models for s in plan_shards(ENVS, [], 4)] == [{"dev": [], "staging": [], "prod": []}]
-
-
-def test_a_fleet_and_its_members_never_split_between_shards():
-    """A fleet's stack and its members' stacks reference each other (exports, a stack dependency): one app."""
-    assert [s.models for s in plan_shards(["dev"], ["a", "b", "c", "d"], 2, head_start=0)] == [
-        {"dev": ["a", "b"]}, {"dev": ["c", "d"]}]
-    grouped = plan_shards(["dev"], ["a", "b", "c", "d"], 2, head_start=0, groups={"dev": [("b", "c")]})
-    assert [s.models for s in grouped] == [{"dev": ["a", "b", "c"]}, {"dev": ["d"]}]
-    # members are listed together, at the first member's place; other environments are not grouped
-    apart = plan_shards(["dev", "prod"], ["a", "b", "c", "d"], 3, head_start=0, groups={"dev": [("a", "d")]})
-    assert [s.models for s in apart] == [{"dev": ["a", "d"]}, {"dev": ["b", "c"], "prod": ["a"]},
-                                         {"prod": ["b", "c", "d"]}]
-    # a fleet larger than a shard's share takes fewer shards, never a split
-    assert [s.models for s in plan_shards(["dev"], ["a", "b", "c"], 3, head_start=0,
-                                          groups={"dev": [("a", "b", "c")]})] == [{"dev": ["a", "b", "c"]}]
-
-
-@pytest.mark.parametrize("workers", [1, 2, 3, 5, 8])
-def test_every_stack_lands_in_exactly_one_shard_with_fleets(workers):
-    groups = {"dev": [("b", "d")], "staging": [("a", "c", "d")]}
-    shards = plan_shards(ENVS, MODELS, workers, head_start=1, groups=groups)
-    placed = [(env, m) for s in shards for env, models in s.models.items() for m in models]
-    assert sorted(placed) == sorted((env, m) for env in ENVS for m in MODELS)
-    for env, fleets in groups.items():
-        for fleet in fleets:
-            holders = [i for i, s in enumerate(shards) if set(fleet) & set(s.models.get(env, []))]
-            assert len(holders) == 1, (env, fleet, shards)
 
 
 def test_worker_count_auto_keeps_small_fleets_in_one_process():
@@ -277,12 +289,7 @@ def test_app_in_parallel_shards_writes_what_one_process_writes(tmp_path):
     assert one.returncode == 0, one.stderr
     two = run("app.py", env=_cdk_env(parallel, pipeline="false", **{"inferstack:synth-workers": "2"}))
     assert two.returncode == 0, two.stderr
-    from inferstack import config
-    from tests.conftest import CONFIG_DIR
-
-    project = config.load(CONFIG_DIR)
-    stacks = len(project.models) * len(project.environments)  # the (environment, model) pairs the shards hold
-    assert f"synthesized {stacks} serving stacks in 2 parallel shards" in two.stderr
+    assert "synthesized 15 serving stacks in 2 parallel shards" in two.stderr  # 5 models x 3 environments
     assert "parallel shards" not in one.stderr
     expected, actual = _normalized(serial), _normalized(parallel)
     assert sorted(actual) == sorted(expected)

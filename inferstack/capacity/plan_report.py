@@ -117,7 +117,20 @@ class FleetMemberRow:
     peak_tps: float
     capacity_at_peak: str  # "3 cores x 2 instances" or "1 copy"
     scaling_target: str  # per task or per copy, per minute
+    target_per_minute: float  # the same, as a number: requests per task (neuron) or per copy (components)
     cold_start_seconds: int | None = None
+    # neuron-cores
+    visible_cores: str | None = None
+    port: int | None = None
+    workers: int | None = None
+    target_in_flight_per_task: float | None = None
+    # inference components
+    accelerators: int | None = None
+    cpu_cores: float | None = None
+    memory_mib: int | None = None
+    copies_min: int | None = None
+    copies_at_peak: int | None = None
+    copies_max: int | None = None
 
 
 @dataclass(frozen=True)
@@ -162,14 +175,20 @@ def _member(result: packing.FleetPlan, share) -> FleetMemberRow:
             placement=f"cores {share.visible_cores}, port {share.port}, {share.workers} worker"
                       + ("s" if share.workers > 1 else ""),
             capacity_at_peak=f"{share.cores} core{'s' if share.cores > 1 else ''} x {result.instances_at_peak}",
-            scaling_target=f"{result.target_per_task_per_minute(share.model):,.0f}/task/min")
+            scaling_target=f"{result.target_per_task_per_minute(share.model):,.0f}/task/min",
+            target_per_minute=result.target_per_task_per_minute(share.model),
+            visible_cores=share.visible_cores, port=share.port, workers=share.workers,
+            target_in_flight_per_task=result.target_in_flight_per_task(share.model))
     return FleetMemberRow(
         model=share.model, slo_p99_ms=share.slo_p99_ms, profile_p99_ms=share.profile_p99_ms, peak_tps=share.peak_tps,
         placement=f"{share.accelerators} GPU, {share.cpu_cores:g} vCPU, {share.memory_mib} MiB per copy",
         capacity_at_peak=f"{share.copies_at_peak} cop{'y' if share.copies_at_peak == 1 else 'ies'} "
                          f"({share.min_copies}..{share.max_copies})",
         scaling_target=f"{result.target_per_copy_per_minute(share.model):,.0f}/copy/min",
-        cold_start_seconds=share.cold_start_seconds)
+        target_per_minute=result.target_per_copy_per_minute(share.model),
+        cold_start_seconds=share.cold_start_seconds, accelerators=share.accelerators, cpu_cores=share.cpu_cores,
+        memory_mib=share.memory_mib, copies_min=share.min_copies, copies_at_peak=share.copies_at_peak,
+        copies_max=share.max_copies)
 
 
 def to_json(rows: Sequence[PlanRow], fleets: Sequence[FleetRow] = (),

@@ -109,3 +109,38 @@ def open_share(start: str, end: str, time_zone: str = "UTC") -> float:
 
 def window_share(window: OffHours) -> float:
     return open_share(window.start, window.end, window.time_zone)
+
+
+def unix_recurrence(expression: str) -> str:
+    """An Application Auto Scaling cron (`cron(min hour dom month dow year)`, days of the week 1-7 from SUNDAY)
+    as the five-field Unix cron an EC2 Auto Scaling scheduled action's `Recurrence` takes (days of the week
+    0-6 from Sunday, no `?`, no year): so the group's schedule fires when the service's does. CronError for
+    what Unix cron cannot say (a year other than `*`; `L`, `W`, `#`)."""
+    _matcher(expression)  # validates the fields and their ranges
+    match = re.fullmatch(r"cron\((\S+) (\S+) (\S+) (\S+) (\S+) (\S+)\)", expression)
+    assert match is not None
+    minute, hour, dom, month, dow, year = match.groups()
+    if year not in ("*", "?"):
+        raise CronError(f"{expression!r}: a year field is not expressible in Unix cron")
+    return " ".join((minute, hour, _any(dom), month, _any(_shift_days(dow))))
+
+
+def _any(field: str) -> str:
+    return "*" if field == "?" else field
+
+
+def _shift_days(field: str) -> str:
+    """Numeric days of the week from 1-7 (SUN=1) to 0-6 (Sunday=0); names are the same in both. A bare start
+    with a step (`2/2`: from MONDAY, every other day) gets its end written out (`1-6/2`), which every Unix
+    cron reads the same way."""
+    if field in ("*", "?"):
+        return field
+
+    def part(text: str) -> str:
+        days, _, step = text.partition("/")
+        shifted = re.sub(r"\d+", lambda m: str(int(m.group(0)) - 1), days)
+        if step and days not in ("*", "?") and "-" not in days:
+            shifted += "-6" if days.isdigit() else "-SAT"
+        return f"{shifted}/{step}" if step else shifted
+
+    return ",".join(part(p) for p in field.split(","))

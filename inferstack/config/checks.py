@@ -110,6 +110,14 @@ def _check_window(window: OffHours, key: KeyPath, planned_max: int, *, zero: str
         schedule.open_share(window.start, window.end, window.time_zone)
     except schedule.CronError as exc:
         yield key + ("start",), f"cannot evaluate the schedule: {exc}"
+    if zero == "closed":  # ECS: the Auto Scaling group follows the window too, in 5-field Unix cron
+        for field in ("start", "end"):
+            year = getattr(window, field).removesuffix(")").split()[-1]
+            if year not in ("*", "?"):
+                yield key + (field,), (
+                    f"year {year!r}: the Auto Scaling group's scheduled actions take a 5-field Unix cron, which "
+                    f"has no year (https://docs.aws.amazon.com/autoscaling/ec2/APIReference/"
+                    f"API_ScheduledUpdateGroupActionRequest.html); use * for every year")
     if window.max > planned_max:
         yield key + ("max",), (
             f"off-hours max {window.max} exceeds the planned max {planned_max}; off-hours only scale down")
@@ -263,6 +271,7 @@ def check_pipeline_capacity(env_file: EnvironmentsFile, model_names: Sequence[st
 
 FLEET_MEMBER_KIND = {"neuron-cores": "neuron-ecs", "sagemaker-inference-components": "triton-sagemaker"}
 RESERVED_STACK_IDS = ("Foundation", "Pipeline")
+MAX_TARGET_GROUPS_PER_SERVICE = 5
 
 
 def check_fleets(env_file: EnvironmentsFile, models: Mapping[str, Model]) -> Iterator[Finding]:
@@ -341,6 +350,12 @@ def _check_fleet_environment(name: str, fleet: Fleet, members: Sequence[Model], 
                                  capacity.max, zero="closed" if isinstance(fleet, NeuronCoreFleet) else "on-demand",
                                  owner=f"fleet {name}")
     if isinstance(fleet, NeuronCoreFleet):
+        if len(members) > MAX_TARGET_GROUPS_PER_SERVICE:
+            yield ("fleets", name, "models"), (
+                f"{len(members)} models; the fleet's ECS service routes each to its own target group and a "
+                f"service takes at most {MAX_TARGET_GROUPS_PER_SERVICE} (https://docs.aws.amazon.com/AmazonECS/"
+                f"latest/developerguide/register-multiple-targetgroups.html)")
+            return
         if capacity.min == 0:
             yield _fleet_capacity_key(name, fleet, env_name, "min"), (
                 "a neuron-cores fleet keeps at least 1 instance outside its off_hours (ECS cannot scale out from "

@@ -4,7 +4,7 @@ each naming its file, line and key path."""
 from __future__ import annotations
 
 import reprlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -13,7 +13,7 @@ from pydantic import BaseModel, ValidationError
 
 from inferstack.config import checks, release_pin
 from inferstack.schema.models import (
-    Environment, EnvironmentsFile, Fleet, NeuronEcsModel, PipelineSettings, TritonSageMakerModel,
+    Environment, EnvironmentsFile, Fleet, NeuronCoreFleet, NeuronEcsModel, PipelineSettings, TritonSageMakerModel,
 )
 from inferstack.config.problems import ConfigError, Problem
 from inferstack.config.checks import FLEET_MEMBER_KIND as _FLEET_MEMBER_KIND
@@ -26,6 +26,26 @@ MODEL_KINDS: dict[str, type[BaseModel]] = {
 }
 Model = NeuronEcsModel | TritonSageMakerModel
 FLEET_KINDS = frozenset(_FLEET_MEMBER_KIND)
+
+
+@dataclass(frozen=True)
+class ImageUnit:
+    """What one serving image is built for and deployed as in an environment: a model with a stack of its own,
+    or a neuron-cores fleet, whose one stack and one image serve all its members. `name` is the stack's id
+    (`<env>-<name>`) and the key of the unit's image in release manifests and pins."""
+
+    name: str
+    models: tuple[Model, ...]
+    fleet: bool = False  # a neuron-cores fleet (its members' compile settings are all in the one image)
+
+
+def image_unit_names(model_names: Iterable[str], fleets: Mapping[str, Fleet], env_name: str) -> list[str]:
+    """The image units of `env_name`, by name, sorted: each neuron-cores fleet deployed there, and each model
+    no such fleet carries (an inference-components fleet's members keep their own stacks and images)."""
+    packed = {name: fleet for name, fleet in fleets.items()
+              if isinstance(fleet, NeuronCoreFleet) and fleet.deploys_in(env_name)}
+    members = {model for fleet in packed.values() for model in fleet.models}
+    return sorted([m for m in model_names if m not in members] + list(packed))
 
 
 @dataclass(frozen=True)
@@ -61,6 +81,18 @@ class Project:
 
     def fleets_in(self, env_name: str) -> list[str]:
         return [name for name, fleet in self.fleets.items() if fleet.deploys_in(env_name)]
+
+    def image_units(self, env_name: str) -> list[ImageUnit]:
+        """Every dedicated model and every neuron-cores fleet of `env_name`, by name: what a release pin covers,
+        what promote copies and what smoke reaches each model through."""
+        units = []
+        for name in image_unit_names((m.name for m in self.models), self.fleets, env_name):
+            fleet = self.fleets.get(name)
+            if isinstance(fleet, NeuronCoreFleet):
+                units.append(ImageUnit(name, tuple(self.fleet_members(name)), fleet=True))
+            else:
+                units.append(ImageUnit(name, (self.model(name),)))
+        return units
 
 
 def load(config_dir: Path | str, *, releases: bool = True) -> Project:
@@ -111,7 +143,8 @@ def load(config_dir: Path | str, *, releases: bool = True) -> Project:
 
     pins: dict[str, release_pin.ReleasePin] = {}
     if env_file and releases and not problems:
-        pins = _load_pins(config_dir, env_path, environments, [m.name for m, _, _ in models], problems)
+        pins = _load_pins(config_dir, env_path, environments, [m.name for m, _, _ in models], env_file.fleets,
+                          problems)
 
     if problems:
         raise ConfigError(problems)
@@ -136,7 +169,7 @@ def pin_path(config_dir: Path, environment: Environment) -> Path | None:
 
 
 def _load_pins(config_dir: Path, env_path: Path, environments: dict[str, Environment], model_names: list[str],
-               problems: list[Problem]) -> dict[str, release_pin.ReleasePin]:
+               fleets: Mapping[str, Fleet], problems: list[Problem]) -> dict[str, release_pin.ReleasePin]:
     env_doc = parse(env_path)
     pins = {}
     for env_name, environment in environments.items():
@@ -154,7 +187,8 @@ def _load_pins(config_dir: Path, env_path: Path, environments: dict[str, Environ
                     problems.append(Problem(_display(path, config_dir), line, key, message))
             continue
         assert pin is not None
-        findings = list(release_pin.check(pin, env_name, environment, model_names))
+        findings = list(release_pin.check(pin, env_name, environment,
+                                          image_unit_names(model_names, fleets, env_name)))
         problems.extend(Problem(_display(path, config_dir), None, key, message) for key, message in findings)
         if not findings:
             pins[env_name] = pin

@@ -1,6 +1,7 @@
 """The pin file `inferstack promote` writes and an environment's `release: {manifest: ...}` names: one
-image digest per model, in the environment's own account and region, so staging and prod deploy the
-exact images dev ran. Validated when the config loads; every problem names the file and key."""
+image digest per image unit (a model with its own stack, or a neuron-cores fleet, whose one image serves all
+its members: keyed by the fleet's name), in the environment's own account and region, so staging and prod
+deploy the exact images dev ran. Validated when the config loads; every problem names the file and key."""
 
 from __future__ import annotations
 
@@ -68,10 +69,10 @@ class ReleasePin(Frozen):
     environment: Name
     promoted_from: Name
     release: ReleaseIdentity = ReleaseIdentity()
-    images: dict[Name, PinnedImage]
+    images: dict[Name, PinnedImage]  # image unit (model or neuron-cores fleet) -> its image
 
-    def image_for(self, model: str) -> PinnedImage | None:
-        return self.images.get(model)
+    def image_for(self, unit: str) -> PinnedImage | None:
+        return self.images.get(unit)
 
 
 def read(path: Path) -> tuple[ReleasePin | None, list[tuple[str, int | None, str]]]:
@@ -104,19 +105,21 @@ def read(path: Path) -> tuple[ReleasePin | None, list[tuple[str, int | None, str
         return None, problems
 
 
-def check(pin: ReleasePin, env_name: str, environment: Environment, models: Iterable[str]) -> Iterator[Finding]:
-    """Rules that need the environment and the model list: the pin must be for this environment, cover
-    every model and nothing else, and point into the environment's own registry."""
+def check(pin: ReleasePin, env_name: str, environment: Environment, units: Iterable[str]) -> Iterator[Finding]:
+    """Rules that need the environment and its image units (loader.image_unit_names: every model with a stack of
+    its own and every neuron-cores fleet): the pin must be for this environment, cover every unit and nothing
+    else, and point into the environment's own registry."""
     if pin.environment != env_name:
         yield "environment", f"pin is for environment {pin.environment!r}, but {env_name} names it"
-    wanted = sorted(models)
+    wanted = sorted(units)
     missing = [m for m in wanted if m not in pin.images]
     if missing:
-        yield "images", (f"no pinned image for model(s) {', '.join(missing)}; promote again to cover every "
-                         f"model of {env_name}")
+        yield "images", (f"no pinned image for {', '.join(missing)}; promote again to cover every dedicated "
+                         f"model and neuron-cores fleet of {env_name}")
     for name, image in sorted(pin.images.items()):
         if name not in wanted:
-            yield f"images.{name}", f"unknown model; known: {', '.join(wanted)}"
+            yield f"images.{name}", (f"unknown model or fleet (a neuron-cores fleet's members are pinned by the "
+                                     f"fleet's name); known: {', '.join(wanted)}")
         elif (image.account, image.region) != (environment.account, environment.region):
             yield f"images.{name}.repository_uri", (
                 f"image is in {image.account}/{image.region}, but {env_name} deploys to "

@@ -1,15 +1,23 @@
-"""A model served on Inferentia by ECS: EC2 capacity from the ECS-optimized AL2023 Neuron AMI, one task
+"""Models served on Inferentia by ECS: EC2 capacity from the ECS-optimized AL2023 Neuron AMI, one task
 per instance owning every Neuron device, behind an Application Load Balancer, scaled on requests per
-task, with alarms and a dashboard."""
+task, with alarms and a dashboard. The task serves one model (a dedicated model, planned by
+inferstack.capacity.planning) or several on disjoint NeuronCore ranges and ports (a neuron-cores fleet,
+planned by inferstack.capacity.packing): then each model has its own target group, listener rule, scaling
+policy, alarms and dashboard row. Optional off-hours windows scale the service, and the instances with it,
+down (to zero) and back."""
 
 from __future__ import annotations
 
 import functools
+import json
 import math
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import aws_cdk as cdk
+from aws_cdk import aws_applicationautoscaling as appscaling
 from aws_cdk import aws_autoscaling as autoscaling
 from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_ec2 as ec2
@@ -28,6 +36,8 @@ from inferstack.neuron import task as neuron_task
 from inferstack.schema.models import NeuronEcsModel
 from inferstack.config.release_pin import PinnedImage
 from inferstack.constructs import cloudwatch_l1 as cwl1
+from inferstack.capacity import schedule
+from inferstack.capacity.packing import NeuronFleetPlan
 from inferstack.capacity.planning import CapacityPlan
 
 # Resolved by CloudFormation at deploy time, so synth needs no lookup. Not ecs.EcsOptimizedImage: some
@@ -35,6 +45,15 @@ from inferstack.capacity.planning import CapacityPlan
 AMI_PARAMETER = "/aws/service/ecs/optimized-ami/amazon-linux-2023/neuron/recommended/image_id"
 ROOT_DEVICE = "/dev/xvda"  # Amazon Linux 2023
 READINESS_PATH = "/v2/health/ready"  # 200 only after the model is loaded and warmed up
+# Several models in one task: the serving app answers each model's readiness on that model's port.
+MODEL_PATH = "/v2/models/{name}"
+MODEL_READINESS_PATH = MODEL_PATH + "/ready"
+# "For services that use an Application Load Balancer or Network Load Balancer, you cannot attach more than
+# five target groups to a service" (ECS developer guide, register-multiple-targetgroups).
+MAX_TARGET_GROUPS = 5
+# An ALB fixed response carries at most 1024 characters; listener rule priorities run 1..50000.
+MAX_FIXED_RESPONSE_CHARS = 1024
+MAX_RULE_PRIORITY = 50_000
 CONTAINER_NAME = "Server"
 MIN_HEALTHY_PERCENT = 100
 MAX_HEALTHY_PERCENT = 200
@@ -61,6 +80,50 @@ class ImageBuild:
 NeuronImage = ImageBuild | PinnedImage
 
 
+class ScheduledWindow(Protocol):
+    """An off-hours window: a model's `OffHours` or a fleet plan's `Window` (crons in Application Auto
+    Scaling's format, their IANA zone, and the task range inside the window)."""
+
+    @property
+    def start(self) -> str: ...
+    @property
+    def end(self) -> str: ...
+    @property
+    def time_zone(self) -> str: ...
+    @property
+    def min(self) -> int: ...
+    @property
+    def max(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    """One model the task serves: where it listens and how it is health-checked, and the planner's numbers
+    that alarm and scale it."""
+
+    model: NeuronEcsModel
+    port: int
+    readiness_path: str
+    slo_p99_ms: float
+    requests_per_task_per_minute: float
+
+    @property
+    def name(self) -> str:
+        return self.model.name
+
+    @property
+    def path(self) -> str:
+        """The model's routes on the load balancer (KServe v2): `<path>` and `<path>/...`."""
+        return MODEL_PATH.format(name=self.name)
+
+
+def rule_priority(model: str) -> int:
+    """A listener rule's priority from the model's name alone: deterministic, and unchanged when a fleet gains,
+    loses or reorders models (priorities from positions would shift, and a rule updated to a priority another
+    rule still holds fails the stack update). The rules' paths are disjoint, so the order never matters."""
+    return 1 + zlib.crc32(model.encode()) % MAX_RULE_PRIORITY
+
+
 class _ClusterCapacityProviderAssociation(Dependable):
     """The AWS::ECS::ClusterCapacityProviderAssociations that ecs.Cluster adds at synth time."""
 
@@ -76,26 +139,60 @@ class _ClusterCapacityProviderAssociation(Dependable):
 
 class NeuronEcsService(Construct):
     """Exposes `cluster`, `auto_scaling_group`, `capacity_provider`, `task_definition`, `service`,
-    `load_balancer`, `listener`, `target_group`, `access_logs`, `alarms` and `dashboard` (alarms and
-    dashboard are L1s: an alarm's name is its `ref`, its ARN `attr_arn`).
+    `load_balancer`, `listener`, `target_groups` (model name -> its target group), `served` (the models, in
+    port order), `access_logs`, `alarms` and `dashboard` (alarms and dashboard are L1s: an alarm's name is its
+    `ref`, its ARN `attr_arn`).
 
-    `capacity` (from inferstack.capacity.planning) gives the task count range and the requests-per-task target;
-    `subnets` hold the instances and tasks, and the load balancer too unless `public`. `vpc_cidr` is the
-    VPC's range as a literal (an internal load balancer admits only it; a literal keeps the rule reviewable)."""
+    `capacity`: a dedicated model's plan (inferstack.capacity.planning; `models` is that one model) or a
+    neuron-cores fleet's (inferstack.capacity.packing; `models` are its members): the instance type, the task
+    count range, each model's core range, port and requests-per-task target. `off_hours`: a dedicated model's
+    windows (a fleet's come with its plan). `subnets` hold the instances and tasks, and the load balancer too
+    unless `public`. `vpc_cidr` is the VPC's range as a literal (an internal load balancer admits only it; a
+    literal keeps the rule reviewable).
 
-    def __init__(self, scope: Construct, construct_id: str, *, model: NeuronEcsModel, capacity: CapacityPlan,
-                 vpc: ec2.IVpc, vpc_cidr: str, subnets: ec2.SubnetSelection, log_group: logs.ILogGroup,
-                 alarm_topic_arn: str, public: bool, certificate_arn: str | None,
-                 image: NeuronImage, access_log_retention: cdk.Duration,
-                 removal_policy: cdk.RemovalPolicy) -> None:
+    One model keeps the single-model layout: its port, `/v2/health/ready` as the health check, the listener
+    forwarding everything to it. Several models: one port mapping, target group (health check
+    `/v2/models/<name>/ready` on its port), listener rule (`/v2/models/<name>` and below) and scaling policy
+    each, and a 404 naming the served models for any other path."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, models: Sequence[NeuronEcsModel],
+                 capacity: CapacityPlan | NeuronFleetPlan, vpc: ec2.IVpc, vpc_cidr: str,
+                 subnets: ec2.SubnetSelection, log_group: logs.ILogGroup, alarm_topic_arn: str, public: bool,
+                 certificate_arn: str | None, image: NeuronImage, access_log_retention: cdk.Duration,
+                 removal_policy: cdk.RemovalPolicy, off_hours: Sequence[ScheduledWindow] = ()) -> None:
         super().__init__(scope, construct_id)
-        if public and not certificate_arn:
-            raise ValueError(f"{model.name}: a public load balancer needs a certificate_arn (HTTPS only)")
-        if capacity.model != model.name:
-            raise ValueError(f"capacity plan is for {capacity.model}, not {model.name}")
-        self.task = neuron_task.for_instance(model, capacity.instance_type)
-        self.model = model
+        if isinstance(capacity, CapacityPlan):
+            if [m.name for m in models] != [capacity.model]:
+                raise ValueError(f"capacity plan is for {capacity.model}, not {', '.join(m.name for m in models)}")
+            (model,) = models
+            self.name = model.name
+            self.task = neuron_task.for_instance(model, capacity.instance_type)
+            self.served = (ServedModel(model, model.serving.port, READINESS_PATH, capacity.slo_p99_ms,
+                                       capacity.target_per_instance_per_minute),)
+            self.off_hours: tuple[ScheduledWindow, ...] = tuple(off_hours)
+        else:
+            if off_hours:
+                raise ValueError(f"fleet {capacity.fleet}: its off-hours windows come with its plan")
+            self.name = capacity.fleet
+            self.task = neuron_task.for_fleet(capacity, models)
+            by_name = {m.name: m for m in models}
+            self.served = tuple(
+                ServedModel(by_name[share.model], share.port, MODEL_READINESS_PATH.format(name=share.model),
+                            share.slo_p99_ms, capacity.target_per_task_per_minute(share.model))
+                for share in capacity.shares)
+            self.off_hours = capacity.windows
+            if len(self.served) > MAX_TARGET_GROUPS:
+                raise ValueError(f"fleet {capacity.fleet}: {len(self.served)} models need as many target groups; an "
+                                 f"ECS service takes at most {MAX_TARGET_GROUPS}")
+            priorities = [rule_priority(s.name) for s in self.served]
+            if len(set(priorities)) != len(priorities):
+                raise ValueError(f"fleet {capacity.fleet}: two models' listener rule priorities collide; rename one")
+        # A fleet's models are routed by path; one model keeps the whole listener (and its template).
+        self.packed = isinstance(capacity, NeuronFleetPlan)
+        self.models = tuple(s.model for s in self.served)
         self.capacity = capacity
+        if public and not certificate_arn:
+            raise ValueError(f"{self.name}: a public load balancer needs a certificate_arn (HTTPS only)")
 
         self.cluster = ecs.Cluster(self, "Cluster", vpc=vpc, container_insights_v2=ecs.ContainerInsights.ENABLED)
         self._add_capacity(vpc, subnets)
@@ -105,8 +202,20 @@ class NeuronEcsService(Construct):
         self._add_load_balancer(vpc, vpc_cidr, subnets, public, certificate_arn, access_log_retention,
                                 removal_policy)
         self._add_scaling()
+        self._add_off_hours()
         self.alarms = self._add_alarms(alarm_topic_arn)
         self.dashboard = self._add_dashboard()
+
+    # What the task needs of every model it serves (one model: that model's own values).
+
+    @property
+    def _root_volume_gib(self) -> int:
+        return max(m.serving.root_volume_gib for m in self.models)
+
+    @property
+    def _health_check_grace_seconds(self) -> int:
+        """The task is healthy once every model has loaded and warmed up."""
+        return max(m.serving.health_check_grace_seconds for m in self.models)
 
     # ------------------------------------------------------------------ capacity
 
@@ -154,7 +263,7 @@ class NeuronEcsService(Construct):
             require_imdsv2=True,
             detailed_monitoring=True,
             block_devices=[ec2.BlockDevice(device_name=ROOT_DEVICE, volume=ec2.BlockDeviceVolume.ebs(
-                self.model.serving.root_volume_gib, encrypted=True, delete_on_termination=True,
+                self._root_volume_gib, encrypted=True, delete_on_termination=True,
                 volume_type=ec2.EbsDeviceVolumeType.GP3))],
         )
         self.instance_role = role
@@ -216,7 +325,9 @@ class NeuronEcsService(Construct):
             memory_limit_mib=task.memory_mib,
             environment=dict(task.environment),
             linux_parameters=linux,
-            port_mappings=[ecs.PortMapping(container_port=self.model.serving.port, name="http")],
+            # One model: one mapping named http; several: one per model, named after it.
+            port_mappings=[ecs.PortMapping(container_port=s.port, name=s.name if self.packed else "http")
+                           for s in self.served],
             logging=ecs.LogDrivers.aws_logs(stream_prefix="serving", log_group=log_group,
                                             mode=ecs.AwsLogDriverMode.NON_BLOCKING,
                                             max_buffer_size=cdk.Size.mebibytes(25)),
@@ -253,7 +364,7 @@ class NeuronEcsService(Construct):
             min_healthy_percent=MIN_HEALTHY_PERCENT,
             max_healthy_percent=MAX_HEALTHY_PERCENT,
             circuit_breaker=ecs.DeploymentCircuitBreaker(enable=True, rollback=True),
-            health_check_grace_period=cdk.Duration.seconds(self.model.serving.health_check_grace_seconds),
+            health_check_grace_period=cdk.Duration.seconds(self._health_check_grace_seconds),
             enable_ecs_managed_tags=True,
             propagate_tags=ecs.PropagatedTagSource.SERVICE,
             # No desired count: a deploy must not reset what autoscaling chose.
@@ -327,42 +438,102 @@ class NeuronEcsService(Construct):
                      "keeping them as noncurrent versions")
         self.load_balancer.log_access_logs(self.access_logs)
 
-        self.target_group = elbv2.ApplicationTargetGroup(
-            self, "Targets", vpc=vpc, port=self.model.serving.port, protocol=elbv2.ApplicationProtocol.HTTP,
-            target_type=elbv2.TargetType.IP,
-            targets=[self.service.load_balancer_target(container_name=CONTAINER_NAME,
-                                                       container_port=self.model.serving.port)],
-            deregistration_delay=cdk.Duration.seconds(self.model.load_balancer.deregistration_delay_seconds),
-            health_check=elbv2.HealthCheck(path=READINESS_PATH, healthy_http_codes="200",
-                                           interval=cdk.Duration.seconds(10), timeout=cdk.Duration.seconds(5),
-                                           healthy_threshold_count=2, unhealthy_threshold_count=3))
+        if self.packed:
+            # Any path but a served model's: a 404 that says what is served here.
+            default = {"default_action": elbv2.ListenerAction.fixed_response(
+                404, content_type="application/json", message_body=self._not_found_body())}
+        else:
+            (only_model,) = self.served
+            self.target_groups = {only_model.name: self._target_group(self, "Targets", vpc, only_model)}
+            default = {"default_target_groups": list(self.target_groups.values())}
         if tls:
             assert certificate_arn is not None
             self.listener = self.load_balancer.add_listener(
                 "Listener", port=port, protocol=elbv2.ApplicationProtocol.HTTPS, open=False,
-                certificates=[elbv2.ListenerCertificate.from_arn(certificate_arn)], ssl_policy=TLS_POLICY,
-                default_target_groups=[self.target_group])
+                certificates=[elbv2.ListenerCertificate.from_arn(certificate_arn)], ssl_policy=TLS_POLICY, **default)
         else:
             self.listener = self.load_balancer.add_listener(
-                "Listener", port=port, protocol=elbv2.ApplicationProtocol.HTTP, open=False,
-                default_target_groups=[self.target_group])
+                "Listener", port=port, protocol=elbv2.ApplicationProtocol.HTTP, open=False, **default)
             checkov.skip(self.listener, "CKV_AWS_2", PLAIN_HTTP_REASON)
             checkov.skip(self.listener, "CKV_AWS_103", PLAIN_HTTP_REASON)
+        if self.packed:
+            self.target_groups = {}
+            for served in self.served:
+                scope = self._model_scope(served)
+                target_group = self._target_group(scope, "Targets", vpc, served)
+                elbv2.ApplicationListenerRule(
+                    scope, "Route", listener=self.listener, priority=rule_priority(served.name),
+                    conditions=[elbv2.ListenerCondition.path_patterns([served.path, f"{served.path}/*"])],
+                    target_groups=[target_group])
+                self.target_groups[served.name] = target_group
         self.url = f"{scheme.lower()}://{self.load_balancer.load_balancer_dns_name}"
+
+    def _model_scope(self, served: ServedModel) -> Construct:
+        """A fleet model's own resources (target group, rule, alarms) live under its name."""
+        existing = self.node.try_find_child(served.name)
+        return existing if isinstance(existing, Construct) else Construct(self, served.name)
+
+    def _target_group(self, scope: Construct, construct_id: str, vpc: ec2.IVpc,
+                      served: ServedModel) -> elbv2.ApplicationTargetGroup:
+        return elbv2.ApplicationTargetGroup(
+            scope, construct_id, vpc=vpc, port=served.port, protocol=elbv2.ApplicationProtocol.HTTP,
+            target_type=elbv2.TargetType.IP,
+            targets=[self.service.load_balancer_target(container_name=CONTAINER_NAME, container_port=served.port)],
+            deregistration_delay=cdk.Duration.seconds(served.model.load_balancer.deregistration_delay_seconds),
+            health_check=elbv2.HealthCheck(path=served.readiness_path, healthy_http_codes="200",
+                                           interval=cdk.Duration.seconds(10), timeout=cdk.Duration.seconds(5),
+                                           healthy_threshold_count=2, unhealthy_threshold_count=3))
+
+    def _not_found_body(self) -> str:
+        paths = [f"{s.path}/infer" for s in self.served]
+        body = json.dumps({"error": f"no model at this path; {self.name} serves {', '.join(paths)}",
+                           "models": [s.name for s in self.served]}, separators=(",", ":"))
+        if len(body) > MAX_FIXED_RESPONSE_CHARS:  # five 40-character names stay far below
+            raise ValueError(f"{self.name}: the 404 body naming the models exceeds {MAX_FIXED_RESPONSE_CHARS} "
+                             f"characters")
+        return body
 
     # ------------------------------------------------------------------ scaling
 
     def _add_scaling(self) -> None:
-        scaling = self.model.scaling
         self.scalable_task_count = self.service.auto_scale_task_count(
             min_capacity=self.capacity.min_capacity, max_capacity=self.capacity.max_capacity)
-        # One task per instance, so the planned per-instance target is the per-task target.
-        self.scalable_task_count.scale_on_request_count(
-            "RequestsPerTask",
-            requests_per_target=self.capacity.target_per_instance_per_minute,
-            target_group=self.target_group,
-            scale_out_cooldown=cdk.Duration.seconds(scaling.scale_out_cooldown_seconds),
-            scale_in_cooldown=cdk.Duration.seconds(scaling.scale_in_cooldown_seconds))
+        # One task per instance, so the planned per-instance target is the per-task target. Several models: one
+        # policy per model on its own target group's requests; Application Auto Scaling scales out when any
+        # policy asks and in only when all agree (target-tracking-scaling-policy-overview, "Multiple scaling
+        # policies").
+        for served in self.served:
+            scaling = served.model.scaling
+            self.scalable_task_count.scale_on_request_count(
+                f"RequestsPerTask-{served.name}" if self.packed else "RequestsPerTask",
+                requests_per_target=served.requests_per_task_per_minute,
+                target_group=self.target_groups[served.name],
+                scale_out_cooldown=cdk.Duration.seconds(scaling.scale_out_cooldown_seconds),
+                scale_in_cooldown=cdk.Duration.seconds(scaling.scale_in_cooldown_seconds))
+
+    def _add_off_hours(self) -> None:
+        """Each window scales the service to its range at `start` (its zone) and back to the planned range at
+        `end`; the Auto Scaling group's minimum follows, so ECS managed scaling can empty the group (it never
+        changes a group's minimum or maximum itself, and scales out only while the maximum is above zero:
+        cluster-auto-scaling) and the planned instances return with the tasks. The group's maximum is left
+        alone. With managed termination protection ECS releases an instance's scale-in protection once its
+        tasks have stopped (managed-termination-protection), so an emptied service lets the group drain."""
+        for index, window in enumerate(self.off_hours, start=1):
+            zone = cdk.TimeZone.of(window.time_zone)
+            self.scalable_task_count.scale_on_schedule(
+                f"OffHours{index}Start", schedule=appscaling.Schedule.expression(window.start),
+                min_capacity=window.min, max_capacity=window.max, time_zone=zone)
+            self.scalable_task_count.scale_on_schedule(
+                f"OffHours{index}End", schedule=appscaling.Schedule.expression(window.end),
+                min_capacity=self.capacity.min_capacity, max_capacity=self.capacity.max_capacity, time_zone=zone)
+            for suffix, cron, minimum in (("Start", window.start, window.min),
+                                          ("End", window.end, self.capacity.min_capacity)):
+                recurrence = autoscaling.Schedule.expression(schedule.unix_recurrence(cron))
+                action = self.auto_scaling_group.scale_on_schedule(
+                    f"OffHours{index}{suffix}", schedule=recurrence, min_capacity=minimum, time_zone=window.time_zone)
+                # Deleted before the scale-in release runs (deletion follows dependencies backwards), so no
+                # window's end can raise the minimum again while the stack empties the group.
+                action.node.add_dependency(self.scale_in_release.resource)
 
     # ------------------------------------------------------------------ observability
     # Alarms and dashboard as L1 resources built from plain values (inferstack.constructs.cloudwatch_l1):
@@ -370,13 +541,30 @@ class NeuronEcsService(Construct):
     # The template is the one the L2 wrote (same logical ids, properties and dashboard JSON).
 
     @functools.cached_property
-    def _metrics(self) -> dict[str, cwl1.AnyMetric]:
-        """Shared by alarms and dashboard. Each token-valued name is read once: every read is a round trip."""
-        tg = self.target_group
-        # As tg.metrics names them: the load balancer by the full name in the first listener's ARN.
-        alb = {"LoadBalancer": tg.first_load_balancer_full_name, "TargetGroup": tg.target_group_full_name}
+    def _service_metrics(self) -> dict[str, cwl1.Metric]:
+        """The task's (service, cluster, capacity provider), shared by alarms and dashboard. Each token-valued
+        name is read once: every read is a round trip."""
         cluster_name = self.cluster.cluster_name
         ecs_service = {"ClusterName": cluster_name, "ServiceName": self.service.service_name}
+        return {
+            "capacity_reservation": cwl1.Metric(
+                "AWS/ECS/ManagedScaling", "CapacityProviderReservation",
+                {"ClusterName": cluster_name,
+                 "CapacityProviderName": self.capacity_provider.capacity_provider_name}, "Minimum"),
+            "cpu": cwl1.Metric("AWS/ECS", "CPUUtilization", ecs_service, "Average"),
+            "memory": cwl1.Metric("AWS/ECS", "MemoryUtilization", ecs_service, "Average"),
+            "task_count": cwl1.Metric("ECS/ContainerInsights", "RunningTaskCount", ecs_service, "Average"),
+        }
+
+    @functools.cached_property
+    def _model_metrics(self) -> dict[str, dict[str, cwl1.AnyMetric]]:
+        """Per served model, from its target group."""
+        return {served.name: self._target_group_metrics(self.target_groups[served.name]) for served in self.served}
+
+    @staticmethod
+    def _target_group_metrics(tg: elbv2.ApplicationTargetGroup) -> dict[str, cwl1.AnyMetric]:
+        # As tg.metrics names them: the load balancer by the full name in the first listener's ARN.
+        alb = {"LoadBalancer": tg.first_load_balancer_full_name, "TargetGroup": tg.target_group_full_name}
 
         def target_group(metric_name: str, statistic: str) -> cwl1.Metric:
             return cwl1.Metric("AWS/ApplicationELB", metric_name, alb, statistic)
@@ -392,65 +580,113 @@ class NeuronEcsService(Construct):
                 using={"requests": requests, "errors": target_group("HTTPCode_Target_5XX_Count", "Sum")},
                 label="target 5xx, % of requests"),
             "unhealthy": target_group("UnHealthyHostCount", "Maximum"),
-            "capacity_reservation": cwl1.Metric(
-                "AWS/ECS/ManagedScaling", "CapacityProviderReservation",
-                {"ClusterName": cluster_name,
-                 "CapacityProviderName": self.capacity_provider.capacity_provider_name}, "Minimum"),
             "healthy": target_group("HealthyHostCount", "Minimum"),
-            "cpu": cwl1.Metric("AWS/ECS", "CPUUtilization", ecs_service, "Average"),
-            "memory": cwl1.Metric("AWS/ECS", "MemoryUtilization", ecs_service, "Average"),
-            "task_count": cwl1.Metric("ECS/ContainerInsights", "RunningTaskCount", ecs_service, "Average"),
         }
 
+    def _label(self, served: ServedModel) -> str:
+        return f"{served.name} ({self.name})" if self.packed else served.name
+
     def _add_alarms(self, alarm_topic_arn: str) -> dict[str, cw.CfnAlarm]:
-        m, name, limits = self._metrics, self.model.name, self.model.alarms
-        slo_seconds = self.capacity.slo_p99_ms / 1000
-        periods = limits.evaluation_minutes
-        # A new task fails the readiness check until its model is loaded and warm (the grace period):
+        """Per model: p99 above its SLO, 5xx rate, targets failing readiness. Per task: CPU, memory, capacity
+        shortfall (a fleet's at the strictest of its models' limits). One model keeps the alarm ids it had."""
+        s = self._service_metrics
+        name = self.name
+        # A new task fails the readiness check until its models are loaded and warm (the grace period):
         # look past that, or every deploy and scale-out would page.
-        grace_minutes = math.ceil(self.model.serving.health_check_grace_seconds / 60)
-        specs = {
-            "LatencyAlarm": (m["p99"], slo_seconds, periods, f"{name}: p99 target response time above the "
-                             f"{self.capacity.slo_p99_ms:g} ms SLO"),
-            "ErrorRateAlarm": (m["error_rate"], limits.error_rate_percent, periods,
-                               f"{name}: target 5xx above {limits.error_rate_percent:g}% of requests"),
-            "CpuAlarm": (m["cpu"], limits.cpu_percent, periods,
-                         f"{name}: service CPU above {limits.cpu_percent:g}%"),
-            "MemoryAlarm": (m["memory"], limits.memory_percent, periods,
-                            f"{name}: service memory above {limits.memory_percent:g}%"),
-            "UnhealthyTargetsAlarm": (m["unhealthy"], 0, grace_minutes + periods,
-                                      f"{name}: targets failing {READINESS_PATH} beyond the warm-up grace period"),
-            "CapacityShortfallAlarm": (m["capacity_reservation"], 100, CAPACITY_SHORTFALL_MINUTES,
+        grace_minutes = math.ceil(self._health_check_grace_seconds / 60)
+        per_model: dict[str, dict[str, tuple]] = {}
+        for served in self.served:
+            m, limits, label = self._model_metrics[served.name], served.model.alarms, self._label(served)
+            periods = limits.evaluation_minutes
+            per_model[served.name] = {
+                "LatencyAlarm": (m["p99"], served.slo_p99_ms / 1000, periods, f"{label}: p99 target response time "
+                                 f"above the {served.slo_p99_ms:g} ms SLO"),
+                "ErrorRateAlarm": (m["error_rate"], limits.error_rate_percent, periods,
+                                   f"{label}: target 5xx above {limits.error_rate_percent:g}% of requests"),
+                "UnhealthyTargetsAlarm": (m["unhealthy"], 0, grace_minutes + periods,
+                                          f"{label}: targets failing {served.readiness_path} beyond the warm-up "
+                                          f"grace period"),
+            }
+        cpu = min(m.alarms.cpu_percent for m in self.models)
+        memory = min(m.alarms.memory_percent for m in self.models)
+        periods = min(m.alarms.evaluation_minutes for m in self.models)
+        task_level = {
+            "CpuAlarm": (s["cpu"], cpu, periods, f"{name}: service CPU above {cpu:g}%"),
+            "MemoryAlarm": (s["memory"], memory, periods, f"{name}: service memory above {memory:g}%"),
+            "CapacityShortfallAlarm": (s["capacity_reservation"], 100, CAPACITY_SHORTFALL_MINUTES,
                                        f"{name}: tasks waiting for {self.task.instance_type} capacity for "
                                        f"{CAPACITY_SHORTFALL_MINUTES} minutes (launch failures or the group at "
                                        f"its maximum)"),
         }
-        return {alarm_id: cwl1.alarm(self, alarm_id, metric=metric, threshold=threshold,
+        alarms: dict[str, cw.CfnAlarm] = {}
+
+        def add(scope: Construct, key: str, alarm_id: str, spec: tuple) -> None:
+            metric, threshold, evaluation, description = spec
+            alarms[key] = cwl1.alarm(scope, alarm_id, metric=metric, threshold=threshold,
                                      evaluation_periods=evaluation, datapoints_to_alarm=evaluation,
                                      description=description, action_arn=alarm_topic_arn)
-                for alarm_id, (metric, threshold, evaluation, description) in specs.items()}
+
+        if not self.packed:
+            (model_specs,) = per_model.values()
+            specs = {**{k: model_specs[k] for k in ("LatencyAlarm", "ErrorRateAlarm")},
+                     **{k: task_level[k] for k in ("CpuAlarm", "MemoryAlarm")},
+                     "UnhealthyTargetsAlarm": model_specs["UnhealthyTargetsAlarm"],
+                     "CapacityShortfallAlarm": task_level["CapacityShortfallAlarm"]}
+            for alarm_id, spec in specs.items():
+                add(self, alarm_id, alarm_id, spec)
+            return alarms
+        for served in self.served:
+            for alarm_id, spec in per_model[served.name].items():
+                add(self._model_scope(served), f"{served.name}/{alarm_id}", alarm_id, spec)
+        for alarm_id, spec in task_level.items():
+            add(self, alarm_id, alarm_id, spec)
+        return alarms
 
     def _add_dashboard(self) -> cw.CfnDashboard:
-        m = self._metrics
+        s = self._service_metrics
         region = cdk.Aws.REGION
-        slo = cwl1.Annotation(self.capacity.slo_p99_ms / 1000, "p99 SLO")
-        target = cwl1.Annotation(self.capacity.target_per_instance_per_minute, "scaling target")
 
         def graph(title: str, *metrics: cwl1.AnyMetric, width: int,
                   left_annotations: Sequence[cwl1.Annotation] = ()) -> cwl1.Widget:
             return cwl1.graph(title, metrics, region=region, width=width, left_annotations=left_annotations)
 
-        rows = [
-            [graph("Requests per minute", m["requests"], width=8),
-             graph("Requests per task per minute", m["requests_per_task"], left_annotations=[target], width=8),
-             graph("Running tasks", m["task_count"], width=8)],
-            [graph("Target response time (s)", m["p50"], m["p99"], left_annotations=[slo], width=8),
-             graph("Target 5xx (% of requests)", m["error_rate"], width=8),
-             graph("Targets", m["healthy"], m["unhealthy"], width=8)],
-            [graph("Service CPU and memory (%)", m["cpu"], m["memory"], width=12),
-             cwl1.alarm_status("Alarms", [alarm.attr_arn for alarm in self.alarms.values()], width=12)],
-        ]
-        return cwl1.dashboard(self, "Dashboard", rows, start="-PT3H")  # the last three hours
+        def annotations(served: ServedModel) -> tuple[cwl1.Annotation, cwl1.Annotation]:
+            return (cwl1.Annotation(served.slo_p99_ms / 1000, "p99 SLO"),
+                    cwl1.Annotation(served.requests_per_task_per_minute, "scaling target"))
+
+        alarm_arns = [alarm.attr_arn for alarm in self.alarms.values()]
+        if not self.packed:
+            (served,) = self.served
+            m = self._model_metrics[served.name]
+            slo, target = annotations(served)
+            rows = [
+                [graph("Requests per minute", m["requests"], width=8),
+                 graph("Requests per task per minute", m["requests_per_task"], left_annotations=[target], width=8),
+                 graph("Running tasks", s["task_count"], width=8)],
+                [graph("Target response time (s)", m["p50"], m["p99"], left_annotations=[slo], width=8),
+                 graph("Target 5xx (% of requests)", m["error_rate"], width=8),
+                 graph("Targets", m["healthy"], m["unhealthy"], width=8)],
+                [graph("Service CPU and memory (%)", s["cpu"], s["memory"], width=12),
+                 cwl1.alarm_status("Alarms", alarm_arns, width=12)],
+            ]
+            return cwl1.dashboard(self, "Dashboard", rows, start="-PT3H")  # the last three hours
+        # A fleet: the task's row, then one row per model, then every alarm.
+        rows = [[graph("Requests per minute, by model",
+                       *[self._model_metrics[served.name]["requests"] for served in self.served], width=8),
+                 graph("Running tasks", s["task_count"], width=8),
+                 graph("Service CPU and memory (%)", s["cpu"], s["memory"], width=8)]]
+        for served in self.served:
+            m = self._model_metrics[served.name]
+            slo, target = annotations(served)
+            rows.append([
+                graph(f"{served.name}: requests per task per minute", m["requests_per_task"],
+                      left_annotations=[target], width=6),
+                graph(f"{served.name}: target response time (s)", m["p50"], m["p99"], left_annotations=[slo],
+                      width=6),
+                graph(f"{served.name}: target 5xx (% of requests)", m["error_rate"], width=6),
+                graph(f"{served.name}: targets", m["healthy"], m["unhealthy"], width=6)])
+        rows.append([cwl1.alarm_status("Alarms", alarm_arns, width=24)])
+        return cwl1.dashboard(self, "Dashboard", rows, start="-PT3H")
 
 
 def _lint_ignore_cdk_provider(scope: Construct, provider_id: str) -> None:

@@ -5,7 +5,9 @@ file, so its next deploy runs exactly those images. Dry run by default: prints t
 What runs is read from the source, not from a build: stack outputs -> ECS service -> task definition
 image, or SageMaker endpoint -> endpoint config -> model -> container image (for a model on a fleet's
 shared endpoint: its inference component -> model -> container image); tags are resolved to digests in
-ECR. With --manifest, each image must belong to that release."""
+ECR. With --manifest, each image must belong to that release. One image per image unit
+(Project.image_units): a model with a stack of its own, or a neuron-cores fleet, whose one image serves all its
+members and is copied, pinned and named as the fleet."""
 
 from __future__ import annotations
 
@@ -18,9 +20,10 @@ import boto3
 from inferstack import atomic_write
 from inferstack.delivery import aws_sessions, ecr_images, release, stack_outputs
 from inferstack.config import NeuronEcsModel, Project, loader
+from inferstack.config.loader import ImageUnit
 from inferstack.config.release_pin import PIN_FORMAT, PinnedImage, ReleaseIdentity, ReleasePin, dump
 
-# Promoted images live in one repository per model in each target account: inferstack/<model>.
+# Promoted images live in one repository per image unit in each target account: inferstack/<model or fleet>.
 REPOSITORY_PREFIX = "inferstack"
 # The container NeuronEcsService names (CONTAINER_NAME there; a test keeps them equal). Not imported:
 # that module loads the CDK, which takes seconds a deploy pipeline step should not pay.
@@ -37,7 +40,7 @@ class PromoteUsageError(Exception):
 
 @dataclass(frozen=True)
 class Step:
-    model: str
+    model: str  # the image unit: a model, or a neuron-cores fleet
     source: ecr_images.ResolvedImage
     target_repository: str
     target_repository_uri: str
@@ -50,64 +53,65 @@ class Step:
                 f"{self.target_repository_uri}{tag} ({self.action})")
 
 
-def running_image(session: boto3.Session, env_name: str, model) -> str:
-    """The image reference the model's deployed service runs in `env_name`."""
-    values = stack_outputs.outputs(session.client("cloudformation"), env_name, model.name)
-    if isinstance(model, NeuronEcsModel):
-        cluster, service = stack_outputs.require(values, ("ClusterName", "ServiceName"), env_name, model.name)
+def running_image(session: boto3.Session, env_name: str, unit: ImageUnit) -> str:
+    """The image reference the unit's deployed service (a model's, or a neuron-cores fleet's) runs in
+    `env_name`."""
+    values = stack_outputs.outputs(session.client("cloudformation"), env_name, unit.name)
+    if all(isinstance(m, NeuronEcsModel) for m in unit.models):
+        cluster, service = stack_outputs.require(values, ("ClusterName", "ServiceName"), env_name, unit.name)
         ecs = session.client("ecs")
         found = ecs.describe_services(cluster=cluster, services=[service])
         # A deleted service stays visible for a while as INACTIVE.
         if not [s for s in found.get("services") or [] if s.get("status") != "INACTIVE"]:
-            raise PromoteError(f"{model.name}: ECS service {service} not found in cluster {cluster} ({env_name})")
+            raise PromoteError(f"{unit.name}: ECS service {service} not found in cluster {cluster} ({env_name})")
         task_definition = found["services"][0]["taskDefinition"]
         containers = ecs.describe_task_definition(taskDefinition=task_definition)["taskDefinition"][
             "containerDefinitions"]
         images = [c["image"] for c in containers if c.get("name") == NEURON_CONTAINER] or \
                  ([containers[0]["image"]] if len(containers) == 1 else [])
         if not images:
-            raise PromoteError(f"{model.name}: task definition {task_definition} has no container "
+            raise PromoteError(f"{unit.name}: task definition {task_definition} has no container "
                                f"{NEURON_CONTAINER!r}")
         return images[0]
-    (endpoint,) = stack_outputs.require(values, (stack_outputs.ENDPOINT_NAME,), env_name, model.name)
+    (endpoint,) = stack_outputs.require(values, (stack_outputs.ENDPOINT_NAME,), env_name, unit.name)
     sagemaker = session.client("sagemaker")
     component = values.get(stack_outputs.INFERENCE_COMPONENT_NAME)
     if component:  # on a fleet's shared endpoint, whose variant names no model: the component names it
         try:
             specification = sagemaker.describe_inference_component(InferenceComponentName=component)["Specification"]
         except aws_sessions.AWS_ERRORS as exc:
-            raise PromoteError(f"{model.name}: SageMaker inference component {component} on endpoint {endpoint} "
+            raise PromoteError(f"{unit.name}: SageMaker inference component {component} on endpoint {endpoint} "
                                f"not found ({env_name}): {' '.join(str(exc).split())}") from None
         if not specification.get("ModelName"):
-            raise PromoteError(f"{model.name}: inference component {component} names no SageMaker model")
-        return _model_image(sagemaker, model.name, specification["ModelName"])
+            raise PromoteError(f"{unit.name}: inference component {component} names no SageMaker model")
+        return _model_image(sagemaker, unit.name, specification["ModelName"])
     try:
         config_name = sagemaker.describe_endpoint(EndpointName=endpoint)["EndpointConfigName"]
     except aws_sessions.AWS_ERRORS as exc:
-        raise PromoteError(f"{model.name}: SageMaker endpoint {endpoint} not found ({env_name}): "
+        raise PromoteError(f"{unit.name}: SageMaker endpoint {endpoint} not found ({env_name}): "
                            f"{' '.join(str(exc).split())}") from None
     variants = sagemaker.describe_endpoint_config(EndpointConfigName=config_name)["ProductionVariants"]
     model_names = sorted({v["ModelName"] for v in variants if v.get("ModelName")})
     if len(model_names) != 1:
-        raise PromoteError(f"{model.name}: endpoint {endpoint} serves {len(model_names)} models; expected 1")
-    return _model_image(sagemaker, model.name, model_names[0])
+        raise PromoteError(f"{unit.name}: endpoint {endpoint} serves {len(model_names)} models; expected 1")
+    return _model_image(sagemaker, unit.name, model_names[0])
 
 
-def _model_image(sagemaker, model: str, model_name: str) -> str:
+def _model_image(sagemaker, unit: str, model_name: str) -> str:
     described = sagemaker.describe_model(ModelName=model_name)
     container = described.get("PrimaryContainer") or (described.get("Containers") or [{}])[0]
     if not container.get("Image"):
-        raise PromoteError(f"{model}: SageMaker model {model_name} names no image")
+        raise PromoteError(f"{unit}: SageMaker model {model_name} names no image")
     return container["Image"]
 
 
 def _check_release(model: str, source_env: str, image: ecr_images.ResolvedImage, manifest: dict,
                    manifest_path: Path) -> str | None:
     """The release's tag for this image (the CDK asset hash), or PromoteError when the source runs
-    something the release did not build."""
+    something the release did not build. `model`: the image unit's name (its stack's id)."""
     candidates = release.model_images(manifest, model)
     if not candidates:
-        raise PromoteError(f"{model}: release manifest {manifest_path} builds no image for this model")
+        raise PromoteError(f"{model}: release manifest {manifest_path} builds no image for this stack")
     for candidate in candidates:
         if candidate.get("digest") == image.digest or (
                 not candidate.get("digest") and candidate.get("tag") in image.tags):
@@ -124,27 +128,28 @@ def plan(project: Project, source_env: str, target_env: str, sessions: dict[str,
     suffix = "amazonaws.com.cn" if target.region.startswith("cn-") else "amazonaws.com"
     target_ecr = sessions[target_env].client("ecr")
     steps = []
-    for model in sorted(project.models, key=lambda m: m.name):
+    # The target's units: the pin must cover them (a neuron-cores fleet's are the same in every environment).
+    for unit in project.image_units(target_env):
         try:
-            reference = ecr_images.ImageRef.parse(running_image(sessions[source_env], source_env, model))
+            reference = ecr_images.ImageRef.parse(running_image(sessions[source_env], source_env, unit))
             source_ecr = sessions[source_env].client("ecr", region_name=reference.region)
             image = ecr_images.resolve(source_ecr, reference)
         except stack_outputs.StackNotFound as exc:
             raise PromoteError(str(exc)) from None
         except ecr_images.ImageError as exc:
-            raise PromoteError(f"{model.name}: {exc}") from None
+            raise PromoteError(f"{unit.name}: {exc}") from None
         tag = reference.tag
         if manifest is not None:
             assert manifest_path is not None
-            tag = _check_release(model.name, source_env, image, manifest, manifest_path) or tag
-        repository = f"{REPOSITORY_PREFIX}/{model.name}"
+            tag = _check_release(unit.name, source_env, image, manifest, manifest_path) or tag
+        repository = f"{REPOSITORY_PREFIX}/{unit.name}"
         exists = ecr_images.tags_of_digest(target_ecr, repository, image.digest) is not None
         if not exists and tag is not None:
             holder = ecr_images.digest_of_tag(target_ecr, repository, tag)
             if holder is not None and holder != image.digest:
-                raise PromoteError(f"{model.name}: {target_env} repository {repository} already tags {tag} as "
+                raise PromoteError(f"{unit.name}: {target_env} repository {repository} already tags {tag} as "
                                    f"{holder} (tags are immutable); the source runs {image.digest}")
-        steps.append(Step(model.name, image, repository, f"{target.account}.dkr.ecr.{target.region}.{suffix}/"
+        steps.append(Step(unit.name, image, repository, f"{target.account}.dkr.ecr.{target.region}.{suffix}/"
                           f"{repository}", tag, "exists" if exists else "copy"))
     return steps
 

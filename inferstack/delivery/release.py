@@ -156,8 +156,9 @@ def load(path: Path) -> tuple[dict, str]:
 
 
 def model_images(manifest: dict, model: str) -> list[dict]:
-    """Every image asset the release built for a model, over all environments (a Neuron image is the same
-    asset everywhere; a Triton image's build args name the region's base image, so regions differ)."""
+    """Every image asset the release built for a stack, over all environments. `model`: the stack's id, a
+    model's name or a neuron-cores fleet's (whose one image holds all its members). A Neuron image is the same
+    asset everywhere; a Triton image's build args name the region's base image, so regions differ."""
     found = {}
     for environment in manifest["environments"].values():
         stack = ((environment or {}).get("stacks") or {}).get(model) or {}

@@ -2,11 +2,13 @@
 protocol (KServe v2 JSON), check the reply's output names, datatypes and shapes against the model's
 interface, and its latency against the model's p99 SLO. One line per model; exit 1 on any failure.
 
-Endpoints come from the serving stacks' outputs: `Url` (Neuron on ECS: POST {Url}/v2/models/<name>/infer)
-or `EndpointName` (Triton on SageMaker: InvokeEndpoint, which hands the body to Triton's /invocations), with
-`InferenceComponentName` for a model on a fleet's shared endpoint. Such a component may have scaled to zero:
-every component is sent one request first, so their cold starts run side by side, and each model's first
-answer is awaited for up to its `slo.cold_start_seconds` while SageMaker answers that it has no capacity.
+Endpoints come from the serving stacks' outputs: `Url` (Neuron on ECS: POST {Url}/v2/models/<name>/infer;
+a neuron-cores fleet's members through their fleet's stack, POST {Url}{path}/infer with the model's path from
+its `ModelPaths`) or `EndpointName` (Triton on SageMaker: InvokeEndpoint, which hands the body to Triton's
+/invocations), with `InferenceComponentName` for a model on a fleet's shared endpoint. Such a component may
+have scaled to zero: every component is sent one request first, so their cold starts run side by side, and
+each model's first answer is awaited for up to its `slo.cold_start_seconds` while SageMaker answers that it
+has no capacity.
 An internal load balancer is reachable only from inside its VPC: `--via auto` (the default) sends those
 requests through the foundation's smoke probe, a Lambda function in the private subnets
 (inferstack/delivery/smoke_probe/), and times them there; `--via direct` calls every URL from here."""
@@ -245,15 +247,20 @@ class ProbeLookup:
 
 def smoke_model(session: boto3.Session, env_name: str, environment: Environment, model, *, requests: int,
                 timeout: float, via: str = "auto", probe: ProbeLookup | None = None, lambda_=None,
-                sleep: Callable[[float], None] | None = None) -> str:
+                stack: str | None = None, sleep: Callable[[float], None] | None = None) -> str:
     """One line: what was called and the latencies; SmokeFailure with the reason otherwise. `via` applies
     to Neuron models: auto goes through the probe for an internal load balancer when the foundation has
-    one; `lambda_` is the Lambda client to invoke it with (default: one from `session`)."""
+    one; `lambda_` is the Lambda client to invoke it with (default: one from `session`). `stack`: the stack
+    that serves the model when it is not the model's own (a neuron-cores fleet's). `sleep`: time.sleep,
+    between the first requests to a component that has no copy yet."""
     component = None
-    values = stack_outputs.outputs(session.client("cloudformation"), env_name, model.name)
+    stack = stack or model.name
+    values = stack_outputs.outputs(session.client("cloudformation"), env_name, stack)
     if isinstance(model, NeuronEcsModel):
-        (base,) = stack_outputs.require(values, ("Url",), env_name, model.name)
-        url = f"{base.rstrip('/')}/v2/models/{model.name}/infer"
+        (base,) = stack_outputs.require(values, ("Url",), env_name, stack)
+        path = (f"/v2/models/{model.name}" if stack == model.name
+                else stack_outputs.model_path(values, env_name, stack, model.name))
+        url = f"{base.rstrip('/')}{path}/infer"
         probe = probe or ProbeLookup(session.client("cloudformation"), env_name)
         function = None
         if via == "lambda" or (via == "auto" and not model.public_load_balancer(environment)):
@@ -268,7 +275,7 @@ def smoke_model(session: boto3.Session, env_name: str, environment: Environment,
             target = f"{url} via probe {function}"
             send = probe_sender(lambda_ or lambda_client(session, timeout), function, url, timeout)
     else:
-        (endpoint,) = stack_outputs.require(values, (stack_outputs.ENDPOINT_NAME,), env_name, model.name)
+        (endpoint,) = stack_outputs.require(values, (stack_outputs.ENDPOINT_NAME,), env_name, stack)
         component = values.get(stack_outputs.INFERENCE_COMPONENT_NAME) or None
         target = f"endpoint {endpoint}" + (f" component {component}" if component else "")
         send = sagemaker_sender(session, endpoint, timeout, component)
@@ -316,13 +323,16 @@ def run(args: argparse.Namespace) -> int:
     chosen = [m for m in sorted(project.models, key=lambda m: m.name) if not args.model or m.name in args.model]
     wake_components(session, args.env, chosen, args.timeout)
     failures = 0
+    # Every model, each through the stack that serves it: its own, or its neuron-cores fleet's.
+    stacks = {m.name: unit.name for unit in project.image_units(args.env) for m in unit.models}
     for model in chosen:
         try:
             line = f"{model.name}: ok: " + smoke_model(session, args.env, environment, model, requests=args.requests,
-                                                       timeout=args.timeout, via=args.via, probe=probe)
+                                                       timeout=args.timeout, via=args.via, probe=probe,
+                                                       stack=stacks[model.name])
         except (SmokeFailure, stack_outputs.StackNotFound) as exc:
             failures += 1
-            message = str(exc).removeprefix(f"{model.name}: ")
+            message = str(exc).removeprefix(f"{model.name}: ").removeprefix(f"{stacks[model.name]}: ")
             line = f"{model.name}: FAIL: {' '.join(message.split())}"
         except aws_sessions.AWS_ERRORS as exc:
             failures += 1

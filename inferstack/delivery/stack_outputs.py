@@ -1,7 +1,10 @@
-"""The outputs of a deployed serving stack (`<env>-<model>`), read from CloudFormation: how promote and
-smoke find the cluster, service, endpoint or URL a model runs behind."""
+"""The outputs of a deployed serving stack (`<env>-<model>`, or `<env>-<fleet>` for the models of a
+neuron-cores fleet), read from CloudFormation: how promote and smoke find the cluster, service, endpoint or
+URL a model runs behind."""
 
 from __future__ import annotations
+
+import json
 
 import botocore.exceptions
 
@@ -10,6 +13,8 @@ FOUNDATION = "Foundation"  # the stage's shared stack (stacks/stage.py)
 PROBE_FUNCTION_NAME = "SmokeProbeFunctionName"  # output of the foundation: the in-VPC smoke probe
 ENDPOINT_NAME = "EndpointName"  # a Triton model's SageMaker endpoint (a fleet's shared one for a component)
 INFERENCE_COMPONENT_NAME = "InferenceComponentName"  # a Triton model on a fleet's shared endpoint
+# Output of a neuron-cores fleet's stack (`<env>-<fleet>`): JSON {model: path under Url}, one entry per member.
+MODEL_PATHS = "ModelPaths"
 
 
 class StackNotFound(Exception):
@@ -18,6 +23,24 @@ class StackNotFound(Exception):
 
 def stack_name(env_name: str, model: str) -> str:
     return f"{env_name}-{model}"  # the Stage prefixes its stacks' names (stacks/stage.py)
+
+
+def model_paths_value(paths: dict[str, str]) -> str:
+    """The MODEL_PATHS output's value: sorted, compact JSON (deterministic, readable in the console)."""
+    return json.dumps(paths, sort_keys=True, separators=(",", ":"))
+
+
+def model_path(values: dict[str, str], env_name: str, stack: str, model: str) -> str:
+    """A fleet model's path under the fleet stack's Url, from its MODEL_PATHS output."""
+    (raw,) = require(values, (MODEL_PATHS,), env_name, stack)
+    try:
+        paths = json.loads(raw)
+    except ValueError:
+        paths = None
+    if not isinstance(paths, dict) or not isinstance(paths.get(model), str):
+        raise StackNotFound(f"{model}: stack {stack_name(env_name, stack)} output {MODEL_PATHS} names no path "
+                            f"for it ({raw[:120]})")
+    return paths[model]
 
 
 def outputs(cloudformation, env_name: str, model: str) -> dict[str, str]:

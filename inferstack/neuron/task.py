@@ -1,12 +1,16 @@
 """What a Neuron serving task looks like on one Inferentia instance type: its devices and NeuronCores, its
 cpu/memory share of the host, and the image's build arguments and runtime environment (the container
-contract of container/neuron/). Pure functions, so the construct and the tests derive the same values."""
+contract of container/neuron/). One model per task (`for_instance`), or several packed on disjoint
+NeuronCore ranges and ports of one task (`for_fleet`, from a neuron-cores fleet's plan). Pure functions, so
+the construct and the tests derive the same values."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import Protocol
 
 from inferstack.schema import instances
 from inferstack.schema.models import NeuronEcsModel
@@ -89,14 +93,22 @@ def runtime_environment(model: NeuronEcsModel, neuron_cores: int) -> dict[str, s
     }
 
 
-def for_instance(model: NeuronEcsModel, instance_type: str) -> NeuronTask:
+def _inferentia(instance_type: str, models: Sequence[NeuronEcsModel]) -> instances.InstanceSpec:
+    """The instance's facts, once every model is known to run there: compiled for its Neuron generation."""
     spec = instances.get(instance_type)
     target = spec.neuron_generation
     if target is None or spec.is_sagemaker:
         raise IncompatibleInstance(f"{instance_type} is not an Inferentia EC2 type")
-    if model.compile.neuron_generation != target:
-        raise IncompatibleInstance(f"{model.name} is compiled for {model.compile.neuron_generation}, "
-                                   f"{instance_type} runs {target}")
+    for model in models:
+        if model.compile.neuron_generation != target:
+            raise IncompatibleInstance(f"{model.name} is compiled for {model.compile.neuron_generation}, "
+                                       f"{instance_type} runs {target}")
+    return spec
+
+
+def _task(spec: instances.InstanceSpec, args: dict[str, str], environment: dict[str, str]) -> NeuronTask:
+    target = spec.neuron_generation
+    assert target is not None  # _inferentia checked it
     return NeuronTask(
         instance_type=spec.name,
         neuron_target=target,
@@ -105,6 +117,111 @@ def for_instance(model: NeuronEcsModel, instance_type: str) -> NeuronTask:
         cpu_units=spec.vcpus * CPU_UNITS_PER_VCPU - reserved_cpu_units(spec.vcpus),
         memory_mib=spec.memory_gib * 1024 - reserved_memory_mib(spec.memory_gib),
         dockerfile=DOCKERFILE.format(neuron_target=target),
-        build_args=MappingProxyType(build_args(model, target)),
-        environment=MappingProxyType(runtime_environment(model, spec.neuron_cores)),
+        build_args=MappingProxyType(args),
+        environment=MappingProxyType(environment),
     )
+
+
+def for_instance(model: NeuronEcsModel, instance_type: str) -> NeuronTask:
+    spec = _inferentia(instance_type, [model])
+    target = spec.neuron_generation
+    assert target is not None
+    return _task(spec, build_args(model, target), runtime_environment(model, spec.neuron_cores))
+
+
+# ---------------------------------------------------------------- several models in one task
+
+class CoreShare(Protocol):
+    """One packed model's part of the task, as inferstack.capacity.packing plans it (this layer sits below
+    the planner, so it names only what it reads)."""
+
+    @property
+    def model(self) -> str: ...
+    @property
+    def port(self) -> int: ...
+    @property
+    def visible_cores(self) -> str: ...
+    @property
+    def workers(self) -> int: ...
+
+
+class PackedLayout(Protocol):
+    """A neuron-cores fleet's plan (inferstack.capacity.packing.NeuronFleetPlan), as far as the task needs it."""
+
+    @property
+    def fleet(self) -> str: ...
+    @property
+    def instance_type(self) -> str: ...
+    @property
+    def neuron_cores(self) -> int: ...
+    @property
+    def shares(self) -> Sequence[CoreShare]: ...
+
+
+def _json(value: object) -> str:
+    """Deterministic and compact: the same config gives the same build arg (so the same image asset hash)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def compile_entry(model: NeuronEcsModel) -> dict[str, object]:
+    """One model's object in the MODELS build arg: the single-model build args, typed, under the names of
+    the container contract (container/neuron/README.md). The model compiles into
+    /opt/inferstack/artifact/model/<name>/."""
+    source, comp = model.source, model.compile
+    return {
+        "name": model.name,
+        "model": source.huggingface_id or source.local_path or "",
+        "revision": source.revision,  # null: the hub's default branch
+        "task": source.task,
+        "labels": list(source.labels),
+        "batch_size": comp.batch_size,
+        "sequence_length": comp.sequence_length,
+        "neuron_cores": comp.neuron_cores_per_model,
+        "parallelism": comp.parallelism,
+        "compiler_args": list(comp.compiler_args()),
+    }
+
+
+def packed_build_args(models: Sequence[NeuronEcsModel], neuron_target: str) -> dict[str, str]:
+    """MODELS (every model, in the fleet's order) and NEURON_TARGET, nothing else: MODEL_SOURCE must stay empty
+    when MODELS is set, and the other single-model args do not apply."""
+    return {"MODELS": _json([compile_entry(m) for m in models]), "NEURON_TARGET": neuron_target}
+
+
+def packed_environment(plan: PackedLayout, models: Sequence[NeuronEcsModel]) -> dict[str, str]:
+    """SERVER_MODELS from the plan's shares: each model's port, host-global NeuronCore range and workers, with
+    its own batching (the keys the serving app takes per model). Warm-up applies to every packed model: the
+    most any member asks for. MODEL_NAME and PORT are left out (the contract forbids them beside
+    SERVER_MODELS); NEURON_RT_VISIBLE_CORES names the whole instance, which the one task owns (the app checks
+    every model's range lies inside it)."""
+    by_name = {m.name: m for m in models}
+    served = []
+    for share in plan.shares:
+        serving = by_name[share.model].serving
+        served.append({
+            "name": share.model,
+            "port": share.port,
+            "visible_cores": share.visible_cores,
+            "workers": share.workers,
+            "max_batch_size": serving.max_batch_size,
+            "max_queue_delay_ms": serving.max_queue_delay_ms,
+        })
+    return {"SERVER_MODELS": _json(served), "NEURON_RT_VISIBLE_CORES": visible_cores(plan.neuron_cores),
+            "SERVER_WARMUP_ITERATIONS": str(max(m.serving.warmup_requests for m in models))}
+
+
+def for_fleet(plan: PackedLayout, models: Sequence[NeuronEcsModel]) -> NeuronTask:
+    """The one task of a neuron-cores fleet: every member compiled into one image for the instance's
+    generation, each served on the plan's core range and port. `models` are the fleet's members."""
+    names = [share.model for share in plan.shares]
+    if sorted(names) != sorted(m.name for m in models):
+        raise ValueError(f"fleet {plan.fleet}: the plan shares {', '.join(names)}, the models given are "
+                         f"{', '.join(m.name for m in models)}")
+    ordered = sorted(models, key=lambda m: names.index(m.name))
+    spec = _inferentia(plan.instance_type, ordered)
+    target = spec.neuron_generation
+    assert target is not None
+    if spec.neuron_cores != plan.neuron_cores:
+        raise ValueError(f"fleet {plan.fleet}: planned for {plan.neuron_cores} NeuronCores, "
+                         f"{spec.name} has {spec.neuron_cores}")
+    return _task(spec, packed_build_args(ordered, target), packed_environment(plan, ordered))

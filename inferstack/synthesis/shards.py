@@ -103,38 +103,35 @@ def available_cpus() -> int:
 
 def plan_shards(env_names: Sequence[str], model_names: Sequence[str], workers: int,
                 head_start: int = STARTUP_STACKS,
-                groups: Mapping[str, Sequence[Sequence[str]]] | None = None) -> list[Shard]:
+                together: Mapping[str, Sequence[Sequence[str]]] | None = None) -> list[Shard]:
     """`workers` contiguous slices (fewer if there are fewer stacks) of the environment-major list of
     serving stacks, sized so all finish together: the first (synthesized in the already started
     process) takes `head_start` more than each other one. Every environment has the same models, so
     only a fleet without models leaves one out of every slice: then one shard builds the foundations.
 
-    `groups`: environment -> the models of each fleet deployed there. A fleet's stack and its members'
-    stacks reference each other (exports, a stack dependency), which needs one app: a group is never split
-    between shards (its members are listed together, at the first member's place), so a slice may end a
-    little later than its size says, and a small fleet may get fewer slices."""
-    stacks: list[tuple[str, str]] = []
-    unit_ends: dict[int, int] = {}  # index inside a group (not its first) -> index after the group
+    `together`: environment -> groups of models that one stack serves there (a neuron-cores fleet's members).
+    A group comes first in its environment, in the given order, as the stage builds fleet stacks before the
+    models' own, and never straddles two shards: a slice that would end inside a group ends after it."""
+    groups = {env: [list(g) for g in (together or {}).get(env, ())] for env in env_names}
+    units: list[tuple[str, list[str]]] = []  # (environment, models one shard must hold together)
     for env in env_names:
-        member_of = {m: tuple(g) for g in (groups or {}).get(env, ()) for m in g}
-        placed: set[str] = set()
-        for model in model_names:
-            if model in placed:
-                continue
-            unit = [m for m in model_names if m in member_of[model]] if model in member_of else [model]
-            start = len(stacks)
-            stacks += [(env, m) for m in unit]
-            placed.update(unit)
-            unit_ends.update({i: len(stacks) for i in range(start + 1, len(stacks))})
+        grouped = {m for group in groups[env] for m in group}
+        units += [(env, group) for group in groups[env]]
+        units += [(env, [m]) for m in model_names if m not in grouped]
+    stacks = [(env, model) for env, models in units for model in models]
     if not stacks:
         return [Shard({env: [] for env in env_names})]
     count = max(1, min(workers, len(stacks)))
     # Every shard gets at least one stack: a small fleet split on request gets a smaller head start.
     head = min(head_start, (len(stacks) - count) // (count - 1)) if count > 1 else 0
     first = len(stacks) if count == 1 else (len(stacks) + (count - 1) * head) // count
-    rest = len(stacks) - first
-    bounds = [0, first] + [first + (i + 1) * rest // (count - 1) for i in range(count - 1)]
-    bounds = sorted({unit_ends.get(b, b) for b in bounds})  # a boundary inside a group moves past its end
+    rest = stacks[first:]
+    bounds = [0, first] + [first + (i + 1) * len(rest) // (count - 1) for i in range(count - 1)]
+    ends, position = set(), 0  # where a slice may end: after a whole unit
+    for _, models in units:
+        position += len(models)
+        ends.add(position)
+    bounds = sorted({min(e for e in ends if e >= b) if b else 0 for b in bounds})
     shards = []
     for start, end in zip(bounds, bounds[1:]):
         models: dict[str, list[str]] = {}

@@ -232,6 +232,11 @@ CASES = {
     "neuron fleet too small for the peaks": (
         "environments.yaml", _set("fleets", "intent-pack", "capacity", "max", value=4),
         "fleets.intent-pack.capacity.max: the members' peaks need 13 x inf1.6xlarge, but max is 4 (environment prod)"),
+    "neuron off-hours in one year only": (
+        "environments.yaml", _set("fleets", "intent-pack", "environments", "dev", "off_hours", 0, "start",
+                                  value="cron(0 20 ? * MON-FRI 2027)"),
+        "fleets.intent-pack.environments.dev.off_hours.0.start: year '2027': the Auto Scaling group's scheduled "
+        "actions take a 5-field Unix cron"),
     "neuron fleet at zero outside its windows": (
         "environments.yaml", _set("fleets", "intent-pack", "environments", "dev", "capacity", "min", value=0),
         "fleets.intent-pack.environments.dev.capacity.min: a neuron-cores fleet keeps at least 1 instance"),
@@ -363,3 +368,15 @@ def test_missing_config_dir(tmp_path):
 def test_missing_environments_file(config_copy):
     (config_copy / "environments.yaml").unlink()
     assert "model_configs/environments.yaml: file not found" in problems_of(config_copy)
+
+
+def test_a_neuron_fleet_of_more_models_than_target_groups(config_copy):
+    """Six neuron-ecs models on one fleet: ECS gives a service at most five target groups."""
+    source = (config_copy / "duplicate-bert.yaml").read_text()
+    names = [f"extra-{i}" for i in range(4)]
+    for name in names:
+        (config_copy / f"{name}.yaml").write_text(source.replace("name: duplicate-bert", f"name: {name}"))
+    edit_yaml(config_copy / "environments.yaml",
+              _set("fleets", "intent-pack", "models", value=["intent-bert", "duplicate-bert", *names]))
+    problems = [p for p in problems_of(config_copy) if "fleets.intent-pack.models:" in p]
+    assert len(problems) == 1 and "6 models; the fleet's ECS service routes each to its own target group" in problems[0]

@@ -5,9 +5,10 @@ requirements, and the closure of what the Triton export imports pinned against t
 
 Stand-ins (each named in the rehearsal's report): tiny random checkpoints instead of hub downloads,
 compile.py's CPU backend instead of the Neuron compiler, the local torch CPU wheel instead of
-PyTorch's index and of the Neuron DLC's torch. No shipped model targets inf2 yet, so Dockerfile.inf2
-is rehearsed with intent-bert's staged context and build arguments retargeted to inf2; no shipped
-model packs several models into one image yet, so the MODELS build is rehearsed the same way."""
+PyTorch's index and of the Neuron DLC's torch. dev's Neuron images are intent-bert-inf2's (one model,
+Dockerfile.inf2) and the neuron-cores fleet intent-pack's (intent-bert and duplicate-bert packed with MODELS,
+Dockerfile.inf1); the single-model inf1 build is rehearsed with intent-bert-inf2's staged context and build
+arguments retargeted to inf1."""
 
 from __future__ import annotations
 
@@ -31,19 +32,20 @@ TRITON_CLOSURE = {"inferstack", "inferstack.schema", "inferstack.schema.instance
                   "inferstack.triton", "inferstack.triton.config"}
 
 
-def inf2_asset(inf1: image_build.ImageAsset) -> image_build.ImageAsset:
-    args = dict(inf1.build_args, NEURON_TARGET="inf2", COMPILER_ARGS="--auto-cast=matmult")
-    return dataclasses.replace(inf1, dockerfile="Dockerfile.inf2", build_args=args)
+def inf1_asset(inf2: image_build.ImageAsset) -> image_build.ImageAsset:
+    args = dict(inf2.build_args, NEURON_TARGET="inf1", COMPILER_ARGS="--fp32-cast=all")
+    return dataclasses.replace(inf2, dockerfile="Dockerfile.inf1", build_args=args)
 
 
 def patterns_of(asset: image_build.ImageAsset) -> list[str]:
     return image_build.ignore_patterns(image_build.ignore_file(asset.directory, asset.dockerfile))
 
 
-def test_dev_builds_three_images_each_with_a_recipe(dev_images):
-    assert sorted(dev_images) == ["bert-large-classifier", "intent-bert", "t5-spelling"]
+def test_dev_builds_four_images_each_with_a_recipe(dev_images):
+    assert sorted(dev_images) == ["bert-large-classifier", "intent-bert-inf2", "intent-pack", "t5-spelling"]
     assert {name: image_build.recipe_for(a).name for name, a in dev_images.items()} == {
-        "bert-large-classifier": "triton", "t5-spelling": "triton", "intent-bert": "neuron-inf1"}
+        "bert-large-classifier": "triton", "t5-spelling": "triton", "intent-bert-inf2": "neuron-inf2",
+        "intent-pack": "neuron-inf1"}
 
 
 def test_the_triton_context_is_the_schema_the_renderer_and_the_export(dev_images, tmp_path):
@@ -72,7 +74,7 @@ def test_triton_image_builds_its_repository_and_imports_only_its_closure(rehears
 
 @pytest.mark.parametrize("target", ["inf1", "inf2"])
 def test_neuron_image_compiles_an_artifact_where_the_entrypoint_reads_it(tmp_path_factory, dev_images, target):
-    asset = dev_images["intent-bert"] if target == "inf1" else inf2_asset(dev_images["intent-bert"])
+    asset = dev_images["intent-bert-inf2"] if target == "inf2" else inf1_asset(dev_images["intent-bert-inf2"])
 
     def build(out: Path) -> None:
         report = image_build.rehearse(asset, out / "work")
@@ -90,13 +92,6 @@ def test_neuron_image_compiles_an_artifact_where_the_entrypoint_reads_it(tmp_pat
     assert json.loads((app / "neuron-monitor.json").read_text())["neuron_runtimes"]
 
 
-def packed_asset(inf1: image_build.ImageAsset, models: list[dict], **extra: str) -> image_build.ImageAsset:
-    """intent-bert's staged context and build arguments with MODELS set (and MODEL_SOURCE left out,
-    as a packing build passes it)."""
-    args = {key: value for key, value in inf1.build_args.items() if key != "MODEL_SOURCE"}
-    return dataclasses.replace(inf1, build_args={**args, "MODELS": json.dumps(models), **extra})
-
-
 def entrypoint_model_dir(dockerfile: Path) -> str:
     _, stages = df.read(dockerfile)
     (entrypoint,) = [i for i in stages[-1].instructions if i.keyword == "ENTRYPOINT"]
@@ -104,15 +99,13 @@ def entrypoint_model_dir(dockerfile: Path) -> str:
     return argv[argv.index("--model-dir") + 1]
 
 
-PACKED = [
-    {"name": "intent", "model": "bert-base-uncased", "labels": ["search", "navigate", "purchase"], "sequence_length": 32},
-    {"name": "intent-shadow", "model": "bert-base-uncased", "labels": ["yes", "no"], "sequence_length": 64,
-     "batch_size": 2, "compiler_args": ["--fp32-cast=all"]},
-]
-
-
-def test_a_packed_neuron_image_compiles_every_model_where_the_entrypoint_reads_them(tmp_path_factory, dev_images):
-    asset = packed_asset(dev_images["intent-bert"], PACKED)
+def test_the_fleets_packed_image_compiles_every_member_where_the_entrypoint_reads_it(tmp_path_factory,
+                                                                                    dev_images):
+    """The neuron-cores fleet's one image: MODELS as FleetStack passes it (no MODEL_SOURCE), each member
+    compiled into the artifact directory under its name."""
+    asset = dev_images["intent-pack"]
+    assert set(asset.build_args) == {"MODELS", "NEURON_TARGET"}
+    members = json.loads(asset.build_args["MODELS"])
 
     def build(out: Path) -> None:
         report = image_build.rehearse(asset, out / "work")
@@ -121,19 +114,20 @@ def test_a_packed_neuron_image_compiles_every_model_where_the_entrypoint_reads_t
 
     built = build_once(tmp_path_factory, "neuron-image-packed", build)
     report = (built / "report.txt").read_text()
-    assert "--backend cpu" in report and "MODELS: bert-base-uncased -> ./rehearsal-checkpoint/intent," in report
+    assert "--backend cpu" in report and "MODELS: bert-base-uncased -> ./rehearsal-checkpoint/intent-bert," in report
     model_dir = built / "image-root" / entrypoint_model_dir(asset.directory / asset.dockerfile).lstrip("/")
-    assert sorted(p.name for p in model_dir.iterdir()) == ["intent", "intent-shadow"]
-    for entry in PACKED:
+    assert sorted(p.name for p in model_dir.iterdir()) == ["duplicate-bert", "intent-bert"]
+    for entry in members:
         metadata = json.loads((model_dir / entry["name"] / "metadata.json").read_text())
         assert metadata["labels"] == entry["labels"] and metadata["sequence_length"] == entry["sequence_length"]
-        assert metadata["batch_size"] == entry.get("batch_size", 1) and metadata["backend"] == "cpu"
+        assert metadata["batch_size"] == entry["batch_size"] and metadata["backend"] == "cpu"
         assert (model_dir / entry["name"] / "model.pt").is_file()
 
 
 def test_a_packed_build_that_still_sets_model_source_fails_in_one_line(dev_images, tmp_path):
-    inf1 = dev_images["intent-bert"]
-    asset = packed_asset(inf1, PACKED[:1], MODEL_SOURCE=inf1.build_args["MODEL_SOURCE"])
+    packed, single = dev_images["intent-pack"], dev_images["intent-bert-inf2"]
+    asset = dataclasses.replace(packed, build_args={**packed.build_args,
+                                                    "MODEL_SOURCE": single.build_args["MODEL_SOURCE"]})
     with pytest.raises(image_build.RehearsalError) as caught:
         image_build.rehearse(asset, tmp_path / "w")
     message = str(caught.value)
@@ -187,6 +181,6 @@ def test_a_distribution_the_export_imports_but_the_image_does_not_pin_fails(rehe
 
 
 def test_an_image_without_a_recipe_is_refused(dev_images):
-    asset = dataclasses.replace(dev_images["intent-bert"], dockerfile="Dockerfile.gpu")
+    asset = dataclasses.replace(dev_images["intent-bert-inf2"], dockerfile="Dockerfile.gpu")
     with pytest.raises(image_build.RehearsalError, match="no rehearsal recipe for Dockerfile.gpu"):
         image_build.recipe_for(asset)

@@ -18,7 +18,8 @@ from inferstack import config
 from inferstack.constructs import checkov
 from tests.conftest import CONFIG_DIR, ROOT
 from tests.infra.synth import synth
-from tests.infra.test_neuron_ecs_service import CERT, MODEL, only
+from tests.infra.test_neuron_ecs_service import CERT, only
+from tests.infra.test_neuron_fleet import FLEET
 
 CHECKOV = ROOT / ".venv-checkov" / "bin" / "checkov"
 
@@ -98,7 +99,7 @@ def internal_tls(tmp_path_factory):
 
 
 def test_internal_load_balancer_serves_tls_when_a_certificate_is_configured(internal_tls):
-    template = internal_tls.template("dev", MODEL)
+    template = internal_tls.template("dev", FLEET)  # a fleet's listener: rules per model, a 404 by default
     tpl = cdk.assertions.Template.from_json(template)
     _, lb = only(tpl, "AWS::ElasticLoadBalancingV2::LoadBalancer")
     assert lb["Properties"]["Scheme"] == "internal"

@@ -23,9 +23,9 @@ def test_cdk_nag_has_no_unacknowledged_findings(synthesized):
 
 def test_cdk_nag_catches_a_non_compliant_resource(project, tmp_path):
     def add_plain_topic(stages):
-        sns.Topic(stages["dev"].serving["intent-bert"], "PlainTopic")  # no TLS-only policy: AwsSolutions-SNS3
+        sns.Topic(stages["dev"].fleets["intent-pack"], "PlainTopic")  # no TLS-only policy: AwsSolutions-SNS3
 
-    with pytest.raises(ValidationFailed, match=r"AwsSolutions-SNS3 .*dev/intent-bert/PlainTopic"):
+    with pytest.raises(ValidationFailed, match=r"AwsSolutions-SNS3 .*dev/intent-pack/PlainTopic"):
         synth(project, ["dev"], tmp_path, extend=add_plain_topic)
 
 

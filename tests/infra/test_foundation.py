@@ -141,13 +141,16 @@ def test_foundation_exports_do_not_depend_on_models(synthesized):
 
 @pytest.mark.parametrize("env,retention", [("dev", 14), ("staging", 30), ("prod", 365)])
 def test_every_serving_stack_has_an_encrypted_log_group(synthesized, project, env, retention):
-    for model in project.models:
-        template = Template.from_json(synthesized.template(env, model.name))
+    for unit in project.image_units(env):  # each model's own stack, each neuron-cores fleet's
+        template = Template.from_json(synthesized.template(env, unit.name))
         template.has_resource_properties("AWS::Logs::LogGroup", {
             "RetentionInDays": retention, "KmsKeyId": {"Fn::ImportValue": Match.string_like_regexp("PlatformKey")}})
 
 
 def test_stacks_carry_environment_and_model_tags(synthesized):
-    template = Template.from_json(synthesized.template("staging", "intent-bert"))
+    template = Template.from_json(synthesized.template("staging", "t5-spelling"))
     template.has_resource_properties("AWS::Logs::LogGroup", {"Tags": Match.array_with([
-        {"Key": "inferstack:environment", "Value": "staging"}, {"Key": "inferstack:model", "Value": "intent-bert"}])})
+        {"Key": "inferstack:environment", "Value": "staging"}, {"Key": "inferstack:model", "Value": "t5-spelling"}])})
+    fleet = Template.from_json(synthesized.template("staging", "intent-pack"))
+    fleet.has_resource_properties("AWS::Logs::LogGroup", {"Tags": Match.array_with([
+        {"Key": "inferstack:environment", "Value": "staging"}, {"Key": "inferstack:fleet", "Value": "intent-pack"}])})

@@ -1,6 +1,8 @@
-"""NeuronEcsService, asserted on the synthesized templates: capacity, task, traffic, deploys, scaling and
-observability, per environment of the shipped config; a public inf2.48xlarge variant of the config (synth,
-cdk-nag and cfn-lint as the CLI runs them); and the construct used directly."""
+"""NeuronEcsService serving one model, asserted on the synthesized templates: capacity, task, traffic, deploys,
+scaling and observability, per environment of the shipped config with intent-bert on instances of its own (the
+shipped config packs it into a neuron-cores fleet: tests/infra/test_neuron_fleet.py); a public inf2.48xlarge
+variant of the config (synth, cdk-nag and cfn-lint as the CLI runs them); and the construct used directly,
+with off-hours windows."""
 
 from __future__ import annotations
 
@@ -16,9 +18,11 @@ from aws_cdk.assertions import Match, Template
 
 from inferstack import config
 from inferstack.constructs.neuron_ecs_service import AMI_PARAMETER, ImageBuild, NeuronEcsService
+from inferstack.capacity import packing
 from inferstack.capacity.planning import CapacityPlan
+from inferstack.schema.models import OffHours
 from stacks.serving_stack import NEURON_IMAGE_DIRECTORY
-from tests.conftest import CONFIG_DIR
+from tests.conftest import CONFIG_DIR, without_fleets
 from tests.infra.synth import cdk_json_context, synth
 from tests.infra.test_compliance import _cfn_lint
 
@@ -34,8 +38,8 @@ PROD_TOPIC = "arn:aws:sns:us-west-2:333333333333:ml-platform-oncall"
 
 # ----------------------------------------------------------------------------- helpers
 
-def template(synthesized, env: str) -> Template:
-    return Template.from_json(synthesized.template(env, MODEL))
+def template(dedicated, env: str) -> Template:
+    return Template.from_json(dedicated.template(env, MODEL))
 
 
 def only(tpl: Template, resource_type: str, props: dict | None = None) -> tuple[str, dict]:
@@ -75,15 +79,27 @@ def expected_capacity(env: str) -> tuple[str, int, int, float]:
     return capacity["instance_type"], capacity["min"], capacity["max"], throughput * safety * 60
 
 
+@pytest.fixture(scope="module")
+def dedicated(tmp_path_factory):
+    """Every environment with intent-bert alone on its instances (no fleets, no other model), as the CLI
+    synthesizes it (cdk-nag included)."""
+    import shutil
+    config_dir = tmp_path_factory.mktemp("dedicated") / "model_configs"
+    shutil.copytree(CONFIG_DIR, config_dir)
+    project = config.load(without_fleets(config_dir, keep_models=(MODEL,)))
+    return synth(project, list(project.environments), tmp_path_factory.mktemp("dedicated-cdk.out"), pipeline=False)
+
+
 # ----------------------------------------------------------------------------- the public inf2 variant
 
 @pytest.fixture(scope="module")
 def variant(tmp_path_factory):
     """dev with a public load balancer (and a certificate), intent-bert compiled for and run on inf2.48xlarge:
-    loaded through the config checks, synthesized with cdk-nag exactly as the CLI does."""
+    loaded through the config checks, dedicated with cdk-nag exactly as the CLI does."""
     config_dir = tmp_path_factory.mktemp("variant") / "model_configs"
     import shutil
     shutil.copytree(CONFIG_DIR, config_dir)
+    without_fleets(config_dir, keep_models=(MODEL,))
     envs_path = config_dir / "environments.yaml"
     envs = yaml.safe_load(envs_path.read_text())
     envs["environments"]["dev"]["defaults"].update(public_load_balancer=True, certificate_arn=CERT)
@@ -103,26 +119,26 @@ def variant(tmp_path_factory):
 # ----------------------------------------------------------------------------- capacity
 
 @pytest.mark.parametrize("env", ENVS)
-def test_logical_ids_are_pinned(synthesized, env):
-    tpl = template(synthesized, env)
+def test_logical_ids_are_pinned(dedicated, env):
+    tpl = template(dedicated, env)
     for resource_type, logical_id in PINNED_IDS.items():
         assert list(tpl.find_resources(resource_type)) == [logical_id]
 
 
-def test_ami_is_the_al2023_neuron_ami_from_ssm(synthesized):
+def test_ami_is_the_al2023_neuron_ami_from_ssm(dedicated):
     assert AMI_PARAMETER == "/aws/service/ecs/optimized-ami/amazon-linux-2023/neuron/recommended/image_id"
-    raw = synthesized.template("dev", MODEL)
+    raw = dedicated.template("dev", MODEL)
     (param_id,) = [k for k, p in raw["Parameters"].items()
                    if p["Type"] == "AWS::SSM::Parameter::Value<AWS::EC2::Image::Id>"]
     assert raw["Parameters"][param_id]["Default"] == AMI_PARAMETER
-    _, lt = only(template(synthesized, "dev"), "AWS::EC2::LaunchTemplate")
+    _, lt = only(template(dedicated, "dev"), "AWS::EC2::LaunchTemplate")
     assert lt["Properties"]["LaunchTemplateData"]["ImageId"] == {"Ref": param_id}
 
 
 @pytest.mark.parametrize("env", ENVS)
-def test_launch_template_instance_imdsv2_and_encrypted_root(synthesized, env):
+def test_launch_template_instance_imdsv2_and_encrypted_root(dedicated, env):
     instance_type = expected_capacity(env)[0]
-    _, lt = only(template(synthesized, env), "AWS::EC2::LaunchTemplate")
+    _, lt = only(template(dedicated, env), "AWS::EC2::LaunchTemplate")
     data = lt["Properties"]["LaunchTemplateData"]
     assert data["InstanceType"] == instance_type
     assert data["MetadataOptions"]["HttpTokens"] == "required"
@@ -136,8 +152,8 @@ def test_launch_template_instance_imdsv2_and_encrypted_root(synthesized, env):
 
 
 @pytest.mark.parametrize("env", ENVS)
-def test_capacity_provider_managed_scaling_and_termination_protection(synthesized, env):
-    tpl = template(synthesized, env)
+def test_capacity_provider_managed_scaling_and_termination_protection(dedicated, env):
+    tpl = template(dedicated, env)
     provider_id, provider = only(tpl, "AWS::ECS::CapacityProvider")
     asg_provider = provider["Properties"]["AutoScalingGroupProvider"]
     assert asg_provider["ManagedScaling"]["Status"] == "ENABLED"
@@ -154,15 +170,15 @@ def test_capacity_provider_managed_scaling_and_termination_protection(synthesize
     assert "LaunchType" not in service["Properties"]
 
 
-def test_cluster_has_container_insights(synthesized):
-    _, cluster = only(template(synthesized, "dev"), "AWS::ECS::Cluster")
+def test_cluster_has_container_insights(dedicated):
+    _, cluster = only(template(dedicated, "dev"), "AWS::ECS::Cluster")
     assert {"Name": "containerInsights", "Value": "enabled"} in cluster["Properties"]["ClusterSettings"]
 
 
 @pytest.mark.parametrize("env", ENVS)
-def test_group_size_follows_task_range_with_deploy_headroom(synthesized, env):
+def test_group_size_follows_task_range_with_deploy_headroom(dedicated, env):
     _, task_min, task_max, _ = expected_capacity(env)
-    tpl = template(synthesized, env)
+    tpl = template(dedicated, env)
     _, asg = only(tpl, "AWS::AutoScaling::AutoScalingGroup")
     assert (asg["Properties"]["MinSize"], asg["Properties"]["MaxSize"]) == (str(task_min), str(task_max * 2))
     assert "DesiredCapacity" not in asg["Properties"]  # the capacity provider owns it
@@ -171,8 +187,8 @@ def test_group_size_follows_task_range_with_deploy_headroom(synthesized, env):
 # ----------------------------------------------------------------------------- task
 
 @pytest.mark.parametrize("env, devices", [("dev", 1), ("staging", 4), ("prod", 4), ("variant", 12)])
-def test_every_neuron_device_is_mapped_read_write(synthesized, variant, env, devices):
-    tpl = Template.from_json(variant.template("dev", MODEL)) if env == "variant" else template(synthesized, env)
+def test_every_neuron_device_is_mapped_read_write(dedicated, variant, env, devices):
+    tpl = Template.from_json(variant.template("dev", MODEL)) if env == "variant" else template(dedicated, env)
     linux = container(tpl)["LinuxParameters"]
     assert linux["Devices"] == [{"HostPath": f"/dev/neuron{i}", "ContainerPath": f"/dev/neuron{i}",
                                  "Permissions": ["read", "write"]} for i in range(devices)]
@@ -180,24 +196,24 @@ def test_every_neuron_device_is_mapped_read_write(synthesized, variant, env, dev
 
 
 @pytest.mark.parametrize("env", ENVS)
-def test_no_elastic_inference_and_ec2_awsvpc_only(synthesized, env):
-    raw = json.dumps(synthesized.template(env, MODEL))
+def test_no_elastic_inference_and_ec2_awsvpc_only(dedicated, env):
+    raw = json.dumps(dedicated.template(env, MODEL))
     assert "InferenceAccelerator" not in raw
-    _, task = only(template(synthesized, env), "AWS::ECS::TaskDefinition")
+    _, task = only(template(dedicated, env), "AWS::ECS::TaskDefinition")
     assert task["Properties"]["RequiresCompatibilities"] == ["EC2"]
     assert task["Properties"]["NetworkMode"] == "awsvpc"
 
 
 @pytest.mark.parametrize("env, cpu, memory", [("dev", 4 * 1024 - 256, 8 * 1024 - 1024),
                                               ("prod", 24 * 1024 - 1536, 48 * 1024 - 3932)])
-def test_task_is_sized_below_the_instance(synthesized, env, cpu, memory):
-    definition = container(template(synthesized, env))
+def test_task_is_sized_below_the_instance(dedicated, env, cpu, memory):
+    definition = container(template(dedicated, env))
     assert (definition["Cpu"], definition["Memory"]) == (cpu, memory)
 
 
 @pytest.mark.parametrize("env, cores", [("dev", "0-3"), ("staging", "0-15"), ("prod", "0-15"), ("variant", "0-23")])
-def test_runtime_environment(synthesized, variant, env, cores):
-    tpl = Template.from_json(variant.template("dev", MODEL)) if env == "variant" else template(synthesized, env)
+def test_runtime_environment(dedicated, variant, env, cores):
+    tpl = Template.from_json(variant.template("dev", MODEL)) if env == "variant" else template(dedicated, env)
     serving = yaml_model()["serving"]
     expected = {"NEURON_RT_VISIBLE_CORES": cores, "MODEL_NAME": MODEL, "PORT": "8080",
                 "SERVER_WORKERS": str(serving["workers"]), "SERVER_MAX_BATCH_SIZE": str(serving["max_batch_size"]),
@@ -206,10 +222,10 @@ def test_runtime_environment(synthesized, variant, env, cores):
     assert container(tpl)["PortMappings"][0]["ContainerPort"] == 8080
 
 
-def test_image_build_args_come_from_the_model(synthesized, variant):
+def test_image_build_args_come_from_the_model(dedicated, variant):
     raw = yaml_model()
-    stack = synthesized.stages["dev"].serving[MODEL]
-    source = image_asset(synthesized.outdir, stack.artifact_id, "dev")
+    stack = dedicated.stages["dev"].serving[MODEL]
+    source = image_asset(dedicated.outdir, stack.artifact_id, "dev")
     assert source["dockerFile"] == "Dockerfile.inf1"
     assert source["dockerBuildArgs"] == {
         "MODEL_SOURCE": raw["source"]["huggingface_id"], "TASK": raw["source"]["task"],
@@ -224,16 +240,16 @@ def test_image_build_args_come_from_the_model(synthesized, variant):
         "inf2", "--auto-cast all --auto-cast-type bf16")
 
 
-def test_logs_go_to_the_stacks_encrypted_log_group(synthesized):
-    tpl = template(synthesized, "dev")
+def test_logs_go_to_the_stacks_encrypted_log_group(dedicated):
+    tpl = template(dedicated, "dev")
     log_group_id, log_group = only(tpl, "AWS::Logs::LogGroup")
     assert "KmsKeyId" in log_group["Properties"] and log_group["Properties"]["RetentionInDays"] == 14
     log = container(tpl)["LogConfiguration"]
     assert log["LogDriver"] == "awslogs" and log["Options"]["awslogs-group"] == {"Ref": log_group_id}
 
 
-def test_roles_are_least_privilege(synthesized):
-    tpl = template(synthesized, "dev")
+def test_roles_are_least_privilege(dedicated):
+    tpl = template(dedicated, "dev")
     managed = tpl.find_resources("AWS::IAM::Role", {"Properties": {"ManagedPolicyArns": Match.any_value()}})
     # only CDK's bucket-emptying helper (dev destroys its buckets) uses a managed policy
     assert set(managed) == {"CustomS3AutoDeleteObjectsCustomResourceProviderRole3B1BD092"}
@@ -259,15 +275,15 @@ def test_roles_are_least_privilege(synthesized):
 # ----------------------------------------------------------------------------- service and deploys
 
 @pytest.mark.parametrize("env", ENVS)
-def test_one_task_per_instance_of_the_configured_type(synthesized, env):
-    _, service = only(template(synthesized, env), "AWS::ECS::Service")
+def test_one_task_per_instance_of_the_configured_type(dedicated, env):
+    _, service = only(template(dedicated, env), "AWS::ECS::Service")
     assert service["Properties"]["PlacementConstraints"] == [
         {"Type": "distinctInstance"},
         {"Type": "memberOf", "Expression": f"attribute:ecs.instance-type == {expected_capacity(env)[0]}"}]
 
 
-def test_deployments_roll_back_and_keep_full_capacity(synthesized):
-    _, service = only(template(synthesized, "prod"), "AWS::ECS::Service")
+def test_deployments_roll_back_and_keep_full_capacity(dedicated):
+    _, service = only(template(dedicated, "prod"), "AWS::ECS::Service")
     props = service["Properties"]
     assert props["DeploymentConfiguration"] == {
         "DeploymentCircuitBreaker": {"Enable": True, "Rollback": True},
@@ -279,8 +295,8 @@ def test_deployments_roll_back_and_keep_full_capacity(synthesized):
 # ----------------------------------------------------------------------------- traffic
 
 @pytest.mark.parametrize("env, cidr", [("dev", "10.10.0.0/16"), ("prod", "10.30.0.0/16")])
-def test_internal_load_balancer_by_default(synthesized, env, cidr):
-    tpl = template(synthesized, env)
+def test_internal_load_balancer_by_default(dedicated, env, cidr):
+    tpl = template(dedicated, env)
     _, lb = only(tpl, "AWS::ElasticLoadBalancingV2::LoadBalancer")
     assert lb["Properties"]["Scheme"] == "internal"
     _, listener = only(tpl, "AWS::ElasticLoadBalancingV2::Listener")
@@ -317,8 +333,8 @@ def test_public_variant_is_nag_and_lint_clean(variant):
     assert [f for f in findings if f["Level"] in ("Error", "Warning")] == []
 
 
-def test_target_group_checks_readiness_and_drains_quickly(synthesized):
-    _, tg = only(template(synthesized, "dev"), "AWS::ElasticLoadBalancingV2::TargetGroup")
+def test_target_group_checks_readiness_and_drains_quickly(dedicated):
+    _, tg = only(template(dedicated, "dev"), "AWS::ElasticLoadBalancingV2::TargetGroup")
     props = tg["Properties"]
     assert props["HealthCheckPath"] == "/v2/health/ready"
     assert (props["TargetType"], props["Port"], props["Protocol"]) == ("ip", 8080, "HTTP")
@@ -327,8 +343,8 @@ def test_target_group_checks_readiness_and_drains_quickly(synthesized):
 
 
 @pytest.mark.parametrize("env", ENVS)
-def test_only_the_load_balancer_reaches_the_tasks(synthesized, env):
-    tpl = template(synthesized, env)
+def test_only_the_load_balancer_reaches_the_tasks(dedicated, env):
+    tpl = template(dedicated, env)
     resources = tpl.to_json()["Resources"]
     _, lb = only(tpl, "AWS::ElasticLoadBalancingV2::LoadBalancer")
     lb_sg = lb["Properties"]["SecurityGroups"][0]["Fn::GetAtt"][0]
@@ -345,8 +361,8 @@ def test_only_the_load_balancer_reaches_the_tasks(synthesized, env):
         assert "SecurityGroupIngress" not in resources[sg]["Properties"]
 
 
-def test_access_logs_go_to_an_sse_s3_bucket(synthesized):
-    tpl = template(synthesized, "prod")
+def test_access_logs_go_to_an_sse_s3_bucket(dedicated):
+    tpl = template(dedicated, "prod")
     bucket_id, bucket = only(tpl, "AWS::S3::Bucket")
     encryption = bucket["Properties"]["BucketEncryption"]["ServerSideEncryptionConfiguration"]
     assert encryption == [{"ServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}}]
@@ -361,9 +377,9 @@ def test_access_logs_go_to_an_sse_s3_bucket(synthesized):
 # ----------------------------------------------------------------------------- scaling
 
 @pytest.mark.parametrize("env", ENVS)
-def test_scaling_target_and_range_come_from_planning(synthesized, env):
+def test_scaling_target_and_range_come_from_planning(dedicated, env):
     _, task_min, task_max, per_minute = expected_capacity(env)
-    tpl = template(synthesized, env)
+    tpl = template(dedicated, env)
     _, target = only(tpl, "AWS::ApplicationAutoScaling::ScalableTarget")
     assert (target["Properties"]["MinCapacity"], target["Properties"]["MaxCapacity"]) == (task_min, task_max)
     assert target["Properties"]["ScalableDimension"] == "ecs:service:DesiredCount"
@@ -393,8 +409,8 @@ def alarms_by_metric(tpl: Template) -> dict[str, dict]:
 
 
 @pytest.mark.parametrize("env", ENVS)
-def test_alarms_thresholds(synthesized, env):
-    alarms = alarms_by_metric(template(synthesized, env))
+def test_alarms_thresholds(dedicated, env):
+    alarms = alarms_by_metric(template(dedicated, env))
     assert set(alarms) == {"TargetResponseTime", "RequestCount+HTTPCode_Target_5XX_Count", "UnHealthyHostCount",
                            "CPUUtilization", "MemoryUtilization", "CapacityProviderReservation"}
     latency = alarms["TargetResponseTime"]
@@ -410,16 +426,16 @@ def test_alarms_thresholds(synthesized, env):
     assert alarms["CapacityProviderReservation"]["Threshold"] == 100
 
 
-def test_alarms_notify_the_environment_topic(synthesized):
-    for props in alarms_by_metric(template(synthesized, "prod")).values():
+def test_alarms_notify_the_environment_topic(dedicated):
+    for props in alarms_by_metric(template(dedicated, "prod")).values():
         assert props["AlarmActions"] == [PROD_TOPIC] and props["OKActions"] == [PROD_TOPIC]
     foundation_topic = {"Fn::ImportValue": Match.string_like_regexp(r"^dev-Foundation:ExportsOutputRefAlarmsTopic")}
-    template(synthesized, "dev").all_resources_properties(
+    template(dedicated, "dev").all_resources_properties(
         "AWS::CloudWatch::Alarm", {"AlarmActions": [foundation_topic], "OKActions": [foundation_topic]})
 
 
-def test_dashboard_per_service(synthesized):
-    _, dashboard = only(template(synthesized, "dev"), "AWS::CloudWatch::Dashboard")
+def test_dashboard_per_service(dedicated):
+    _, dashboard = only(template(dedicated, "dev"), "AWS::CloudWatch::Dashboard")
     body = json.dumps(dashboard["Properties"]["DashboardBody"])
     for metric in ("TargetResponseTime", "RequestCountPerTarget", "HTTPCode_Target_5XX_Count", "RunningTaskCount",
                    "CPUUtilization", "MemoryUtilization"):
@@ -427,8 +443,8 @@ def test_dashboard_per_service(synthesized):
     assert "DashboardName" not in dashboard["Properties"]
 
 
-def test_stack_outputs_for_the_smoke_tool(synthesized):
-    outputs = synthesized.template("dev", MODEL)["Outputs"]
+def test_stack_outputs_for_the_smoke_tool(dedicated):
+    outputs = dedicated.template("dev", MODEL)["Outputs"]
     assert outputs["LoadBalancerDnsName"]["Value"] == {"Fn::GetAtt": [PINNED_IDS[
         "AWS::ElasticLoadBalancingV2::LoadBalancer"], "DNSName"]}
     assert outputs["ServiceName"]["Value"] == {"Fn::GetAtt": [PINNED_IDS["AWS::ECS::Service"], "Name"]}
@@ -458,7 +474,7 @@ def build_direct(model, instance_type: str, **overrides) -> Template:
     plan = CapacityPlan(model=model.name, environment="test", instance_type=instance_type,
                         throughput_per_instance=500, profile_p99_ms=8, slo_p99_ms=10, peak_tps=400,
                         safety_factor=0.5, instances_at_peak=2, min_capacity=1, max_capacity=3)
-    args = dict(model=model, capacity=plan, vpc=vpc, vpc_cidr="10.0.0.0/16",
+    args = dict(models=[model], capacity=plan, vpc=vpc, vpc_cidr="10.0.0.0/16",
                 subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
                 log_group=logs.LogGroup(stack, "Logs"), alarm_topic_arn="arn:aws:sns:us-east-1:111111111111:alarms",
                 public=False,
@@ -487,3 +503,56 @@ def test_construct_refuses_public_without_certificate_and_wrong_generation(inten
         build_direct(intent, "inf1.xlarge", public=True)
     with pytest.raises(ValueError, match="compiled for inf1, inf2.xlarge runs inf2"):
         build_direct(intent, "inf2.xlarge")
+
+
+def test_construct_refuses_a_plan_for_another_model_and_fleet_windows_given_twice(intent):
+    with pytest.raises(ValueError, match="capacity plan is for intent-bert, not intent-bert, intent-bert"):
+        build_direct(intent, "inf1.xlarge", models=[intent, intent])
+    project = config.load(CONFIG_DIR)
+    plan = packing.plan_fleet("intent-pack", project.fleets["intent-pack"], project.fleet_members("intent-pack"),
+                              "dev", project.environments["dev"])
+    with pytest.raises(ValueError, match="its off-hours windows come with its plan"):
+        build_direct(intent, "inf1.xlarge", models=project.fleet_members("intent-pack"), capacity=plan,
+                     off_hours=plan.windows)
+
+
+# ----------------------------------------------------------------------------- off hours of a dedicated model
+
+NIGHTS = OffHours(start="cron(0 20 ? * MON-FRI *)", end="cron(30 6 ? * 2-6 *)", min=0, max=0,
+                  time_zone="Europe/Berlin")
+WEEKENDS = OffHours(start="cron(0 0 ? * SAT *)", end="cron(0 0 ? * MON *)", min=1, max=1)
+
+
+def test_dedicated_model_scales_to_zero_off_hours_with_its_instances(intent):
+    tpl = build_direct(intent, "inf1.xlarge", off_hours=[NIGHTS, WEEKENDS])
+    _, target = only(tpl, "AWS::ApplicationAutoScaling::ScalableTarget")
+    # back to the planned 1..3 at each window's end, in the window's zone
+    assert target["Properties"]["ScheduledActions"] == [
+        {"ScalableTargetAction": {"MinCapacity": 0, "MaxCapacity": 0}, "Schedule": NIGHTS.start,
+         "ScheduledActionName": "OffHours1Start", "Timezone": "Europe/Berlin"},
+        {"ScalableTargetAction": {"MinCapacity": 1, "MaxCapacity": 3}, "Schedule": NIGHTS.end,
+         "ScheduledActionName": "OffHours1End", "Timezone": "Europe/Berlin"},
+        {"ScalableTargetAction": {"MinCapacity": 1, "MaxCapacity": 1}, "Schedule": WEEKENDS.start,
+         "ScheduledActionName": "OffHours2Start", "Timezone": "UTC"},
+        {"ScalableTargetAction": {"MinCapacity": 1, "MaxCapacity": 3}, "Schedule": WEEKENDS.end,
+         "ScheduledActionName": "OffHours2End", "Timezone": "UTC"}]
+    group_id, group = only(tpl, "AWS::AutoScaling::AutoScalingGroup")
+    release_id, _ = only(tpl, "Custom::ScaleInProtectionRelease")
+    actions = {k: a for k, a in tpl.find_resources("AWS::AutoScaling::ScheduledAction").items()}
+    # Unix cron for the group (days of the week from 0 = Sunday), fired at the same moments
+    assert sorted((a["Properties"]["Recurrence"], a["Properties"]["MinSize"], a["Properties"]["TimeZone"])
+                  for a in actions.values()) == [
+        ("0 0 * * MON", 1, "UTC"), ("0 0 * * SAT", 1, "UTC"), ("0 20 * * MON-FRI", 0, "Europe/Berlin"),
+        ("30 6 * * 1-5", 1, "Europe/Berlin")]
+    for action in actions.values():
+        assert action["Properties"]["AutoScalingGroupName"] == {"Ref": group_id}
+        assert "MaxSize" not in action["Properties"] and "DesiredCapacity" not in action["Properties"]
+        assert release_id in action["DependsOn"]
+    assert group["Properties"]["MinSize"] == "1" and group["Properties"]["MaxSize"] == "6"
+
+
+def test_no_windows_leave_the_template_as_it_was(intent):
+    tpl = build_direct(intent, "inf1.xlarge")
+    _, target = only(tpl, "AWS::ApplicationAutoScaling::ScalableTarget")
+    assert "ScheduledActions" not in target["Properties"]
+    assert tpl.find_resources("AWS::AutoScaling::ScheduledAction") == {}

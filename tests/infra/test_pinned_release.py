@@ -1,6 +1,7 @@
 """An environment with `release: {manifest: ...}` deploys the pinned images by digest: no image asset is
-built for its models, and the execution roles may pull from the pinned repositories only. Environments
-without a pin are untouched (the snapshots of the shipped environments hold that)."""
+built for its models, and the execution roles may pull from the pinned repositories only. A neuron-cores
+fleet's one image is pinned by the fleet's name. Environments without a pin are untouched (the snapshots of
+the shipped environments hold that)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ from tests.conftest import CONFIG_DIR
 from tests.infra.synth import synth
 
 ACCOUNT, REGION = "222222222222", "us-east-1"
-MODELS = tuple(sorted(m.name for m in config.load(CONFIG_DIR, releases=False).models))
+# Image units: the Triton models' and intent-bert-inf2's own stacks, and the neuron-cores fleet intent-pack (intent-bert,
+# duplicate-bert).
+MODELS = ("bert-large-classifier", "intent-pack", "t5-spelling", "intent-bert-inf2")
 
 
 def digest(n: int) -> str:
@@ -61,16 +64,16 @@ def pinned(tmp_path_factory):
 
 
 def test_pinned_neuron_service_runs_the_digest_and_pulls_from_that_repository_only(pinned):
-    tpl = Template.from_json(pinned.template("staging", "intent-bert"))
+    tpl = Template.from_json(pinned.template("staging", "intent-pack"))  # the fleet's one image, by its name
     (task,) = tpl.find_resources("AWS::ECS::TaskDefinition").values()
     image = task["Properties"]["ContainerDefinitions"][0]["Image"]
     assert image == {"Fn::Join": ["", [f"{ACCOUNT}.dkr.ecr.{REGION}.", {"Ref": "AWS::URLSuffix"},
-                                       f"/inferstack/intent-bert@{digest_of('intent-bert')}"]]}
+                                       f"/inferstack/intent-pack@{digest_of('intent-pack')}"]]}
     policies = tpl.find_resources("AWS::IAM::Policy")
     execution = next(p for k, p in policies.items() if "TaskExecutionRole" in k)
     pull = [s for s in execution["Properties"]["PolicyDocument"]["Statement"]
             if "ecr:BatchGetImage" in s["Action"]]
-    assert [s["Resource"] for s in pull] == [f"arn:aws:ecr:{REGION}:{ACCOUNT}:repository/inferstack/intent-bert"]
+    assert [s["Resource"] for s in pull] == [f"arn:aws:ecr:{REGION}:{ACCOUNT}:repository/inferstack/intent-pack"]
 
 
 def test_pinned_triton_model_uses_the_digest_uri_and_scoped_pull(pinned):
@@ -132,14 +135,20 @@ def test_missing_pin_file_points_at_the_reference(config_copy):
 
 @pytest.mark.parametrize("document, expected", [
     ("{not json", "model_configs/releases/staging.json:1: not valid JSON"),
-    (pin_document(models=("intent-bert", "t5-spelling")),
-     "model_configs/releases/staging.json: images: no pinned image for model(s) bert-large-classifier"),
+    (pin_document(models=("intent-pack", "t5-spelling", "intent-bert-inf2")),
+     "model_configs/releases/staging.json: images: no pinned image for bert-large-classifier; promote again"),
+    # a fleet's members are not units of their own: one image serves them, pinned by the fleet's name
+    (pin_document(models=("bert-large-classifier", "intent-bert", "duplicate-bert", "t5-spelling", "intent-bert-inf2")),
+     "model_configs/releases/staging.json: images: no pinned image for intent-pack; promote again"),
+    (pin_document(models=(*MODELS, "intent-bert")),
+     "model_configs/releases/staging.json: images.intent-bert: unknown model or fleet (a neuron-cores fleet's "
+     "members are pinned by the fleet's name)"),
     ({**pin_document(), "environment": "prod"},
      "model_configs/releases/staging.json: environment: pin is for environment 'prod', but staging names it"),
     (pin_document(account="111111111111"),
-     "model_configs/releases/staging.json: images.intent-bert.repository_uri: image is in 111111111111/us-east-1"),
+     "model_configs/releases/staging.json: images.intent-pack.repository_uri: image is in 111111111111/us-east-1"),
     (pin_document(models=(*MODELS, "retired-model")),
-     "model_configs/releases/staging.json: images.retired-model: unknown model"),
+     "model_configs/releases/staging.json: images.retired-model: unknown model or fleet"),
 ])
 def test_bad_pins_are_one_line_problems_naming_file_and_key(config_copy, document, expected):
     pin_staging(config_copy, document)
@@ -149,16 +158,16 @@ def test_bad_pins_are_one_line_problems_naming_file_and_key(config_copy, documen
 
 def test_digest_must_be_present_and_well_formed(config_copy):
     document = pin_document()
-    del document["images"]["intent-bert"]["digest"]
+    del document["images"]["intent-pack"]["digest"]
     document["images"]["t5-spelling"]["digest"] = "latest"
     pin_staging(config_copy, document)
     lines = load_problems(config_copy)
-    assert "model_configs/releases/staging.json: images.intent-bert.digest: required field is missing" in lines
+    assert "model_configs/releases/staging.json: images.intent-pack.digest: required field is missing" in lines
     assert any(line.startswith("model_configs/releases/staging.json: images.t5-spelling.digest: String should "
                                "match pattern") for line in lines), lines
 
 
 def test_promote_can_load_a_config_whose_pin_is_stale(config_copy):
-    pin_staging(config_copy, pin_document(models=("intent-bert",)))
+    pin_staging(config_copy, pin_document(models=("intent-pack",)))
     project = config.load(config_copy, releases=False)
     assert dict(project.releases) == {}

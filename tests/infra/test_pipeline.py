@@ -231,11 +231,12 @@ def test_each_stage_deploys_the_same_templates_as_cdk_deploy(template, synthesiz
     actions = deploy_actions(stage(template, env))
     foundation_done = max(a["RunOrder"] for a in actions if a["Configuration"]["StackName"] == f"{env}-Foundation")
     assert all(a["RunOrder"] > foundation_done for a in actions if a["Configuration"]["StackName"] != f"{env}-Foundation")
-    # a fleet's shared endpoint is executed before its members' components are prepared
+    # an inference-components fleet's shared endpoint is executed before its members' components are prepared
     for fleet in stage_.fleets.values():
-        done = max(a["RunOrder"] for a in actions if a["Configuration"]["StackName"] == fleet.stack_name)
         members = [s.stack_name for s in stage_.serving.values() if s.fleet is fleet]
-        assert members and all(a["RunOrder"] > done for a in actions if a["Configuration"]["StackName"] in members)
+        assert bool(members) != fleet.serves_members  # a neuron-cores fleet's stack serves its members itself
+        done = max(a["RunOrder"] for a in actions if a["Configuration"]["StackName"] == fleet.stack_name)
+        assert all(a["RunOrder"] > done for a in actions if a["Configuration"]["StackName"] in members)
 
 
 def _asset_ids(outdir: Path, kind: str) -> set[str]:
@@ -255,7 +256,7 @@ def test_each_asset_is_published_once_to_every_account_that_uses_it(template, sy
     ids = [next(iter(p)) for p in published]
     assert sorted(ids) == sorted(_asset_ids(synthesized.outdir, "dockerImages") | _asset_ids(synthesized.outdir, "files"))
     # the Neuron image does not depend on the environment: one build pushed to all three accounts
-    neuron = synthesized.stages["dev"].serving["intent-bert"]
+    neuron = synthesized.stages["dev"].fleets["intent-pack"]  # one image for every member
     manifest = json.loads((synthesized.outdir / "assembly-dev" / f"{neuron.artifact_id}.assets.json").read_text())
     (neuron_image,) = manifest["dockerImages"]
     (spec,) = [s for s in specs if neuron_image in s]

@@ -31,7 +31,7 @@ import pytest
 from moto import mock_aws
 from moto.cloudformation.parsing import get_model_map
 
-from inferstack.capacity import packing, planning
+from inferstack.capacity import packing, planning, schedule
 from inferstack.config import NeuronEcsModel, TritonSageMakerModel
 from inferstack.rehearsal import moto_patches
 from inferstack.schema import instances
@@ -267,8 +267,18 @@ def private_subnets(rehearsal: Rehearsal) -> list[str]:
 
 
 def model_plans(project):
+    """Stack name (without the environment) -> (its model, or its neuron-cores fleet's first member; its
+    plan: the model's CapacityPlan, or the fleet's NeuronFleetPlan)."""
     environment = project.environments[ENV]
-    return {m.name: (m, planning.plan(m, ENV, environment)) for m in project.models}
+    plans = {}
+    for unit in project.image_units(ENV):
+        if unit.fleet:
+            plans[unit.name] = (unit.models[0], packing.plan_fleet(unit.name, project.fleets[unit.name],
+                                                                   unit.models, ENV, environment))
+        else:
+            (model,) = unit.models
+            plans[unit.name] = (model, planning.plan(model, ENV, environment))
+    return plans
 
 
 # ----------------------------------------------------------------------------- the deploy itself
@@ -276,10 +286,9 @@ def model_plans(project):
 def test_every_stack_is_created_foundation_first(rehearsal, project):
     fleets = [f"{ENV}-{f}" for f in project.fleets_in(ENV)]
     assert rehearsal.stack_names[0] == f"{ENV}-Foundation"
-    served_by_fleet = {m for f in project.fleets_in(ENV) if project.fleets[f].kind == "neuron-cores"
-                       for m in project.fleets[f].models}
+    # image units (a model's own stack, a neuron-cores fleet's) and an inference-components fleet's stack
     assert sorted(rehearsal.stack_names[1:]) == sorted(
-        fleets + [f"{ENV}-{m.name}" for m in project.models if m.name not in served_by_fleet])
+        {f"{ENV}-{u.name}" for u in project.image_units(ENV)} | set(fleets))
     for fleet in fleets:  # before its members
         for member in project.fleets[fleet.removeprefix(f"{ENV}-")].models:
             if f"{ENV}-{member}" in rehearsal.stack_names:
@@ -290,7 +299,9 @@ def test_every_stack_is_created_foundation_first(rehearsal, project):
 def test_serving_stacks_import_the_foundation_exports(rehearsal, project):
     cloudformation = rehearsal.client("cloudformation")
     exports = {e["Name"]: e for e in cloudformation.list_exports()["Exports"]}
-    exporters = {f"{ENV}-Foundation", *(f"{ENV}-{f}" for f in project.fleets_in(ENV))}  # a fleet: to its members
+    # an inference-components fleet's stack exports its endpoint's role and security group to its members
+    exporters = {f"{ENV}-Foundation", *(f"{ENV}-{f}" for f in project.fleets_in(ENV)
+                                        if project.fleets[f].kind == "sagemaker-inference-components")}
     assert exports and {e["ExportingStackId"].split("/")[1] for e in exports.values()} == exporters
     vpc_ids = rehearsal.of_type(f"{ENV}-Foundation", "AWS::EC2::VPC")
     assert [e["Value"] for e in exports.values() if "NetworkVpc" in e["Name"] and e["Value"].startswith("vpc-")] == vpc_ids
@@ -413,14 +424,18 @@ def test_ecs_service_runs_the_neuron_task_on_its_cluster(rehearsal, project):
         definition = ecs.describe_task_definition(taskDefinition=service["taskDefinition"])["taskDefinition"]
         (container,) = definition["containerDefinitions"]
         spec = instances.get(plan.instance_type)
-        chips, cores = spec.neuron_devices, spec.neuron_cores
         assert container["linuxParameters"]["devices"] == [
-            {"hostPath": f"/dev/neuron{i}", "containerPath": f"/dev/neuron{i}", "permissions": ["read", "write"]}
-            for i in range(chips)]
+            {"hostPath": path, "containerPath": path, "permissions": ["read", "write"]} for path in spec.device_paths]
         # moto keeps a task definition's containers (not its compatibilities or placement constraints)
         environment = {e["name"]: e["value"] for e in container["environment"]}
-        assert environment["MODEL_NAME"] == name
-        assert environment["NEURON_RT_VISIBLE_CORES"] == f"0-{cores - 1}"
+        if isinstance(plan, packing.NeuronFleetPlan):  # every member on its own cores and port
+            served = json.loads(environment["SERVER_MODELS"])
+            assert [(s["name"], s["port"], s["visible_cores"]) for s in served] == [
+                (s.model, s.port, s.visible_cores) for s in plan.shares]
+            assert sorted(p["containerPort"] for p in container["portMappings"]) == [s.port for s in plan.shares]
+        else:
+            assert environment["MODEL_NAME"] == name
+        assert environment["NEURON_RT_VISIBLE_CORES"] == f"0-{spec.neuron_cores - 1}"
         # the instance group: min from the plan, room for a 200 % deployment at max
         (group_name,) = rehearsal.of_type(stack, "AWS::AutoScaling::AutoScalingGroup")
         (group,) = autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[group_name])["AutoScalingGroups"]
@@ -432,22 +447,55 @@ def test_ecs_service_runs_the_neuron_task_on_its_cluster(rehearsal, project):
         assert launch["LaunchTemplateData"]["ImageId"] == rehearsal.ssm_values[
             "/aws/service/ecs/optimized-ami/amazon-linux-2023/neuron/recommended/image_id"]
         checked += 1
-    assert checked == sum(isinstance(m, NeuronEcsModel) for m in project.models) > 0
+    assert checked == sum(isinstance(m, NeuronEcsModel) for m, _ in model_plans(project).values()) > 0
+
+
+def test_groups_follow_their_off_hours_windows(rehearsal, project):
+    """The group's minimum follows the service's off-hours window (dev's fleet and intent-bert-inf2 close at
+    night). moto keys Auto Scaling scheduled actions by name account-wide (AWS: per group) and its
+    CloudFormation names them by logical id, so stacks with the same construct layout overwrite each other's
+    actions: every action moto holds must be one its group's windows ask for, and one group holds them all."""
+    autoscaling = rehearsal.client("autoscaling")
+    expected = {}
+    for name, (model, plan) in model_plans(project).items():
+        if not isinstance(model, NeuronEcsModel):
+            continue
+        windows = plan.windows if isinstance(plan, packing.NeuronFleetPlan) else model.off_hours_for(ENV)
+        (group_name,) = rehearsal.of_type(f"{ENV}-{name}", "AWS::AutoScaling::AutoScalingGroup")
+        expected[group_name] = sorted([(schedule.unix_recurrence(w.start), w.min) for w in windows]
+                                      + [(schedule.unix_recurrence(w.end), plan.min_capacity) for w in windows])
+    assert sum(bool(actions) for actions in expected.values()) >= 1
+    held: dict[str, list] = {}
+    for action in autoscaling.describe_scheduled_actions()["ScheduledUpdateGroupActions"]:
+        held.setdefault(action["AutoScalingGroupName"], []).append((action["Recurrence"], action["MinSize"]))
+    assert held and all(sorted(actions) == expected[group] for group, actions in held.items()), (held, expected)
 
 
 def test_load_balancer_is_internal_with_the_readiness_health_check(rehearsal, project):
     elbv2 = rehearsal.client("elbv2")
-    for name, (model, _) in model_plans(project).items():
+    for name, (model, plan) in model_plans(project).items():
         if not isinstance(model, NeuronEcsModel):
             continue
         stack = f"{ENV}-{name}"
         (arn,) = rehearsal.of_type(stack, "AWS::ElasticLoadBalancingV2::LoadBalancer")
         (balancer,) = elbv2.describe_load_balancers(LoadBalancerArns=[arn])["LoadBalancers"]
         assert balancer["Scheme"] == "internal"
-        (group_arn,) = rehearsal.of_type(stack, "AWS::ElasticLoadBalancingV2::TargetGroup")
-        (group,) = elbv2.describe_target_groups(TargetGroupArns=[group_arn])["TargetGroups"]
-        assert group["HealthCheckPath"] == "/v2/health/ready"
-        assert group["Port"] == model.serving.port
+        group_arns = rehearsal.of_type(stack, "AWS::ElasticLoadBalancingV2::TargetGroup")
+        groups = elbv2.describe_target_groups(TargetGroupArns=group_arns)["TargetGroups"]
+        if isinstance(plan, packing.NeuronFleetPlan):  # a target group per member: its port, its readiness
+            assert sorted((g["Port"], g["HealthCheckPath"]) for g in groups) == sorted(
+                (s.port, f"/v2/models/{s.model}/ready") for s in plan.shares)
+            (listener_arn,) = rehearsal.of_type(stack, "AWS::ElasticLoadBalancingV2::Listener")
+            rules = [r for r in elbv2.describe_rules(ListenerArn=listener_arn)["Rules"] if not r["IsDefault"]]
+            by_group = {g["TargetGroupArn"]: g["Port"] for g in groups}
+            routed = {tuple(sorted(c["Values"] if "Values" in c else c["PathPatternConfig"]["Values"]))
+                      for r in rules for c in r["Conditions"]}
+            assert routed == {(f"/v2/models/{s.model}", f"/v2/models/{s.model}/*") for s in plan.shares}
+            assert sorted(by_group[r["Actions"][0]["TargetGroupArn"]] for r in rules) == [s.port for s in plan.shares]
+        else:
+            (group,) = groups
+            assert group["HealthCheckPath"] == "/v2/health/ready"
+            assert group["Port"] == model.serving.port
 
 
 def test_scalable_targets_when_moto_models_them(rehearsal, project):

@@ -1,6 +1,7 @@
 """`cdk destroy` of a Neuron stack completes while managed termination protection stays on (aws-cdk issue
-18179): the release custom resource, its least-privilege role, the deletion order the dependencies give,
-and its handler run against emulated Auto Scaling (moto)."""
+18179): the release custom resource, its least-privilege role, the deletion order the dependencies give
+(off-hours scheduled actions included), and its handler run against emulated Auto Scaling (moto). Asserted
+on dev's neuron-cores fleet, whose off-hours window scales its group to zero at night."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import pytest
 from aws_cdk.assertions import Template
 
 from inferstack.constructs import scale_in_release
-from tests.infra.test_neuron_ecs_service import MODEL, PINNED_IDS, only
+from tests.infra.test_neuron_ecs_service import PINNED_IDS, only
+from tests.infra.test_neuron_fleet import FLEET
 
 ASG_ID = PINNED_IDS["AWS::AutoScaling::AutoScalingGroup"]
 SERVICE_ID = PINNED_IDS["AWS::ECS::Service"]
@@ -19,7 +21,7 @@ SERVICE_ID = PINNED_IDS["AWS::ECS::Service"]
 
 @pytest.fixture(scope="module")
 def resources(synthesized) -> dict:
-    return synthesized.template("prod", MODEL)["Resources"]
+    return synthesized.template("dev", FLEET)["Resources"]
 
 
 def test_protection_stays_on_while_the_service_runs(resources):
@@ -40,6 +42,18 @@ def test_deleted_after_the_service_and_before_provider_association_and_group(res
     assert release_id in resources[SERVICE_ID]["DependsOn"]  # the service (its tasks) goes first
     function_id = release["Properties"]["ServiceToken"]["Fn::GetAtt"][0]
     assert resources[function_id]["Properties"]["Timeout"] == 600
+
+
+def test_off_hours_actions_are_deleted_before_the_release_runs(resources):
+    """A window's end raises the group's minimum: its scheduled action must be gone before the release empties
+    the group, so every one depends on the release (and is deleted first)."""
+    tpl = Template.from_json({"Resources": resources})
+    release_id, _ = only(tpl, scale_in_release.RESOURCE_TYPE)
+    actions = tpl.find_resources("AWS::AutoScaling::ScheduledAction")
+    assert len(actions) == 2  # dev's one window: its start and its end
+    for action in actions.values():
+        assert action["Properties"]["AutoScalingGroupName"] == {"Ref": ASG_ID}
+        assert release_id in action["DependsOn"]
 
 
 def test_role_may_change_only_this_group(resources):
@@ -120,6 +134,17 @@ def test_handler_answers_cloudformation(protected_group, monkeypatch, request_ty
     (group,) = protected_group.describe_auto_scaling_groups(AutoScalingGroupNames=["neuron"])["AutoScalingGroups"]
     # Protection is only ever released on Delete.
     assert group["NewInstancesProtectedFromScaleIn"] is (request_type != "Delete")
+
+
+def test_a_group_emptied_by_its_off_hours_window_is_released(protected_group):
+    """At night the window has set the minimum to zero and ECS has drained the group: nothing is left to
+    unprotect, and the release still stops protecting new instances."""
+    protected_group.put_scheduled_update_group_action(
+        AutoScalingGroupName="neuron", ScheduledActionName="OffHours1Start", Recurrence="0 20 * * MON-FRI", MinSize=0)
+    protected_group.update_auto_scaling_group(AutoScalingGroupName="neuron", MinSize=0, DesiredCapacity=0)
+    _handler_namespace()["release"](protected_group, "neuron")
+    (group,) = protected_group.describe_auto_scaling_groups(AutoScalingGroupNames=["neuron"])["AutoScalingGroups"]
+    assert (group["MinSize"], group["DesiredCapacity"], group["NewInstancesProtectedFromScaleIn"]) == (0, 0, False)
 
 
 def test_a_group_already_gone_is_released(aws, monkeypatch):

@@ -210,12 +210,12 @@ def test_internal_load_balancers_admit_the_probe_by_the_vpc_range(synthesized, p
     """NeuronEcsService's internal load balancer admits the VPC's range on its listener port, which holds the
     probe's private subnets: no rule naming the probe's security group is needed (nor cross-stack)."""
     environment = project.environments[env]
-    neuron = [m for m in project.models if isinstance(m, NeuronEcsModel)]
+    neuron = [u for u in project.image_units(env) if all(isinstance(m, NeuronEcsModel) for m in u.models)]
     assert neuron, "the shipped config has a Neuron model"
     _, function = probe(synthesized.template(env, "Foundation"))
-    for model in neuron:
-        assert not model.public_load_balancer(environment)
-        template = synthesized.template(env, model.name)
+    for unit in neuron:  # a dedicated model's stack, or a neuron-cores fleet's
+        assert not any(m.public_load_balancer(environment) for m in unit.models)
+        template = synthesized.template(env, unit.name)
         _, lb = only(template, "AWS::ElasticLoadBalancingV2::LoadBalancer")
         assert lb["Properties"]["Scheme"] == "internal"
         _, listener = only(template, "AWS::ElasticLoadBalancingV2::Listener")

@@ -28,7 +28,6 @@ def test_adding_a_model_changes_no_other_stack(synthesized, config_copy, tmp_pat
 def test_synthesized_fixture_covers_every_environment_and_model(project, synthesized):
     assert set(synthesized.templates) == set(project.environments)
     for env, stacks in synthesized.templates.items():
-        fleets = project.fleets_in(env)
-        # a neuron-cores fleet's stack serves its members; an inference-components fleet's members keep theirs
-        served_by_fleet = {m for f in fleets if project.fleets[f].kind == "neuron-cores" for m in project.fleets[f].models}
-        assert set(stacks) == {"Foundation", *fleets} | {m.name for m in project.models} - served_by_fleet, env
+        # image units (a model's own stack, a neuron-cores fleet's) and every fleet's stack (an inference-
+        # components fleet's holds the shared endpoint; its members keep their own)
+        assert set(stacks) == {"Foundation", *project.fleets_in(env)} | {u.name for u in project.image_units(env)}, env
