@@ -83,6 +83,18 @@ def model_warnings(model: Model) -> Iterator[Finding]:
             f"(model_configs/intent-bert-inf2.yaml is intent-bert moved)")
 
 
+def fleet_member_warnings(env_file: EnvironmentsFile, model: Model) -> Iterator[Finding]:
+    """Settings of a model's own deployment that do not apply where a fleet carries it (its model file keys)."""
+    if not isinstance(model, TritonSageMakerModel) or model.data_capture is None:
+        return
+    envs = [env for env in env_file.environments for fleet in env_file.fleets.values()
+            if isinstance(fleet, InferenceComponentFleet) and model.name in fleet.models and fleet.deploys_in(env)]
+    if envs:
+        yield ("data_capture",), (
+            f"not applied in {', '.join(envs)}, where an inference-components fleet carries {model.name}: data "
+            f"capture is a setting of a dedicated endpoint's configuration")
+
+
 def _check_ecs_deployments(deployment, environments, base: KeyPath) -> Iterator[Finding]:
     """A Neuron service's rollouts (its own and each environment's) against what ECS accepts."""
     for key, message in neuron_deployment.problems(deployment):
@@ -272,6 +284,9 @@ def check_pipeline_capacity(env_file: EnvironmentsFile, model_names: Sequence[st
 FLEET_MEMBER_KIND = {"neuron-cores": "neuron-ecs", "sagemaker-inference-components": "triton-sagemaker"}
 RESERVED_STACK_IDS = ("Foundation", "Pipeline")
 MAX_TARGET_GROUPS_PER_SERVICE = 5
+# https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_iam-quotas.html (inline policies per role: 10,240
+# characters in all); the endpoint role's own statements take the rest.
+MAX_COMPONENTS_PER_FLEET = 10
 
 
 def check_fleets(env_file: EnvironmentsFile, models: Mapping[str, Model]) -> Iterator[Finding]:
@@ -373,6 +388,12 @@ def _check_fleet_environment(name: str, fleet: Fleet, members: Sequence[Model], 
                 "the members share one load balancer: give them the same load_balancer.public setting")
             return
     else:
+        if len(members) > MAX_COMPONENTS_PER_FLEET:
+            yield ("fleets", name, "models"), (
+                f"{len(members)} models; each member grants the shared endpoint's role its image and log group in "
+                f"an inline policy of about 0.7 KB, and IAM allows 10,240 characters of inline policy per role: "
+                f"at most {MAX_COMPONENTS_PER_FLEET} members")
+            return
         amis = {model.serving.inference_ami_version for model in members}  # type: ignore[union-attr]
         if len(amis) > 1:
             yield ("fleets", name, "models"), (

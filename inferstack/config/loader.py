@@ -134,6 +134,9 @@ def load(config_dir: Path | str, *, releases: bool = True) -> Project:
                 problems.append(_problem(path, config_dir, doc, key, message))
         warnings.extend(_problem(path, config_dir, doc, key, f"warning: {message}")
                         for key, message in checks.model_warnings(model))
+        if env_file:
+            warnings.extend(_problem(path, config_dir, doc, key, f"warning: {message}")
+                            for key, message in checks.fleet_member_warnings(env_file, model))
 
     if env_file:
         unique = {model.name: model for model, _, _ in models}

@@ -380,3 +380,14 @@ def test_a_neuron_fleet_of_more_models_than_target_groups(config_copy):
               _set("fleets", "intent-pack", "models", value=["intent-bert", "duplicate-bert", *names]))
     problems = [p for p in problems_of(config_copy) if "fleets.intent-pack.models:" in p]
     assert len(problems) == 1 and "6 models; the fleet's ECS service routes each to its own target group" in problems[0]
+
+
+def test_an_inference_components_fleet_of_more_members_than_the_role_holds(config_copy):
+    source = (config_copy / "t5-spelling.yaml").read_text()
+    names = [f"extra-{i}" for i in range(9)]
+    for name in names:
+        (config_copy / f"{name}.yaml").write_text(source.replace("name: t5-spelling", f"name: {name}"))
+    edit_yaml(config_copy / "environments.yaml",
+              _set("fleets", "triton-shared", "models", value=["bert-large-classifier", "t5-spelling", *names]))
+    problems = [p for p in problems_of(config_copy) if "fleets.triton-shared.models:" in p]
+    assert len(problems) == 1 and "11 models; each member grants the shared endpoint's role" in problems[0]
