@@ -23,6 +23,7 @@ from inferstack.config.loader import Model
 from inferstack.config.release_pin import PinnedImage
 from inferstack.constructs.neuron_ecs_service import ImageBuild, NeuronEcsService
 from inferstack.delivery import stack_outputs
+from inferstack.neuron import deployment as neuron_deployment
 from inferstack.schema.models import Fleet, InferenceComponentFleet, NeuronCoreFleet, NeuronEcsModel
 from stacks.base import EnvironmentStack
 from stacks.foundation_stack import SharedResources
@@ -51,8 +52,8 @@ class FleetStack(EnvironmentStack):
         """One NeuronEcsService whose task serves every member on the plan's core ranges and ports, from one
         image: built from container/neuron/ with every member's compile settings (MODELS), or the fleet's
         promoted image (pins name the fleet, not its members)."""
-        plan = self.plan
-        assert isinstance(plan, packing.NeuronFleetPlan)
+        plan, fleet = self.plan, self.fleet
+        assert isinstance(plan, packing.NeuronFleetPlan) and isinstance(fleet, NeuronCoreFleet)
         members = [m for m in self.members if isinstance(m, NeuronEcsModel)]
         if len(members) != len(self.members):
             raise ValueError(f"fleet {self.fleet_name}: a neuron-cores fleet carries neuron-ecs models only")
@@ -76,6 +77,8 @@ class FleetStack(EnvironmentStack):
             image=pinned_image or ImageBuild(str(NEURON_IMAGE_DIRECTORY)),
             access_log_retention=cdk.Duration.days(environment.defaults.log_retention_days),
             removal_policy=shared.removal_policy,
+            rollout=neuron_deployment.rollout(fleet.deployment_for(env_name)),
+            metrics_service=self.stack_name,
         )
         name, service = self.fleet_name, self.neuron
         cdk.CfnOutput(self, "LogGroupName", value=self.log_group.log_group_name, description=f"{name}: serving logs")

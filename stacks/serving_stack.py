@@ -15,6 +15,7 @@ from inferstack.capacity import packing, planning
 from inferstack.triton import config as triton_config, image as triton_image
 from inferstack.config import Environment, TritonSageMakerModel
 from inferstack.config.loader import Model
+from inferstack.neuron import deployment as neuron_deployment
 from inferstack.schema.models import NeuronEcsModel
 from inferstack.config.release_pin import PinnedImage
 from inferstack.constructs.neuron_ecs_service import ImageBuild, NeuronEcsService
@@ -141,6 +142,8 @@ class ServingStack(EnvironmentStack):
             image=self.pinned_image or ImageBuild(str(NEURON_IMAGE_DIRECTORY)),
             access_log_retention=cdk.Duration.days(environment.defaults.log_retention_days),
             removal_policy=shared.removal_policy,
+            rollout=neuron_deployment.rollout(model.deployment_for(env_name)),
+            metrics_service=self.stack_name,
         )
         cdk.CfnOutput(self, "LoadBalancerDnsName", value=service.load_balancer.load_balancer_dns_name,
                       description=f"{model.name}: load balancer DNS name")

@@ -35,3 +35,14 @@ def test_problems_name_the_key():
                         maximum_execution_timeout_seconds=1200)
     assert [key for key, _ in ecs.problems(config)] == [
         ("wait_interval_seconds",), ("termination_wait_seconds",), ("maximum_execution_timeout_seconds",)]
+
+
+def test_peak_percent_is_what_the_instance_group_must_hold():
+    # rolling: its maximumPercent (the whole new fleet first without a deployment); the blue/green family
+    # scales green to the full count beside blue
+    assert ecs.rollout(None).peak_percent == 200
+    assert ecs.rollout(Deployment(strategy="rolling", size_percent=25, wait_interval_seconds=0)).peak_percent == 125
+    for config in (Deployment(strategy="canary", size_percent=10, wait_interval_seconds=600),
+                   Deployment(strategy="linear", size_percent=25, wait_interval_seconds=300),
+                   Deployment(strategy="all-at-once", wait_interval_seconds=60, termination_wait_seconds=0)):
+        assert ecs.rollout(config).peak_percent == 200

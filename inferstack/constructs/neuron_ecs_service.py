@@ -4,7 +4,13 @@ task, with alarms and a dashboard. The task serves one model (a dedicated model,
 inferstack.capacity.planning) or several on disjoint NeuronCore ranges and ports (a neuron-cores fleet,
 planned by inferstack.capacity.packing): then each model has its own target group, listener rule, scaling
 policy, alarms and dashboard row. Optional off-hours windows scale the service, and the instances with it,
-down (to zero) and back."""
+down (to zero) and back.
+
+Deploys follow the model's or fleet's ECS rollout (inferstack.neuron.deployment): rolling, or ECS native
+blue/green, linear or canary with a second (alternate) target group and a production listener rule per model;
+every strategy rolls back on the models' SLO alarms. The task writes its own CloudWatch metrics (EMF, names
+in inferstack.neuron.metrics) under a Service dimension fixed at synth; dashboards, a Neuron alarm and a
+concurrency scaling policy per model read them."""
 
 from __future__ import annotations
 
@@ -32,7 +38,10 @@ from constructs import Construct, Dependable, DependencyGroup, IConstruct
 
 from inferstack.constructs import checkov, nag
 from inferstack.constructs.scale_in_release import ScaleInProtectionRelease
+from inferstack.neuron import deployment as neuron_deployment
+from inferstack.neuron import metrics as serving_metrics
 from inferstack.neuron import task as neuron_task
+from inferstack.neuron.deployment import EcsRollout
 from inferstack.schema.models import NeuronEcsModel
 from inferstack.config.release_pin import PinnedImage
 from inferstack.constructs import cloudwatch_l1 as cwl1
@@ -54,9 +63,16 @@ MAX_TARGET_GROUPS = 5
 # An ALB fixed response carries at most 1024 characters; listener rule priorities run 1..50000.
 MAX_FIXED_RESPONSE_CHARS = 1024
 MAX_RULE_PRIORITY = 50_000
+# Traffic-shifting rollouts: the production rule that takes every path not routed elsewhere (a dedicated
+# model's whole listener, a fleet's first model) is evaluated last.
+CATCH_ALL_PRIORITY = MAX_RULE_PRIORITY
+CATCH_ALL_PATH = "/*"
+# A production rule starts on the primary target group; ECS rewrites the weights on every deployment.
+PRIMARY_WEIGHT, ALTERNATE_WEIGHT = 100, 0
 CONTAINER_NAME = "Server"
-MIN_HEALTHY_PERCENT = 100
-MAX_HEALTHY_PERCENT = 200
+# The serving app's EMF flush interval: one data point per minute and dimension set, what the alarms and the
+# scaling policies evaluate (60 s periods).
+METRICS_INTERVAL_SECONDS = 60
 HTTP_PORT = 80
 HTTPS_PORT = 443
 # An Inferentia instance boots and joins the cluster in minutes; wanting more capacity than the group
@@ -106,10 +122,18 @@ class ServedModel:
     readiness_path: str
     slo_p99_ms: float
     requests_per_task_per_minute: float
+    in_flight_per_task: float  # the planner's concurrency target per task (inferstack.capacity.planning)
+    workers: int  # this model's worker processes in the task, each emitting its own InFlight
 
     @property
     def name(self) -> str:
         return self.model.name
+
+    @property
+    def in_flight_per_worker(self) -> float:
+        """The InFlight target as the scaling policy reads it: every worker writes its own InFlight under the
+        model's (Service, Model) dimensions, so their Average is per worker; a task runs `workers` of them."""
+        return self.in_flight_per_task / self.workers
 
     @property
     def path(self) -> str:
@@ -141,7 +165,8 @@ class NeuronEcsService(Construct):
     """Exposes `cluster`, `auto_scaling_group`, `capacity_provider`, `task_definition`, `service`,
     `load_balancer`, `listener`, `target_groups` (model name -> its target group), `served` (the models, in
     port order), `access_logs`, `alarms` and `dashboard` (alarms and dashboard are L1s: an alarm's name is its
-    `ref`, its ARN `attr_arn`).
+    `ref`, its ARN `attr_arn`), `deployment_alarms` (the alarms ECS rolls back on), and for traffic-shifting
+    rollouts `alternate_target_groups`, `production_rules` (model name -> each) and `load_balancer_role`.
 
     `capacity`: a dedicated model's plan (inferstack.capacity.planning; `models` is that one model) or a
     neuron-cores fleet's (inferstack.capacity.packing; `models` are its members): the instance type, the task
@@ -153,22 +178,40 @@ class NeuronEcsService(Construct):
     One model keeps the single-model layout: its port, `/v2/health/ready` as the health check, the listener
     forwarding everything to it. Several models: one port mapping, target group (health check
     `/v2/models/<name>/ready` on its port), listener rule (`/v2/models/<name>` and below) and scaling policy
-    each, and a 404 naming the served models for any other path."""
+    each, and a 404 naming the served models for any other path.
+
+    `rollout`: how ECS replaces the tasks (default: rolling, the whole new fleet started before the old one
+    stops). A traffic-shifting rollout (blue/green, linear, canary) gives each model a second target group and
+    a production listener rule forwarding to both, weighted, which ECS re-weights during a deployment; the
+    rule of the first model (a dedicated model's only one) takes every path (`/*`) at the lowest precedence,
+    because ECS refuses listeners that mix forward with fixed-response actions: unknown paths reach that
+    model's server, which answers them with its own JSON 404. `metrics_service`: the Service dimension of the
+    task's CloudWatch metrics (SERVER_METRICS_SERVICE), a literal known at synth (the stack's name), so the
+    alarms, dashboards and scaling policies name it without a token."""
 
     def __init__(self, scope: Construct, construct_id: str, *, models: Sequence[NeuronEcsModel],
                  capacity: CapacityPlan | NeuronFleetPlan, vpc: ec2.IVpc, vpc_cidr: str,
                  subnets: ec2.SubnetSelection, log_group: logs.ILogGroup, alarm_topic_arn: str, public: bool,
                  certificate_arn: str | None, image: NeuronImage, access_log_retention: cdk.Duration,
-                 removal_policy: cdk.RemovalPolicy, off_hours: Sequence[ScheduledWindow] = ()) -> None:
+                 removal_policy: cdk.RemovalPolicy, metrics_service: str,
+                 rollout: EcsRollout = neuron_deployment.rollout(None),
+                 off_hours: Sequence[ScheduledWindow] = ()) -> None:
         super().__init__(scope, construct_id)
+        if not metrics_service or cdk.Token.is_unresolved(metrics_service):
+            raise ValueError("metrics_service must be a literal known at synth (e.g. the stack's name): the "
+                             "alarms, dashboards and scaling policies name it as a metric dimension")
+        self.metrics_service = metrics_service
+        self.rollout = rollout
         if isinstance(capacity, CapacityPlan):
             if [m.name for m in models] != [capacity.model]:
                 raise ValueError(f"capacity plan is for {capacity.model}, not {', '.join(m.name for m in models)}")
             (model,) = models
             self.name = model.name
             self.task = neuron_task.for_instance(model, capacity.instance_type)
+            # One task per instance: the planner's per-instance targets are per task.
             self.served = (ServedModel(model, model.serving.port, READINESS_PATH, capacity.slo_p99_ms,
-                                       capacity.target_per_instance_per_minute),)
+                                       capacity.target_per_instance_per_minute,
+                                       capacity.target_in_flight_per_instance, model.serving.workers),)
             self.off_hours: tuple[ScheduledWindow, ...] = tuple(off_hours)
         else:
             if off_hours:
@@ -178,13 +221,16 @@ class NeuronEcsService(Construct):
             by_name = {m.name: m for m in models}
             self.served = tuple(
                 ServedModel(by_name[share.model], share.port, MODEL_READINESS_PATH.format(name=share.model),
-                            share.slo_p99_ms, capacity.target_per_task_per_minute(share.model))
+                            share.slo_p99_ms, capacity.target_per_task_per_minute(share.model),
+                            capacity.target_in_flight_per_task(share.model), share.workers)
                 for share in capacity.shares)
             self.off_hours = capacity.windows
             if len(self.served) > MAX_TARGET_GROUPS:
                 raise ValueError(f"fleet {capacity.fleet}: {len(self.served)} models need as many target groups; an "
                                  f"ECS service takes at most {MAX_TARGET_GROUPS}")
             priorities = [rule_priority(s.name) for s in self.served]
+            if rollout.shifts_traffic:  # the first model's rule takes every other path, evaluated last
+                priorities[0] = CATCH_ALL_PRIORITY
             if len(set(priorities)) != len(priorities):
                 raise ValueError(f"fleet {capacity.fleet}: two models' listener rule priorities collide; rename one")
         # A fleet's models are routed by path; one model keeps the whole listener (and its template).
@@ -204,6 +250,7 @@ class NeuronEcsService(Construct):
         self._add_scaling()
         self._add_off_hours()
         self.alarms = self._add_alarms(alarm_topic_arn)
+        self._roll_back_on_alarms()
         self.dashboard = self._add_dashboard()
 
     # What the task needs of every model it serves (one model: that model's own values).
@@ -269,12 +316,13 @@ class NeuronEcsService(Construct):
         self.instance_role = role
         self.launch_template = launch_template
 
-        # One task per instance, and a deploy at MAX_HEALTHY_PERCENT starts the new tasks before stopping
-        # the old ones: the group must be able to hold that many instances at the top of the range.
+        # One task per instance, and a deploy starts new tasks before stopping old ones (a rolling update up to
+        # its maximumPercent; blue/green, linear and canary start the whole green fleet beside blue): the group
+        # must be able to hold that many instances at the top of the range.
         self.auto_scaling_group = autoscaling.AutoScalingGroup(
             self, "Capacity", vpc=vpc, vpc_subnets=subnets, launch_template=launch_template,
             min_capacity=self.capacity.min_capacity,
-            max_capacity=self.capacity.max_capacity * MAX_HEALTHY_PERCENT // 100,
+            max_capacity=math.ceil(self.capacity.max_capacity * self.rollout.peak_percent / 100),
         )
         self.capacity_provider = ecs.AsgCapacityProvider(
             self, "CapacityProvider", auto_scaling_group=self.auto_scaling_group,
@@ -323,7 +371,9 @@ class NeuronEcsService(Construct):
             image=container_image,
             cpu=task.cpu_units,
             memory_limit_mib=task.memory_mib,
-            environment=dict(task.environment),
+            environment={**task.environment,
+                         serving_metrics.METRICS_SERVICE_ENV: self.metrics_service,
+                         serving_metrics.METRICS_INTERVAL_ENV: str(METRICS_INTERVAL_SECONDS)},
             linux_parameters=linux,
             # One model: one mapping named http; several: one per model, named after it.
             port_mappings=[ecs.PortMapping(container_port=s.port, name=s.name if self.packed else "http")
@@ -361,19 +411,53 @@ class NeuronEcsService(Construct):
                 ecs.PlacementConstraint.member_of(f"attribute:ecs.instance-type == {self.task.instance_type}"),
             ],
             placement_strategies=[ecs.PlacementStrategy.spread_across(ecs.BuiltInAttributes.AVAILABILITY_ZONE)],
-            min_healthy_percent=MIN_HEALTHY_PERCENT,
-            max_healthy_percent=MAX_HEALTHY_PERCENT,
-            circuit_breaker=ecs.DeploymentCircuitBreaker(enable=True, rollback=True),
+            min_healthy_percent=self.rollout.minimum_healthy_percent,
+            max_healthy_percent=self.rollout.maximum_percent,
             health_check_grace_period=cdk.Duration.seconds(self._health_check_grace_seconds),
             enable_ecs_managed_tags=True,
             propagate_tags=ecs.PropagatedTagSource.SERVICE,
             # No desired count: a deploy must not reset what autoscaling chose.
+            **self._deployment_options(),
         )
+        if self.rollout.shifts_traffic:
+            # maximumPercent and minimumHealthyPercent are rolling-update parameters (ECS API,
+            # DeploymentConfiguration): blue/green, linear and canary scale green to the full count instead. CDK
+            # renders both whatever the strategy (its defaults 200 and 50 when unset), so they are removed.
+            service = self.service.node.default_child
+            assert isinstance(service, ecs.CfnService)
+            service.add_property_deletion_override("DeploymentConfiguration.MaximumPercent")
+            service.add_property_deletion_override("DeploymentConfiguration.MinimumHealthyPercent")
+            cdk.Annotations.of(self.service).acknowledge_warning(
+                "@aws-cdk/aws-ecs:shouldUseCircuitBreaker",
+                "the circuit breaker applies to rolling updates only (ECS API, DeploymentCircuitBreaker); this "
+                "blue/green-family deployment rolls back on the models' SLO alarms (deployment alarms)")
         # The strategy names the provider, which must be associated with the cluster first. CDK creates
         # that association during synth (an aspect), so the dependency is resolved late.
         association = DependencyGroup()
         Dependable.implement(association, _ClusterCapacityProviderAssociation(self.cluster))
         self.service.node.add_dependency(association)
+
+    def _deployment_options(self) -> dict:
+        """Ec2Service keyword arguments for the rollout. The strategy is always explicit, ROLLING included: an
+        update that drops the property would leave the service on the strategy it had. The circuit breaker
+        applies to rolling updates only (ECS API, DeploymentCircuitBreaker); the blue/green family rolls back on
+        the deployment alarms (enabled on every strategy once the alarms exist: `_roll_back_on_alarms`)."""
+        rollout = self.rollout
+        options: dict = {"deployment_strategy": ecs.DeploymentStrategy[rollout.strategy]}
+        if not rollout.shifts_traffic:
+            options["circuit_breaker"] = ecs.DeploymentCircuitBreaker(enable=True, rollback=True)
+            return options
+        assert rollout.bake_time_minutes is not None
+        options["bake_time"] = cdk.Duration.minutes(rollout.bake_time_minutes)
+        if rollout.strategy == "CANARY":
+            assert rollout.canary_percent is not None and rollout.canary_bake_minutes is not None
+            options["canary_configuration"] = ecs.TrafficShiftConfig(
+                step_percent=rollout.canary_percent, step_bake_time=cdk.Duration.minutes(rollout.canary_bake_minutes))
+        elif rollout.strategy == "LINEAR":
+            assert rollout.step_percent is not None and rollout.step_bake_minutes is not None
+            options["linear_configuration"] = ecs.TrafficShiftConfig(
+                step_percent=rollout.step_percent, step_bake_time=cdk.Duration.minutes(rollout.step_bake_minutes))
+        return options
 
     def _release_capacity_on_delete(self, log_group: logs.ILogGroup) -> None:
         """Managed termination protection keeps every instance protected from scale-in while the service
@@ -438,7 +522,20 @@ class NeuronEcsService(Construct):
                      "keeping them as noncurrent versions")
         self.load_balancer.log_access_logs(self.access_logs)
 
-        if self.packed:
+        self.target_groups: dict[str, elbv2.ApplicationTargetGroup] = {}
+        self.alternate_target_groups: dict[str, elbv2.ApplicationTargetGroup] = {}
+        self.production_rules: dict[str, elbv2.ApplicationListenerRule] = {}
+        if self.rollout.shifts_traffic:
+            # Targets are registered once the production rules exist (their alternate target names the rule).
+            for served in self.served:
+                scope = self._model_scope(served) if self.packed else self
+                self.target_groups[served.name] = self._target_group(scope, "Targets", vpc, served, attach=False)
+                self.alternate_target_groups[served.name] = self._target_group(scope, "AlternateTargets", vpc,
+                                                                               served, attach=False)
+            # A forward, like every rule: ECS refuses blue/green on a listener mixing forward with fixed-response
+            # actions. The catch-all production rule (`/*`) answers every path first, so this is never used.
+            default = {"default_action": self._weighted_forward(self.served[0])}
+        elif self.packed:
             # Any path but a served model's: a 404 that says what is served here.
             default = {"default_action": elbv2.ListenerAction.fixed_response(
                 404, content_type="application/json", message_body=self._not_found_body())}
@@ -456,8 +553,9 @@ class NeuronEcsService(Construct):
                 "Listener", port=port, protocol=elbv2.ApplicationProtocol.HTTP, open=False, **default)
             checkov.skip(self.listener, "CKV_AWS_2", PLAIN_HTTP_REASON)
             checkov.skip(self.listener, "CKV_AWS_103", PLAIN_HTTP_REASON)
-        if self.packed:
-            self.target_groups = {}
+        if self.rollout.shifts_traffic:
+            self._add_production_rules()
+        elif self.packed:
             for served in self.served:
                 scope = self._model_scope(served)
                 target_group = self._target_group(scope, "Targets", vpc, served)
@@ -468,17 +566,84 @@ class NeuronEcsService(Construct):
                 self.target_groups[served.name] = target_group
         self.url = f"{scheme.lower()}://{self.load_balancer.load_balancer_dns_name}"
 
+    def _weighted_forward(self, served: ServedModel) -> elbv2.ListenerAction:
+        return elbv2.ListenerAction.weighted_forward([
+            elbv2.WeightedTargetGroup(target_group=self.target_groups[served.name], weight=PRIMARY_WEIGHT),
+            elbv2.WeightedTargetGroup(target_group=self.alternate_target_groups[served.name],
+                                      weight=ALTERNATE_WEIGHT)])
+
+    def _add_production_rules(self) -> None:
+        """Per model: the production listener rule (its paths; the first model's takes `/*`, evaluated last),
+        forwarding to its target group and its alternate, weighted 100/0; then the service's tasks registered
+        with the target group, the alternate named for ECS with the rule and the role it shifts traffic with.
+
+        ECS rewrites the rule's weights on every deployment, and after one the tasks sit in the alternate target
+        group. A stack update that rewrites the rule's action puts the template's weights back (aws-cdk issue
+        36649, open): all traffic on a target group that may be empty. README, "Rollouts", says how to check."""
+        self.load_balancer_role = iam.Role(
+            self, "LoadBalancerRole", assumed_by=iam.ServicePrincipal("ecs.amazonaws.com"),
+            description="ECS infrastructure role for load balancers: registers this service's tasks and shifts "
+                        "its production listener rules between their two target groups")
+        for index, served in enumerate(self.served):
+            scope = self._model_scope(served) if self.packed else self
+            catch_all = index == 0
+            paths = [CATCH_ALL_PATH] if catch_all else [served.path, f"{served.path}/*"]
+            rule = elbv2.ApplicationListenerRule(
+                scope, "Route", listener=self.listener,
+                priority=CATCH_ALL_PRIORITY if catch_all else rule_priority(served.name),
+                conditions=[elbv2.ListenerCondition.path_patterns(paths)], action=self._weighted_forward(served))
+            self.production_rules[served.name] = rule
+            target = self.service.load_balancer_target(
+                container_name=CONTAINER_NAME, container_port=served.port,
+                alternate_target=ecs.AlternateTarget("AlternateTarget", alternate_target_group=(
+                    self.alternate_target_groups[served.name]),
+                    production_listener=ecs.ListenerRuleConfiguration.application_listener_rule(rule),
+                    role=self.load_balancer_role))
+            self.target_groups[served.name].add_target(target)
+        # What the managed AmazonECSInfrastructureRolePolicyForLoadBalancers grants for an ALB, narrowed to this
+        # service's target groups, listener and production rules (as AWS's blue/green sample scopes it).
+        groups = [g.target_group_arn for pair in zip(self.target_groups.values(),
+                                                      self.alternate_target_groups.values()) for g in pair]
+        self.load_balancer_role.add_to_policy(iam.PolicyStatement(
+            sid="ReadLoadBalancing", resources=["*"],
+            actions=["elasticloadbalancing:DescribeListeners", "elasticloadbalancing:DescribeRules",
+                     "elasticloadbalancing:DescribeTargetGroups", "elasticloadbalancing:DescribeTargetHealth"]))
+        self.load_balancer_role.add_to_policy(iam.PolicyStatement(
+            sid="RegisterTasks", resources=groups,
+            actions=["elasticloadbalancing:RegisterTargets", "elasticloadbalancing:DeregisterTargets"]))
+        self.load_balancer_role.add_to_policy(iam.PolicyStatement(
+            sid="ShiftTraffic", actions=["elasticloadbalancing:ModifyRule"],
+            resources=[rule.listener_rule_arn for rule in self.production_rules.values()]))
+        self.load_balancer_role.add_to_policy(iam.PolicyStatement(
+            sid="ModifyListener", actions=["elasticloadbalancing:ModifyListener"],
+            resources=[self.listener.listener_arn]))
+        nag.acknowledge(self.load_balancer_role.node.find_child("DefaultPolicy"), "IAM5[Resource::*]",
+                        "elasticloadbalancing:Describe* supports no resource-level permission (Service "
+                        "Authorization Reference); every write is limited to this service's target groups, "
+                        "listener and production rules")
+        # ECS assumes the role as soon as the service exists, and on deletion while it deregisters the tasks:
+        # the service is created after the role's policy and deleted before it (the role itself it names).
+        self.service.node.add_dependency(self.load_balancer_role.node.find_child("DefaultPolicy"))
+        # CDK makes a service depend on every rule forwarding to its target groups (the routes exist before tasks
+        # register); a production rule is also referenced, which cfn-lint reports as an obsolete DependsOn.
+        service = self.service.node.default_child
+        assert isinstance(service, ecs.CfnService)
+        service.add_metadata("cfn-lint", {"config": {"ignore_checks": ["W3005"]}})
+
     def _model_scope(self, served: ServedModel) -> Construct:
         """A fleet model's own resources (target group, rule, alarms) live under its name."""
         existing = self.node.try_find_child(served.name)
         return existing if isinstance(existing, Construct) else Construct(self, served.name)
 
-    def _target_group(self, scope: Construct, construct_id: str, vpc: ec2.IVpc,
-                      served: ServedModel) -> elbv2.ApplicationTargetGroup:
+    def _target_group(self, scope: Construct, construct_id: str, vpc: ec2.IVpc, served: ServedModel, *,
+                      attach: bool = True) -> elbv2.ApplicationTargetGroup:
+        """`attach`: register the service's tasks now (a rolling service's only target group)."""
+        targets = ([self.service.load_balancer_target(container_name=CONTAINER_NAME, container_port=served.port)]
+                   if attach else None)
         return elbv2.ApplicationTargetGroup(
             scope, construct_id, vpc=vpc, port=served.port, protocol=elbv2.ApplicationProtocol.HTTP,
             target_type=elbv2.TargetType.IP,
-            targets=[self.service.load_balancer_target(container_name=CONTAINER_NAME, container_port=served.port)],
+            targets=targets,
             deregistration_delay=cdk.Duration.seconds(served.model.load_balancer.deregistration_delay_seconds),
             health_check=elbv2.HealthCheck(path=served.readiness_path, healthy_http_codes="200",
                                            interval=cdk.Duration.seconds(10), timeout=cdk.Duration.seconds(5),
@@ -498,18 +663,66 @@ class NeuronEcsService(Construct):
     def _add_scaling(self) -> None:
         self.scalable_task_count = self.service.auto_scale_task_count(
             min_capacity=self.capacity.min_capacity, max_capacity=self.capacity.max_capacity)
-        # One task per instance, so the planned per-instance target is the per-task target. Several models: one
-        # policy per model on its own target group's requests; Application Auto Scaling scales out when any
-        # policy asks and in only when all agree (target-tracking-scaling-policy-overview, "Multiple scaling
-        # policies").
+        # One task per instance, so the planned per-instance target is the per-task target. Per model two
+        # policies: its requests per task (the load balancer's count) and its requests in the server at once
+        # (the app's InFlight). Application Auto Scaling scales out when any policy asks and in only when all
+        # agree (target-tracking-scaling-policy-overview, "Multiple scaling policies").
         for served in self.served:
             scaling = served.model.scaling
-            self.scalable_task_count.scale_on_request_count(
-                f"RequestsPerTask-{served.name}" if self.packed else "RequestsPerTask",
-                requests_per_target=served.requests_per_task_per_minute,
-                target_group=self.target_groups[served.name],
-                scale_out_cooldown=cdk.Duration.seconds(scaling.scale_out_cooldown_seconds),
-                scale_in_cooldown=cdk.Duration.seconds(scaling.scale_in_cooldown_seconds))
+            suffix = f"-{served.name}" if self.packed else ""
+            scale_out = cdk.Duration.seconds(scaling.scale_out_cooldown_seconds)
+            scale_in = cdk.Duration.seconds(scaling.scale_in_cooldown_seconds)
+            if self.rollout.shifts_traffic:
+                self._scale_on_requests_of_both_target_groups(f"RequestsPerTask{suffix}", served)
+            else:
+                self.scalable_task_count.scale_on_request_count(
+                    f"RequestsPerTask{suffix}", requests_per_target=served.requests_per_task_per_minute,
+                    target_group=self.target_groups[served.name], scale_out_cooldown=scale_out,
+                    scale_in_cooldown=scale_in)
+            # Concurrency falls as tasks are added, as target tracking needs. Average over the model's workers
+            # (each emits its own InFlight under the model's dimensions) is per worker: the planner's per-task
+            # target divided by the workers of a task.
+            self.scalable_task_count.scale_to_track_custom_metric(
+                f"InFlightPerTask{suffix}", metric=cw.Metric(
+                    namespace=serving_metrics.NAMESPACE, metric_name=serving_metrics.IN_FLIGHT,
+                    dimensions_map=self._model_dimensions(served), statistic="Average",
+                    period=cdk.Duration.seconds(METRICS_INTERVAL_SECONDS)),
+                target_value=served.in_flight_per_worker, scale_out_cooldown=scale_out, scale_in_cooldown=scale_in)
+
+    def _model_dimensions(self, served: ServedModel) -> dict[str, str]:
+        return {serving_metrics.SERVICE: self.metrics_service, serving_metrics.MODEL: served.name}
+
+    def _scale_on_requests_of_both_target_groups(self, policy_id: str, served: ServedModel) -> None:
+        """ALBRequestCountPerTarget follows one target group, and a traffic-shifting deployment leaves the tasks
+        in the other one every second time: the policy would read zero and scale in. The sum of both groups'
+        RequestCountPerTarget is the requests per task whichever holds them, and during a shift too (each group
+        holds the full task count). Metric math needs the L1 (CDK's target tracking renders one metric); it
+        takes the construct path and name the L2 policy had, so a change of strategy updates it in place."""
+        scalable_target = self.scalable_task_count.node.find_child("Target")
+        assert isinstance(scalable_target, appscaling.ScalableTarget)
+        scope = Construct(scalable_target, policy_id)
+        per_target = self._model_metrics[served.name]["requests_per_task"]
+        assert isinstance(per_target, cwl1.MathExpression)
+        queries = [appscaling.CfnScalingPolicy.TargetTrackingMetricDataQueryProperty(
+            id=query_id, return_data=False, metric_stat=appscaling.CfnScalingPolicy.TargetTrackingMetricStatProperty(
+                stat=metric.statistic, metric=appscaling.CfnScalingPolicy.TargetTrackingMetricProperty(
+                    namespace=metric.namespace, metric_name=metric.metric_name,
+                    dimensions=[appscaling.CfnScalingPolicy.TargetTrackingMetricDimensionProperty(name=k, value=v)
+                                for k, v in sorted(metric.dimensions.items())])))
+            for query_id, metric in per_target.using.items()]
+        queries.append(appscaling.CfnScalingPolicy.TargetTrackingMetricDataQueryProperty(
+            id="requests_per_task", expression=per_target.expression, label=per_target.label, return_data=True))
+        scaling = served.model.scaling
+        appscaling.CfnScalingPolicy(
+            scope, "Resource", policy_name=cdk.Names.unique_id(scope), policy_type="TargetTrackingScaling",
+            scaling_target_id=scalable_target.scalable_target_id,
+            target_tracking_scaling_policy_configuration=(
+                appscaling.CfnScalingPolicy.TargetTrackingScalingPolicyConfigurationProperty(
+                    target_value=served.requests_per_task_per_minute,
+                    scale_out_cooldown=scaling.scale_out_cooldown_seconds,
+                    scale_in_cooldown=scaling.scale_in_cooldown_seconds,
+                    customized_metric_specification=appscaling.CfnScalingPolicy.CustomizedMetricSpecificationProperty(
+                        metrics=queries))))
 
     def _add_off_hours(self) -> None:
         """Each window scales the service to its range at `start` (its zone) and back to the planned range at
@@ -558,17 +771,68 @@ class NeuronEcsService(Construct):
 
     @functools.cached_property
     def _model_metrics(self) -> dict[str, dict[str, cwl1.AnyMetric]]:
-        """Per served model, from its target group."""
-        return {served.name: self._target_group_metrics(self.target_groups[served.name]) for served in self.served}
+        """Per served model, from its target group (and its alternate, with a traffic-shifting rollout)."""
+        out = {}
+        for index, served in enumerate(self.served):
+            group = self.target_groups[served.name]
+            alternate = self.alternate_target_groups.get(served.name)
+            out[served.name] = (self._target_group_metrics(group) if alternate is None
+                                else self._target_group_pair_metrics(group, alternate, index))
+        return out
 
     @staticmethod
-    def _target_group_metrics(tg: elbv2.ApplicationTargetGroup) -> dict[str, cwl1.AnyMetric]:
+    def _alb_metric_factory(tg: elbv2.ApplicationTargetGroup):
         # As tg.metrics names them: the load balancer by the full name in the first listener's ARN.
         alb = {"LoadBalancer": tg.first_load_balancer_full_name, "TargetGroup": tg.target_group_full_name}
 
         def target_group(metric_name: str, statistic: str) -> cwl1.Metric:
             return cwl1.Metric("AWS/ApplicationELB", metric_name, alb, statistic)
+        return target_group
 
+    @classmethod
+    def _target_group_pair_metrics(cls, primary: elbv2.ApplicationTargetGroup,
+                                   alternate: elbv2.ApplicationTargetGroup, index: int) -> dict[str, cwl1.AnyMetric]:
+        """A model behind two target groups (ECS native blue/green, linear, canary): the tasks sit in either, and
+        in both while a deployment shifts traffic. Counts are summed over the two; latency, error rate and
+        unhealthy targets are the worse of the two, so a failing canary alarms (and rolls back) even while it
+        takes a small share of the requests. Missing data (an empty group reports nothing) counts as 0. Ids carry
+        the model's index: a fleet's graph may show several models' expressions, and ids must be unique there."""
+        sources = (cls._alb_metric_factory(primary), cls._alb_metric_factory(alternate))
+
+        def pair(key: str, metric_name: str, statistic: str) -> tuple[tuple[str, cwl1.Metric], ...]:
+            return tuple((f"{key}_{index}{suffix}", source(metric_name, statistic))
+                         for suffix, source in zip(("", "_alt"), sources))
+
+        def combined(label: str, template: str, *pairs: tuple[tuple[str, cwl1.Metric], ...]) -> cwl1.MathExpression:
+            ids = [query_id for p in pairs for query_id, _ in p]
+            using = {query_id: metric for p in pairs for query_id, metric in p}
+            return cwl1.MathExpression(expression=template.format(*ids), using=using, label=label)
+
+        requests = pair("requests", "RequestCount", "Sum")
+        errors = pair("errors", "HTTPCode_Target_5XX_Count", "Sum")
+        (r1, _), (r2, _) = requests
+        (e1, _), (e2, _) = errors
+        rate = "IF(FILL({r}, 0) > 0, 100 * FILL({e}, 0) / FILL({r}, 1), 0)"
+        return {
+            "requests": combined("requests (both target groups)", "FILL({}, 0) + FILL({}, 0)", requests),
+            "requests_per_task": combined("requests per task (both target groups)", "FILL({}, 0) + FILL({}, 0)",
+                                          pair("per_task", "RequestCountPerTarget", "Sum")),
+            "p99": combined("p99 (worse target group)", "MAX([FILL({}, 0), FILL({}, 0)])",
+                            pair("p99", "TargetResponseTime", "p99")),
+            "p50": combined("p50 (worse target group)", "MAX([FILL({}, 0), FILL({}, 0)])",
+                            pair("p50", "TargetResponseTime", "p50")),
+            "error_rate": cwl1.MathExpression(
+                expression=f"MAX([{rate.format(r=r1, e=e1)}, {rate.format(r=r2, e=e2)}])",
+                using=dict(requests + errors), label="target 5xx, % of requests (worse target group)"),
+            "unhealthy": combined("unhealthy targets (worse target group)", "MAX([FILL({}, 0), FILL({}, 0)])",
+                                  pair("unhealthy", "UnHealthyHostCount", "Maximum")),
+            "healthy": combined("healthy targets (both target groups)", "FILL({}, 0) + FILL({}, 0)",
+                                pair("healthy", "HealthyHostCount", "Minimum")),
+        }
+
+    @classmethod
+    def _target_group_metrics(cls, tg: elbv2.ApplicationTargetGroup) -> dict[str, cwl1.AnyMetric]:
+        target_group = cls._alb_metric_factory(tg)
         requests = target_group("RequestCount", "Sum")
         return {
             "requests": requests,
@@ -583,6 +847,32 @@ class NeuronEcsService(Construct):
             "healthy": target_group("HealthyHostCount", "Minimum"),
         }
 
+    @functools.cached_property
+    def _emf_metrics(self) -> dict[str, dict[str, cwl1.Metric]]:
+        """What the task writes itself (inferstack.neuron.metrics, EMF through the awslogs driver), per served
+        model under (Service, Model), and the task's NeuronCores under (Service) alone (key "" below)."""
+        namespace, m = serving_metrics.NAMESPACE, serving_metrics
+
+        def metric(name: str, dimensions: dict[str, str], statistic: str) -> cwl1.Metric:
+            return cwl1.Metric(namespace, name, dimensions, statistic, METRICS_INTERVAL_SECONDS)
+
+        out = {}
+        for served in self.served:
+            dims = self._model_dimensions(served)
+            out[served.name] = {
+                "in_flight": metric(m.IN_FLIGHT, dims, "Average"),
+                "queue_depth": metric(m.QUEUE_DEPTH, dims, "Average"),
+                "batch_size": metric(m.BATCH_SIZE, dims, "Average"),
+                "inference_p50": metric(m.INFERENCE_LATENCY, dims, "p50"),
+                "inference_p99": metric(m.INFERENCE_LATENCY, dims, "p99"),
+                "core_utilization": metric(m.NEURONCORE_UTILIZATION, dims, "Average"),
+                "device_memory": metric(m.DEVICE_MEMORY_USED, dims, "Maximum"),
+                "execution_errors": metric(m.EXECUTION_ERRORS, dims, "Sum"),
+            }
+        out[""] = {"core_utilization": metric(m.NEURONCORE_UTILIZATION, {m.SERVICE: self.metrics_service},
+                                              "Average")}
+        return out
+
     def _label(self, served: ServedModel) -> str:
         return f"{served.name} ({self.name})" if self.packed else served.name
 
@@ -594,18 +884,23 @@ class NeuronEcsService(Construct):
         # A new task fails the readiness check until its models are loaded and warm (the grace period):
         # look past that, or every deploy and scale-out would page.
         grace_minutes = math.ceil(self._health_check_grace_seconds / 60)
+        either = " in either target group" if self.rollout.shifts_traffic else ""
         per_model: dict[str, dict[str, tuple]] = {}
         for served in self.served:
             m, limits, label = self._model_metrics[served.name], served.model.alarms, self._label(served)
             periods = limits.evaluation_minutes
             per_model[served.name] = {
                 "LatencyAlarm": (m["p99"], served.slo_p99_ms / 1000, periods, f"{label}: p99 target response time "
-                                 f"above the {served.slo_p99_ms:g} ms SLO"),
+                                 f"above the {served.slo_p99_ms:g} ms SLO{either}"),
                 "ErrorRateAlarm": (m["error_rate"], limits.error_rate_percent, periods,
-                                   f"{label}: target 5xx above {limits.error_rate_percent:g}% of requests"),
+                                   f"{label}: target 5xx above {limits.error_rate_percent:g}% of requests{either}"),
                 "UnhealthyTargetsAlarm": (m["unhealthy"], 0, grace_minutes + periods,
                                           f"{label}: targets failing {served.readiness_path} beyond the warm-up "
                                           f"grace period"),
+                # neuron-monitor's failed, timed-out or erroneous executions: never expected on a healthy device.
+                "NeuronExecutionErrorsAlarm": (self._emf_metrics[served.name]["execution_errors"], 0, periods,
+                                               f"{label}: Neuron runtime execution errors (neuron-monitor) in "
+                                               f"{periods} consecutive minutes"),
             }
         cpu = min(m.alarms.cpu_percent for m in self.models)
         memory = min(m.alarms.memory_percent for m in self.models)
@@ -631,7 +926,8 @@ class NeuronEcsService(Construct):
             specs = {**{k: model_specs[k] for k in ("LatencyAlarm", "ErrorRateAlarm")},
                      **{k: task_level[k] for k in ("CpuAlarm", "MemoryAlarm")},
                      "UnhealthyTargetsAlarm": model_specs["UnhealthyTargetsAlarm"],
-                     "CapacityShortfallAlarm": task_level["CapacityShortfallAlarm"]}
+                     "CapacityShortfallAlarm": task_level["CapacityShortfallAlarm"],
+                     "NeuronExecutionErrorsAlarm": model_specs["NeuronExecutionErrorsAlarm"]}
             for alarm_id, spec in specs.items():
                 add(self, alarm_id, alarm_id, spec)
             return alarms
@@ -642,13 +938,36 @@ class NeuronEcsService(Construct):
             add(self, alarm_id, alarm_id, spec)
         return alarms
 
+    def _roll_back_on_alarms(self) -> None:
+        """ECS watches these during every deployment (and a blue/green-family bake time) and rolls back when one
+        fires (deployment-alarm-failure): each model's SLO alarms, the ones its dashboard row shows. With a
+        traffic-shifting rollout they read both target groups, so a canary's errors count."""
+        keys = [(f"{s.name}/" if self.packed else "") + alarm_id
+                for s in self.served for alarm_id in ("LatencyAlarm", "ErrorRateAlarm")]
+        self.deployment_alarms = [self.alarms[key] for key in keys]
+        self.service.enable_deployment_alarms([alarm.ref for alarm in self.deployment_alarms],
+                                              behavior=ecs.AlarmBehavior.ROLLBACK_ON_ALARM)
+
     def _add_dashboard(self) -> cw.CfnDashboard:
         s = self._service_metrics
         region = cdk.Aws.REGION
 
-        def graph(title: str, *metrics: cwl1.AnyMetric, width: int,
+        def graph(title: str, *metrics: cwl1.AnyMetric, width: int, right: Sequence[cwl1.AnyMetric] = (),
                   left_annotations: Sequence[cwl1.Annotation] = ()) -> cwl1.Widget:
-            return cwl1.graph(title, metrics, region=region, width=width, left_annotations=left_annotations)
+            return cwl1.graph(title, metrics, region=region, width=width, right=right,
+                              left_annotations=left_annotations)
+
+        def serving_row(served: ServedModel, prefix: str) -> list[cwl1.Widget]:
+            """What the model's workers report (EMF): concurrency against its scaling target, batching,
+            inference latency and its NeuronCores."""
+            e = self._emf_metrics[served.name]
+            return [
+                graph(f"{prefix}in flight and queue depth per worker", e["in_flight"], e["queue_depth"],
+                      left_annotations=[cwl1.Annotation(served.in_flight_per_worker, "scaling target")], width=6),
+                graph(f"{prefix}batch size (rows)", e["batch_size"], width=6),
+                graph(f"{prefix}inference latency (ms)", e["inference_p50"], e["inference_p99"], width=6),
+                graph(f"{prefix}NeuronCore utilization (%), device memory (bytes)", e["core_utilization"],
+                      right=[e["device_memory"]], width=6)]
 
         def annotations(served: ServedModel) -> tuple[cwl1.Annotation, cwl1.Annotation]:
             return (cwl1.Annotation(served.slo_p99_ms / 1000, "p99 SLO"),
@@ -666,15 +985,18 @@ class NeuronEcsService(Construct):
                 [graph("Target response time (s)", m["p50"], m["p99"], left_annotations=[slo], width=8),
                  graph("Target 5xx (% of requests)", m["error_rate"], width=8),
                  graph("Targets", m["healthy"], m["unhealthy"], width=8)],
-                [graph("Service CPU and memory (%)", s["cpu"], s["memory"], width=12),
-                 cwl1.alarm_status("Alarms", alarm_arns, width=12)],
+                serving_row(served, ""),
+                [graph("Service CPU and memory (%)", s["cpu"], s["memory"], width=8),
+                 graph("NeuronCore utilization, task (%)", self._emf_metrics[""]["core_utilization"], width=8),
+                 cwl1.alarm_status("Alarms", alarm_arns, width=8)],
             ]
             return cwl1.dashboard(self, "Dashboard", rows, start="-PT3H")  # the last three hours
-        # A fleet: the task's row, then one row per model, then every alarm.
+        # A fleet: the task's row, then two rows per model (load balancer, container), then every alarm.
         rows = [[graph("Requests per minute, by model",
-                       *[self._model_metrics[served.name]["requests"] for served in self.served], width=8),
-                 graph("Running tasks", s["task_count"], width=8),
-                 graph("Service CPU and memory (%)", s["cpu"], s["memory"], width=8)]]
+                       *[self._model_metrics[served.name]["requests"] for served in self.served], width=6),
+                 graph("Running tasks", s["task_count"], width=6),
+                 graph("Service CPU and memory (%)", s["cpu"], s["memory"], width=6),
+                 graph("NeuronCore utilization, task (%)", self._emf_metrics[""]["core_utilization"], width=6)]]
         for served in self.served:
             m = self._model_metrics[served.name]
             slo, target = annotations(served)
@@ -685,6 +1007,7 @@ class NeuronEcsService(Construct):
                       width=6),
                 graph(f"{served.name}: target 5xx (% of requests)", m["error_rate"], width=6),
                 graph(f"{served.name}: targets", m["healthy"], m["unhealthy"], width=6)])
+            rows.append(serving_row(served, f"{served.name}: "))
         rows.append([cwl1.alarm_status("Alarms", alarm_arns, width=24)])
         return cwl1.dashboard(self, "Dashboard", rows, start="-PT3H")
 

@@ -25,6 +25,8 @@ MAX_BAKE_MINUTES = 1440
 # A rolling deployment without a `deployment:`: start the whole new fleet, then stop the old one.
 DEFAULT_ROLLING_MAXIMUM_PERCENT = 200
 MINIMUM_HEALTHY_PERCENT = 100
+# Blue and green side by side at the full count until the bake time ends.
+FULL_SECOND_FLEET_PERCENT = 200
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,13 @@ class EcsRollout:
     def shifts_traffic(self) -> bool:
         """Blue/green family: two target groups and a production listener rule ECS re-weights."""
         return self.strategy != "ROLLING"
+
+    @property
+    def peak_percent(self) -> int:
+        """The most tasks a rollout runs, in percent of the desired count: a rolling update's maximumPercent;
+        the blue/green family scales green to the full count beside blue (200 %). With one task per
+        Inferentia instance, the instance group's maximum must hold this share of the task maximum."""
+        return FULL_SECOND_FLEET_PERCENT if self.shifts_traffic else self.maximum_percent
 
 
 def rollout(deployment: Deployment | None) -> EcsRollout:

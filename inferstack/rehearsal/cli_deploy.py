@@ -638,6 +638,12 @@ def rehearse(workdir: Path, clock: Clock, result: Result, log: Callable[[str], N
                 for k, r in st.template.get("Resources", {}).items()
                 if r["Type"].startswith("Custom::") or r["Type"] == "AWS::CloudFormation::CustomResource")
             s.detail = f"{len(stacks)} stacks checked against their templates"
+            if any(r["Type"] == "AWS::ECS::Service" for st in stacks for r in st.template.get("Resources", {}).values()):
+                result.not_run.append(
+                    "ECS deployments: moto 5.2.5 models no DeploymentConfiguration (strategy ROLLING / BLUE_GREEN / "
+                    "LINEAR / CANARY, bake times, circuit breaker, deployment alarms) and runs no deployment, so no "
+                    "rollout, traffic shift or rollback happened; the services keep the target groups, alternate "
+                    "target groups and production rules they name (patch ecs-service-load-balancers)")
 
         with step("inferstack smoke --env dev") as s:
             triton = seed_sagemaker_replies(aws, config_dir)

@@ -266,6 +266,65 @@ def _target_group_getatt() -> Undo:
     return lambda: delattr(FakeTargetGroup, "get_cfn_attribute")
 
 
+# ----------------------------------------------------------------------------- listener-forward-config
+
+def _listener_forward_config() -> Undo:
+    """An AWS::ElasticLoadBalancingV2::Listener whose default action forwards with a ForwardConfig (weighted
+    target groups, no TargetGroupArn: what ECS native blue/green needs on its listener) fails in moto's
+    CloudFormation with KeyError: 'TargetGroupArn' (ELBv2Backend.convert_and_validate_properties reads only
+    the single-group form), although moto's API and its listener rules take ForwardConfig. Keep a forward
+    action as written when it has no TargetGroupArn, as the rules' handler does."""
+    from moto.elbv2.models import ELBv2Backend
+
+    original = ELBv2Backend.__dict__["convert_and_validate_properties"]
+
+    def convert_and_validate_properties(self, properties):
+        actions = properties["DefaultActions"]
+        weighted = {i: a for i, a in enumerate(actions) if a.get("Type") == "forward" and "TargetGroupArn" not in a
+                    and "ForwardConfig" in a}
+        if not weighted:
+            return original(self, properties)
+        converted = original(self, {**properties, "DefaultActions": [a for i, a in enumerate(actions)
+                                                                     if i not in weighted]})
+        for index in sorted(weighted):
+            converted.insert(index, weighted[index])
+        return converted
+
+    return _replace(ELBv2Backend, "convert_and_validate_properties", convert_and_validate_properties)
+
+
+# ----------------------------------------------------------------------------- ecs-service-load-balancers
+
+def _api_shape(value):
+    """CloudFormation's PascalCase keys as the ECS API's camelCase (TargetGroupArn -> targetGroupArn)."""
+    if isinstance(value, dict):
+        return {key[:1].lower() + key[1:]: _api_shape(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_api_shape(item) for item in value]
+    return value
+
+
+def _ecs_service_load_balancers() -> Undo:
+    """moto's AWS::ECS::Service handler passes only the cluster, name, desired count and task definition to
+    CreateService (`# TODO: LoadBalancers` in moto's ecs/models.py): the service has no target groups, so
+    nothing can read back which target group, alternate target group and production listener rule it was
+    given. Keep the template's LoadBalancers on the created service, in the ECS API's shape, as moto's own
+    CreateService stores them. (moto models no DeploymentConfiguration at all: the strategy, bake time,
+    circuit breaker and deployment alarms stay unmodeled.)"""
+    from moto.ecs.models import Service
+
+    original = Service.__dict__["create_from_cloudformation_json"].__func__
+
+    def create_from_cloudformation_json(cls, resource_name, cloudformation_json, account_id, region_name, **kwargs):
+        service = original(cls, resource_name, cloudformation_json, account_id, region_name, **kwargs)
+        balancers = (cloudformation_json.get("Properties") or {}).get("LoadBalancers")
+        if balancers and not service.load_balancers:
+            service.load_balancers = _api_shape(balancers)
+        return service
+
+    return _replace(Service, "create_from_cloudformation_json", classmethod(create_from_cloudformation_json))
+
+
 # ----------------------------------------------------------------------------- sagemaker-endpoint-name
 
 def _sagemaker_endpoint_name() -> Undo:
@@ -535,6 +594,15 @@ PATCHES: tuple[Patch, ...] = (
           "count scaling metric and alarms) fails the stack: AttributeError, moto's FakeTargetGroup has no "
           "get_cfn_attribute",
           _target_group_getatt),
+    Patch("listener-forward-config",
+          "AWS::ElasticLoadBalancingV2::Listener with a weighted default action (forward with ForwardConfig, as "
+          "ECS blue/green needs) fails the stack: KeyError: 'TargetGroupArn' in moto's "
+          "ELBv2Backend.convert_and_validate_properties",
+          _listener_forward_config),
+    Patch("ecs-service-load-balancers",
+          "AWS::ECS::Service's LoadBalancers are dropped (moto's handler passes none to CreateService): the "
+          "service names no target group, alternate target group or production listener rule",
+          _ecs_service_load_balancers),
     Patch("sagemaker-endpoint-name",
           "AWS::SageMaker::Endpoint's EndpointName property is ignored (a generated name is used), so the stack's "
           "EndpointName output names no endpoint: DescribeEndpoint / InvokeEndpoint fail",

@@ -217,7 +217,10 @@ def test_runtime_environment(dedicated, variant, env, cores):
     serving = yaml_model()["serving"]
     expected = {"NEURON_RT_VISIBLE_CORES": cores, "MODEL_NAME": MODEL, "PORT": "8080",
                 "SERVER_WORKERS": str(serving["workers"]), "SERVER_MAX_BATCH_SIZE": str(serving["max_batch_size"]),
-                "SERVER_MAX_QUEUE_DELAY_MS": f"{serving['max_queue_delay_ms']:g}"}
+                "SERVER_MAX_QUEUE_DELAY_MS": f"{serving['max_queue_delay_ms']:g}",
+                # the metrics' Service dimension: the stack's name, a literal the alarms and policies name too
+                "SERVER_METRICS_SERVICE": f"{'dev' if env == 'variant' else env}-{MODEL}",
+                "SERVER_METRICS_INTERVAL_S": "60"}
     assert expected.items() <= environment_of(tpl).items()
     assert container(tpl)["PortMappings"][0]["ContainerPort"] == 8080
 
@@ -282,12 +285,29 @@ def test_one_task_per_instance_of_the_configured_type(dedicated, env):
         {"Type": "memberOf", "Expression": f"attribute:ecs.instance-type == {expected_capacity(env)[0]}"}]
 
 
-def test_deployments_roll_back_and_keep_full_capacity(dedicated):
+@pytest.mark.parametrize("env", ENVS)
+def test_a_model_without_deployment_rolls_and_rolls_back_on_its_slo_alarms(dedicated, env):
+    """intent-bert has no `deployment:`: a rolling update starting the whole new fleet first, stopped by the
+    circuit breaker and by the p99 and 5xx alarms, on one target group."""
+    assert "deployment" not in yaml_model()
+    tpl = template(dedicated, env)
+    _, service = only(tpl, "AWS::ECS::Service")
+    props = service["Properties"]
+    alarms = tpl.to_json()["Resources"]
+    latency, errors = (next(k for k, a in alarms.items() if a["Type"] == "AWS::CloudWatch::Alarm"
+                            and k.startswith(f"Neuron{prefix}")) for prefix in ("LatencyAlarm", "ErrorRateAlarm"))
+    assert props["DeploymentConfiguration"] == {
+        "Strategy": "ROLLING",
+        "DeploymentCircuitBreaker": {"Enable": True, "Rollback": True},
+        "MaximumPercent": 200, "MinimumHealthyPercent": 100,
+        "Alarms": {"AlarmNames": [{"Ref": latency}, {"Ref": errors}], "Enable": True, "Rollback": True}}
+    assert "AdvancedConfiguration" not in props["LoadBalancers"][0]
+    assert len(tpl.find_resources("AWS::ElasticLoadBalancingV2::TargetGroup")) == 1
+    assert tpl.find_resources("AWS::ElasticLoadBalancingV2::ListenerRule") == {}
+
+def test_deployments_keep_full_capacity_and_wait_for_warm_up(dedicated):
     _, service = only(template(dedicated, "prod"), "AWS::ECS::Service")
     props = service["Properties"]
-    assert props["DeploymentConfiguration"] == {
-        "DeploymentCircuitBreaker": {"Enable": True, "Rollback": True},
-        "MaximumPercent": 200, "MinimumHealthyPercent": 100}
     assert props["HealthCheckGracePeriodSeconds"] == yaml_model()["serving"]["health_check_grace_seconds"] == 300
     assert "DesiredCount" not in props  # a deploy must not reset what autoscaling chose
 
@@ -383,10 +403,31 @@ def test_scaling_target_and_range_come_from_planning(dedicated, env):
     _, target = only(tpl, "AWS::ApplicationAutoScaling::ScalableTarget")
     assert (target["Properties"]["MinCapacity"], target["Properties"]["MaxCapacity"]) == (task_min, task_max)
     assert target["Properties"]["ScalableDimension"] == "ecs:service:DesiredCount"
-    _, policy = only(tpl, "AWS::ApplicationAutoScaling::ScalingPolicy")
+    _, policy = only(tpl, "AWS::ApplicationAutoScaling::ScalingPolicy",
+                     {"TargetTrackingScalingPolicyConfiguration": {"PredefinedMetricSpecification": Match.any_value()}})
     tracking = policy["Properties"]["TargetTrackingScalingPolicyConfiguration"]
     assert tracking["PredefinedMetricSpecification"]["PredefinedMetricType"] == "ALBRequestCountPerTarget"
     assert tracking["TargetValue"] == pytest.approx(per_minute)
+    assert (tracking["ScaleOutCooldown"], tracking["ScaleInCooldown"]) == (60, 300)
+
+
+@pytest.mark.parametrize("env", ENVS)
+def test_scaling_on_requests_in_the_server_per_task(dedicated, env):
+    """InFlight, averaged over the workers (each writes its own), against the planner's per-task concurrency
+    target divided by the task's workers: Little's law from the YAML numbers (throughput x safety x p99)."""
+    raw = yaml_model()
+    instance_type, *_ = expected_capacity(env)
+    envs = yaml.safe_load((CONFIG_DIR / "environments.yaml").read_text())["environments"]
+    point = raw["throughput_profile"][instance_type]
+    per_task = point["throughput_per_second"] * envs[env]["defaults"]["safety_factor"] * point["p99_latency_ms"] / 1000
+    tpl = template(dedicated, env)
+    _, policy = only(tpl, "AWS::ApplicationAutoScaling::ScalingPolicy",
+                     {"TargetTrackingScalingPolicyConfiguration": {"CustomizedMetricSpecification": Match.any_value()}})
+    tracking = policy["Properties"]["TargetTrackingScalingPolicyConfiguration"]
+    assert tracking["CustomizedMetricSpecification"] == {
+        "Namespace": "inferstack/Serving", "MetricName": "InFlight", "Statistic": "Average",
+        "Dimensions": [{"Name": "Model", "Value": MODEL}, {"Name": "Service", "Value": f"{env}-{MODEL}"}]}
+    assert tracking["TargetValue"] == pytest.approx(per_task / raw["serving"]["workers"])
     assert (tracking["ScaleOutCooldown"], tracking["ScaleInCooldown"]) == (60, 300)
 
 
@@ -412,7 +453,8 @@ def alarms_by_metric(tpl: Template) -> dict[str, dict]:
 def test_alarms_thresholds(dedicated, env):
     alarms = alarms_by_metric(template(dedicated, env))
     assert set(alarms) == {"TargetResponseTime", "RequestCount+HTTPCode_Target_5XX_Count", "UnHealthyHostCount",
-                           "CPUUtilization", "MemoryUtilization", "CapacityProviderReservation"}
+                           "CPUUtilization", "MemoryUtilization", "CapacityProviderReservation",
+                           "NeuronExecutionErrors"}
     latency = alarms["TargetResponseTime"]
     assert latency["Threshold"] == yaml_model()["slo"]["p99_latency_ms"] / 1000 == 0.01
     assert latency["ExtendedStatistic"] == "p99" and latency["Namespace"] == "AWS/ApplicationELB"
@@ -424,6 +466,9 @@ def test_alarms_thresholds(dedicated, env):
     unhealthy = alarms["UnHealthyHostCount"]
     assert unhealthy["Threshold"] == 0 and unhealthy["EvaluationPeriods"] == 300 // 60 + 3  # past the warm-up
     assert alarms["CapacityProviderReservation"]["Threshold"] == 100
+    neuron = alarms["NeuronExecutionErrors"]
+    assert (neuron["Namespace"], neuron["Statistic"], neuron["Threshold"]) == ("inferstack/Serving", "Sum", 0)
+    assert neuron["Dimensions"] == [{"Name": "Model", "Value": MODEL}, {"Name": "Service", "Value": f"{env}-{MODEL}"}]
 
 
 def test_alarms_notify_the_environment_topic(dedicated):
@@ -438,7 +483,8 @@ def test_dashboard_per_service(dedicated):
     _, dashboard = only(template(dedicated, "dev"), "AWS::CloudWatch::Dashboard")
     body = json.dumps(dashboard["Properties"]["DashboardBody"])
     for metric in ("TargetResponseTime", "RequestCountPerTarget", "HTTPCode_Target_5XX_Count", "RunningTaskCount",
-                   "CPUUtilization", "MemoryUtilization"):
+                   "CPUUtilization", "MemoryUtilization", "InFlight", "QueueDepth", "BatchSize", "InferenceLatency",
+                   "NeuronCoreUtilization", "NeuronDeviceMemoryUsed"):
         assert metric in body
     assert "DashboardName" not in dashboard["Properties"]
 
@@ -479,7 +525,8 @@ def build_direct(model, instance_type: str, **overrides) -> Template:
                 log_group=logs.LogGroup(stack, "Logs"), alarm_topic_arn="arn:aws:sns:us-east-1:111111111111:alarms",
                 public=False,
                 certificate_arn=None, image=ImageBuild(str(NEURON_IMAGE_DIRECTORY)),
-                access_log_retention=cdk.Duration.days(7), removal_policy=cdk.RemovalPolicy.RETAIN)
+                access_log_retention=cdk.Duration.days(7), removal_policy=cdk.RemovalPolicy.RETAIN,
+                metrics_service="test-direct")
     NeuronEcsService(stack, "Neuron", **(args | overrides))
     return Template.from_stack(stack)
 

@@ -14,7 +14,7 @@ import pytest
 from aws_cdk.assertions import Template
 
 from inferstack.capacity import packing
-from inferstack.constructs.neuron_ecs_service import MAX_TARGET_GROUPS, rule_priority
+from inferstack.constructs.neuron_ecs_service import CATCH_ALL_PRIORITY, MAX_TARGET_GROUPS, rule_priority
 from inferstack.delivery import stack_outputs
 from tests.infra.test_neuron_ecs_service import PINNED_IDS, image_asset, only
 
@@ -45,12 +45,17 @@ def served_models(tpl: Template) -> list[dict]:
     return json.loads(environment["SERVER_MODELS"])
 
 
-def target_groups(tpl: Template) -> dict[str, tuple[str, dict]]:
-    """Model -> (logical id, properties), by the health check path (each model's readiness)."""
+def target_groups(tpl: Template, *, alternate: bool = False) -> dict[str, tuple[str, dict]]:
+    """Model -> (logical id, properties), by the health check path (each model's readiness): the target group
+    the service registers with, or (`alternate`) the one ECS's traffic-shifting deployments move it to."""
+    _, service = only(tpl, "AWS::ECS::Service")
+    wanted = {(lb.get("AdvancedConfiguration", {}).get("AlternateTargetGroupArn") if alternate
+               else lb["TargetGroupArn"])["Ref"] for lb in service["Properties"]["LoadBalancers"]}
     found = {}
     for logical_id, group in tpl.find_resources("AWS::ElasticLoadBalancingV2::TargetGroup").items():
-        path = group["Properties"]["HealthCheckPath"]
-        found[path.removeprefix("/v2/models/").removesuffix("/ready")] = (logical_id, group["Properties"])
+        if logical_id in wanted:
+            path = group["Properties"]["HealthCheckPath"]
+            found[path.removeprefix("/v2/models/").removesuffix("/ready")] = (logical_id, group["Properties"])
     return found
 
 
@@ -124,38 +129,47 @@ def test_one_image_with_every_member_compiled_for_the_generation(synthesized):
 # ----------------------------------------------------------------------------- traffic
 
 @pytest.mark.parametrize("env", ENVS)
-def test_a_target_group_per_model_on_its_port_checking_its_readiness(synthesized, project, env):
+def test_two_target_groups_per_model_on_its_port_checking_its_readiness(synthesized, project, env):
+    """Every environment rolls the fleet out blue/green or canary: each model has its target group and the
+    alternate one ECS moves it to, alike."""
     plan = plan_of(project, env)
-    groups = target_groups(template(synthesized, env))
-    assert set(groups) == set(MEMBERS)
-    for share in plan.shares:
-        _, props = groups[share.model]
-        assert (props["Port"], props["Protocol"], props["TargetType"]) == (share.port, "HTTP", "ip")
-        assert props["HealthCheckPath"] == f"/v2/models/{share.model}/ready"
+    tpl = template(synthesized, env)
+    assert len(tpl.find_resources("AWS::ElasticLoadBalancingV2::TargetGroup")) == 2 * len(MEMBERS)
+    for groups in (target_groups(tpl), target_groups(tpl, alternate=True)):
+        assert set(groups) == set(MEMBERS)
+        for share in plan.shares:
+            _, props = groups[share.model]
+            assert (props["Port"], props["Protocol"], props["TargetType"]) == (share.port, "HTTP", "ip")
+            assert props["HealthCheckPath"] == f"/v2/models/{share.model}/ready"
 
 
 @pytest.mark.parametrize("env", ENVS)
-def test_listener_routes_each_models_paths_and_answers_404_elsewhere(synthesized, env):
+def test_listener_routes_each_models_paths_and_the_first_model_every_other_path(synthesized, env):
+    """Production rules ECS re-weights: each model's paths to its two target groups (100/0); the first model's
+    rule takes every other path too, evaluated last, and the default action is a forward (never reached): a
+    listener mixing forward with fixed-response actions fails ECS blue/green. Unknown paths get the first
+    model's own JSON 404."""
     tpl = template(synthesized, env)
-    groups = target_groups(tpl)
-    rules = tpl.find_resources("AWS::ElasticLoadBalancingV2::ListenerRule")
+    groups, alternates = target_groups(tpl), target_groups(tpl, alternate=True)
     (listener_id,) = tpl.find_resources("AWS::ElasticLoadBalancingV2::Listener")
+
+    def weighted(model: str) -> list[dict]:
+        return [{"Type": "forward", "ForwardConfig": {"TargetGroups": [
+            {"TargetGroupArn": {"Ref": groups[model][0]}, "Weight": 100},
+            {"TargetGroupArn": {"Ref": alternates[model][0]}, "Weight": 0}]}}]
+
     routed = {}
-    for rule in rules.values():
+    for rule in tpl.find_resources("AWS::ElasticLoadBalancingV2::ListenerRule").values():
         props = rule["Properties"]
         assert props["ListenerArn"] == {"Ref": listener_id}
         (condition,) = props["Conditions"]
-        (action,) = props["Actions"]
-        assert action["Type"] == "forward"
-        routed[tuple(condition["PathPatternConfig"]["Values"])] = (action["TargetGroupArn"]["Ref"], props["Priority"])
-    assert routed == {(f"/v2/models/{m}", f"/v2/models/{m}/*"): (groups[m][0], rule_priority(m)) for m in MEMBERS}
-    assert len({priority for _, priority in routed.values()}) == len(MEMBERS)
+        routed[tuple(condition["PathPatternConfig"]["Values"])] = (props["Actions"], props["Priority"])
+    first, *others = MEMBERS
+    assert routed == {("/*",): (weighted(first), CATCH_ALL_PRIORITY),
+                      **{(f"/v2/models/{m}", f"/v2/models/{m}/*"): (weighted(m), rule_priority(m)) for m in others}}
+    assert CATCH_ALL_PRIORITY == 50_000 and all(rule_priority(m) < CATCH_ALL_PRIORITY for m in others)
     _, listener = only(tpl, "AWS::ElasticLoadBalancingV2::Listener")
-    (default,) = listener["Properties"]["DefaultActions"]
-    assert default["Type"] == "fixed-response"
-    response = default["FixedResponseConfig"]
-    assert (response["StatusCode"], response["ContentType"]) == ("404", "application/json")
-    assert json.loads(response["MessageBody"])["models"] == list(MEMBERS)
+    assert listener["Properties"]["DefaultActions"] == weighted(first)
 
 
 def test_rule_priorities_do_not_depend_on_the_fleets_order():
@@ -168,15 +182,23 @@ def test_rule_priorities_do_not_depend_on_the_fleets_order():
 # ----------------------------------------------------------------------------- scaling
 
 def policies(tpl: Template) -> dict[str, dict]:
-    """Model -> its target tracking configuration, by the target group in the policy's resource label."""
+    """Model -> its request-count target tracking configuration, by the target groups its metrics name."""
     groups = {logical_id: model for model, (logical_id, _) in target_groups(tpl).items()}
     found = {}
     for policy in tpl.find_resources("AWS::ApplicationAutoScaling::ScalingPolicy").values():
         tracking = policy["Properties"]["TargetTrackingScalingPolicyConfiguration"]
-        label = json.dumps(tracking["PredefinedMetricSpecification"]["ResourceLabel"])
-        (model,) = [m for logical_id, m in groups.items() if logical_id in label]
+        if "RequestCountPerTarget" not in json.dumps(tracking):
+            continue  # the InFlight policies: tests/infra/test_neuron_metrics.py
+        (model,) = {m for logical_id, m in groups.items() if f'"{logical_id}"' in json.dumps(tracking)}
         found[model] = tracking
     return found
+
+
+def request_queries(tracking: dict) -> tuple[list[dict], dict]:
+    """(the metric queries, the returned expression) of a request-count policy on both target groups."""
+    queries = tracking["CustomizedMetricSpecification"]["Metrics"]
+    (expression,) = [q for q in queries if q["ReturnData"]]
+    return [q for q in queries if not q["ReturnData"]], expression
 
 
 @pytest.mark.parametrize("env", ENVS)
@@ -188,10 +210,19 @@ def test_one_request_count_policy_per_model_with_the_planners_target(synthesized
         plan.min_capacity, plan.max_capacity)
     found = policies(tpl)
     assert set(found) == set(MEMBERS)
+    groups, alternates = target_groups(tpl), target_groups(tpl, alternate=True)
     for model, tracking in found.items():
-        assert tracking["PredefinedMetricSpecification"]["PredefinedMetricType"] == "ALBRequestCountPerTarget"
+        # ALBRequestCountPerTarget follows one target group; the tasks move between two, so the policy sums both
+        metrics, expression = request_queries(tracking)
+        assert [(q["MetricStat"]["Metric"]["MetricName"], q["MetricStat"]["Stat"],
+                 q["MetricStat"]["Metric"]["Dimensions"][1]) for q in metrics] == [
+            ("RequestCountPerTarget", "Sum", {"Name": "TargetGroup", "Value": {"Fn::GetAtt": [g, "TargetGroupFullName"]}})
+            for g in (groups[model][0], alternates[model][0])]
+        a, b = (q["Id"] for q in metrics)
+        assert expression["Expression"] == f"FILL({a}, 0) + FILL({b}, 0)"
         assert tracking["TargetValue"] == pytest.approx(plan.target_per_task_per_minute(model))
     _, asg = only(tpl, "AWS::AutoScaling::AutoScalingGroup")
+    # blue/green and canary start the whole green fleet beside blue: one task per instance, twice the max
     assert (asg["Properties"]["MinSize"], asg["Properties"]["MaxSize"]) == (
         str(plan.min_capacity), str(plan.max_capacity * 2))
 
@@ -244,32 +275,33 @@ def test_no_window_no_schedule(synthesized, env):
 
 # ----------------------------------------------------------------------------- observability
 
-def _dimension(props: dict, name: str):
-    dimensions = props.get("Dimensions") or [d for m in props.get("Metrics", []) if "MetricStat" in m
-                                             for d in m["MetricStat"]["Metric"]["Dimensions"]]
-    return next(d["Value"] for d in dimensions if d["Name"] == name)
-
-
 @pytest.mark.parametrize("env", ENVS)
 def test_alarms_per_model_against_its_slo_and_per_task(synthesized, project, env):
     plan = plan_of(project, env)
     tpl = template(synthesized, env)
     groups = target_groups(tpl)
+    alternates = target_groups(tpl, alternate=True)
     alarms = [a["Properties"] for a in tpl.find_resources("AWS::CloudWatch::Alarm").values()]
-    assert len(alarms) == 3 * len(MEMBERS) + 3
+    assert len(alarms) == 4 * len(MEMBERS) + 3  # latency, 5xx, unhealthy targets, Neuron errors; 3 per task
     for share in plan.shares:
-        group_id = groups[share.model][0]
-        mine = [a for a in alarms if group_id in json.dumps(a)]
-        latency = [a for a in mine if a.get("MetricName") == "TargetResponseTime"]
-        (latency,) = latency
-        assert latency["Threshold"] == share.slo_p99_ms / 1000 and latency["ExtendedStatistic"] == "p99"
+        group_id, alternate_id = groups[share.model][0], alternates[share.model][0]
+        mine = [a for a in alarms if f'"{group_id}"' in json.dumps(a)]
+        assert all(f'"{alternate_id}"' in json.dumps(a) for a in mine)  # both target groups, every alarm
+        read = {a["AlarmDescription"].split(": ", 1)[1].split(" ")[0]: a for a in mine}
+        assert set(read) == {"p99", "target", "targets"}  # latency, 5xx, unhealthy targets
+        latency = read["p99"]
         assert latency["AlarmDescription"].startswith(f"{share.model} ({FLEET}): p99 target response time")
-        assert {a.get("MetricName") for a in mine} == {"TargetResponseTime", "UnHealthyHostCount", None}  # None: 5xx
-        assert all(json.dumps(_dimension(a, "TargetGroup")).count(group_id) for a in mine)
+        assert latency["Threshold"] == share.slo_p99_ms / 1000
+        stats = [(q["MetricStat"]["Metric"]["MetricName"], q["MetricStat"]["Stat"]) for q in latency["Metrics"]
+                 if "MetricStat" in q]
+        assert stats == [("TargetResponseTime", "p99")] * 2
+        (expression,) = [q["Expression"] for q in latency["Metrics"] if "Expression" in q]
+        assert expression.startswith("MAX([")  # the worse group: a slow canary alarms however little it takes
     task_level = {a["MetricName"] for a in alarms if a.get("Namespace") in ("AWS/ECS", "AWS/ECS/ManagedScaling")}
     assert task_level == {"CPUUtilization", "MemoryUtilization", "CapacityProviderReservation"}
     # intent-bert's SLO is 10 ms, duplicate-bert's 50 ms: each alarm its own
-    assert sorted(a["Threshold"] for a in alarms if a.get("MetricName") == "TargetResponseTime") == [0.01, 0.05]
+    assert sorted(a["Threshold"] for a in alarms if "p99 target response time" in a["AlarmDescription"]) == [
+        0.01, 0.05]
 
 
 def test_dashboard_has_a_row_per_model(synthesized):
@@ -277,9 +309,11 @@ def test_dashboard_has_a_row_per_model(synthesized):
     body = json.dumps(dashboard["Properties"]["DashboardBody"])
     for model in MEMBERS:
         for title in ("requests per task per minute", "target response time (s)", "target 5xx (% of requests)",
-                      "targets"):
+                      "targets", "in flight and queue depth per worker", "batch size (rows)",
+                      "inference latency (ms)", "NeuronCore utilization (%), device memory (bytes)"):
             assert f"{model}: {title}" in body
     assert "Requests per minute, by model" in body and "RunningTaskCount" in body
+    assert "NeuronCore utilization, task (%)" in body
 
 
 # ----------------------------------------------------------------------------- outputs

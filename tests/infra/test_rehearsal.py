@@ -7,6 +7,10 @@ What moto cannot do is handled in the open, and reported in the warnings summary
   moto skips them with a warning; the rehearsal checks that it skipped exactly those and lists them;
 - custom resources (Custom::*): moto would invoke their Lambda in Docker and wait for the response, so
   they are removed from a copy of the template, with the reason printed;
+- a moto defect that fails a stack outright is worked around by the named patch the CLI rehearsal applies too
+  (inferstack/rehearsal/moto_patches.py; each shown failing on plain moto in tests/rehearsal/test_cli_deploy.py):
+  listener-forward-config, for the weighted default action of a Neuron service that shifts traffic, and
+  ecs-service-load-balancers, so the service keeps the target groups and production rules it names;
 - the template's parameters are SSM-typed (the CDK bootstrap version, the Neuron AMI id): they are created
   in moto's SSM first, as `cdk bootstrap` and AWS would have, and the file assets the Lambda functions use
   are uploaded to the bootstrap bucket from cdk.out, as the pipeline's Assets stage would;
@@ -33,6 +37,7 @@ from moto.cloudformation.parsing import get_model_map
 
 from inferstack.capacity import packing, planning, schedule
 from inferstack.config import NeuronEcsModel, TritonSageMakerModel
+from inferstack.neuron import deployment as neuron_deployment
 from inferstack.rehearsal import moto_patches
 from inferstack.schema import instances
 from stacks.stage import InferenceStage
@@ -45,6 +50,7 @@ PATCHES = ("sagemaker-endpoint-name", "sagemaker-variant-without-model", "sagema
 # Custom resources are created by invoking their provider Lambda and waiting for its response.
 UNRUNNABLE_PREFIX = "Custom::"
 UNRUNNABLE_REASON = "moto runs a custom resource by invoking its Lambda in Docker and waiting for the reply"
+MOTO_PATCHES = ("listener-forward-config", "ecs-service-load-balancers")
 
 
 # moto warns on every access to a resource it skipped; the report lists them once (and a test checks the
@@ -204,7 +210,7 @@ def rehearsal(synthesized, project) -> Iterator[Rehearsal]:
         patch.setenv("MOTO_ACCOUNT_ID", environment.account)
         for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
             patch.delenv(name, raising=False)
-        with mock_aws():
+        with mock_aws(), moto_patches.applied(*MOTO_PATCHES):
             result = Rehearsal(region=environment.region, stack_names=[s.stack_name for s in stacks],
                                statuses={}, physical_ids={})
             # The bootstrap version is what `cdk bootstrap` writes; AWS's public parameters (the Neuron AMI
@@ -472,30 +478,82 @@ def test_groups_follow_their_off_hours_windows(rehearsal, project):
 
 
 def test_load_balancer_is_internal_with_the_readiness_health_check(rehearsal, project):
+    """Each served model's target group (two with a traffic-shifting rollout: dev's fleet and intent-bert-inf2
+    replace everything at once, blue/green) on its port and readiness path, and the listener rules: a rolling
+    fleet's path rule per model; a traffic-shifting service's production rule per model forwarding to both its
+    groups, the first model's taking every path."""
     elbv2 = rehearsal.client("elbv2")
     for name, (model, plan) in model_plans(project).items():
         if not isinstance(model, NeuronEcsModel):
             continue
         stack = f"{ENV}-{name}"
+        fleet = isinstance(plan, packing.NeuronFleetPlan)
+        deployment = (project.fleets[name] if fleet else model).deployment_for(ENV)
+        shifting = neuron_deployment.rollout(deployment).shifts_traffic
         (arn,) = rehearsal.of_type(stack, "AWS::ElasticLoadBalancingV2::LoadBalancer")
         (balancer,) = elbv2.describe_load_balancers(LoadBalancerArns=[arn])["LoadBalancers"]
         assert balancer["Scheme"] == "internal"
         group_arns = rehearsal.of_type(stack, "AWS::ElasticLoadBalancingV2::TargetGroup")
         groups = elbv2.describe_target_groups(TargetGroupArns=group_arns)["TargetGroups"]
-        if isinstance(plan, packing.NeuronFleetPlan):  # a target group per member: its port, its readiness
-            assert sorted((g["Port"], g["HealthCheckPath"]) for g in groups) == sorted(
-                (s.port, f"/v2/models/{s.model}/ready") for s in plan.shares)
-            (listener_arn,) = rehearsal.of_type(stack, "AWS::ElasticLoadBalancingV2::Listener")
-            rules = [r for r in elbv2.describe_rules(ListenerArn=listener_arn)["Rules"] if not r["IsDefault"]]
-            by_group = {g["TargetGroupArn"]: g["Port"] for g in groups}
-            routed = {tuple(sorted(c["Values"] if "Values" in c else c["PathPatternConfig"]["Values"]))
-                      for r in rules for c in r["Conditions"]}
-            assert routed == {(f"/v2/models/{s.model}", f"/v2/models/{s.model}/*") for s in plan.shares}
-            assert sorted(by_group[r["Actions"][0]["TargetGroupArn"]] for r in rules) == [s.port for s in plan.shares]
+        served = ([(s.model, s.port, f"/v2/models/{s.model}/ready") for s in plan.shares] if fleet
+                  else [(name, model.serving.port, "/v2/health/ready")])
+        assert sorted((g["Port"], g["HealthCheckPath"]) for g in groups) == sorted(
+            (port, path) for _, port, path in served for _ in range(2 if shifting else 1))
+        (listener_arn,) = rehearsal.of_type(stack, "AWS::ElasticLoadBalancingV2::Listener")
+        rules = [r for r in elbv2.describe_rules(ListenerArn=listener_arn)["Rules"] if not r["IsDefault"]]
+        port_of = {g["TargetGroupArn"]: g["Port"] for g in groups}
+        routed = {tuple(sorted(c["Values"] if "Values" in c else c["PathPatternConfig"]["Values"])):
+                  sorted(port_of[t["TargetGroupArn"]] for a in r["Actions"]
+                         for t in (a["ForwardConfig"]["TargetGroups"] if "ForwardConfig" in a else [a]))
+                  for r in rules for c in r["Conditions"]}
+        if shifting:
+            (first, first_port, _), *others = served
+            assert routed == {("/*",): [first_port] * 2, **{
+                (f"/v2/models/{m}", f"/v2/models/{m}/*"): [port] * 2 for m, port, _ in others}}
+        elif fleet:
+            assert routed == {(f"/v2/models/{m}", f"/v2/models/{m}/*"): [port] for m, port, _ in served}
         else:
-            (group,) = groups
-            assert group["HealthCheckPath"] == "/v2/health/ready"
-            assert group["Port"] == model.serving.port
+            assert routed == {}
+
+
+def test_services_name_their_target_groups_and_production_rules(rehearsal, project):
+    """The ECS service's load balancers as created: each served model's port on its target group and, with a
+    traffic-shifting rollout, its alternate group and the production rule forwarding to both, with the role
+    ECS shifts them with. (moto models no DeploymentConfiguration: the strategy itself is checked on the
+    templates, tests/infra/test_neuron_rollouts.py.)"""
+    ecs, elbv2, iam = rehearsal.client("ecs"), rehearsal.client("elbv2"), rehearsal.client("iam")
+    for name, (model, plan) in model_plans(project).items():
+        if not isinstance(model, NeuronEcsModel):
+            continue
+        stack = f"{ENV}-{name}"
+        fleet = isinstance(plan, packing.NeuronFleetPlan)
+        shifting = neuron_deployment.rollout((project.fleets[name] if fleet else model).deployment_for(ENV)
+                                             ).shifts_traffic
+        (cluster,) = rehearsal.of_type(stack, "AWS::ECS::Cluster")
+        (service_id,) = rehearsal.of_type(stack, "AWS::ECS::Service")
+        (service,) = ecs.describe_services(cluster=cluster, services=[service_id])["services"]
+        groups = {g["TargetGroupArn"]: g["Port"] for g in elbv2.describe_target_groups(
+            TargetGroupArns=rehearsal.of_type(stack, "AWS::ElasticLoadBalancingV2::TargetGroup"))["TargetGroups"]}
+        ports = [s.port for s in plan.shares] if fleet else [model.serving.port]
+        balancers = service["loadBalancers"]
+        assert sorted((lb["containerPort"], groups[lb["targetGroupArn"]]) for lb in balancers) == [
+            (p, p) for p in sorted(ports)]
+        if not shifting:
+            assert not any("advancedConfiguration" in lb for lb in balancers)
+            continue
+        (listener_arn,) = rehearsal.of_type(stack, "AWS::ElasticLoadBalancingV2::Listener")
+        rules = {r["RuleArn"]: r for r in elbv2.describe_rules(ListenerArn=listener_arn)["Rules"]}
+        role_names = {arn.split("/")[-1] for arn in rehearsal.of_type(stack, "AWS::IAM::Role")}
+        for lb in balancers:
+            advanced = lb["advancedConfiguration"]
+            assert groups[advanced["alternateTargetGroupArn"]] == lb["containerPort"]
+            assert advanced["alternateTargetGroupArn"] != lb["targetGroupArn"]
+            (action,) = rules[advanced["productionListenerRule"]]["Actions"]
+            assert [(t["TargetGroupArn"], t["Weight"]) for t in action["ForwardConfig"]["TargetGroups"]] == [
+                (lb["targetGroupArn"], 100), (advanced["alternateTargetGroupArn"], 0)]
+            role = iam.get_role(RoleName=advanced["roleArn"].split("/")[-1])["Role"]
+            assert role["RoleName"] in role_names
+            assert role["AssumeRolePolicyDocument"]["Statement"][0]["Principal"] == {"Service": "ecs.amazonaws.com"}
 
 
 def test_scalable_targets_when_moto_models_them(rehearsal, project):

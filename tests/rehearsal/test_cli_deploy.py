@@ -241,6 +241,92 @@ def test_patch_target_group_getatt(moto_env):
         assert value.startswith("targetgroup/patched/")
 
 
+# ----------------------------------------------------------------------------- listener-forward-config
+
+def _weighted_listener_stack(name: str) -> dict:
+    """A load balancer whose listener forwards to two target groups, weighted (ECS blue/green's shape)."""
+    subnets = {f"Subnet{i}": {"Type": "AWS::EC2::Subnet", "Properties": {
+        "VpcId": {"Ref": "Vpc"}, "CidrBlock": f"10.2.{i}.0/24", "AvailabilityZone": f"{REGION}{zone}"}}
+        for i, zone in enumerate("ab")}
+    groups = {g: {"Type": "AWS::ElasticLoadBalancingV2::TargetGroup", "Properties": {
+        "Name": f"{name}-{g.lower()}", "Port": 8080, "Protocol": "HTTP", "TargetType": "ip", "VpcId": {"Ref": "Vpc"}}}
+        for g in ("Blue", "Green")}
+    return {"Resources": {
+        "Vpc": {"Type": "AWS::EC2::VPC", "Properties": {"CidrBlock": "10.2.0.0/16"}}, **subnets, **groups,
+        "Balancer": {"Type": "AWS::ElasticLoadBalancingV2::LoadBalancer", "Properties": {
+            "Scheme": "internal", "Subnets": [{"Ref": s} for s in subnets]}},
+        "Listener": {"Type": "AWS::ElasticLoadBalancingV2::Listener", "Properties": {
+            "LoadBalancerArn": {"Ref": "Balancer"}, "Port": 80, "Protocol": "HTTP",
+            "DefaultActions": [{"Type": "forward", "ForwardConfig": {"TargetGroups": [
+                {"TargetGroupArn": {"Ref": "Blue"}, "Weight": 100},
+                {"TargetGroupArn": {"Ref": "Green"}, "Weight": 0}]}}]}}}}
+
+
+def test_patch_listener_forward_config(moto_env):
+    with mock_aws():
+        cloudformation, elbv2 = boto3.client("cloudformation"), boto3.client("elbv2")
+        with pytest.raises(KeyError, match="TargetGroupArn"):
+            cloudformation.create_stack(StackName="plain", TemplateBody=json.dumps(_weighted_listener_stack("plain")))
+        with moto_patches.applied("listener-forward-config"):
+            cloudformation.create_stack(StackName="patched",
+                                        TemplateBody=json.dumps(_weighted_listener_stack("patched")))
+        listener_arn = cloudformation.describe_stack_resource(
+            StackName="patched", LogicalResourceId="Listener")["StackResourceDetail"]["PhysicalResourceId"]
+        (listener,) = elbv2.describe_listeners(ListenerArns=[listener_arn])["Listeners"]
+        (action,) = listener["DefaultActions"]
+        groups = {g["TargetGroupArn"]: g["TargetGroupName"] for g in elbv2.describe_target_groups()["TargetGroups"]}
+        assert action["Type"] == "forward"
+        assert [(groups[t["TargetGroupArn"]], t["Weight"]) for t in action["ForwardConfig"]["TargetGroups"]] == [
+            ("patched-blue", 100), ("patched-green", 0)]
+
+
+# ----------------------------------------------------------------------------- ecs-service-load-balancers
+
+def _service_behind_a_target_group(name: str) -> dict:
+    template = _weighted_listener_stack(name)
+    template["Resources"].update({
+        "Cluster": {"Type": "AWS::ECS::Cluster", "Properties": {}},
+        "Task": {"Type": "AWS::ECS::TaskDefinition", "Properties": {"Family": "svc", "ContainerDefinitions": [
+            {"Name": "app", "Image": "public.ecr.aws/x/y:1", "Memory": 128,
+             "PortMappings": [{"ContainerPort": 8080}]}]}},
+        "Route": {"Type": "AWS::ElasticLoadBalancingV2::ListenerRule", "Properties": {
+            "ListenerArn": {"Ref": "Listener"}, "Priority": 1,
+            "Conditions": [{"Field": "path-pattern", "PathPatternConfig": {"Values": ["/*"]}}],
+            "Actions": template["Resources"]["Listener"]["Properties"]["DefaultActions"]}},
+        "Service": {"Type": "AWS::ECS::Service", "Properties": {
+            "Cluster": {"Ref": "Cluster"}, "TaskDefinition": {"Ref": "Task"}, "DesiredCount": 0,
+            "LoadBalancers": [{"TargetGroupArn": {"Ref": "Blue"}, "ContainerName": "app", "ContainerPort": 8080,
+                               "AdvancedConfiguration": {"AlternateTargetGroupArn": {"Ref": "Green"},
+                                                         "ProductionListenerRule": {"Ref": "Route"},
+                                                         "RoleArn": "arn:aws:iam::123456789012:role/ecs-lb"}}]}}})
+    return template
+
+
+def _load_balancers_of_the_service(stack: str) -> list[dict]:
+    cloudformation, ecs = boto3.client("cloudformation"), boto3.client("ecs")
+    ids = {r["LogicalResourceId"]: r["PhysicalResourceId"]
+           for r in cloudformation.describe_stack_resources(StackName=stack)["StackResources"]}
+    (service,) = ecs.describe_services(cluster=ids["Cluster"], services=[ids["Service"]])["services"]
+    return service.get("loadBalancers", [])
+
+
+def test_patch_ecs_service_load_balancers(moto_env):
+    with mock_aws(), moto_patches.applied("listener-forward-config"):
+        cloudformation = boto3.client("cloudformation")
+        cloudformation.create_stack(StackName="plain", TemplateBody=json.dumps(_service_behind_a_target_group("plain")))
+        assert _load_balancers_of_the_service("plain") == []
+        with moto_patches.applied("ecs-service-load-balancers"):
+            cloudformation.create_stack(StackName="patched",
+                                        TemplateBody=json.dumps(_service_behind_a_target_group("patched")))
+        (balancer,) = _load_balancers_of_the_service("patched")
+        ids = {r["LogicalResourceId"]: r["PhysicalResourceId"]
+               for r in cloudformation.describe_stack_resources(StackName="patched")["StackResources"]}
+        assert balancer == {"targetGroupArn": ids["Blue"], "containerName": "app", "containerPort": 8080,
+                            "advancedConfiguration": {"alternateTargetGroupArn": ids["Green"],
+                                                      "productionListenerRule": ids["Route"],
+                                                      "roleArn": "arn:aws:iam::123456789012:role/ecs-lb"}}
+
+
 # ----------------------------------------------------------------------------- sagemaker-endpoint-name
 
 def _endpoint_stack(name: str) -> dict:
