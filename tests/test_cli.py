@@ -163,3 +163,14 @@ def test_validate_warns_that_a_fleet_member_loses_its_data_capture():
     assert line.startswith("model_configs/bert-large-classifier.yaml:")
     assert line.split(": ", 1)[1].startswith("data_capture: warning: not applied in dev, where an "
                                              "inference-components fleet carries bert-large-classifier")
+
+
+def test_validate_warns_when_a_rollout_bakes_less_than_its_alarms_need(config_copy):
+    path = config_copy / "intent-bert-inf2.yaml"
+    path.write_text(path.read_text().replace("wait_interval_seconds: 180, termination_wait_seconds: 0",
+                                             "wait_interval_seconds: 60, termination_wait_seconds: 0"))
+    result = run("-m", "inferstack", "validate", "--config-dir", str(config_copy))
+    assert result.returncode == 0
+    (line,) = [line for line in result.stderr.splitlines() if "bake" in line]
+    assert line.startswith(f"{config_copy.name}/intent-bert-inf2.yaml:") or "intent-bert-inf2.yaml:" in line
+    assert ": environments.dev.deployment: warning: a 1-minute bake is shorter than the 3 breaching minutes" in line

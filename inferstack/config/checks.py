@@ -8,7 +8,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from inferstack.schema import instances
 from inferstack.capacity import packing, planning, schedule
-from inferstack.neuron import deployment as neuron_deployment
+from inferstack.neuron import deployment as neuron_deployment, routing
 from inferstack.triton import image as triton_image
 from inferstack.triton import startup as triton_startup
 from inferstack.schema.models import (
@@ -81,6 +81,46 @@ def model_warnings(model: Model) -> Iterator[Finding]:
             f"cast: matmult for BF16), profile it on inf2.xlarge or inf2.8xlarge under throughput_profile, set "
             f"capacity.instance_type to one of them, and compare with `python -m inferstack plan --compare` "
             f"(model_configs/intent-bert-inf2.yaml is intent-bert moved)")
+
+
+def _bake_warning(deployment, evaluation_minutes: int) -> str | None:
+    """A traffic-shifting rollout whose bakes end before its alarms can fire cannot roll back in time."""
+    rollout = neuron_deployment.rollout(deployment)
+    if not rollout.shifts_traffic:
+        return None
+    bakes = [b for b in (rollout.bake_time_minutes, rollout.canary_bake_minutes, rollout.step_bake_minutes)
+             if b is not None]
+    shortest = min(bakes) if bakes else 0
+    if shortest >= evaluation_minutes:
+        return None
+    return (f"a {shortest}-minute bake is shorter than the {evaluation_minutes} breaching minutes its alarms need "
+            f"(alarms.evaluation_minutes): ECS watches the alarms only while it bakes, so a regression would not "
+            f"roll back (https://docs.aws.amazon.com/AmazonECS/latest/developerguide/deployment-alarm-failure.html)")
+
+
+def neuron_bake_warnings(model: Model, environments: Iterable[str]) -> Iterator[Finding]:
+    if not isinstance(model, NeuronEcsModel):
+        return
+    for env in environments:
+        message = _bake_warning(model.deployment_for(env), model.alarms.evaluation_minutes)
+        if message:
+            own = model.environments.get(env)
+            key = ("environments", env, "deployment") if own and own.deployment else ("deployment",)
+            yield key, f"{message} (environment {env})"
+
+
+def fleet_warnings(env_file: EnvironmentsFile, models: Mapping[str, Model]) -> Iterator[Finding]:
+    for name, fleet in env_file.fleets.items():
+        if not isinstance(fleet, NeuronCoreFleet):
+            continue
+        evaluation = max((m.alarms.evaluation_minutes for m in (models.get(n) for n in fleet.models)  # type: ignore[union-attr]
+                          if isinstance(m, NeuronEcsModel)), default=0)
+        for env in env_file.environments:
+            message = _bake_warning(fleet.deployment_for(env), evaluation)
+            if message:
+                own = fleet.environments.get(env)
+                key = ("environments", env, "deployment") if own and own.deployment else ("deployment",)
+                yield ("fleets", name) + key, f"{message} (environment {env})"
 
 
 def fleet_member_warnings(env_file: EnvironmentsFile, model: Model) -> Iterator[Finding]:
@@ -371,6 +411,9 @@ def _check_fleet_environment(name: str, fleet: Fleet, members: Sequence[Model], 
                 f"service takes at most {MAX_TARGET_GROUPS_PER_SERVICE} (https://docs.aws.amazon.com/AmazonECS/"
                 f"latest/developerguide/register-multiple-targetgroups.html)")
             return
+        shifting = neuron_deployment.rollout(fleet.deployment_for(env_name)).shifts_traffic
+        for index, message in routing.priority_clashes(fleet.models, catch_all_first=shifting):
+            yield ("fleets", name, "models", index), message
         if capacity.min == 0:
             yield _fleet_capacity_key(name, fleet, env_name, "min"), (
                 "a neuron-cores fleet keeps at least 1 instance outside its off_hours (ECS cannot scale out from "

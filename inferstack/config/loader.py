@@ -136,10 +136,13 @@ def load(config_dir: Path | str, *, releases: bool = True) -> Project:
                         for key, message in checks.model_warnings(model))
         if env_file:
             warnings.extend(_problem(path, config_dir, doc, key, f"warning: {message}")
-                            for key, message in checks.fleet_member_warnings(env_file, model))
+                            for key, message in [*checks.fleet_member_warnings(env_file, model),
+                                                 *checks.neuron_bake_warnings(model, environments)])
 
     if env_file:
         unique = {model.name: model for model, _, _ in models}
+        warnings.extend(_problem(env_path, config_dir, env_doc, key, f"warning: {message}")
+                        for key, message in checks.fleet_warnings(env_file, unique))
         for key, message in [*checks.check_pipeline_capacity(env_file, list(unique)),
                              *(checks.check_fleets(env_file, unique) if all_models_loaded else ())]:
             problems.append(_problem(env_path, config_dir, env_doc, key, message))

@@ -17,7 +17,6 @@ from __future__ import annotations
 import functools
 import json
 import math
-import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -41,6 +40,7 @@ from inferstack.constructs.scale_in_release import ScaleInProtectionRelease
 from inferstack.neuron import deployment as neuron_deployment
 from inferstack.neuron import metrics as serving_metrics
 from inferstack.neuron import task as neuron_task
+from inferstack.neuron.routing import CATCH_ALL_PRIORITY, MAX_RULE_PRIORITY, rule_priority  # noqa: F401 (re-exported)
 from inferstack.neuron.deployment import EcsRollout
 from inferstack.schema.models import NeuronEcsModel
 from inferstack.config.release_pin import PinnedImage
@@ -62,10 +62,6 @@ MODEL_READINESS_PATH = MODEL_PATH + "/ready"
 MAX_TARGET_GROUPS = 5
 # An ALB fixed response carries at most 1024 characters; listener rule priorities run 1..50000.
 MAX_FIXED_RESPONSE_CHARS = 1024
-MAX_RULE_PRIORITY = 50_000
-# Traffic-shifting rollouts: the production rule that takes every path not routed elsewhere (a dedicated
-# model's whole listener, a fleet's first model) is evaluated last.
-CATCH_ALL_PRIORITY = MAX_RULE_PRIORITY
 CATCH_ALL_PATH = "/*"
 # A production rule starts on the primary target group; ECS rewrites the weights on every deployment.
 PRIMARY_WEIGHT, ALTERNATE_WEIGHT = 100, 0
@@ -139,13 +135,6 @@ class ServedModel:
     def path(self) -> str:
         """The model's routes on the load balancer (KServe v2): `<path>` and `<path>/...`."""
         return MODEL_PATH.format(name=self.name)
-
-
-def rule_priority(model: str) -> int:
-    """A listener rule's priority from the model's name alone: deterministic, and unchanged when a fleet gains,
-    loses or reorders models (priorities from positions would shift, and a rule updated to a priority another
-    rule still holds fails the stack update). The rules' paths are disjoint, so the order never matters."""
-    return 1 + zlib.crc32(model.encode()) % MAX_RULE_PRIORITY
 
 
 class _ClusterCapacityProviderAssociation(Dependable):

@@ -391,3 +391,16 @@ def test_an_inference_components_fleet_of_more_members_than_the_role_holds(confi
               _set("fleets", "triton-shared", "models", value=["bert-large-classifier", "t5-spelling", *names]))
     problems = [p for p in problems_of(config_copy) if "fleets.triton-shared.models:" in p]
     assert len(problems) == 1 and "11 models; each member grants the shared endpoint's role" in problems[0]
+
+
+def test_fleet_members_whose_listener_rule_priorities_clash(config_copy):
+    """Rule priorities come from the names (inferstack/neuron/routing.py); m249 and m256 hash alike."""
+    from inferstack.neuron import routing
+    assert routing.rule_priority("m249") == routing.rule_priority("m256")
+    source = (config_copy / "duplicate-bert.yaml").read_text()
+    for name in ("m249", "m256"):
+        (config_copy / f"{name}.yaml").write_text(source.replace("name: duplicate-bert", f"name: {name}"))
+    edit_yaml(config_copy / "environments.yaml",
+              _set("fleets", "intent-pack", "models", value=["intent-bert", "m249", "m256"]))
+    problems = [p for p in problems_of(config_copy) if "fleets.intent-pack.models.2:" in p]
+    assert problems and "m256's listener rule priority 25300 is also m249's" in problems[0]

@@ -28,12 +28,12 @@ DEDICATED = "intent-bert-inf2"
 # Worked out by hand from the YAML (wait_interval_seconds / 60 -> step bake, termination_wait_seconds / 60 ->
 # bake; all-at-once bakes both): environments.yaml's intent-pack and intent-bert-inf2.yaml.
 EXPECTED = {
-    (FLEET, "dev"): {"Strategy": "BLUE_GREEN", "BakeTimeInMinutes": 1},
+    (FLEET, "dev"): {"Strategy": "BLUE_GREEN", "BakeTimeInMinutes": 3},
     (FLEET, "staging"): {"Strategy": "CANARY", "BakeTimeInMinutes": 5,
                          "CanaryConfiguration": {"CanaryPercent": 10, "CanaryBakeTimeInMinutes": 10}},
     (FLEET, "prod"): {"Strategy": "CANARY", "BakeTimeInMinutes": 5,
                       "CanaryConfiguration": {"CanaryPercent": 10, "CanaryBakeTimeInMinutes": 10}},
-    (DEDICATED, "dev"): {"Strategy": "BLUE_GREEN", "BakeTimeInMinutes": 1},
+    (DEDICATED, "dev"): {"Strategy": "BLUE_GREEN", "BakeTimeInMinutes": 3},
     (DEDICATED, "staging"): {"Strategy": "LINEAR", "BakeTimeInMinutes": 5,
                              "LinearConfiguration": {"StepPercent": 25, "StepBakeTimeInMinutes": 5}},
     (DEDICATED, "prod"): {"Strategy": "LINEAR", "BakeTimeInMinutes": 5,
