@@ -73,6 +73,27 @@ def monthly_instance_hours(instances_outside: int, windows: Sequence[Window]) ->
 
 # ---------------------------------------------------------------- neuron-cores
 
+class _MeetsSlo:
+    """Whether a fleet plan meets its members' SLOs: each profiled p99 within its SLO, the peak within max."""
+
+    shares: tuple
+    instances_at_peak: int
+    max_capacity: int
+
+    @property
+    def latency_within_slo(self) -> bool:
+        return all(s.profile_p99_ms <= s.slo_p99_ms for s in self.shares)
+
+    @property
+    def peak_within_max(self) -> bool:
+        return self.instances_at_peak <= self.max_capacity
+
+    @property
+    def meets_slo(self) -> bool:
+        return self.latency_within_slo and self.peak_within_max
+
+
+
 @dataclass(frozen=True)
 class CoreShare:
     model: str
@@ -95,7 +116,7 @@ class CoreShare:
 
 
 @dataclass(frozen=True)
-class NeuronFleetPlan:
+class NeuronFleetPlan(_MeetsSlo):
     fleet: str
     environment: str
     instance_type: str
@@ -123,18 +144,6 @@ class NeuronFleetPlan:
         """The model's concurrency target per task (planning.target_in_flight on its cores' throughput)."""
         share = self.share(model)
         return target_in_flight(share.throughput_per_instance(), self.safety_factor, share.profile_p99_ms)
-
-    @property
-    def latency_within_slo(self) -> bool:
-        return all(s.profile_p99_ms <= s.slo_p99_ms for s in self.shares)
-
-    @property
-    def peak_within_max(self) -> bool:
-        return self.instances_at_peak <= self.max_capacity
-
-    @property
-    def meets_slo(self) -> bool:
-        return self.latency_within_slo and self.peak_within_max
 
 
 def _largest_divisor_at_most(units: int, limit: int) -> int:
@@ -248,7 +257,7 @@ class ComponentShare:
 
 
 @dataclass(frozen=True)
-class ComponentFleetPlan:
+class ComponentFleetPlan(_MeetsSlo):
     fleet: str
     environment: str
     instance_type: str
@@ -286,18 +295,6 @@ class ComponentFleetPlan:
     @property
     def scales_to_zero(self) -> bool:
         return self.min_capacity == 0 or any(w.min == 0 for w in self.windows)
-
-    @property
-    def latency_within_slo(self) -> bool:
-        return all(s.profile_p99_ms <= s.slo_p99_ms for s in self.shares)
-
-    @property
-    def peak_within_max(self) -> bool:
-        return self.instances_at_peak <= self.max_capacity
-
-    @property
-    def meets_slo(self) -> bool:
-        return self.latency_within_slo and self.peak_within_max
 
 
 def copy_throughput(model: TritonSageMakerModel) -> tuple[float, float, str]:
