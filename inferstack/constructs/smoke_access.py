@@ -115,6 +115,10 @@ class SmokeAccess(Construct):
         # SageMaker writes endpoint names into ARNs in lower case.
         endpoints = stack.format_arn(service="sagemaker", resource="endpoint",
                                      resource_name=f"{endpoint_name_prefix.lower()}*")
+        # A model on a shared endpoint is invoked by its inference component (InferenceComponentName), named
+        # after the environment as the endpoints are; granted too, in case IAM checks the component's ARN.
+        components = stack.format_arn(service="sagemaker", resource="inference-component",
+                                      resource_name=f"{endpoint_name_prefix.lower()}*")
         self.role = iam.Role(
             self, "Role", role_name=role_name, assumed_by=principal,
             description="inferstack smoke test: read this environment's stacks, call its models",
@@ -125,7 +129,7 @@ class SmokeAccess(Construct):
                 iam.PolicyStatement(sid="InvokeTheProbe", actions=["lambda:InvokeFunction"],
                                     resources=[self.probe.function_arn]),
                 iam.PolicyStatement(sid="InvokeThisEnvironmentsEndpoints", actions=["sagemaker:InvokeEndpoint"],
-                                    resources=[endpoints]),
+                                    resources=[endpoints, components]),
             ])})
         # cdk-nag names a finding by the resource as it renders in the template.
         nag.acknowledge(self.role, f"IAM5[Resource::{_rendered(stack, stacks)}]",
@@ -136,6 +140,9 @@ class SmokeAccess(Construct):
                         "endpoints of this environment only: each is named after its stack, which starts with "
                         "the environment's name; listing them here would change this stack whenever a model is "
                         "added")
+        nag.acknowledge(self.role, f"IAM5[Resource::{_rendered(stack, components)}]",
+                        "inference components of this environment only, named after it as the endpoints are; "
+                        "listing them here would change this stack whenever a model joins a shared endpoint")
 
 
 def _rendered(stack: cdk.Stack, arn: str) -> str:

@@ -87,7 +87,8 @@ def test_smoke_role_may_do_exactly_what_smoke_does_in_this_environment(synthesiz
                            "Resource": {"Fn::GetAtt": [probe_id, "Arn"]}},
         "InvokeThisEnvironmentsEndpoints": {"Action": "sagemaker:InvokeEndpoint", "Effect": "Allow",
                                             "Sid": "InvokeThisEnvironmentsEndpoints",
-                                            "Resource": f"arn:aws:sagemaker:{region}:{account}:endpoint/{env}-*"},
+                                            "Resource": [f"arn:aws:sagemaker:{region}:{account}:endpoint/{env}-*",
+                                                         f"arn:aws:sagemaker:{region}:{account}:inference-component/{env}-*"]},
     }
 
 
