@@ -22,15 +22,24 @@ def resources(template: dict, kind: str) -> list[dict]:
     return [r["Properties"] for r in template["Resources"].values() if r["Type"] == kind]
 
 
+# A traffic-shifting rollout sums RequestCountPerTarget over both target groups (metric math): the same
+# signal as the predefined ALBRequestCountPerTarget of a service on one target group.
+REQUESTS_PER_TARGET = {"ALBRequestCountPerTarget", "RequestCountPerTarget"}
+
+
 def tracking_targets(template: dict) -> list[tuple[str, float]]:
-    """(metric, target) of every target-tracking policy: predefined metric type or custom metric name."""
+    """(metric, target) of every target-tracking policy: the predefined metric type, the custom metric's name,
+    or the one metric name a metric-math expression reads."""
     found = []
     for policy in resources(template, "AWS::ApplicationAutoScaling::ScalingPolicy"):
         config = policy.get("TargetTrackingScalingPolicyConfiguration")
-        if config:
-            metric = (config.get("PredefinedMetricSpecification") or {}).get("PredefinedMetricType") or \
-                (config.get("CustomizedMetricSpecification") or {}).get("MetricName")
-            found.append((metric, config["TargetValue"]))
+        if not config:
+            continue
+        custom = config.get("CustomizedMetricSpecification") or {}
+        names = {q["MetricStat"]["Metric"]["MetricName"] for q in custom.get("Metrics", []) if "MetricStat" in q}
+        metric = (config.get("PredefinedMetricSpecification") or {}).get("PredefinedMetricType") or \
+            custom.get("MetricName") or (names.pop() if len(names) == 1 else None)
+        found.append(("ALBRequestCountPerTarget" if metric in REQUESTS_PER_TARGET else metric, config["TargetValue"]))
     return found
 
 
@@ -80,6 +89,9 @@ def test_neuron_fleets_deploy_the_printed_core_split_and_targets(printed, synthe
             assert (served[member["model"]]["port"], served[member["model"]]["visible_cores"],
                     served[member["model"]]["workers"]) == (member["port"], member["visible_cores"], member["workers"])
             assert ("ALBRequestCountPerTarget", pytest.approx(member["target_per_minute"])) in tracking_targets(template)
+            # each worker reports its own InFlight: the per-task target over the model's workers
+            assert ("InFlight", pytest.approx(member["target_in_flight_per_task"] / member["workers"])) in \
+                tracking_targets(template)
         assert len(served) == len(fleet["members"])
         (target,) = resources(template, "AWS::ApplicationAutoScaling::ScalableTarget")
         assert (target["MinCapacity"], target["MaxCapacity"]) == (fleet["instances_min"], fleet["instances_max"])
