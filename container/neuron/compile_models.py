@@ -9,15 +9,14 @@ SettingsError naming MODELS[<i>].<key>, raised before anything is compiled or wr
 from __future__ import annotations
 
 import json
-import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
+import json_entries
 from compile_settings import BACKENDS, CompileSettings, SettingsError, build_settings
 
 LABEL = "--models-json (MODELS)"
-NAME = re.compile(r"^[a-z][a-z0-9-]*$")
 # key -> the single-model flag it mirrors (None: none); the defaults are the single-model args'
 KEYS = {
     "name": None,
@@ -57,12 +56,6 @@ def _string(where: str, value, *, optional: bool = False) -> str | None:
     return value
 
 
-def _int(where: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise SettingsError(f"{where}: expected an integer, got {json.dumps(value)}")
-    return value
-
-
 def _strings(where: str, value, *, forbid: str = "") -> list[str]:
     if not isinstance(value, list) or not all(isinstance(item, str) and item for item in value):
         raise SettingsError(f"{where}: expected a list of non-empty strings, got {json.dumps(value)}")
@@ -74,17 +67,8 @@ def _strings(where: str, value, *, forbid: str = "") -> list[str]:
 
 def _entry(index: int, raw, *, backend: str, out: Path) -> PackedCompile:
     where = f"MODELS[{index}]"
-    if not isinstance(raw, dict):
-        raise SettingsError(f"{where}: expected an object with {' and '.join(REQUIRED)}, got {json.dumps(raw)[:60]}")
-    for key in raw:
-        if key not in KEYS:
-            raise SettingsError(f"{where}.{key}: unknown key (known: {', '.join(KEYS)})")
-    for key in REQUIRED:
-        if key not in raw:
-            raise SettingsError(f"{where}.{key}: required")
+    raw = json_entries.entry(where, raw, known=list(KEYS), required=REQUIRED, joiner=" and ")
     name = raw["name"]
-    if not isinstance(name, str) or not NAME.match(name):
-        raise SettingsError(f"{where}.name: expected a name like intent-bert ([a-z][a-z0-9-]*), got {json.dumps(name)}")
     labels = raw.get("labels")
     try:
         settings = build_settings(
@@ -93,9 +77,9 @@ def _entry(index: int, raw, *, backend: str, out: Path) -> PackedCompile:
             revision=_string(f"{where}.revision", raw.get("revision"), optional=True),
             task=_string(f"{where}.task", raw.get("task", "text-classification")),
             labels=None if labels is None else ",".join(_strings(f"{where}.labels", labels, forbid=",")),
-            batch_size=_int(f"{where}.batch_size", raw.get("batch_size", 1)),
-            sequence_length=_int(f"{where}.sequence_length", raw.get("sequence_length", 128)),
-            neuron_cores=_int(f"{where}.neuron_cores", raw.get("neuron_cores", 1)),
+            batch_size=json_entries.integer(f"{where}.batch_size", raw.get("batch_size", 1)),
+            sequence_length=json_entries.integer(f"{where}.sequence_length", raw.get("sequence_length", 128)),
+            neuron_cores=json_entries.integer(f"{where}.neuron_cores", raw.get("neuron_cores", 1)),
             parallelism=_string(f"{where}.parallelism", raw.get("parallelism", "data-parallel")),
             compiler_args=shlex.join(_strings(f"{where}.compiler_args", raw.get("compiler_args", []))),
             out=str(out / name),
@@ -112,13 +96,7 @@ def parse_models(raw: str, *, backend: str, out: str) -> list[PackedCompile]:
     out_path = Path(out)
     if out_path.exists() and not (out_path.is_dir() and not any(out_path.iterdir())):
         raise SettingsError(f"--out: {out} already exists (refusing to overwrite an artifact)")
-    try:
-        value = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise SettingsError(f"{LABEL}: not valid JSON ({exc.msg} at column {exc.colno})") from None
-    if not isinstance(value, list) or not value:
-        raise SettingsError(f"{LABEL}: expected a non-empty JSON array of model objects")
-    entries = [_entry(i, item, backend=backend, out=out_path) for i, item in enumerate(value)]
+    entries = [_entry(i, item, backend=backend, out=out_path) for i, item in enumerate(json_entries.array(raw, LABEL))]
     for later in entries:
         for earlier in entries[: later.index]:
             if later.name == earlier.name:

@@ -9,17 +9,16 @@ SERVER_MODELS[<i>].<key>.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from artifact import ArtifactError, read_metadata
+import json_entries
 from compile_settings import SettingsError
 from core_ranges import LABEL as CORES_LABEL
 from core_ranges import format_cores, parse_cores, partition
 
 ENV = "SERVER_MODELS"
-NAME = re.compile(r"^[a-z][a-z0-9-]*$")
 REQUIRED = ("name", "port", "visible_cores")
 OPTIONAL = ("workers", "max_batch_size", "max_queue_delay_ms")
 # The same bounds as the single-model settings (server_settings.py).
@@ -49,14 +48,6 @@ class PackedPlan:
     slices: tuple[str, ...]  # NEURON_RT_VISIBLE_CORES of each of its workers
 
 
-def _int(label: str, value, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise SettingsError(f"{label}: expected an integer, got {json.dumps(value)}")
-    if not low <= value <= high:
-        raise SettingsError(f"{label}: must be between {low} and {high}, got {value}")
-    return value
-
-
 def _number(label: str, value, low: float, high: float) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise SettingsError(f"{label}: expected a number, got {json.dumps(value)}")
@@ -67,27 +58,18 @@ def _number(label: str, value, low: float, high: float) -> float:
 
 def _entry(index: int, raw, *, workers: int, max_batch_size: int, max_queue_delay_ms: float) -> PackedModel:
     where = f"{ENV}[{index}]"
-    if not isinstance(raw, dict):
-        raise SettingsError(f"{where}: expected an object with {', '.join(REQUIRED)}, got {json.dumps(raw)[:60]}")
-    for key in raw:
-        if key not in REQUIRED + OPTIONAL:
-            raise SettingsError(f"{where}.{key}: unknown key (known: {', '.join(REQUIRED + OPTIONAL)})")
-    for key in REQUIRED:
-        if key not in raw:
-            raise SettingsError(f"{where}.{key}: required")
+    raw = json_entries.entry(where, raw, known=REQUIRED + OPTIONAL, required=REQUIRED)
     name = raw["name"]
-    if not isinstance(name, str) or not NAME.match(name):
-        raise SettingsError(f"{where}.name: expected a name like intent-bert ([a-z][a-z0-9-]*), got {json.dumps(name)}")
     cores = raw["visible_cores"]
     if isinstance(cores, bool) or not isinstance(cores, (str, int)):
         raise SettingsError(f"{where}.visible_cores: expected one range like \"0-1\" or one index, got {json.dumps(cores)}")
     model = PackedModel(
         index=index,
         name=name,
-        port=_int(f"{where}.port", raw["port"], 1, 65535),
+        port=json_entries.integer(f"{where}.port", raw["port"], 1, 65535),
         visible_cores=format_cores(parse_cores(str(cores), label=f"{where}.visible_cores")),
-        workers=_int(f"{where}.workers", raw.get("workers", workers), 1, MAX_WORKERS),
-        max_batch_size=_int(f"{where}.max_batch_size", raw.get("max_batch_size", max_batch_size), 1, MAX_BATCH_SIZE),
+        workers=json_entries.integer(f"{where}.workers", raw.get("workers", workers), 1, MAX_WORKERS),
+        max_batch_size=json_entries.integer(f"{where}.max_batch_size", raw.get("max_batch_size", max_batch_size), 1, MAX_BATCH_SIZE),
         max_queue_delay_ms=_number(
             f"{where}.max_queue_delay_ms", raw.get("max_queue_delay_ms", max_queue_delay_ms), 0, MAX_QUEUE_DELAY_MS
         ),
@@ -102,15 +84,9 @@ def _entry(index: int, raw, *, workers: int, max_batch_size: int, max_queue_dela
 def parse(raw: str, *, label: str, workers: int, max_batch_size: int, max_queue_delay_ms: float) -> tuple[PackedModel, ...]:
     """SERVER_MODELS as frozen entries; workers / max_batch_size / max_queue_delay_ms default to the
     container's single-model settings."""
-    try:
-        value = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise SettingsError(f"{label}: not valid JSON ({exc.msg} at column {exc.colno})") from None
-    if not isinstance(value, list) or not value:
-        raise SettingsError(f"{label}: expected a non-empty JSON array of model objects")
     models = tuple(
         _entry(i, item, workers=workers, max_batch_size=max_batch_size, max_queue_delay_ms=max_queue_delay_ms)
-        for i, item in enumerate(value)
+        for i, item in enumerate(json_entries.array(raw, label))
     )
     for later in models:
         for earlier in models[: later.index]:
