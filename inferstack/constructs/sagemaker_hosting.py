@@ -17,10 +17,13 @@ from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_ecr as ecr
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_sagemaker as sagemaker
 from constructs import Construct
 
 from inferstack.constructs import cloudwatch_l1 as cwl1
 from inferstack.constructs import nag
+from inferstack.schema.models import TritonSageMakerModel
+from inferstack.triton import config as triton_config
 
 VARIANT = "AllTraffic"  # the variant name must never change: guardrails and scaling are keyed on it
 METRICS_NAMESPACE = "AWS/SageMaker"
@@ -80,6 +83,21 @@ def vpc_arn(stack: cdk.Stack, vpc: ec2.IVpc, owner_account: str | None) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- IAM
+
+def triton_model(scope: Construct, *, role: iam.IRole, image_uri: str, model: TritonSageMakerModel,
+                 security_group_id: str, subnet_ids: Sequence[str]) -> sagemaker.CfnModel:
+    """The SageMaker Model of a Triton image: the start-up contract's environment, the given network, no
+    network access of its own (the image holds the model repository)."""
+    return sagemaker.CfnModel(
+        scope, "Model",
+        execution_role_arn=role.role_arn,
+        primary_container=sagemaker.CfnModel.ContainerDefinitionProperty(
+            image=image_uri, mode="SingleModel", environment=triton_config.server_environment(model)),
+        vpc_config=sagemaker.CfnModel.VpcConfigProperty(security_group_ids=[security_group_id],
+                                                        subnets=list(subnet_ids)),
+        enable_network_isolation=True,
+    )
+
 
 def execution_role(scope: Construct, construct_id: str, description: str) -> iam.Role:
     return iam.Role(scope, construct_id, assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"),

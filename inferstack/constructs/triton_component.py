@@ -27,7 +27,6 @@ from inferstack.constructs import nag
 from inferstack.constructs import sagemaker_hosting as hosting
 from inferstack.constructs.shared_endpoint import SharedEndpoint
 from inferstack.schema.models import MIN_INSTANCES_FOR_STEPPED_DEPLOYMENT, TritonDeployment, TritonSageMakerModel
-from inferstack.triton import config as triton_config
 from inferstack.triton import startup as triton_startup
 
 COMPONENT_METRICS_NAMESPACE = "/aws/sagemaker/InferenceComponents"  # per copy, 0-100 of its reservation
@@ -124,16 +123,10 @@ class TritonComponent(Construct):
         policy = iam.Policy(self, "ExecutionPolicy", roles=[self.role], statements=hosting.execution_statements(
             image_repository, log_group_arn, vpc_arn, log_sid="ComponentLogs"))
         hosting.acknowledge(policy, hosting.wildcard_acknowledgements(log_group_arn, "its component log group"))
-        self.model = sagemaker.CfnModel(
-            self, "Model",
-            execution_role_arn=self.role.role_arn,
-            primary_container=sagemaker.CfnModel.ContainerDefinitionProperty(
-                image=image_uri, mode="SingleModel", environment=triton_config.server_environment(model)),
-            # The shared endpoint's network: its copies run on that endpoint's instances.
-            vpc_config=sagemaker.CfnModel.VpcConfigProperty(
-                security_group_ids=[shared.security_group.security_group_id], subnets=shared.subnet_ids),
-            enable_network_isolation=True,
-        )
+        # The shared endpoint's network: its copies run on that endpoint's instances.
+        self.model = hosting.triton_model(self, role=self.role, image_uri=image_uri, model=model,
+                                          security_group_id=shared.security_group.security_group_id,
+                                          subnet_ids=shared.subnet_ids)
         # SageMaker checks the role's permissions when it creates the Model: wait for the policy (IAM race).
         self.model.node.add_dependency(policy)
 

@@ -33,7 +33,6 @@ from inferstack.constructs.sagemaker_hosting import (  # noqa: F401 (re-exported
     ENDPOINT_NAME_MAX, GPU_SATURATION_PERCENT, INSTANCE_METRICS_NAMESPACE, METRICS_NAMESPACE, VARIANT,
     endpoint_name_for,
 )
-from inferstack.triton import config as triton_config
 from inferstack.triton import startup as triton_startup
 from inferstack.schema.models import OffHours, TritonDeployment, TritonSageMakerModel
 from inferstack.constructs import cloudwatch_l1 as cwl1
@@ -67,15 +66,9 @@ class TritonEndpoint(Construct):
         self.role, policy = self._execution_role(image_repository, vpc, vpc_owner_account, key)
 
         subnet_ids = hosting.subnet_ids(vpc, subnets)
-        self.model = sagemaker.CfnModel(
-            self, "Model",
-            execution_role_arn=self.role.role_arn,
-            primary_container=sagemaker.CfnModel.ContainerDefinitionProperty(
-                image=image_uri, mode="SingleModel", environment=triton_config.server_environment(model)),
-            vpc_config=sagemaker.CfnModel.VpcConfigProperty(
-                security_group_ids=[self.security_group.security_group_id], subnets=subnet_ids),
-            enable_network_isolation=True,
-        )
+        self.model = hosting.triton_model(self, role=self.role, image_uri=image_uri, model=model,
+                                          security_group_id=self.security_group.security_group_id,
+                                          subnet_ids=subnet_ids)
         # SageMaker checks the role's permissions when it creates the Model: wait for the policy (IAM race).
         self.model.node.add_dependency(policy)
 
