@@ -160,12 +160,17 @@ def _check_window(window: OffHours, key: KeyPath, planned_max: int, *, zero: str
     tasks); "on-demand" where a request scales out from zero (inference components)."""
     try:
         schedule.open_share(window.start, window.end, window.time_zone)
+        readable = True
     except schedule.CronError as exc:
+        readable = False
         yield key + ("start",), f"cannot evaluate the schedule: {exc}"
-    if zero == "closed":  # ECS: the Auto Scaling group follows the window too, in 5-field Unix cron
+    if zero == "closed" and readable:  # ECS: the Auto Scaling group follows the window, in its Unix cron
         for field in ("start", "end"):
-            year = getattr(window, field).removesuffix(")").split()[-1]
-            if year not in ("*", "?"):
+            expression = getattr(window, field)
+            try:
+                schedule.unix_recurrence(expression)  # what the stack renders; a readable cron fails only on its year
+            except schedule.CronError:
+                year = expression.removesuffix(")").split()[-1]
                 yield key + (field,), (
                     f"year {year!r}: the Auto Scaling group's scheduled actions take a 5-field Unix cron, which "
                     f"has no year (https://docs.aws.amazon.com/autoscaling/ec2/APIReference/"
