@@ -72,7 +72,7 @@ class ServingStack(EnvironmentStack):
             self, "Triton", model=model, plan=plan, off_hours=model.off_hours_for(env_name),
             image_uri=image_uri, image_repository=repository, vpc=shared.vpc,
             vpc_owner_account=shared.vpc_owner_account, subnets=shared.private_subnets, key=shared.key, alarm_topic_arn=self.alarm_topic_arn,
-            removal_policy=shared.removal_policy)
+            removal_policy=shared.removal_policy, log_group=self.log_group)
         cdk.CfnOutput(self, "EndpointName", value=endpoint.endpoint_name,
                       description=f"{model.name}: SageMaker endpoint (Triton)")
         cdk.CfnOutput(self, "DashboardName", value=endpoint.dashboard.ref,
@@ -90,7 +90,7 @@ class ServingStack(EnvironmentStack):
         component = TritonComponent(
             self, "Triton", model=model, plan=plan, shared=self.fleet.shared_endpoint, image_uri=image_uri,
             image_repository=repository, vpc=shared.vpc, vpc_owner_account=shared.vpc_owner_account,
-            alarm_topic_arn=self.alarm_topic_arn)
+            alarm_topic_arn=self.alarm_topic_arn, log_group=self.log_group)
         # inferstack smoke invokes the component: InvokeEndpoint(EndpointName=..., InferenceComponentName=...).
         cdk.CfnOutput(self, stack_outputs.ENDPOINT_NAME, value=component.endpoint_name,
                       description=f"{model.name}: the shared SageMaker endpoint of fleet {self.fleet.fleet_name}")

@@ -36,6 +36,7 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct, Dependable, DependencyGroup, IConstruct
 
 from inferstack.constructs import checkov, nag
+from inferstack.constructs.live_values import LiveValues
 from inferstack.constructs.scale_in_release import ScaleInProtectionRelease
 from inferstack.neuron import deployment as neuron_deployment
 from inferstack.neuron import metrics as serving_metrics
@@ -63,7 +64,8 @@ MAX_TARGET_GROUPS = 5
 # An ALB fixed response carries at most 1024 characters; listener rule priorities run 1..50000.
 MAX_FIXED_RESPONSE_CHARS = 1024
 CATCH_ALL_PATH = "/*"
-# A production rule starts on the primary target group; ECS rewrites the weights on every deployment.
+# A production rule is created on the primary target group; ECS rewrites the weights on every deployment, and a
+# stack update writes back the live ones (inferstack.constructs.live_values), never these.
 PRIMARY_WEIGHT, ALTERNATE_WEIGHT = 100, 0
 CONTAINER_NAME = "Server"
 # The serving app's EMF flush interval: one data point per minute and dimension set, what the alarms and the
@@ -226,6 +228,7 @@ class NeuronEcsService(Construct):
         self.packed = isinstance(capacity, NeuronFleetPlan)
         self.models = tuple(s.model for s in self.served)
         self.capacity = capacity
+        self._log_group = log_group
         if public and not certificate_arn:
             raise ValueError(f"{self.name}: a public load balancer needs a certificate_arn (HTTPS only)")
 
@@ -469,7 +472,7 @@ class NeuronEcsService(Construct):
                            removal_policy: cdk.RemovalPolicy) -> None:
         # Public load balancers always have a certificate; internal ones serve HTTPS when the environment has one.
         tls = certificate_arn is not None
-        port = HTTPS_PORT if tls else HTTP_PORT
+        port = self.listener_port = HTTPS_PORT if tls else HTTP_PORT
         scheme = "HTTPS" if tls else "HTTP"
         self.load_balancer_security_group = ec2.SecurityGroup(
             self, "LoadBalancerSecurityGroup", vpc=vpc, allow_all_outbound=False,
@@ -544,6 +547,8 @@ class NeuronEcsService(Construct):
             checkov.skip(self.listener, "CKV_AWS_103", PLAIN_HTTP_REASON)
         if self.rollout.shifts_traffic:
             self._add_production_rules()
+            self._keep_live_weights(self.listener.node.default_child, "DefaultActions", "ListenerWeights",
+                                    self.served[0], port)
         elif self.packed:
             for served in self.served:
                 scope = self._model_scope(served)
@@ -561,14 +566,31 @@ class NeuronEcsService(Construct):
             elbv2.WeightedTargetGroup(target_group=self.alternate_target_groups[served.name],
                                       weight=ALTERNATE_WEIGHT)])
 
+    @functools.cached_property
+    def live_values(self) -> LiveValues:
+        """The readers of what a deploy must write back as it is live (inferstack.constructs.live_values)."""
+        return LiveValues(self, "LiveValues", log_group=self._log_group)
+
+    def _keep_live_weights(self, resource: IConstruct | None, actions_key: str, reader_id: str,
+                           served: ServedModel, port: int) -> None:
+        """A stack update writes the weights ECS left on the production rule, not the template's 100/0."""
+        assert isinstance(resource, cdk.CfnResource)
+        self.live_values.forward_weights(
+            reader_id, resource=resource, actions_key=actions_key,
+            load_balancer_arn=self.load_balancer.load_balancer_arn, port=port,
+            target_group_arns=(self.target_groups[served.name].target_group_arn,
+                               self.alternate_target_groups[served.name].target_group_arn),
+            planned=(PRIMARY_WEIGHT, ALTERNATE_WEIGHT))
+
     def _add_production_rules(self) -> None:
         """Per model: the production listener rule (its paths; the first model's takes `/*`, evaluated last),
         forwarding to its target group and its alternate, weighted 100/0; then the service's tasks registered
         with the target group, the alternate named for ECS with the rule and the role it shifts traffic with.
 
         ECS rewrites the rule's weights on every deployment, and after one the tasks sit in the alternate target
-        group. A stack update that rewrites the rule's action puts the template's weights back (aws-cdk issue
-        36649, open): all traffic on a target group that may be empty. README, "Rollouts", says how to check."""
+        group. A stack update that rewrote the rule's action with the template's weights would send all traffic
+        to a target group that may be empty (aws-cdk issue 36649): the weights are read live at deploy time
+        (inferstack.constructs.live_values), so an update writes back what ECS left."""
         self.load_balancer_role = iam.Role(
             self, "LoadBalancerRole", assumed_by=iam.ServicePrincipal("ecs.amazonaws.com"),
             description="ECS infrastructure role for load balancers: registers this service's tasks and shifts "
@@ -582,6 +604,9 @@ class NeuronEcsService(Construct):
                 priority=CATCH_ALL_PRIORITY if catch_all else rule_priority(served.name),
                 conditions=[elbv2.ListenerCondition.path_patterns(paths)], action=self._weighted_forward(served))
             self.production_rules[served.name] = rule
+            self._keep_live_weights(rule.node.default_child, "Actions",
+                                    f"{served.name}RouteWeights" if self.packed else "RouteWeights", served,
+                                    self.listener_port)
             target = self.service.load_balancer_target(
                 container_name=CONTAINER_NAME, container_port=served.port,
                 alternate_target=ecs.AlternateTarget("AlternateTarget", alternate_target_group=(
@@ -736,6 +761,14 @@ class NeuronEcsService(Construct):
                 # Deleted before the scale-in release runs (deletion follows dependencies backwards), so no
                 # window's end can raise the minimum again while the stack empties the group.
                 action.node.add_dependency(self.scale_in_release.resource)
+        # A deploy inside a window keeps the window's range instead of registering the planned one (which would
+        # start the tasks until the next window starts).
+        target = self.scalable_task_count.node.find_child("Target")
+        assert isinstance(target, appscaling.ScalableTarget)
+        if self.off_hours:
+            self.live_values.window_range("TaskRange", target=target,
+                                          planned=(self.capacity.min_capacity, self.capacity.max_capacity),
+                                          windows=[(window.min, window.max) for window in self.off_hours])
 
     # ------------------------------------------------------------------ observability
     # Alarms and dashboard as L1 resources built from plain values (inferstack.constructs.cloudwatch_l1):

@@ -17,14 +17,14 @@ from __future__ import annotations
 import aws_cdk as cdk
 from aws_cdk import aws_autoscaling as autoscaling
 from aws_cdk import aws_iam as iam
-from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from inferstack.constructs import checkov, nag
+from inferstack.constructs import nag
+from inferstack.constructs.handler_function import (NO_DEAD_LETTER, NO_RESERVED_CONCURRENCY, OUTSIDE_VPC,
+                                                     handler_function)
 
 RESOURCE_TYPE = "Custom::ScaleInProtectionRelease"
-RUNTIME = lambda_.Runtime.PYTHON_3_14
 # Long enough to watch the group drain while ECS still manages it; CloudFormation's own group deletion
 # waits for whatever is left.
 TIMEOUT = cdk.Duration.minutes(10)
@@ -103,24 +103,17 @@ class ScaleInProtectionRelease(Construct):
         nag.acknowledge(role, f"IAM5[Resource::{_rendered(stack, group_arn)}]",
                         "Auto Scaling group ARNs carry a generated id before the group's name; the name pins "
                         "this one group")
-        self.function = lambda_.Function(
-            self, "Function", runtime=RUNTIME, architecture=lambda_.Architecture.ARM_64,
-            handler="index.handler", code=lambda_.Code.from_inline(HANDLER), role=role, timeout=TIMEOUT,
-            memory_size=128, log_group=log_group,
-            description="on stack deletion: release scale-in protection and scale the group to zero")
-        function = self.function.node.default_child
-        assert isinstance(function, cdk.CfnResource)
-        # lambda.Function adds a DependsOn on its role that the Role GetAtt already implies.
-        function.add_metadata("cfn-lint", {"config": {"ignore_checks": ["W3005"]}})
-        checkov.skip(self.function, "CKV_AWS_116",
-                     "invoked only by CloudFormation as a custom resource, synchronously: a failure fails the stack "
-                     "operation itself; a dead-letter queue only receives failed asynchronous invocations")
-        checkov.skip(self.function, "CKV_AWS_115",
-                     "runs once per stack deletion; reserved concurrency would take from the account's shared pool "
-                     "(Lambda keeps 100 unreserved) and bound nothing that needs bounding")
-        checkov.skip(self.function, "CKV_AWS_117",
-                     "calls only the Auto Scaling API; outside the VPC it needs no NAT route or interface endpoint, "
-                     "and it reaches no resource inside the VPC")
+        self.function = handler_function(
+            self, "Function", code=HANDLER, role=role, timeout=TIMEOUT, log_group=log_group,
+            description="on stack deletion: release scale-in protection and scale the group to zero", skips={
+                NO_DEAD_LETTER: "invoked only by CloudFormation as a custom resource, synchronously: a failure fails "
+                                "the stack operation itself; a dead-letter queue only receives failed asynchronous "
+                                "invocations",
+                NO_RESERVED_CONCURRENCY: "runs once per stack deletion; reserved concurrency would take from the "
+                                         "account's shared pool (Lambda keeps 100 unreserved) and bound nothing that "
+                                         "needs bounding",
+                OUTSIDE_VPC: "calls only the Auto Scaling API; outside the VPC it needs no NAT route or interface "
+                             "endpoint, and it reaches no resource inside the VPC"})
         self.resource = cdk.CustomResource(
             self, "Release", service_token=self.function.function_arn, resource_type=RESOURCE_TYPE,
             properties={"AutoScalingGroupName": group_name})

@@ -90,7 +90,10 @@ class SharedEndpoint(Construct):
         self.endpoint_config.node.add_dependency(self.policy)
         self.endpoint = sagemaker.CfnEndpoint(
             self, "Endpoint", endpoint_name=self.endpoint_name,
-            endpoint_config_name=self.endpoint_config.attr_endpoint_config_name)
+            endpoint_config_name=self.endpoint_config.attr_endpoint_config_name,
+            # A new endpoint config keeps the instance count managed instance scaling reached (possibly zero)
+            # instead of restarting at InitialInstanceCount; the config's scaling range still applies.
+            retain_all_variant_properties=True)
 
         self.alarms = self._alarms(alarm_topic_arn)
         self.dashboard = self._dashboard()

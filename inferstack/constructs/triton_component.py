@@ -18,10 +18,12 @@ from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_ecr as ecr
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sagemaker as sagemaker
 from constructs import Construct
 
 from inferstack.capacity.packing import ComponentFleetPlan
+from inferstack.constructs.live_values import LiveValues
 from inferstack.constructs import cloudwatch_l1 as cwl1
 from inferstack.constructs import nag
 from inferstack.constructs import sagemaker_hosting as hosting
@@ -104,9 +106,10 @@ class TritonComponent(Construct):
 
     def __init__(self, scope: Construct, construct_id: str, *, model: TritonSageMakerModel, plan: ComponentFleetPlan,
                  shared: SharedEndpoint, image_uri: str, image_repository: ecr.IRepository, vpc: ec2.IVpc,
-                 alarm_topic_arn: str, vpc_owner_account: str | None = None) -> None:
+                 alarm_topic_arn: str, log_group: logs.ILogGroup, vpc_owner_account: str | None = None) -> None:
         """`shared`: the fleet's endpoint (in the fleet's stack); `plan`: the fleet's plan, which holds this
-        model; `vpc_owner_account`: the account that owns `vpc` when it is shared with this one."""
+        model; `log_group`: where the function that reads the live copy count at deploy time logs;
+        `vpc_owner_account`: the account that owns `vpc` when it is shared with this one."""
         super().__init__(scope, construct_id)
         if model.name not in {s.model for s in plan.shares}:
             raise ValueError(f"fleet plan {plan.fleet!r} does not hold model {model.name!r}")
@@ -150,7 +153,9 @@ class TritonComponent(Construct):
         self.component = sagemaker.CfnInferenceComponent(
             self, "Component",
             inference_component_name=self.component_name,
-            endpoint_name=shared.endpoint_name,
+            # A reference, not the synth-time name: the component is created after its endpoint and deleted
+            # before it because of this, not because of another import from the fleet's stack.
+            endpoint_name=shared.endpoint.attr_endpoint_name,
             variant_name=shared.variant_name,
             specification=sagemaker.CfnInferenceComponent.InferenceComponentSpecificationProperty(
                 model_name=self.model.attr_model_name,
@@ -171,6 +176,11 @@ class TritonComponent(Construct):
         )
         # The endpoint's role pulls this image when the first copy starts: wait for the grant (IAM race).
         self.component.node.add_dependency(self.access_policy)
+        # An update sends RuntimeConfig.CopyCount (write-only: CloudFormation never reads it back): write the count
+        # autoscaling set, possibly zero, not the planned initial copies.
+        self.live_values = LiveValues(self, "LiveValues", log_group=log_group)
+        self.live_values.copy_count("Copies", resource=self.component, component_name=self.component_name,
+                                    planned=share.initial_copies)
 
         self.scalable_target, self.scale_from_zero = self._autoscaling(model, plan)
         self.dashboard = self._dashboard(model.name, plan)
@@ -218,6 +228,8 @@ class TritonComponent(Construct):
             hosting.ScheduledCapacity(window.start, window.end, window.time_zone,
                                       plan.window_copies(model.name, window), (share.min_copies, share.max_copies))
             for window in plan.windows])
+        self.live_values.window_range("CopyRange", target=target, planned=(share.min_copies, share.max_copies),
+                                      windows=[plan.window_copies(model.name, window) for window in plan.windows])
         if not plan.scales_to_zero:
             return target, None
         # Target tracking cannot leave zero copies (no copy, no invocations per copy): a request that finds

@@ -21,12 +21,14 @@ from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_ecr as ecr
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_logs as logs
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_sagemaker as sagemaker
 from constructs import Construct
 
 from inferstack.schema import instances
+from inferstack.constructs.live_values import LiveValues
 from inferstack.constructs import checkov, nag
 from inferstack.constructs import sagemaker_hosting as hosting
 from inferstack.constructs.sagemaker_hosting import (  # noqa: F401 (re-exported: their home before they were shared)
@@ -48,9 +50,11 @@ class TritonEndpoint(Construct):
     def __init__(self, scope: Construct, construct_id: str, *, model: TritonSageMakerModel, plan: CapacityPlan,
                  off_hours: Sequence[OffHours], image_uri: str, image_repository: ecr.IRepository,
                  vpc: ec2.IVpc, subnets: ec2.SubnetSelection, key: kms.IKey, alarm_topic_arn: str,
-                 removal_policy: cdk.RemovalPolicy, vpc_owner_account: str | None = None) -> None:
-        """`vpc_owner_account`: the account that owns `vpc` when it is shared with this one (VPC sharing);
-        default: this stack's account."""
+                 removal_policy: cdk.RemovalPolicy, log_group: logs.ILogGroup,
+                 vpc_owner_account: str | None = None) -> None:
+        """`log_group`: where the function that reads live capacity at deploy time logs (with off-hours windows);
+        `vpc_owner_account`: the account that owns `vpc` when it is shared with this one (VPC sharing); default:
+        this stack's account."""
         super().__init__(scope, construct_id)
         if plan.model != model.name:
             raise ValueError(f"capacity plan is for {plan.model!r}, not {model.name!r}")
@@ -113,7 +117,7 @@ class TritonEndpoint(Construct):
             deployment_config=self._deployment_config(self.deployment),
         )
 
-        self.scalable_target = self._autoscaling(model, plan, off_hours)
+        self.scalable_target = self._autoscaling(model, plan, off_hours, log_group)
         self.dashboard = self._dashboard(model.name)
 
     # ------------------------------------------------------------------ IAM
@@ -207,8 +211,8 @@ class TritonEndpoint(Construct):
 
     # ------------------------------------------------------------------ autoscaling
 
-    def _autoscaling(self, model: TritonSageMakerModel, plan: CapacityPlan,
-                     off_hours: Sequence[OffHours]) -> appscaling.ScalableTarget:
+    def _autoscaling(self, model: TritonSageMakerModel, plan: CapacityPlan, off_hours: Sequence[OffHours],
+                     log_group: logs.ILogGroup) -> appscaling.ScalableTarget:
         linked_role = hosting.scaling_role(self)
         target = appscaling.ScalableTarget(
             self, "ScalableTarget", service_namespace=appscaling.ServiceNamespace.SAGEMAKER,
@@ -227,6 +231,11 @@ class TritonEndpoint(Construct):
         hosting.schedule(target, [
             hosting.ScheduledCapacity(window.start, window.end, window.time_zone, (window.min, window.max),
                                       (plan.min_capacity, plan.max_capacity)) for window in off_hours])
+        if off_hours:  # a deploy inside a window keeps the window's range (inferstack.constructs.live_values)
+            self.live_values = LiveValues(self, "LiveValues", log_group=log_group)
+            self.live_values.window_range("InstanceRange", target=target,
+                                          planned=(plan.min_capacity, plan.max_capacity),
+                                          windows=[(window.min, window.max) for window in off_hours])
         return target
 
     # ------------------------------------------------------------------ alarms and dashboard

@@ -418,7 +418,7 @@ INFERENCE_COMPONENTS: dict[tuple[str, str], dict[str, dict]] = {}
 def _sagemaker_inference_components() -> Undo:
     """moto 5.2.5 has no SageMaker inference components: its CloudFormation skips
     AWS::SageMaker::InferenceComponent (a fleet member's stack is created without its component), and
-    Create/Describe/List/DeleteInferenceComponent are not implemented (promote cannot read what a component
+    Create/Describe/List/DeleteInferenceComponent and UpdateInferenceComponentRuntimeConfig are not implemented (promote cannot read what a component
     runs). Model what the rehearsal needs: a component is created, by CloudFormation or the API, only on an
     existing endpoint and variant with an existing model (as SageMaker checks), is described and listed, and
     is deleted with its stack. It is InService at once with its requested copies; nothing runs."""
@@ -535,8 +535,17 @@ def _sagemaker_inference_components() -> Undo:
         del INFERENCE_COMPONENTS[(self.current_account, self.region)][name]
         return EmptyResult()
 
+    def update_inference_component_runtime_config(self) -> ActionResult:
+        """What Application Auto Scaling calls to set the copies (sagemaker:inference-component:DesiredCopyCount)."""
+        component = described(self.current_account, self.region, self._get_param("InferenceComponentName"))
+        copies = int((self._get_param("DesiredRuntimeConfig") or {}).get("CopyCount", 0))
+        component["RuntimeConfig"] = {"DesiredCopyCount": copies, "CurrentCopyCount": copies}
+        component["LastModifiedTime"] = utcnow()
+        return ActionResult({"InferenceComponentArn": component["InferenceComponentArn"]})
+
     handlers = {f.__name__: f for f in (create_inference_component, describe_inference_component,
-                                        list_inference_components, delete_inference_component)}
+                                        list_inference_components, delete_inference_component,
+                                        update_inference_component_runtime_config)}
     if any(name in SageMakerResponse.__dict__ for name in handlers) or INFERENCE_COMPONENT in parsing.get_model_map():
         raise RuntimeError("moto models inference components now: re-check the sagemaker-inference-components defect")
     original_list = parsing.get_model_list
@@ -559,6 +568,93 @@ def _sagemaker_inference_components() -> Undo:
         for name in handlers:
             delattr(SageMakerResponse, name)
         INFERENCE_COMPONENTS.clear()
+    return undo
+
+
+# ----------------------------------------------------------------------------- live-values
+
+LIVE_VALUE = "Custom::LiveValue"
+# The emulator's own URL, set by moto_server before it applies the patches: the readers' AWS calls go back to it.
+# Unset (moto in-process, mock_aws), boto3's calls are moto's anyway.
+EMULATOR_URL_ENV = "INFERSTACK_EMULATOR_URL"
+
+
+def _reads_any(value, readers: set[str]) -> bool:
+    if isinstance(value, dict):
+        get_att = value.get("Fn::GetAtt")
+        if isinstance(get_att, list) and get_att and get_att[0] in readers:
+            return True
+        return any(_reads_any(item, readers) for item in value.values())
+    if isinstance(value, list):
+        return any(_reads_any(item, readers) for item in value)
+    return False
+
+
+def _live_values() -> Undo:
+    """A Custom::LiveValue (inferstack.constructs.live_values) reads, at deploy time, the values an update must
+    keep (production rule weights, a window's range, copy counts). moto would invoke its Lambda in Docker (or,
+    patched, not at all: custom-resources-without-docker) and the reading resources would get no value. Run the
+    reader itself in the emulator's process on Create and Update: the Lambda's own `read`, from the same source
+    (inferstack.constructs.live_values_handler), with boto3 clients on this emulator, as the stack's account.
+    And as CloudFormation does but moto does not: a resource whose Fn::GetAtt reads a reader that was updated is
+    updated after it (moto updates only resources whose template text changed, in template order)."""
+    import os
+
+    import boto3
+    from moto.cloudformation import cloudformation_backends
+    from moto.cloudformation.custom_model import CustomModel
+    from moto.cloudformation.parsing import ResourceMap
+    from moto.moto_api._internal import mock_random
+
+    from inferstack.constructs.live_values_handler import load
+
+    read = load()
+    original_create = CustomModel.__dict__["create_from_cloudformation_json"].__func__
+    original_diff = ResourceMap.__dict__["build_resource_diff"]
+
+    def client_for(account_id: str, region_name: str):
+        def client(service: str):
+            return boto3.client(service, region_name=region_name, endpoint_url=os.environ.get(EMULATOR_URL_ENV),
+                                aws_access_key_id=account_id, aws_secret_access_key="live-values")
+        return client
+
+    def create_from_cloudformation_json(cls, resource_name, cloudformation_json, account_id, region_name, **kwargs):
+        if kwargs.get("ResourceType") != LIVE_VALUE:
+            return original_create(cls, resource_name, cloudformation_json, account_id, region_name, **kwargs)
+        resource = cls(region_name, str(mock_random.uuid4()), kwargs["LogicalId"], resource_name)
+        resource.live_value = True
+        cloudformation_backends[account_id][region_name].get_stack(kwargs["StackId"]).add_custom_resource(resource)
+        resource.set_data(read(cloudformation_json["Properties"]["Read"], client_for(account_id, region_name)))
+        return resource
+
+    def update_from_cloudformation_json(cls, original_resource, new_resource_name, cloudformation_json, account_id,
+                                        region_name):
+        # Other custom resources keep what they had: their handlers do not run here (reported as not run).
+        if getattr(original_resource, "live_value", False):
+            original_resource.set_data(read(cloudformation_json["Properties"]["Read"],
+                                            client_for(account_id, region_name)))
+        return original_resource
+
+    def build_resource_diff(self, other_template, parameters=None):
+        actions = original_diff(self, other_template, parameters)
+        new = other_template["Resources"]
+        readers = [name for name in actions["Modify"] if new[name].get("Type") == LIVE_VALUE]
+        if readers:
+            reading = [name for name in new if name in self._resource_json_map and name not in actions["Modify"]
+                       and _reads_any(new[name], set(readers))]
+            actions["Modify"] = readers + [n for n in actions["Modify"] if n not in readers] + reading
+        return actions
+
+    if "update_from_cloudformation_json" in CustomModel.__dict__:
+        raise RuntimeError("moto's CustomModel updates itself now: re-check the live-values patch")
+    undo_create = _replace(CustomModel, "create_from_cloudformation_json", classmethod(create_from_cloudformation_json))
+    CustomModel.update_from_cloudformation_json = classmethod(update_from_cloudformation_json)
+    undo_diff = _replace(ResourceMap, "build_resource_diff", build_resource_diff)
+
+    def undo() -> None:
+        undo_diff()
+        delattr(CustomModel, "update_from_cloudformation_json")
+        undo_create()
     return undo
 
 
@@ -620,6 +716,12 @@ PATCHES: tuple[Patch, ...] = (
           "an AWS::SageMaker::EndpointConfig whose variant names no model (an endpoint for inference components) "
           "fails in moto's CreateEndpointConfig (KeyError: 'ModelName')",
           _sagemaker_variant_without_model),
+    Patch("live-values",
+          "Custom::LiveValue (the deploy-time reader of live weights, ranges and copy counts) needs its Lambda, which "
+          "moto runs only in Docker, and moto never re-updates a resource whose Fn::GetAtt changed value: the "
+          "reader's own read function runs in the emulator's process on Create and Update, and what reads it is "
+          "updated after it",
+          _live_values),
     Patch("sagemaker-inference-components",
           "AWS::SageMaker::InferenceComponent is not modeled (skipped by CloudFormation) and the inference-component "
           "API is not implemented: a fleet member's stack gets no component, promote cannot read what it runs; "

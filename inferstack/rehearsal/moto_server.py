@@ -4,6 +4,7 @@ workarounds (moto_patches) applied in this process first. Binds 127.0.0.1 only."
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from inferstack.rehearsal import moto_patches
@@ -16,6 +17,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="apply only this patch (repeatable; default: every patch)")
     parser.add_argument("--no-patches", action="store_true", help="plain moto (to show a defect)")
     args = parser.parse_args(argv)
+    # The live-values patch sends its readers' calls back here.
+    os.environ[moto_patches.EMULATOR_URL_ENV] = f"http://127.0.0.1:{args.port}"
     if not args.no_patches:
         moto_patches.apply_all(args.patch)
     from moto import server

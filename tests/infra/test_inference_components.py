@@ -16,6 +16,7 @@ from inferstack import config
 from inferstack.capacity import packing
 from inferstack.constructs import triton_component
 from inferstack.triton import startup as triton_startup
+from tests.infra.live_values import on_create
 from tests.conftest import CONFIG_DIR
 from tests.infra.synth import synth
 from tests.infra.test_triton_endpoint import only, raw_yaml, resources
@@ -177,7 +178,10 @@ def test_member_component_on_the_shared_endpoint_from_the_plan(member, fleet):
     assert component_id == "TritonComponent690FBC78"  # pinned: a new id would replace the component
     props = component["Properties"]
     assert props["InferenceComponentName"] == f"{ENV}-{name}"
-    assert props["EndpointName"] == only(fleet, "AWS::SageMaker::Endpoint")[1]["Properties"]["EndpointName"]
+    # The endpoint by reference (its stack's export), not by its synth-time name: CloudFormation orders the
+    # component after the endpoint because of this reference itself, whatever else the stack imports.
+    endpoint_id, _ = only(fleet, "AWS::SageMaker::Endpoint")
+    assert props["EndpointName"] == {"Fn::ImportValue": export_of(fleet, {"Fn::GetAtt": [endpoint_id, "EndpointName"]})}
     assert props["VariantName"] == "AllTraffic"
     spec = props["Specification"]
     model_id, _ = only(template, "AWS::SageMaker::Model")
@@ -193,7 +197,11 @@ def test_member_component_on_the_shared_endpoint_from_the_plan(member, fleet):
     assert spec["StartupParameters"]["ContainerStartupHealthCheckTimeoutInSeconds"] == {
         "bert-large-classifier": 900, "t5-spelling": 540}[name]
     # A deploy starts one copy (it proves the model loads); scaled back to zero when idle.
-    assert (share.min_copies, props["RuntimeConfig"]) == (0, {"CopyCount": 1})
+    # CopyCount is read live at deploy time (an update re-sends it): one copy when the component is created.
+    reader_id, reader = only(template, "Custom::LiveValue")
+    assert props["RuntimeConfig"] == {"CopyCount": {"Fn::GetAtt": [reader_id, "CopyCount"]}}
+    assert (share.min_copies, reader["Properties"]["Read"]) == (0, {
+        "Kind": "copy-count", "InferenceComponentName": f"{ENV}-{name}", "Planned": 1})
     # The fleet scales to zero: a one-copy component cannot be rolled in batches (at most 50% of its copies).
     assert "DeploymentConfig" not in props
     access_id = next(k for k in resources(template, "AWS::IAM::Policy") if "SharedEndpointAccess" in k)
@@ -347,7 +355,7 @@ def test_copies_roll_in_batches_rolled_back_on_the_models_own_alarms(kept_copies
     templates, plan = kept_copies
     template = templates[name]
     props = only(template, "AWS::SageMaker::InferenceComponent")[1]["Properties"]
-    assert props["RuntimeConfig"] == {"CopyCount": 2}
+    assert on_create(template, props["RuntimeConfig"]["CopyCount"]) == 2
     deployment = props["DeploymentConfig"]
     assert deployment["RollingUpdatePolicy"] == {
         "MaximumBatchSize": {"Type": "CAPACITY_PERCENT", "Value": batch}, "WaitIntervalInSeconds": wait,

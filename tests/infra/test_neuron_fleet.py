@@ -17,6 +17,7 @@ from inferstack.capacity import packing
 from inferstack.constructs.neuron_ecs_service import CATCH_ALL_PRIORITY, MAX_TARGET_GROUPS, rule_priority
 from inferstack.delivery import stack_outputs
 from tests.infra.test_neuron_ecs_service import PINNED_IDS, image_asset, only
+from tests.infra.live_values import as_created
 
 FLEET = "intent-pack"
 MEMBERS = ("intent-bert", "duplicate-bert")  # port and core order
@@ -24,7 +25,9 @@ ENVS = ["dev", "staging", "prod"]
 
 
 def template(synthesized, env: str) -> Template:
-    return Template.from_json(synthesized.template(env, FLEET))
+    """The fleet's stack as a first deploy creates it (live-read weights and ranges at their planned values;
+    tests/infra/test_live_values.py tests that wiring)."""
+    return Template.from_json(as_created(synthesized.template(env, FLEET)))
 
 
 def plan_of(project, env: str) -> packing.NeuronFleetPlan:

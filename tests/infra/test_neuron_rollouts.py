@@ -21,6 +21,7 @@ from inferstack.neuron import deployment as neuron_deployment
 from inferstack.schema.models import Deployment
 from tests.conftest import CONFIG_DIR
 from tests.infra.test_neuron_ecs_service import build_direct, only
+from tests.infra.live_values import as_created
 
 ENVS = ["dev", "staging", "prod"]
 FLEET, FLEET_MEMBERS = "intent-pack", ("intent-bert", "duplicate-bert")
@@ -43,7 +44,8 @@ STACKS = sorted(EXPECTED)
 
 
 def resources(synthesized, stack: str, env: str) -> dict[str, dict]:
-    return synthesized.template(env, stack)["Resources"]
+    """As a first deploy creates them (live-read weights at their planned values: tests/infra/test_live_values.py)."""
+    return as_created(synthesized.template(env, stack))["Resources"]
 
 
 def served_models(stack: str) -> tuple[str, ...]:

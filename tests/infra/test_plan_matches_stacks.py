@@ -9,6 +9,7 @@ import json
 import pytest
 
 from tests.test_cli import run
+from tests.infra.live_values import as_created
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +60,7 @@ def test_dedicated_models_deploy_the_printed_capacity(printed, synthesized):
     for row in printed["models"]:
         if row["fleet"]:
             continue
-        template = synthesized.template(row["env"], row["model"])
+        template = as_created(synthesized.template(row["env"], row["model"]))
         (target,) = resources(template, "AWS::ApplicationAutoScaling::ScalableTarget")
         assert (target["MinCapacity"], target["MaxCapacity"]) == (row["instances_min"], row["instances_max"])
         expected = "ALBRequestCountPerTarget" if row["instance_type"].startswith("inf") else \
@@ -79,7 +80,7 @@ def test_neuron_fleets_deploy_the_printed_core_split_and_targets(printed, synthe
     fleets = [f for f in printed["fleets"] if f["kind"] == "neuron-cores"]
     assert {f["env"] for f in fleets} == {"dev", "staging", "prod"}
     for fleet in fleets:
-        template = synthesized.template(fleet["env"], fleet["fleet"])
+        template = as_created(synthesized.template(fleet["env"], fleet["fleet"]))
         (launch,) = resources(template, "AWS::EC2::LaunchTemplate")
         assert launch["LaunchTemplateData"]["InstanceType"] == fleet["instance_type"]
         (task,) = resources(template, "AWS::ECS::TaskDefinition")
@@ -101,7 +102,7 @@ def test_component_fleets_deploy_the_printed_instances_and_copies(printed, synth
     fleets = [f for f in printed["fleets"] if f["kind"] == "sagemaker-inference-components"]
     assert [f["env"] for f in fleets] == ["dev"]
     for fleet in fleets:
-        template = synthesized.template(fleet["env"], fleet["fleet"])
+        template = as_created(synthesized.template(fleet["env"], fleet["fleet"]))
         (endpoint_config,) = resources(template, "AWS::SageMaker::EndpointConfig")
         variant = endpoint_config["ProductionVariants"][0]
         assert variant["InstanceType"] == fleet["instance_type"]
@@ -109,7 +110,7 @@ def test_component_fleets_deploy_the_printed_instances_and_copies(printed, synth
         assert (scaling["MinInstanceCount"], scaling["MaxInstanceCount"]) == (fleet["instances_min"],
                                                                                fleet["instances_max"])
         for member in fleet["members"]:
-            member_template = synthesized.template(fleet["env"], member["model"])
+            member_template = as_created(synthesized.template(fleet["env"], member["model"]))
             (component,) = resources(member_template, "AWS::SageMaker::InferenceComponent")
             resources_needed = component["Specification"]["ComputeResourceRequirements"]
             assert (resources_needed["NumberOfAcceleratorDevicesRequired"], resources_needed["NumberOfCpuCoresRequired"],

@@ -50,7 +50,8 @@ PATCHES = ("sagemaker-endpoint-name", "sagemaker-variant-without-model", "sagema
 # Custom resources are created by invoking their provider Lambda and waiting for its response.
 UNRUNNABLE_PREFIX = "Custom::"
 UNRUNNABLE_REASON = "moto runs a custom resource by invoking its Lambda in Docker and waiting for the reply"
-MOTO_PATCHES = ("listener-forward-config", "ecs-service-load-balancers")
+# live-values: the deploy-time readers (Custom::LiveValue) run in moto's process, their own read function.
+MOTO_PATCHES = ("listener-forward-config", "ecs-service-load-balancers", "live-values")
 
 
 # moto warns on every access to a resource it skipped; the report lists them once (and a test checks the
@@ -133,7 +134,8 @@ def runnable_copy(template: dict, model_map: dict) -> tuple[dict, list[str]]:
     copied = copy.deepcopy(template)
     resources = copied["Resources"]
     unmodeled = {k for k, r in resources.items() if r["Type"] not in model_map}
-    removed = {k: UNRUNNABLE_REASON for k, r in resources.items() if r["Type"].startswith(UNRUNNABLE_PREFIX)}
+    removed = {k: UNRUNNABLE_REASON for k, r in resources.items()
+               if r["Type"].startswith(UNRUNNABLE_PREFIX) and r["Type"] != moto_patches.LIVE_VALUE}
     changed = True
     while changed:
         changed = False
@@ -205,7 +207,8 @@ def rehearsal(synthesized, project) -> Iterator[Rehearsal]:
     templates = {s.stack_name: synthesized.template(ENV, s.node.id) for s in stacks}
 
     with pytest.MonkeyPatch.context() as patch, moto_patches.applied(*PATCHES):
-        model_map = get_model_map()
+        # Custom::LiveValue is created by the live-values patch (its reader runs in moto's process).
+        model_map = {**get_model_map(), moto_patches.LIVE_VALUE: None}
         # The templates name dev's account in ARNs and bucket names: let moto be that account.
         patch.setenv("MOTO_ACCOUNT_ID", environment.account)
         for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
