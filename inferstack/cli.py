@@ -130,6 +130,19 @@ def _cmd_promote(args: argparse.Namespace) -> int:
         raise Failure(f"AWS: {exc}") from None
 
 
+def _cmd_rollback(args: argparse.Namespace) -> int:
+    from inferstack.delivery import ecr_images, rollback
+
+    try:
+        return rollback.run(args)
+    except rollback.RollbackUsageError as exc:
+        raise UsageError(str(exc)) from None
+    except (rollback.RollbackError, ecr_images.ImageError, aws_sessions.SessionError) as exc:
+        raise Failure(str(exc)) from None
+    except aws_sessions.AWS_ERRORS as exc:  # credentials, permissions, throttling
+        raise Failure(f"AWS: {exc}") from None
+
+
 def _cmd_smoke(args: argparse.Namespace) -> int:
     from inferstack.delivery import smoke
 
@@ -181,8 +194,9 @@ def build_parser() -> argparse.ArgumentParser:
     release_cmd.set_defaults(func=_cmd_release)
 
     # Imported lazily by their handlers (boto3 clients); the parsers are cheap.
-    from inferstack.delivery import promote, smoke
+    from inferstack.delivery import promote, rollback, smoke
     promote.add_parser(commands, _cmd_promote, DEFAULT_CONFIG_DIR)
+    rollback.add_parser(commands, _cmd_rollback, DEFAULT_CONFIG_DIR)
     smoke.add_parser(commands, _cmd_smoke, DEFAULT_CONFIG_DIR)
     return parser
 

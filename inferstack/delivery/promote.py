@@ -1,6 +1,8 @@
 """`python -m inferstack promote --from dev --to staging [--apply] [--manifest FILE]`: move the images a
 source environment runs into the target environment's registry, by digest, and write the target's pin
 file, so its next deploy runs exactly those images. Dry run by default: prints the plan, changes nothing.
+A pin written that differs from the last one is recorded in the pin history (config/pin_history.py), which
+`rollback` reads.
 
 What runs is read from the source, not from a build: stack outputs -> ECS service -> task definition
 image, or SageMaker endpoint -> endpoint config -> model -> container image (for a model on a fleet's
@@ -19,7 +21,7 @@ import boto3
 
 from inferstack import atomic_write
 from inferstack.delivery import aws_sessions, ecr_images, release, stack_outputs
-from inferstack.config import NeuronEcsModel, Project, loader
+from inferstack.config import NeuronEcsModel, Project, loader, pin_history
 from inferstack.config.loader import ImageUnit
 from inferstack.config.release_pin import PIN_FORMAT, PinnedImage, ReleaseIdentity, ReleasePin, dump
 
@@ -191,6 +193,11 @@ def run(args: argparse.Namespace) -> int:
                                    manifest_sha256=manifest_sha)
     target = project.environments[args.target]
     pin_path = loader.pin_path(project.config_dir, target) or project.config_dir / "releases" / f"{args.target}.json"
+    history = pin_history.history_path(pin_path, args.target)
+    try:  # read first: a corrupt history fails the command before anything is copied or written
+        entries = pin_history.read(history, args.target)
+    except pin_history.HistoryError as exc:
+        raise PromoteUsageError(str(exc)) from None
     sessions = {name: aws_sessions.session_for(name, project.environments[name], purpose="promote")
                 for name in (args.source, args.target)}
     steps = plan(project, args.source, args.target, sessions, manifest, args.manifest)
@@ -205,10 +212,18 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise PromoteError(f"{pin_path.parent}: cannot create: {exc.strerror or exc}") from None
     apply(steps, sessions[args.source], sessions[args.target])
+    pin = pin_for(steps, args.source, args.target, identity)
     try:
-        atomic_write.write_text(pin_path, dump(pin_for(steps, args.source, args.target, identity)))
+        atomic_write.write_text(pin_path, dump(pin))
     except OSError as exc:
         raise PromoteError(f"{pin_path}: cannot write: {exc.strerror or exc}") from None
+    # The history (`rollback` reads it) gains an entry when the pin changed; an unchanged re-run adds none.
+    if not entries or entries[-1].pin != pin:
+        try:
+            pin_history.append(history, pin_history.new_entry(pin, cwd=project.config_dir,
+                                                              promoted_from=args.source))
+        except pin_history.HistoryError as exc:
+            raise PromoteError(f"{exc} (the pin was written; the history does not record it)") from None
     print(f"wrote {pin_path}")
     if target.release is None:
         print(f"note: {args.target} does not deploy it yet: add `release: {{manifest: "
