@@ -168,7 +168,7 @@ def test_cli_fails_on_protected_replacement_only_when_asked(base, head_config, t
     assert result.returncode == 3, result.stderr
     assert f"dev/Foundation/{ra.VPC} (AWS::EC2::VPC)" in result.stderr
     data = json.loads(out.read_text())
-    assert data["schema_version"] == 1
+    assert data["schema_version"] == 2  # 2: one-sided environments are not counted; change classes
     assert data["protected_replacements"] == [f"dev/Foundation/{ra.VPC}"]
     (env,) = data["environments"]
     foundation = next(s for s in env["stacks"] if s["name"] == "Foundation")

@@ -9,16 +9,25 @@ import os
 import sys
 from pathlib import Path
 
-from inferstack.review import assembly, diagram, diff, render_json, render_markdown, schemas
+from inferstack.review import assembly, classes, diagram, diff, render_json, render_markdown, schemas
 
+# The report found what --fail-on-replace or --fail-on asked to fail on (usage and input errors are 2).
 EXIT_PROTECTED_REPLACEMENT = 3
+EXIT_FAIL_ON = EXIT_PROTECTED_REPLACEMENT
 
 
 class OutputError(Exception):
     """--out or --diagrams points somewhere that cannot be written."""
 
 
-INPUT_ERRORS = (assembly.AssemblyError, schemas.SchemasUnavailable, OutputError)
+INPUT_ERRORS = (assembly.AssemblyError, schemas.SchemasUnavailable, OutputError, diff.UnknownEnvironment)
+
+
+def _fail_on(value: str) -> list[str]:
+    try:
+        return classes.parse([value])
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def add_parser(commands: argparse._SubParsersAction, handler) -> None:
@@ -31,6 +40,11 @@ def add_parser(commands: argparse._SubParsersAction, handler) -> None:
     cmd.add_argument("--fail-on-replace", action="store_true",
                      help=f"exit {EXIT_PROTECTED_REPLACEMENT} when a protected (serving or stateful) resource "
                           "would be replaced")
+    cmd.add_argument("--fail-on", type=_fail_on, action="append", default=[], metavar="CLASS[,CLASS...]",
+                     help=f"exit {EXIT_FAIL_ON} when any change has one of these classes, one line per change on "
+                          f"stderr; repeatable; classes: {', '.join(diff.CLASSES)}, or {classes.ANY}")
+    cmd.add_argument("--env", action="append", metavar="ENV",
+                     help="compare only this environment (repeatable; default: every environment of either side)")
     cmd.add_argument("--out", type=Path, help="write the report to this file (default: standard output)")
     cmd.add_argument("--diagrams", type=Path, metavar="DIR",
                      help="write <env>.dot per environment here, and <env>.svg when graphviz `dot` is on PATH "
@@ -63,7 +77,7 @@ def _diagrams(head: assembly.Assembly, report: diff.Report, directory: Path,
         raise OutputError(f"--diagrams {directory}: cannot create: {exc.strerror or exc}") from None
     by_name = {e.name: e for e in report.environments}
     written = []
-    for env_name in head.environments:
+    for env_name in [n for n in head.environments if n in by_name]:  # --env restricts these too
         dot_path = directory / f"{diagram.file_name(env_name)}.dot"
         _write(dot_path, diagram.build(head, env_name, by_name.get(env_name)))
         svg_path, note = diagram.render_svg(dot_path)
@@ -89,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     if diagrams_dir is not None:
         _check_directory(diagrams_dir, "--diagrams")
 
-    report = diff.diff(base, head)
+    report = diff.diff(base, head, args.env)
     diagrams = (_diagrams(head, report, diagrams_dir, out.parent.resolve() if out else None)
                 if diagrams_dir is not None else None)
     if args.format == "json":
@@ -101,13 +115,22 @@ def run(args: argparse.Namespace) -> int:
     else:
         _write(out, text)
 
+    for env in report.one_sided():
+        print(f"{env.note}: its {len(env.stacks)} stack(s) not compared", file=sys.stderr)
+    status = 0
     protected = report.protected_replacements()
     if protected:
         names = ", ".join(f"{env}/{r.stack}/{r.logical_id} ({r.type})" for env, r in protected)
         print(f"{len(protected)} protected resource(s) would be replaced: {names}", file=sys.stderr)
         if args.fail_on_replace:
-            return EXIT_PROTECTED_REPLACEMENT
-    return 0
+            status = EXIT_PROTECTED_REPLACEMENT
+    wanted = [c for c in diff.CLASSES if any(c in given for given in args.fail_on)]
+    offending = classes.offending(report, wanted) if wanted else []
+    for line in offending:
+        print(f"fail-on: {line}", file=sys.stderr)
+    if offending:
+        status = EXIT_FAIL_ON
+    return status
 
 
 def _diagram_line(d: dict) -> str:

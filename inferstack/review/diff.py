@@ -8,10 +8,13 @@ import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from inferstack.review import schemas
 from inferstack.review.assembly import Assembly, Asset, Environment, Stack
+
+if TYPE_CHECKING:
+    from inferstack.review.summary import StackSummary
 
 # Serving and stateful resources: replacing one drops traffic or data (an inference component: its copies).
 # A VPC is here too: replacing it replaces every subnet, endpoint and service attached to it.
@@ -36,6 +39,12 @@ SCALING_TYPE_PREFIXES = ("AWS::ApplicationAutoScaling::", "AWS::AutoScaling::")
 SCALING_TYPES = frozenset({"AWS::ECS::CapacityProvider", "AWS::ECS::ClusterCapacityProviderAssociations"})
 SCALING_PROPERTIES = frozenset({"DesiredCount", "CapacityProviderStrategy", "DefaultCapacityProviderStrategy",
                                 "CapacityProviders", "InitialInstanceCount", "ManagedScaling"})
+
+# Classes of change a CI job can fail on (`--fail-on`); inferstack.review.classes assigns them.
+CLASSES = ("replaces-serving-resource", "interrupts-traffic", "resets-scaled-count", "touches-production-rule",
+           "adds", "removes")
+# DeletionPolicy / UpdateReplacePolicy values that keep the physical resource when CloudFormation lets go of it.
+RETAINING_POLICIES = ("Retain", "RetainExceptOnCreate")
 
 ASSET_HASH = re.compile(r"(?<![0-9a-f])[0-9a-f]{64}(?![0-9a-f])")
 # Legacy (pre-bootstrap-v2) synthesis names asset parameters after the hash, plus an id derived from it.
@@ -103,6 +112,13 @@ class ResourceChange:
     caused_by: list[dict] = field(default_factory=list)
     protected: bool = False
     categories: list[str] = field(default_factory=list)  # "iam", "security-groups", "scaling"
+    # CI change classes (inferstack.review.classes.CLASSES), in that order, and why each applies
+    classes: list[str] = field(default_factory=list)
+    class_reasons: dict[str, str] = field(default_factory=dict)
+    # The policy that keeps what CloudFormation would otherwise delete: "DeletionPolicy: Retain" for a removed
+    # resource (or the old one of a changed logical ID), "UpdateReplacePolicy: Retain" for the old physical
+    # resource of a replacement. None: deleted.
+    kept_by_policy: str | None = None
 
     @property
     def cascaded(self) -> bool:
@@ -117,7 +133,8 @@ class ResourceChange:
         return {
             "stack": self.stack, "logical_id": self.logical_id, "type": self.type, "base_type": self.base_type,
             "action": self.action, "construct_path": self.construct_path, "protected": self.protected,
-            "categories": self.categories, "replacement": self.replacement,
+            "categories": self.categories, "classes": self.classes, "class_reasons": self.class_reasons,
+            "kept_by_policy": self.kept_by_policy, "replacement": self.replacement,
             "replacement_reasons": self.replacement_reasons, "replacing_paths": self.replacing_paths,
             "replaces": self.replaces, "caused_by": self.caused_by, "changed_paths": self.changed_paths,
             "changes": [c.to_json() for c in self.changes],
@@ -125,17 +142,29 @@ class ResourceChange:
         }
 
 
+# An environment synthesized on one side only: most often a `cdk synth` of fewer environments (dev only) on
+# that side, not an environment created or deleted. Its stacks are listed and summarised, not compared.
+ONLY_IN_BASE, ONLY_IN_HEAD = "only-in-base", "only-in-head"
+ONE_SIDED = (ONLY_IN_BASE, ONLY_IN_HEAD)
+
+
 @dataclass
 class StackDiff:
     name: str
     stack_name: str
-    status: str  # "added" | "removed" | "modified" | "unchanged"
+    status: str  # "added" | "removed" | "modified" | "unchanged" | "only-in-base" | "only-in-head"
     resources: list[ResourceChange] = field(default_factory=list)
     template_changes: list[ValueChange] = field(default_factory=list)  # Outputs, Parameters, Conditions...
+    classes: list[str] = field(default_factory=list)  # ["adds"] for an added stack, ["removes"] for a removed one
+    # What the stack runs and may do, from its template: set for added, removed and one-sided stacks.
+    summary: StackSummary | None = None
+    resource_count: int = 0  # resources in its template (the head's; the base's when it is removed)
 
     def to_json(self) -> dict:
         return {"name": self.name, "stack_name": self.stack_name, "status": self.status,
-                "counts": counts(self.resources),
+                "classes": self.classes, "resource_count": self.resource_count,
+                "counts": counts(self.resources), "class_counts": class_counts(self.resources),
+                "summary": self.summary.to_json() if self.summary else None,
                 "resources": [r.to_json() for r in self.resources],
                 "template_changes": [c.to_json() for c in self.template_changes]}
 
@@ -143,17 +172,51 @@ class StackDiff:
 @dataclass
 class EnvironmentDiff:
     name: str
-    status: str  # "added" | "removed" | "modified" | "unchanged"
+    status: str  # "added" | "removed" | "modified" | "unchanged" | "only-in-base" | "only-in-head"
     stacks: list[StackDiff] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+
+    @property
+    def compared(self) -> bool:
+        return self.status not in ONE_SIDED
+
+    @property
+    def note(self) -> str | None:
+        if self.status == ONLY_IN_BASE:
+            return f"environment {self.name}: only in base (not synthesized in head?)"
+        if self.status == ONLY_IN_HEAD:
+            return f"environment {self.name}: only in head (not synthesized in base?)"
+        return None
 
     @property
     def resources(self) -> list[ResourceChange]:
         return [r for s in self.stacks for r in s.resources]
 
+    def retirement(self) -> dict | None:
+        """What a removal deletes and what its policies keep, when this environment removes anything."""
+        # A changed logical ID removes the old one too (CloudFormation deletes it after creating the new one).
+        removed = [r for r in self.resources if r.action == "removed" or r.replaces]
+        if not removed:
+            return None
+        return {
+            "removed_stacks": [s.name for s in self.stacks if s.status == "removed"],
+            "deleted": sum(not r.kept_by_policy for r in removed),
+            "kept": [{"stack": r.stack, "logical_id": (r.replaces or {}).get("logical_id", r.logical_id),
+                      "type": r.base_type or r.type, "policy": r.kept_by_policy}
+                     for r in removed if r.kept_by_policy],
+            "ecr_images": ECR_IMAGES_NOTE,
+        }
+
     def to_json(self) -> dict:
-        return {"name": self.name, "status": self.status, "counts": counts(self.resources),
-                "warnings": self.warnings, "stacks": [s.to_json() for s in self.stacks]}
+        return {"name": self.name, "status": self.status, "note": self.note, "counts": counts(self.resources),
+                "class_counts": class_counts(self.resources), "warnings": self.warnings,
+                "retirement": self.retirement(), "stacks": [s.to_json() for s in self.stacks]}
+
+
+# What retiring a model never deletes: its images are in the CDK bootstrap repository (dev) and in the
+# promoted repositories the release process copies them to; no stack of this app owns an ECR repository.
+ECR_IMAGES_NOTE = ("ECR images are never deleted by a stack removal: they live in the bootstrap and promoted "
+                   "repositories, which no stack here owns")
 
 
 @dataclass
@@ -161,6 +224,7 @@ class Report:
     base: str
     head: str
     environments: list[EnvironmentDiff]
+    selected: list[str] | None = None  # --env, when given
 
     @property
     def resources(self) -> list[ResourceChange]:
@@ -169,14 +233,30 @@ class Report:
     def protected_replacements(self) -> list[tuple[str, ResourceChange]]:
         return [(e.name, r) for e in self.environments for r in e.resources if r.protected and r.replacement]
 
+    def one_sided(self) -> list[EnvironmentDiff]:
+        return [e for e in self.environments if not e.compared]
+
     def to_json(self) -> dict:
         return {
-            "schema_version": 1, "base": self.base, "head": self.head,
-            "counts": counts(self.resources),
+            "schema_version": SCHEMA_VERSION, "base": self.base, "head": self.head,
+            "selected_environments": self.selected,
+            "counts": counts(self.resources), "class_counts": class_counts(self.resources),
             "protected_replacements": [f"{env}/{r.stack}/{r.logical_id}"
                                        for env, r in self.protected_replacements()],
+            "environments_only_in_base": [e.name for e in self.environments if e.status == ONLY_IN_BASE],
+            "environments_only_in_head": [e.name for e in self.environments if e.status == ONLY_IN_HEAD],
             "environments": [e.to_json() for e in self.environments],
         }
+
+
+# 2: an environment synthesized on one side only is "only-in-base"/"only-in-head" and its stacks are not
+# counted (1 called it "removed"/"added" and counted every resource); per-change classes, summaries.
+SCHEMA_VERSION = 2
+
+
+def class_counts(resources: list[ResourceChange]) -> dict[str, int]:
+    """Resource changes per CI class (every class, zero included)."""
+    return {c: sum(c in r.classes for r in resources) for c in CLASSES}
 
 
 def counts(resources: list[ResourceChange]) -> dict[str, int]:
@@ -462,7 +542,17 @@ def _whole(stack: Stack, logical_id: str, action: str) -> ResourceChange:
     resource = stack.resources[logical_id]
     change = _new_change(stack, logical_id, resource, action)
     change.categories = _categories(change, [], resource)
+    if action == "removed":
+        change.kept_by_policy = _kept_by(resource, "DeletionPolicy")
     return change
+
+
+def _kept_by(resource: dict, attribute: str) -> str | None:
+    """"DeletionPolicy: Retain" when that policy keeps the resource CloudFormation lets go of. A removal
+    (from the template or with the whole stack) follows DeletionPolicy; the old physical resource of a
+    replacement follows UpdateReplacePolicy."""
+    policy = resource.get(attribute)
+    return f"{attribute}: {policy}" if policy in RETAINING_POLICIES else None
 
 
 def _template_changes(base: dict, head: dict) -> tuple[list[ValueChange], list[AssetUpdate]]:
@@ -513,7 +603,7 @@ def _diff_stack(base: Stack | None, head: Stack | None, assets: dict[str, Asset]
     if base is None or head is None:
         action = "added" if base is None else "removed"
         resources = [_whole(stack, lid, action) for lid in sorted(stack.resources)]
-        return StackDiff(stack.name, stack.stack_name, action, resources)
+        return StackDiff(stack.name, stack.stack_name, action, resources, resource_count=len(stack.resources))
     changes: dict[str, ResourceChange] = {}
     for logical_id in sorted(set(base.resources) | set(head.resources)):
         if logical_id not in base.resources:
@@ -526,13 +616,17 @@ def _diff_stack(base: Stack | None, head: Stack | None, assets: dict[str, Asset]
                 changes[logical_id] = change
     _pair_renamed(changes)
     _cascade(head, base, changes, head.region)
+    for change in changes.values():
+        if change.replacement and change.action in ("modified", "asset-update"):
+            change.kept_by_policy = _kept_by(head.resources[change.logical_id], "UpdateReplacePolicy")
     template_changes, template_assets = _template_changes(base.template, head.template)
     if template_assets:
         changes["(template)"] = ResourceChange(stack=head.name, logical_id="(template)", type="(template)",
                                                action="asset-update", asset_updates=template_assets)
     resources = sorted(changes.values(), key=lambda c: c.logical_id)
     status = "modified" if resources or template_changes else "unchanged"
-    return StackDiff(head.name, head.stack_name, status, resources, template_changes)
+    return StackDiff(head.name, head.stack_name, status, resources, template_changes,
+                     resource_count=len(head.resources))
 
 
 def _pair_renamed(changes: dict[str, ResourceChange]) -> None:
@@ -553,15 +647,22 @@ def _mark_as_successor(change: ResourceChange, old: ResourceChange, reason: str)
     change.replacement = "always"
     _reason(change, None, f"{reason}: CloudFormation creates a new resource and deletes the old one")
     change.protected |= old.protected
+    change.kept_by_policy = old.kept_by_policy  # the old logical ID is removed: its DeletionPolicy applies
     if old.type != change.type:
         change.base_type = old.type
 
 
 def _pair_moved(stacks: list[StackDiff]) -> None:
-    """The same logical ID and type leaving one stack of an environment and arriving in another."""
+    """The same logical ID and type leaving one stack of an environment and arriving in another. Not from a
+    stack removed whole to one added whole: sibling stacks share logical IDs (every Triton model stack has
+    TritonModel4CE37371), so a model retired and another added in one change are a removal and an addition,
+    not a move (and the new component does not "replace" the retired one's)."""
     removed = {(c.logical_id, c.type): (s, c) for s in stacks for c in s.resources if c.action == "removed"}
     for stack in stacks:
         for change in stack.resources:
+            source = removed.get((change.logical_id, change.type), (None,))[0]
+            if source is not None and source.status == "removed" and stack.status == "added":
+                continue
             if change.action != "added" or (change.logical_id, change.type) not in removed:
                 continue
             source, old = removed.pop((change.logical_id, change.type))
@@ -607,6 +708,11 @@ def _imports(value: Any, path: Path) -> Iterator[tuple[Path, str]]:
 
 
 def diff_environment(name: str, base: Environment | None, head: Environment | None) -> EnvironmentDiff:
+    # Reads what this module computed: imported here, not at the top, as both import this module.
+    from inferstack.review import classes, summary
+
+    if base is None or head is None:
+        return _one_sided(name, base, head)
     base_stacks = base.stacks if base else {}
     head_stacks = head.stacks if head else {}
     # Hashes are looked up on both sides: the head's manifests name new assets, the base's old ones.
@@ -615,12 +721,41 @@ def diff_environment(name: str, base: Environment | None, head: Environment | No
               for s in sorted(set(base_stacks) | set(head_stacks))]
     _pair_moved(stacks)
     warnings = _export_warnings(head, stacks) if head else []
-    status = ("added" if base is None else "removed" if head is None
-              else "modified" if any(s.status != "unchanged" for s in stacks) else "unchanged")
-    return EnvironmentDiff(name, status, stacks, warnings)
+    status = "modified" if any(s.status != "unchanged" for s in stacks) else "unchanged"
+    env_diff = EnvironmentDiff(name, status, stacks, warnings)
+    classes.classify(env_diff, base, head)
+    for stack in stacks:
+        if stack.status in ("added", "removed"):
+            stack.summary = summary.summarize((head if stack.status == "added" else base).stacks[stack.name])
+    return env_diff
 
 
-def diff(base: Assembly, head: Assembly) -> Report:
+def _one_sided(name: str, base: Environment | None, head: Environment | None) -> EnvironmentDiff:
+    """An environment one side did not synthesize: its stacks listed and summarised, not counted as added
+    or removed, not classified, not flagged."""
+    from inferstack.review import summary
+
+    env = head or base
+    assert env is not None
+    status = ONLY_IN_HEAD if base is None else ONLY_IN_BASE
+    stacks = [StackDiff(s.name, s.stack_name, status, resource_count=len(s.resources), summary=summary.summarize(s))
+              for _, s in sorted(env.stacks.items())]
+    return EnvironmentDiff(name, status, stacks)
+
+
+class UnknownEnvironment(ValueError):
+    """--env names an environment neither assembly has."""
+
+
+def diff(base: Assembly, head: Assembly, environments: list[str] | None = None) -> Report:
+    """Every environment of either assembly, or only `environments` (each in at least one of them)."""
     names = sorted(set(base.environments) | set(head.environments))
+    if environments:
+        unknown = [e for e in dict.fromkeys(environments) if e not in names]
+        if unknown:
+            raise UnknownEnvironment(f"--env {', '.join(unknown)}: in neither assembly; environments: "
+                                     f"{', '.join(names)}")
+        names = [n for n in names if n in environments]
     return Report(str(base.path), str(head.path),
-                  [diff_environment(n, base.environments.get(n), head.environments.get(n)) for n in names])
+                  [diff_environment(n, base.environments.get(n), head.environments.get(n)) for n in names],
+                  selected=sorted(set(environments)) if environments else None)
