@@ -571,6 +571,32 @@ def _sagemaker_inference_components() -> Undo:
     return undo
 
 
+# ----------------------------------------------------------------------------- deleted-stack-outputs
+
+def _deleted_stack_outputs() -> Undo:
+    """moto resolves a stack's outputs and exports each time DescribeStacks serializes them, through its resource
+    map, which creates any resource it does not hold. Once the stack is deleted it holds none: describing the
+    deleted stack (the CDK CLI does, by stack id, while `cdk destroy` waits) creates again every resource an
+    exported output references (a SageMaker endpoint by its fixed name, a security group). A deleted stack has no
+    outputs or exports to report: say so, without resolving anything."""
+    from moto.cloudformation.models import Stack
+
+    original_outputs, original_exports = Stack.__dict__["outputs"], Stack.__dict__["exports"]
+
+    def deleted(stack) -> bool:
+        return str(getattr(stack, "status", "")).startswith("DELETE_COMPLETE")
+
+    undo_outputs = _replace(Stack, "outputs", property(
+        lambda self: None if deleted(self) else original_outputs.fget(self)))
+    undo_exports = _replace(Stack, "exports", property(
+        lambda self: [] if deleted(self) else original_exports.fget(self)))
+
+    def undo() -> None:
+        undo_exports()
+        undo_outputs()
+    return undo
+
+
 # ----------------------------------------------------------------------------- live-values
 
 LIVE_VALUE = "Custom::LiveValue"
@@ -716,6 +742,10 @@ PATCHES: tuple[Patch, ...] = (
           "an AWS::SageMaker::EndpointConfig whose variant names no model (an endpoint for inference components) "
           "fails in moto's CreateEndpointConfig (KeyError: 'ModelName')",
           _sagemaker_variant_without_model),
+    Patch("deleted-stack-outputs",
+          "DescribeStacks of a deleted stack (what `cdk destroy` polls) resolves its exported outputs again and so "
+          "creates again the resources they reference: after the destroy, the shared endpoint exists again",
+          _deleted_stack_outputs),
     Patch("live-values",
           "Custom::LiveValue (the deploy-time reader of live weights, ranges and copy counts) needs its Lambda, which "
           "moto runs only in Docker, and moto never re-updates a resource whose Fn::GetAtt changed value: the "
