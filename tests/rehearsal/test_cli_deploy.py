@@ -504,6 +504,61 @@ def test_patch_sagemaker_inference_components(moto_env):
             assert moto_patches.INFERENCE_COMPONENT not in get_model_map()  # undone
 
 
+# ----------------------------------------------------------------------------- deleted-stack-outputs
+
+def test_patch_deleted_stack_outputs(moto_env):
+    """Describing a deleted stack by id (cdk destroy polls it) must not create what its exports reference."""
+    template = {**_endpoint_stack("dev-shared"), "Outputs": {"Name": {
+        "Value": {"Fn::GetAtt": ["Endpoint", "EndpointName"]}, "Export": {"Name": "shared-endpoint"}}}}
+
+    def deleted_stack_described() -> list[str]:
+        cloudformation, sagemaker = boto3.client("cloudformation"), boto3.client("sagemaker")
+        stack_id = cloudformation.create_stack(StackName="shared", TemplateBody=json.dumps(template))["StackId"]
+        cloudformation.delete_stack(StackName=stack_id)
+        assert cloudformation.describe_stacks(StackName=stack_id)["Stacks"][0]["StackStatus"] == "DELETE_COMPLETE"
+        return [e["EndpointName"] for e in sagemaker.list_endpoints()["Endpoints"]]
+
+    with mock_aws(), moto_patches.applied("sagemaker-endpoint-name"):
+        assert deleted_stack_described() == ["dev-shared"]  # created again by describing the deleted stack
+    with mock_aws(), moto_patches.applied("sagemaker-endpoint-name", "deleted-stack-outputs"):
+        assert deleted_stack_described() == []
+
+
+# ----------------------------------------------------------------------------- live-values
+
+def test_patch_live_values(moto_env):
+    """The reader runs in moto (its own read function) on create and again on update, and a resource reading it
+    is updated after it although its own template text did not change."""
+    def template(planned: int) -> dict:
+        return {"Resources": {
+            "Function": {"Type": "AWS::Lambda::Function", "Properties": {
+                "Role": "arn:aws:iam::123456789012:role/reader", "Runtime": "python3.12", "Handler": "index.handler",
+                "Code": {"ZipFile": "def handler(event, context): pass"}}},
+            "Reader": {"Type": moto_patches.LIVE_VALUE, "Properties": {
+                "ServiceToken": {"Fn::GetAtt": ["Function", "Arn"]},
+                "Read": {"Kind": "copy-count", "InferenceComponentName": "dev-member", "Planned": planned}}},
+            "Copies": {"Type": "AWS::SSM::Parameter", "Properties": {
+                "Name": "/rehearsal/copies", "Type": "String", "Value": {"Fn::GetAtt": ["Reader", "CopyCount"]}}}}}
+
+    def copies() -> str:
+        return boto3.client("ssm").get_parameter(Name="/rehearsal/copies")["Parameter"]["Value"]
+
+    with mock_aws(config={"lambda": {"use_docker": False}}), moto_patches.applied("custom-resources-without-docker"):
+        boto3.client("iam").create_role(RoleName="reader", AssumeRolePolicyDocument="{}")
+        cloudformation = boto3.client("cloudformation")
+        with pytest.raises(cloudformation.exceptions.ClientError, match="Value '' at 'value'"):
+            # the reader answered nothing: what reads it gets an empty value and the stack fails
+            cloudformation.create_stack(StackName="plain", TemplateBody=json.dumps(template(2)))
+    with mock_aws(config={"lambda": {"use_docker": False}}), moto_patches.applied(
+            "custom-resources-without-docker", "live-values", "sagemaker-inference-components"):
+        boto3.client("iam").create_role(RoleName="reader", AssumeRolePolicyDocument="{}")
+        cloudformation = boto3.client("cloudformation")
+        cloudformation.create_stack(StackName="patched", TemplateBody=json.dumps(template(2)))
+        assert copies() == "2"  # no component yet: the planned count
+        cloudformation.update_stack(StackName="patched", TemplateBody=json.dumps(template(3)))
+        assert copies() == "3"  # the reader read again, and the parameter reading it was updated after it
+
+
 # ----------------------------------------------------------------------------- the rehearsal itself
 
 @pytest.mark.cli_rehearsal
