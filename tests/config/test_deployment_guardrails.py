@@ -45,6 +45,8 @@ def test_an_off_hours_minimum_counts_as_the_fleet():
 
     from inferstack import config
     from inferstack.capacity import planning
+    from aws_cdk import aws_logs as logs
+
     from inferstack.constructs.triton_endpoint import TritonEndpoint
     from inferstack.schema.models import OffHours
     from tests.conftest import CONFIG_DIR
@@ -64,6 +66,7 @@ def test_an_off_hours_minimum_counts_as_the_fleet():
         image_repository=ecr.Repository.from_repository_name(stack, "Repo", "serving"), vpc=vpc,
         subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
         key=kms.Key.from_key_arn(stack, "Key", "arn:aws:kms:us-west-2:333333333333:key/0"),
-        alarm_topic_arn="arn:aws:sns:us-west-2:333333333333:topic", removal_policy=cdk.RemovalPolicy.DESTROY)
+        alarm_topic_arn="arn:aws:sns:us-west-2:333333333333:topic", removal_policy=cdk.RemovalPolicy.DESTROY,
+        log_group=logs.LogGroup.from_log_group_name(stack, "Logs", "serving"))
     assert model.deployment.strategy == "canary"
     assert endpoint.deployment.strategy == "all-at-once"
