@@ -61,13 +61,14 @@ def main() -> int:
             return 2
         return synthesize_shard(app, project, shard)
     try:
+        deployed = {env: [m.name for m in project.models_in(env)] for env in names}  # a model's deploy_in
         workers = 1 if with_pipeline else synth_shards.worker_count(
-            app.node.try_get_context("inferstack:synth-workers"), len(names) * len(model_names))
+            app.node.try_get_context("inferstack:synth-workers"), sum(len(m) for m in deployed.values()))
     except ValueError as exc:
         print(exc, file=sys.stderr)
         return 2
     if workers > 1:
-        shards = synth_shards.plan_shards(names, model_names, workers, together=shard_groups(project, names))
+        shards = synth_shards.plan_shards(names, deployed, workers, together=shard_groups(project, names))
 
         def synth_here(shard: synth_shards.Shard, outdir: Path) -> int:
             return synthesize_shard(cdk.App(outdir=str(outdir), post_cli_context=POST_CLI_CONTEXT), project, shard)

@@ -4,6 +4,10 @@ Tests and benchmarks need a real model directory (config, weights, tokenizer) wi
 downloads; this writes one with ``save_pretrained``, deterministically (fixed seed, generated vocab).
 
     python benchmarks/make_tiny_model.py --kind bert --out /tmp/tiny-bert
+
+Kinds are Hugging Face model types (inferstack/schema/families.py): bert, distilbert and roberta sequence
+classifiers, each with its architecture's tokenizer (BERT's WordPiece emitting token_type_ids; DistilBERT's
+without them; RoBERTa's byte-level BPE, pad id 1, positions offset past it), and a t5 encoder-decoder.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from pathlib import Path
 
 SPECIAL_BERT = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 SPECIAL_T5 = ["<pad>", "</s>", "<unk>"]
+SPECIAL_ROBERTA = ["<s>", "<pad>", "</s>", "<unk>"]  # RoBERTa's ids 0-3; <mask> comes last
+KINDS = ("bert", "distilbert", "roberta", "t5")
 DEFAULT_LABELS = ("negative", "positive")
 
 
@@ -39,9 +45,11 @@ def generated_words(limit: int) -> list[str]:
     return words[:limit]
 
 
-def build_bert_tokenizer(vocab_size: int):
+def build_bert_tokenizer(vocab_size: int, kind: str = "bert"):
+    """BERT's WordPiece tokenizer; for DistilBERT the same vocabulary under DistilBERT's tokenizer class,
+    which emits no token_type_ids (its model_input_names)."""
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
-    from transformers import BertTokenizerFast
+    from transformers import BertTokenizerFast, DistilBertTokenizerFast
 
     vocab = {tok: i for i, tok in enumerate(SPECIAL_BERT + generated_words(vocab_size - len(SPECIAL_BERT)))}
     tok = Tokenizer(models.WordPiece(vocab=vocab, unk_token="[UNK]", max_input_chars_per_word=100))
@@ -53,7 +61,8 @@ def build_bert_tokenizer(vocab_size: int):
         special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])],
     )
     tok.decoder = decoders.WordPiece(prefix="##")
-    return BertTokenizerFast(
+    tokenizer_class = DistilBertTokenizerFast if kind == "distilbert" else BertTokenizerFast
+    return tokenizer_class(
         tokenizer_object=tok,
         unk_token="[UNK]",
         sep_token="[SEP]",
@@ -61,6 +70,22 @@ def build_bert_tokenizer(vocab_size: int):
         cls_token="[CLS]",
         mask_token="[MASK]",
     )
+
+
+def build_roberta_tokenizer(vocab_size: int):
+    """RoBERTa's byte-level BPE: every byte a token (so nothing is ever unknown), <s> text </s>, pad id 1.
+    `vocab_size` is not used: the 256 bytes, the specials and <mask> make its vocabulary."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
+    from transformers import RobertaTokenizerFast
+
+    words = SPECIAL_ROBERTA + sorted(pre_tokenizers.ByteLevel.alphabet()) + ["<mask>"]
+    vocab = {tok: i for i, tok in enumerate(words)}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.post_processor = processors.RobertaProcessing(("</s>", vocab["</s>"]), ("<s>", vocab["<s>"]))
+    return RobertaTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", sep_token="</s>",
+                                cls_token="<s>", unk_token="<unk>", pad_token="<pad>", mask_token="<mask>")
 
 
 def build_t5_tokenizer(vocab_size: int):
@@ -86,11 +111,23 @@ def build_t5_tokenizer(vocab_size: int):
     return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="</s>", unk_token="<unk>")
 
 
+def build_tokenizer(kind: str, vocab_size: int):
+    if kind in ("bert", "distilbert"):
+        return build_bert_tokenizer(vocab_size, kind)
+    if kind == "roberta":
+        return build_roberta_tokenizer(vocab_size)
+    return build_t5_tokenizer(vocab_size)
+
+
 def build_model(kind: str, vocab_size: int, labels: tuple[str, ...], layers: int, hidden: int, max_len: int, heads: int | None = None):
     import torch
-    from transformers import BertConfig, BertForSequenceClassification, T5Config, T5ForConditionalGeneration
+    from transformers import (BertConfig, BertForSequenceClassification, DistilBertConfig,
+                              DistilBertForSequenceClassification, RobertaConfig, RobertaForSequenceClassification,
+                              T5Config, T5ForConditionalGeneration)
 
     torch.manual_seed(0)
+    classifier = dict(num_labels=len(labels), id2label=dict(enumerate(labels)),
+                      label2id={label: i for i, label in enumerate(labels)})
     if kind == "bert":
         config = BertConfig(
             vocab_size=vocab_size,
@@ -99,11 +136,21 @@ def build_model(kind: str, vocab_size: int, labels: tuple[str, ...], layers: int
             num_attention_heads=heads or max(1, hidden // 16),
             intermediate_size=hidden * 4,
             max_position_embeddings=max_len,
-            num_labels=len(labels),
-            id2label=dict(enumerate(labels)),
-            label2id={label: i for i, label in enumerate(labels)},
+            **classifier,
         )
         return BertForSequenceClassification(config).eval()
+    if kind == "distilbert":
+        config = DistilBertConfig(vocab_size=vocab_size, dim=hidden, n_layers=layers, n_heads=heads or max(1, hidden // 16),
+                                  hidden_dim=hidden * 4, max_position_embeddings=max_len, pad_token_id=0, **classifier)
+        return DistilBertForSequenceClassification(config).eval()
+    if kind == "roberta":
+        # As real RoBERTa checkpoints: positions start after the pad id (1), so max_len tokens need max_len + 2
+        # position embeddings (roberta-base: 514 for 512), and one token type.
+        config = RobertaConfig(vocab_size=vocab_size, hidden_size=hidden, num_hidden_layers=layers,
+                               num_attention_heads=heads or max(1, hidden // 16), intermediate_size=hidden * 4,
+                               max_position_embeddings=max_len + 2, type_vocab_size=1, pad_token_id=1,
+                               bos_token_id=0, eos_token_id=2, **classifier)
+        return RobertaForSequenceClassification(config).eval()
     config = T5Config(
         vocab_size=vocab_size,
         d_model=hidden,
@@ -121,14 +168,14 @@ def build_model(kind: str, vocab_size: int, labels: tuple[str, ...], layers: int
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--kind", choices=("bert", "t5"), required=True)
+    parser.add_argument("--kind", choices=KINDS, required=True)
     parser.add_argument("--out", required=True, type=Path, help="directory to create (must not exist or be empty)")
-    parser.add_argument("--labels", default=",".join(DEFAULT_LABELS), help="comma-separated class labels (bert)")
+    parser.add_argument("--labels", default=",".join(DEFAULT_LABELS), help="comma-separated class labels (classifiers)")
     parser.add_argument("--vocab-size", type=int, default=1000)
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--hidden-size", type=int, default=32)
     parser.add_argument(
-        "--attention-heads", type=int, default=None, help="bert: attention heads (default hidden size / 16; BERT-Tiny has 2)"
+        "--attention-heads", type=int, default=None, help="classifiers: attention heads (default hidden size / 16; BERT-Tiny has 2)"
     )
     parser.add_argument("--max-position", type=int, default=512)
     args = parser.parse_args(argv)
@@ -151,7 +198,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    tokenizer = build_bert_tokenizer(args.vocab_size) if args.kind == "bert" else build_t5_tokenizer(args.vocab_size)
+    tokenizer = build_tokenizer(args.kind, args.vocab_size)
     model = build_model(
         args.kind, len(tokenizer), args.labels, args.layers, args.hidden_size, args.max_position, args.attention_heads
     )

@@ -53,11 +53,13 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     rows = plan_report.build(project, envs, compare=args.compare)
     fleets = plan_report.build_fleets(project, envs)
     generations = plan_report.build_generations(project, envs) if args.compare else []
+    absent = plan_report.not_deployed(project, envs)
     if args.json:
-        print(plan_report.to_json(rows, fleets, generations))
+        print(plan_report.to_json(rows, fleets, generations, absent))
     else:
         print(plan_report.to_table(rows))
-        for section in (plan_report.fleets_to_text(fleets), plan_report.generations_to_text(generations)):
+        for section in (plan_report.not_deployed_to_text(absent), plan_report.fleets_to_text(fleets),
+                        plan_report.generations_to_text(generations)):
             if section:
                 print()
                 print(section)

@@ -85,7 +85,7 @@ def triton_base_images(project: Project, env_names: Sequence[str]) -> dict[str, 
     images = {}
     for env_name in env_names:
         environment = project.environments[env_name]
-        for model in project.models:
+        for model in project.models_in(env_name):
             if isinstance(model, TritonSageMakerModel):
                 # On a fleet's shared endpoint the image is built for the fleet's instance type (ServingStack).
                 fleet = project.fleet_of(model.name, env_name)

@@ -79,12 +79,14 @@ def smoke_role_for(project: Project, env_name: str) -> SmokeRole:
 
 def add_stages(app: cdk.App, project: Project, env_names: Sequence[str],
                only: Mapping[str, Sequence[str]] | None = None) -> dict[str, InferenceStage]:
-    """`only`: environment -> the models to build there (a synth shard); default every model."""
+    """`only`: environment -> the models to build there (a synth shard); default every model deployed there
+    (a model file's `deploy_in`)."""
     def models(env_name: str) -> list[Model]:
+        deployed = project.models_in(env_name)
         if only is None:
-            return list(project.models)
+            return deployed
         wanted = set(only[env_name])
-        return [m for m in project.models if m.name in wanted]
+        return [m for m in deployed if m.name in wanted]
 
     return {name: InferenceStage(app, name, environment=project.environments[name], models=models(name),
                                  smoke_role=smoke_role_for(project, name), release=project.releases.get(name),

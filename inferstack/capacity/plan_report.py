@@ -71,9 +71,10 @@ def _row(project: Project, model, env: str, instance_type: str | None = None) ->
 
 
 def build(project: Project, envs: Sequence[str], *, compare: bool = False) -> list[PlanRow]:
+    """A row per model and environment it is deployed in (not_deployed() names the others)."""
     rows = []
     for env in envs:
-        for model in project.models:
+        for model in project.models_in(env):
             row = _row(project, model, env)
             fleet = project.fleet_of(model.name, env)
             if fleet is not None:
@@ -88,6 +89,24 @@ def build(project: Project, envs: Sequence[str], *, compare: bool = False) -> li
                                  "cheapest": best is not None and best.instance_type == row.instance_type})
             rows.append(row)
     return rows
+
+
+@dataclass(frozen=True)
+class NotDeployed:
+    model: str
+    env: str
+    deploy_in: tuple[str, ...]
+
+
+def not_deployed(project: Project, envs: Sequence[str]) -> list[NotDeployed]:
+    """The models whose `deploy_in` leaves out one of `envs`: no stack there, so nothing to plan or price."""
+    return [NotDeployed(model.name, env, tuple(model.deploy_in or ()))
+            for env in envs for model in project.models if not model.deploys_in(env)]
+
+
+def not_deployed_to_text(rows: Sequence[NotDeployed]) -> str:
+    return "\n".join(f"{row.model}: not deployed in {row.env} (deploy_in: {', '.join(row.deploy_in)})"
+                     for row in rows)
 
 
 def _plannable(model, env: str, environment, instance_type: str) -> bool:
@@ -192,7 +211,7 @@ def _member(result: packing.FleetPlan, share) -> FleetMemberRow:
 
 
 def to_json(rows: Sequence[PlanRow], fleets: Sequence[FleetRow] = (),
-            generations: Sequence[GenerationRow] = ()) -> str:
+            generations: Sequence[GenerationRow] = (), absent: Sequence[NotDeployed] = ()) -> str:
     def clean(row: PlanRow) -> dict:
         data = asdict(row)
         if not row.compare:
@@ -205,7 +224,8 @@ def to_json(rows: Sequence[PlanRow], fleets: Sequence[FleetRow] = (),
         data["cost"]["monthly_saving_at_min"] = row.cost.monthly_saving_at_min
         return data
     return json.dumps({"models": [clean(r) for r in rows], "fleets": [fleet(f) for f in fleets],
-                       "generations": [asdict(g) for g in generations]}, indent=2)
+                       "generations": [asdict(g) for g in generations],
+                       "not_deployed": [asdict(a) for a in absent]}, indent=2)
 
 
 def fleets_to_text(fleets: Sequence[FleetRow]) -> str:
@@ -245,7 +265,7 @@ def to_table(rows: Sequence[PlanRow]) -> str:
         for option in row.compare:
             label = ("* " if option.cheapest else "  ") + ("(deployed)" if option.deployed else "")
             lines.append(_cells(option, "", label.rstrip()))
-    widths = [max(len(c), *(len(line[i]) for line in lines)) for i, c in enumerate(_COLUMNS)]
+    widths = [max([len(c), *(len(line[i]) for line in lines)]) for i, c in enumerate(_COLUMNS)]
     fmt = "  ".join(f"{{:<{w}}}" if i < 3 else f"{{:>{w}}}" for i, w in enumerate(widths))
     out = [fmt.format(*_COLUMNS), fmt.format(*("-" * w for w in widths))]
     out += [fmt.format(*line) for line in lines]
@@ -312,6 +332,8 @@ def build_generations(project: Project, envs: Sequence[str]) -> list[GenerationR
     for env in envs:
         environment = project.environments[env]
         for old, new in generation_pairs(project):
+            if not (old.deploys_in(env) and new.deploys_in(env)):
+                continue  # planned only where both are deployed (and so validated)
             slo = old.slo_for(env)
             options = []
             for model in (old, new):

@@ -3,6 +3,7 @@ pairs so the loader can attach file and line; nothing here raises on the first p
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 
@@ -29,10 +30,35 @@ def _capacity_key(model: Model, env: str, field: str) -> KeyPath:
     return ("capacity", field)
 
 
+def unknown_environments(base: KeyPath, deploy_in: Sequence[str] | None,
+                         environments: Iterable[str]) -> Iterator[Finding]:
+    """A `deploy_in` list (a model's or an inference-components fleet's) naming environments that do not exist."""
+    known = list(environments)
+    for index, env in enumerate(deploy_in or ()):
+        if env not in known:
+            yield base + ("deploy_in", index), (
+                f"unknown environment {env!r}{did_you_mean(env, known)}; known: {', '.join(known)}")
+
+
+def did_you_mean(word: str, choices: Iterable[str], form: str = " (did you mean {!r}?)") -> str:
+    """`form` with the choice closest to `word` (difflib), or "" when none is close."""
+    close = difflib.get_close_matches(word, list(choices), n=1) if word else []
+    return form.format(close[0]) if close else ""
+
+
 def check_model(model: Model, environments: dict[str, Environment]) -> Iterator[Finding]:
+    yield from unknown_environments((), model.deploy_in, environments)
     for env in model.environments:
         if env not in environments:
-            yield ("environments", env), f"unknown environment; known: {', '.join(sorted(environments))}"
+            yield ("environments", env), (f"unknown environment{did_you_mean(env, environments)}; known: "
+                                          f"{', '.join(sorted(environments))}")
+        elif not model.deploys_in(env):
+            # An error, not a warning: the block would never apply, and whoever reads the file would take it
+            # for the model's settings there (a prod override that silently stopped counting, or a prod
+            # deployment someone meant to add).
+            yield ("environments", env), (
+                f"{env} is not in deploy_in ({', '.join(model.deploy_in or ())}), so this override would never "
+                f"apply: add {env} to deploy_in, or remove the block")
     if isinstance(model, NeuronEcsModel):
         yield from _check_neuron_static(model)
         yield from _check_ecs_deployments(model.deployment, model.environments, ())
@@ -43,6 +69,8 @@ def check_model(model: Model, environments: dict[str, Environment]) -> Iterator[
     # environments is reported once, naming them all.
     grouped: dict[Finding, list[str]] = {}
     for env_name, environment in environments.items():
+        if not model.deploys_in(env_name):
+            continue  # not planned, not deployed there: nothing to check
         for finding in _check_environment(model, env_name, environment):
             grouped.setdefault(finding, []).append(env_name)
     for (key, message), env_names in grouped.items():
@@ -102,6 +130,8 @@ def neuron_bake_warnings(model: Model, environments: Iterable[str]) -> Iterator[
     if not isinstance(model, NeuronEcsModel):
         return
     for env in environments:
+        if not model.deploys_in(env):
+            continue
         message = _bake_warning(model.deployment_for(env), model.alarms.evaluation_minutes)
         if message:
             own = model.environments.get(env)
@@ -128,7 +158,8 @@ def fleet_member_warnings(env_file: EnvironmentsFile, model: Model) -> Iterator[
     if not isinstance(model, TritonSageMakerModel) or model.data_capture is None:
         return
     envs = [env for env in env_file.environments for fleet in env_file.fleets.values()
-            if isinstance(fleet, InferenceComponentFleet) and model.name in fleet.models and fleet.deploys_in(env)]
+            if isinstance(fleet, InferenceComponentFleet) and model.name in fleet.models and fleet.deploys_in(env)
+            and model.deploys_in(env)]
     if envs:
         yield ("data_capture",), (
             f"not applied in {', '.join(envs)}, where an inference-components fleet carries {model.name}: data "
@@ -191,9 +222,9 @@ def _check_window(window: OffHours, key: KeyPath, planned_max: int, *, zero: str
 
 
 def _family_problem(spec: instances.InstanceSpec, kind: str) -> str | None:
-    if kind == "neuron-ecs" and (spec.is_sagemaker or spec.neuron_generation is None):
+    if kind == "neuron-ecs" and not instances.runs(kind, spec):
         return f"{spec.name} is not an Inferentia EC2 type; neuron-ecs needs inf1.* or inf2.*"
-    if kind == "triton-sagemaker" and (not spec.is_sagemaker or spec.gpus == 0):
+    if kind == "triton-sagemaker" and not instances.runs(kind, spec):
         return f"{spec.name} is not a SageMaker GPU type; triton-sagemaker needs ml.g4dn.* or ml.g5.*"
     return None
 
@@ -300,21 +331,21 @@ def pipeline_actions_per_stage(model_count: int, *, approval: bool) -> int:
     return 2 * (1 + model_count) + 1 + int(approval)  # foundation + serving stacks, smoke, approval
 
 
-def serving_stack_count(env_file: EnvironmentsFile, model_names: Iterable[str], env_name: str) -> int:
-    """Stacks besides the foundation in an environment: one per fleet deployed there, one per model except
-    the members of a neuron-cores fleet (the fleet's stack serves them)."""
+def serving_stack_count(env_file: EnvironmentsFile, models: Iterable[Model], env_name: str) -> int:
+    """Stacks besides the foundation in an environment: one per fleet deployed there, one per model deployed
+    there except the members of a neuron-cores fleet (the fleet's stack serves them)."""
     fleets = [f for f in env_file.fleets.values() if f.deploys_in(env_name)]
     served_by_fleet = {m for f in fleets if isinstance(f, NeuronCoreFleet) for m in f.models}
-    return len(fleets) + sum(1 for m in model_names if m not in served_by_fleet)
+    return len(fleets) + sum(1 for m in models if m.deploys_in(env_name) and m.name not in served_by_fleet)
 
 
-def check_pipeline_capacity(env_file: EnvironmentsFile, model_names: Sequence[str]) -> Iterator[Finding]:
+def check_pipeline_capacity(env_file: EnvironmentsFile, models: Sequence[Model]) -> Iterator[Finding]:
     """Every environment's stacks deploy in one pipeline stage, so the fleet must fit CodePipeline's quota."""
     pipeline = env_file.pipeline
     if pipeline is None:
         return
     for name in pipeline.stages:
-        stacks = serving_stack_count(env_file, model_names, name)
+        stacks = serving_stack_count(env_file, models, name)
         actions = pipeline_actions_per_stage(stacks, approval=name in pipeline.approval_before)
         if actions > PIPELINE_ACTIONS_PER_STAGE:
             yield ("pipeline", "stages"), (
@@ -348,10 +379,7 @@ def check_fleets(env_file: EnvironmentsFile, models: Mapping[str, Model]) -> Ite
                 yield base + ("environments", env), (
                     f"unknown environment; known: {', '.join(env_file.environments)}")
         if isinstance(fleet, InferenceComponentFleet):
-            for index, env in enumerate(fleet.deploy_in or ()):
-                if env not in env_file.environments:
-                    yield base + ("deploy_in", index), (
-                        f"unknown environment {env!r}; known: {', '.join(env_file.environments)}")
+            yield from unknown_environments(base, fleet.deploy_in, env_file.environments)
         members: list[Model] = []
         for index, model_name in enumerate(fleet.models):
             model = models.get(model_name)
@@ -362,6 +390,16 @@ def check_fleets(env_file: EnvironmentsFile, models: Mapping[str, Model]) -> Ite
                 yield base + ("models", index), (
                     f"{model_name} is a {model.kind} model; a {fleet.kind} fleet carries "
                     f"{FLEET_MEMBER_KIND[fleet.kind]} models")
+                continue
+            absent = [env for env in env_file.environments if fleet.deploys_in(env) and not model.deploys_in(env)]
+            if absent:
+                remedy = ("add them to its deploy_in, or give the fleet a deploy_in without them"
+                          if isinstance(fleet, InferenceComponentFleet) else
+                          "a neuron-cores fleet deploys in every environment (one image): add them to its "
+                          "deploy_in, or take it off the fleet")
+                yield base + ("models", index), (
+                    f"{model_name} is not deployed in {', '.join(absent)} (its deploy_in: "
+                    f"{', '.join(model.deploy_in or ())}), where fleet {name} deploys: {remedy}")
                 continue
             for env in env_file.environments:
                 if not fleet.deploys_in(env):

@@ -3,7 +3,10 @@ each naming its file, line and key path."""
 
 from __future__ import annotations
 
+import re
 import reprlib
+import types
+import typing
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,7 +14,8 @@ from types import MappingProxyType
 
 from pydantic import BaseModel, ValidationError
 
-from inferstack.config import checks, release_pin
+from inferstack.config import architecture, checks, release_pin
+from inferstack.schema import instances
 from inferstack.schema.models import (
     Environment, EnvironmentsFile, Fleet, NeuronCoreFleet, NeuronEcsModel, PipelineSettings, TritonSageMakerModel,
 )
@@ -82,11 +86,15 @@ class Project:
     def fleets_in(self, env_name: str) -> list[str]:
         return [name for name, fleet in self.fleets.items() if fleet.deploys_in(env_name)]
 
+    def models_in(self, env_name: str) -> list[Model]:
+        """The models deployed in `env_name` (a model file's `deploy_in`; omitted: every environment)."""
+        return [m for m in self.models if m.deploys_in(env_name)]
+
     def image_units(self, env_name: str) -> list[ImageUnit]:
         """Every dedicated model and every neuron-cores fleet of `env_name`, by name: what a release pin covers,
-        what promote copies and what smoke reaches each model through."""
+        what promote copies and what smoke reaches each model through. A model not deployed there has none."""
         units = []
-        for name in image_unit_names((m.name for m in self.models), self.fleets, env_name):
+        for name in image_unit_names((m.name for m in self.models_in(env_name)), self.fleets, env_name):
             fleet = self.fleets.get(name)
             if isinstance(fleet, NeuronCoreFleet):
                 units.append(ImageUnit(name, tuple(self.fleet_members(name)), fleet=True))
@@ -95,10 +103,12 @@ class Project:
         return units
 
 
-def load(config_dir: Path | str, *, releases: bool = True) -> Project:
+def load(config_dir: Path | str, *, releases: bool = True, image_context_root: Path | None = None) -> Project:
     """`releases=False` skips reading the pin files: promote must load a config whose target pin is stale
-    or missing (it is about to rewrite it), and smoke and release do not use pins."""
+    or missing (it is about to rewrite it), and smoke and release do not use pins. `image_context_root`: the
+    repository the images build from, where a local checkpoint's config.json is read (default: this one)."""
     config_dir = Path(config_dir)
+    context_root = Path(image_context_root) if image_context_root is not None else architecture.REPOSITORY_ROOT
     problems: list[Problem] = []
     if not config_dir.is_dir():
         raise ConfigError([Problem(str(config_dir), None, "", "config directory not found")])
@@ -134,6 +144,10 @@ def load(config_dir: Path | str, *, releases: bool = True) -> Project:
                 problems.append(_problem(path, config_dir, doc, key, message))
         warnings.extend(_problem(path, config_dir, doc, key, f"warning: {message}")
                         for key, message in checks.model_warnings(model))
+        family_problems, family_warnings = architecture.check(model, context_root)
+        problems.extend(_problem(path, config_dir, doc, key, message) for key, message in family_problems)
+        warnings.extend(_problem(path, config_dir, doc, key, f"warning: {message}")
+                        for key, message in family_warnings)
         if env_file:
             warnings.extend(_problem(path, config_dir, doc, key, f"warning: {message}")
                             for key, message in [*checks.fleet_member_warnings(env_file, model),
@@ -143,13 +157,13 @@ def load(config_dir: Path | str, *, releases: bool = True) -> Project:
         unique = {model.name: model for model, _, _ in models}
         warnings.extend(_problem(env_path, config_dir, env_doc, key, f"warning: {message}")
                         for key, message in checks.fleet_warnings(env_file, unique))
-        for key, message in [*checks.check_pipeline_capacity(env_file, list(unique)),
+        for key, message in [*checks.check_pipeline_capacity(env_file, list(unique.values())),
                              *(checks.check_fleets(env_file, unique) if all_models_loaded else ())]:
             problems.append(_problem(env_path, config_dir, env_doc, key, message))
 
     pins: dict[str, release_pin.ReleasePin] = {}
     if env_file and releases and not problems:
-        pins = _load_pins(config_dir, env_path, environments, [m.name for m, _, _ in models], env_file.fleets,
+        pins = _load_pins(config_dir, env_path, environments, [m for m, _, _ in models], env_file.fleets,
                           problems)
 
     if problems:
@@ -174,7 +188,7 @@ def pin_path(config_dir: Path, environment: Environment) -> Path | None:
     return config_dir / environment.release.manifest if environment.release else None
 
 
-def _load_pins(config_dir: Path, env_path: Path, environments: dict[str, Environment], model_names: list[str],
+def _load_pins(config_dir: Path, env_path: Path, environments: dict[str, Environment], models: list[Model],
                fleets: Mapping[str, Fleet], problems: list[Problem]) -> dict[str, release_pin.ReleasePin]:
     env_doc = parse(env_path)
     pins = {}
@@ -193,6 +207,7 @@ def _load_pins(config_dir: Path, env_path: Path, environments: dict[str, Environ
                     problems.append(Problem(_display(path, config_dir), line, key, message))
             continue
         assert pin is not None
+        model_names = [m.name for m in models if m.deploys_in(env_name)]
         findings = list(release_pin.check(pin, env_name, environment,
                                           image_unit_names(model_names, fleets, env_name)))
         problems.extend(Problem(_display(path, config_dir), None, key, message) for key, message in findings)
@@ -235,24 +250,82 @@ def _validate(schema: type[BaseModel], path: Path, doc: YamlDocument, problems: 
     try:
         return schema.model_validate(doc.data)
     except ValidationError as exc:
+        model_kind = next((k for k, v in MODEL_KINDS.items() if v is schema), None)
         for error in exc.errors(include_url=False):
-            loc = tuple(part for part in error["loc"] if part != "[key]")  # pydantic's marker for dict keys
+            raw = tuple(error["loc"])
+            loc = tuple(part for part in raw if part != "[key]")  # pydantic's marker for dict keys
+            kind = model_kind
             if len(loc) > 2 and loc[0] == "fleets" and loc[2] in FLEET_KINDS:
+                kind = _FLEET_MEMBER_KIND[loc[2]]  # a fleet's instances are its members' kind
                 loc = loc[:2] + loc[3:]  # the union's tag, not a key of the file
-            problems.append(_problem(path, config_dir, doc, loc, _message(error)))
+            problems.append(_problem(path, config_dir, doc, loc, _message(error, schema, raw, kind)))
         return None
 
 
-def _message(error: dict) -> str:
-    kind = error["type"]
-    if kind == "missing":
+def _message(error: dict, schema: type[BaseModel] | None = None, loc: tuple = (), kind: str | None = None) -> str:
+    """One line for a pydantic error: with a "did you mean" where a close spelling exists (a key of the
+    mapping, a choice of a Literal), and an unknown instance type answered with the types `kind` runs on."""
+    error_type = error["type"]
+    if error_type == "missing":
         return "required field is missing"
-    if kind == "extra_forbidden":
-        return "unknown key"
+    if error_type == "extra_forbidden":
+        allowed = _keys_at(schema, loc[:-1]) if schema is not None and loc else []
+        return "unknown key" + checks.did_you_mean(str(loc[-1]) if loc else "", allowed, "; did you mean {!r}?")
+    if isinstance((error.get("ctx") or {}).get("error"), instances.UnknownInstanceType) and \
+            isinstance(error.get("input"), str):
+        return instances.unknown_message(error["input"], kind)
     message = error["msg"].removeprefix("Value error, ")
-    if kind in {"value_error", "assertion_error"}:
+    if error_type in {"value_error", "assertion_error"}:
         return message
+    if error_type == "literal_error" and isinstance(error.get("input"), str):
+        choices = re.findall(r"'([^']*)'", str((error.get("ctx") or {}).get("expected", "")))
+        message += checks.did_you_mean(error["input"], choices, ", did you mean {!r}?")
     return f"{message} (got {_brief(error.get('input'))})"
+
+
+def _keys_at(schema: object, loc: tuple) -> list[str]:
+    """The keys the schema allows in the mapping at `loc` (a pydantic error location: dict keys and list
+    indexes as they are, a discriminated union's tag where it chose a member), or [] where that is unclear."""
+    node = _unwrap(schema)
+    for index, part in enumerate(loc):
+        if isinstance(node, type) and issubclass(node, BaseModel):
+            fields = [f for name, f in node.model_fields.items() if part in (name, f.alias)]
+            if not fields:
+                return []
+            node = _unwrap(fields[0].annotation)
+        elif typing.get_origin(node) in (typing.Union, types.UnionType):
+            members = [m for m in typing.get_args(node) if m is not type(None)]
+            tagged = [m for m in members if _tag(m) == part]
+            if tagged:  # a discriminated union's tag: it names the member, it is not a key
+                node = _unwrap(tagged[0])
+                continue
+            return sorted({key for m in members for key in _keys_at(m, loc[index:])})
+        elif typing.get_origin(node) is dict:
+            node = _unwrap(typing.get_args(node)[1])
+        elif typing.get_origin(node) is tuple:
+            node = _unwrap(typing.get_args(node)[0])
+        else:
+            return []
+    if typing.get_origin(node) in (typing.Union, types.UnionType):
+        return sorted({key for m in typing.get_args(node) for key in _keys_at(m, ())})
+    if isinstance(node, type) and issubclass(node, BaseModel):
+        return [f.alias or name for name, f in node.model_fields.items()]
+    return []
+
+
+def _unwrap(annotation: object) -> object:
+    """`Annotated[X, ...]` -> X."""
+    while typing.get_origin(annotation) is typing.Annotated:
+        annotation = typing.get_args(annotation)[0]
+    return annotation
+
+
+def _tag(member: object) -> object:
+    """The `kind` Literal value of a discriminated union's member, or None."""
+    if not (isinstance(member, type) and issubclass(member, BaseModel)) or "kind" not in member.model_fields:
+        return None
+    args = typing.get_args(member.model_fields["kind"].annotation)
+    return args[0] if len(args) == 1 else None
 
 
 _BRIEF = reprlib.Repr()  # Python 3.11's Repr takes no arguments
@@ -272,8 +345,9 @@ def _load_model(path: Path, problems: list[Problem], config_dir: Path):
     kind = doc.data.get("kind")
     schema = MODEL_KINDS.get(kind) if isinstance(kind, str) else None
     if schema is None:
+        hint = checks.did_you_mean(kind, MODEL_KINDS, ", did you mean {!r}?") if isinstance(kind, str) else ""
         problems.append(_problem(path, config_dir, doc, ("kind",),
-                                 f"must be one of {', '.join(MODEL_KINDS)} (got {kind!r})"))
+                                 f"must be one of {', '.join(MODEL_KINDS)}{hint} (got {kind!r})"))
         return None
     model = _validate(schema, path, doc, problems, config_dir)
     return (model, path, doc) if model else None

@@ -310,6 +310,11 @@ def run(args: argparse.Namespace) -> int:
     unknown = [m for m in args.model or () if m not in known]
     if unknown:
         raise SmokeUsageError(f"--model: unknown model(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    deployed = project.models_in(args.env)  # a model file's deploy_in: elsewhere it has no stack to call
+    absent = [m for m in args.model or () if m not in {d.name for d in deployed}]
+    if absent:
+        raise SmokeUsageError(f"--model: {', '.join(absent)} not deployed in {args.env} (deploy_in of its model "
+                              f"file); deployed there: {', '.join(sorted(d.name for d in deployed))}")
     environment = project.environments[args.env]
     if args.role_arn is not None:
         match = ROLE_ARN.fullmatch(args.role_arn)
@@ -320,7 +325,7 @@ def run(args: argparse.Namespace) -> int:
                                   f"account {environment.account}")
     session = aws_sessions.session_for(args.env, environment, purpose="smoke", role_arn=args.role_arn)
     probe = ProbeLookup(session.client("cloudformation"), args.env)
-    chosen = [m for m in sorted(project.models, key=lambda m: m.name) if not args.model or m.name in args.model]
+    chosen = [m for m in sorted(deployed, key=lambda m: m.name) if not args.model or m.name in args.model]
     wake_components(session, args.env, chosen, args.timeout)
     failures = 0
     # Every model, each through the stack that serves it: its own, or its neuron-cores fleet's.

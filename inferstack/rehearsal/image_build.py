@@ -18,8 +18,9 @@ For every Docker image asset in the assembly (the staged directory, Dockerfile a
 What cannot run here has one stand-in each, listed in the report: the base images (not pulled: the
 side environment plays the Python the base image brings, plus the packages a Neuron DLC ships), the
 Neuron compiler (compile.py's CPU backend), the hub checkpoint (a tiny random checkpoint of the
-same architecture put where a local checkpoint goes; one per entry of a packed image's MODELS, with
-the entry's labels), system steps (useradd, chown: skipped; mkdir emulated), and PyTorch's CPU
+same architecture put where a local checkpoint goes: the family of inferstack.schema.families read from
+the checkpoint's config.json where it is in the context, else source.family, else the hub id's name, else
+the task's default; one per entry of a packed image's MODELS, with the entry's labels), system steps (useradd, chown: skipped; mkdir emulated), and PyTorch's CPU
 wheel index (unreachable here; the same +cpu wheel comes from the machine's local wheel directory).
 
     python -m inferstack.rehearsal.image_build --assembly cdk.out          # rehearse every image asset
@@ -46,6 +47,7 @@ from pathlib import Path
 from docker.utils.build import exclude_paths
 
 from inferstack.rehearsal import dockerfile as df
+from inferstack.schema import families
 
 ROOT = Path(__file__).resolve().parents[2]
 ENVS_DIR = ROOT / ".venv-images"
@@ -215,7 +217,7 @@ def distributions_of(env: Path, modules: Iterable[str]) -> dict[str, set[str]]:
 class Recipe:
     """The stand-ins for one Dockerfile. Everything else is the Dockerfile's own."""
     name: str
-    tiny_kind: str | None  # the architecture of the tiny checkpoint (None: from the Triton spec's task)
+    tiny_kind: str | None  # the stand-in's architecture where the model's is unknown (None: from the task)
     base_packages: tuple[str, ...] = ()  # what the base image brings that the build step imports
     full_lock: bool = False  # every distribution the step imports must be pinned in the image's file
     context_package: str | None = None  # its modules in the context must be exactly those imported
@@ -256,6 +258,29 @@ def tiny_checkpoint(kind: str, out: Path, *, labels: str = "", hidden_size: int 
         raise RehearsalError(f"tiny {kind} checkpoint: {(result.stderr.strip().splitlines() or ['failed'])[-1]}")
 
 
+def stand_in_family(task: str, *, source: str | None, local: bool, context: Path, family: str | None = None,
+                    fallback: str | None = None) -> tuple[str, str]:
+    """(the family the stand-in is built as, where it came from): a local checkpoint's config.json in the
+    context (model_type), else the model's `source.family`, else the hub id's name, else `fallback` or the
+    task's default. The same order as `validate` (inferstack/config/architecture.py)."""
+    found: list[tuple[str | None, str]] = []
+    if local and source:
+        config = (context / source / "config.json").resolve()
+        if config.is_relative_to(context.resolve()) and config.is_file():
+            try:
+                model_type = json.loads(config.read_text(encoding="utf-8")).get("model_type")
+            except (OSError, ValueError, AttributeError):
+                model_type = None
+            found.append((model_type if isinstance(model_type, str) else None, "its config.json"))
+    found.append((family, "source.family"))
+    if not local:
+        found.append((families.from_name(source), "its name"))
+    for name, origin in found:
+        if name in families.FAMILIES:
+            return name, origin
+    return fallback or families.default_for_task(task), "family unknown: the task's default"
+
+
 def stand_in_checkpoint(recipe: Recipe, build_args: Mapping[str, str], context: Path) -> tuple[dict[str, str], str]:
     """Put a tiny checkpoint of the model's architecture where a local checkpoint goes; return the
     build arguments that point at it and a line for the report."""
@@ -263,34 +288,49 @@ def stand_in_checkpoint(recipe: Recipe, build_args: Mapping[str, str], context: 
     if recipe is TRITON:
         spec = json.loads(args["TRITON_REPOSITORY_SPEC"])
         source, export = spec["source"], spec["export"]
-        kind = {"text-classification": "bert", "text2text-generation": "t5"}[source["task"]]
+        local = source.get("local_path") is not None
+        replaced = source.get("huggingface_id") or source.get("local_path")
+        kind, origin = stand_in_family(source["task"], source=replaced, local=local, context=context,
+                                       family=source.get("family"))
         relative = f"container/triton/{CHECKPOINT_DIR}"
         tiny_checkpoint(kind, context / relative, labels=",".join(source.get("labels") or []),
                         hidden_size=export.get("hidden_size"), max_position=max(512, export["sequence_length"]))
-        replaced = source.get("huggingface_id") or source.get("local_path")
         spec["source"] = {"local_path": relative, "task": source["task"], "labels": source.get("labels") or []}
         args["TRITON_REPOSITORY_SPEC"] = json.dumps(spec, separators=(",", ":"))
-        return args, f"checkpoint {replaced} -> a tiny random {kind} at {relative} (no hub downloads here)"
+        return args, f"checkpoint {replaced} -> a tiny random {kind} ({origin}) at {relative} (no hub downloads here)"
     if args.get("MODELS", "").strip():
         packed = _packed_models(args["MODELS"])
         if packed is None:
             return args, "MODELS left as given: compile.py rejects what it cannot read"
-        replaced = []
+        replaced, kinds = [], []
         for entry in packed:
             relative = f"./{CHECKPOINT_DIR}/{entry['name']}"
-            tiny_checkpoint(recipe.tiny_kind, context / CHECKPOINT_DIR / entry["name"],
+            model = str(entry.get("model") or "")
+            kind, _ = stand_in_family(str(entry.get("task", families.TEXT_CLASSIFICATION)), source=model,
+                                      local=_is_local(model, context), context=context, fallback=recipe.tiny_kind)
+            tiny_checkpoint(kind, context / CHECKPOINT_DIR / entry["name"],
                             labels=",".join(entry.get("labels") or []),
                             max_position=max(512, int(entry.get("sequence_length", 128))))
             replaced.append(f"{entry['model']} -> {relative}")
+            kinds.append(f"{entry['name']}: {kind}")
             entry["model"] = relative
         args["MODELS"] = json.dumps(packed, separators=(",", ":"))
-        return args, (f"MODELS: {', '.join(replaced)}, each a tiny random {recipe.tiny_kind} with its entry's labels "
-                      f"(no hub downloads here)")
+        return args, (f"MODELS: {', '.join(replaced)}, each a tiny random checkpoint of its family "
+                      f"({', '.join(kinds)}) with its entry's labels (no hub downloads here)")
     relative = f"./{CHECKPOINT_DIR}"
-    tiny_checkpoint(recipe.tiny_kind, context / CHECKPOINT_DIR, labels=args.get("LABELS", ""),
+    model = args.get("MODEL_SOURCE") or ""
+    kind, origin = stand_in_family(args.get("TASK", families.TEXT_CLASSIFICATION), source=model,
+                                   local=_is_local(model, context), context=context, fallback=recipe.tiny_kind)
+    tiny_checkpoint(kind, context / CHECKPOINT_DIR, labels=args.get("LABELS", ""),
                     max_position=max(512, int(args.get("SEQUENCE_LENGTH", "128"))))
     replaced, args["MODEL_SOURCE"] = args.get("MODEL_SOURCE"), relative
-    return args, f"MODEL_SOURCE {replaced} -> a tiny random {recipe.tiny_kind} at {relative} (no hub downloads here)"
+    return args, f"MODEL_SOURCE {replaced} -> a tiny random {kind} ({origin}) at {relative} (no hub downloads here)"
+
+
+def _is_local(model: str, context: Path) -> bool:
+    """A Neuron MODEL_SOURCE (or MODELS entry) that names a directory (./models/x), not a hub id: how
+    compile_settings.looks_like_path tells them apart, run in the context."""
+    return model.startswith(("/", "./", "../", "~")) or (bool(model) and (context / model).exists())
 
 
 def _packed_models(raw: str) -> list[dict] | None:

@@ -6,6 +6,7 @@ ECS task's device list and core ranges, vCPU and memory size the task.
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
 from typing import Literal
 
@@ -90,10 +91,39 @@ class UnknownInstanceType(ValueError):
     pass
 
 
+def runs(kind: str, spec: InstanceSpec) -> bool:
+    """Whether a model of `kind` (neuron-ecs, triton-sagemaker) can run on the instance: Inferentia EC2
+    instances for ECS, SageMaker GPU instances for Triton. Any other kind: every instance."""
+    if kind == "neuron-ecs":
+        return not spec.is_sagemaker and spec.neuron_generation is not None
+    if kind == "triton-sagemaker":
+        return spec.is_sagemaker and spec.gpus > 0
+    return True
+
+
+def unknown_message(name: str, kind: str | None = None) -> str:
+    """One line for an instance type the catalog does not hold: the `ml.` prefix missing or where it does not
+    belong, else the closest type, then the types a `kind` model runs on (every type without a kind)."""
+    candidates = [n for n, spec in INSTANCES.items() if kind is None or runs(kind, spec)]
+    toggled = name[3:] if name.startswith("ml.") else f"ml.{name}"
+    hint = ""
+    if toggled in candidates:
+        hint = (f" (SageMaker instance types take the ml. prefix: did you mean {toggled!r}?)"
+                if toggled.startswith("ml.") else
+                f" ({INSTANCES[toggled].family} instances are EC2 instances for ECS, named without SageMaker's "
+                f"ml. prefix: did you mean {toggled!r}?)")
+    elif toggled in INSTANCES:
+        hint = f" ({toggled} exists, but {kind} does not run on it)"
+    else:
+        close = difflib.get_close_matches(name.lower(), candidates, n=1)
+        if close:
+            hint = f" (did you mean {close[0]!r}?)"
+    where = f"{kind} runs on" if kind else "known"
+    return f"unknown instance type {name!r}{hint}; {where}: {', '.join(candidates)}"
+
+
 def get(name: str) -> InstanceSpec:
     try:
         return INSTANCES[name]
     except KeyError:
-        raise UnknownInstanceType(
-            f"unknown instance type {name!r}; known: {', '.join(sorted(INSTANCES))}"
-        ) from None
+        raise UnknownInstanceType(unknown_message(name)) from None

@@ -13,7 +13,7 @@ from typing import Annotated, Literal, Union
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from inferstack.schema import instances
+from inferstack.schema import families, instances
 
 NAME_PATTERN = r"^[a-z][a-z0-9-]{0,38}[a-z0-9]$"
 REGION_PATTERN = r"^[a-z]{2}(-gov)?-[a-z]+-\d$"
@@ -303,6 +303,13 @@ class ModelSource(Frozen):
     huggingface_id: str | None = Field(None, pattern=r"^[\w.-]+(/[\w.-]+)?$")
     revision: str | None = Field(None, description="commit or tag pinned for reproducible builds")
     local_path: str | None = Field(None, description="path inside the image's build context")
+    family: str | None = Field(
+        None, pattern=r"^[a-z][a-z0-9_-]*$",
+        description="the checkpoint's architecture (Hugging Face model_type: "
+                    f"{', '.join(families.FAMILIES)}); omitted: read from the checkpoint's config.json where "
+                    "local_path is in the image's build context, else from huggingface_id's name. validate "
+                    "checks export.token_type_ids and the task against it; the image build rehearsal builds its "
+                    "tiny stand-in checkpoint from it")
     task: Literal["text-classification", "text2text-generation"]
     labels: tuple[str, ...] = ()
 
@@ -404,6 +411,19 @@ class _ModelBase(Frozen):
     capacity: Capacity
     environments: dict[Name, EnvironmentOverride] = Field(
         default_factory=dict, description="per-environment overrides of capacity and SLO")
+    deploy_in: tuple[Name, ...] | None = Field(
+        None, min_length=1, description="environments the model is deployed in (its stack, plan, release pin, "
+        "promotion and smoke test); elsewhere it does not exist; omitted: every environment")
+
+    @field_validator("deploy_in")
+    @classmethod
+    def _unique_environments(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        if value is not None and len(set(value)) != len(value):
+            raise ValueError("environments repeat")
+        return value
+
+    def deploys_in(self, environment: str) -> bool:
+        return self.deploy_in is None or environment in self.deploy_in
 
     def capacity_for(self, environment: str) -> Capacity:
         override = self.environments.get(environment, EnvironmentOverride()).capacity

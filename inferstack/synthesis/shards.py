@@ -101,13 +101,14 @@ def available_cpus() -> int:
         return os.cpu_count() or 1
 
 
-def plan_shards(env_names: Sequence[str], model_names: Sequence[str], workers: int,
+def plan_shards(env_names: Sequence[str], model_names: Sequence[str] | Mapping[str, Sequence[str]], workers: int,
                 head_start: int = STARTUP_STACKS,
                 together: Mapping[str, Sequence[Sequence[str]]] | None = None) -> list[Shard]:
     """`workers` contiguous slices (fewer if there are fewer stacks) of the environment-major list of
     serving stacks, sized so all finish together: the first (synthesized in the already started
-    process) takes `head_start` more than each other one. Every environment has the same models, so
-    only a fleet without models leaves one out of every slice: then one shard builds the foundations.
+    process) takes `head_start` more than each other one. `model_names`: the models of every environment,
+    or environment -> the models deployed there (a model file's `deploy_in`). Only a fleet without models
+    leaves an environment out of every slice: then one shard builds the foundations.
 
     `together`: environment -> groups of models that one stack serves there (a neuron-cores fleet's members).
     A group comes first in its environment, in the given order, as the stage builds fleet stacks before the
@@ -117,7 +118,8 @@ def plan_shards(env_names: Sequence[str], model_names: Sequence[str], workers: i
     for env in env_names:
         grouped = {m for group in groups[env] for m in group}
         units += [(env, group) for group in groups[env]]
-        units += [(env, [m]) for m in model_names if m not in grouped]
+        deployed = model_names[env] if isinstance(model_names, Mapping) else model_names
+        units += [(env, [m]) for m in deployed if m not in grouped]
     stacks = [(env, model) for env, models in units for model in models]
     if not stacks:
         return [Shard({env: [] for env in env_names})]

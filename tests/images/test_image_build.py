@@ -28,8 +28,8 @@ pytestmark = pytest.mark.image_build
 TRITON_MODELS = ("bert-large-classifier", "t5-spelling")
 # What the Triton export may import of inferstack, and all the build context may hold of it: the
 # schema and the renderer (STYLE.md lesson 11). A change here is a change of the image's contract.
-TRITON_CLOSURE = {"inferstack", "inferstack.schema", "inferstack.schema.instances", "inferstack.schema.models",
-                  "inferstack.triton", "inferstack.triton.config"}
+TRITON_CLOSURE = {"inferstack", "inferstack.schema", "inferstack.schema.families", "inferstack.schema.instances",
+                  "inferstack.schema.models", "inferstack.triton", "inferstack.triton.config"}
 
 
 def inf1_asset(inf2: image_build.ImageAsset) -> image_build.ImageAsset:
@@ -53,8 +53,9 @@ def test_the_triton_context_is_the_schema_the_renderer_and_the_export(dev_images
     files = image_build.build_context(asset.directory, asset.dockerfile, tmp_path)
     assert image_build.ignore_file(asset.directory, asset.dockerfile).name == "Dockerfile.dockerignore"
     assert [f for f in files if f.startswith("inferstack/")] == [
-        "inferstack/__init__.py", "inferstack/schema/__init__.py", "inferstack/schema/instances.py",
-        "inferstack/schema/models.py", "inferstack/triton/__init__.py", "inferstack/triton/config.py"]
+        "inferstack/__init__.py", "inferstack/schema/__init__.py", "inferstack/schema/families.py",
+        "inferstack/schema/instances.py", "inferstack/schema/models.py", "inferstack/triton/__init__.py",
+        "inferstack/triton/config.py"]
     assert "container/triton/export.py" in files and "container/triton/requirements-export.txt" in files
 
 
@@ -122,6 +123,36 @@ def test_the_fleets_packed_image_compiles_every_member_where_the_entrypoint_read
         assert metadata["labels"] == entry["labels"] and metadata["sequence_length"] == entry["sequence_length"]
         assert metadata["batch_size"] == entry["batch_size"] and metadata["backend"] == "cpu"
         assert (model_dir / entry["name"] / "model.pt").is_file()
+
+
+def as_distilbert(asset: image_build.ImageAsset, *, token_type_ids: bool) -> image_build.ImageAsset:
+    """bert-large-classifier's image as a newcomer's copy of its file pointed at DistilBERT builds it."""
+    spec = json.loads(asset.build_args["TRITON_REPOSITORY_SPEC"])
+    spec["source"]["huggingface_id"] = "distilbert-base-uncased"
+    spec["export"]["token_type_ids"] = token_type_ids
+    return dataclasses.replace(asset, build_args={**asset.build_args, "TRITON_REPOSITORY_SPEC": json.dumps(spec)})
+
+
+def test_bert_s_token_type_ids_on_a_distilbert_fail_the_rehearsal_as_they_would_fail_docker_build(dev_images,
+                                                                                                 tmp_path):
+    """The stand-in is a tiny DistilBERT, not "a tiny random bert whatever the architecture": its tokenizer
+    emits no token_type_ids, so the export refuses them here as it would in docker build (validate says so
+    first: tests/config/test_model_family.py)."""
+    with pytest.raises(image_build.RehearsalError) as caught:
+        image_build.rehearse(as_distilbert(dev_images["bert-large-classifier"], token_type_ids=True), tmp_path / "w")
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.endswith(f"build step failed (exit 2): export.py: error: export.token_type_ids: the tokenizer of "
+                            f"container/triton/{image_build.CHECKPOINT_DIR} does not emit token_type_ids"), message
+
+
+def test_a_distilbert_image_is_rehearsed_with_a_distilbert_stand_in(dev_images, tmp_path):
+    report = image_build.rehearse(as_distilbert(dev_images["bert-large-classifier"], token_type_ids=False),
+                                  tmp_path / "w")
+    assert any("distilbert-base-uncased -> a tiny random distilbert (its name)" in line for line in report.stand_ins)
+    repository = report.image_root / "opt" / "ml" / "model"
+    triton_config.check_repository(repository, default_model="bert-large-classifier")
+    assert "token_type_ids" not in (repository / "bert-large-classifier" / "config.pbtxt").read_text()
 
 
 def test_a_packed_build_that_still_sets_model_source_fails_in_one_line(dev_images, tmp_path):
