@@ -12,10 +12,21 @@ Steps, each with its own timeout, all within --timeout:
  5. `cdk deploy --app <assembly> 'dev/*'`; then every stack read back with boto3 and checked against its
     template: status *_COMPLETE, every Output present, every Export registered with the output's value,
     the pinned digests in the ECS task definition and the SageMaker model.
- 6. `python -m inferstack smoke --env dev` and `promote --from dev --to staging` (dry run, then --apply)
-    against the emulator; what cannot run there is reported with the reason.
- 7. `cdk destroy --app <assembly> 'dev/*' --force` (`--all` finds no stack: they are in a Stage), then every resource the stacks had must be gone and no
-    stack but CDKToolkit left; CDKToolkit is deleted too and what it retains is reported.
+ 6. `python -m inferstack smoke --env dev --model M`, one Triton model at a time against its own canned reply
+    (Neuron models reported as not run here, with the reason), and `promote --from dev --to staging` (dry run,
+    then --apply) against the emulator; what cannot run there is reported with the reason.
+ 7. day two (inferstack/rehearsal/day_two.py): each production rule moved to its alternate target group and the
+    services' and components' counts set, as ECS and autoscaling do; release N+1 (new digests, a batch size and
+    a fleet's capacity changed) deployed, then read back: production still on the group that served, the
+    counts kept, the new task definition running; `inferstack rollback --env dev` (dry run, --apply) and a
+    deploy: N's digests run again, traffic and counts kept; a fleet member retired (its file and membership
+    removed; `cdk destroy` of its stack from the assembly that has it, then a deploy without it): only its
+    resources are gone.
+ 8. `cdk destroy --app <assembly> 'dev/*' --force` (`--all` finds no stack: they are in a Stage), then every
+    resource the stacks ever had must be gone and no stack but CDKToolkit left; CDKToolkit is deleted too and
+    what it retains is reported.
+`--add-models` first adds one model of each kind under names that sort before, between and after the shipped
+ones (day_two.SAMPLE_MODELS), as a platform team adds its own.
 A report (steps, times, workarounds, what the emulator does not model) is printed at the end; the exit
 code is 1 when a check failed. The server is killed and the scratch directory removed on every exit."""
 
@@ -37,6 +48,8 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from inferstack.rehearsal import day_two
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = "dev"
@@ -76,6 +89,7 @@ class Result:
     not_run: list[str] = field(default_factory=list)         # README steps the emulator cannot run, and why
     tool_lines: dict[str, list[str]] = field(default_factory=dict)  # smoke / promote output
     leftovers: list[str] = field(default_factory=list)
+    config_changes: list[str] = field(default_factory=list)  # what the rehearsal changed in its config copy
     neuron_deletion: str = ""
     total_seconds: float = 0.0
 
@@ -244,9 +258,10 @@ def resolved_literal(value) -> str | None:
 
 # ----------------------------------------------------------------------------- the steps
 
-def publish_images(aws: Aws, release_manifest: dict) -> dict[str, dict]:
+def publish_images(aws: Aws, release_manifest: dict, label: str) -> dict[str, dict]:
     """Push one small synthetic image per model of dev to the repository and tag its image asset names in
-    the release: config blob and one layer uploaded with the ECR layer API, then the manifest. Returns
+    the release: config blob and one layer uploaded with the ECR layer API, then the manifest. `label` names
+    the release (N, N+1): each label gives other digests, under a tag of its own. Returns
     model -> {repository_uri, digest, tag}."""
     from inferstack.delivery import release
 
@@ -258,7 +273,7 @@ def publish_images(aws: Aws, release_manifest: dict) -> dict[str, dict]:
             continue
         (image,) = [i for i in release.model_images(release_manifest, model)
                     if i["repository"] == stack["images"][0]["repository"] and i["tag"] == stack["images"][0]["tag"]]
-        layer = f"inferstack rehearsal image of {model}, asset {image['asset_id']}\n".encode()
+        layer = f"inferstack rehearsal image of {model}, asset {image['asset_id']}, release {label}\n".encode()
         config = json.dumps({"architecture": "amd64", "os": "linux", "config": {"Labels": {"model": model}},
                              "rootfs": {"type": "layers", "diff_ids": ["sha256:" + hashlib.sha256(layer).hexdigest()]}},
                             sort_keys=True).encode()
@@ -275,15 +290,17 @@ def publish_images(aws: Aws, release_manifest: dict) -> dict[str, dict]:
                        "digest": "sha256:" + hashlib.sha256(config).hexdigest()},
             "layers": [{"mediaType": "application/vnd.docker.image.rootfs.diff.tar.gzip", "size": len(layer),
                         "digest": "sha256:" + hashlib.sha256(layer).hexdigest()}]}, indent=3)
-        put = ecr.put_image(repositoryName=image["repository"], imageManifest=manifest, imageTag=image["tag"])
+        tag = image["tag"] if label == "N" else f"{image['tag'][:100]}-{label.replace('+', 'plus')}"
+        put = ecr.put_image(repositoryName=image["repository"], imageManifest=manifest, imageTag=tag)
         published[model] = {"repository_uri": image["image_uri"].rsplit(":", 1)[0],
-                            "digest": put["image"]["imageId"]["imageDigest"], "tag": image["tag"]}
+                            "digest": put["image"]["imageId"]["imageDigest"], "tag": tag}
     return published
 
 
 def pin_dev(config_dir: Path, published: dict[str, dict], release_manifest: dict) -> None:
-    """Write releases/dev.json (the format promote writes) and point dev at it; give staging a deploy role
-    so promote reaches staging's account through STS, as with separate accounts."""
+    """Write releases/dev.json (the format promote writes) and record it in dev's pin history, as promote
+    records what it writes: rollback reads that history."""
+    from inferstack.config import pin_history
     from inferstack.config.release_pin import PIN_FORMAT, PinnedImage, ReleaseIdentity, ReleasePin, dump
 
     pin = ReleasePin(format=PIN_FORMAT, environment=ENV, promoted_from=ENV,
@@ -291,8 +308,16 @@ def pin_dev(config_dir: Path, published: dict[str, dict], release_manifest: dict
                                              config_sha256=release_manifest.get("config_sha256")),
                      images={m: PinnedImage(repository_uri=p["repository_uri"], digest=p["digest"], tag=p["tag"])
                              for m, p in published.items()})
-    (config_dir / "releases").mkdir(exist_ok=True)
-    (config_dir / "releases" / f"{ENV}.json").write_text(dump(pin))
+    pin_path = config_dir / "releases" / f"{ENV}.json"
+    pin_path.parent.mkdir(exist_ok=True)
+    pin_path.write_text(dump(pin))
+    pin_history.append(pin_history.history_path(pin_path, ENV),
+                       pin_history.new_entry(pin, cwd=config_dir, promoted_from=ENV))
+
+
+def point_environments_at_pins(config_dir: Path) -> None:
+    """Point dev at releases/dev.json; give staging a deploy role so promote reaches staging's account through
+    STS, as with separate accounts."""
     env_file = config_dir / "environments.yaml"
     text = env_file.read_text()
     lines = text.splitlines(keepends=True)
@@ -411,30 +436,98 @@ def check_pinned_images(aws: Aws, published: dict[str, dict], outputs_by_stack: 
             result.checks.append(f"{ENV}-{model}: runs the pinned {expected}")
 
 
-def seed_sagemaker_replies(aws: Aws, config_dir: Path) -> list[str]:
-    """moto's InvokeEndpoint returns canned bodies; queue, per Triton model in the order smoke calls them,
-    a KServe v2 reply with the outputs the model's interface promises. This exercises smoke's discovery
-    (stack outputs), its InvokeEndpoint call and its reply checks, not a model."""
+def seed_reply(aws: Aws, model) -> None:
+    """Queue one canned InvokeEndpoint reply: a KServe v2 answer with the outputs `model`'s interface promises.
+    moto hands a queued reply to the first request it has not seen and the same reply to that request again,
+    whichever endpoint it names: so one model is seeded and smoked at a time, and every reply reaches the
+    model it was made for, in any order of names."""
     from inferstack.delivery import smoke
-    from inferstack.config import NeuronEcsModel, loader
 
-    project = loader.load(config_dir, releases=False)
-    results, names = [], []
-    for model in sorted(project.models, key=lambda m: m.name):
-        if isinstance(model, NeuronEcsModel):
-            continue
-        outputs = [{"name": o.name, "datatype": o.datatype, "shape": list(o.shape),
-                    "data": [0] * _product(o.shape)} for o in smoke.probe_for(model).outputs]
-        results.append({"Body": json.dumps({"model_name": model.name, "outputs": outputs}),
-                        "ContentType": "application/json"})
-        names.append(model.name)
+    outputs = [{"name": o.name, "datatype": o.datatype, "shape": list(o.shape), "data": [0] * _product(o.shape)}
+               for o in smoke.probe_for(model).outputs]
     request = urllib.request.Request(f"{aws.endpoint}/moto-api/static/sagemaker/endpoint-results", method="POST",
-                                     data=json.dumps({"account_id": aws.account, "region": aws.region,
-                                                      "results": results}).encode(),
+                                     data=json.dumps({"account_id": aws.account, "region": aws.region, "results": [
+                                         {"Body": json.dumps({"model_name": model.name, "outputs": outputs}),
+                                          "ContentType": "application/json"}]}).encode(),
                                      headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=10):
         pass
-    return names
+
+
+SMOKE_NOT_RUN = ("Neuron models (not run here): their internal load balancer is reached through the "
+                 "foundation's probe Lambda, which moto runs only in Docker, and a load balancer in moto serves "
+                 "nothing")
+
+
+def smoke_each(aws: Aws, env: dict[str, str], config_dir: Path, clock: Clock, result: Result) -> str:
+    """`inferstack smoke --env dev --model M` for every Triton model deployed in dev, each against its own canned
+    reply: checks smoke's discovery (stack outputs), its InvokeEndpoint call and its reply checks, not a model.
+    Neuron models are reported as not run, with the reason, not as failures."""
+    from inferstack.config import NeuronEcsModel, loader
+
+    project = loader.load(config_dir, releases=False)
+    models = sorted(project.models_in(ENV), key=lambda m: m.name)
+    triton = [m for m in models if not isinstance(m, NeuronEcsModel)]
+    neuron = [m.name for m in models if isinstance(m, NeuronEcsModel)]
+    lines = []
+    for model in triton:
+        seed_reply(aws, model)
+        code, output = run([sys.executable, "-m", "inferstack", "smoke", "--env", ENV, "--model", model.name,
+                            "--config-dir", str(config_dir), "--requests", "2", "--timeout", "5"],
+                           env=env, timeout=clock.left(TOOL_TIMEOUT_S))
+        found = [line for line in output.splitlines() if line.strip()]
+        lines += found
+        if code != 0 or not any(line.startswith(f"{model.name}: ok:") for line in found):
+            result.problems.append(f"smoke: {model.name} (SageMaker, its own canned reply) did not pass: exit {code}: "
+                                   f"{found[-3:]}")
+    result.tool_lines["smoke"] = lines
+    if neuron:
+        result.not_run.append(f"smoke of {', '.join(neuron)}: " + SMOKE_NOT_RUN)
+    result.not_run.append("smoke of Triton models ran against moto's canned InvokeEndpoint replies (seeded one model "
+                          "at a time through /moto-api/static/sagemaker/endpoint-results): discovery, the call and "
+                          "the reply checks, not a model")
+    return (f"SageMaker models checked against canned replies: {', '.join(m.name for m in triton) or 'none'}; "
+            f"not run here: {', '.join(neuron) or 'none'}")
+
+
+def check_config_change(aws: Aws, outputs_by_stack: dict[str, dict[str, str]], result: Result) -> str:
+    """Release N+1's config change reached the deployment: the batch size in the fleet's task definition."""
+    from inferstack.rehearsal import day_two
+
+    outputs = outputs_by_stack[f"{ENV}-{day_two.CHANGED_FLEET}"]
+    ecs = aws.client("ecs")
+    (service,) = ecs.describe_services(cluster=outputs["ClusterName"], services=[outputs["ServiceName"]])["services"]
+    definition = ecs.describe_task_definition(taskDefinition=service["taskDefinition"])["taskDefinition"]
+    environment = {e["name"]: e["value"] for c in definition["containerDefinitions"] for e in c.get("environment", [])}
+    # The fleet's serving settings, one entry per model (container/neuron/server_settings.py reads them).
+    served = {m["name"]: m for m in json.loads(environment.get("SERVER_MODELS", "[]"))}
+    if (served.get(day_two.CHANGED_MODEL) or {}).get("max_batch_size") != day_two.CHANGED_BATCH_SIZE:
+        result.problems.append(f"release N+1: {day_two.CHANGED_MODEL}'s batch size {day_two.CHANGED_BATCH_SIZE} not in "
+                               f"the running task definition ({service['taskDefinition']})")
+    return (f"release N+1: the running task definition {service['taskDefinition'].rsplit('/', 1)[-1]} serves "
+            f"{day_two.CHANGED_MODEL} with batch size {day_two.CHANGED_BATCH_SIZE}")
+
+
+def check_retired(aws: Aws, before: dict[str, dict[str, tuple[str, str]]],
+                  after: dict[str, dict[str, tuple[str, str]]], retired_stack: str, result: Result) -> None:
+    """Only the retired model's stack and resources are gone; every other stack kept its resources (same
+    physical ids), the shared endpoint among them."""
+    gone = before.get(retired_stack, {})
+    if retired_stack in after:
+        result.problems.append(f"retire: {retired_stack} still deployed")
+    leftovers, _counted, _unchecked = still_there(aws, {retired_stack: gone})
+    if leftovers:
+        result.problems.append(f"retire: left behind: {'; '.join(leftovers)}")
+    for name, logical in sorted(before.items()):
+        if name == retired_stack:
+            continue
+        changed = sorted(k for k, v in logical.items() if after.get(name, {}).get(k) != v
+                         and not v[0].startswith("Custom::"))
+        if changed:
+            result.problems.append(f"retire: {name} changed beside the retired model: {changed[:5]}")
+    if not any(p.startswith("retire:") for p in result.problems):
+        result.checks.append(f"retire: {retired_stack} and its {len(gone)} resources gone; {len(before) - 1} other "
+                             f"stacks kept every resource (same physical ids)")
 
 
 def _product(shape) -> int:
@@ -489,15 +582,10 @@ def _exists_checks(aws: Aws) -> dict[str, Callable[[str], bool]]:
     }
 
 
-def check_destroyed(aws: Aws, resources: dict[str, dict[str, tuple[str, str]]], result: Result) -> None:
-    cloudformation = aws.client("cloudformation")
-    live = [s["StackName"] for page in cloudformation.get_paginator("list_stacks").paginate()
-            for s in page["StackSummaries"] if s["StackStatus"] != "DELETE_COMPLETE"]
-    if sorted(live) != ["CDKToolkit"]:
-        result.problems.append(f"stacks left after cdk destroy: {sorted(s for s in live if s != 'CDKToolkit')}")
+def still_there(aws: Aws, resources: dict[str, dict[str, tuple[str, str]]]) -> tuple[list[str], int, set[str]]:
+    """(resources that still exist, how many were checked, types no check exists for)."""
     checks = _exists_checks(aws)
-    unchecked: set[str] = set()
-    counted = 0
+    found, unchecked, counted = [], set(), 0
     for stack, logical in resources.items():
         for logical_id, (kind, physical) in sorted(logical.items()):
             check = checks.get(kind)
@@ -506,13 +594,24 @@ def check_destroyed(aws: Aws, resources: dict[str, dict[str, tuple[str, str]]], 
                 continue
             counted += 1
             if check(physical):
-                result.leftovers.append(f"{stack}/{logical_id} ({kind}) {physical}")
+                found.append(f"{stack}/{logical_id} ({kind}) {physical}")
+    return found, counted, unchecked
+
+
+def check_destroyed(aws: Aws, resources: dict[str, dict[str, tuple[str, str]]], result: Result) -> None:
+    cloudformation = aws.client("cloudformation")
+    live = [s["StackName"] for page in cloudformation.get_paginator("list_stacks").paginate()
+            for s in page["StackSummaries"] if s["StackStatus"] != "DELETE_COMPLETE"]
+    if sorted(live) != ["CDKToolkit"]:
+        result.problems.append(f"stacks left after cdk destroy: {sorted(s for s in live if s != 'CDKToolkit')}")
+    leftovers, counted, unchecked = still_there(aws, resources)
+    result.leftovers += leftovers
     if result.leftovers:
         result.problems.append(f"{len(result.leftovers)} resource(s) left after cdk destroy: " +
                                "; ".join(result.leftovers))
     result.checks.append(f"after cdk destroy: no stack but CDKToolkit; {counted} resources of "
-                         f"{len(checks)} types checked gone ({len(result.leftovers)} left); not checked by type: "
-                         f"{', '.join(sorted(unchecked)) or 'none'}")
+                         f"{len(_exists_checks(aws))} types checked gone ({len(result.leftovers)} left); not checked "
+                         f"by type: {', '.join(sorted(unchecked)) or 'none'}")
 
 
 def remove_bootstrap(aws: Aws, result: Result) -> None:
@@ -552,7 +651,8 @@ def remove_bootstrap(aws: Aws, result: Result) -> None:
 
 # ----------------------------------------------------------------------------- the rehearsal
 
-def rehearse(workdir: Path, clock: Clock, result: Result, log: Callable[[str], None], ci: bool | None = None) -> None:
+def rehearse(workdir: Path, clock: Clock, result: Result, log: Callable[[str], None], ci: bool | None = None,
+             add_models: bool = False) -> None:
     from inferstack.rehearsal import moto_patches
 
     def step(name: str):
@@ -564,6 +664,8 @@ def rehearse(workdir: Path, clock: Clock, result: Result, log: Callable[[str], N
                                               os.environ.get("PATH", "")])})
     config_dir = workdir / "model_configs"
     shutil.copytree(ROOT / "model_configs", config_dir, ignore=shutil.ignore_patterns("releases"))
+    if add_models:
+        result.config_changes += [f"added {m}" for m in day_two.add_sample_models(config_dir)]
     import yaml
 
     environments = yaml.safe_load((config_dir / "environments.yaml").read_text())["environments"]
@@ -580,11 +682,13 @@ def rehearse(workdir: Path, clock: Clock, result: Result, log: Callable[[str], N
                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                          start_new_session=True)
             try:
-                code, output = run(["cdk", "synth", "-q", "-c", f"environments={ENV}", "-o",
-                                    str(workdir / "cdk.out.release")], env=base_env, timeout=clock.left(SYNTH_TIMEOUT_S))
+                code, output = run(["cdk", "synth", "-q", "-c", f"environments={ENV}", "-c",
+                                    f"inferstack:config-dir={config_dir}", "-o", str(workdir / "cdk.out.release")],
+                                   env=base_env, timeout=clock.left(SYNTH_TIMEOUT_S))
                 _require(code, output, "cdk synth (release)")
                 code, output = run([sys.executable, "-m", "inferstack", "release", "--cdk-out",
-                                    str(workdir / "cdk.out.release"), "--out", str(workdir / "release.json")],
+                                    str(workdir / "cdk.out.release"), "--out", str(workdir / "release.json"),
+                                    "--config-dir", str(config_dir)],
                                    env=base_env, timeout=clock.left(TOOL_TIMEOUT_S))
                 _require(code, output, "inferstack release")
                 try:
@@ -602,67 +706,65 @@ def rehearse(workdir: Path, clock: Clock, result: Result, log: Callable[[str], N
 
         release_manifest = json.loads((workdir / "release.json").read_text())
         with step("publish dev's images (ECR API, synthetic) and pin them") as s:
-            published = publish_images(aws, release_manifest)
+            published = publish_images(aws, release_manifest, "N")
             if not published:
                 raise RehearsalFailed("the release builds no image for dev")
+            point_environments_at_pins(config_dir)
             pin_dev(config_dir, published, release_manifest)
             s.detail = ", ".join(f"{m}@{p['digest'][:19]}" for m, p in sorted(published.items()))
 
-        cdk_out = workdir / "cdk.out"
-        with step("cdk synth dev (pinned)") as s:
+        def synth_pinned(name: str) -> tuple[Path, list[StackArtifact]]:
+            cdk_out = workdir / name
             code, output = run(["cdk", "synth", "-q", "-c", f"environments={ENV}", "-c",
                                 f"inferstack:config-dir={config_dir}", "-o", str(cdk_out)],
                                env=base_env, timeout=clock.left(SYNTH_TIMEOUT_S))
-            _require(code, output, "cdk synth (pinned)")
+            _require(code, output, f"cdk synth ({name})")
             images = [m.name for m in (cdk_out / f"assembly-{ENV}").glob("*.assets.json")
                       if json.loads(m.read_text()).get("dockerImages")]
             if images:
                 raise RehearsalFailed(f"pinned dev still builds image assets: {images}")
-            stacks = stacks_of(cdk_out)
-            s.detail = f"{len(stacks)} stacks, no image asset"
+            return cdk_out, stacks_of(cdk_out)
 
-        with step(f"cdk deploy '{ENV}/*'") as s:
+        def deploy(cdk_out: Path, stacks: list[StackArtifact], pinned: dict[str, dict], log_name: str):
             code, output = run(["cdk", "deploy", "--app", str(cdk_out), f"{ENV}/*", "--require-approval", "never",
                                 "--progress", "events"], env=env, timeout=clock.left(DEPLOY_TIMEOUT_S))
-            (workdir / "deploy.log").write_text(output)
-            _require(code, output, "cdk deploy")
-            resources = check_stacks(aws, stacks, result)
+            (workdir / log_name).write_text(output)
+            _require(code, output, f"cdk deploy ({log_name})")
+            deployed = check_stacks(aws, stacks, result)
             if result.problems:
                 raise RehearsalFailed("deployed stacks do not match their templates: " + "; ".join(result.problems))
             cloudformation = aws.client("cloudformation")
-            outputs_by_stack = {st.stack_name: {o["OutputKey"]: o["OutputValue"] for o in cloudformation.describe_stacks(
+            outputs = {st.stack_name: {o["OutputKey"]: o["OutputValue"] for o in cloudformation.describe_stacks(
                 StackName=st.stack_name)["Stacks"][0].get("Outputs") or []} for st in stacks}
-            check_pinned_images(aws, published, outputs_by_stack, result)
+            check_pinned_images(aws, pinned, outputs, result)
+            return deployed, outputs
+
+        with step("cdk synth dev (pinned)") as s:
+            cdk_out, stacks = synth_pinned("cdk.out")
+            s.detail = f"{len(stacks)} stacks, no image asset"
+
+        with step(f"cdk deploy '{ENV}/*'") as s:
+            resources, outputs_by_stack = deploy(cdk_out, stacks, published, "deploy.log")
             result.custom_resources_not_run = sorted(
                 f"{st.stack_name}/{k} ({r['Type']})" for st in stacks
                 for k, r in st.template.get("Resources", {}).items()
-                if r["Type"].startswith("Custom::") or r["Type"] == "AWS::CloudFormation::CustomResource")
+                if (r["Type"].startswith("Custom::") or r["Type"] == "AWS::CloudFormation::CustomResource")
+                and r["Type"] != moto_patches.LIVE_VALUE)
+            readers = sum(r["Type"] == moto_patches.LIVE_VALUE for st in stacks
+                          for r in st.template.get("Resources", {}).values())
+            result.checks.append(f"{readers} deploy-time readers (Custom::LiveValue) ran their own read function in "
+                                 f"the emulator (patch live-values)")
             s.detail = f"{len(stacks)} stacks checked against their templates"
             if any(r["Type"] == "AWS::ECS::Service" for st in stacks for r in st.template.get("Resources", {}).values()):
                 result.not_run.append(
                     "ECS deployments: moto 5.2.5 models no DeploymentConfiguration (strategy ROLLING / BLUE_GREEN / "
                     "LINEAR / CANARY, bake times, circuit breaker, deployment alarms) and runs no deployment, so no "
                     "rollout, traffic shift or rollback happened; the services keep the target groups, alternate "
-                    "target groups and production rules they name (patch ecs-service-load-balancers)")
+                    "target groups and production rules they name (patch ecs-service-load-balancers); the day-two "
+                    "steps move the production rules the way a completed blue/green deployment leaves them")
 
-        with step("inferstack smoke --env dev") as s:
-            triton = seed_sagemaker_replies(aws, config_dir)
-            code, output = run([sys.executable, "-m", "inferstack", "smoke", "--env", ENV, "--config-dir",
-                                str(config_dir), "--requests", "2", "--timeout", "5"],
-                               env=env, timeout=clock.left(TOOL_TIMEOUT_S))
-            lines = [line for line in output.splitlines() if line.strip()]
-            result.tool_lines["smoke"] = lines
-            for model in triton:
-                if not any(line.startswith(f"{model}: ok:") for line in lines):
-                    result.problems.append(f"smoke: {model} (SageMaker, canned replies) did not pass: {lines}")
-            s.ok = True  # Neuron models are expected to fail here; see not_run
-            s.detail = f"exit {code}; SageMaker models ok against canned replies: {', '.join(triton)}"
-            result.not_run.append(
-                "smoke of Neuron models: the internal load balancer is reached through the foundation's probe "
-                "Lambda, which moto runs only in Docker (and a load balancer in moto serves nothing); "
-                "smoke of Triton models ran against moto's canned InvokeEndpoint replies (seeded through "
-                "moto's /moto-api/static/sagemaker/endpoint-results), so it checks discovery, the call and "
-                "the reply checks, not a model")
+        with step("inferstack smoke --env dev, one model at a time") as s:
+            s.detail = smoke_each(aws, env, config_dir, clock, result)
 
         with step(f"inferstack promote --from {ENV} --to {PROMOTE_TO} (dry run, --apply)") as s:
             args = [sys.executable, "-m", "inferstack", "promote", "--from", ENV, "--to", PROMOTE_TO,
@@ -686,6 +788,66 @@ def rehearse(workdir: Path, clock: Clock, result: Result, log: Callable[[str], N
                     "(outputs -> ECS service/task definition or SageMaker endpoint/config/model -> ECR digest -> "
                     "release membership -> staging repository through the assumed deploy role) ran in full")
 
+        # ------------------------------------------------------------------ day two
+        with step("day two: production moved to the alternate target groups, counts scaled (ELB, ECS, SageMaker APIs)") as s:
+            live = day_two.shift_and_scale(aws, outputs_by_stack)
+            s.detail = (f"{len(live.rules)} production rules at 0/100, {len(live.tasks)} services at "
+                        f"{day_two.SCALED_TASKS} tasks, copies {dict(sorted(live.copies.items()))}")
+
+        all_resources = dict(resources)
+        with step("release N+1: new digests, batch size and fleet capacity changed; cdk deploy") as s:
+            published_next = publish_images(aws, release_manifest, "N+1")
+            result.config_changes += day_two.change_for_next_release(config_dir)
+            pin_dev(config_dir, published_next, release_manifest)
+            cdk_out, stacks = synth_pinned("cdk.out.next")
+            deployed, outputs_by_stack = deploy(cdk_out, stacks, published_next, "deploy-next.log")
+            all_resources.update(deployed)
+            checks, problems = day_two.check_kept(aws, live, "release N+1")
+            checks.append(check_config_change(aws, outputs_by_stack, result))
+            result.checks += checks
+            result.problems += problems
+            s.detail = f"{len(stacks)} stacks updated; {len(checks)} day-two checks, {len(problems)} failed"
+
+        with step(f"inferstack rollback --env {ENV} (dry run, --apply); cdk deploy") as s:
+            args = [sys.executable, "-m", "inferstack", "rollback", "--env", ENV, "--config-dir", str(config_dir)]
+            code, output = run(args, env=env, timeout=clock.left(TOOL_TIMEOUT_S))
+            result.tool_lines["rollback (dry run)"] = [line for line in output.splitlines() if line.strip()]
+            _require(code, output, "inferstack rollback (dry run)")
+            code, output = run([*args, "--apply"], env=env, timeout=clock.left(TOOL_TIMEOUT_S))
+            result.tool_lines["rollback --apply"] = [line for line in output.splitlines() if line.strip()][-3:]
+            _require(code, output, "inferstack rollback --apply")
+            cdk_out, stacks = synth_pinned("cdk.out.rollback")
+            deployed, outputs_by_stack = deploy(cdk_out, stacks, published, "deploy-rollback.log")
+            all_resources.update(deployed)
+            checks, problems = day_two.check_kept(aws, live, "rollback")
+            result.checks += checks
+            result.problems += problems
+            s.detail = f"release N's digests running again in {len(published)} image units"
+
+        retired_model = day_two.RETIRED_MODEL
+        retired_stack = f"{ENV}-{retired_model}"
+        with step(f"retire {retired_model}: cdk destroy its stack, then cdk deploy without it") as s:
+            before = {name: dict(logical) for name, logical in deployed.items()}
+            result.config_changes.append(day_two.retire(config_dir, retired_model))
+            retired_out, retired_stacks = synth_pinned("cdk.out.retired")
+            if any(st.stack_name == retired_stack for st in retired_stacks):
+                raise RehearsalFailed(f"{retired_stack} is still synthesized after its model was retired")
+            code, output = run(["cdk", "destroy", "--app", str(cdk_out), f"{ENV}/{retired_model}", "--force"],
+                               env=env, timeout=clock.left(DESTROY_TIMEOUT_S))
+            _require(code, output, f"cdk destroy {ENV}/{retired_model}")
+            deployed, outputs_by_stack = deploy(retired_out, retired_stacks,
+                                                {m: p for m, p in published.items() if m != retired_model},
+                                                "deploy-retired.log")
+            check_retired(aws, before, deployed, retired_stack, result)
+            checks, problems = day_two.check_kept(aws, live, f"retiring {retired_model}",
+                                                  gone=lambda component: component == retired_stack)
+            result.checks += checks
+            result.problems += problems
+            cdk_out, stacks = retired_out, retired_stacks
+            s.detail = f"{retired_stack} gone with its resources; {len(retired_stacks)} stacks unchanged otherwise"
+        if result.problems:
+            raise RehearsalFailed(f"{len(result.problems)} day-two check(s) failed")
+
         # `--all` selects the top-level stacks only, and every stack here is in a Stage (nested assembly):
         # `cdk destroy --all` answers "No stack found in the main cloud assembly". Name the stage's stacks.
         with step(f"cdk destroy '{ENV}/*' --force") as s:
@@ -693,15 +855,15 @@ def rehearse(workdir: Path, clock: Clock, result: Result, log: Callable[[str], N
                                timeout=clock.left(DESTROY_TIMEOUT_S))
             (workdir / "destroy.log").write_text(output)
             _require(code, output, "cdk destroy")
-            check_destroyed(aws, resources, result)
-            neuron = [name for name, logical in resources.items()
+            check_destroyed(aws, all_resources, result)
+            neuron = [name for name, logical in all_resources.items()
                       if any(t == "AWS::AutoScaling::AutoScalingGroup" for t, _ in logical.values())]
             result.neuron_deletion = (
                 f"{', '.join(neuron)}: deleted at once. moto's CloudFormation does not model "
                 "AWS::ECS::CapacityProvider / ClusterCapacityProviderAssociations (nothing is created, so "
                 "managed termination protection never applies), and it deletes the Auto Scaling group without "
                 "waiting for instances to drain: the hang of aws-cdk issue 18179 cannot show here")
-            s.detail = f"{len(resources)} stacks destroyed"
+            s.detail = f"{len(stacks)} stacks destroyed"
 
         with step("delete CDKToolkit") as s:
             remove_bootstrap(aws, result)
@@ -742,6 +904,9 @@ def report(result: Result) -> str:
     if result.problems:
         lines.append("failed checks:")
         lines += [f"  {p}" for p in result.problems]
+    if result.config_changes:
+        lines.append("config changes made by the rehearsal (in its copy of model_configs):")
+        lines += [f"  {c}" for c in result.config_changes]
     lines.append("checked:")
     lines += [f"  {c}" for c in result.checks]
     lines.append("emulator workarounds applied (inferstack/rehearsal/moto_patches.py):")
@@ -749,7 +914,8 @@ def report(result: Result) -> str:
     if result.custom_resources_not_run:
         lines.append("custom resources marked created without running their Lambda (no Docker):")
         lines += [f"  {c}" for c in result.custom_resources_not_run]
-    lines.append("resource types in the templates moto's CloudFormation does not model (nothing created, nothing checked):")
+    lines.append("resource types in the templates moto's CloudFormation does not model (nothing created, nothing "
+                 "checked; what they keep across an update is proven on the templates, tests/infra/test_live_values.py):")
     lines += [f"  {k} (in {', '.join(v)})" for k, v in sorted(result.unmodeled.items())]
     if result.not_run:
         lines.append("not rehearsed here:")
@@ -767,20 +933,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="overall limit, seconds")
     parser.add_argument("--keep", type=Path, metavar="DIR",
                         help="work in DIR and keep it (logs, assemblies, pin) instead of a removed temp dir")
+    parser.add_argument("--add-models", action="store_true",
+                        help="first add one model of each kind under new names (as a team adds its own)")
     args = parser.parse_args(argv)
-    result = rehearse_once(timeout=args.timeout, keep=args.keep, log=lambda m: print(m, file=sys.stderr, flush=True))
+    result = rehearse_once(timeout=args.timeout, keep=args.keep, log=lambda m: print(m, file=sys.stderr, flush=True),
+                           add_models=args.add_models)
     print(report(result))
     return 0 if result.ok else 1
 
 
 def rehearse_once(*, timeout: float = DEFAULT_TIMEOUT_S, keep: Path | None = None,
-                  log: Callable[[str], None] = lambda _m: None, ci: bool | None = None) -> Result:
+                  log: Callable[[str], None] = lambda _m: None, ci: bool | None = None,
+                  add_models: bool = False) -> Result:
+    """`add_models`: add day_two.SAMPLE_MODELS (one model of each kind) to the config copy first."""
     clock = Clock(timeout)
     result = Result()
     workdir = keep or Path(tempfile.mkdtemp(prefix="inferstack-rehearsal-"))
     workdir.mkdir(parents=True, exist_ok=True)
     try:
-        rehearse(workdir, clock, result, log, ci)
+        rehearse(workdir, clock, result, log, ci, add_models)
     except RehearsalFailed as exc:
         if not result.problems or str(exc) not in result.problems:
             result.problems.append(str(exc))

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 MOTO_VERSION = "5.2.5"  # the version these defects were found on; the server refuses to start on another one
 
 Undo = Callable[[], None]
+# The deploy-time reader of inferstack.constructs.live_values (patches live-values, new-values-update-readers).
+LIVE_VALUE = "Custom::LiveValue"
 
 
 @dataclass(frozen=True)
@@ -99,17 +101,22 @@ def _change_set_outputs_and_exports() -> Undo:
     (CDKToolkit has no BootstrapVersion, so the CLI cannot find the bootstrap), and the next stack's
     Fn::ImportValue fails with `No export named ... found`. Execute a CREATE change set the way moto's own
     CreateStack creates a stack (dependency order, the region's exports, outputs, exports registered) and
-    rebuild outputs and exports after an UPDATE change set."""
+    rebuild outputs and exports after an UPDATE change set. Every deploy's change set has the same name
+    (`cdk-deploy-change-set`), and moto's ExecuteChangeSet by name takes the newest of that name of any stack:
+    an update applied another stack's template to the wrong stack. Take the stack's own newest."""
     from moto.cloudformation.models import CloudFormationBackend
 
     original = CloudFormationBackend.__dict__["execute_change_set"]
 
     def execute_change_set(self, change_set_name: str, stack_name: str | None = None) -> None:
+        # By name, the newest: the CDK CLI names every deploy's change set `cdk-deploy-change-set`, and an
+        # update's must not be taken for the create that came first (moto's own lookup also keeps the last).
         change_set = self.change_sets.get(change_set_name) or next(
-            (c for c in self.change_sets.values() if c.change_set_name == change_set_name
+            (c for c in reversed(list(self.change_sets.values())) if c.change_set_name == change_set_name
              and stack_name in (None, c.stack_name, c.stack_id)), None)
         if change_set is None or change_set.change_set_type != "CREATE":
-            original(self, change_set_name, stack_name)
+            # By id: moto's own lookup by name takes the newest change set of that name of ANY stack.
+            original(self, change_set.change_set_id if change_set is not None else change_set_name, stack_name)
             if change_set is not None:
                 stack = self.stacks[change_set.stack_id]
                 stack.output_map = stack._create_output_map()
@@ -140,6 +147,74 @@ def _change_set_outputs_and_exports() -> Undo:
         change_set.execution_status = "EXECUTE_COMPLETE"
 
     return _replace(CloudFormationBackend, "execute_change_set", execute_change_set)
+
+
+# ----------------------------------------------------------------------------- change-sets-by-stack
+
+def _change_sets_by_stack() -> Undo:
+    """The CDK CLI names every stack's change set `cdk-deploy-change-set` and calls Describe-, Delete- and
+    ExecuteChangeSet with that name and the stack's name. moto looks change sets up by name alone, across every
+    stack: on a second deploy (an update) it describes, deletes or executes another stack's change set of that
+    name, and the CLI waits on the wrong one for ever. Look the name up among the named stack's change sets
+    (the newest), and hand moto its id; no such change set there: ChangeSetNotFound, as AWS answers."""
+    from moto.cloudformation.models import cloudformation_backends
+    from moto.cloudformation.responses import CloudFormationResponse
+    from moto.cloudformation.exceptions import CloudFormationError
+    from moto.core.responses import EmptyResult
+
+    class ChangeSetNotFound(CloudFormationError):
+        code = "ChangeSetNotFound"
+
+    originals = {name: CloudFormationResponse.__dict__[name]
+                 for name in ("describe_change_set", "delete_change_set", "execute_change_set")}
+
+    def scoped(original):
+        def method(self):
+            name, stack = self._get_param("ChangeSetName"), self._get_param("StackName")
+            backend = cloudformation_backends[self.current_account][self.region]
+            if name and stack and not name.startswith("arn:"):
+                found = [c for c in backend.change_sets.values()
+                         if c.change_set_name == name and stack in (c.stack_name, c.stack_id)]
+                if not found and original is originals["delete_change_set"]:
+                    return EmptyResult()  # as AWS: deleting a change set that is not there succeeds
+                if not found:  # as AWS answers (the CLI waits for exactly this after deleting one)
+                    raise ChangeSetNotFound(f"ChangeSet [{name}] does not exist")
+                change_set_id = found[-1].change_set_id
+                get_param = self._get_param
+                self._get_param = lambda key, *default: (change_set_id if key == "ChangeSetName"
+                                                         else get_param(key, *default))
+            return original(self)
+        return method
+
+    undos = [_replace(CloudFormationResponse, name, scoped(original)) for name, original in originals.items()]
+
+    def undo() -> None:
+        for restore in undos:
+            restore()
+    return undo
+
+
+# ----------------------------------------------------------------------------- ssm-parameter-previous-value
+
+def _ssm_parameter_previous_value() -> Undo:
+    """A parameter of type AWS::SSM::Parameter::Value<...> (the CDK bootstrap version, the Neuron AMI id) holds
+    a parameter name, resolved at each deploy. On an update the CDK CLI passes such a parameter back with
+    UsePreviousValue; moto then takes the previous *resolved* value (an AMI id) and looks it up as a parameter
+    name: AttributeError, ExecuteChangeSet answers 500 and the update never happens. The previous value of such
+    a parameter is the name it was given (as CloudFormation's DescribeStacks shows it beside the ResolvedValue)."""
+    from moto.cloudformation.models import Stack
+
+    original = Stack.__dict__["stack_parameters"]
+
+    def stack_parameters(self) -> dict:
+        values = dict(original.fget(self))
+        resource_map = self.resource_map
+        for key, slot in (self.template_dict.get("Parameters") or {}).items():
+            if str(slot.get("Type", "")).startswith("AWS::SSM::Parameter::") and key in values:
+                values[key] = resource_map.input_parameters.get(key, slot.get("Default"))
+        return values
+
+    return _replace(Stack, "stack_parameters", property(stack_parameters))
 
 
 # ----------------------------------------------------------------------------- template-url-on-loopback
@@ -405,6 +480,78 @@ def _sagemaker_variant_without_model() -> Undo:
     return _replace(SageMakerModelBackend, "validate_production_variants", validate_production_variants)
 
 
+# ----------------------------------------------------------------------------- task-definition-update
+
+def _task_definition_update() -> Undo:
+    """moto's AWS::ECS::TaskDefinition create turns the template's container definitions into the ECS API's
+    shape (Image -> image, PortMappings -> portMappings); its update registers the revision with the template's
+    PascalCase keys as they are: the new revision's containers have no `image`, and DescribeTaskDefinition
+    answers nothing ECS would. Shape them as the create does."""
+    from moto.ecs.models import TaskDefinition
+    from moto.core.utils import pascal_to_camelcase, remap_nested_keys
+
+    original = TaskDefinition.__dict__["update_from_cloudformation_json"].__func__
+
+    def update_from_cloudformation_json(cls, original_resource, new_resource_name, cloudformation_json, account_id,
+                                        region_name):
+        properties = dict(cloudformation_json.get("Properties") or {})
+        for key in ("ContainerDefinitions", "Volumes"):
+            if key in properties:
+                properties[key] = remap_nested_keys(properties[key], pascal_to_camelcase)
+        return original(cls, original_resource, new_resource_name, {**cloudformation_json, "Properties": properties},
+                        account_id, region_name)
+
+    return _replace(TaskDefinition, "update_from_cloudformation_json", classmethod(update_from_cloudformation_json))
+
+
+# ----------------------------------------------------------------------------- new-values-update-readers
+
+# Types CloudFormation replaces on any property change (every property is create-only), so an update gives
+# them a new name or ARN; and the live-value readers, whose answer changes. What references them by Ref or
+# Fn::GetAtt gets a new value, so CloudFormation updates it too.
+NEW_VALUE_ON_UPDATE = frozenset({"AWS::SageMaker::Model", "AWS::SageMaker::EndpointConfig",
+                                 "AWS::ECS::TaskDefinition", LIVE_VALUE})
+
+
+def _references_any(value, names: set[str]) -> bool:
+    if isinstance(value, dict):
+        get_att, ref = value.get("Fn::GetAtt"), value.get("Ref")
+        if (isinstance(get_att, list) and get_att and get_att[0] in names) or ref in names:
+            return True
+        return any(_references_any(item, names) for item in value.values())
+    if isinstance(value, list):
+        return any(_references_any(item, names) for item in value)
+    return False
+
+
+def _new_values_update_readers() -> Undo:
+    """moto updates a resource only when its own template text changed. CloudFormation also updates one whose
+    properties resolve differently: a Ref or Fn::GetAtt of a resource that the update replaced (a SageMaker
+    Model or EndpointConfig, an ECS task definition revision) or of a live-value reader that read again. Without
+    this, a new image reaches a new Model that no inference component and no endpoint config names, and a new
+    task definition that the ECS service does not run. Add those readers (transitively, through what is itself
+    replaced) to the update, after what they read."""
+    from moto.cloudformation.parsing import ResourceMap
+
+    original = ResourceMap.__dict__["build_resource_diff"]
+
+    def build_resource_diff(self, other_template, parameters=None):
+        actions = original(self, other_template, parameters)
+        new = other_template["Resources"]
+        modify = list(actions["Modify"])
+        changed = {name for name in modify if new[name].get("Type") in NEW_VALUE_ON_UPDATE}
+        while changed:
+            readers = [name for name in new if name in self._resource_json_map and name not in modify
+                       and _references_any({k: v for k, v in new[name].items() if k != "DependsOn"}, changed)]
+            modify += readers
+            changed = {name for name in readers if new[name].get("Type") in NEW_VALUE_ON_UPDATE}
+        first = [name for name in modify if new[name].get("Type") in NEW_VALUE_ON_UPDATE]
+        actions["Modify"] = first + [name for name in modify if name not in first]
+        return actions
+
+    return _replace(ResourceMap, "build_resource_diff", build_resource_diff)
+
+
 # ----------------------------------------------------------------------------- sagemaker-inference-components
 
 INFERENCE_COMPONENT = "AWS::SageMaker::InferenceComponent"
@@ -599,21 +746,9 @@ def _deleted_stack_outputs() -> Undo:
 
 # ----------------------------------------------------------------------------- live-values
 
-LIVE_VALUE = "Custom::LiveValue"
 # The emulator's own URL, set by moto_server before it applies the patches: the readers' AWS calls go back to it.
 # Unset (moto in-process, mock_aws), boto3's calls are moto's anyway.
 EMULATOR_URL_ENV = "INFERSTACK_EMULATOR_URL"
-
-
-def _reads_any(value, readers: set[str]) -> bool:
-    if isinstance(value, dict):
-        get_att = value.get("Fn::GetAtt")
-        if isinstance(get_att, list) and get_att and get_att[0] in readers:
-            return True
-        return any(_reads_any(item, readers) for item in value.values())
-    if isinstance(value, list):
-        return any(_reads_any(item, readers) for item in value)
-    return False
 
 
 def _live_values() -> Undo:
@@ -622,21 +757,18 @@ def _live_values() -> Undo:
     patched, not at all: custom-resources-without-docker) and the reading resources would get no value. Run the
     reader itself in the emulator's process on Create and Update: the Lambda's own `read`, from the same source
     (inferstack.constructs.live_values_handler), with boto3 clients on this emulator, as the stack's account.
-    And as CloudFormation does but moto does not: a resource whose Fn::GetAtt reads a reader that was updated is
-    updated after it (moto updates only resources whose template text changed, in template order)."""
+    (What reads a reader that was read again is updated by the patch new-values-update-readers.)"""
     import os
 
     import boto3
     from moto.cloudformation import cloudformation_backends
     from moto.cloudformation.custom_model import CustomModel
-    from moto.cloudformation.parsing import ResourceMap
     from moto.moto_api._internal import mock_random
 
     from inferstack.constructs.live_values_handler import load
 
     read = load()
     original_create = CustomModel.__dict__["create_from_cloudformation_json"].__func__
-    original_diff = ResourceMap.__dict__["build_resource_diff"]
 
     def client_for(account_id: str, region_name: str):
         def client(service: str):
@@ -661,24 +793,12 @@ def _live_values() -> Undo:
                                             client_for(account_id, region_name)))
         return original_resource
 
-    def build_resource_diff(self, other_template, parameters=None):
-        actions = original_diff(self, other_template, parameters)
-        new = other_template["Resources"]
-        readers = [name for name in actions["Modify"] if new[name].get("Type") == LIVE_VALUE]
-        if readers:
-            reading = [name for name in new if name in self._resource_json_map and name not in actions["Modify"]
-                       and _reads_any(new[name], set(readers))]
-            actions["Modify"] = readers + [n for n in actions["Modify"] if n not in readers] + reading
-        return actions
-
     if "update_from_cloudformation_json" in CustomModel.__dict__:
         raise RuntimeError("moto's CustomModel updates itself now: re-check the live-values patch")
     undo_create = _replace(CustomModel, "create_from_cloudformation_json", classmethod(create_from_cloudformation_json))
     CustomModel.update_from_cloudformation_json = classmethod(update_from_cloudformation_json)
-    undo_diff = _replace(ResourceMap, "build_resource_diff", build_resource_diff)
 
     def undo() -> None:
-        undo_diff()
         delattr(CustomModel, "update_from_cloudformation_json")
         undo_create()
     return undo
@@ -698,6 +818,15 @@ PATCHES: tuple[Patch, ...] = (
           "exports, and cannot import other stacks' exports: CDKToolkit has no BootstrapVersion output, "
           "serving stacks fail with `No export named ... found`",
           _change_set_outputs_and_exports),
+    Patch("change-sets-by-stack",
+          "Describe-, Delete- and ExecuteChangeSet by name (+ stack name, as the CDK CLI calls them) find the newest "
+          "change set of that name of any stack: a second `cdk deploy` waits for ever on another stack's change set",
+          _change_sets_by_stack),
+    Patch("ssm-parameter-previous-value",
+          "an update passing an SSM-typed parameter with UsePreviousValue (how the CDK CLI updates a stack with the "
+          "bootstrap version and the Neuron AMI parameters) reuses the resolved value as the parameter's name: "
+          "ExecuteChangeSet fails with a 500 (AttributeError in parse_ssm_parameter)",
+          _ssm_parameter_previous_value),
     Patch("template-url-on-loopback",
           "a TemplateURL on the emulator's own loopback endpoint (http://127.0.0.1:<port>/<bucket>/<key>, what "
           "the CLI passes with AWS_ENDPOINT_URL) is read as bucket \"127\": NoSuchBucket at CreateChangeSet",
@@ -748,10 +877,18 @@ PATCHES: tuple[Patch, ...] = (
           _deleted_stack_outputs),
     Patch("live-values",
           "Custom::LiveValue (the deploy-time reader of live weights, ranges and copy counts) needs its Lambda, which "
-          "moto runs only in Docker, and moto never re-updates a resource whose Fn::GetAtt changed value: the "
-          "reader's own read function runs in the emulator's process on Create and Update, and what reads it is "
-          "updated after it",
+          "moto runs only in Docker: the reader's own read function runs in the emulator's process on Create and "
+          "Update",
           _live_values),
+    Patch("task-definition-update",
+          "an updated AWS::ECS::TaskDefinition registers its revision with the template's PascalCase container "
+          "definitions (Image, not image): the revision a service runs after an update names no image",
+          _task_definition_update),
+    Patch("new-values-update-readers",
+          "an update that replaces a SageMaker Model or EndpointConfig or registers a task definition revision, or "
+          "re-reads a live value, leaves what references it untouched (moto updates only resources whose template "
+          "text changed): the component, endpoint config and ECS service keep naming the old ones",
+          _new_values_update_readers),
     Patch("sagemaker-inference-components",
           "AWS::SageMaker::InferenceComponent is not modeled (skipped by CloudFormation) and the inference-component "
           "API is not implemented: a fleet member's stack gets no component, promote cannot read what it runs; "

@@ -550,7 +550,8 @@ def test_patch_live_values(moto_env):
             # the reader answered nothing: what reads it gets an empty value and the stack fails
             cloudformation.create_stack(StackName="plain", TemplateBody=json.dumps(template(2)))
     with mock_aws(config={"lambda": {"use_docker": False}}), moto_patches.applied(
-            "custom-resources-without-docker", "live-values", "sagemaker-inference-components"):
+            "custom-resources-without-docker", "live-values", "new-values-update-readers",
+            "sagemaker-inference-components"):
         boto3.client("iam").create_role(RoleName="reader", AssumeRolePolicyDocument="{}")
         cloudformation = boto3.client("cloudformation")
         cloudformation.create_stack(StackName="patched", TemplateBody=json.dumps(template(2)))
