@@ -162,6 +162,9 @@ SAMPLE_MODELS = (
 )
 
 
+SAMPLE_PEAK_TPS = 50
+
+
 def add_sample_models(config_dir: Path) -> list[str]:
     """Copy one shipped model of each kind under a new name (and into its fleet): what a platform team adds."""
     env_file = config_dir / "environments.yaml"
@@ -170,6 +173,15 @@ def add_sample_models(config_dir: Path) -> list[str]:
     for name, source, fleet in SAMPLE_MODELS:
         data = _load(config_dir / f"{source}.yaml")
         data["name"] = name
+        if fleet is None or environments["fleets"][fleet].get("deploy_in"):
+            data["deploy_in"] = environments["fleets"][fleet]["deploy_in"] if fleet else ["dev", "staging"]
+            for env_name in list(data.get("environments") or {}):
+                if env_name not in data["deploy_in"]:  # an override where it is not deployed is refused
+                    del data["environments"][env_name]
+        else:  # on a fleet every environment deploys: a small share of it, so the fleet's maximum still holds
+            data["slo"]["peak_tps"] = SAMPLE_PEAK_TPS
+            for overrides in (data.get("environments") or {}).values():
+                overrides.get("slo", {}).pop("peak_tps", None)
         _dump(config_dir / f"{name}.yaml", data)
         if fleet:
             environments["fleets"][fleet]["models"].append(name)

@@ -560,6 +560,106 @@ def test_patch_live_values(moto_env):
         assert copies() == "3"  # the reader read again, and the parameter reading it was updated after it
 
 
+# ----------------------------------------------------------------------------- change-sets-by-stack
+
+def test_patch_change_sets_by_stack(moto_env):
+    """Two stacks, each with its `cdk-deploy-change-set`: the name with one stack's name reaches that stack's."""
+    def update_first(cloudformation):
+        for name in ("first", "second"):
+            cloudformation.create_stack(StackName=name, TemplateBody=json.dumps(exporting(name) | {"Outputs": {}}))
+        for name in ("first", "second"):
+            cloudformation.create_change_set(StackName=name, ChangeSetName="cdk-deploy-change-set",
+                                             ChangeSetType="UPDATE", TemplateBody=json.dumps({"Resources": {
+                                                 "Param": {"Type": "AWS::SSM::Parameter", "Properties": {
+                                                     "Name": f"/rehearsal/{name}", "Type": "String", "Value": "v2"}}}}))
+        return cloudformation.describe_change_set(StackName="first", ChangeSetName="cdk-deploy-change-set")
+
+    with mock_aws():
+        described = update_first(boto3.client("cloudformation"))
+        assert described["StackName"] == "second"  # another stack's change set
+    with mock_aws(), moto_patches.applied("change-sets-by-stack"):
+        cloudformation = boto3.client("cloudformation")
+        assert update_first(cloudformation)["StackName"] == "first"
+        cloudformation.delete_change_set(StackName="first", ChangeSetName="cdk-deploy-change-set")
+        with pytest.raises(cloudformation.exceptions.ChangeSetNotFoundException):
+            cloudformation.describe_change_set(StackName="first", ChangeSetName="cdk-deploy-change-set")
+        assert cloudformation.describe_change_set(StackName="second", ChangeSetName="cdk-deploy-change-set")[
+            "StackName"] == "second"
+
+
+# ----------------------------------------------------------------------------- ssm-parameter-previous-value
+
+SSM_TYPED = {"Parameters": {"Image": {"Type": "AWS::SSM::Parameter::Value<String>", "Default": "/rehearsal/image"}},
+             "Resources": {"Copy": {"Type": "AWS::SSM::Parameter", "Properties": {
+                 "Name": "/rehearsal/copy", "Type": "String", "Value": {"Ref": "Image"}}}}}
+
+
+def test_patch_ssm_parameter_previous_value(moto_env):
+    def update_with_previous_value(cloudformation):
+        boto3.client("ssm").put_parameter(Name="/rehearsal/image", Value="ami-0123", Type="String")
+        cloudformation.create_stack(StackName="ssm", TemplateBody=json.dumps(SSM_TYPED),
+                                    Parameters=[{"ParameterKey": "Image", "ParameterValue": "/rehearsal/image"}])
+        changed = {**SSM_TYPED, "Resources": {"Copy": {**SSM_TYPED["Resources"]["Copy"], "Properties": {
+            **SSM_TYPED["Resources"]["Copy"]["Properties"], "Description": "updated"}}}}
+        # How the CDK CLI updates: a change set, the SSM-typed parameter passed back with UsePreviousValue.
+        cloudformation.create_change_set(StackName="ssm", ChangeSetName="cdk-deploy-change-set", ChangeSetType="UPDATE",
+                                         TemplateBody=json.dumps(changed),
+                                         Parameters=[{"ParameterKey": "Image", "UsePreviousValue": True}])
+        cloudformation.execute_change_set(StackName="ssm", ChangeSetName="cdk-deploy-change-set")
+        return boto3.client("ssm").get_parameter(Name="/rehearsal/copy")["Parameter"]["Value"]
+
+    with mock_aws():
+        with pytest.raises(Exception):  # noqa: B017 - moto answers 500 (AttributeError: the AMI id as a name)
+            update_with_previous_value(boto3.client("cloudformation"))
+    with mock_aws(), moto_patches.applied("ssm-parameter-previous-value"):
+        assert update_with_previous_value(boto3.client("cloudformation")) == "ami-0123"
+
+
+# ----------------------------------------------------------------------------- task-definition-update
+
+def _task_definition(image: str) -> dict:
+    return {"Resources": {"Task": {"Type": "AWS::ECS::TaskDefinition", "Properties": {
+        "Family": "server", "ContainerDefinitions": [{"Name": "Server", "Image": image, "Memory": 512}]}}}}
+
+
+def test_patch_task_definition_update(moto_env):
+    def updated_containers() -> list[dict]:
+        cloudformation, ecs = boto3.client("cloudformation"), boto3.client("ecs")
+        cloudformation.create_stack(StackName="task", TemplateBody=json.dumps(_task_definition("server@sha256:1")))
+        cloudformation.update_stack(StackName="task", TemplateBody=json.dumps(_task_definition("server@sha256:2")))
+        return ecs.describe_task_definition(taskDefinition="server")["taskDefinition"]["containerDefinitions"]
+
+    with mock_aws():
+        assert "image" not in updated_containers()[0]  # the revision keeps the template's "Image"
+    with mock_aws(), moto_patches.applied("task-definition-update"):
+        assert updated_containers()[0]["image"] == "server@sha256:2"
+
+
+# ----------------------------------------------------------------------------- new-values-update-readers
+
+def _service_on(image: str) -> dict:
+    return {"Resources": {**_task_definition(image)["Resources"],
+                          "Cluster": {"Type": "AWS::ECS::Cluster", "Properties": {}},
+                          "Service": {"Type": "AWS::ECS::Service", "Properties": {
+                              "Cluster": {"Ref": "Cluster"}, "TaskDefinition": {"Ref": "Task"}, "DesiredCount": 1}}}}
+
+
+def test_patch_new_values_update_readers(moto_env):
+    """A new task definition revision reaches the service that names it by Ref (its own text unchanged)."""
+    def running_revision() -> str:
+        cloudformation, ecs = boto3.client("cloudformation"), boto3.client("ecs")
+        cloudformation.create_stack(StackName="svc", TemplateBody=json.dumps(_service_on("server@sha256:1")))
+        cloudformation.update_stack(StackName="svc", TemplateBody=json.dumps(_service_on("server@sha256:2")))
+        (cluster,) = ecs.list_clusters()["clusterArns"]
+        (service,) = ecs.list_services(cluster=cluster)["serviceArns"]
+        return ecs.describe_services(cluster=cluster, services=[service])["services"][0]["taskDefinition"]
+
+    with mock_aws(), moto_patches.applied("task-definition-update"):
+        assert running_revision().endswith(":1")  # the service still runs the first revision
+    with mock_aws(), moto_patches.applied("task-definition-update", "new-values-update-readers"):
+        assert running_revision().endswith(":2")
+
+
 # ----------------------------------------------------------------------------- the rehearsal itself
 
 @pytest.mark.cli_rehearsal
