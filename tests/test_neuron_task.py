@@ -11,7 +11,9 @@ from inferstack.schema import instances
 from inferstack.neuron import task as neuron_task
 from tests.conftest import CONFIG_DIR
 
-# From the instance table in REFERENCE.md: devices, NeuronCores.
+# Devices and NeuronCores per instance, from the Neuron docs' Inf1 and Inf2 architecture pages
+# (awsdocs-neuron.readthedocs-hosted.com/en/latest/general/arch/neuron-hardware/inf1-arch.html, inf2-arch.html:
+# Inferentia chips per size; 4 NeuronCores per Inferentia chip, 2 per Inferentia2 chip).
 INFERENTIA = {
     "inf1.xlarge": (1, 4), "inf1.2xlarge": (1, 4), "inf1.6xlarge": (4, 16), "inf1.24xlarge": (16, 64),
     "inf2.xlarge": (1, 2), "inf2.8xlarge": (1, 2), "inf2.24xlarge": (6, 12), "inf2.48xlarge": (12, 24),

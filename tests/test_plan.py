@@ -16,7 +16,9 @@ from inferstack.capacity import plan_report, pricing
 from tests.conftest import CONFIG_DIR
 from tests.test_cli import run
 
-# REFERENCE.md: BERT-base seq 128 throughputs and the prices the posts used (us-east-1 on-demand then).
+# BERT-base seq 128 throughputs and the prices the post used (us-east-1 on-demand then), from the AWS Machine
+# Learning Blog post "Achieve 12x higher throughput and lowest latency for PyTorch Natural Language Processing
+# applications out-of-the-box on AWS Inferentia" (https://aws.amazon.com/blogs/machine-learning/achieve-12x-higher-throughput-and-lowest-latency-for-pytorch-natural-language-processing-applications-out-of-the-box-on-aws-inferentia/).
 POST_PRICES = {"inf1.6xlarge": 1.904, "inf1.xlarge": 0.368, "ml.g4dn.xlarge": 0.526}
 PUBLISHED = [
     # name, instance, throughput/s, pipeline cores (None = data parallel), published $ per 1M
@@ -41,7 +43,7 @@ def _reference_model(name, itype, throughput, pipeline_cores):
                                  "labels": ["a", "b"]},
         "slo": {"p99_latency_ms": 100, "peak_tps": throughput},
         "throughput_profile": {itype: {"throughput_per_second": throughput, "p99_latency_ms": 20,
-                                       "source": "REFERENCE.md"}},
+                                       "source": "AWS ML Blog, BERT-base on Inferentia"}},
         "capacity": {"instance_type": itype, "min": 1, "max": 4},
     }
     if itype.startswith("ml."):

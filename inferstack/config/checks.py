@@ -365,6 +365,22 @@ MAX_TARGET_GROUPS_PER_SERVICE = 5
 MAX_COMPONENTS_PER_FLEET = 10
 
 
+def fleet_too_small(name: str, kind: str, error: Mapping) -> str:
+    """The schema's minimum of `models:` (pydantic's too_short error on fleets.<name>.models) as what it means
+    when a member leaves: the last member of an inference-components fleet, or the second-to-last of a
+    neuron-cores fleet (one model alone on its instances is a dedicated service). Retiring the fleet is
+    removing its entry."""
+    context = error.get("ctx") or {}
+    members = error.get("input")
+    names = [str(m) for m in members] if isinstance(members, (list, tuple)) else []
+    need = context.get("min_length", 1)
+    has = f"it has {len(names)} ({', '.join(names)})" if names else "it has none"
+    why = " (one model alone on its instances is a dedicated service)" if kind == "neuron-cores" else ""
+    return (f"a {kind} fleet needs at least {need} member{'s' if need != 1 else ''}{why}, {has}; to retire the fleet, "
+            f"remove its entry fleets.{name} from environments.yaml: its stack goes, and a member whose model file "
+            f"stays gets a stack of its own")
+
+
 def check_fleets(env_file: EnvironmentsFile, models: Mapping[str, Model]) -> Iterator[Finding]:
     """`fleets:` against the models and environments: membership, what fits on the instance, and the plan
     (inferstack.capacity.packing) in every environment the fleet deploys in. Keys are environments.yaml's."""
@@ -384,7 +400,10 @@ def check_fleets(env_file: EnvironmentsFile, models: Mapping[str, Model]) -> Ite
         for index, model_name in enumerate(fleet.models):
             model = models.get(model_name)
             if model is None:
-                yield base + ("models", index), f"unknown model {model_name!r}; known: {', '.join(sorted(models))}"
+                hint = did_you_mean(model_name, models) or (
+                    " (no model file names it: a model retired by removing its file leaves its fleet too; take it "
+                    "off this list)")
+                yield base + ("models", index), f"unknown model {model_name!r}{hint}; known: {', '.join(sorted(models))}"
                 continue
             if model.kind != FLEET_MEMBER_KIND[fleet.kind]:
                 yield base + ("models", index), (

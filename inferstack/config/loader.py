@@ -256,6 +256,10 @@ def _validate(schema: type[BaseModel], path: Path, doc: YamlDocument, problems: 
             loc = tuple(part for part in raw if part != "[key]")  # pydantic's marker for dict keys
             kind = model_kind
             if len(loc) > 2 and loc[0] == "fleets" and loc[2] in FLEET_KINDS:
+                if loc[3:] == ("models",) and error["type"] == "too_short":
+                    problems.append(_problem(path, config_dir, doc, loc[:2] + loc[3:],
+                                             checks.fleet_too_small(str(loc[1]), str(loc[2]), error)))
+                    continue
                 kind = _FLEET_MEMBER_KIND[loc[2]]  # a fleet's instances are its members' kind
                 loc = loc[:2] + loc[3:]  # the union's tag, not a key of the file
             problems.append(_problem(path, config_dir, doc, loc, _message(error, schema, raw, kind)))

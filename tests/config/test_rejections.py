@@ -215,9 +215,15 @@ CASES = {
     "fleet in an unknown environment": (
         "environments.yaml", _set("fleets", "triton-shared", "deploy_in", value=["qa"]),
         "fleets.triton-shared.deploy_in.0: unknown environment 'qa'"),
-    "neuron fleet of one model": (
+    "neuron fleet of one model (a member retired)": (
         "environments.yaml", _set("fleets", "intent-pack", "models", value=["intent-bert"]),
-        "fleets.intent-pack.models: Tuple should have at least 2 items"),
+        "fleets.intent-pack.models: a neuron-cores fleet needs at least 2 members (one model alone on its instances "
+        "is a dedicated service), it has 1 (intent-bert); to retire the fleet, remove its entry fleets.intent-pack "
+        "from environments.yaml: its stack goes, and a member whose model file stays gets a stack of its own"),
+    "inference-components fleet whose last member left": (
+        "environments.yaml", _set("fleets", "triton-shared", "models", value=[]),
+        "fleets.triton-shared.models: a sagemaker-inference-components fleet needs at least 1 member, it has none; "
+        "to retire the fleet, remove its entry fleets.triton-shared from environments.yaml"),
     "neuron fleet on a GPU type": (
         "environments.yaml", _set("fleets", "intent-pack", "capacity", "instance_type", value="ml.g4dn.xlarge"),
         "fleets.intent-pack.capacity.instance_type: ml.g4dn.xlarge is not an Inferentia EC2 type"),
@@ -311,6 +317,17 @@ CASES = {
 @pytest.mark.parametrize("case", CASES, ids=list(CASES))
 def test_rejection(config_copy, case):
     assert_rejected(config_copy, *CASES[case])
+
+
+def test_a_fleet_member_retired_by_its_file_alone_is_still_on_its_fleet(config_copy):
+    (config_copy / "t5-spelling.yaml").unlink()
+    problems = problems_of(config_copy)
+    assert len(problems) == 1, problems
+    assert problems[0].startswith("model_configs/environments.yaml:")
+    assert problems[0].split(": ", 1)[1] == (
+        "fleets.triton-shared.models.1: unknown model 't5-spelling' (no model file names it: a model retired by "
+        "removing its file leaves its fleet too; take it off this list); known: bert-large-classifier, "
+        "duplicate-bert, intent-bert, intent-bert-inf2")
 
 
 def test_malformed_yaml_reports_its_line(config_copy):
