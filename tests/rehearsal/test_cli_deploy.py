@@ -664,17 +664,33 @@ def test_patch_new_values_update_readers(moto_env):
 
 @pytest.mark.cli_rehearsal
 def test_cli_deploy_rehearsal():
-    """The whole rehearsal once, with CI=true (the CDK CLI then prints to stdout, not stderr)."""
-    from inferstack.rehearsal import cli_deploy
+    """The whole rehearsal once, with CI=true (the CDK CLI then prints to stdout, not stderr), on the shipped
+    config plus one added model of each kind whose names sort before, between and after the shipped ones: the
+    first deploy, then day two (production moved and counts scaled as ECS and autoscaling do, release N+1,
+    rollback, a fleet member retired), then destroy."""
+    from inferstack.rehearsal import cli_deploy, day_two
 
     if not (cli_deploy.ROOT / "node_modules" / ".bin" / "cdk").exists():
         pytest.skip("the CDK CLI is not installed (make setup)")
-    result = cli_deploy.rehearse_once(timeout=600, ci=True)
+    result = cli_deploy.rehearse_once(timeout=720, ci=True, add_models=True)
     text = cli_deploy.report(result)
     print(text)
     assert result.ok, text
     names = [s.name for s in result.steps]
-    assert names[-1] == "delete CDKToolkit" and len(names) == 8, names
+    assert names[-1] == "delete CDKToolkit" and len(names) == 12, names
     assert result.workarounds and result.unmodeled and not result.leftovers
     assert any("Custom::VpcRestrictDefaultSG" in c for c in result.custom_resources_not_run)
+    assert not any("Custom::LiveValue" in c for c in result.custom_resources_not_run)  # they ran
+    # Every added model was deployed and, for Triton, smoked against its own reply (names in any order).
+    smoked = {line.split(":", 1)[0] for line in result.tool_lines["smoke"] if ": ok:" in line}
+    assert {"a-sentiment", "m-spelling", "bert-large-classifier", "t5-spelling"} <= smoked, smoked
+    assert not any(line.startswith("FAIL") for line in result.tool_lines["smoke"])
+    assert any(n.startswith("smoke of ") and "faq-bert" in n and "zz-router" in n for n in result.not_run)
+    # Day two held: production stayed on the group ECS left serving, and the counts autoscaling set, after the
+    # next release, the rollback and the retirement.
+    for after in ("release N+1", "rollback", f"retiring {day_two.RETIRED_MODEL}"):
+        kept = [c for c in result.checks if c.startswith(f"after {after}:")]
+        assert sum("still forwards 100%" in c for c in kept) >= 4, kept  # intent-pack x3 members, 2 services
+        assert any("keeps the 2 tasks" in c for c in kept) and any("copies autoscaling set" in c for c in kept)
+    assert any(c.startswith("retire: dev-t5-spelling and its") for c in result.checks)
     assert os.environ.get("AWS_ENDPOINT_URL") is None  # nothing leaked into this process
