@@ -119,30 +119,30 @@ def _cmd_release(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_promote(args: argparse.Namespace) -> int:
-    from inferstack.delivery import ecr_images, promote
+def _run_delivery(run, args: argparse.Namespace, usage_error: type[Exception], error: type[Exception]) -> int:
+    """promote and rollback: their usage errors exit 2, what AWS or the registry answers exits 1, in one line."""
+    from inferstack.delivery import ecr_images
 
     try:
-        return promote.run(args)
-    except promote.PromoteUsageError as exc:
+        return run(args)
+    except usage_error as exc:
         raise UsageError(str(exc)) from None
-    except (promote.PromoteError, ecr_images.ImageError, aws_sessions.SessionError) as exc:
+    except (error, ecr_images.ImageError, aws_sessions.SessionError) as exc:
         raise Failure(str(exc)) from None
     except aws_sessions.AWS_ERRORS as exc:  # credentials, permissions, throttling
         raise Failure(f"AWS: {exc}") from None
+
+
+def _cmd_promote(args: argparse.Namespace) -> int:
+    from inferstack.delivery import promote
+
+    return _run_delivery(promote.run, args, promote.PromoteUsageError, promote.PromoteError)
 
 
 def _cmd_rollback(args: argparse.Namespace) -> int:
-    from inferstack.delivery import ecr_images, rollback
+    from inferstack.delivery import rollback
 
-    try:
-        return rollback.run(args)
-    except rollback.RollbackUsageError as exc:
-        raise UsageError(str(exc)) from None
-    except (rollback.RollbackError, ecr_images.ImageError, aws_sessions.SessionError) as exc:
-        raise Failure(str(exc)) from None
-    except aws_sessions.AWS_ERRORS as exc:  # credentials, permissions, throttling
-        raise Failure(f"AWS: {exc}") from None
+    return _run_delivery(rollback.run, args, rollback.RollbackUsageError, rollback.RollbackError)
 
 
 def _cmd_smoke(args: argparse.Namespace) -> int:

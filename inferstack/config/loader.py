@@ -355,3 +355,10 @@ def _load_model(path: Path, problems: list[Problem], config_dir: Path):
         return None
     model = _validate(schema, path, doc, problems, config_dir)
     return (model, path, doc) if model else None
+
+
+def not_deployed_note(config_dir: Path, env_name: str, pin_path: Path) -> str:
+    """What to add so that `env_name` deploys the pin just written (promote and rollback print it)."""
+    return (f"note: {env_name} does not deploy it yet: add `release: {{manifest: "
+            f"{pin_path.relative_to(config_dir).as_posix()}}}` to environments.{env_name} in "
+            f"{config_dir / ENVIRONMENTS_FILE}")

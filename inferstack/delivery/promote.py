@@ -226,9 +226,7 @@ def run(args: argparse.Namespace) -> int:
             raise PromoteError(f"{exc} (the pin was written; the history does not record it)") from None
     print(f"wrote {pin_path}")
     if target.release is None:
-        print(f"note: {args.target} does not deploy it yet: add `release: {{manifest: "
-              f"{pin_path.relative_to(project.config_dir).as_posix()}}}` to environments.{args.target} in "
-              f"{project.config_dir / loader.ENVIRONMENTS_FILE}")
+        print(loader.not_deployed_note(project.config_dir, args.target, pin_path))
     return 0
 
 

@@ -236,9 +236,7 @@ def run(args: argparse.Namespace) -> int:
         raise RollbackError(f"{exc} (the pin was written; the history does not record it)") from None
     print(f"recorded entry {appended} in {history}")
     if environment.release is None:
-        print(f"note: {env_name} does not deploy it yet: add `release: {{manifest: "
-              f"{pin_path.relative_to(project.config_dir).as_posix()}}}` to environments.{env_name} in "
-              f"{project.config_dir / loader.ENVIRONMENTS_FILE}")
+        print(loader.not_deployed_note(project.config_dir, env_name, pin_path))
     print(f"next: commit {pin_path} and {history}, deploy as usual (cdk deploy '{env_name}/*'), then "
           f"python -m inferstack smoke --env {env_name}")
     return 0
