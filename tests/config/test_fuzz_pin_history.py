@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from inferstack.config import pin_history
 from inferstack.config.pin_history import HISTORY_FORMAT, HistoryEntry, HistoryError
 from inferstack.config.release_pin import PIN_FORMAT, PinnedImage, ReleaseIdentity, ReleasePin
-from tests.config.test_fuzz_config import nested, paths_of, values
+from tests.config.mutations import mutate_once
 from tests.conftest import fuzz_examples
 from tests.hang_guard import hang_guard
 
@@ -65,19 +65,7 @@ def mutated_history(draw) -> str:
     lines = [json.loads(pin_history.dump_entry(e)) for e in draw(histories())]
     data = lines[draw(st.integers(0, len(lines) - 1))]
     for _ in range(draw(st.integers(1, 3))):
-        path = draw(st.sampled_from(paths_of(data)))
-        parent = data
-        for key in path[:-1]:
-            parent = parent[key]
-        action = draw(st.sampled_from(["replace", "replace", "delete", "add", "nest"]))
-        if action == "replace":
-            parent[path[-1]] = draw(values)
-        elif action == "delete":
-            del parent[path[-1]]
-        elif action == "add" and isinstance(parent, dict):
-            parent[draw(st.text(min_size=1, max_size=8))] = draw(values)
-        elif action == "nest":
-            parent[path[-1]] = nested(parent[path[-1]], draw(st.integers(1, 60)))
+        mutate_once(draw, data, ["replace", "replace", "delete", "add", "nest"])
         if not data:
             break
     return "".join(json.dumps(d, sort_keys=draw(st.booleans())) + "\n" for d in lines)
