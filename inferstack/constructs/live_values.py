@@ -134,9 +134,10 @@ class LiveValues(Construct):
                    planned: int) -> cdk.CustomResource:
         """`resource` (an AWS::SageMaker::InferenceComponent named `component_name`) keeps its live
         DesiredCopyCount (what autoscaling set, possibly zero); `planned` when it does not exist yet."""
-        stack = cdk.Stack.of(self)
-        self._grant("Describe" + "".join(c for c in component_name.title() if c.isalnum()), ["sagemaker:DescribeInferenceComponent"], [stack.format_arn(
-            service="sagemaker", resource="inference-component", resource_name=component_name.lower())])
+        component_arn = cdk.Stack.of(self).format_arn(service="sagemaker", resource="inference-component",
+                                                      resource_name=component_name.lower())
+        self._grant("Describe" + "".join(c for c in component_name.title() if c.isalnum()),
+                    ["sagemaker:DescribeInferenceComponent"], [component_arn])
         reader = self._reader(construct_id, resource, {
             "Kind": COPY_COUNT, "InferenceComponentName": component_name, "Planned": planned})
         resource.add_property_override("RuntimeConfig.CopyCount", reader.get_att("CopyCount"))

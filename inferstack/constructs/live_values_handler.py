@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 # Inline (under Lambda's 4 KB ZipFile limit). Create and Update read; Delete does nothing (the reader owns
-# nothing). `read(kind, request, client)` is what the emulator's patch runs too (inferstack/rehearsal).
+# nothing). `read(request, client)` is what the emulator's patch runs too (inferstack/rehearsal).
 HANDLER = '''
 import json, urllib.request
 import boto3

@@ -548,7 +548,7 @@ class NeuronEcsService(Construct):
         if self.rollout.shifts_traffic:
             self._add_production_rules()
             self._keep_live_weights(self.listener.node.default_child, "DefaultActions", "ListenerWeights",
-                                    self.served[0], port)
+                                    self.served[0])
         elif self.packed:
             for served in self.served:
                 scope = self._model_scope(served)
@@ -572,12 +572,12 @@ class NeuronEcsService(Construct):
         return LiveValues(self, "LiveValues", log_group=self._log_group)
 
     def _keep_live_weights(self, resource: IConstruct | None, actions_key: str, reader_id: str,
-                           served: ServedModel, port: int) -> None:
+                           served: ServedModel) -> None:
         """A stack update writes the weights ECS left on the production rule, not the template's 100/0."""
         assert isinstance(resource, cdk.CfnResource)
         self.live_values.forward_weights(
             reader_id, resource=resource, actions_key=actions_key,
-            load_balancer_arn=self.load_balancer.load_balancer_arn, port=port,
+            load_balancer_arn=self.load_balancer.load_balancer_arn, port=self.listener_port,
             target_group_arns=(self.target_groups[served.name].target_group_arn,
                                self.alternate_target_groups[served.name].target_group_arn),
             planned=(PRIMARY_WEIGHT, ALTERNATE_WEIGHT))
@@ -605,8 +605,7 @@ class NeuronEcsService(Construct):
                 conditions=[elbv2.ListenerCondition.path_patterns(paths)], action=self._weighted_forward(served))
             self.production_rules[served.name] = rule
             self._keep_live_weights(rule.node.default_child, "Actions",
-                                    f"{served.name}RouteWeights" if self.packed else "RouteWeights", served,
-                                    self.listener_port)
+                                    f"{served.name}RouteWeights" if self.packed else "RouteWeights", served)
             target = self.service.load_balancer_target(
                 container_name=CONTAINER_NAME, container_port=served.port,
                 alternate_target=ecs.AlternateTarget("AlternateTarget", alternate_target_group=(

@@ -497,8 +497,6 @@ def smoke_each(aws: Aws, env: dict[str, str], config_dir: Path, clock: Clock, re
 
 def check_config_change(aws: Aws, outputs_by_stack: dict[str, dict[str, str]], result: Result) -> str:
     """Release N+1's config change reached the deployment: the batch size in the fleet's task definition."""
-    from inferstack.rehearsal import day_two
-
     outputs = outputs_by_stack[f"{ENV}-{day_two.CHANGED_FLEET}"]
     ecs = aws.client("ecs")
     (service,) = ecs.describe_services(cluster=outputs["ClusterName"], services=[outputs["ServiceName"]])["services"]
