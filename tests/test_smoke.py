@@ -99,6 +99,18 @@ def test_too_tight_slo_fails_with_the_latencies(aws, server, neuron_config, caps
     assert "(SLO p99 0.001 ms)" in line
 
 
+def test_latency_report_prints_the_latencies_without_failing(aws, server, neuron_config, capsys):
+    """--latency report (the CLI rehearsal's, against an emulator): the same too-tight SLO passes, and says
+    its latency was not checked."""
+    edit_model(neuron_config, "intent-bert", dev_slo(0.001))
+    deploy_url(server.url)
+    code, out, err = smoke_cli(capsys, neuron_config, "--model", "intent-bert", "--latency", "report")
+    assert code == 0, out + err
+    (line,) = out
+    assert line.startswith("intent-bert: ok: p50 ") and "(SLO p99 0.001 ms)" in line
+    assert line.endswith("latency reported, not checked (--latency report)")
+
+
 def test_wrong_model_name_fails_with_the_servers_answer(aws, server, neuron_config, capsys):
     without_fleets(neuron_config)  # a dedicated model, on a stack of its own
     edit_model(neuron_config, "intent-bert", lambda d: d.update(name="intent-other"))
