@@ -1,0 +1,121 @@
+"""What a load test does, as data: the target, the request and the answer it must get, the load shape and the
+SLO it is judged by. A spec travels as JSON (to Locust's processes, to a Fargate task's environment), so
+everything in it is plain data; `spec_for` builds one from a model's config."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+
+SCHEMA_VERSION = 1
+# Locust's own threshold: its master warns when a worker's CPU passes 90 % (locust/runners.py), and a
+# generator that busy queues its requests and reads its clocks late: its latencies are its own, not the model's.
+CPU_SATURATED_PERCENT = 90.0
+# A step holds long enough to read a p99 from at least this many requests (and at least MIN_HOLD_S).
+MIN_REQUESTS_FOR_P99 = 500
+MIN_HOLD_S = 30.0
+# A step whose achieved rate falls short of the offered one by more than this did not run at its rate.
+RATE_SHORTFALL = 0.05
+DEFAULT_STEPS = (0.25, 0.5, 0.75, 1.0)
+DEFAULT_ERROR_BUDGET_PERCENT = 0.1
+
+
+class SpecError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Target:
+    """`http`: POST `url` (a model's /v2/models/<name>/infer). `sagemaker`: a signed InvokeEndpoint of
+    `endpoint` (and `component` on a shared endpoint) in `region`."""
+
+    kind: str  # "http" | "sagemaker"
+    url: str | None = None
+    endpoint: str | None = None
+    component: str | None = None
+    region: str | None = None
+
+    def describe(self) -> str:
+        if self.kind == "http":
+            return self.url or ""
+        return f"endpoint {self.endpoint}" + (f" component {self.component}" if self.component else "")
+
+
+@dataclass(frozen=True)
+class Step:
+    rate: float  # requests per second offered, across every generator
+    seconds: float
+
+
+@dataclass(frozen=True)
+class ExpectedOutput:
+    name: str
+    datatype: str
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class LoadTestSpec:
+    model: str
+    target: Target
+    body: dict  # the KServe v2 request (smoke.probe_for's)
+    outputs: tuple[ExpectedOutput, ...]  # what a valid answer holds
+    steps: tuple[Step, ...]
+    p99_slo_ms: float
+    error_budget_percent: float = DEFAULT_ERROR_BUDGET_PERCENT
+    environment: str | None = None
+    release: str | None = None
+    instance_type: str | None = None
+    instances: int | None = None  # instances behind the target while it runs
+    timeout_s: float = 10.0
+    schema_version: int = field(default=SCHEMA_VERSION)
+
+    def __post_init__(self) -> None:
+        if not self.steps:
+            raise SpecError("a load test needs at least one step")
+        for i, step in enumerate(self.steps):
+            if not (math.isfinite(step.rate) and step.rate > 0) or not (math.isfinite(step.seconds) and step.seconds > 0):
+                raise SpecError(f"steps[{i}]: rate and seconds must be > 0 (got {step.rate}, {step.seconds})")
+        if self.target.kind not in ("http", "sagemaker"):
+            raise SpecError(f"target.kind: {self.target.kind!r} is neither http nor sagemaker")
+        if self.target.kind == "http" and not self.target.url:
+            raise SpecError("target.url: an http target needs a URL")
+        if self.target.kind == "sagemaker" and not (self.target.endpoint and self.target.region):
+            raise SpecError("target.endpoint: a sagemaker target needs an endpoint and a region")
+        if not (self.p99_slo_ms > 0) or not (0 <= self.error_budget_percent <= 100):
+            raise SpecError("p99_slo_ms must be > 0 and error_budget_percent within 0..100")
+
+    @property
+    def seconds(self) -> float:
+        return sum(s.seconds for s in self.steps)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "LoadTestSpec":
+        try:
+            data = json.loads(text)
+            if data.get("schema_version") != SCHEMA_VERSION:
+                raise SpecError(f"schema_version: {data.get('schema_version')!r}, this tool reads {SCHEMA_VERSION}")
+            data["target"] = Target(**data["target"])
+            data["steps"] = tuple(Step(**s) for s in data["steps"])
+            data["outputs"] = tuple(ExpectedOutput(o["name"], o["datatype"], tuple(o["shape"])) for o in data["outputs"])
+            return cls(**data)
+        except SpecError:
+            raise
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise SpecError(f"load test spec: {type(exc).__name__}: {exc}") from None
+
+
+def stepped(target_rate: float, *, fractions: tuple[float, ...] = DEFAULT_STEPS,
+            hold_s: float | None = None) -> tuple[Step, ...]:
+    """Steps up to `target_rate`, each held long enough to read a p99 (MIN_REQUESTS_FOR_P99 requests at
+    its rate, and at least MIN_HOLD_S) unless `hold_s` says otherwise."""
+    steps = []
+    for fraction in fractions:
+        rate = target_rate * fraction
+        hold = hold_s if hold_s is not None else max(MIN_HOLD_S, MIN_REQUESTS_FOR_P99 / rate)
+        steps.append(Step(rate=round(rate, 3), seconds=hold))
+    return tuple(steps)
