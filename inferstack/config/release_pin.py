@@ -64,11 +64,32 @@ class ReleaseIdentity(Frozen):
     manifest_sha256: str | None = None
 
 
+class LoadTestEvidence(Frozen):
+    """A model's newest load test of the promoted image in the source environment (load_test_gate.py)."""
+
+    location: str = Field(min_length=1, description="s3:// of the run's result.json")
+    verdict: Literal["pass", "fail", "invalid"]
+    finished: str
+    achieved_rps: float = Field(ge=0)
+    p99_ms: float | None = Field(None, ge=0)
+
+
+class LoadTestRecord(Frozen):
+    """Promotion's load test gate, as it was when the pin was written: the evidence it accepted, or that
+    `--skip-load-test` skipped it (reviewers see it in the pin's diff and its history)."""
+
+    gate: str = Field(min_length=1, description="why the gate applied to this promotion")
+    skipped: bool = False
+    results: dict[Name, LoadTestEvidence] = Field(default_factory=dict)
+
+
 class ReleasePin(Frozen):
     format: Literal["inferstack-pin/1"]
     environment: Name
     promoted_from: Name
     release: ReleaseIdentity = ReleaseIdentity()
+    load_test: LoadTestRecord | None = Field(None, description="the load test gate's record; absent where it "
+                                             "did not apply")
     images: dict[Name, PinnedImage]  # image unit (model or neuron-cores fleet) -> its image
 
     def image_for(self, unit: str) -> PinnedImage | None:

@@ -20,10 +20,10 @@ from pathlib import Path
 import boto3
 
 from inferstack import atomic_write
-from inferstack.delivery import aws_sessions, ecr_images, release, stack_outputs
+from inferstack.delivery import aws_sessions, ecr_images, load_test_gate, release, stack_outputs
 from inferstack.config import NeuronEcsModel, Project, loader, pin_history
 from inferstack.config.loader import ImageUnit
-from inferstack.config.release_pin import PIN_FORMAT, PinnedImage, ReleaseIdentity, ReleasePin, dump
+from inferstack.config.release_pin import PIN_FORMAT, LoadTestRecord, PinnedImage, ReleaseIdentity, ReleasePin, dump
 
 # Promoted images live in one repository per image unit in each target account: inferstack/<model or fleet>.
 REPOSITORY_PREFIX = "inferstack"
@@ -167,8 +167,10 @@ def apply(steps: list[Step], source_session: boto3.Session, target_session: boto
                         step.tag)
 
 
-def pin_for(steps: list[Step], source_env: str, target_env: str, identity: ReleaseIdentity) -> ReleasePin:
+def pin_for(steps: list[Step], source_env: str, target_env: str, identity: ReleaseIdentity,
+            load_test: LoadTestRecord | None = None) -> ReleasePin:
     return ReleasePin(format=PIN_FORMAT, environment=target_env, promoted_from=source_env, release=identity,
+                      load_test=load_test,
                       images={s.model: PinnedImage(repository_uri=s.target_repository_uri, digest=s.source.digest,
                                                    source_image=f"{s.source.ref.repository_uri}@{s.source.digest}",
                                                    tag=s.tag) for s in steps})
@@ -205,6 +207,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"promote {args.source} -> {args.target} ({mode})")
     for step in steps:
         print(step.line())
+    load_test = gate(project, args, steps, sessions[args.source])
     if not args.apply:
         return 0
     try:
@@ -212,7 +215,7 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise PromoteError(f"{pin_path.parent}: cannot create: {exc.strerror or exc}") from None
     apply(steps, sessions[args.source], sessions[args.target])
-    pin = pin_for(steps, args.source, args.target, identity)
+    pin = pin_for(steps, args.source, args.target, identity, load_test)
     try:
         atomic_write.write_text(pin_path, dump(pin))
     except OSError as exc:
@@ -230,6 +233,31 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def gate(project: Project, args: argparse.Namespace, steps: list[Step], session: boto3.Session) -> LoadTestRecord | None:
+    """The load test gate (load_test_gate.py), before anything is copied: its lines, and PromoteError when a
+    promoted model has no passing load test of its image in the source, unless --skip-load-test."""
+    why = load_test_gate.required(project, args.source, args.target)
+    if why is None:
+        return None
+    if args.skip_load_test:
+        print(f"load test gate: SKIPPED (--skip-load-test, recorded in the pin); it applies because {why}")
+        return load_test_gate.record(why, [], skipped=True)
+    print(f"load test gate: {why}")
+    try:
+        findings = load_test_gate.evaluate(session, project, args.source,
+                                           {step.model: step.source.digest for step in steps})
+    except load_test_gate.GateError as exc:
+        raise PromoteError(f"load test gate: {exc}") from None
+    for finding in findings:
+        print(f"  {finding.line}")
+    failed = sorted(f.model for f in findings if not f.passed)
+    if failed:
+        raise PromoteError(f"load test gate: no passing load test in {args.source} of the image promoted for "
+                           f"{', '.join(failed)}; run `python -m inferstack loadtest --env {args.source} --model M` "
+                           f"for each, or pass --skip-load-test (recorded in the pin)")
+    return load_test_gate.record(why, findings, skipped=False)
+
+
 def add_parser(commands: argparse._SubParsersAction, handler, default_config_dir: Path) -> None:
     cmd = commands.add_parser("promote", help="copy what one environment runs into the next and pin it",
                               description=__doc__.splitlines()[0].split(": ", 1)[1])
@@ -237,5 +265,8 @@ def add_parser(commands: argparse._SubParsersAction, handler, default_config_dir
     cmd.add_argument("--to", dest="target", required=True, metavar="ENV", help="environment to pin")
     cmd.add_argument("--apply", action="store_true", help="copy the images and write the pin (default: dry run)")
     cmd.add_argument("--manifest", type=Path, help="release manifest (from `release`) the images must belong to")
+    cmd.add_argument("--skip-load-test", action="store_true",
+                     help="promote without a passing load test in the source where the gate applies (into an "
+                          "environment behind an approval, or from one that runs load tests); recorded in the pin")
     cmd.add_argument("--config-dir", type=Path, default=default_config_dir)
     cmd.set_defaults(func=handler)

@@ -15,6 +15,8 @@ ENDPOINT_NAME = "EndpointName"  # a Triton model's SageMaker endpoint (a fleet's
 INFERENCE_COMPONENT_NAME = "InferenceComponentName"  # a Triton model on a fleet's shared endpoint
 # Output of a neuron-cores fleet's stack (`<env>-<fleet>`): JSON {model: path under Url}, one entry per member.
 MODEL_PATHS = "ModelPaths"
+LOAD_TEST = "LoadTest"  # an environment's load test stack (load_test: in environments.yaml)
+RESULTS_BUCKET = "ResultsBucket"  # output of the load test stack: where runs store their results
 
 
 class StackNotFound(Exception):

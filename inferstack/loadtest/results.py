@@ -5,7 +5,9 @@ release's verdicts from the environment's results bucket (key layout: `results_k
 
 from __future__ import annotations
 
+import datetime
 import json
+import secrets
 from dataclasses import asdict, dataclass, field
 
 from inferstack.loadtest.spec import CPU_SATURATED_PERCENT, RATE_SHORTFALL
@@ -17,6 +19,13 @@ RESULT_FILE, REPORT_FILE, PICTURE_FILE = "result.json", "report.txt", "latency.p
 
 class ResultError(ValueError):
     pass
+
+
+def new_run_id(now: datetime.datetime | None = None) -> str:
+    """A run's id: its UTC start time to the second, then random hex; ids sort in time order (the gate takes
+    the newest by id, not by S3's one-second LastModified)."""
+    now = now or datetime.datetime.now(datetime.timezone.utc)
+    return f"{now.strftime('%Y%m%dT%H%M%SZ')}-{secrets.token_hex(3)}"
 
 
 def results_prefix(release: str, model: str) -> str:
