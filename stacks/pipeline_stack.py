@@ -52,6 +52,14 @@ def smoke_command(env_name: str) -> str:
     return f'python -m inferstack smoke --env {env_name} --role-arn "$SMOKE_ROLE_ARN"'
 
 
+def load_test_command(env_name: str) -> str:
+    """The load test of every model deployed in an environment with load_test (inferstack/loadtest/), at the rate
+    its plan gives its instances, as the environment's load test role: fails the pipeline, before the next
+    stage's approval, when a model misses its SLO or the run is invalid; its results name the images tested,
+    which is what `promote`'s gate reads."""
+    return f'python -m inferstack loadtest --env {env_name} --all-models --role-arn "$LOAD_TEST_ROLE_ARN"'
+
+
 def _pinned_npm_version(package: str) -> str:
     # One pin per tool: the pipeline's CodeBuild steps install the versions package.json pins for developers.
     return json.loads((ROOT / "package.json").read_text())["devDependencies"][package]
@@ -92,11 +100,18 @@ class PipelineStack(cdk.Stack):
                     {"phases": {"install": {"runtime-versions": {"python": PYTHON_VERSION}}}})),
         )
         self.smoke_steps: dict[str, pipelines.CodeBuildStep] = {}
+        self.load_test_steps: dict[str, pipelines.CodeBuildStep] = {}
         for name in settings.stages:
             pre = ([pipelines.ManualApprovalStep(f"Approve-{name}", comment=f"Deploy the tested release to {name}")]
                    if name in settings.approval_before else [])
             self.smoke_steps[name] = self._smoke_step(name, environments[name])
-            self.pipeline.add_stage(stages[name], pre=pre, post=[self.smoke_steps[name]])
+            post = [self.smoke_steps[name]]
+            if environments[name].load_test is not None:
+                # After the smoke test, before the next stage (and its approval) starts.
+                self.load_test_steps[name] = self._load_test_step(name, environments[name])
+                self.load_test_steps[name].add_step_dependency(self.smoke_steps[name])
+                post.append(self.load_test_steps[name])
+            self.pipeline.add_stage(stages[name], pre=pre, post=post)
         # Build now (not lazily at synth) so the generated roles and projects exist for the acknowledgements.
         self.pipeline.build_pipeline()
         self._log_artifact_access()
@@ -134,6 +149,23 @@ class PipelineStack(cdk.Stack):
             # The smoke command assumes the role itself, from CodeBuild's credentials (--role-arn).
             commands=[". .venv/bin/activate", smoke_command(env_name)],
             role_policy_statements=[iam.PolicyStatement(actions=["sts:AssumeRole"], resources=[role_arn])],
+        )
+
+    def _load_test_step(self, env_name: str, environment: Environment) -> pipelines.CodeBuildStep:
+        """Runs the environment's load test on Fargate (the command only starts tasks and reads results: no
+        load is generated in CodeBuild), as the load test role of that account."""
+        role_arn = f"arn:{self.partition}:iam::{environment.account}:role/{self.settings.load_test_role_name}"
+        return pipelines.CodeBuildStep(
+            f"LoadTest-{env_name}",
+            input=self.source,
+            env={"LOAD_TEST_ROLE_ARN": role_arn, "AWS_REGION": environment.region,
+                 "AWS_DEFAULT_REGION": environment.region},
+            install_commands=["python3 -m venv .venv",
+                              ".venv/bin/pip install --quiet -r requirements.txt -c constraints.txt"],
+            commands=[". .venv/bin/activate", load_test_command(env_name)],
+            role_policy_statements=[iam.PolicyStatement(actions=["sts:AssumeRole"], resources=[role_arn])],
+            # Steps of a few minutes each, per model, and Fargate's start: far inside CodeBuild's limit.
+            timeout=cdk.Duration.hours(2),
         )
 
     def _log_artifact_access(self) -> None:
@@ -197,7 +229,7 @@ class PipelineStack(cdk.Stack):
                         "cloudformation:DescribeStacks and s3:ListBucket, read-only calls cdk deploy makes before it "
                         "assumes the deploy role")
 
-        for step in self.smoke_steps.values():
+        for step in [*self.smoke_steps.values(), *self.load_test_steps.values()]:
             acknowledge_artifacts(_default_policy(step.project.role), writes=False, key_use=True)
             acknowledge_build_output(step.project)
 

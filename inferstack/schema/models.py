@@ -173,6 +173,7 @@ class Environment(Frozen):
 
 
 DEFAULT_SMOKE_ROLE_NAME = "inferstack-smoke"
+DEFAULT_LOAD_TEST_ROLE_NAME = "inferstack-loadtest"
 # The pipeline stack's CloudFormation name. Roles CloudFormation names for it (the smoke steps' CodeBuild
 # roles among them) start with it, which is what the environments' smoke roles trust.
 PIPELINE_STACK_NAME = "inferstack-pipeline"
@@ -198,6 +199,10 @@ class PipelineSettings(Frozen):
         DEFAULT_SMOKE_ROLE_NAME, pattern=r"^[\w+=,.@-]{1,64}$",
         description="IAM role (in each environment's account, trusting the tooling account) the smoke test "
                     "assumes to reach that environment")
+    load_test_role_name: str = Field(
+        DEFAULT_LOAD_TEST_ROLE_NAME, pattern=r"^[\w+=,.@-]{1,64}$",
+        description="IAM role (in the account of each environment with load_test, trusting the tooling account) "
+                    "the load test step after that environment's smoke test assumes to start it and read its results")
 
 
 # ---------------------------------------------------------------- fleets (models sharing accelerators)
