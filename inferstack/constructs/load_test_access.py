@@ -29,12 +29,14 @@ IMAGE_READS_REASON = ("read-only Describe calls that find the image digest each 
 
 class LoadTestAccess(Construct):
     """Exposes `role`. `role_name`: the name the pipeline assumes; `trusted_account`: the only account whose
-    principals may assume it (the tooling account); `stack_name_prefix`: every stack of this environment starts
+    principals may assume it (the tooling account), narrowed to its roles whose names start with
+    `trusted_role_prefix` when set (the pipeline stack's, as the smoke role is); `stack_name_prefix`: every stack of this environment starts
     with it. `task_definitions`: the master's and workers'; `pass_roles`: their task and execution roles."""
 
     def __init__(self, scope: Construct, construct_id: str, *, role_name: str, trusted_account: str,
                  stack_name_prefix: str, cluster: ecs.ICluster, task_definitions: list[ecs.TaskDefinition],
-                 pass_roles: list[iam.IRole], bucket: s3.IBucket, key: kms.IKey) -> None:
+                 pass_roles: list[iam.IRole], bucket: s3.IBucket, key: kms.IKey,
+                 trusted_role_prefix: str | None = None) -> None:
         super().__init__(scope, construct_id)
         if not stack_name_prefix:
             raise ValueError("stack_name_prefix must not be empty (it scopes the role)")
@@ -58,7 +60,12 @@ class LoadTestAccess(Construct):
             iam.PolicyStatement(sid="ReadResults", actions=["s3:GetObject"], resources=[bucket.arn_for_objects("*")]),
             iam.PolicyStatement(sid="DecryptResults", actions=["kms:Decrypt"], resources=[key.key_arn]),
         ]
-        self.role = iam.Role(self, "Role", role_name=role_name, assumed_by=iam.AccountPrincipal(trusted_account),
+        principal: iam.IPrincipal = iam.AccountPrincipal(trusted_account)
+        if trusted_role_prefix:
+            principal = principal.with_conditions({"ArnLike": {"aws:PrincipalArn": stack.format_arn(
+                service="iam", region="", account=trusted_account, resource="role",
+                resource_name=f"{trusted_role_prefix}*")}})
+        self.role = iam.Role(self, "Role", role_name=role_name, assumed_by=principal,
                              description="inferstack load test: start this environment's load test tasks, read "
                                          "their results",
                              max_session_duration=cdk.Duration.hours(2),

@@ -38,7 +38,7 @@ def required(project: Project, source_env: str, target_env: str) -> str | None:
     pipeline = project.pipeline
     if pipeline is not None and target_env in pipeline.approval_before:
         return f"{target_env} is deployed after an approval (pipeline.approval_before)"
-    if getattr(project.environments[source_env], "load_test", None) is not None:
+    if project.environments[source_env].load_test is not None:
         return f"{source_env} runs load tests (load_test in environments.yaml)"
     return None
 
