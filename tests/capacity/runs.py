@@ -17,10 +17,11 @@ def step(offered: float, p99_ms: float | None, *, achieved: float | None = None,
 
 def run(*steps: StepResult, slo_ms: float = 10.0, cpu: float = 40.0, instances: int | None = 2,
         environment: str | None = "staging", release: str | None = "r-42", location: str | None = None,
-        finished: str = "2025-03-04T10:05:00+00:00") -> RunResult:
-    return RunResult(model="intent-bert", target="http://10.0.0.1/v2/models/intent-bert/infer",
+        finished: str = "2025-03-04T10:05:00+00:00", instance_type: str | None = None,
+        model: str = "intent-bert") -> RunResult:
+    return RunResult(model=model, target="http://10.0.0.1/v2/models/intent-bert/infer",
                      started="2025-03-04T10:00:00+00:00", finished=finished, p99_slo_ms=slo_ms,
                      error_budget_percent=0.1, steps=tuple(steps),
                      generators=(Generator("local", max_cpu_percent=cpu, mean_cpu_percent=cpu / 2),),
-                     environment=environment, release=release, instance_type="inf1.xlarge", instances=instances,
+                     environment=environment, release=release, instance_type=instance_type, instances=instances,
                      results_location=location)

@@ -96,6 +96,12 @@ def test_a_result_file_that_is_not_one_is_one_line(config_copy, tmp_path, capsys
     assert err.startswith(f"profile: error: {path}: not a load test result: ") and err.count("\n") == 1
 
 
+def test_a_run_of_another_model_is_a_usage_error(config_copy, tmp_path, capsys):
+    path = result_file(tmp_path, run(step(100, 4.0), model="duplicate-bert"))
+    assert profile(config_copy, "--from-result", str(path)) == 2
+    assert capsys.readouterr().err == f"profile: error: --from-result {path}: a run of duplicate-bert, not intent-bert\n"
+
+
 def test_unknown_model_and_environment_are_usage_errors(config_copy, capsys):
     assert cli.main(["profile", "nope", "--env", "staging", "--config-dir", str(config_copy)]) == 2
     assert "no model named 'nope'" in capsys.readouterr().err

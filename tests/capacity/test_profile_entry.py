@@ -100,3 +100,22 @@ def test_the_entry_data_is_in_the_written_order_without_unset_fields():
     data = make(run(step(100, 4.0), release=None)).data()
     assert list(data) == ["throughput_per_second", "p99_latency_ms", "source", "measured"]
     assert list(data["measured"]) == ["date", "method", "environment", "instances", "p99_latency_ms", "results"]
+
+
+def test_a_stricter_slo_where_the_entry_is_written_judges_the_steps_again():
+    # judged by 10 ms the run held 200 req/s at 9.5 ms; prod's 8 ms SLO holds only the 100 req/s step
+    result = run(step(100, 6.0), step(200, 9.5))
+    assert make(result).point.throughput_per_second == 100
+    made = make(result, p99_slo_ms=8.0)
+    assert made.point.throughput_per_second == 50 and made.point.p99_latency_ms == 6.0
+    assert "within the SLO's 8 ms" in made.point.source
+    assert make(result, p99_slo_ms=50.0).point.throughput_per_second == 100  # a looser one changes nothing
+    with pytest.raises(ProfileRefused, match=r"^no step held p99 <= 5 ms"):
+        make(result, p99_slo_ms=5.0)
+
+
+def test_a_run_of_another_instance_type_is_refused():
+    with pytest.raises(ProfileRefused, match=r"^the run measured inf2.xlarge, not inf1.xlarge: write it with "
+                                             r"--instance-type inf2.xlarge$"):
+        make(run(step(100, 4.0), instance_type="inf2.xlarge"))
+    assert make(run(step(100, 4.0), instance_type="inf1.xlarge")).instance_type == "inf1.xlarge"

@@ -103,6 +103,8 @@ def run(args: argparse.Namespace, *, today: datetime.date | None = None) -> int:
     instances.get(instance_type)  # an unknown type is a usage error with the known list
     if args.from_result is not None:
         result, location = _read_result(args.from_result), str(args.from_result)
+        if result.model != model.name:
+            raise ProfileUsageError(f"--from-result {args.from_result}: a run of {result.model}, not {model.name}")
         environment = result.environment if result.environment in project.environments else None
     elif args.target is not None:
         result, location = _measure_local(args, project, model, instance_type)
@@ -112,7 +114,8 @@ def run(args: argparse.Namespace, *, today: datetime.date | None = None) -> int:
         environment = args.env
     location = result.results_location or location
     made = profile_entry.from_run(result, instance_type=instance_type, results=location, environment=environment,
-                                  instances=args.instances, release=args.release, today=today)
+                                  instances=args.instances, release=args.release, today=today,
+                                  p99_slo_ms=model.slo_for(args.env).p99_latency_ms)
     return _write(args, project, model, [made])
 
 

@@ -58,20 +58,22 @@ def _ms(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.1f} ms"
 
 
-def _no_step_held(result: RunResult) -> str:
+def _no_step_held(result: RunResult, p99_slo_ms: float) -> str:
     steps = "; ".join(f"{s.offered_rps:g} req/s: achieved {s.achieved_rps:.1f}, p99 {_ms(s.p99_ms)}, "
                       f"errors {s.error_percent:.2f} %" for s in result.steps)
-    return (f"no step held p99 <= {result.p99_slo_ms:g} ms with errors <= {result.error_budget_percent:g} % at its "
+    return (f"no step held p99 <= {p99_slo_ms:g} ms with errors <= {result.error_budget_percent:g} % at its "
             f"rate ({steps}): nothing to write; start lower (--rate) or look at the errors")
 
 
-def best_step(result: RunResult) -> StepResult:
-    """The step behind `highest_rate_within_slo`: the held step with the highest achieved rate."""
+def best_step(result: RunResult, p99_slo_ms: float | None = None) -> StepResult:
+    """The step behind `highest_rate_within_slo`: the held step with the highest achieved rate. `p99_slo_ms`: a
+    stricter SLO than the run was judged by (the model's where the entry is written), if any."""
     if result.verdict == INVALID:
         raise ProfileRefused(f"the run is invalid, nothing written: {'; '.join(result.invalid_reasons)}")
-    held = [s for s in result.steps if s.within(result.p99_slo_ms, result.error_budget_percent)]
+    slo = min(result.p99_slo_ms, p99_slo_ms) if p99_slo_ms is not None else result.p99_slo_ms
+    held = [s for s in result.steps if s.within(slo, result.error_budget_percent)]
     if not held:
-        raise ProfileRefused(_no_step_held(result))
+        raise ProfileRefused(_no_step_held(result, slo))
     return max(held, key=lambda s: s.achieved_rps)
 
 
@@ -84,11 +86,15 @@ def _run_date(result: RunResult, today: datetime.date) -> datetime.date:
 
 
 def from_run(result: RunResult, *, instance_type: str, results: str, environment: str | None,
-             instances: int | None = None, release: str | None = None,
+             instances: int | None = None, release: str | None = None, p99_slo_ms: float | None = None,
              today: datetime.date | None = None) -> ProfileEntry:
     """`environment`: where the measured instances ran (None: a target outside the environments, e.g. local);
-    `instances`: how many served the test (default: the run's own record)."""
-    step = best_step(result)
+    `instances`: how many served the test (default: the run's own record); `p99_slo_ms`: the SLO the entry must
+    meet where it is written, when stricter than the run's."""
+    if result.instance_type and result.instance_type != instance_type:
+        raise ProfileRefused(f"the run measured {result.instance_type}, not {instance_type}: write it with "
+                             f"--instance-type {result.instance_type}")
+    step = best_step(result, p99_slo_ms)
     count = instances if instances is not None else result.instances
     if not count or count < 1:
         raise ProfileRefused("the run does not say how many instances served it: pass --instances N")
@@ -101,7 +107,7 @@ def from_run(result: RunResult, *, instance_type: str, results: str, environment
     source = (f"{METHOD} {_run_date(result, today or datetime.date.today()).isoformat()}: "
               f"{step.achieved_rps:.1f} req/s on {count} x {instance_type} {where}"
               f"{f' (release {release})' if release else ''}, p99 {p99:g} ms within the SLO's "
-              f"{result.p99_slo_ms:g} ms, errors {step.error_percent:.2f} %")
+              f"{min(result.p99_slo_ms, p99_slo_ms or result.p99_slo_ms):g} ms, errors {step.error_percent:.2f} %")
     measured = {"date": _run_date(result, today or datetime.date.today()), "method": METHOD,
                 "environment": environment, "release": release, "instances": count, "p99_latency_ms": p99,
                 "results": results}
