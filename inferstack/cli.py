@@ -156,6 +156,17 @@ def _cmd_smoke(args: argparse.Namespace) -> int:
         raise Failure(str(exc)) from None
 
 
+def _cmd_profile(args: argparse.Namespace) -> int:
+    from inferstack.capacity.profile import command as profile_command, entry as profile_entry
+
+    try:
+        return profile_command.run(args)
+    except profile_command.ProfileUsageError as exc:
+        raise UsageError(str(exc)) from None
+    except (profile_command.ProfileFailure, profile_entry.ProfileRefused, aws_sessions.SessionError) as exc:
+        raise Failure(str(exc)) from None
+
+
 class Failure(Exception):
     """The command ran but what it checks or does failed (exit 1, one line)."""
 
@@ -200,6 +211,8 @@ def build_parser() -> argparse.ArgumentParser:
     promote.add_parser(commands, _cmd_promote, DEFAULT_CONFIG_DIR)
     rollback.add_parser(commands, _cmd_rollback, DEFAULT_CONFIG_DIR)
     smoke.add_parser(commands, _cmd_smoke, DEFAULT_CONFIG_DIR)
+    from inferstack.capacity.profile import command as profile_command
+    profile_command.add_parser(commands, _cmd_profile, DEFAULT_CONFIG_DIR)
     return parser
 
 

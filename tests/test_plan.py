@@ -3,6 +3,7 @@ price overrides and bad input."""
 
 from __future__ import annotations
 
+import datetime
 import json
 import math
 from decimal import ROUND_HALF_UP, Decimal
@@ -13,6 +14,7 @@ import yaml
 from inferstack import config
 from inferstack.schema import instances
 from inferstack.capacity import plan_report, pricing
+from tests.capacity.measured import mark_measured
 from tests.conftest import CONFIG_DIR
 from tests.test_cli import run
 
@@ -103,8 +105,9 @@ def test_plan_json_has_one_object_per_model_and_environment():
     assert prod_intent["scaling_target_per_instance_per_minute"] == pytest.approx(4000 * 0.5 * 60)
 
 
-def test_plan_compare_marks_the_cheapest_type_meeting_the_slo():
-    result = run("-m", "inferstack", "plan", "--env", "prod", "--compare", "--json")
+def test_plan_compare_marks_the_cheapest_type_meeting_the_slo(config_copy):
+    mark_measured(config_copy, "intent-bert", "inf1.6xlarge", "inf1.xlarge")
+    result = run("-m", "inferstack", "plan", "--env", "prod", "--compare", "--json", "--config-dir", str(config_copy))
     assert result.returncode == 0, result.stderr
     intent = next(r for r in json.loads(result.stdout)["models"] if r["model"] == "intent-bert")
     options = {o["instance_type"]: o for o in intent["compare"]}
@@ -113,11 +116,55 @@ def test_plan_compare_marks_the_cheapest_type_meeting_the_slo():
     assert options["inf1.xlarge"]["instances_at_peak"] == 32
     assert options["inf1.xlarge"]["cheapest"] and not options["inf1.6xlarge"]["cheapest"]
     assert options["inf1.6xlarge"]["deployed"] and not intent["cheapest"]
+    assert all(o["ranked"] and o["profile"] == "measured" for o in options.values())
+
+
+def test_plan_compare_ranks_only_measured_entries(config_copy):
+    """The shipped profiles are estimates: listed, never the cheapest. Measure only the dearer inf1.6xlarge and
+    it wins over the cheaper-looking estimate for inf1.xlarge."""
+    rows = plan_report.build(config.load(config_copy), ["prod"], compare=True)
+    for row in rows:
+        assert row.compare and not any(o.cheapest or o.ranked for o in row.compare), row.model
+        assert not row.cheapest and row.profile == "estimate"
+    mark_measured(config_copy, "intent-bert", "inf1.6xlarge")
+    rows = plan_report.build(config.load(config_copy), ["prod"], compare=True)
+    intent = next(r for r in rows if r.model == "intent-bert")
+    assert [(o.instance_type, o.ranked, o.cheapest) for o in intent.compare] == [
+        ("inf1.6xlarge", True, True), ("inf1.xlarge", False, False)]  # ranked first, estimates apart
+    assert intent.cheapest and intent.profile == "measured"
+
+
+def test_plan_names_the_entry_each_row_is_sized_from_and_its_age(config_copy):
+    mark_measured(config_copy, "t5-spelling", "ml.g4dn.xlarge", date="2025-03-04")
+    project = config.load(config_copy)
+    today = datetime.date(2025, 3, 16)
+    rows = {(r.model, r.env): r for r in plan_report.build(project, ["prod"], today=today)}
+    t5 = rows[("t5-spelling", "prod")]
+    assert (t5.instance_type, t5.profile, t5.measured_date, t5.profile_age_days) == (
+        "ml.g4dn.xlarge", "measured", "2025-03-04", 12)
+    assert rows[("bert-large-classifier", "prod")].profile == "estimate"
+    assert rows[("bert-large-classifier", "prod")].profile_age_days is None
+    table = plan_report.to_table(list(rows.values()))
+    (line,) = [line for line in table.splitlines() if line.startswith("t5-spelling")]
+    assert "measured 2025-03-04 (12d ago)" in line
+    (line,) = [line for line in table.splitlines() if line.startswith("bert-large-classifier")]
+    assert line.split()[-1] == "estimate"
+    # a fleet's members: the entry the fleet's plan reads (dev's shared endpoint reads the models' own type)
+    (fleet,) = [f for f in plan_report.build_fleets(project, ["dev"], today=today) if f.fleet == "triton-shared"]
+    members = {m.model: m for m in fleet.members}
+    assert (members["t5-spelling"].profile_instance_type, members["t5-spelling"].profile,
+            members["t5-spelling"].profile_age_days) == ("ml.g4dn.xlarge", "measured", 12)
+    assert members["bert-large-classifier"].profile == "estimate"
+    text = plan_report.fleets_to_text([fleet])
+    assert "profile ml.g4dn.xlarge measured 2025-03-04 (12d ago)" in text
+    assert "profile ml.g4dn.xlarge estimate" in text
 
 
 def test_plan_compare_excludes_types_whose_latency_misses_the_slo(config_copy):
+    mark_measured(config_copy, "intent-bert", "inf1.6xlarge", "inf1.xlarge")
     data = yaml.safe_load((config_copy / "intent-bert.yaml").read_text())
     data["throughput_profile"]["inf1.xlarge"]["p99_latency_ms"] = 12  # above the 10 ms SLO
+    data["throughput_profile"]["inf1.xlarge"]["measured"]["p99_latency_ms"] = 12
     data["environments"]["dev"]["capacity"]["instance_type"] = "inf1.6xlarge"
     (config_copy / "intent-bert.yaml").write_text(yaml.safe_dump(data))
     environments = yaml.safe_load((config_copy / "environments.yaml").read_text())
@@ -130,13 +177,16 @@ def test_plan_compare_excludes_types_whose_latency_misses_the_slo(config_copy):
     assert options["inf1.6xlarge"].cheapest and intent.cheapest
 
 
-def test_plan_table_is_readable():
-    result = run("-m", "inferstack", "plan", "--env", "prod", "--compare")
+def test_plan_table_is_readable(config_copy):
+    mark_measured(config_copy, "intent-bert", "inf1.6xlarge", "inf1.xlarge")
+    result = run("-m", "inferstack", "plan", "--env", "prod", "--compare", "--config-dir", str(config_copy))
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0].split()[:3] == ["model", "env", "instance"]
+    assert lines[0].split()[:3] == ["model", "env", "instance"] and "profile" in lines[0].split()
     assert any(line.split()[:3] == ["intent-bert", "prod", "inf1.6xlarge"] for line in lines)
     assert any(line.lstrip().startswith("*") and "inf1.xlarge" in line for line in lines)
+    estimates = [line for line in lines if line.rstrip().endswith("not ranked: estimate")]
+    assert estimates and not any(line.lstrip().startswith("*") for line in estimates)
 
 
 def test_environment_price_override_changes_cost(config_copy):
@@ -167,10 +217,13 @@ def test_plan_unknown_environment_exits_2():
     assert result.stderr.strip() == "plan: error: --env: unknown environment 'qa'; known: dev, staging, prod"
 
 
-def test_compare_puts_one_checkpoint_on_inf1_and_inf2_side_by_side():
+def test_compare_puts_one_checkpoint_on_inf1_and_inf2_side_by_side(config_copy):
     """intent-bert (inf1) and intent-bert-inf2 share their source: both planned at intent-bert's SLO, priced
-    from the dated table, the cheapest that meets the SLO marked, each generation's support status named."""
-    result = run("-m", "inferstack", "plan", "--env", "prod", "--compare", "--json")
+    from the dated table, the cheapest measured entry that meets the SLO marked, each generation's support
+    status named."""
+    mark_measured(config_copy, "intent-bert", "inf1.6xlarge", "inf1.xlarge")
+    mark_measured(config_copy, "intent-bert-inf2", "inf2.xlarge", "inf2.8xlarge")
+    result = run("-m", "inferstack", "plan", "--env", "prod", "--compare", "--json", "--config-dir", str(config_copy))
     assert result.returncode == 0, result.stderr
     rows = json.loads(result.stdout)["generations"]
     assert {(r["model"], r["instance_type"]) for r in rows} == {
@@ -184,6 +237,17 @@ def test_compare_puts_one_checkpoint_on_inf1_and_inf2_side_by_side():
     cheapest = [r for r in rows if r["cheapest"]]
     assert len(cheapest) == 1
     assert cheapest[0]["cost_per_hour"] == min(r["cost_per_hour"] for r in rows if r["meets_slo"])
+
+
+def test_compare_of_generations_ranks_only_measured_entries(config_copy):
+    """Measured, only the Inf2 entries can be the cheapest, though Inf1's estimates look cheaper."""
+    mark_measured(config_copy, "intent-bert-inf2", "inf2.xlarge", "inf2.8xlarge")
+    rows = plan_report.build_generations(config.load(config_copy), ["prod"])
+    (cheapest,) = [r for r in rows if r.cheapest]
+    assert cheapest.instance_type == "inf2.xlarge" and cheapest.measured
+    assert min(r.cost_per_hour for r in rows) < cheapest.cost_per_hour  # an Inf1 estimate, not ranked
+    text = plan_report.generations_to_text(rows)
+    assert sum("not ranked: estimate" in line for line in text.splitlines()) == 2
 
 
 def test_compare_text_names_the_support_status():

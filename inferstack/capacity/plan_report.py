@@ -1,16 +1,18 @@
 """`python -m inferstack plan`: capacity and cost per model and environment, from the same
 `planning.plan` the stacks use, priced with `inferstack.capacity.pricing`; and per fleet (models sharing
 accelerators), the packed layout from `packing.plan_fleet`, its cost with and without its off-hours
-schedules, and what it saves against one model per accelerator."""
+schedules, and what it saves against one model per accelerator. Every row names whether the throughput_profile
+entry that sized it was measured (and how many days ago) or is an estimate; --compare ranks measured entries only."""
 
 from __future__ import annotations
 
+import datetime
 import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
-from inferstack.capacity import packing, planning, pricing
+from inferstack.capacity import packing, planning, pricing, provenance
 
 if TYPE_CHECKING:  # capacity sits below config: the report takes a loaded project, it never loads one
     from inferstack.config import Project
@@ -42,11 +44,30 @@ class PlanRow:
     cheapest: bool = False
     compare: list[PlanRow] = field(default_factory=list)
     fleet: str | None = None  # the fleet that carries the model here; this row is then its dedicated baseline
+    # The throughput_profile entry (of instance_type) this row is planned from: "measured" or "estimate"
+    profile: str = provenance.ESTIMATE
+    measured_date: str | None = None
+    profile_age_days: int | None = None  # days from measured_date to the day of the report
+    ranked: bool = True  # a compare option: only measured entries compete for cheapest
 
 
-def _row(project: Project, model, env: str, instance_type: str | None = None) -> PlanRow:
+def _today(today: datetime.date | None) -> datetime.date:
+    return today or datetime.datetime.now(datetime.timezone.utc).date()
+
+
+def _provenance(sized: provenance.Sizing, today: datetime.date) -> dict:
+    point = sized.point
+    measured = point.measured if point is not None else None
+    return {"profile": "measured" if measured else provenance.ESTIMATE,
+            "measured_date": measured.date.isoformat() if measured else None,
+            "profile_age_days": sized.age_days(today)}
+
+
+def _row(project: Project, model, env: str, instance_type: str | None = None, *,
+         today: datetime.date | None = None) -> PlanRow:
     environment = project.environments[env]
     result = planning.plan(model, env, environment, instance_type=instance_type)
+    sized = provenance.dedicated(model, env, result.instance_type)
     hourly = pricing.price(result.instance_type, environment.prices)
     deployed = instance_type is None or instance_type == model.capacity_for(env).instance_type
     return PlanRow(
@@ -67,22 +88,29 @@ def _row(project: Project, model, env: str, instance_type: str | None = None) ->
         # Another instance type would get its own max, so only its latency can rule it out.
         meets_slo=result.meets_slo if deployed else result.latency_within_slo,
         deployed=deployed,
+        **_provenance(sized, _today(today)),
     )
 
 
-def build(project: Project, envs: Sequence[str], *, compare: bool = False) -> list[PlanRow]:
-    """A row per model and environment it is deployed in (not_deployed() names the others)."""
+def build(project: Project, envs: Sequence[str], *, compare: bool = False,
+          today: datetime.date | None = None) -> list[PlanRow]:
+    """A row per model and environment it is deployed in (not_deployed() names the others). `today`: the day
+    the measured entries' ages count to (default: today, UTC)."""
     rows = []
     for env in envs:
         for model in project.models_in(env):
-            row = _row(project, model, env)
+            row = _row(project, model, env, today=today)
             fleet = project.fleet_of(model.name, env)
             if fleet is not None:
                 row = PlanRow(**{**_fields(row), "fleet": fleet})
             if compare:
-                options = [_row(project, model, env, itype) for itype in sorted(model.throughput_profile)
+                options = [_row(project, model, env, itype, today=today) for itype in sorted(model.throughput_profile)
                            if _plannable(model, env, project.environments[env], itype)]
-                eligible = [o for o in options if o.meets_slo]
+                # An estimate is never ranked (a cheaper-looking guess must not win over a measurement) and is
+                # listed apart, after the ranked ones.
+                options = [o for o in options if o.profile == "measured"] + [
+                    PlanRow(**{**_fields(o), "ranked": False}) for o in options if o.profile != "measured"]
+                eligible = [o for o in options if o.meets_slo and o.ranked]
                 best = min(eligible, key=lambda o: (o.cost_per_hour, o.cost_per_million)) if eligible else None
                 options = [o if o is not best else _mark_cheapest(o) for o in options]
                 row = PlanRow(**{**_fields(row), "compare": options,
@@ -150,6 +178,11 @@ class FleetMemberRow:
     copies_min: int | None = None
     copies_at_peak: int | None = None
     copies_max: int | None = None
+    # The member's throughput_profile entry the fleet's plan reads, as PlanRow's profile fields
+    profile_instance_type: str | None = None
+    profile: str = provenance.ESTIMATE
+    measured_date: str | None = None
+    profile_age_days: int | None = None
 
 
 @dataclass(frozen=True)
@@ -167,7 +200,7 @@ class FleetRow:
     cost: packing.FleetCost
 
 
-def build_fleets(project: Project, envs: Sequence[str]) -> list[FleetRow]:
+def build_fleets(project: Project, envs: Sequence[str], *, today: datetime.date | None = None) -> list[FleetRow]:
     rows = []
     for env in envs:
         environment = project.environments[env]
@@ -177,13 +210,19 @@ def build_fleets(project: Project, envs: Sequence[str]) -> list[FleetRow]:
             result = packing.plan_fleet(name, fleet, members, env, environment)
             rows.append(FleetRow(
                 fleet=name, kind=fleet.kind, env=env, instance_type=result.instance_type,
-                members=[_member(result, share) for share in result.shares],
+                members=[_with_provenance(_member(result, share), provenance.fleet_member(
+                    project.model(share.model), name, fleet, env), _today(today)) for share in result.shares],
                 instances_min=result.min_capacity, instances_at_peak=result.instances_at_peak,
                 instances_max=result.max_capacity,
                 off_hours=[f"{w.start}..{w.end} {w.time_zone}: {w.min}..{w.max} ({w.open_share:.0%} of the time)"
                            for w in result.windows],
                 meets_slo=result.meets_slo, cost=packing.cost(result, members, environment)))
     return rows
+
+
+def _with_provenance(row: FleetMemberRow, sized: provenance.Sizing, today: datetime.date) -> FleetMemberRow:
+    return FleetMemberRow(**{**asdict(row), "profile_instance_type": sized.instance_type,
+                             **_provenance(sized, today)})
 
 
 def _member(result: packing.FleetPlan, share) -> FleetMemberRow:
@@ -240,7 +279,8 @@ def fleets_to_text(fleets: Sequence[FleetRow]) -> str:
         for m in row.members:
             cold = f", cold start ~{m.cold_start_seconds} s" if m.cold_start_seconds is not None else ""
             out.append(f"  {m.model}: {m.placement}; {m.capacity_at_peak} at peak {m.peak_tps:g} TPS; "
-                       f"p99 {m.profile_p99_ms:g}/{m.slo_p99_ms:g} ms; target {m.scaling_target}{cold}")
+                       f"p99 {m.profile_p99_ms:g}/{m.slo_p99_ms:g} ms; target {m.scaling_target}{cold}; "
+                       f"profile {m.profile_instance_type} {_profile_cell(m)}")
         for window in row.off_hours:
             out.append(f"  off hours {window}")
         out.append(f"  ${c.usd_per_instance_hour:g}/h per instance ({c.price_source}); ${c.cost_per_hour_at_peak:,.2f}/h "
@@ -255,7 +295,14 @@ def fleets_to_text(fleets: Sequence[FleetRow]) -> str:
 
 
 _COLUMNS = ("model", "env", "instance", "thru/inst", "p99 ms", "min", "peak", "max", "target/min",
-            "$/h peak", "$/month min..peak", "$/1M", "SLO", "fleet")
+            "$/h peak", "$/month min..peak", "$/1M", "SLO", "profile", "fleet")
+
+
+def _profile_cell(row) -> str:
+    """"measured 2025-06-01 (12d ago)" or "estimate"; a compare option's estimate says it was not ranked."""
+    if row.profile != "measured":
+        return "not ranked: estimate" if not getattr(row, "ranked", True) else "estimate"
+    return f"measured {row.measured_date} ({row.profile_age_days}d ago)"
 
 
 def to_table(rows: Sequence[PlanRow]) -> str:
@@ -266,11 +313,13 @@ def to_table(rows: Sequence[PlanRow]) -> str:
             label = ("* " if option.cheapest else "  ") + ("(deployed)" if option.deployed else "")
             lines.append(_cells(option, "", label.rstrip()))
     widths = [max([len(c), *(len(line[i]) for line in lines)]) for i, c in enumerate(_COLUMNS)]
-    fmt = "  ".join(f"{{:<{w}}}" if i < 3 else f"{{:>{w}}}" for i, w in enumerate(widths))
+    left = {0, 1, 2, _COLUMNS.index("profile")}
+    fmt = "  ".join(f"{{:<{w}}}" if i in left else f"{{:>{w}}}" for i, w in enumerate(widths))
     out = [fmt.format(*_COLUMNS), fmt.format(*("-" * w for w in widths))]
     out += [fmt.format(*line) for line in lines]
     if any(r.compare for r in rows):
-        out.append("* cheapest instance type (fleet cost at peak) whose profiled p99 meets the SLO")
+        out.append("* cheapest instance type (fleet cost at peak) whose measured p99 meets the SLO; estimates (no "
+                   "measured: block in throughput_profile) are listed, not ranked")
     if any(r.fleet for r in rows):
         out.append("fleet: the model runs on that fleet here (below); its row is what it would need on its own")
     return "\n".join(out)
@@ -281,7 +330,7 @@ def _cells(row: PlanRow, model: str, env: str) -> list[str]:
             f"{row.profile_p99_ms:g}/{row.slo_p99_ms:g}", str(row.instances_min), str(row.instances_at_peak),
             str(row.instances_max), f"{row.scaling_target_per_instance_per_minute:,.0f}",
             f"{row.cost_per_hour:,.2f}", f"{row.cost_per_month_min:,.0f}..{row.cost_per_month_at_peak:,.0f}",
-            f"{row.cost_per_million:.3f}", "yes" if row.meets_slo else "NO", row.fleet or ""]
+            f"{row.cost_per_million:.3f}", "yes" if row.meets_slo else "NO", _profile_cell(row), row.fleet or ""]
 
 
 # ---------------------------------------------------------------- Inf1 against Inf2
@@ -312,6 +361,7 @@ class GenerationRow:
     meets_slo: bool
     support: str
     cheapest: bool = False
+    measured: bool = False  # its profile entry was measured; only those are ranked
 
 
 def generation_pairs(project: Project) -> list[tuple]:
@@ -351,8 +401,9 @@ def build_generations(project: Project, envs: Sequence[str]) -> list[GenerationR
                         price_source=hourly.source, price_recorded=hourly.recorded,
                         cost_per_hour=result.instances_at_peak * hourly.usd_per_hour,
                         cost_per_million=pricing.cost_per_million(hourly.usd_per_hour, result.throughput_per_instance),
-                        meets_slo=result.latency_within_slo, support=SUPPORT[model.compile.neuron_generation]))
-            eligible = [o for o in options if o.meets_slo]
+                        meets_slo=result.latency_within_slo, support=SUPPORT[model.compile.neuron_generation],
+                        measured=provenance.dedicated(model, env, itype).measured))
+            eligible = [o for o in options if o.meets_slo and o.measured]
             best = min(eligible, key=lambda o: (o.cost_per_hour, o.cost_per_million)) if eligible else None
             rows += [o if o is not best else GenerationRow(**{**asdict(o), "cheapest": True}) for o in options]
     return rows
@@ -369,8 +420,10 @@ def generations_to_text(rows: Sequence[GenerationRow]) -> str:
         out.append(f"  {'*' if row.cheapest else ' '} {row.generation}  {row.model:<18} {row.instance_type:<13} "
                    f"{row.throughput_per_instance:>7,.0f}/s  p99 {row.profile_p99_ms:>3g} ms  "
                    f"{row.instances_at_peak:>3} x {price:<20} = {'$' + format(row.cost_per_hour, ',.2f') + '/h':>11}  "
-                   f"${row.cost_per_million:.3f}/1M  {'meets SLO' if row.meets_slo else 'misses SLO'}; {row.support}")
+                   f"${row.cost_per_million:.3f}/1M  {'meets SLO' if row.meets_slo else 'misses SLO'}; "
+                   f"{'measured' if row.measured else 'not ranked: estimate'}; {row.support}")
     if rows:
-        out.append("* cheapest that meets the SLO. Prices: " + "; ".join(sorted({r.price_source for r in rows})))
+        out.append("* cheapest measured entry that meets the SLO. Prices: "
+                   + "; ".join(sorted({r.price_source for r in rows})))
         out.append(INF1_STATUS)
     return "\n".join(out)

@@ -8,7 +8,7 @@ import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from inferstack.schema import instances
-from inferstack.capacity import packing, planning, schedule
+from inferstack.capacity import packing, planning, provenance, schedule
 from inferstack.neuron import deployment as neuron_deployment, routing
 from inferstack.triton import image as triton_image
 from inferstack.triton import startup as triton_startup
@@ -59,6 +59,12 @@ def check_model(model: Model, environments: dict[str, Environment]) -> Iterator[
             yield ("environments", env), (
                 f"{env} is not in deploy_in ({', '.join(model.deploy_in or ())}), so this override would never "
                 f"apply: add {env} to deploy_in, or remove the block")
+    for itype, point in model.throughput_profile.items():
+        measured_in = point.measured.environment if point.measured is not None else None
+        if measured_in is not None and measured_in not in environments:
+            yield ("throughput_profile", itype, "measured", "environment"), (
+                f"unknown environment {measured_in!r}{did_you_mean(measured_in, environments)}; known: "
+                f"{', '.join(environments)}")
     if isinstance(model, NeuronEcsModel):
         yield from _check_neuron_static(model)
         yield from _check_ecs_deployments(model.deployment, model.environments, ())
@@ -164,6 +170,45 @@ def fleet_member_warnings(env_file: EnvironmentsFile, model: Model) -> Iterator[
         yield ("data_capture",), (
             f"not applied in {', '.join(envs)}, where an inference-components fleet carries {model.name}: data "
             f"capture is a setting of a dedicated endpoint's configuration")
+
+
+def _estimate_message(envs: Sequence[str], sizings: Sequence[provenance.Sizing]) -> str:
+    where = f"production environment{'s' if len(envs) > 1 else ''} {', '.join(envs)}"
+    entries = ", ".join(f"{s.model}'s throughput_profile.{s.instance_type}" for s in sizings)
+    one = len(sizings) == 1
+    model = sizings[0].model if one else "MODEL"
+    return (f"{where} sized from {'an estimate' if one else 'estimates'} ({entries} "
+            f"{'has' if one else 'have'} no measured: block): measure {'it' if one else 'them'} with `python -m "
+            f"inferstack profile {model} --env ENV` in an environment on that instance type (--recommender for a "
+            f"SageMaker endpoint) before relying on the plan")
+
+
+def estimate_warnings(env_file: EnvironmentsFile, model: Model) -> Iterator[Finding]:
+    """A model on its own instances or endpoint in a production environment (EnvironmentsFile.is_production),
+    sized from an estimated profile entry: it loads and deploys, but nobody measured what it plans with. A
+    fleet member's entries are reported on the fleet (fleet_estimate_warnings)."""
+    grouped: dict[str, list[str]] = {}
+    for env in env_file.environments:
+        if not (env_file.is_production(env) and model.deploys_in(env)):
+            continue
+        sized = provenance.sizing(env_file.fleets, model, env)
+        if sized.fleet is None and sized.point is not None and not sized.measured:
+            grouped.setdefault(sized.instance_type, []).append(env)
+    for itype, envs in grouped.items():
+        yield ("throughput_profile", itype), _estimate_message(envs, [provenance.dedicated(model, envs[0])])
+
+
+def fleet_estimate_warnings(env_file: EnvironmentsFile, models: Mapping[str, Model]) -> Iterator[Finding]:
+    """A fleet in a production environment whose plan reads an estimated entry of one of its members."""
+    for name, fleet in env_file.fleets.items():
+        for env in env_file.environments:
+            if not (env_file.is_production(env) and fleet.deploys_in(env)):
+                continue
+            members = [models[m] for m in fleet.models if m in models]
+            estimates = [s for s in (provenance.fleet_member(m, name, fleet, env) for m in members)
+                         if s.point is not None and not s.measured]
+            if estimates:
+                yield _fleet_capacity_key(name, fleet, env, "instance_type"), _estimate_message([env], estimates)
 
 
 def _check_ecs_deployments(deployment, environments, base: KeyPath) -> Iterator[Finding]:

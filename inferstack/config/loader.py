@@ -151,12 +151,14 @@ def load(config_dir: Path | str, *, releases: bool = True, image_context_root: P
         if env_file:
             warnings.extend(_problem(path, config_dir, doc, key, f"warning: {message}")
                             for key, message in [*checks.fleet_member_warnings(env_file, model),
-                                                 *checks.neuron_bake_warnings(model, environments)])
+                                                 *checks.neuron_bake_warnings(model, environments),
+                                                 *checks.estimate_warnings(env_file, model)])
 
     if env_file:
         unique = {model.name: model for model, _, _ in models}
         warnings.extend(_problem(env_path, config_dir, env_doc, key, f"warning: {message}")
-                        for key, message in checks.fleet_warnings(env_file, unique))
+                        for key, message in [*checks.fleet_warnings(env_file, unique),
+                                             *checks.fleet_estimate_warnings(env_file, unique)])
         for key, message in [*checks.check_pipeline_capacity(env_file, list(unique.values())),
                              *(checks.check_fleets(env_file, unique) if all_models_loaded else ())]:
             problems.append(_problem(env_path, config_dir, env_doc, key, message))

@@ -6,6 +6,7 @@ instance catalog live in `checks.py` so every problem can be reported at once wi
 
 from __future__ import annotations
 
+import datetime
 import math
 import re
 import zoneinfo
@@ -190,6 +191,9 @@ class Environment(Frozen):
     load_test: LoadTest | None = Field(
         None, description="Locust generators on Fargate inside this environment's VPC, and a bucket for their "
                           "results (a LoadTest stack); omitted: none")
+    production: bool | None = Field(
+        None, description="serves production traffic: validate warns when a model or fleet here is sized from an "
+        "estimated throughput_profile entry; omitted: true for the pipeline's last stage, false elsewhere")
 
     @model_validator(mode="after")
     def _zones_in_region(self) -> "Environment":
@@ -345,6 +349,14 @@ class EnvironmentsFile(Frozen):
             raise ValueError(f"default_environment {self.default_environment!r} is not one of the environments")
         return self
 
+    def is_production(self, env_name: str) -> bool:
+        """An environment's own `production` setting, else whether the pipeline deploys it last (promotion
+        moves a release there after every other stage: what it serves is what users get)."""
+        setting = self.environments[env_name].production
+        if setting is not None:
+            return setting
+        return self.pipeline is not None and self.pipeline.stages[-1] == env_name
+
 
 # ---------------------------------------------------------------- model files, shared parts
 
@@ -382,12 +394,49 @@ class Slo(Frozen):
         "estimate (inferstack/capacity/packing.py)")
 
 
+class Measurement(Frozen):
+    """Where a measured profile entry comes from (`inferstack profile` writes it). An entry without one is an
+    estimate: plan --compare does not rank it and validate warns when production is sized from it."""
+
+    date: datetime.date = Field(description="day the load test ran (ISO 8601, e.g. 2025-06-01)")
+    method: str = Field(min_length=1, max_length=200, pattern=r"^[^\r\n]+$",
+                        description='what measured it: "inferstack profile" (Locust) or "inference-recommender job '
+                                    '<job name>"')
+    environment: Name | None = Field(None, description="the environment whose instances served the test; "
+                                     "omitted: a run against a target outside the environments (e.g. local)")
+    release: str | None = Field(None, min_length=1, max_length=200, pattern=r"^[^\r\n]+$",
+                                description="the release (commit, manifest) the measured instances ran")
+    instances: PositiveInt = Field(description="instances behind the target during the test; "
+                                   "throughput_per_second is the highest rate held divided by this")
+    p99_latency_ms: PositiveFloat = Field(description="p99 at that rate (inference-recommender: the model "
+                                          "latency the API reports, not end to end)")
+    results: str = Field(min_length=1, max_length=2048, pattern=r"^\S+$",
+                         description="where the full results are: s3://bucket/key, or a file path")
+
+    @field_validator("date")
+    @classmethod
+    def _not_in_future(cls, value: datetime.date) -> datetime.date:
+        # UTC, as the results' timestamps: a measurement dated tomorrow was typed, not measured.
+        if value > datetime.datetime.now(datetime.timezone.utc).date():
+            raise ValueError(f"{value} is in the future")
+        return value
+
+
 class ProfilePoint(Frozen):
-    """A measured operating point of one instance: the most it sustains while meeting p99_latency_ms."""
+    """An operating point of one instance: the most it sustains while meeting p99_latency_ms."""
 
     throughput_per_second: PositiveFloat
     p99_latency_ms: PositiveFloat
     source: str = Field(min_length=1, description="where the figure comes from (benchmark run, publication)")
+    measured: Measurement | None = Field(
+        None, description="provenance of a measured entry; omitted: the entry is an estimate")
+
+    @model_validator(mode="after")
+    def _no_better_than_measured(self) -> "ProfilePoint":
+        if self.measured is not None and self.p99_latency_ms < self.measured.p99_latency_ms:
+            raise ValueError(f"p99_latency_ms {self.p99_latency_ms:g} is below the measured p99 "
+                             f"{self.measured.p99_latency_ms:g} (measured.p99_latency_ms): plan with what was measured")
+        return self
 
 
 class Capacity(Frozen):

@@ -1,0 +1,72 @@
+"""Which throughput_profile entry sizes a model (or a fleet's member) in an environment, and whether that
+entry was measured (it carries a `measured:` block) or is an estimate; plan and validate report it."""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from inferstack.schema.models import Fleet, NeuronCoreFleet, NeuronEcsModel, ProfilePoint, TritonSageMakerModel
+
+Model = NeuronEcsModel | TritonSageMakerModel
+ESTIMATE = "estimate"
+
+
+@dataclass(frozen=True)
+class Sizing:
+    """The entry `throughput_profile[instance_type]` of `model`; `point` is None where there is none (the
+    planner reports that as an error of its own)."""
+
+    model: str
+    instance_type: str
+    point: ProfilePoint | None
+    fleet: str | None = None  # the fleet whose plan uses the entry, where one carries the model
+
+    @property
+    def measured(self) -> bool:
+        return self.point is not None and self.point.measured is not None
+
+    def age_days(self, today: datetime.date) -> int | None:
+        if self.point is None or self.point.measured is None:
+            return None
+        return (today - self.point.measured.date).days
+
+    def describe(self, today: datetime.date) -> str:
+        """"measured 2025-06-01 (12 days ago)" or "estimate"."""
+        if self.point is None or self.point.measured is None:
+            return ESTIMATE
+        age = self.age_days(today)
+        when = "today" if age == 0 else f"{age} day{'s' if age != 1 else ''} ago"
+        return f"measured {self.point.measured.date.isoformat()} ({when})"
+
+    def short(self, today: datetime.date) -> str:
+        """For a table cell: "measured 12d" or "estimate"."""
+        return ESTIMATE if not self.measured else f"measured {self.age_days(today)}d"
+
+
+def dedicated(model: Model, env_name: str, instance_type: str | None = None) -> Sizing:
+    """The entry that sizes the model on its own instances or endpoint (the stacks' plan, or `instance_type`)."""
+    itype = instance_type or model.capacity_for(env_name).instance_type
+    return Sizing(model.name, itype, model.throughput_profile.get(itype))
+
+
+def fleet_member(model: Model, fleet_name: str, fleet, env_name: str) -> Sizing:
+    """The entry a fleet's plan reads for one member (inferstack/capacity/packing.py): the fleet's instance type
+    for NeuronCores; inference_component.profiled_on (else the model's instance type) for a shared endpoint."""
+    if isinstance(fleet, NeuronCoreFleet):
+        itype = fleet.capacity_for(env_name).instance_type
+    else:
+        component = getattr(model, "inference_component", None)
+        itype = (component.profiled_on if component is not None and component.profiled_on else None) \
+            or model.capacity.instance_type
+    return Sizing(model.name, itype, model.throughput_profile.get(itype), fleet=fleet_name)
+
+
+def sizing(fleets: Mapping[str, Fleet], model: Model, env_name: str) -> Sizing:
+    """What sizes `model` in `env_name`: its fleet's plan where a fleet carries it there (as
+    Project.fleet_of decides), else its own."""
+    for name, fleet in fleets.items():
+        if model.name in fleet.models and fleet.deploys_in(env_name):
+            return fleet_member(model, name, fleet, env_name)
+    return dedicated(model, env_name)

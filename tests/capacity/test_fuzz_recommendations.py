@@ -1,0 +1,83 @@
+"""Property-based fuzzing of the Inference Recommender reader (inferstack/capacity/profile/recommendations.py):
+whatever a describe-inference-recommendations-job file holds, `read` either returns entries the schema accepts
+(finite, positive, per instance type of the catalog) or raises RecommendationsError whose message is one
+printable line naming the file, in bounded time.
+
+Files are the sample job with one mutation (values swapped for hostile ones, keys deleted or added, deep
+nesting: tests/config/mutations.py), raw JSON values, and raw bytes. Derandomized (tests/conftest.py)."""
+
+from __future__ import annotations
+
+import json
+import math
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from inferstack.capacity.profile import recommendations
+from inferstack.capacity.profile.recommendations import RecommendationsError
+from inferstack.schema import instances
+from tests.capacity import recommendations_sample
+from tests.config.mutations import mutate_once, values
+from tests.conftest import fuzz_examples
+from tests.hang_guard import hang_guard
+
+pytestmark = pytest.mark.fuzz
+
+
+@st.composite
+def mutated_jobs(draw) -> dict:
+    """Half the mutations land in the recommendations list, where most of the reading happens."""
+    data = recommendations_sample.sample()
+    for _ in range(draw(st.integers(1, 3))):
+        where = data["InferenceRecommendations"] if draw(st.booleans()) else data
+        if where:
+            mutate_once(draw, where, ["replace", "replace", "delete", "add", "nest"])
+    return data
+
+
+def assert_reads_or_reports(content: bytes) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "job.json"
+        path.write_bytes(content)
+        with hang_guard("recommendations.read"):
+            try:
+                found = recommendations.read(path, env_name="staging", slo_p99_ms=300.0)
+            except RecommendationsError as exc:
+                message = str(exc)
+                assert message.startswith(f"{path}: "), message
+                assert message.isprintable() and "\n" not in message and len(message) < 600, message
+                return
+    for made in found.entries:
+        point = made.point
+        assert made.instance_type in instances.INSTANCES
+        assert math.isfinite(point.throughput_per_second) and point.throughput_per_second > 0
+        assert 0 < point.p99_latency_ms <= 300 and point.measured is not None
+        assert point.measured.p99_latency_ms == point.p99_latency_ms
+    for note in found.notes:
+        assert "\n" not in note
+
+
+@settings(max_examples=fuzz_examples(300), deadline=None)
+@given(mutated_jobs())
+def test_mutated_jobs_read_or_report(data):
+    assert_reads_or_reports(json.dumps(data, default=str).encode())
+
+
+@settings(max_examples=fuzz_examples(100), deadline=None)
+@given(values)
+def test_any_json_value_reads_or_reports(value):
+    try:
+        text = json.dumps(value, allow_nan=True)
+    except (ValueError, OverflowError):
+        return
+    assert_reads_or_reports(text.encode())
+
+
+@settings(max_examples=fuzz_examples(100), deadline=None)
+@given(st.binary(max_size=200))
+def test_raw_bytes_read_or_report(content):
+    assert_reads_or_reports(content)
