@@ -169,3 +169,13 @@ def test_run_ids_sort_in_time_order():
     start = datetime.datetime(2026, 11, 24, 9, 59, 59, tzinfo=datetime.timezone.utc)
     ids = [results.new_run_id(start + datetime.timedelta(seconds=s)) for s in (0, 1, 3600)]
     assert ids == sorted(ids) and ids[0].startswith("20261124T095959Z-") and len(set(ids)) == 3
+
+
+def test_the_gate_applies_into_production_and_from_environments_with_load_tests():
+    from inferstack.delivery import load_test_gate
+
+    assert load_test_gate.required(PROJECT, "dev", "staging") is None
+    assert load_test_gate.required(PROJECT, "staging", "prod") == (
+        "prod serves production (environments.prod.production, else the pipeline's last stage)")
+    # staging runs load tests (load_test in the shipped environments.yaml): anything promoted from it is gated.
+    assert load_test_gate.required(PROJECT, "staging", "dev") == "staging runs load tests (load_test in environments.yaml)"

@@ -18,6 +18,7 @@ from inferstack.config import architecture, checks, release_pin
 from inferstack.schema import instances
 from inferstack.schema.models import (
     Environment, EnvironmentsFile, Fleet, NeuronCoreFleet, NeuronEcsModel, PipelineSettings, TritonSageMakerModel,
+    is_production,
 )
 from inferstack.config.problems import ConfigError, Problem
 from inferstack.config.checks import FLEET_MEMBER_KIND as _FLEET_MEMBER_KIND
@@ -66,6 +67,9 @@ class Project:
     warnings: tuple[Problem, ...] = ()
     # fleet name -> models sharing accelerators (environments.yaml `fleets:`)
     fleets: Mapping[str, Fleet] = field(default_factory=lambda: MappingProxyType({}))
+
+    def is_production(self, env_name: str) -> bool:
+        return is_production(self.environments, self.pipeline, env_name)
 
     def model(self, name: str) -> Model:
         for model in self.models:

@@ -33,9 +33,12 @@ class Finding:
 
 
 def required(project: Project, source_env: str, target_env: str) -> str | None:
-    """Why the gate applies to this promotion, or None: when the target is behind an approval in the pipeline
-    (`pipeline.approval_before`: prod), or the source runs load tests (`load_test:` in its environment)."""
+    """Why the gate applies to this promotion, or None: when the target serves production (its `production`
+    setting, else the pipeline's last stage) or is behind an approval in the pipeline (`approval_before`),
+    or the source runs load tests (`load_test:` in its environment)."""
     pipeline = project.pipeline
+    if project.is_production(target_env):
+        return f"{target_env} serves production (environments.{target_env}.production, else the pipeline's last stage)"
     if pipeline is not None and target_env in pipeline.approval_before:
         return f"{target_env} is deployed after an approval (pipeline.approval_before)"
     if project.environments[source_env].load_test is not None:

@@ -10,6 +10,7 @@ import datetime
 import math
 import re
 import zoneinfo
+from collections.abc import Mapping
 from typing import Annotated, Literal, Union
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -350,12 +351,16 @@ class EnvironmentsFile(Frozen):
         return self
 
     def is_production(self, env_name: str) -> bool:
-        """An environment's own `production` setting, else whether the pipeline deploys it last (promotion
-        moves a release there after every other stage: what it serves is what users get)."""
-        setting = self.environments[env_name].production
-        if setting is not None:
-            return setting
-        return self.pipeline is not None and self.pipeline.stages[-1] == env_name
+        return is_production(self.environments, self.pipeline, env_name)
+
+
+def is_production(environments: Mapping[str, Environment], pipeline: PipelineSettings | None, env_name: str) -> bool:
+    """An environment's own `production` setting, else whether the pipeline deploys it last (promotion
+    moves a release there after every other stage: what it serves is what users get)."""
+    setting = environments[env_name].production
+    if setting is not None:
+        return setting
+    return pipeline is not None and pipeline.stages[-1] == env_name
 
 
 # ---------------------------------------------------------------- model files, shared parts
