@@ -8,6 +8,8 @@ import json
 import math
 from dataclasses import asdict, dataclass, field
 
+from inferstack.loadtest.answer import Output as ExpectedOutput  # smoke's too: one check of an answer
+
 SCHEMA_VERSION = 1
 # Locust's own threshold: its master warns when a worker's CPU passes 90 % (locust/runners.py), and a
 # generator that busy queues its requests and reads its clocks late: its latencies are its own, not the model's.
@@ -46,13 +48,6 @@ class Target:
 class Step:
     rate: float  # requests per second offered, across every generator
     seconds: float
-
-
-@dataclass(frozen=True)
-class ExpectedOutput:
-    name: str
-    datatype: str
-    shape: tuple[int, ...]
 
 
 @dataclass(frozen=True)
