@@ -85,6 +85,10 @@ class LoadTestSpec:
     def seconds(self) -> float:
         return sum(s.seconds for s in self.steps)
 
+    def body_bytes(self) -> bytes:
+        """The request as sent: the same bytes in every process, whatever order the JSON it came in had."""
+        return json.dumps(self.body, sort_keys=True).encode()
+
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
 
