@@ -1,12 +1,14 @@
 """What a load test does, as data: the target, the request and the answer it must get, the load shape and the
 SLO it is judged by. A spec travels as JSON (to Locust's processes, to a Fargate task's environment), so
-everything in it is plain data; `spec_for` builds one from a model's config."""
+everything in it is plain data; `shape.spec_for` builds one from a model's config."""
 
 from __future__ import annotations
 
 import json
 import math
 from dataclasses import asdict, dataclass, field
+
+from inferstack.loadtest.answer import Output as ExpectedOutput  # smoke's too: one check of an answer
 
 SCHEMA_VERSION = 1
 # Locust's own threshold: its master warns when a worker's CPU passes 90 % (locust/runners.py), and a
@@ -49,13 +51,6 @@ class Step:
 
 
 @dataclass(frozen=True)
-class ExpectedOutput:
-    name: str
-    datatype: str
-    shape: tuple[int, ...]
-
-
-@dataclass(frozen=True)
 class LoadTestSpec:
     model: str
     target: Target
@@ -89,6 +84,10 @@ class LoadTestSpec:
     @property
     def seconds(self) -> float:
         return sum(s.seconds for s in self.steps)
+
+    def body_bytes(self) -> bytes:
+        """The request as sent: the same bytes in every process, whatever order the JSON it came in had."""
+        return json.dumps(self.body, sort_keys=True).encode()
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
