@@ -804,6 +804,78 @@ def _live_values() -> Undo:
     return undo
 
 
+# ----------------------------------------------------------------------------- fargate-task-memory
+
+def _fargate_task_memory() -> Undo:
+    """RunTask of a Fargate task definition whose containers set no memory of their own (Fargate sizes the task:
+    the template's task-level Memory, as CDK writes it) fails in moto 5.2.5 with a 500: TypeError adding None in
+    EC2ContainerServiceBackend._calculate_task_resource_requirements, which sums container memory for placing EC2
+    tasks. A container without its own memory counts as 0 there (it shares the task's)."""
+    from moto.ecs.models import EC2ContainerServiceBackend
+
+    original = EC2ContainerServiceBackend.__dict__["_calculate_task_resource_requirements"].__func__
+    keys = ("Memory", "MemoryReservation", "memory", "memoryReservation")
+
+    def calculate(task_definition):
+        definitions = task_definition.container_definitions
+        if all(any(d.get(k) is not None for k in keys) for d in definitions):
+            return original(task_definition)
+        sized = copy.copy(task_definition)
+        sized.container_definitions = [d if any(d.get(k) is not None for k in keys) else {**d, "memory": 0}
+                                       for d in definitions]
+        return original(sized)
+
+    return _replace(EC2ContainerServiceBackend, "_calculate_task_resource_requirements", staticmethod(calculate))
+
+
+# ----------------------------------------------------------------------------- ecs-agent-state-changes
+
+ECS_TASK_STATES = ("PROVISIONING", "PENDING", "ACTIVATING", "RUNNING", "DEACTIVATING", "STOPPING",
+                   "DEPROVISIONING", "STOPPED")
+
+
+def _ecs_agent_state_changes() -> Undo:
+    """moto 5.2.5 implements none of the calls the ECS agent makes to report what a task's containers did
+    (SubmitTaskStateChange is answered 404): a task it runs stays as moto set it, and its container's exit code
+    is 0 whatever happened. A stand-in for Fargate's container runtime (inferstack/rehearsal/fargate_standin.py)
+    reports, as the agent does, how each task it ran ended. SubmitTaskStateChange sets the task's lastStatus
+    (STOPPED also sets desiredStatus, stoppedReason and stopCode EssentialContainerExited) and, for each container
+    it names, its lastStatus, exitCode and reason."""
+    from moto.core.responses import ActionResult
+    from moto.ecs.exceptions import InvalidParameterException
+    from moto.ecs.responses import EC2ContainerServiceResponse
+
+    def submit_task_state_change(self) -> ActionResult:
+        status = self._get_param("status")
+        if status not in ECS_TASK_STATES:
+            raise InvalidParameterException(f"status {status!r} is not a task state")
+        cluster = self.ecs_backend._get_cluster(self._get_param("cluster", "default"))
+        wanted = self._get_param("task") or ""
+        tasks = [t for arn, t in self.ecs_backend.tasks.get(cluster.name, {}).items()
+                 if wanted in (arn, arn.rsplit("/", 1)[-1])]
+        if not tasks:
+            raise InvalidParameterException(f"task {wanted} not found in cluster {cluster.name}")
+        (task,) = tasks
+        task.last_status = status
+        if status == "STOPPED":
+            task.desired_status = "STOPPED"
+            task.stopped_reason = self._get_param("reason") or task.stopped_reason
+            task.stop_code = "EssentialContainerExited"
+        for change in self._get_param("containers") or []:
+            for container in task.containers:
+                if container.name == change.get("containerName"):
+                    container.last_status = change.get("status", container.last_status)
+                    if change.get("exitCode") is not None:
+                        container.exitCode = change["exitCode"]
+                    container.reason = change.get("reason")
+        return ActionResult({"acknowledgment": "ACK"})
+
+    if "submit_task_state_change" in EC2ContainerServiceResponse.__dict__:
+        raise RuntimeError("moto implements SubmitTaskStateChange now: re-check the ecs-agent-state-changes defect")
+    EC2ContainerServiceResponse.submit_task_state_change = submit_task_state_change
+    return lambda: delattr(EC2ContainerServiceResponse, "submit_task_state_change")
+
+
 PATCHES: tuple[Patch, ...] = (
     Patch("account-from-access-key",
           "moto answers every unknown access key as its default account 123456789012 (MOTO_ACCOUNT_ID would "
@@ -894,6 +966,14 @@ PATCHES: tuple[Patch, ...] = (
           "API is not implemented: a fleet member's stack gets no component, promote cannot read what it runs; "
           "modeled as created on an existing endpoint, variant and model, described, listed and deleted",
           _sagemaker_inference_components),
+    Patch("fargate-task-memory",
+          "RunTask of a Fargate task definition whose containers set no memory of their own (the task's Memory "
+          "sizes them, as CDK writes it) fails with a 500 (TypeError in _calculate_task_resource_requirements)",
+          _fargate_task_memory),
+    Patch("ecs-agent-state-changes",
+          "SubmitTaskStateChange (how the ECS agent reports a task's end: its containers' exit codes and reasons) "
+          "is not implemented: a task moto runs never stops with the exit code its container had",
+          _ecs_agent_state_changes),
 )
 BY_NAME = {p.name: p for p in PATCHES}
 

@@ -660,6 +660,61 @@ def test_patch_new_values_update_readers(moto_env):
         assert running_revision().endswith(":2")
 
 
+# ----------------------------------------------------------------------------- fargate-task-memory, ecs-agent-state-changes
+
+def _fargate_task(ecs, ec2) -> dict:
+    """A Fargate task as the LoadTest stack's are: task-level cpu and memory, none on the container, awsvpc."""
+    vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
+    ec2.modify_vpc_attribute(VpcId=vpc, EnableDnsHostnames={"Value": True})  # as CDK's VPC has it
+    subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.1.0/24")["Subnet"]["SubnetId"]
+    group = ec2.create_security_group(GroupName="generators", Description="g", VpcId=vpc)["GroupId"]
+    ecs.create_cluster(clusterName="generators")
+    definition = ecs.register_task_definition(
+        family="master", networkMode="awsvpc", requiresCompatibilities=["FARGATE"], cpu="1024", memory="2048",
+        containerDefinitions=[{"name": "Master", "image": "example", "command": ["master"]}])
+    return ecs.run_task(cluster="generators", taskDefinition=definition["taskDefinition"]["taskDefinitionArn"],
+                        launchType="FARGATE", networkConfiguration={"awsvpcConfiguration": {
+                            "subnets": [subnet], "securityGroups": [group], "assignPublicIp": "DISABLED"}},
+                        )["tasks"][0]
+
+
+def test_patch_fargate_task_memory(moto_env):
+    with mock_aws():
+        with pytest.raises(Exception, match="500|TypeError|unsupported operand"):
+            _fargate_task(boto3.client("ecs"), boto3.client("ec2"))
+    with mock_aws(), moto_patches.applied("fargate-task-memory"):
+        task = _fargate_task(boto3.client("ecs"), boto3.client("ec2"))
+        assert task["lastStatus"] == "RUNNING" and task["launchType"] == "FARGATE"
+        assert task["attachments"][0]["type"] == "ElasticNetworkInterface"
+
+
+def test_patch_ecs_agent_state_changes(moto_env):
+    def report_exit(ecs, arn: str):
+        return ecs.submit_task_state_change(
+            cluster="generators", task=arn, status="STOPPED", reason="Essential container in task exited",
+            containers=[{"containerName": "Master", "exitCode": 3, "status": "STOPPED", "reason": "exit code 3"}])
+
+    with mock_aws(), moto_patches.applied("fargate-task-memory"):
+        ecs = boto3.client("ecs")
+        arn = _fargate_task(ecs, boto3.client("ec2"))["taskArn"]
+        with pytest.raises(Exception, match="404|not.*(valid|supported|implemented)"):
+            report_exit(ecs, arn)
+        assert ecs.describe_tasks(cluster="generators", tasks=[arn])["tasks"][0]["containers"][0]["exitCode"] == 0
+    with mock_aws(), moto_patches.applied("fargate-task-memory", "ecs-agent-state-changes"):
+        ecs = boto3.client("ecs")
+        arn = _fargate_task(ecs, boto3.client("ec2"))["taskArn"]
+        assert report_exit(ecs, arn)["acknowledgment"] == "ACK"
+        (task,) = ecs.describe_tasks(cluster="generators", tasks=[arn])["tasks"]
+        assert (task["lastStatus"], task["desiredStatus"], task["stopCode"]) == ("STOPPED", "STOPPED",
+                                                                               "EssentialContainerExited")
+        assert task["stoppedReason"] == "Essential container in task exited"
+        (container,) = task["containers"]
+        assert (container["exitCode"], container["lastStatus"], container["reason"]) == (3, "STOPPED", "exit code 3")
+        assert ecs.list_tasks(cluster="generators", desiredStatus="RUNNING")["taskArns"] == []
+        with pytest.raises(Exception, match="not a task state"):
+            ecs.submit_task_state_change(cluster="generators", task=arn, status="EXPLODED")
+
+
 # ----------------------------------------------------------------------------- the rehearsal itself
 
 @pytest.mark.cli_rehearsal
