@@ -804,6 +804,61 @@ def _live_values() -> Undo:
     return undo
 
 
+# ----------------------------------------------------------------------------- task-definition-properties
+
+# What moto's CloudFormation leaves out when it registers an AWS::ECS::TaskDefinition: template key ->
+# register_task_definition argument.
+TASK_DEFINITION_PROPERTIES = {"NetworkMode": "network_mode", "RequiresCompatibilities": "requires_compatibilities",
+                              "Cpu": "cpu", "TaskRoleArn": "task_role_arn", "ExecutionRoleArn": "execution_role_arn",
+                              "RuntimePlatform": "runtime_platform", "EphemeralStorage": "ephemeral_storage",
+                              "PidMode": "pid_mode", "IpcMode": "ipc_mode"}
+
+
+def _task_definition_properties() -> Undo:
+    """moto 5.2.5's CloudFormation registers an AWS::ECS::TaskDefinition with its family, containers, volumes and
+    memory only: NetworkMode, RequiresCompatibilities, Cpu, TaskRoleArn, ExecutionRoleArn and RuntimePlatform are
+    dropped, so a Fargate task definition becomes an EC2 one in bridge mode and RunTask gives its tasks no network
+    interface (no private IP a worker could reach its master at). Register it, on create and when an update
+    registers a revision, with every property the template gives."""
+    import threading
+
+    from moto.core.utils import pascal_to_camelcase, remap_nested_keys
+    from moto.ecs.models import EC2ContainerServiceBackend, TaskDefinition
+
+    pending = threading.local()  # the template's other properties while CloudFormation registers the definition
+    original_register = EC2ContainerServiceBackend.__dict__["register_task_definition"]
+    original_create = TaskDefinition.__dict__["create_from_cloudformation_json"].__func__
+    original_update = TaskDefinition.__dict__["update_from_cloudformation_json"].__func__
+
+    def register_task_definition(self, *args, **kwargs):
+        for key, value in (getattr(pending, "arguments", None) or {}).items():
+            if kwargs.get(key) is None:
+                kwargs[key] = value
+        return original_register(self, *args, **kwargs)
+
+    def with_properties(call):
+        def wrapped(cls, *args, **kwargs):
+            cloudformation_json = kwargs.get("cloudformation_json") or next(a for a in args if isinstance(a, dict))
+            properties = cloudformation_json.get("Properties") or {}
+            pending.arguments = {argument: remap_nested_keys(properties[key], pascal_to_camelcase)
+                                 if isinstance(properties[key], (dict, list)) else properties[key]
+                                 for key, argument in TASK_DEFINITION_PROPERTIES.items() if key in properties}
+            try:
+                return call(cls, *args, **kwargs)
+            finally:
+                pending.arguments = None
+        return classmethod(wrapped)
+
+    undo = [_replace(EC2ContainerServiceBackend, "register_task_definition", register_task_definition),
+            _replace(TaskDefinition, "create_from_cloudformation_json", with_properties(original_create)),
+            _replace(TaskDefinition, "update_from_cloudformation_json", with_properties(original_update))]
+
+    def undo_all() -> None:
+        for restore in reversed(undo):
+            restore()
+    return undo_all
+
+
 # ----------------------------------------------------------------------------- fargate-task-memory
 
 def _fargate_task_memory() -> Undo:
@@ -966,6 +1021,11 @@ PATCHES: tuple[Patch, ...] = (
           "API is not implemented: a fleet member's stack gets no component, promote cannot read what it runs; "
           "modeled as created on an existing endpoint, variant and model, described, listed and deleted",
           _sagemaker_inference_components),
+    Patch("task-definition-properties",
+          "AWS::ECS::TaskDefinition is registered without its NetworkMode, RequiresCompatibilities, Cpu, TaskRoleArn, "
+          "ExecutionRoleArn and RuntimePlatform: a Fargate task definition becomes an EC2 one in bridge mode, and "
+          "RunTask gives its tasks no network interface",
+          _task_definition_properties),
     Patch("fargate-task-memory",
           "RunTask of a Fargate task definition whose containers set no memory of their own (the task's Memory "
           "sizes them, as CDK writes it) fails with a 500 (TypeError in _calculate_task_resource_requirements)",

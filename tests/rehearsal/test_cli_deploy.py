@@ -660,6 +660,47 @@ def test_patch_new_values_update_readers(moto_env):
         assert running_revision().endswith(":2")
 
 
+# ----------------------------------------------------------------------------- task-definition-properties
+
+def _fargate_definition_template(value: str) -> dict:
+    return {"Resources": {"Master": {"Type": "AWS::ECS::TaskDefinition", "Properties": {
+        "Family": "master", "NetworkMode": "awsvpc", "RequiresCompatibilities": ["FARGATE"], "Cpu": "1024",
+        "Memory": "2048", "TaskRoleArn": f"arn:aws:iam::{ACCOUNT}:role/master",
+        "ExecutionRoleArn": f"arn:aws:iam::{ACCOUNT}:role/execution",
+        "RuntimePlatform": {"CpuArchitecture": "X86_64", "OperatingSystemFamily": "LINUX"},
+        "ContainerDefinitions": [{"Name": "Master", "Image": "example", "Command": ["master"],
+                                  "Environment": [{"Name": "V", "Value": value}]}]}}},
+        "Outputs": {"Definition": {"Value": {"Ref": "Master"}}}}
+
+
+def test_patch_task_definition_properties(moto_env):
+    def registered(*patches: str) -> list[dict]:
+        with mock_aws(), moto_patches.applied(*patches):
+            cloudformation, ecs = boto3.client("cloudformation"), boto3.client("ecs")
+            found = []
+            for value in ("1", "2"):  # created, then updated: a new revision
+                template = json.dumps(_fargate_definition_template(value))
+                if value == "1":
+                    cloudformation.create_stack(StackName="lt", TemplateBody=template)
+                else:
+                    cloudformation.update_stack(StackName="lt", TemplateBody=template)
+                (output,) = cloudformation.describe_stacks(StackName="lt")["Stacks"][0]["Outputs"]
+                found.append(ecs.describe_task_definition(taskDefinition=output["OutputValue"])["taskDefinition"])
+            return found
+
+    def shape(definition: dict) -> tuple:
+        return (definition["networkMode"], definition.get("requiresCompatibilities"), definition.get("cpu"),
+                definition.get("taskRoleArn", "").rsplit("/", 1)[-1], definition.get("runtimePlatform"))
+
+    plain = registered("task-definition-update")
+    assert [shape(d) for d in plain] == [("bridge", None, None, "", None)] * 2  # an EC2 definition in bridge mode
+    fixed = registered("task-definition-update", "task-definition-properties")
+    platform = {"cpuArchitecture": "X86_64", "operatingSystemFamily": "LINUX"}
+    assert [shape(d) for d in fixed] == [("awsvpc", ["FARGATE"], "1024", "master", platform)] * 2
+    assert [d["revision"] for d in fixed] == [1, 2] and fixed[1]["containerDefinitions"][0]["environment"] == [
+        {"name": "V", "value": "2"}]
+
+
 # ----------------------------------------------------------------------------- fargate-task-memory, ecs-agent-state-changes
 
 def _fargate_task(ecs, ec2) -> dict:
