@@ -156,6 +156,15 @@ def _cmd_smoke(args: argparse.Namespace) -> int:
         raise Failure(str(exc)) from None
 
 
+def _cmd_loadtest(args: argparse.Namespace) -> int:
+    from inferstack.loadtest import command as loadtest
+
+    try:
+        return loadtest.run(args)
+    except loadtest.LoadTestUsageError as exc:
+        raise UsageError(str(exc)) from None
+
+
 class Failure(Exception):
     """The command ran but what it checks or does failed (exit 1, one line)."""
 
@@ -200,6 +209,8 @@ def build_parser() -> argparse.ArgumentParser:
     promote.add_parser(commands, _cmd_promote, DEFAULT_CONFIG_DIR)
     rollback.add_parser(commands, _cmd_rollback, DEFAULT_CONFIG_DIR)
     smoke.add_parser(commands, _cmd_smoke, DEFAULT_CONFIG_DIR)
+    from inferstack.loadtest import command as loadtest
+    loadtest.add_parser(commands, _cmd_loadtest, DEFAULT_CONFIG_DIR)
     return parser
 
 
