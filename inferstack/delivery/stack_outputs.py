@@ -16,8 +16,6 @@ ENDPOINT_NAME = "EndpointName"  # a Triton model's SageMaker endpoint (a fleet's
 INFERENCE_COMPONENT_NAME = "InferenceComponentName"  # a Triton model on a fleet's shared endpoint
 # Output of a neuron-cores fleet's stack (`<env>-<fleet>`): JSON {model: path under Url}, one entry per member.
 MODEL_PATHS = "ModelPaths"
-LOAD_TEST = "LoadTest"  # an environment's load test stack (load_test: in environments.yaml)
-RESULTS_BUCKET = "ResultsBucket"  # output of the load test stack: where runs store their results
 
 # The stage's load-test stack (`<env>-LoadTest`, stacks/load_test_stack.py), in environments with `load_test:`.
 # Its outputs are what `inferstack loadtest --env` starts tasks from (inferstack/loadtest/fargate.py) and where
