@@ -22,13 +22,10 @@ from inferstack.config import Environment
 from inferstack.delivery import aws_sessions, stack_outputs
 from inferstack.loadtest import results
 from inferstack.loadtest.results import RunResult
+from inferstack.loadtest.runner import SPEC_ENV
 from inferstack.loadtest.spec import LoadTestSpec
+from inferstack.loadtest.task import MASTER_HOST_ENV, RESULTS_ENV, WORKERS_ENV
 
-# What the task entrypoint reads (inferstack/loadtest/task.py).
-SPEC_ENV = "INFERSTACK_LOADTEST_SPEC"
-WORKERS_ENV = "INFERSTACK_LOADTEST_WORKERS"
-RESULTS_ENV = "INFERSTACK_LOADTEST_RESULTS"
-MASTER_HOST_ENV = "LOCUST_MASTER_HOST"
 # Locust's own distributed mode needs a master and at least one worker; two keep a run's figures from resting on
 # one generator, and let a saturated one show against the other.
 MIN_WORKERS = 2
@@ -208,7 +205,7 @@ def run_in_environment(session: boto3.Session, env_name: str, environment: Envir
             raise FargateRunError(f"the master stopped before it ran (exit code {code}): {reason or 'no reason given'}")
         host = private_ip(task)
         run.run_tasks(stack.worker_task_definition, stack.worker_container, stack.worker_security_group, workers,
-                      {MASTER_HOST_ENV: host}, run_id)
+                      {SPEC_ENV: spec.to_json(), MASTER_HOST_ENV: host}, run_id)
         log(f"{workers} workers started, master at {host}; waiting for the run to finish")
         task = run.wait_for(master, ("STOPPED",), "the master to finish the run")
     except FargateRunError as exc:
