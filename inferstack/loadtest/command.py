@@ -7,7 +7,14 @@
 --target is the model's inference URL (POST; a URL without a path gets /v2/models/<model>/infer, the Neuron
 image's route; a Triton endpoint's container answers on /invocations), or sagemaker:ENDPOINT[/COMPONENT] for a
 signed InvokeEndpoint with the ambient AWS credentials in ENV's region. Locust runs on this machine: one
-process, or a master and --workers worker processes on 127.0.0.1."""
+process, or a master and --workers worker processes on 127.0.0.1.
+
+Without --target the test runs inside ENV (`load_test:` in environments.yaml, its LoadTest stack deployed):
+Locust's master and workers as Fargate tasks in the private subnets (fargate.py), against the deployed model
+(its internal load balancer, or a signed InvokeEndpoint), with workers sized from load_test.per_worker_rps. The
+release under test is the image digest the model runs there; the results go to the environment's results bucket
+under `<digest>/<model>/<run id>/`, where promotion's gate reads them. `--all-models` tests every model deployed
+in ENV, one after the other (the pipeline's step before the prod approval); exit status: the worst verdict."""
 
 from __future__ import annotations
 
@@ -67,30 +74,76 @@ def parse_fractions(value: str) -> tuple[float, ...]:
     return fractions
 
 
-def run_in_environment(args: argparse.Namespace) -> int:
-    """Without --target the test runs from inside the environment's VPC (Locust on Fargate) against the
-    deployed model; not available in this version."""
-    raise LoadTestUsageError("--target: required (a run from inside the environment is not available yet)")
+def run_in_environment(args: argparse.Namespace, project, models, fractions: tuple[float, ...]) -> int:
+    """Each of `models` tested in turn from inside the environment (module docstring); the worst exit code."""
+    from inferstack.delivery import aws_sessions
+    from inferstack.loadtest import environment_run
+
+    environment = project.environments[args.env]
+    if environment.load_test is None:
+        raise LoadTestUsageError(f"--env: {args.env} has no load_test in environments.yaml (no generators there); "
+                                 f"give --target to run from here")
+    if args.release is not None:
+        raise LoadTestUsageError("--release: in an environment the release is the image digest the model runs "
+                                 "there, read from it; --release applies to --target runs")
+    if args.out is not None and args.out.exists() and not args.out.is_dir():
+        raise LoadTestUsageError(f"--out: {args.out} exists and is not a directory")
+    session = aws_sessions.session_for(args.env, environment, purpose="loadtest", role_arn=args.role_arn)
+    worst = 0
+    for model in models:
+        try:
+            result = environment_run.run_model(session, project, args.env, model, instances=args.instances_given,
+                                               rate=args.rate, hold=args.hold, fractions=fractions,
+                                               timeout_s=args.timeout, log=lambda line: print(f"  {line}", flush=True))
+        except environment_run.EnvironmentRunError as exc:
+            print(f"loadtest: error: {model.name}: {' '.join(str(exc).split())}", file=sys.stderr)
+            worst = max(worst, EXIT[INVALID])
+            continue
+        print(result.to_json() if args.json else report.text(result), end="")
+        print(f"stored {result.results_location}")
+        if args.out is not None:
+            environment_run.save(result, args.out / model.name)
+        worst = max(worst, EXIT[result.verdict])
+    return worst
 
 
 def run(args: argparse.Namespace) -> int:
     project = loader.load(args.config_dir, releases=False)
     if args.env not in project.environments:
         raise LoadTestUsageError(f"--env: unknown environment {args.env!r}; known: {', '.join(project.environments)}")
-    try:
-        model = project.model(args.model)
-    except KeyError as exc:
-        raise LoadTestUsageError(f"--model: {exc.args[0]}") from None
+    if (args.model is None) == (not args.all_models):
+        raise LoadTestUsageError("--model: give one model, or --all-models (environment runs only)")
+    deployed = sorted(project.models_in(args.env), key=lambda m: m.name)
+    if args.all_models:
+        models = deployed
+    else:
+        try:
+            models = [project.model(args.model)]
+        except KeyError as exc:
+            raise LoadTestUsageError(f"--model: {exc.args[0]}") from None
+    model = models[0] if models else None
     for flag, value, low in (("--rate", args.rate, 0.0), ("--hold", args.hold, 0.0), ("--timeout", args.timeout, 0.0)):
         if value is not None and not (math.isfinite(value) and value > low):
             raise LoadTestUsageError(f"{flag}: must be a number > 0, got {value:g}")
+    args.instances_given = args.instances
+    if args.instances is None:
+        args.instances = 1
     if args.instances < 1:
         raise LoadTestUsageError(f"--instances: must be >= 1, got {args.instances}")
     if not 0 <= args.workers <= runner.MAX_WORKERS:
         raise LoadTestUsageError(f"--workers: must be within 0..{runner.MAX_WORKERS}, got {args.workers}")
     fractions = parse_fractions(args.steps)
     if args.target is None:
-        return run_in_environment(args)
+        absent = [m.name for m in models if m.name not in {d.name for d in deployed}]
+        if absent:
+            raise LoadTestUsageError(f"--model: {', '.join(absent)} not deployed in {args.env} (deploy_in of its "
+                                     f"model file)")
+        return run_in_environment(args, project, models, fractions)
+    if args.all_models:
+        raise LoadTestUsageError("--all-models: tests an environment's deployed models from inside it; not with "
+                                 "--target")
+    if args.role_arn is not None:
+        raise LoadTestUsageError("--role-arn: applies to environment runs (no --target)")
     environment = project.environments[args.env]
     target = parse_target(args.target, model.name, environment.region)
     try:
@@ -121,7 +174,9 @@ def run(args: argparse.Namespace) -> int:
 def add_parser(commands: argparse._SubParsersAction, handler, default_config_dir: Path) -> None:
     cmd = commands.add_parser("loadtest", help="load test one model with Locust, judged against its SLO",
                               description=__doc__.splitlines()[0].split(": ", 1)[1])
-    cmd.add_argument("--model", required=True, help="a model name from the config")
+    cmd.add_argument("--model", help="a model name from the config")
+    cmd.add_argument("--all-models", action="store_true",
+                     help="every model deployed in --env, one after the other (environment runs: no --target)")
     cmd.add_argument("--env", required=True, help="environment whose SLO and capacity plan apply")
     cmd.add_argument("--target", metavar="URL", help="http(s)://host[:port][/path] or sagemaker:ENDPOINT[/COMPONENT]")
     cmd.add_argument("--workers", type=int, default=0,
@@ -129,7 +184,9 @@ def add_parser(commands: argparse._SubParsersAction, handler, default_config_dir
     cmd.add_argument("--rate", type=float, metavar="R",
                      help="full rate in req/s across the target (default: the planned per-instance target rate x "
                           "--instances)")
-    cmd.add_argument("--instances", type=int, default=1, metavar="N", help="instances behind the target (default 1)")
+    cmd.add_argument("--instances", type=int, metavar="N",
+                     help="instances behind the target (default: 1 with --target; in an environment, its planned "
+                          "minimum, the rate then being what the plan gives those instances)")
     cmd.add_argument("--hold", type=float, metavar="S",
                      help="seconds each step runs (default: enough requests for a p99, and at least 30 s)")
     cmd.add_argument("--steps", default=",".join(f"{f:g}" for f in DEFAULT_STEPS), metavar="F,F,...",
@@ -138,6 +195,9 @@ def add_parser(commands: argparse._SubParsersAction, handler, default_config_dir
     cmd.add_argument("--release", help="the release under test, recorded in the result")
     cmd.add_argument("--out", type=Path, metavar="DIR",
                      help="write result.json, report.txt and latency.png here (created; default: not kept)")
+    cmd.add_argument("--role-arn", metavar="ARN",
+                     help="environment runs: assume this role in the environment's account (the pipeline's load test "
+                          "role) instead of its deploy_role_arn or the ambient credentials")
     cmd.add_argument("--json", action="store_true", help="print the result as JSON instead of the report")
     cmd.add_argument("--config-dir", type=Path, default=default_config_dir)
     cmd.set_defaults(func=handler)
