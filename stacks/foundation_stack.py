@@ -17,6 +17,7 @@ from inferstack.config import Environment
 from inferstack.constructs.alarm_topic import AlarmTopic
 from inferstack.constructs.network import InferenceNetwork
 from inferstack.constructs.platform_key import PlatformKey
+from inferstack.constructs import sagemaker_hosting as hosting
 from inferstack.constructs.smoke_access import SmokeAccess
 from stacks.base import EnvironmentStack
 
@@ -91,6 +92,10 @@ class FoundationStack(EnvironmentStack):
                       description="smoke probe Lambda function ARN")
         cdk.CfnOutput(self, "SmokeRoleArn", value=self.smoke.role.role_arn,
                       description="role the smoke test assumes in this account")
+        # Where tools start tasks in this environment (inferstack/loadtest/fargate.py: the load-test generators).
+        cdk.CfnOutput(self, stack_outputs.PRIVATE_SUBNETS,
+                      value=cdk.Fn.join(",", hosting.subnet_ids(network.vpc, network.private_subnets)),
+                      description="the private subnets' ids, comma-joined (no public IP)")
 
     def _export_shared_values(self) -> None:
         """Export every value serving stacks may import, whether or not a model uses it yet, so adding

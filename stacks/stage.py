@@ -1,4 +1,5 @@
-"""One Stage class, instantiated per environment: a foundation stack plus one serving stack per model."""
+"""One Stage class, instantiated per environment: a foundation stack, one serving stack per model (or
+neuron-cores fleet), and the load-test stack where the environment has `load_test:`."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from inferstack.delivery import stack_outputs
 from inferstack.schema.models import DEFAULT_SMOKE_ROLE_NAME, PIPELINE_STACK_NAME, Fleet
 from stacks.foundation_stack import FoundationStack, SmokeRole
 from stacks.fleet_stack import FleetStack
+from stacks.load_test_stack import LoadTestStack
 from stacks.serving_stack import ServingStack
 
 
@@ -62,6 +64,11 @@ class InferenceStage(cdk.Stage):
             if fleet_stack is not None:
                 stack.add_stack_dependency(fleet_stack)  # the shared endpoint exists before its components
             self.serving[model.name] = stack
+        self.load_test: LoadTestStack | None = None
+        if environment.load_test is not None:
+            self.load_test = LoadTestStack(self, stack_outputs.LOAD_TEST, environment=environment, env_name=env_name,
+                                           shared=self.foundation.shared, termination_protection=protect,
+                                           description=f"inferstack load-test generators ({env_name})")
         cdk.Tags.of(self).add("inferstack:environment", env_name)
 
 

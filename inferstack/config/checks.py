@@ -403,7 +403,7 @@ def check_pipeline_capacity(env_file: EnvironmentsFile, models: Sequence[Model])
 # ---------------------------------------------------------------- fleets
 
 FLEET_MEMBER_KIND = {"neuron-cores": "neuron-ecs", "sagemaker-inference-components": "triton-sagemaker"}
-RESERVED_STACK_IDS = ("Foundation", "Pipeline")
+RESERVED_STACK_IDS = ("Foundation", "Pipeline", "LoadTest")
 MAX_TARGET_GROUPS_PER_SERVICE = 5
 # https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_iam-quotas.html (inline policies per role: 10,240
 # characters in all); the endpoint role's own statements take the rest.

@@ -22,3 +22,11 @@ def acknowledge(construct: IConstruct, rule: str, reason: str) -> None:
     if len(reason.strip()) < 20:
         raise ValueError(f"acknowledging {rule} needs a real reason, got {reason!r}")
     cdk.Validations.of(construct).acknowledge(cdk.Acknowledgment(id=f"{PACK}::{PACK}-{rule}", reason=reason))
+
+
+def rendered(stack: cdk.Stack, value: str) -> str:
+    """`value` (an ARN) as it renders in the template, which is how cdk-nag names an IAM5 finding's resource."""
+    resolved = stack.resolve(value)
+    if not isinstance(resolved, str):  # a partition CDK cannot name at synth would render as a token
+        raise ValueError(f"expected a literal ARN for the cdk-nag acknowledgement, got {resolved}")
+    return resolved

@@ -1,6 +1,6 @@
 """The outputs of a deployed serving stack (`<env>-<model>`, or `<env>-<fleet>` for the models of a
 neuron-cores fleet), read from CloudFormation: how promote and smoke find the cluster, service, endpoint or
-URL a model runs behind."""
+URL a model runs behind; and those of an environment's load-test stack (`<env>-LoadTest`)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,27 @@ import botocore.exceptions
 
 FOUNDATION = "Foundation"  # the stage's shared stack (stacks/stage.py)
 PROBE_FUNCTION_NAME = "SmokeProbeFunctionName"  # output of the foundation: the in-VPC smoke probe
+PRIVATE_SUBNETS = "PrivateSubnets"  # output of the foundation: the private subnets' ids, comma-joined
 ENDPOINT_NAME = "EndpointName"  # a Triton model's SageMaker endpoint (a fleet's shared one for a component)
 INFERENCE_COMPONENT_NAME = "InferenceComponentName"  # a Triton model on a fleet's shared endpoint
 # Output of a neuron-cores fleet's stack (`<env>-<fleet>`): JSON {model: path under Url}, one entry per member.
 MODEL_PATHS = "ModelPaths"
+
+# The stage's load-test stack (`<env>-LoadTest`, stacks/load_test_stack.py), in environments with `load_test:`.
+# Its outputs are what `inferstack loadtest --env` starts tasks from (inferstack/loadtest/fargate.py) and where
+# promotion's gate reads a release's results.
+LOAD_TEST = "LoadTest"
+RESULTS_BUCKET = "ResultsBucket"
+CLUSTER = "Cluster"
+MASTER_TASK_DEFINITION = "MasterTaskDefinition"
+WORKER_TASK_DEFINITION = "WorkerTaskDefinition"
+MASTER_CONTAINER = "MasterContainer"
+WORKER_CONTAINER = "WorkerContainer"
+MASTER_SECURITY_GROUP = "MasterSecurityGroup"
+WORKER_SECURITY_GROUP = "WorkerSecurityGroup"
+# The tasks run in the foundation's PRIVATE_SUBNETS: read there (an output here would only re-export its imports).
+LOAD_TEST_OUTPUTS = (RESULTS_BUCKET, CLUSTER, MASTER_TASK_DEFINITION, WORKER_TASK_DEFINITION, MASTER_CONTAINER,
+                     WORKER_CONTAINER, MASTER_SECURITY_GROUP, WORKER_SECURITY_GROUP)
 
 
 class StackNotFound(Exception):

@@ -49,6 +49,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from inferstack.delivery import stack_outputs
 from inferstack.rehearsal import day_two
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -269,8 +270,8 @@ def publish_images(aws: Aws, release_manifest: dict, label: str) -> dict[str, di
     published = {}
     stacks = release_manifest["environments"][ENV]["stacks"]
     for model, stack in sorted(stacks.items()):
-        if not stack.get("images"):
-            continue
+        if not stack.get("images") or model == stack_outputs.LOAD_TEST:
+            continue  # the load-test tool is built from the commit, not pinned: publish_tool_images
         (image,) = [i for i in release.model_images(release_manifest, model)
                     if i["repository"] == stack["images"][0]["repository"] and i["tag"] == stack["images"][0]["tag"]]
         tag = image["tag"] if label == "N" else f"{image['tag'][:100]}-{label.replace('+', 'plus')}"
@@ -279,27 +280,70 @@ def publish_images(aws: Aws, release_manifest: dict, label: str) -> dict[str, di
         if same is not None:  # two models built from one image asset (same context and arguments): one image
             published[model] = dict(same)
             continue
-        layer = f"inferstack rehearsal image of {model}, asset {image['asset_id']}, release {label}\n".encode()
-        config = json.dumps({"architecture": "amd64", "os": "linux", "config": {"Labels": {"model": model}},
-                             "rootfs": {"type": "layers", "diff_ids": ["sha256:" + hashlib.sha256(layer).hexdigest()]}},
-                            sort_keys=True).encode()
-        for blob in (config, layer):
-            digest = "sha256:" + hashlib.sha256(blob).hexdigest()
-            upload = ecr.initiate_layer_upload(repositoryName=image["repository"])
-            ecr.upload_layer_part(repositoryName=image["repository"], uploadId=upload["uploadId"], partFirstByte=0,
-                                  partLastByte=len(blob) - 1, layerPartBlob=blob)
-            ecr.complete_layer_upload(repositoryName=image["repository"], uploadId=upload["uploadId"],
-                                      layerDigests=[digest])
-        manifest = json.dumps({
-            "schemaVersion": 2, "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
-            "config": {"mediaType": "application/vnd.docker.container.image.v1+json", "size": len(config),
-                       "digest": "sha256:" + hashlib.sha256(config).hexdigest()},
-            "layers": [{"mediaType": "application/vnd.docker.image.rootfs.diff.tar.gzip", "size": len(layer),
-                        "digest": "sha256:" + hashlib.sha256(layer).hexdigest()}]}, indent=3)
-        put = ecr.put_image(repositoryName=image["repository"], imageManifest=manifest, imageTag=tag)
-        published[model] = {"repository_uri": image["image_uri"].rsplit(":", 1)[0],
-                            "digest": put["image"]["imageId"]["imageDigest"], "tag": tag}
+        text = f"inferstack rehearsal image of {model}, asset {image['asset_id']}, release {label}"
+        digest = push_synthetic_image(ecr, image["repository"], tag, model, text)
+        published[model] = {"repository_uri": image["image_uri"].rsplit(":", 1)[0], "digest": digest, "tag": tag}
     return published
+
+
+def push_synthetic_image(ecr, repository: str, tag: str, label: str, text: str) -> str:
+    """A small image (one layer holding `text`) pushed with the ECR layer API under `tag`; returns its digest."""
+    layer = f"{text}\n".encode()
+    config = json.dumps({"architecture": "amd64", "os": "linux", "config": {"Labels": {"model": label}},
+                         "rootfs": {"type": "layers", "diff_ids": ["sha256:" + hashlib.sha256(layer).hexdigest()]}},
+                        sort_keys=True).encode()
+    for blob in (config, layer):
+        digest = "sha256:" + hashlib.sha256(blob).hexdigest()
+        upload = ecr.initiate_layer_upload(repositoryName=repository)
+        ecr.upload_layer_part(repositoryName=repository, uploadId=upload["uploadId"], partFirstByte=0,
+                              partLastByte=len(blob) - 1, layerPartBlob=blob)
+        ecr.complete_layer_upload(repositoryName=repository, uploadId=upload["uploadId"], layerDigests=[digest])
+    manifest = json.dumps({
+        "schemaVersion": 2, "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
+        "config": {"mediaType": "application/vnd.docker.container.image.v1+json", "size": len(config),
+                   "digest": "sha256:" + hashlib.sha256(config).hexdigest()},
+        "layers": [{"mediaType": "application/vnd.docker.image.rootfs.diff.tar.gzip", "size": len(layer),
+                    "digest": "sha256:" + hashlib.sha256(layer).hexdigest()}]}, indent=3)
+    put = ecr.put_image(repositoryName=repository, imageManifest=manifest, imageTag=tag)
+    return put["image"]["imageId"]["imageDigest"]
+
+
+def tool_image_assets(cdk_out: Path) -> dict[str, list[tuple[str, str]]]:
+    """Stack artifact id -> (repository, tag) of each image asset the environment still builds once pinned."""
+    found: dict[str, list[tuple[str, str]]] = {}
+    for manifest in sorted((cdk_out / f"assembly-{ENV}").glob("*.assets.json")):
+        for image in (json.loads(manifest.read_text()).get("dockerImages") or {}).values():
+            for destination in image["destinations"].values():
+                found.setdefault(manifest.name.removesuffix(".assets.json"), []).append(
+                    (str(destination["repositoryName"]), str(destination["imageTag"])))
+    return found
+
+
+def publish_tool_images(aws: Aws, cdk_out: Path, stacks: list["StackArtifact"]) -> list[str]:
+    """What cdk-assets would push after `docker build` for the image assets a pinned dev still builds (only the
+    load-test generators' image: built from the commit being deployed, not promoted): a synthetic image under
+    the asset's own repository and tag, unless already there. `cdk deploy` then finds it and builds nothing."""
+    from botocore.exceptions import ClientError
+
+    ecr = aws.client("ecr")
+    load_test = [st.artifact_id for st in stacks if st.stack_name == f"{ENV}-{stack_outputs.LOAD_TEST}"]
+    pushed = []
+    for artifact, images in sorted(tool_image_assets(cdk_out).items()):
+        if artifact not in load_test:
+            raise RehearsalFailed(f"pinned dev still builds image assets in {artifact}: only the load-test "
+                                  f"generators' image is built from the commit")
+        for repository, tag in images:
+            repository = repository.replace("${AWS::AccountId}", aws.account).replace("${AWS::Region}", aws.region)
+            try:
+                ecr.describe_images(repositoryName=repository, imageIds=[{"imageTag": tag}])
+                continue
+            except ClientError as exc:
+                if exc.response["Error"]["Code"] != "ImageNotFoundException":
+                    raise
+            push_synthetic_image(ecr, repository, tag, stack_outputs.LOAD_TEST,
+                                 f"inferstack rehearsal image of the load-test generators, tag {tag}")
+            pushed.append(f"{repository}:{tag[:12]}")
+    return pushed
 
 
 def pin_dev(config_dir: Path, published: dict[str, dict], release_manifest: dict) -> None:
@@ -439,6 +483,64 @@ def check_pinned_images(aws: Aws, published: dict[str, dict], outputs_by_stack: 
             result.problems.append(f"{ENV}-{model}: runs {images}, pinned {expected}")
         else:
             result.checks.append(f"{ENV}-{model}: runs the pinned {expected}")
+
+
+def check_load_test(aws: Aws, outputs_by_stack: dict[str, dict[str, str]], config_dir: Path, result: Result) -> None:
+    """dev's LoadTest stack (load_test enabled in the rehearsal's config copy) as a run would use it: what its
+    outputs name exists; both task definitions are Fargate-only, awsvpc, sized from the config; the master
+    admits its workers on Locust's port and nothing else; the results bucket is KMS-encrypted and expires as
+    configured; the foundation's PrivateSubnets map no public IP."""
+    import yaml
+
+    from inferstack.constructs.load_test import LOCUST_PORT
+
+    stack = stack_outputs.stack_name(ENV, stack_outputs.LOAD_TEST)
+    outputs = outputs_by_stack.get(stack)
+    if outputs is None:
+        result.problems.append(f"{stack}: not deployed although dev has load_test in the rehearsal's config")
+        return
+    settings = yaml.safe_load((config_dir / "environments.yaml").read_text())["environments"][ENV]["load_test"]
+    ecs, ec2, s3 = aws.client("ecs"), aws.client("ec2"), aws.client("s3")
+    problems = []
+    clusters = ecs.describe_clusters(clusters=[outputs[stack_outputs.CLUSTER]])["clusters"]
+    if [c["status"] for c in clusters] != ["ACTIVE"]:
+        problems.append(f"cluster {outputs[stack_outputs.CLUSTER]}: {clusters}")
+    for key, container, role in ((stack_outputs.MASTER_TASK_DEFINITION, stack_outputs.MASTER_CONTAINER, "master"),
+                                 (stack_outputs.WORKER_TASK_DEFINITION, stack_outputs.WORKER_CONTAINER, "worker")):
+        definition = ecs.describe_task_definition(taskDefinition=outputs[key])["taskDefinition"]
+        (spec,) = definition["containerDefinitions"]
+        seen = (definition.get("requiresCompatibilities"), definition.get("networkMode"), str(definition.get("cpu")),
+                str(definition.get("memory")), spec.get("name"), spec.get("command"))
+        wanted = (["FARGATE"], "awsvpc", str(settings["worker_cpu"]), str(settings["worker_memory_mib"]),
+                  outputs[container], [role])
+        if seen != wanted:
+            problems.append(f"{key}: {seen}, expected {wanted}")
+    groups = {g["GroupId"]: g for g in ec2.describe_security_groups(GroupIds=[
+        outputs[stack_outputs.MASTER_SECURITY_GROUP], outputs[stack_outputs.WORKER_SECURITY_GROUP]])["SecurityGroups"]}
+    ingress = [(p["IpProtocol"], p.get("FromPort"), p.get("ToPort"),
+                tuple(sorted(g["GroupId"] for g in p.get("UserIdGroupPairs", []))),
+                tuple(r["CidrIp"] for r in p.get("IpRanges", [])))
+               for p in groups[outputs[stack_outputs.MASTER_SECURITY_GROUP]]["IpPermissions"]]
+    if ingress != [("tcp", LOCUST_PORT, LOCUST_PORT, (outputs[stack_outputs.WORKER_SECURITY_GROUP],), ())]:
+        problems.append(f"master security group admits {ingress}")
+    if groups[outputs[stack_outputs.WORKER_SECURITY_GROUP]]["IpPermissions"]:
+        problems.append("the workers' security group admits traffic")
+    bucket = outputs[stack_outputs.RESULTS_BUCKET]
+    (rule,) = s3.get_bucket_encryption(Bucket=bucket)["ServerSideEncryptionConfiguration"]["Rules"]
+    (lifecycle,) = s3.get_bucket_lifecycle_configuration(Bucket=bucket)["Rules"]
+    if rule["ApplyServerSideEncryptionByDefault"]["SSEAlgorithm"] != "aws:kms" or \
+            lifecycle["Expiration"]["Days"] != settings["results_retention_days"]:
+        problems.append(f"results bucket {bucket}: {rule}, {lifecycle}")
+    foundation = outputs_by_stack.get(stack_outputs.stack_name(ENV, stack_outputs.FOUNDATION), {})
+    subnets = ec2.describe_subnets(SubnetIds=foundation.get(stack_outputs.PRIVATE_SUBNETS, "").split(","))["Subnets"]
+    if not subnets or any(s["MapPublicIpOnLaunch"] for s in subnets):
+        problems.append(f"PrivateSubnets: {[(s['SubnetId'], s['MapPublicIpOnLaunch']) for s in subnets]}")
+    result.problems += [f"{stack}: {p}" for p in problems]
+    if not problems:
+        result.checks.append(f"{stack}: cluster, Fargate master and worker ({settings['worker_cpu']} CPU, "
+                             f"{settings['worker_memory_mib']} MiB), master admitting its workers on {LOCUST_PORT} "
+                             f"only, KMS results bucket expiring after {settings['results_retention_days']} days, "
+                             f"{len(subnets)} private subnets without public IPs")
 
 
 def seed_reply(aws: Aws, model) -> None:
@@ -671,6 +773,7 @@ def rehearse(workdir: Path, clock: Clock, result: Result, log: Callable[[str], N
     shutil.copytree(ROOT / "model_configs", config_dir, ignore=shutil.ignore_patterns("releases"))
     if add_models:
         result.config_changes += [f"added {m}" for m in day_two.add_sample_models(config_dir)]
+    result.config_changes.append(day_two.enable_load_test(config_dir, ENV))
     import yaml
 
     environments = yaml.safe_load((config_dir / "environments.yaml").read_text())["environments"]
@@ -724,11 +827,12 @@ def rehearse(workdir: Path, clock: Clock, result: Result, log: Callable[[str], N
                                 f"inferstack:config-dir={config_dir}", "-o", str(cdk_out)],
                                env=base_env, timeout=clock.left(SYNTH_TIMEOUT_S))
             _require(code, output, f"cdk synth ({name})")
-            images = [m.name for m in (cdk_out / f"assembly-{ENV}").glob("*.assets.json")
-                      if json.loads(m.read_text()).get("dockerImages")]
-            if images:
-                raise RehearsalFailed(f"pinned dev still builds image assets: {images}")
-            return cdk_out, stacks_of(cdk_out)
+            stacks = stacks_of(cdk_out)
+            tools = publish_tool_images(aws, cdk_out, stacks)  # refuses any other image asset
+            if tools:
+                result.checks.append(f"the load-test image, built from the commit (not pinned), published as "
+                                     f"cdk-assets would: {', '.join(tools)}")
+            return cdk_out, stacks
 
         def deploy(cdk_out: Path, stacks: list[StackArtifact], pinned: dict[str, dict], log_name: str):
             code, output = run(["cdk", "deploy", "--app", str(cdk_out), f"{ENV}/*", "--require-approval", "never",
@@ -760,6 +864,7 @@ def rehearse(workdir: Path, clock: Clock, result: Result, log: Callable[[str], N
             result.checks.append(f"{readers} deploy-time readers (Custom::LiveValue) ran their own read function in "
                                  f"the emulator (patch live-values)")
             s.detail = f"{len(stacks)} stacks checked against their templates"
+            check_load_test(aws, outputs_by_stack, config_dir, result)
             if any(r["Type"] == "AWS::ECS::Service" for st in stacks for r in st.template.get("Resources", {}).values()):
                 result.not_run.append(
                     "ECS deployments: moto 5.2.5 models no DeploymentConfiguration (strategy ROLLING / BLUE_GREEN / "

@@ -22,6 +22,8 @@ CHANGED_MODEL, CHANGED_BATCH_SIZE = "intent-bert", 8
 CHANGED_FLEET, CHANGED_FLEET_MAX = "intent-pack", 4
 # Retired in the last day-two step: a member of the triton-shared fleet (its component goes, the endpoint stays).
 RETIRED_MODEL = "t5-spelling"
+# The load-test generators the rehearsal deploys in dev (the shipped dev has none): staging's settings.
+LOAD_TEST_FROM = "staging"
 # Set through the APIs as autoscaling would, then expected to survive the next deploys.
 SCALED_TASKS = 2
 SCALED_COPIES = (0, 2)  # the first fleet member scaled to zero, the others to two copies
@@ -114,6 +116,16 @@ def _load(path: Path) -> dict:
 
 def _dump(path: Path, data: dict) -> None:
     path.write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+def enable_load_test(config_dir: Path, env_name: str) -> str:
+    """Give `env_name` the load-test generators (a LoadTest stack) with LOAD_TEST_FROM's settings."""
+    env_file = config_dir / "environments.yaml"
+    environments = _load(env_file)
+    settings = environments["environments"][LOAD_TEST_FROM]["load_test"]
+    environments["environments"][env_name]["load_test"] = dict(settings)
+    _dump(env_file, environments)
+    return f"{env_name}: load_test as {LOAD_TEST_FROM}'s ({', '.join(f'{k} {v}' for k, v in settings.items())})"
 
 
 def change_for_next_release(config_dir: Path) -> list[str]:

@@ -804,6 +804,133 @@ def _live_values() -> Undo:
     return undo
 
 
+# ----------------------------------------------------------------------------- task-definition-properties
+
+# What moto's CloudFormation leaves out when it registers an AWS::ECS::TaskDefinition: template key ->
+# register_task_definition argument.
+TASK_DEFINITION_PROPERTIES = {"NetworkMode": "network_mode", "RequiresCompatibilities": "requires_compatibilities",
+                              "Cpu": "cpu", "TaskRoleArn": "task_role_arn", "ExecutionRoleArn": "execution_role_arn",
+                              "RuntimePlatform": "runtime_platform", "EphemeralStorage": "ephemeral_storage",
+                              "PidMode": "pid_mode", "IpcMode": "ipc_mode"}
+
+
+def _task_definition_properties() -> Undo:
+    """moto 5.2.5's CloudFormation registers an AWS::ECS::TaskDefinition with its family, containers, volumes and
+    memory only: NetworkMode, RequiresCompatibilities, Cpu, TaskRoleArn, ExecutionRoleArn and RuntimePlatform are
+    dropped, so a Fargate task definition becomes an EC2 one in bridge mode and RunTask gives its tasks no network
+    interface (no private IP a worker could reach its master at). Register it, on create and when an update
+    registers a revision, with every property the template gives."""
+    import threading
+
+    from moto.core.utils import pascal_to_camelcase, remap_nested_keys
+    from moto.ecs.models import EC2ContainerServiceBackend, TaskDefinition
+
+    pending = threading.local()  # the template's other properties while CloudFormation registers the definition
+    original_register = EC2ContainerServiceBackend.__dict__["register_task_definition"]
+    original_create = TaskDefinition.__dict__["create_from_cloudformation_json"].__func__
+    original_update = TaskDefinition.__dict__["update_from_cloudformation_json"].__func__
+
+    def register_task_definition(self, *args, **kwargs):
+        for key, value in (getattr(pending, "arguments", None) or {}).items():
+            if kwargs.get(key) is None:
+                kwargs[key] = value
+        return original_register(self, *args, **kwargs)
+
+    def with_properties(call):
+        def wrapped(cls, *args, **kwargs):
+            cloudformation_json = kwargs.get("cloudformation_json") or next(a for a in args if isinstance(a, dict))
+            properties = cloudformation_json.get("Properties") or {}
+            pending.arguments = {argument: remap_nested_keys(properties[key], pascal_to_camelcase)
+                                 if isinstance(properties[key], (dict, list)) else properties[key]
+                                 for key, argument in TASK_DEFINITION_PROPERTIES.items() if key in properties}
+            try:
+                return call(cls, *args, **kwargs)
+            finally:
+                pending.arguments = None
+        return classmethod(wrapped)
+
+    undo = [_replace(EC2ContainerServiceBackend, "register_task_definition", register_task_definition),
+            _replace(TaskDefinition, "create_from_cloudformation_json", with_properties(original_create)),
+            _replace(TaskDefinition, "update_from_cloudformation_json", with_properties(original_update))]
+
+    def undo_all() -> None:
+        for restore in reversed(undo):
+            restore()
+    return undo_all
+
+
+# ----------------------------------------------------------------------------- fargate-task-memory
+
+def _fargate_task_memory() -> Undo:
+    """RunTask of a Fargate task definition whose containers set no memory of their own (Fargate sizes the task:
+    the template's task-level Memory, as CDK writes it) fails in moto 5.2.5 with a 500: TypeError adding None in
+    EC2ContainerServiceBackend._calculate_task_resource_requirements, which sums container memory for placing EC2
+    tasks. A container without its own memory counts as 0 there (it shares the task's)."""
+    from moto.ecs.models import EC2ContainerServiceBackend
+
+    original = EC2ContainerServiceBackend.__dict__["_calculate_task_resource_requirements"].__func__
+    keys = ("Memory", "MemoryReservation", "memory", "memoryReservation")
+
+    def calculate(task_definition):
+        definitions = task_definition.container_definitions
+        if all(any(d.get(k) is not None for k in keys) for d in definitions):
+            return original(task_definition)
+        sized = copy.copy(task_definition)
+        sized.container_definitions = [d if any(d.get(k) is not None for k in keys) else {**d, "memory": 0}
+                                       for d in definitions]
+        return original(sized)
+
+    return _replace(EC2ContainerServiceBackend, "_calculate_task_resource_requirements", staticmethod(calculate))
+
+
+# ----------------------------------------------------------------------------- ecs-agent-state-changes
+
+ECS_TASK_STATES = ("PROVISIONING", "PENDING", "ACTIVATING", "RUNNING", "DEACTIVATING", "STOPPING",
+                   "DEPROVISIONING", "STOPPED")
+
+
+def _ecs_agent_state_changes() -> Undo:
+    """moto 5.2.5 implements none of the calls the ECS agent makes to report what a task's containers did
+    (SubmitTaskStateChange is answered 404): a task it runs stays as moto set it, and its container's exit code
+    is 0 whatever happened. A stand-in for Fargate's container runtime (inferstack/rehearsal/fargate_standin.py)
+    reports, as the agent does, how each task it ran ended. SubmitTaskStateChange sets the task's lastStatus
+    (STOPPED also sets desiredStatus, stoppedReason and stopCode EssentialContainerExited) and, for each container
+    it names, its lastStatus, exitCode and reason."""
+    from moto.core.responses import ActionResult
+    from moto.ecs.exceptions import InvalidParameterException
+    from moto.ecs.responses import EC2ContainerServiceResponse
+
+    def submit_task_state_change(self) -> ActionResult:
+        status = self._get_param("status")
+        if status not in ECS_TASK_STATES:
+            raise InvalidParameterException(f"status {status!r} is not a task state")
+        cluster = self.ecs_backend._get_cluster(self._get_param("cluster", "default"))
+        wanted = self._get_param("task") or ""
+        tasks = [t for arn, t in self.ecs_backend.tasks.get(cluster.name, {}).items()
+                 if wanted in (arn, arn.rsplit("/", 1)[-1])]
+        if not tasks:
+            raise InvalidParameterException(f"task {wanted} not found in cluster {cluster.name}")
+        (task,) = tasks
+        task.last_status = status
+        if status == "STOPPED":
+            task.desired_status = "STOPPED"
+            task.stopped_reason = self._get_param("reason") or task.stopped_reason
+            task.stop_code = "EssentialContainerExited"
+        for change in self._get_param("containers") or []:
+            for container in task.containers:
+                if container.name == change.get("containerName"):
+                    container.last_status = change.get("status", container.last_status)
+                    if change.get("exitCode") is not None:
+                        container.exitCode = change["exitCode"]
+                    container.reason = change.get("reason")
+        return ActionResult({"acknowledgment": "ACK"})
+
+    if "submit_task_state_change" in EC2ContainerServiceResponse.__dict__:
+        raise RuntimeError("moto implements SubmitTaskStateChange now: re-check the ecs-agent-state-changes defect")
+    EC2ContainerServiceResponse.submit_task_state_change = submit_task_state_change
+    return lambda: delattr(EC2ContainerServiceResponse, "submit_task_state_change")
+
+
 PATCHES: tuple[Patch, ...] = (
     Patch("account-from-access-key",
           "moto answers every unknown access key as its default account 123456789012 (MOTO_ACCOUNT_ID would "
@@ -894,6 +1021,19 @@ PATCHES: tuple[Patch, ...] = (
           "API is not implemented: a fleet member's stack gets no component, promote cannot read what it runs; "
           "modeled as created on an existing endpoint, variant and model, described, listed and deleted",
           _sagemaker_inference_components),
+    Patch("task-definition-properties",
+          "AWS::ECS::TaskDefinition is registered without its NetworkMode, RequiresCompatibilities, Cpu, TaskRoleArn, "
+          "ExecutionRoleArn and RuntimePlatform: a Fargate task definition becomes an EC2 one in bridge mode, and "
+          "RunTask gives its tasks no network interface",
+          _task_definition_properties),
+    Patch("fargate-task-memory",
+          "RunTask of a Fargate task definition whose containers set no memory of their own (the task's Memory "
+          "sizes them, as CDK writes it) fails with a 500 (TypeError in _calculate_task_resource_requirements)",
+          _fargate_task_memory),
+    Patch("ecs-agent-state-changes",
+          "SubmitTaskStateChange (how the ECS agent reports a task's end: its containers' exit codes and reasons) "
+          "is not implemented: a task moto runs never stops with the exit code its container had",
+          _ecs_agent_state_changes),
 )
 BY_NAME = {p.name: p for p in PATCHES}
 

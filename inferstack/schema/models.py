@@ -14,7 +14,7 @@ from typing import Annotated, Literal, Union
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from inferstack.schema import families, instances
+from inferstack.schema import families, fargate, instances
 
 NAME_PATTERN = r"^[a-z][a-z0-9-]{0,38}[a-z0-9]$"
 REGION_PATTERN = r"^[a-z]{2}(-gov)?-[a-z]+-\d$"
@@ -132,6 +132,47 @@ class ReleaseRef(Frozen):
                     "(e.g. releases/staging.json): the environment deploys exactly these image digests")
 
 
+class LoadTest(Frozen):
+    """The environment's load-test generators: Locust on Fargate in its private subnets (stacks/load_test_stack.py),
+    started by `inferstack loadtest --env`; nothing runs, and nothing costs, between runs."""
+
+    worker_cpu: int = Field(
+        1024, description="Fargate CPU units of each generator task, master and workers (1024 = 1 vCPU): one of "
+                          f"{', '.join(map(str, fargate.MEMORY_MIB))}. One Locust process keeps one vCPU busy, "
+                          "so 1024 fits the one process a worker runs",
+        json_schema_extra={"enum": list(fargate.MEMORY_MIB)})
+    worker_memory_mib: int = Field(
+        2048, description="memory of each generator task in MiB; Fargate accepts only some values per CPU size "
+                          "(inferstack/schema/fargate.py)")
+    max_workers: int = Field(
+        20, ge=2, le=100, description="the most worker tasks one run may start; a run whose rate needs more is "
+                                      "refused rather than run on saturated generators")
+    per_worker_rps: PositiveFloat = Field(
+        description="requests per second one worker task of this size sustains below Locust's 90 % CPU warning: "
+                    "measured with benchmarks/loadtest_worker.py, not guessed. A run starts ceil(rate / "
+                    "per_worker_rps) workers, at least 2")
+    results_retention_days: int = Field(
+        90, ge=1, le=3650, description="days each run's result.json, report.txt and latency.png stay in the "
+                                       "environment's results bucket; promotion's gate reads them from there")
+
+    @field_validator("worker_memory_mib")
+    @classmethod
+    def _fargate_size(cls, value: int, info) -> int:
+        cpu = info.data.get("worker_cpu")
+        if cpu is not None:  # a bad worker_cpu is reported on its own key
+            problem = fargate.size_problem(cpu, value)
+            if problem is not None:
+                raise ValueError(problem)
+        return value
+
+    @field_validator("worker_cpu")
+    @classmethod
+    def _fargate_cpu(cls, value: int) -> int:
+        if value not in fargate.MEMORY_MIB:
+            raise ValueError(f"must be a Fargate CPU value: one of {', '.join(map(str, fargate.MEMORY_MIB))}")
+        return value
+
+
 class Environment(Frozen):
     account: str = Field(pattern=ACCOUNT_PATTERN, description="12-digit AWS account id")
     region: str = Field(pattern=REGION_PATTERN)
@@ -150,6 +191,9 @@ class Environment(Frozen):
     production: bool | None = Field(
         None, description="serves production traffic: validate warns when a model or fleet here is sized from an "
         "estimated throughput_profile entry; omitted: true for the pipeline's last stage, false elsewhere")
+    load_test: LoadTest | None = Field(
+        None, description="Locust generators on Fargate inside this environment's VPC, and a bucket for their "
+                          "results (a LoadTest stack); omitted: none")
 
     @model_validator(mode="after")
     def _zones_in_region(self) -> "Environment":

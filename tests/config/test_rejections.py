@@ -311,6 +311,34 @@ CASES = {
         "environments.prod.network.import.owner_account: String should match pattern"),
     "default environment missing": ("environments.yaml", _set("default_environment", value="qa"),
                                     "default_environment 'qa' is not one of the environments"),
+    # ---- load_test (the generators' Fargate tasks are sized from it: a pair Fargate refuses is refused here)
+    "load test cpu fargate does not offer": (
+        "environments.yaml", _set("environments", "staging", "load_test", "worker_cpu", value=1000),
+        "environments.staging.load_test.worker_cpu: must be a Fargate CPU value: one of 256, 512, 1024"),
+    "load test memory fargate does not pair with the cpu": (
+        "environments.yaml", _set("environments", "staging", "load_test", "worker_memory_mib", value=1024),
+        "environments.staging.load_test.worker_memory_mib: Fargate pairs 1024 CPU units with 2048 to "
+        "8192 in steps of 1024 MiB, not 1024"),
+    "load test memory off fargate's step": (
+        "environments.yaml", lambda d: d["environments"]["staging"]["load_test"].update(
+            worker_cpu=8192, worker_memory_mib=18432),
+        "environments.staging.load_test.worker_memory_mib: Fargate pairs 8192 CPU units with 16384 to "
+        "61440 in steps of 4096 MiB, not 18432"),
+    "load test with one worker": (
+        "environments.yaml", _set("environments", "staging", "load_test", "max_workers", value=1),
+        "environments.staging.load_test.max_workers: Input should be greater than or equal to 2"),
+    "load test rate not measured": (
+        "environments.yaml", _delete("environments", "staging", "load_test", "per_worker_rps"),
+        "environments.staging.load_test.per_worker_rps: required field is missing"),
+    "load test rate of zero": (
+        "environments.yaml", _set("environments", "staging", "load_test", "per_worker_rps", value=0),
+        "environments.staging.load_test.per_worker_rps: Input should be greater than 0"),
+    "load test results kept for no days": (
+        "environments.yaml", _set("environments", "staging", "load_test", "results_retention_days", value=0),
+        "environments.staging.load_test.results_retention_days: Input should be greater than or equal to 1"),
+    "load test unknown key": (
+        "environments.yaml", _set("environments", "staging", "load_test", "spot", value=True),
+        "environments.staging.load_test.spot: unknown key"),
 }
 
 

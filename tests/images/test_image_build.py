@@ -29,8 +29,9 @@ TRITON_MODELS = ("bert-large-classifier", "t5-spelling")
 # What the Triton export may import of inferstack, and all the build context may hold of it: the
 # schema and the renderer (stacks/serving_stack.py TRITON_BUILD_CONTEXT, kept identical to the Dockerfile's
 # .dockerignore). A change here is a change of the image's contract.
-TRITON_CLOSURE = {"inferstack", "inferstack.schema", "inferstack.schema.families", "inferstack.schema.instances",
-                  "inferstack.schema.models", "inferstack.triton", "inferstack.triton.config"}
+TRITON_CLOSURE = {"inferstack", "inferstack.schema", "inferstack.schema.families", "inferstack.schema.fargate",
+                  "inferstack.schema.instances", "inferstack.schema.models", "inferstack.triton",
+                  "inferstack.triton.config"}
 
 
 def inf1_asset(inf2: image_build.ImageAsset) -> image_build.ImageAsset:
@@ -55,8 +56,8 @@ def test_the_triton_context_is_the_schema_the_renderer_and_the_export(dev_images
     assert image_build.ignore_file(asset.directory, asset.dockerfile).name == "Dockerfile.dockerignore"
     assert [f for f in files if f.startswith("inferstack/")] == [
         "inferstack/__init__.py", "inferstack/schema/__init__.py", "inferstack/schema/families.py",
-        "inferstack/schema/instances.py", "inferstack/schema/models.py", "inferstack/triton/__init__.py",
-        "inferstack/triton/config.py"]
+        "inferstack/schema/fargate.py", "inferstack/schema/instances.py", "inferstack/schema/models.py",
+        "inferstack/triton/__init__.py", "inferstack/triton/config.py"]
     assert "container/triton/export.py" in files and "container/triton/requirements-export.txt" in files
 
 

@@ -1,7 +1,7 @@
-"""An environment with `release: {manifest: ...}` deploys the pinned images by digest: no image asset is
-built for its models, and the execution roles may pull from the pinned repositories only. A neuron-cores
-fleet's one image is pinned by the fleet's name. Environments without a pin are untouched (the snapshots of
-the shipped environments hold that)."""
+"""An environment with `release: {manifest: ...}` deploys the pinned images by digest: no serving image is
+built for its models (only the load-test tool's, where the environment has one), and the execution roles may
+pull from the pinned repositories only. A neuron-cores fleet's one image is pinned by the fleet's name.
+Environments without a pin are untouched (the snapshots of the shipped environments hold that)."""
 
 from __future__ import annotations
 
@@ -86,9 +86,15 @@ def test_pinned_triton_model_uses_the_digest_uri_and_scoped_pull(pinned):
     assert pull["Resource"] == f"arn:aws:ecr:{REGION}:{ACCOUNT}:repository/inferstack/t5-spelling"
 
 
-def test_pinned_environment_builds_no_image_assets(pinned):
-    for manifest in (pinned.outdir / "assembly-staging").glob("*.assets.json"):
-        assert json.loads(manifest.read_text()).get("dockerImages", {}) == {}, manifest.name
+def test_pinned_environment_builds_no_serving_image_only_the_load_test_tool(pinned):
+    """The serving images are the pinned ones; the load-test generators' image (staging has load_test) is built
+    from the commit being deployed, like the stack that runs it: it measures the release, it is not part of it."""
+    built = {manifest.name.split(".")[0]: sorted(json.loads(manifest.read_text()).get("dockerImages", {}))
+             for manifest in (pinned.outdir / "assembly-staging").glob("*.assets.json")}
+    load_test = pinned.stages["staging"].load_test
+    assert load_test is not None
+    assert {stack: images for stack, images in built.items() if images} == {
+        load_test.artifact_id: [load_test.image.asset_hash]}
 
 
 def test_pinned_fleet_member_runs_the_digest_and_the_shared_endpoint_pulls_from_that_repository_only(

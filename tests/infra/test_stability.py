@@ -29,5 +29,8 @@ def test_synthesized_fixture_covers_every_environment_and_model(project, synthes
     assert set(synthesized.templates) == set(project.environments)
     for env, stacks in synthesized.templates.items():
         # image units (a model's own stack, a neuron-cores fleet's) and every fleet's stack (an inference-
-        # components fleet's holds the shared endpoint; its members keep their own)
-        assert set(stacks) == {"Foundation", *project.fleets_in(env)} | {u.name for u in project.image_units(env)}, env
+        # components fleet's holds the shared endpoint; its members keep their own); the load-test stack where
+        # the environment has load_test
+        load_test = {"LoadTest"} if project.environments[env].load_test else set()
+        assert set(stacks) == ({"Foundation", *project.fleets_in(env)} | {u.name for u in project.image_units(env)}
+                               | load_test), env

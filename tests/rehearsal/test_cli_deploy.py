@@ -660,6 +660,102 @@ def test_patch_new_values_update_readers(moto_env):
         assert running_revision().endswith(":2")
 
 
+# ----------------------------------------------------------------------------- task-definition-properties
+
+def _fargate_definition_template(value: str) -> dict:
+    return {"Resources": {"Master": {"Type": "AWS::ECS::TaskDefinition", "Properties": {
+        "Family": "master", "NetworkMode": "awsvpc", "RequiresCompatibilities": ["FARGATE"], "Cpu": "1024",
+        "Memory": "2048", "TaskRoleArn": f"arn:aws:iam::{ACCOUNT}:role/master",
+        "ExecutionRoleArn": f"arn:aws:iam::{ACCOUNT}:role/execution",
+        "RuntimePlatform": {"CpuArchitecture": "X86_64", "OperatingSystemFamily": "LINUX"},
+        "ContainerDefinitions": [{"Name": "Master", "Image": "example", "Command": ["master"],
+                                  "Environment": [{"Name": "V", "Value": value}]}]}}},
+        "Outputs": {"Definition": {"Value": {"Ref": "Master"}}}}
+
+
+def test_patch_task_definition_properties(moto_env):
+    def registered(*patches: str) -> list[dict]:
+        with mock_aws(), moto_patches.applied(*patches):
+            cloudformation, ecs = boto3.client("cloudformation"), boto3.client("ecs")
+            found = []
+            for value in ("1", "2"):  # created, then updated: a new revision
+                template = json.dumps(_fargate_definition_template(value))
+                if value == "1":
+                    cloudformation.create_stack(StackName="lt", TemplateBody=template)
+                else:
+                    cloudformation.update_stack(StackName="lt", TemplateBody=template)
+                (output,) = cloudformation.describe_stacks(StackName="lt")["Stacks"][0]["Outputs"]
+                found.append(ecs.describe_task_definition(taskDefinition=output["OutputValue"])["taskDefinition"])
+            return found
+
+    def shape(definition: dict) -> tuple:
+        return (definition["networkMode"], definition.get("requiresCompatibilities"), definition.get("cpu"),
+                definition.get("taskRoleArn", "").rsplit("/", 1)[-1], definition.get("runtimePlatform"))
+
+    plain = registered("task-definition-update")
+    assert [shape(d) for d in plain] == [("bridge", None, None, "", None)] * 2  # an EC2 definition in bridge mode
+    fixed = registered("task-definition-update", "task-definition-properties")
+    platform = {"cpuArchitecture": "X86_64", "operatingSystemFamily": "LINUX"}
+    assert [shape(d) for d in fixed] == [("awsvpc", ["FARGATE"], "1024", "master", platform)] * 2
+    assert [d["revision"] for d in fixed] == [1, 2] and fixed[1]["containerDefinitions"][0]["environment"] == [
+        {"name": "V", "value": "2"}]
+
+
+# ----------------------------------------------------------------------------- fargate-task-memory, ecs-agent-state-changes
+
+def _fargate_task(ecs, ec2) -> dict:
+    """A Fargate task as the LoadTest stack's are: task-level cpu and memory, none on the container, awsvpc."""
+    vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
+    ec2.modify_vpc_attribute(VpcId=vpc, EnableDnsHostnames={"Value": True})  # as CDK's VPC has it
+    subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.1.0/24")["Subnet"]["SubnetId"]
+    group = ec2.create_security_group(GroupName="generators", Description="g", VpcId=vpc)["GroupId"]
+    ecs.create_cluster(clusterName="generators")
+    definition = ecs.register_task_definition(
+        family="master", networkMode="awsvpc", requiresCompatibilities=["FARGATE"], cpu="1024", memory="2048",
+        containerDefinitions=[{"name": "Master", "image": "example", "command": ["master"]}])
+    return ecs.run_task(cluster="generators", taskDefinition=definition["taskDefinition"]["taskDefinitionArn"],
+                        launchType="FARGATE", networkConfiguration={"awsvpcConfiguration": {
+                            "subnets": [subnet], "securityGroups": [group], "assignPublicIp": "DISABLED"}},
+                        )["tasks"][0]
+
+
+def test_patch_fargate_task_memory(moto_env):
+    with mock_aws():
+        with pytest.raises(Exception, match="500|TypeError|unsupported operand"):
+            _fargate_task(boto3.client("ecs"), boto3.client("ec2"))
+    with mock_aws(), moto_patches.applied("fargate-task-memory"):
+        task = _fargate_task(boto3.client("ecs"), boto3.client("ec2"))
+        assert task["lastStatus"] == "RUNNING" and task["launchType"] == "FARGATE"
+        assert task["attachments"][0]["type"] == "ElasticNetworkInterface"
+
+
+def test_patch_ecs_agent_state_changes(moto_env):
+    def report_exit(ecs, arn: str):
+        return ecs.submit_task_state_change(
+            cluster="generators", task=arn, status="STOPPED", reason="Essential container in task exited",
+            containers=[{"containerName": "Master", "exitCode": 3, "status": "STOPPED", "reason": "exit code 3"}])
+
+    with mock_aws(), moto_patches.applied("fargate-task-memory"):
+        ecs = boto3.client("ecs")
+        arn = _fargate_task(ecs, boto3.client("ec2"))["taskArn"]
+        with pytest.raises(Exception, match="404|not.*(valid|supported|implemented)"):
+            report_exit(ecs, arn)
+        assert ecs.describe_tasks(cluster="generators", tasks=[arn])["tasks"][0]["containers"][0]["exitCode"] == 0
+    with mock_aws(), moto_patches.applied("fargate-task-memory", "ecs-agent-state-changes"):
+        ecs = boto3.client("ecs")
+        arn = _fargate_task(ecs, boto3.client("ec2"))["taskArn"]
+        assert report_exit(ecs, arn)["acknowledgment"] == "ACK"
+        (task,) = ecs.describe_tasks(cluster="generators", tasks=[arn])["tasks"]
+        assert (task["lastStatus"], task["desiredStatus"], task["stopCode"]) == ("STOPPED", "STOPPED",
+                                                                               "EssentialContainerExited")
+        assert task["stoppedReason"] == "Essential container in task exited"
+        (container,) = task["containers"]
+        assert (container["exitCode"], container["lastStatus"], container["reason"]) == (3, "STOPPED", "exit code 3")
+        assert ecs.list_tasks(cluster="generators", desiredStatus="RUNNING")["taskArns"] == []
+        with pytest.raises(Exception, match="not a task state"):
+            ecs.submit_task_state_change(cluster="generators", task=arn, status="EXPLODED")
+
+
 # ----------------------------------------------------------------------------- the rehearsal itself
 
 @pytest.mark.cli_rehearsal
