@@ -17,7 +17,7 @@ import pytest
 from botocore.stub import Stubber
 
 from inferstack import cli, config
-from inferstack.capacity.profile import command, recommender
+from inferstack.capacity.profile import command, deployed, recommender
 from inferstack.delivery import aws_sessions, smoke
 from tests.conftest import CONFIG_DIR
 
@@ -145,7 +145,7 @@ def test_the_deployed_model_name_is_read_from_the_serving_endpoint():
             "222222222222:endpoint-config/endpointconfig-abc", "CreationTime": now,
             "ProductionVariants": [{"VariantName": "AllTraffic", "ModelName": "Model-1a2B3c4D5e6F"}]},
             {"EndpointConfigName": "EndpointConfig-AbC"})
-        assert recommender.deployed_model_name(cloudformation, sagemaker, "staging", "bert-large-classifier") == \
+        assert deployed.model_name(cloudformation, sagemaker, "staging", "bert-large-classifier") == \
             "Model-1a2B3c4D5e6F"
 
 
