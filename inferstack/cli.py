@@ -167,6 +167,15 @@ def _cmd_profile(args: argparse.Namespace) -> int:
         raise Failure(str(exc)) from None
 
 
+def _cmd_loadtest(args: argparse.Namespace) -> int:
+    from inferstack.loadtest import command as loadtest
+
+    try:
+        return loadtest.run(args)
+    except loadtest.LoadTestUsageError as exc:
+        raise UsageError(str(exc)) from None
+
+
 class Failure(Exception):
     """The command ran but what it checks or does failed (exit 1, one line)."""
 
@@ -213,6 +222,8 @@ def build_parser() -> argparse.ArgumentParser:
     smoke.add_parser(commands, _cmd_smoke, DEFAULT_CONFIG_DIR)
     from inferstack.capacity.profile import command as profile_command
     profile_command.add_parser(commands, _cmd_profile, DEFAULT_CONFIG_DIR)
+    from inferstack.loadtest import command as loadtest
+    loadtest.add_parser(commands, _cmd_loadtest, DEFAULT_CONFIG_DIR)
     return parser
 
 

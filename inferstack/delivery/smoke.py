@@ -31,6 +31,8 @@ import botocore.config
 
 from inferstack.delivery import aws_sessions, stack_outputs
 from inferstack.config import Environment, NeuronEcsModel, loader
+from inferstack.loadtest import answer
+from inferstack.loadtest.answer import Output  # what a reply must hold: one check for smoke and load tests
 
 SMOKE_TEXT = "inferstack smoke test"
 # Token ids valid in any vocabulary of the shipped models (BERT's "[CLS] hello world [SEP]"; in range for
@@ -59,13 +61,6 @@ class SmokeFailure(Exception):
 
 class NoCapacity(SmokeFailure):
     """An inference component has no copy to answer with yet (scaled to zero; one is on its way)."""
-
-
-@dataclass(frozen=True)
-class Output:
-    name: str
-    datatype: str
-    shape: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -98,28 +93,9 @@ def probe_for(model) -> Probe:
 
 def check_reply(reply: bytes, expected: tuple[Output, ...]) -> None:
     try:
-        document = json.loads(reply)
-    except (ValueError, UnicodeDecodeError):
-        raise SmokeFailure(f"reply is not JSON: {reply[:80]!r}") from None
-    if not isinstance(document, dict) or not isinstance(document.get("outputs"), list):
-        raise SmokeFailure(f"reply has no 'outputs' list: {json.dumps(document)[:120]}")
-    by_name = {o.get("name"): o for o in document["outputs"] if isinstance(o, dict)}
-    for want in expected:
-        got = by_name.get(want.name)
-        if got is None:
-            raise SmokeFailure(f"output {want.name} missing (got {', '.join(map(str, by_name)) or 'none'})")
-        if got.get("datatype") != want.datatype:
-            raise SmokeFailure(f"output {want.name}: datatype {got.get('datatype')}, expected {want.datatype}")
-        if tuple(got.get("shape") or ()) != want.shape:
-            raise SmokeFailure(f"output {want.name}: shape {got.get('shape')}, expected {list(want.shape)}")
-        if _count(got.get("data")) != math.prod(want.shape):
-            raise SmokeFailure(f"output {want.name}: {_count(got.get('data'))} values for shape {list(want.shape)}")
-
-
-def _count(data) -> int:
-    if isinstance(data, list):
-        return sum(_count(item) for item in data)
-    return 0 if data is None else 1
+        answer.check(reply, expected)
+    except answer.WrongAnswer as exc:
+        raise SmokeFailure(str(exc)) from None
 
 
 def percentile(samples: list[float], q: float) -> float:

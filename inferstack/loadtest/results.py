@@ -32,7 +32,7 @@ def results_key(release: str, model: str, run_id: str, name: str = RESULT_FILE) 
 class StepResult:
     offered_rps: float
     achieved_rps: float
-    seconds: float
+    seconds: float  # how long it was measured: its hold less the settle time at its start
     requests: int
     failures: int
     errors: dict[str, int]  # kind ("HTTP 503", "invalid answer: output logits missing", "timeout") -> count
@@ -40,6 +40,7 @@ class StepResult:
     p90_ms: float | None
     p99_ms: float | None
     max_ms: float | None
+    started_s: float | None = None  # when it began, seconds into the run (not measured: its first pacing.settle_s)
 
     @property
     def error_percent(self) -> float:

@@ -8,6 +8,8 @@ import json
 import math
 from dataclasses import asdict, dataclass, field
 
+from inferstack.loadtest.answer import Output as ExpectedOutput  # smoke's too: one check of an answer
+
 SCHEMA_VERSION = 1
 # Locust's own threshold: its master warns when a worker's CPU passes 90 % (locust/runners.py), and a
 # generator that busy queues its requests and reads its clocks late: its latencies are its own, not the model's.
@@ -49,13 +51,6 @@ class Step:
 
 
 @dataclass(frozen=True)
-class ExpectedOutput:
-    name: str
-    datatype: str
-    shape: tuple[int, ...]
-
-
-@dataclass(frozen=True)
 class LoadTestSpec:
     model: str
     target: Target
@@ -89,6 +84,10 @@ class LoadTestSpec:
     @property
     def seconds(self) -> float:
         return sum(s.seconds for s in self.steps)
+
+    def body_bytes(self) -> bytes:
+        """The request as sent: the same bytes in every process, whatever order the JSON it came in had."""
+        return json.dumps(self.body, sort_keys=True).encode()
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)

@@ -1,0 +1,279 @@
+"""The load test as Locust runs it; loaded only by Locust's processes (runner.py, task.py start them), never
+imported by the CLI or the tests: importing locust patches the whole process for gevent.
+
+The spec (LoadTestSpec JSON) comes from INFERSTACK_LOADTEST_SPEC, or a file named by
+INFERSTACK_LOADTEST_SPEC_FILE. Users: an HTTP POST of the spec's body (FastHttpUser) or a signed
+InvokeEndpoint (boto3; AWS_ENDPOINT_URL is honoured), each answer checked like smoke's (answer.py): a wrong
+answer is a failure of kind "invalid answer: <reason>". The shape walks the spec's steps; at each step the
+master tells every generator the step and its per-user pace (pacing.py). Every generator records its own
+requests (measure.Recorder) and sends that record with its stats reports; at the end the master (or the one
+local process) writes result.json, report.txt and latency.png into INFERSTACK_LOADTEST_OUT."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import gevent
+import psutil
+from locust import FastHttpUser, LoadTestShape, User, events, runners, task
+from locust.exception import CatchResponseError
+from locust.runners import MasterRunner, WorkerRunner
+
+from inferstack.loadtest import answer, measure, pacing, report
+from inferstack.loadtest.runner import OUT_ENV, SPEC_ENV, SPEC_FILE_ENV
+from inferstack.loadtest.spec import LoadTestSpec, SpecError
+
+STEP_MESSAGE = "inferstack-step"
+# Workers report every second, not Locust's 3: the master's view (and a lost last report) is at most 1 s old.
+runners.WORKER_REPORT_INTERVAL = 1.0
+CPU_SAMPLE_S = 1.0
+log = logging.getLogger("inferstack.loadtest")
+
+
+def _load_spec() -> LoadTestSpec:
+    try:
+        if os.environ.get(SPEC_ENV):
+            return LoadTestSpec.from_json(os.environ[SPEC_ENV])
+        if os.environ.get(SPEC_FILE_ENV):
+            return LoadTestSpec.from_json(Path(os.environ[SPEC_FILE_ENV]).read_text())
+    except (SpecError, OSError) as exc:
+        sys.exit(f"inferstack locustfile: {SPEC_ENV if os.environ.get(SPEC_ENV) else SPEC_FILE_ENV}: {exc}")
+    sys.exit(f"inferstack locustfile: set {SPEC_ENV} (the spec's JSON) or {SPEC_FILE_ENV} (a file holding it)")
+
+
+SPEC = _load_spec()
+BODY = SPEC.body_bytes()
+PACES = [pacing.pace_for(step.rate, SPEC.p99_slo_ms) for step in SPEC.steps]
+
+
+class _State:
+    """This process's part: its recorder, the current step's pace and grid; on the master, everyone's sum."""
+
+    recorder = measure.Recorder("local")
+    aggregator = measure.Aggregator()
+    per_user_rate = PACES[0].per_user_rate
+    anchor = 0.0  # when the current step began, on this process's clock: the origin of every user's grid
+    generators, users_started = 1, 0
+    started: str | None = None
+    sampler: gevent.Greenlet | None = None
+    runner: runners.Runner | None = None
+
+
+def _now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _apply_step(data: dict) -> None:
+    _State.per_user_rate = float(data["per_user_rate"])
+    _State.anchor = time.monotonic()
+    _State.generators = max(1, int(data["generators"]))
+    _State.recorder.begin_step(int(data["index"]), float(data["t0"]), float(data["settle_s"]))
+
+
+def paced(user: User) -> float:
+    """Locust's constant_throughput, on a grid: the user's next slot after the one it just used (or the first
+    one from now if it fell behind: no burst to catch up), with the interval and origin of the current step."""
+    now = time.monotonic()
+    interval = 1.0 / _State.per_user_rate
+    user._slot = pacing.next_slot(max(now, user._slot + interval / 2), _State.anchor, interval, user._phase)
+    return user._slot - now
+
+
+def _start_on_phase(user: User) -> None:
+    # Interleaved across generators: generator g of n takes its users' phases from indices g, g + n, g + 2n...
+    user._phase = pacing.phase(_State.users_started * _State.generators + getattr(_State.runner, "worker_index", 0))
+    _State.users_started += 1
+    now = time.monotonic()
+    user._slot = pacing.next_slot(now, _State.anchor, 1.0 / _State.per_user_rate, user._phase)
+    gevent.sleep(user._slot - now)
+
+
+def _wrong_answer(reply: bytes) -> str | None:
+    try:
+        answer.check(reply, SPEC.outputs)
+    except answer.WrongAnswer as exc:
+        return f"invalid answer: {exc}"
+    return None
+
+
+_url = urlsplit(SPEC.target.url or "http://unused")
+
+
+class HttpTarget(FastHttpUser):
+    abstract = SPEC.target.kind != "http"
+    host = f"{_url.scheme}://{_url.netloc}"
+    network_timeout = connection_timeout = SPEC.timeout_s
+    wait_time = paced
+    path = (_url.path or "/") + (f"?{_url.query}" if _url.query else "")
+
+    def on_start(self) -> None:
+        _start_on_phase(self)
+
+    @task
+    def infer(self) -> None:
+        with self.client.post(self.path, data=BODY, name=SPEC.model, catch_response=True,
+                              headers={"Content-Type": "application/json", "Accept": "application/json"}) as response:
+            if not response.status_code:  # no HTTP answer at all: refused, reset, timed out
+                kind = measure.error_kind(response.error) if response.error else "no response"
+            elif not 200 <= response.status_code < 300:
+                kind = f"HTTP {response.status_code}"
+            else:
+                kind = _wrong_answer(response.content or b"")
+            if kind is None:
+                response.success()
+            else:
+                response.failure(kind)
+
+
+_sagemaker_client = None
+
+
+def _runtime_client():
+    """One signed sagemaker-runtime client per process (botocore clients are safe to share), with a connection
+    pool as large as the users a generator may run and no retries: a retry would hide an error and add its
+    time to a latency."""
+    global _sagemaker_client
+    if _sagemaker_client is None:
+        import boto3
+        import botocore.config
+
+        config = botocore.config.Config(connect_timeout=SPEC.timeout_s, read_timeout=SPEC.timeout_s,
+                                        max_pool_connections=max(p.users for p in PACES),
+                                        retries={"total_max_attempts": 1})
+        _sagemaker_client = boto3.client("sagemaker-runtime", region_name=SPEC.target.region, config=config)
+    return _sagemaker_client
+
+
+class SageMakerTarget(User):
+    abstract = SPEC.target.kind != "sagemaker"
+    wait_time = paced
+    invoke_args = {"EndpointName": SPEC.target.endpoint, "ContentType": "application/json",
+                   "Accept": "application/json", "Body": BODY,
+                   **({"InferenceComponentName": SPEC.target.component} if SPEC.target.component else {})}
+
+    def on_start(self) -> None:
+        self.runtime = _runtime_client()
+        _start_on_phase(self)
+
+    @task
+    def invoke(self) -> None:
+        start, length, failure = time.perf_counter(), 0, None
+        try:
+            reply = self.runtime.invoke_endpoint(**self.invoke_args)["Body"].read()
+            length = len(reply)
+            failure = _wrong_answer(reply)
+        except Exception as exc:  # every error the call can raise is a failed request of its kind
+            failure = measure.error_kind(exc)
+        self.environment.events.request.fire(
+            request_type="InvokeEndpoint", name=SPEC.model, response_time=(time.perf_counter() - start) * 1000.0,
+            response_length=length, exception=CatchResponseError(failure) if failure else None, context={})
+
+
+class Steps(LoadTestShape):
+    """The spec's steps; at each new step every generator hears its index, start and pace before the users
+    change."""
+
+    _index: int | None = None
+
+    def tick(self):
+        run_time = self.get_run_time()
+        index = pacing.step_at(SPEC.steps, run_time)
+        if index is None:
+            return None
+        if index != self._index:
+            previous = PACES[self._index] if self._index is not None else None
+            data = {"index": index, "t0": round(run_time, 3), "per_user_rate": PACES[index].per_user_rate,
+                    "settle_s": pacing.settle_s(SPEC.steps[index], PACES[index], previous),
+                    "generators": self.runner.worker_count if isinstance(self.runner, MasterRunner) else 1}
+            if _State.started is None:
+                _State.started = _now_iso()
+            if isinstance(self.runner, MasterRunner):
+                self.runner.send_message(STEP_MESSAGE, data)
+            _apply_step(data)
+            self._index = index
+        users = PACES[index].users
+        # Every user of the step within a quarter of a second (Locust spawns at the given rate per second);
+        # each then waits for its phase.
+        return users, 4 * users
+
+
+def _on_request(request_type, name, response_time, response_length, exception=None, **_kwargs) -> None:
+    if exception is None:
+        kind = None
+    elif isinstance(exception, CatchResponseError):
+        kind = str(exception.args[0]) if exception.args else "failure"
+    else:
+        kind = measure.error_kind(exception)
+    _State.recorder.record(float(response_time), kind)
+
+
+def _sample_cpu() -> None:
+    process = psutil.Process()
+    process.cpu_percent(None)  # the first reading is meaningless: it starts the interval
+    while True:
+        gevent.sleep(CPU_SAMPLE_S)
+        _State.recorder.sample_cpu(process.cpu_percent(None))
+
+
+def _on_step_message(environment, msg, **_kwargs) -> None:
+    _apply_step(msg.data)
+
+
+@events.init.add_listener
+def _on_init(environment, **_kwargs) -> None:
+    runner = _State.runner = environment.runner
+    if isinstance(runner, WorkerRunner):
+        runner.register_message(STEP_MESSAGE, _on_step_message)
+    elif isinstance(runner, MasterRunner):
+        _State.recorder.name = "master"
+    environment.events.request.add_listener(_on_request)
+
+
+@events.test_start.add_listener
+def _on_test_start(environment, **_kwargs) -> None:
+    if _State.sampler is None:
+        _State.sampler = gevent.spawn(_sample_cpu)
+
+
+@events.test_stopping.add_listener
+def _on_test_stopping(environment, **_kwargs) -> None:
+    # Before the users are stopped: the last step's window closes when its requests stop being sent.
+    _State.recorder.stop()
+    if _State.sampler is not None:
+        _State.sampler.kill(block=False)
+
+
+@events.report_to_master.add_listener
+def _on_report_to_master(client_id, data, **_kwargs) -> None:
+    # A worker's index comes with the master's answer to its connection: worker-1, worker-2, ...
+    _State.recorder.name = f"worker-{getattr(_State.runner, 'worker_index', 0) + 1}"
+    data["inferstack"] = _State.recorder.report()
+
+
+@events.worker_report.add_listener
+def _on_worker_report(client_id, data, **_kwargs) -> None:
+    if data.get("inferstack"):
+        _State.aggregator.add(data["inferstack"])
+
+
+@events.quitting.add_listener
+def _on_quitting(environment, **_kwargs) -> None:
+    runner = environment.runner
+    if isinstance(runner, WorkerRunner) or not os.environ.get(OUT_ENV):
+        return
+    _State.recorder.stop()
+    _State.aggregator.add(_State.recorder.report(final=True))
+    workers = len(runner.worker_indexes) if isinstance(runner, MasterRunner) else 0
+    result = _State.aggregator.result(SPEC, started=_State.started or _now_iso(), finished=_now_iso(),
+                                      workers=workers)
+    try:
+        report.write(result, Path(os.environ[OUT_ENV]))
+    except OSError as exc:
+        log.error("inferstack: cannot write the results to %s: %s", os.environ[OUT_ENV], exc)
+        environment.process_exit_code = 3

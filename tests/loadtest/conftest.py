@@ -1,0 +1,100 @@
+"""Servers the load tests run against over real sockets: a small KServe v2 answerer that fails a known share of
+requests (503s and wrong answers), and moto's server (the rehearsal's, patched) for S3 and InvokeEndpoint."""
+
+from __future__ import annotations
+
+import json
+import threading
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from inferstack.rehearsal import cli_deploy
+
+ACCOUNT, REGION = "123456789012", "us-east-1"
+GOOD_OUTPUTS = [{"name": "logits", "datatype": "FP32", "shape": [1, 3], "data": [0.1, 0.2, 0.7]},
+                {"name": "label", "datatype": "BYTES", "shape": [1], "data": ["positive"]}]
+
+
+@dataclass
+class Answerer:
+    """Every `every`-th request gets a 503, the one after it an answer with the wrong logits shape."""
+
+    url: str
+    every: int
+    received: int = 0
+
+
+@pytest.fixture
+def answerer() -> Iterator[Answerer]:
+    state = Answerer(url="", every=10)
+    lock = threading.Lock()
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive, as a load balancer answers
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            with lock:
+                state.received += 1
+                number = state.received
+            if number % state.every == 0:
+                status, outputs = 503, None
+            elif number % state.every == 1:
+                status, outputs = 200, [{**GOOD_OUTPUTS[0], "shape": [1, 2], "data": [0.1, 0.9]}, GOOD_OUTPUTS[1]]
+            else:
+                status, outputs = 200, GOOD_OUTPUTS
+            body = json.dumps({"model_name": "m", "outputs": outputs} if outputs else {"error": "busy"}).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    state.url = f"http://127.0.0.1:{server.server_address[1]}/v2/models/m/infer"
+    try:
+        yield state
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+
+
+@pytest.fixture(scope="session")
+def emulator_server(tmp_path_factory) -> Iterator[cli_deploy.Aws]:
+    """moto's server on a free loopback port, one per session (tests keep apart by their names)."""
+    with cli_deploy.emulator(tmp_path_factory.mktemp("moto"), cli_deploy.Clock(120)) as endpoint:
+        yield cli_deploy.Aws(endpoint=endpoint, account=ACCOUNT, region=REGION)
+
+
+@pytest.fixture
+def emulator(emulator_server, tmp_path, monkeypatch) -> cli_deploy.Aws:
+    """This process's AWS settings (and so those of the Locust processes it starts) point at moto's server."""
+    for key, value in emulator_server.env(tmp_path).items():
+        if key.startswith("AWS_"):
+            monkeypatch.setenv(key, value)
+    monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    return emulator_server
+
+
+def seed_reply(aws: cli_deploy.Aws, body: dict) -> None:
+    """Queue one canned InvokeEndpoint reply: moto gives it to the next request it has not seen, and again to
+    every request like that one (same endpoint, component, body)."""
+    request = urllib.request.Request(
+        f"{aws.endpoint}/moto-api/static/sagemaker/endpoint-results", method="POST",
+        data=json.dumps({"account_id": aws.account, "region": aws.region, "results": [
+            {"Body": json.dumps(body), "ContentType": "application/json"}]}).encode(),
+        headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=10):
+        pass

@@ -1,0 +1,125 @@
+"""`inferstack loadtest` and the spec it builds from config: smoke's request and answer, the environment's SLO,
+steps up to the planned per-instance target x instances; every bad argument is one line naming its flag, exit
+2, before any Locust process starts. The load test spec's own JSON rejects what it cannot run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from inferstack import cli, config
+from inferstack.capacity import planning
+from inferstack.delivery import smoke
+from inferstack.loadtest import command, shape
+from inferstack.loadtest.spec import LoadTestSpec, SpecError, Step, Target
+from tests.conftest import CONFIG_DIR
+
+PROJECT = config.load(CONFIG_DIR)
+URL = Target(kind="http", url="http://127.0.0.1:8080/v2/models/intent-bert/infer")
+
+
+def test_spec_for_uses_smokes_request_the_slo_and_the_planned_rate_times_the_instances():
+    model, environment = PROJECT.model("intent-bert"), PROJECT.environments["staging"]
+    spec = shape.spec_for(model, "staging", environment, target=URL, instances=3, release="r7")
+    probe = smoke.probe_for(model)
+    assert (spec.body, spec.outputs) == (probe.body, probe.outputs)
+    assert spec.p99_slo_ms == model.slo_for("staging").p99_latency_ms
+    full = planning.plan(model, "staging", environment).target_per_instance_per_second * 3
+    assert [s.rate for s in spec.steps] == pytest.approx([full * f for f in (0.25, 0.5, 0.75, 1.0)])
+    # Held long enough to read a p99 (500 requests), and at least 30 s.
+    assert all(s.seconds == max(30.0, 500 / s.rate) for s in spec.steps)
+    assert (spec.environment, spec.release, spec.instances, spec.instance_type) == ("staging", "r7", 3, "inf1.6xlarge")
+    assert LoadTestSpec.from_json(spec.to_json()) == spec
+
+
+def test_spec_for_a_triton_model_asks_for_its_default_models_outputs():
+    model = PROJECT.model("bert-large-classifier")
+    spec = shape.spec_for(model, "dev", PROJECT.environments["dev"], target=URL, rate=12.0, hold=5.0,
+                          fractions=(0.5, 1.0))
+    assert spec.steps == (Step(rate=6.0, seconds=5.0), Step(rate=12.0, seconds=5.0))
+    assert [o.name for o in spec.outputs] == [o.name for o in smoke.probe_for(model).outputs]
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"rate": 0.0}, "rate: must be a number > 0"),
+    ({"rate": float("nan")}, "rate: must be a number > 0"),
+    ({"instances": 0}, "instances: must be a whole number >= 1"),
+    ({"hold": -1.0}, "hold: must be a number of seconds > 0"),
+    ({"fractions": (0.5, 0.25, 1.0)}, "steps: fractions must rise and end at 1"),
+    ({"fractions": (0.5, 0.75)}, "steps: fractions must rise and end at 1"),
+    ({"fractions": (0.0, 1.0)}, "steps: every fraction must be within (0, 1]"),
+])
+def test_spec_for_rejects_bad_values_naming_them(kwargs, message):
+    with pytest.raises(SpecError, match=message.replace("(", r"\(").replace(")", r"\)").replace("]", r"\]")):
+        shape.spec_for(PROJECT.model("intent-bert"), "dev", PROJECT.environments["dev"], target=URL, **kwargs)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("not json", "load test spec: JSONDecodeError"),
+    (json.dumps({"schema_version": 99}), "schema_version: 99, this tool reads 1"),
+    ("{}", "schema_version: None"),
+])
+def test_a_spec_that_is_not_one_is_rejected_in_one_line(text, message):
+    with pytest.raises(SpecError, match=message):
+        LoadTestSpec.from_json(text)
+
+
+def test_a_spec_that_cannot_run_is_rejected():
+    spec = shape.spec_for(PROJECT.model("intent-bert"), "dev", PROJECT.environments["dev"], target=URL, rate=10.0)
+    data = json.loads(spec.to_json())
+    data["steps"][1]["rate"] = -5
+    with pytest.raises(SpecError, match=r"steps\[1\]: rate and seconds must be > 0"):
+        LoadTestSpec.from_json(json.dumps(data))
+    data = json.loads(spec.to_json())
+    data["target"] = {"kind": "sagemaker", "endpoint": "e"}
+    with pytest.raises(SpecError, match="target.endpoint: a sagemaker target needs an endpoint and a region"):
+        LoadTestSpec.from_json(json.dumps(data))
+
+
+@pytest.mark.parametrize("target, expected", [
+    ("http://10.0.0.5", Target(kind="http", url="http://10.0.0.5/v2/models/intent-bert/infer")),
+    ("https://lb.example.com:8443/",
+     Target(kind="http", url="https://lb.example.com:8443/v2/models/intent-bert/infer")),
+    ("http://127.0.0.1:9000/invocations", Target(kind="http", url="http://127.0.0.1:9000/invocations")),
+    ("sagemaker:dev-bert-large", Target(kind="sagemaker", endpoint="dev-bert-large", region="eu-west-1")),
+    ("sagemaker:shared-ep/bert-ic", Target(kind="sagemaker", endpoint="shared-ep", component="bert-ic",
+                                           region="eu-west-1")),
+])
+def test_targets_are_urls_or_sagemaker_endpoints(target, expected):
+    assert command.parse_target(target, "intent-bert", "eu-west-1") == expected
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--model", "nope", "--target", "http://x"], "loadtest: error: --model: no model named 'nope'"),
+    (["--env", "qa"], "loadtest: error: --env: unknown environment 'qa'"),
+    (["--target", "ftp://x"], "loadtest: error: --target: 'ftp://x' is neither an http(s) URL nor sagemaker:"),
+    (["--target", "http://x:99999"], "loadtest: error: --target: bad port in 'http://x:99999'"),
+    (["--target", "sagemaker:bad_name"], "loadtest: error: --target: endpoint name 'bad_name' is not a SageMaker name"),
+    (["--target", "http://x", "--rate", "0"], "loadtest: error: --rate: must be a number > 0, got 0"),
+    (["--target", "http://x", "--rate", "inf"], "loadtest: error: --rate: must be a number > 0, got inf"),
+    (["--target", "http://x", "--hold", "-3"], "loadtest: error: --hold: must be a number > 0, got -3"),
+    (["--target", "http://x", "--instances", "0"], "loadtest: error: --instances: must be >= 1, got 0"),
+    (["--target", "http://x", "--workers", "-1"], "loadtest: error: --workers: must be within 0..64, got -1"),
+    (["--target", "http://x", "--steps", "0.5,x"], "loadtest: error: --steps: '0.5,x' is not a comma-separated list"),
+    (["--target", "http://x", "--steps", "1,0.5"], "loadtest: error: --steps: fractions must rise and end at 1"),
+    ([], "loadtest: error: --target: required (a run from inside the environment is not available yet)"),
+])
+def test_bad_arguments_exit_2_with_one_line_naming_the_flag(capsys, tmp_path, args, message):
+    base = {"--model": "intent-bert", "--env": "dev"}
+    for flag, value in zip(args[::2], args[1::2]):
+        base[flag] = value
+    argv = ["loadtest", "--config-dir", str(CONFIG_DIR), "--out", str(tmp_path / "out")]
+    for flag, value in base.items():
+        argv += [flag, value]
+    assert cli.main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.splitlines()) == 1 and err.startswith(message), err
+    assert not (tmp_path / "out").exists()  # nothing started, nothing written
+
+
+def test_out_must_be_a_directory(capsys, tmp_path):
+    (tmp_path / "file").write_text("x")
+    assert cli.main(["loadtest", "--config-dir", str(CONFIG_DIR), "--model", "intent-bert", "--env", "dev",
+                     "--target", "http://127.0.0.1:1", "--out", str(tmp_path / "file")]) == 2
+    assert capsys.readouterr().err == f"loadtest: error: --out: {tmp_path / 'file'} exists and is not a directory\n"
