@@ -13,10 +13,8 @@ from botocore.stub import Stubber
 
 from inferstack import cli, config
 from inferstack.delivery import aws_sessions
+from inferstack.loadtest import fargate
 from tests.capacity.runs import run, step
-
-pytest.importorskip("inferstack.loadtest.shape", reason="the load test engine (i21-core) builds the spec")
-from inferstack.loadtest import fargate  # noqa: E402  (after the skip: the engine's branch brings it)
 
 NOW = datetime.datetime(2025, 3, 4, tzinfo=datetime.timezone.utc)
 ENDPOINT = "staging-bert-large-classifier"
@@ -71,7 +69,7 @@ STORED = "s3://staging-loadtest-results/0123456789ab/bert-large-classifier/run-1
 
 
 def test_the_deployed_endpoint_is_measured_on_the_environments_generators(config_copy, environment_run, capsys):
-    calls = environment_run([2, 2], run(step(20, 150.0), step(40, 210.0), step(60, 420.0), instances=2,
+    calls = environment_run([2, 2], run(step(40, 150.0), step(80, 210.0), step(120, 420.0), instances=2,
                                         slo_ms=300, model="bert-large-classifier", location=STORED + "result.json"))
     assert cli.main(["profile", "bert-large-classifier", "--env", "staging", "--release", "0123456789ab",
                      "--config-dir", str(config_copy)]) == 0
@@ -82,7 +80,7 @@ def test_the_deployed_endpoint_is_measured_on_the_environments_generators(config
     assert spec.steps[-1].rate == pytest.approx(159.6) and len(spec.steps) == 5
     assert calls["workers"] == fargate.workers_for(159.6, 300, 20) and calls["release"] == "0123456789ab"
     point = config.load(config_copy).model("bert-large-classifier").throughput_profile["ml.g4dn.xlarge"]
-    assert point.throughput_per_second == 20 and point.p99_latency_ms == 210
+    assert point.throughput_per_second == 40 and point.p99_latency_ms == 210  # 80 req/s held over 2 instances
     assert point.measured.environment == "staging" and point.measured.results == STORED + "result.json"
     assert "wrote throughput_profile.ml.g4dn.xlarge" in capsys.readouterr().out
 
