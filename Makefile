@@ -10,6 +10,7 @@ export PATH := $(CURDIR)/node_modules/.bin:$(CURDIR)/$(VENV)/bin:$(PATH)
 export CDK_DISABLE_CLI_TELEMETRY := true
 PYTEST_ARGS ?= -n 2
 CDK ?= cdk
+COMMA := ,
 CDK_OUT ?= cdk.out
 # `cdk synth --quiet` prints no template, yet ends with "Supply a stack id (Pipeline,
 # cross-region-stack-444444444444:us-west-2) to display its template.": the CLI says so whenever its
@@ -43,13 +44,14 @@ setup: .make/python .make/node .make/checkov .make/images .make/triton
 	@touch $@
 
 # The image build rehearsal's side environments, one per image requirements file (inferstack/rehearsal/image_build.py).
-.make/images: .make/python container/triton/requirements-export.txt container/neuron/requirements-inf1.txt container/neuron/requirements-inf2.txt
+.make/images: .make/python container/triton/requirements-export.txt container/neuron/requirements-inf1.txt container/neuron/requirements-inf2.txt container/loadtest/requirements.txt
 	$(PYTHON) -m inferstack.rehearsal.image_build --prepare
 	@touch $@
 
+# dev and staging: dev's serving images (staging's are the same assets) and staging's load-test image.
 rehearse-images: setup
 	rm -rf cdk.out.images
-	@$(call QUIET_SYNTH,-c environments=dev -o cdk.out.images)
+	@$(call QUIET_SYNTH,-c environments=dev$(COMMA)staging -o cdk.out.images)
 	$(PYTHON) -m inferstack.rehearsal.image_build --assembly cdk.out.images
 
 validate: setup

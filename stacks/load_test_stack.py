@@ -21,10 +21,14 @@ from stacks.foundation_stack import SharedResources
 ROOT = Path(__file__).resolve().parent.parent
 LOAD_TEST_DOCKERFILE = "container/loadtest/Dockerfile"
 # The image builds from the repository root so it runs inferstack's own load-test modules (shared code, not a
-# copy). Only what the image imports is in the context, so the image changes only when they or
-# container/loadtest/ do. Kept identical to container/loadtest/Dockerfile.dockerignore (a test checks).
-LOAD_TEST_BUILD_CONTEXT = ("*", "!inferstack/__init__.py", "!inferstack/loadtest", "!container/loadtest",
-                           "**/__pycache__", "**/*.pyc")
+# copy). Only what its entrypoint imports is in the context (the image build rehearsal fails on one module more or
+# less), so the image changes only when they or container/loadtest/ do, never with the CLI-side fargate.py,
+# command.py or the config. Kept identical to container/loadtest/Dockerfile.dockerignore (a test checks).
+LOAD_TEST_BUILD_CONTEXT = ("*", "!inferstack/__init__.py", "!inferstack/atomic_write.py",
+                           *(f"!inferstack/loadtest/{name}.py" for name in (
+                               "__init__", "answer", "locustfile", "measure", "pacing", "report", "results", "runner",
+                               "spec", "task")),
+                           "!container/loadtest", "**/__pycache__", "**/*.pyc")
 
 
 class LoadTestStack(EnvironmentStack):

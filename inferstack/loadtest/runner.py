@@ -108,6 +108,8 @@ class Processes:
                 process.wait(timeout=max(0.0, deadline - time.monotonic()))
 
     def stop(self) -> None:
+        # SIGTERM ends a headless Locust running a shape at once (it installs its own handler only after the
+        # shape's run): a stopped run leaves no result, which is all a stop needs.
         for _, process, _ in self.started:
             if process.poll() is None:
                 with contextlib.suppress(ProcessLookupError):

@@ -1,6 +1,6 @@
 """What a load test does, as data: the target, the request and the answer it must get, the load shape and the
 SLO it is judged by. A spec travels as JSON (to Locust's processes, to a Fargate task's environment), so
-everything in it is plain data; `spec_for` builds one from a model's config."""
+everything in it is plain data; `shape.spec_for` builds one from a model's config."""
 
 from __future__ import annotations
 

@@ -256,9 +256,11 @@ class FargateStandIn:
         # A container killed by a signal exits 128 + its number, as Docker and ECS report it (SIGTERM: 143).
         code = 128 - returncode if returncode < 0 else returncode
         task.exit_code = code
-        reason = "Essential container in task exited"
+        # A task that exited by itself stopped because its essential container did; one stopped by StopTask keeps
+        # the reason StopTask gave.
+        reason = {} if task.stop_requested_at is not None else {"reason": "Essential container in task exited"}
         self._ecs.submit_task_state_change(
-            cluster=self.cluster, task=task.arn, status="STOPPED", reason=reason,
+            cluster=self.cluster, task=task.arn, status="STOPPED", **reason,
             containers=[{"containerName": task.container, "exitCode": code, "status": "STOPPED",
                          "reason": f"exit code {code}"}])
         task.reported = True

@@ -222,6 +222,7 @@ class Recipe:
     full_lock: bool = False  # every distribution the step imports must be pinned in the image's file
     context_package: str | None = None  # its modules in the context must be exactly those imported
     command_stand_ins: tuple[tuple[str, str, str], ...] = ()  # (pattern, replacement, why)
+    model: bool = True  # the build compiles or exports a model (a tiny checkpoint stands in for it)
 
 
 TRITON = Recipe("triton", None, full_lock=True, context_package="inferstack")
@@ -231,11 +232,16 @@ _NEURON_CPU = ((r"--backend (inf1|inf2)\b", "--backend cpu",
                 "the Neuron compiler needs the Neuron SDK: compile.py's CPU backend traces the same model"),)
 NEURON_INF1 = Recipe("neuron-inf1", "bert", (TORCH_CPU,), command_stand_ins=_NEURON_CPU)
 NEURON_INF2 = Recipe("neuron-inf2", "bert", (TORCH_CPU,), command_stand_ins=_NEURON_CPU)
-RECIPES = {"container/triton/Dockerfile": TRITON, "Dockerfile.inf1": NEURON_INF1, "Dockerfile.inf2": NEURON_INF2}
+# The load-test generators' image holds no model: its build step imports what its entrypoint runs, and that
+# closure must be exactly inferstack's modules in its context and distributions its requirements pin.
+LOADTEST = Recipe("loadtest", None, full_lock=True, context_package="inferstack", model=False)
+RECIPES = {"container/triton/Dockerfile": TRITON, "Dockerfile.inf1": NEURON_INF1, "Dockerfile.inf2": NEURON_INF2,
+           "container/loadtest/Dockerfile": LOADTEST}
 # Where each recipe's requirements file lives in the repository (for --prepare, before any synth).
 REQUIREMENTS = {"triton": ROOT / "container/triton/requirements-export.txt",
                 "neuron-inf1": ROOT / "container/neuron/requirements-inf1.txt",
-                "neuron-inf2": ROOT / "container/neuron/requirements-inf2.txt"}
+                "neuron-inf2": ROOT / "container/neuron/requirements-inf2.txt",
+                "loadtest": ROOT / "container/loadtest/requirements.txt"}
 
 
 def recipe_for(asset: ImageAsset) -> Recipe:
@@ -285,6 +291,8 @@ def stand_in_checkpoint(recipe: Recipe, build_args: Mapping[str, str], context: 
     """Put a tiny checkpoint of the model's architecture where a local checkpoint goes; return the
     build arguments that point at it and a line for the report."""
     args = dict(build_args)
+    if not recipe.model:
+        return args, "no model in this image: no checkpoint to stand in for"
     if recipe is TRITON:
         spec = json.loads(args["TRITON_REPOSITORY_SPEC"])
         source, export = spec["source"], spec["export"]

@@ -1,5 +1,6 @@
-"""Fixtures of the image tier: dev synthesized by the real CDK CLI (the assets `cdk deploy` would hand
-to Docker), and each image asset rehearsed once per session (shared between xdist workers)."""
+"""Fixtures of the image tier: dev and staging synthesized by the real CDK CLI (the assets `cdk deploy` would
+hand to Docker: dev's serving images, which staging builds alike, and staging's load-test image), and each image
+asset rehearsed once per session (shared between xdist workers)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,11 @@ from tests.build_once import build_once
 from tests.conftest import ROOT
 
 
-def synth_with_cli(out: Path, env_name: str = "dev") -> None:
+# What `make rehearse-images` synthesizes: every image the shipped environments build, each once.
+IMAGE_ENVIRONMENTS = "dev,staging"
+
+
+def synth_with_cli(out: Path, env_name: str = IMAGE_ENVIRONMENTS) -> None:
     result = subprocess.run(
         ["cdk", "synth", "--quiet", "-c", f"environments={env_name}", "-o", str(out)],
         cwd=ROOT, capture_output=True, text=True, timeout=600,
@@ -29,7 +34,8 @@ def dev_assembly(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def dev_images(dev_assembly) -> dict[str, image_build.ImageAsset]:
-    """dev's image assets by model (stack) name."""
+    """The image assets by the name of the stack that first builds them: dev's models and fleet, and staging's
+    LoadTest (staging's serving images are dev's: the same assets)."""
     assets = image_build.image_assets(dev_assembly)
     return {asset.stacks[0].split("/")[-1]: asset for asset in assets}
 

@@ -43,11 +43,13 @@ def patterns_of(asset: image_build.ImageAsset) -> list[str]:
     return image_build.ignore_patterns(image_build.ignore_file(asset.directory, asset.dockerfile))
 
 
-def test_dev_builds_four_images_each_with_a_recipe(dev_images):
-    assert sorted(dev_images) == ["bert-large-classifier", "intent-bert-inf2", "intent-pack", "t5-spelling"]
+def test_the_environments_build_five_images_each_with_a_recipe(dev_images):
+    assert sorted(dev_images) == ["LoadTest", "bert-large-classifier", "intent-bert-inf2", "intent-pack",
+                                  "t5-spelling"]
     assert {name: image_build.recipe_for(a).name for name, a in dev_images.items()} == {
         "bert-large-classifier": "triton", "t5-spelling": "triton", "intent-bert-inf2": "neuron-inf2",
-        "intent-pack": "neuron-inf1"}
+        "intent-pack": "neuron-inf1", "LoadTest": "loadtest"}
+    assert dev_images["LoadTest"].stacks == ("staging/LoadTest",)
 
 
 def test_the_triton_context_is_the_schema_the_renderer_and_the_export(dev_images, tmp_path):
@@ -73,6 +75,34 @@ def test_triton_image_builds_its_repository_and_imports_only_its_closure(rehears
     spec = json.loads(dev_images[model].build_args["TRITON_REPOSITORY_SPEC"])
     triton_config.check_repository(repository, default_model=spec["name"])
     assert (repository / spec["name"] / "config.pbtxt").is_file()
+
+
+# What the load-test image's entrypoint runs of inferstack (task, and the locustfile Locust loads), and all its
+# context may hold of it (stacks/load_test_stack.py LOAD_TEST_BUILD_CONTEXT, kept identical to its ignore file).
+LOADTEST_CLOSURE = {"inferstack", "inferstack.atomic_write", "inferstack.loadtest", "inferstack.loadtest.answer",
+                    "inferstack.loadtest.locustfile", "inferstack.loadtest.measure", "inferstack.loadtest.pacing",
+                    "inferstack.loadtest.report", "inferstack.loadtest.results", "inferstack.loadtest.runner",
+                    "inferstack.loadtest.spec", "inferstack.loadtest.task"}
+
+
+def test_the_load_test_image_imports_exactly_its_closure_and_its_pins(rehearsed, dev_images):
+    built = rehearsed("LoadTest")
+    report = (built / "report.txt").read_text()
+    assert "step container/loadtest/Dockerfile:" in report and "python check_image.py" in report
+    assert "stand-in: no model in this image" in report
+    imports = set((built / "imports.txt").read_text().split())
+    assert {m for m in imports if m.startswith("inferstack")} == LOADTEST_CLOSURE
+    assert {"locust", "gevent", "zmq", "boto3", "matplotlib"} <= {m.split(".")[0] for m in imports}
+    # The entrypoint's modules are in the image where its PYTHONPATH points, and nothing else of the package.
+    package = built / "image-root" / "opt" / "inferstack" / "inferstack"
+    assert {p.relative_to(package.parent).with_suffix("").as_posix().replace("/", ".").removesuffix(".__init__")
+            for p in package.rglob("*.py")} == LOADTEST_CLOSURE
+
+
+def test_a_module_the_load_test_entrypoint_imports_left_out_of_the_context_fails(dev_images, tmp_path):
+    asset = dev_images["LoadTest"]
+    with pytest.raises(image_build.RehearsalError, match=r"Dockerfile:\d+: build step failed .*pacing"):
+        image_build.rehearse(asset, tmp_path / "w", patterns=patterns_of(asset) + ["inferstack/loadtest/pacing.py"])
 
 
 @pytest.mark.parametrize("target", ["inf1", "inf2"])

@@ -15,7 +15,8 @@ import yaml
 
 from inferstack.constructs.load_test import LOCUST_PORT, MASTER_COMMAND, WORKER_COMMAND
 from inferstack.delivery import stack_outputs
-from tests.conftest import CONFIG_DIR
+from stacks.load_test_stack import LOAD_TEST_BUILD_CONTEXT, LOAD_TEST_DOCKERFILE
+from tests.conftest import CONFIG_DIR, ROOT
 
 ENVIRONMENTS = yaml.safe_load((CONFIG_DIR / "environments.yaml").read_text())["environments"]
 WITH_LOAD_TEST = sorted(name for name, env in ENVIRONMENTS.items() if env.get("load_test"))
@@ -77,6 +78,16 @@ def test_only_environments_with_load_test_have_the_stack(synthesized):
 def test_the_stack_is_named_after_its_environment(synthesized, env):
     stage = synthesized.stages[env]
     assert stage.load_test is not None and stage.load_test.stack_name == stack_outputs.stack_name(env, STACK)
+
+
+def test_the_image_asset_is_built_from_the_dockerfile_with_its_ignore_file(synthesized, env):
+    stage = synthesized.stages[env]
+    manifest = json.loads(next((synthesized.outdir / f"assembly-{env}").glob(
+        f"{stage.load_test.artifact_id}.assets.json")).read_text())
+    (image,) = manifest["dockerImages"].values()
+    assert image["source"]["dockerFile"] == LOAD_TEST_DOCKERFILE and image["source"]["platform"] == "linux/amd64"
+    lines = (ROOT / f"{LOAD_TEST_DOCKERFILE}.dockerignore").read_text().splitlines()
+    assert tuple(line for line in lines if line and not line.startswith("#")) == LOAD_TEST_BUILD_CONTEXT
 
 
 # ----------------------------------------------------------------------------- nothing runs between tests

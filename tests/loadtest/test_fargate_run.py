@@ -146,3 +146,129 @@ def test_the_deployed_stack_names_everything_a_run_starts_from(session, deployed
         (spec,) = described["containerDefinitions"]
         assert (spec["name"], spec["command"]) == (container, command)
     assert session.client("s3").head_bucket(Bucket=stack.results_bucket)
+
+
+# ----------------------------------------------------------------------------- runs
+
+def spec_for(url: str, steps: tuple[tuple[float, float], ...], **changes) -> LoadTestSpec:
+    return LoadTestSpec(model=MODEL, target=Target(kind="http", url=url),
+                        body={"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1], "data": ["hi"]}]},
+                        outputs=(ExpectedOutput("logits", "FP32", (1, 2)),),
+                        steps=tuple(Step(rate=rate, seconds=seconds) for rate, seconds in steps),
+                        p99_slo_ms=1000, environment=ENV, release="r1", **changes)
+
+
+@pytest.fixture
+def stand_in(deployed, session, tmp_path):
+    endpoint, _ = deployed
+    cluster = fargate.read_stack(session.client("cloudformation"), ENV).cluster
+    image = Image.from_dockerfile(DOCKERFILE, IMAGE_PATHS)
+    with FargateStandIn(endpoint, ACCOUNT, REGION, cluster, image, tmp_path / "tasks", poll_s=0.2) as running:
+        yield running
+    assert running.errors == []
+    assert leftover_processes(running) == []
+
+
+def run_task_calls(session: boto3.Session) -> list[dict]:
+    """Every RunTask the orchestrator makes through `session`, as it made it."""
+    calls: list[dict] = []
+    session.events.register("provide-client-params.ecs.RunTask", lambda params, **_: calls.append(dict(params)))
+    return calls
+
+
+def environment_of(call: dict) -> dict[str, str]:
+    (override,) = call["overrides"]["containerOverrides"]
+    return {e["name"]: e["value"] for e in override["environment"]}
+
+
+def stopped_tasks(session: boto3.Session, stack: fargate.LoadTestStack, arns) -> dict[str, dict]:
+    tasks = session.client("ecs").describe_tasks(cluster=stack.cluster, tasks=list(arns))["tasks"]
+    return {t["taskArn"]: t for t in tasks}
+
+
+def test_a_run_on_fargate_returns_what_the_real_run_stored(session, stand_in, target, deployed):
+    _, subnets = deployed
+    calls = run_task_calls(session)
+    answered_before = KServeHandler.answered
+    spec = spec_for(target, ((8, 6), (12, 6)))
+    result = fargate.run_in_environment(session, ENV, ENVIRONMENT, spec, workers=2, release="r1", run_id="run-ok",
+                                        timeout=300, poll_s=0.5)
+
+    stack = fargate.read_stack(session.client("cloudformation"), ENV)
+    key = results.results_key("r1", MODEL, "run-ok")
+    assert result.results_location == f"s3://{stack.results_bucket}/{key}"
+    s3 = session.client("s3")
+    stored = results.RunResult.from_json(s3.get_object(Bucket=stack.results_bucket, Key=key)["Body"].read().decode())
+    assert stored == result  # what the master wrote, read back unchanged
+    picture = s3.get_object(Bucket=stack.results_bucket, Key=results.results_key("r1", MODEL, "run-ok",
+                                                                                   results.PICTURE_FILE))
+    assert picture["Body"].read(8) == b"\x89PNG\r\n\x1a\n"
+    assert s3.head_object(Bucket=stack.results_bucket, Key=results.results_key("r1", MODEL, "run-ok",
+                                                                                results.REPORT_FILE))
+    # Measured by the real run: every request it counted reached the target, and the two workers sent them.
+    counted = sum(step.requests for step in result.steps)
+    assert counted > 0 and KServeHandler.answered - answered_before >= counted
+    assert [s.offered_rps for s in result.steps] == [8, 12] and result.workers == 2
+    assert (result.model, result.environment, result.release) == (MODEL, ENV, "r1")
+
+    # One master, then two workers: Fargate, the private subnets, no public IP, each side's security group.
+    master_call, worker_call = calls
+    assert (master_call["taskDefinition"], master_call["count"]) == (stack.master_task_definition, 1)
+    assert (worker_call["taskDefinition"], worker_call["count"]) == (stack.worker_task_definition, 2)
+    for call, group in ((master_call, stack.master_security_group), (worker_call, stack.worker_security_group)):
+        assert call["launchType"] == "FARGATE"
+        assert call["networkConfiguration"] == {"awsvpcConfiguration": {
+            "subnets": subnets, "securityGroups": [group], "assignPublicIp": "DISABLED"}}
+    master_env, worker_env = environment_of(master_call), environment_of(worker_call)
+    assert master_env[fargate.WORKERS_ENV] == "2"
+    assert master_env[fargate.RESULTS_ENV] == f"s3://{stack.results_bucket}/r1/{MODEL}/run-ok/"
+    assert LoadTestSpec.from_json(master_env[fargate.SPEC_ENV]) == spec == LoadTestSpec.from_json(
+        worker_env[fargate.SPEC_ENV])
+    # The workers were given the master's address on its network interface, as moto assigned it.
+    (master,) = [t for t in stand_in.tasks.values() if t.container == stack.master_container]
+    workers = [t for t in stand_in.tasks.values() if t.container == stack.worker_container]
+    assert worker_env[fargate.MASTER_HOST_ENV] == master.private_ip and len(workers) == 2
+    assert all(t.env[fargate.MASTER_HOST_ENV] == master.private_ip for t in workers)
+    # Every task ended and is STOPPED; the master exited 0.
+    tasks = stopped_tasks(session, stack, stand_in.tasks)
+    assert {t["lastStatus"] for t in tasks.values()} == {"STOPPED"}
+    assert master.exit_code == 0 and tasks[master.arn]["containers"][0]["exitCode"] == 0
+
+
+def test_a_master_that_exits_non_zero_fails_the_run_and_stops_every_task(session, stand_in, target):
+    # A spec of another schema version: the real master refuses it (exit 2) before Locust starts.
+    spec = spec_for(target, ((5, 5),), schema_version=99)
+    with pytest.raises(fargate.FargateRunError) as caught:
+        fargate.run_in_environment(session, ENV, ENVIRONMENT, spec, workers=2, release="r1", run_id="run-bad",
+                                   timeout=120, poll_s=0.5)
+    assert str(caught.value).startswith("the master exited with code 2: Essential container in task exited")
+    stack = fargate.read_stack(session.client("cloudformation"), ENV)
+    (master,) = [t for t in stand_in.tasks.values() if t.container == stack.master_container]
+    assert "schema_version" in stand_in.output(master.arn)
+    wait_for_reports(stand_in)
+    tasks = stopped_tasks(session, stack, stand_in.tasks)
+    assert len(tasks) == 3 and {t["lastStatus"] for t in tasks.values()} == {"STOPPED"}
+    listed = session.client("s3").list_objects_v2(Bucket=stack.results_bucket, Prefix=f"r1/{MODEL}/run-bad/")
+    assert listed["KeyCount"] == 0  # nothing stored
+
+
+def test_a_run_past_its_timeout_stops_every_task(session, stand_in, target):
+    spec = spec_for(target, ((5, 600),))  # ten minutes of load; the run may take seconds
+    with pytest.raises(fargate.FargateRunError, match=r"^timed out waiting for the master to finish the run"):
+        fargate.run_in_environment(session, ENV, ENVIRONMENT, spec, workers=2, release="r1", run_id="run-slow",
+                                   timeout=30, poll_s=0.5)
+    stack = fargate.read_stack(session.client("cloudformation"), ENV)
+    wait_for_reports(stand_in)
+    tasks = stopped_tasks(session, stack, stand_in.tasks)
+    assert len(tasks) == 3
+    assert {t["desiredStatus"] for t in tasks.values()} == {"STOPPED"}  # StopTask, each of them
+    assert all(t["stoppedReason"].startswith("inferstack loadtest: timed out") for t in tasks.values())
+    assert all(task.stop_requested_at is not None for task in stand_in.tasks.values())
+
+
+def wait_for_reports(stand_in: FargateStandIn, timeout: float = 60.0) -> None:
+    """Until the stand-in has ended and reported every task (as the ECS agent would, after StopTask)."""
+    give_up = time.monotonic() + timeout
+    while not all(t.reported for t in stand_in.tasks.values()):
+        assert time.monotonic() < give_up, "the stand-in did not report every task's end"
+        time.sleep(0.2)

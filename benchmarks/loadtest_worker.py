@@ -1,0 +1,267 @@
+"""How many requests a second one Locust generator process sends, and what each request costs it, on this machine.
+
+    python benchmarks/loadtest_worker.py [--rate 2000] [--seconds 10] [--slo-ms 100] [--no-verify]
+
+The target is a trivial HTTP server (asyncio on uvloop, in its own process, answering a canned valid KServe v2
+reply), not the CPU serving app: the tiny BERT answers a few hundred requests a second here, and a generator's
+limit only shows against a target that is not the bottleneck. Each client sends --rate requests a second to it,
+one client after the other, paced by as many users as inferstack's pacing gives for --slo-ms:
+  (a) inferstack's locustfile: FastHttpUser, every answer checked, every request recorded (one Locust process,
+      a local runner: what a worker does, less the master's messages);
+  (b) baseline: stock Locust, FastHttpUser with constant_throughput, nothing checked or recorded;
+  (c) baseline: stock Locust's HttpUser (python-requests), otherwise as (b);
+  (d) floor: a raw keep-alive socket client in plain Python (no Locust, no gevent), one connection.
+Per client: the rate the server counted, and the client's CPU (user + sys of its process over the measured
+window) per request in microseconds, with the rate that CPU cost allows at 90 % of a core (Locust's saturation
+threshold). Then (a) and (b) run at the rate their cost allows (unless --no-verify): the sustainable rate of
+one generator process, measured, side by side. A generator's cost per request falls as its rate rises (at a
+low rate every request wakes an idle process), so measure near the rate of interest. Figures are printed,
+never asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from inferstack.loadtest import pacing, runner  # noqa: E402 (after the path)
+from inferstack.loadtest.spec import ExpectedOutput, LoadTestSpec, Step, Target  # noqa: E402
+
+WARMUP_S = 3.0
+SATURATED = 0.9  # of one core: Locust's CPU warning threshold
+OUTPUTS = [{"name": "logits", "datatype": "FP32", "shape": [1, 3], "data": [0.1, 0.2, 0.7]},
+           {"name": "label", "datatype": "BYTES", "shape": [1], "data": ["positive"]}]
+BODY = {"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1], "data": ["inferstack load test"]}]}
+
+SERVER = r'''
+import asyncio, json, sys, uvloop
+REPLY = json.dumps({"model_name": "m", "outputs": %(outputs)s}).encode()
+OK = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %%d\r\n\r\n" %% len(REPLY) + REPLY
+count = 0
+class Answer(asyncio.Protocol):
+    def connection_made(self, transport):
+        self.transport, self.buffer = transport, b""
+    def data_received(self, data):
+        global count
+        self.buffer += data
+        while True:
+            head, sep, rest = self.buffer.partition(b"\r\n\r\n")
+            if not sep:
+                return
+            length = 0
+            for line in head.split(b"\r\n")[1:]:
+                name, _, value = line.partition(b":")
+                if name.strip().lower() == b"content-length":
+                    length = int(value)
+            if len(rest) < length:
+                return
+            self.buffer = rest[length:]
+            if head.startswith(b"GET /count"):
+                text = str(count).encode()
+                self.transport.write(b"HTTP/1.1 200 OK\r\nContent-Length: %%d\r\n\r\n" %% len(text) + text)
+            else:
+                count += 1
+                self.transport.write(OK)
+async def main():
+    server = await asyncio.get_running_loop().create_server(Answer, "127.0.0.1", int(sys.argv[1]))
+    print("ready", flush=True)
+    await server.serve_forever()
+uvloop.run(main())
+''' % {"outputs": repr(OUTPUTS)}
+
+STOCK = r'''
+import json, os
+from locust import FastHttpUser, HttpUser, constant_throughput, task
+BODY = json.dumps(%(body)r).encode()
+Base = HttpUser if os.environ["BENCH_CLIENT"] == "requests" else FastHttpUser
+class Stock(Base):
+    host = os.environ["BENCH_HOST"]
+    wait_time = constant_throughput(float(os.environ["BENCH_PER_USER"]))
+    @task
+    def infer(self):
+        self.client.post("/v2/models/m/infer", data=BODY, headers={"Content-Type": "application/json"})
+''' % {"body": BODY}
+
+RAW = r'''
+import json, socket, sys, time
+port, rate = int(sys.argv[1]), float(sys.argv[2])
+body = json.dumps(%(body)r).encode()
+request = (b"POST /v2/models/m/infer HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+           b"Content-Length: %%d\r\n\r\n" %% len(body)) + body
+sock = socket.create_connection(("127.0.0.1", port))
+interval, due, buffer = 1.0 / rate, time.monotonic(), b""
+while True:
+    sock.sendall(request)
+    while True:  # read one reply: headers, then Content-Length bytes
+        head, sep, rest = buffer.partition(b"\r\n\r\n")
+        if sep:
+            length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+            if len(rest) >= length:
+                json.loads(rest[:length])
+                buffer = rest[length:]
+                break
+        buffer += sock.recv(65536)
+    due += interval
+    delay = due - time.monotonic()
+    if delay > 0:
+        time.sleep(delay)
+    else:
+        due = time.monotonic()
+''' % {"body": BODY}
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def served(port: int) -> int:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/count", timeout=5) as reply:
+        return int(reply.read())
+
+
+def cpu_seconds(process: psutil.Process) -> float:
+    """User + system time of a process and its children (Locust's `python -m locust` is one process)."""
+    total = 0.0
+    for each in [process, *process.children(recursive=True)]:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            times = each.cpu_times()
+            total += times.user + times.system
+    return total
+
+
+def stop(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=10)
+
+
+def measure(name: str, args: list[str], env: dict[str, str], port: int, seconds: float, workdir: Path) -> dict:
+    """Start a client, let it warm up, then count what the server answered and what the client spent."""
+    log = open(workdir / f"{name}.log", "wb")  # noqa: SIM115 - closed below
+    process = subprocess.Popen(args, env=env, cwd=workdir, stdout=log, stderr=subprocess.STDOUT,
+                               start_new_session=True)
+    try:
+        time.sleep(WARMUP_S)
+        if process.poll() is not None:
+            raise SystemExit(f"{name}: exited {process.returncode}: "
+                             f"{(workdir / f'{name}.log').read_text(errors='replace')[-1500:]}")
+        watched = psutil.Process(process.pid)
+        cpu0, count0, t0 = cpu_seconds(watched), served(port), time.monotonic()
+        time.sleep(seconds)
+        cpu1, count1, t1 = cpu_seconds(watched), served(port), time.monotonic()
+    finally:
+        stop(process)
+        log.close()
+    requests = count1 - count0
+    return {"name": name, "rate": requests / (t1 - t0), "cpu_percent": 100 * (cpu1 - cpu0) / (t1 - t0),
+            "us_per_request": 1e6 * (cpu1 - cpu0) / requests if requests else math.inf}
+
+
+def inferstack_client(port: int, rate: float, slo_ms: float, seconds: float, workdir: Path):
+    spec = LoadTestSpec(model="m", target=Target(kind="http", url=f"http://127.0.0.1:{port}/v2/models/m/infer"),
+                        body=BODY, outputs=tuple(ExpectedOutput(o["name"], o["datatype"], tuple(o["shape"]))
+                                                 for o in OUTPUTS),
+                        steps=(Step(rate=rate, seconds=WARMUP_S + seconds + 30),), p99_slo_ms=slo_ms)
+    env = runner.locust_environment(spec, workdir / "out")
+    (workdir / "out").mkdir(exist_ok=True)
+    return runner.locust_args("local"), env
+
+
+def stock_client(port: int, rate: float, slo_ms: float, client: str, workdir: Path):
+    pace = pacing.pace_for(rate, slo_ms)
+    locustfile = workdir / "stock_locustfile.py"
+    locustfile.write_text(STOCK)
+    env = {**os.environ, "BENCH_CLIENT": client, "BENCH_HOST": f"http://127.0.0.1:{port}",
+           "BENCH_PER_USER": str(pace.per_user_rate)}
+    args = [sys.executable, "-m", "locust", "-f", str(locustfile), "--headless", "--only-summary",
+            "-u", str(pace.users), "-r", str(4 * pace.users), "--exit-code-on-error", "0"]
+    return args, env
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rate", type=float, default=2000.0,
+                        help="requests a second each client sends (default 2000)")
+    parser.add_argument("--seconds", type=float, default=10.0, help="measured seconds per client (default 10)")
+    parser.add_argument("--slo-ms", type=float, default=100.0,
+                        help="the p99 SLO the pacing is chosen for (default 100)")
+    parser.add_argument("--no-verify", action="store_true", help="skip (a) at the rate its CPU cost allows")
+    args = parser.parse_args(argv)
+    for flag, value in (("--rate", args.rate), ("--seconds", args.seconds), ("--slo-ms", args.slo_ms)):
+        if not (math.isfinite(value) and value > 0):
+            parser.exit(2, f"{parser.prog}: error: {flag}: must be a number > 0, got {value:g}\n")
+
+    pace = pacing.pace_for(args.rate, args.slo_ms)
+    print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}; each client paced at "
+          f"{args.rate:g} req/s ({pace.users} users x {pace.per_user_rate:g}/s), {args.seconds:g} s measured "
+          f"after {WARMUP_S:g} s")
+    port = free_port()
+    with tempfile.TemporaryDirectory(prefix="loadtest-bench-") as scratch:
+        workdir = Path(scratch)
+        (workdir / "server.py").write_text(SERVER)
+        server = subprocess.Popen([sys.executable, str(workdir / "server.py"), str(port)], stdout=subprocess.PIPE,
+                                  start_new_session=True)
+        try:
+            if server.stdout.readline().strip() != b"ready":
+                raise SystemExit("the target server did not start")
+            rows = [
+                measure("(a) inferstack locustfile", *inferstack_client(port, args.rate, args.slo_ms, args.seconds,
+                                                                        workdir), port, args.seconds, workdir),
+                measure("(b) stock FastHttpUser", *stock_client(port, args.rate, args.slo_ms, "fast", workdir),
+                        port, args.seconds, workdir),
+                measure("(c) stock HttpUser", *stock_client(port, args.rate, args.slo_ms, "requests", workdir),
+                        port, args.seconds, workdir),
+                measure("(d) raw socket floor", [sys.executable, "-c", RAW, str(port), str(args.rate)],
+                        dict(os.environ), port, args.seconds, workdir),
+            ]
+            print(f"\n{'client':<28} {'req/s':>8} {'CPU %':>6} {'us/req':>7} {'req/s at 90 % CPU':>18}")
+            for row in rows:
+                allows = SATURATED * 1e6 / row["us_per_request"]
+                print(f"{row['name']:<28} {row['rate']:>8.1f} {row['cpu_percent']:>6.1f} "
+                      f"{row['us_per_request']:>7.0f} {allows:>18,.0f}")
+            ours = rows[0]
+            print(f"\n(a) costs {ours['us_per_request'] / rows[1]['us_per_request']:.2f}x stock FastHttpUser's CPU "
+                  f"per request, {ours['us_per_request'] / rows[2]['us_per_request']:.2f}x HttpUser's, "
+                  f"{ours['us_per_request'] / rows[3]['us_per_request']:.1f}x the raw floor's")
+            if not args.no_verify:
+                print()
+                for row, client in ((rows[0], "a"), (rows[1], "b")):
+                    target = math.floor(SATURATED * 1e6 / row["us_per_request"] / 100) * 100
+                    made = (inferstack_client(port, target, args.slo_ms, args.seconds, workdir) if client == "a"
+                            else stock_client(port, target, args.slo_ms, "fast", workdir))
+                    check = measure(f"({client}) at {target}", *made, port, args.seconds, workdir)
+                    verdict = ("sustained" if check["rate"] >= 0.95 * target and check["cpu_percent"] < 100 * SATURATED
+                               else "NOT sustained")
+                    print(f"{row['name']} offered {target:,} req/s: answered {check['rate']:,.0f} req/s at "
+                          f"{check['cpu_percent']:.0f} % CPU ({check['us_per_request']:.0f} us/req): {verdict}")
+        finally:
+            stop(server)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
