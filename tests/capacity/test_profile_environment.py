@@ -78,7 +78,8 @@ def test_the_deployed_endpoint_is_measured_on_the_environments_generators(config
         "sagemaker", ENDPOINT, 2, "staging")
     # 1.5 x the estimate's 53.2/s x 2 instances, in five steps
     assert spec.steps[-1].rate == pytest.approx(159.6) and len(spec.steps) == 5
-    assert calls["workers"] == fargate.workers_for(159.6, 300, 20) and calls["release"] == "0123456789ab"
+    assert calls["workers"] == fargate.workers_for(159.6, 2000, 20) and calls["release"] == "0123456789ab"
+    assert calls["timeout"] == fargate.run_timeout(spec, calls["workers"])
     point = config.load(config_copy).model("bert-large-classifier").throughput_profile["ml.g4dn.xlarge"]
     assert point.throughput_per_second == 40 and point.p99_latency_ms == 210  # 80 req/s held over 2 instances
     assert point.measured.environment == "staging" and point.measured.results == STORED + "result.json"

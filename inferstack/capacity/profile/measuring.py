@@ -122,7 +122,7 @@ def in_environment(args, project, model, instance_type: str) -> tuple[RunResult,
                                       environment.load_test.max_workers)
         run_id = datetime.datetime.now(datetime.timezone.utc).strftime("profile-%Y%m%dT%H%M%SZ")
         result = fargate.run_in_environment(session, args.env, environment, spec, workers=workers, release=release,
-                                            run_id=run_id, timeout=args.timeout or spec.seconds + 900,
+                                            run_id=run_id, timeout=args.timeout or fargate.run_timeout(spec, workers),
                                             log=lambda line: print(line, flush=True))
         after = deployed.target_and_count(session, args.env, model)[1]
     except (fargate.FargateRunError, deployed.NotDeployed) as exc:
