@@ -2,9 +2,9 @@
 LoadTest stack, in its private subnets with no public IP; the master writes the results to the stack's bucket,
 and this module reads them back. Every task it starts is stopped again when the run fails or runs over.
 
-    workers = workers_for(spec_rate, load_test.per_worker_rps, load_test.max_workers)
+    workers = workers_for(max(step.rate for step in spec.steps), load_test.per_worker_rps, load_test.max_workers)
     result = run_in_environment(session, "staging", environment, spec, workers=workers, release=..., run_id=...,
-                                timeout=spec.seconds + 600)
+                                timeout=run_timeout(spec, workers))
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import boto3
 
 from inferstack.config import Environment
 from inferstack.delivery import aws_sessions, stack_outputs
-from inferstack.loadtest import results
+from inferstack.loadtest import results, runner, task
 from inferstack.loadtest.results import RunResult
 from inferstack.loadtest.runner import SPEC_ENV
 from inferstack.loadtest.spec import LoadTestSpec
@@ -35,6 +35,10 @@ STARTED_BY = "inferstack-loadtest"  # RunTask's startedBy (36 characters at most
 MAX_OVERRIDES_BYTES = 8192
 POLL_S = 5.0
 STOP_REASON = "inferstack loadtest: {why}"
+# Fargate pulls the image and starts the master (a minute or two), then the workers while the master waits for
+# them (task.DEFAULT_WORKER_WAIT_S at most), then the run, then the upload.
+FARGATE_START_S = 180.0
+UPLOAD_S = 60.0
 
 
 class FargateRunError(Exception):
@@ -51,6 +55,12 @@ def workers_for(rate: float, per_worker_rps: float, max_workers: int) -> int:
         raise FargateRunError(f"{rate:g} req/s needs {needed} workers at {per_worker_rps:g} req/s each, more than "
                               f"load_test.max_workers ({max_workers}); raise it or test a lower rate")
     return needed
+
+
+def run_timeout(spec: LoadTestSpec, workers: int) -> float:
+    """A bound for a whole run on Fargate: the master's start, its wait for the workers, the run as the master
+    bounds it (runner.default_timeout), the upload."""
+    return FARGATE_START_S + task.DEFAULT_WORKER_WAIT_S + runner.default_timeout(spec, workers) + UPLOAD_S
 
 
 @dataclass(frozen=True)

@@ -133,6 +133,11 @@ class ReleaseRef(Frozen):
                     "(e.g. releases/staging.json): the environment deploys exactly these image digests")
 
 
+# The most workers one Locust master takes in this project (inferstack.loadtest.runner.MAX_WORKERS, whose task
+# entrypoint refuses more): a run on Fargate never asks for more.
+MAX_LOAD_TEST_WORKERS = 64
+
+
 class LoadTest(Frozen):
     """The environment's load-test generators: Locust on Fargate in its private subnets (stacks/load_test_stack.py),
     started by `inferstack loadtest --env`; nothing runs, and nothing costs, between runs."""
@@ -146,8 +151,9 @@ class LoadTest(Frozen):
         2048, description="memory of each generator task in MiB; Fargate accepts only some values per CPU size "
                           "(inferstack/schema/fargate.py)")
     max_workers: int = Field(
-        20, ge=2, le=100, description="the most worker tasks one run may start; a run whose rate needs more is "
-                                      "refused rather than run on saturated generators")
+        20, ge=2, le=MAX_LOAD_TEST_WORKERS,
+        description="the most worker tasks one run may start; a run whose rate needs more is refused rather than "
+                    f"run on saturated generators (at most {MAX_LOAD_TEST_WORKERS}: one Locust master's limit here)")
     per_worker_rps: PositiveFloat = Field(
         description="requests per second one worker task of this size sustains below Locust's 90 % CPU warning: "
                     "measured with benchmarks/loadtest_worker.py, not guessed. A run starts ceil(rate / "
@@ -189,12 +195,12 @@ class Environment(Frozen):
         None, pattern=r"^arn:aws[a-z-]*:iam::\d{12}:role/[A-Za-z0-9+=,.@_/-]+$",
         description="role the promote/smoke tools assume for this environment (default: the ambient "
                     "AWS credentials)")
-    load_test: LoadTest | None = Field(
-        None, description="Locust generators on Fargate inside this environment's VPC, and a bucket for their "
-                          "results (a LoadTest stack); omitted: none")
     production: bool | None = Field(
         None, description="serves production traffic: validate warns when a model or fleet here is sized from an "
         "estimated throughput_profile entry; omitted: true for the pipeline's last stage, false elsewhere")
+    load_test: LoadTest | None = Field(
+        None, description="Locust generators on Fargate inside this environment's VPC, and a bucket for their "
+                          "results (a LoadTest stack); omitted: none")
 
     @model_validator(mode="after")
     def _zones_in_region(self) -> "Environment":

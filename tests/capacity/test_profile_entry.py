@@ -33,7 +33,7 @@ def test_a_passing_run_is_profiled_at_its_last_step_per_instance():
             measured.p99_latency_ms, measured.results) == (
         datetime.date(2025, 3, 4), "inferstack profile", "staging", "r-42", 2, 9.5,
         "s3://bucket/r-42/intent-bert/run-1/result.json")
-    assert "398.7 req/s on 2 x inf1.xlarge in staging (release r-42)" in made.point.source
+    assert "398.7 req/s held on 2 x inf1.xlarge in staging (release r-42)" in made.point.source
     assert "\n" not in made.point.source
 
 
@@ -50,10 +50,17 @@ def test_a_step_that_fell_short_of_its_rate_did_not_hold_it():
     assert make(result).point.throughput_per_second == 50
 
 
+def test_a_step_that_sent_more_than_offered_counts_at_its_offered_rate():
+    # short steps: the generator ran ahead of its pacing; the server was shown to take 40 req/s, not 44.6
+    made = make(run(step(20, 4.0, achieved=20.4), step(40, 7.3, achieved=44.6), instances=1))
+    assert made.point.throughput_per_second == 40
+    assert "40.0 req/s held on 1 x inf1.xlarge" in made.point.source
+
+
 def test_rounding_never_promises_more_than_measured():
-    result = run(step(100, 4.0, achieved=100.0), step(200, 6.001, achieved=200.019), instances=3)
+    result = run(step(100, 4.0, achieved=100.0), step(200, 6.001, achieved=199.99), instances=3)
     made = make(result)
-    assert made.point.throughput_per_second == 66.67  # 66.673 rounded down
+    assert made.point.throughput_per_second == 66.66  # 66.663 rounded down
     assert made.point.p99_latency_ms == 6.01  # 6.001 rounded up
 
 

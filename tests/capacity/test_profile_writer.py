@@ -18,7 +18,7 @@ from inferstack.capacity.profile.writer import WriteRefused
 from tests.conftest import fuzz_examples
 
 MEASURED = {"throughput_per_second": 812.34, "p99_latency_ms": 7.91,
-            "source": "inferstack profile 2025-03-04: 1624.7 req/s on 2 x inf1.xlarge in staging: p99 # 7.91 ms",
+            "source": "inferstack profile 2025-03-04: 1624.7 req/s held on 2 x inf1.xlarge in staging: p99 # 7.91 ms",
             "measured": {"date": datetime.date(2025, 3, 4), "method": "inferstack profile", "environment": "staging",
                          "release": "r-42", "instances": 2, "p99_latency_ms": 7.91,
                          "results": "s3://bucket/r-42/intent-bert/run-1/result.json"}}

@@ -108,7 +108,7 @@ def test_a_bad_file_is_one_line_naming_the_key_path(tmp_path, change, expected):
     path = recommendations_sample.write(tmp_path / "job.json", data)
     with pytest.raises(RecommendationsError) as caught:
         read(path)
-    assert str(caught.value) == f"{path}: {expected}" or str(caught.value).startswith(f"{path}: {expected}")
+    assert str(caught.value).startswith(f"{path}: {expected}")
     assert "\n" not in str(caught.value)
 
 

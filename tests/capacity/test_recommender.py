@@ -17,7 +17,7 @@ import pytest
 from botocore.stub import Stubber
 
 from inferstack import cli, config
-from inferstack.capacity.profile import command, recommender
+from inferstack.capacity.profile import deployed, recommender, recommender_command
 from inferstack.delivery import aws_sessions, smoke
 from tests.conftest import CONFIG_DIR
 
@@ -103,7 +103,7 @@ def test_a_stubbed_client_takes_the_request_and_returns_the_job(bert_large):
     arn = "arn:aws:sagemaker:us-east-1:222222222222:inference-recommendations-job/" + request["JobName"]
     with Stubber(client) as stub:
         stub.add_response("create_inference_recommendations_job", {"JobArn": arn}, expected_params=request)
-        assert command.start(client, request) == arn
+        assert recommender_command.start(client, request) == arn
         stub.assert_no_pending_responses()
 
 
@@ -115,7 +115,7 @@ def test_the_stubbed_client_validates_too(bert_large):
     with Stubber(client) as stub:
         stub.add_response("create_inference_recommendations_job", {"JobArn": "x"}, expected_params=request)
         with pytest.raises(botocore.validate.ParamValidationError, match="JobDurationInSeconds"):
-            command.start(client, request)
+            recommender_command.start(client, request)
 
 
 def test_the_job_name_fits_the_api(bert_large):
@@ -145,7 +145,7 @@ def test_the_deployed_model_name_is_read_from_the_serving_endpoint():
             "222222222222:endpoint-config/endpointconfig-abc", "CreationTime": now,
             "ProductionVariants": [{"VariantName": "AllTraffic", "ModelName": "Model-1a2B3c4D5e6F"}]},
             {"EndpointConfigName": "EndpointConfig-AbC"})
-        assert recommender.deployed_model_name(cloudformation, sagemaker, "staging", "bert-large-classifier") == \
+        assert deployed.model_name(cloudformation, sagemaker, "staging", "bert-large-classifier") == \
             "Model-1a2B3c4D5e6F"
 
 

@@ -83,3 +83,20 @@ def test_a_missing_load_test_stack_is_a_clear_error_and_starts_nothing(project, 
                                    run_id="x", timeout=60)
     assert str(caught.value) == "LoadTest: stack staging-LoadTest not found (is staging deployed?)"
     assert aws.client("ecs").list_clusters()["clusterArns"] == []
+
+
+def test_a_runs_bound_covers_the_start_the_workers_wait_the_run_and_the_upload():
+    from inferstack.loadtest import runner, task
+
+    long = LoadTestSpec(**{**SPEC.__dict__, "steps": (Step(rate=10, seconds=600), Step(rate=20, seconds=600))})
+    assert fargate.run_timeout(long, 4) - fargate.run_timeout(SPEC, 4) == long.seconds - SPEC.seconds
+    assert fargate.run_timeout(SPEC, 2) > task.DEFAULT_WORKER_WAIT_S + runner.default_timeout(SPEC, 2)
+
+
+def test_max_workers_cannot_exceed_what_a_master_takes():
+    """Two constants on purpose: the schema (the bottom layer) cannot import the runner, and the runner, which the
+    load-test image carries, should not pull the config schema and pydantic into it."""
+    from inferstack.loadtest import runner
+    from inferstack.schema.models import MAX_LOAD_TEST_WORKERS
+
+    assert MAX_LOAD_TEST_WORKERS <= runner.MAX_WORKERS

@@ -14,23 +14,17 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 from pathlib import Path
 
-from inferstack import atomic_write
 from inferstack.capacity.profile import entry as profile_entry
-from inferstack.capacity.profile import recommendations, recommender, writer
-from inferstack.capacity.profile.entry import ProfileEntry, ProfileRefused
-from inferstack.loadtest.results import RESULT_FILE, ResultError, RunResult
+from inferstack.capacity.profile import measuring, recommendations, recommender_command, writer
+from inferstack.capacity.profile.entry import ProfileEntry
+from inferstack.capacity.profile.errors import ProfileFailure, ProfileUsageError
+from inferstack.capacity.profile.measuring import PROFILE_HEADROOM, PROFILE_STEPS
+from inferstack.loadtest.results import ResultError, RunResult
 from inferstack.schema import instances
 
-
-class ProfileUsageError(Exception):
-    """A bad argument (exit 2)."""
-
-
-class ProfileFailure(Exception):
-    """The measurement cannot be written, or AWS refused (exit 1): one line."""
+__all__ = ["ProfileFailure", "ProfileUsageError", "add_parser", "run"]
 
 
 def add_parser(commands: argparse._SubParsersAction, handler, default_config_dir: Path) -> None:
@@ -55,14 +49,17 @@ def add_parser(commands: argparse._SubParsersAction, handler, default_config_dir
                       "(required with --target; default: the result's own record)")
     load.add_argument("--workers", type=int, default=0, metavar="N",
                       help="Locust worker processes besides the master (default 0: one local process)")
-    load.add_argument("--rate", type=float, metavar="RPS", help="highest rate offered, req/s in all "
-                      "(default: from the profile entry and --instances)")
+    load.add_argument("--rate", type=float, metavar="RPS", help="highest rate offered, req/s in all (default: "
+                      f"{PROFILE_HEADROOM:g} x the entry's throughput x the instances)")
+    load.add_argument("--steps", default=PROFILE_STEPS, metavar="F,F,...", help="fractions of --rate, rising to 1 "
+                      f"(default {PROFILE_STEPS})")
     load.add_argument("--hold", type=float, metavar="S", help="seconds each step holds (default: long enough "
                       "for a p99)")
     load.add_argument("--out", type=Path, metavar="DIR", help="where the run's result.json and report go "
                       "(default: profile-runs/<model>-<env>-<UTC time>)")
     load.add_argument("--release", help="release the measured instances run (recorded in measured.release)")
-    load.add_argument("--timeout", type=float, default=3600.0, metavar="S", help="longest the test may run")
+    load.add_argument("--timeout", type=float, metavar="S", help="longest the test may run (default: its steps "
+                      "plus start-up)")
     write = cmd.add_argument_group("writing")
     write.add_argument("--instance-type", help="the profile entry to write (default: capacity.instance_type in ENV)")
     write.add_argument("--dry-run", action="store_true", help="print the entry and check it; write nothing")
@@ -94,25 +91,28 @@ def run(args: argparse.Namespace, *, today: datetime.date | None = None) -> int:
         raise ProfileUsageError(f"--env: {model.name} is not deployed in {args.env} (deploy_in: "
                                 f"{', '.join(model.deploy_in or ())}): it has no instance type or SLO there")
     if args.recommender or args.write_payload:
-        return _recommender(args, project, model)
+        return recommender_command.run(args, project, model)
     today = today or datetime.datetime.now(datetime.timezone.utc).date()
     if args.from_recommendations is not None:
         found = _read_recommendations(args, model)
         return _write(args, project, model, list(found.entries), notes=found.notes)
     instance_type = args.instance_type or model.capacity_for(args.env).instance_type
     instances.get(instance_type)  # an unknown type is a usage error with the known list
+    measuring.check_load_flags(args)
     if args.from_result is not None:
         result, location = _read_result(args.from_result), str(args.from_result)
         if result.model != model.name:
             raise ProfileUsageError(f"--from-result {args.from_result}: a run of {result.model}, not {model.name}")
         environment = result.environment if result.environment in project.environments else None
     elif args.target is not None:
-        result, location = _measure_local(args, project, model, instance_type)
+        result, location = measuring.local(args, project, model, instance_type)
         environment = None  # a server outside the environments: what it ran on is the user's word
     else:
-        result, location = _measure_in_environment(args, project, model, instance_type)
+        result, location = measuring.in_environment(args, project, model, instance_type)
         environment = args.env
     location = result.results_location or location
+    if not location:
+        raise ProfileFailure("the run's results have no location to record; nothing written")
     made = profile_entry.from_run(result, instance_type=instance_type, results=location, environment=environment,
                                   instances=args.instances, release=args.release, today=today,
                                   p99_slo_ms=model.slo_for(args.env).p99_latency_ms)
@@ -130,61 +130,24 @@ def _read_result(path: Path) -> RunResult:
         raise ProfileUsageError(str(exc)) from None
 
 
-def _default_out(model: str, env_name: str) -> Path:
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    return Path("profile-runs") / f"{model}-{env_name}-{stamp}"
-
-
-def _measure_local(args, project, model, instance_type: str) -> tuple[RunResult, str]:
-    if args.instances is None or args.instances < 1:
-        raise ProfileUsageError("--instances: with --target, say how many instances serve it (>= 1)")
-    if args.workers < 0:
-        raise ProfileUsageError("--workers must be >= 0")
+def _read_result(path: Path) -> RunResult:
     try:
-        from inferstack.loadtest import runner
-    except ImportError:
-        raise ProfileUsageError("--target: this build has no local load test engine (inferstack.loadtest.runner); "
-                                "profile from a stored run with --from-result FILE") from None
-    out = args.out or _default_out(model.name, args.env)
-    spec = runner.spec_for(model, args.env, project.environments[args.env], target=args.target,
-                           instances=args.instances, rate=args.rate, hold=args.hold)
-    spec = _with(spec, instance_type=instance_type, release=args.release)
-    result = runner.run_local(spec, out, workers=args.workers, timeout=args.timeout)
-    return result, str(out / RESULT_FILE)
-
-
-def _with(spec, **changes):
-    import dataclasses
-
-    return dataclasses.replace(spec, **{k: v for k, v in changes.items() if v is not None})
-
-
-def _measure_in_environment(args, project, model, instance_type: str) -> tuple[RunResult, str]:
-    fleet = project.fleet_of(model.name, args.env)
-    if fleet is not None:
-        raise ProfileUsageError(f"--env: fleet {fleet} carries {model.name} in {args.env}: a test of its share of "
-                                f"the fleet's instances is not a per-instance profile; measure it on its own "
-                                f"(--target URL --instances N) or in an environment where it has its own instances")
-    try:
-        from inferstack.loadtest import fargate
-    except ImportError:
-        raise ProfileUsageError("a load test in the environment needs its load test stack (inferstack.loadtest."
-                                "fargate), not in this build: measure a server with --target URL --instances N, or "
-                                "profile a stored run with --from-result FILE") from None
-    return fargate.profile_run(args, project, model, instance_type)
+        return RunResult.from_json(path.read_text(encoding="utf-8"), where=str(path))
+    except OSError as exc:
+        raise ProfileUsageError(f"--from-result {path}: cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise ProfileUsageError(f"--from-result {path}: not UTF-8 text") from None
+    except ResultError as exc:
+        raise ProfileUsageError(str(exc)) from None
 
 
 def _read_recommendations(args, model) -> recommendations.Recommendations:
-    only = set(_split(args.instance_types)) if args.instance_types else None
+    only = set(recommender_command.split(args.instance_types)) if args.instance_types else None
     try:
         return recommendations.read(args.from_recommendations, env_name=args.env,
                                     slo_p99_ms=model.slo_for(args.env).p99_latency_ms, only=only)
     except recommendations.RecommendationsError as exc:
         raise ProfileUsageError(f"--from-recommendations {exc}") from None
-
-
-def _split(text: str) -> list[str]:
-    return [part.strip() for part in text.split(",") if part.strip()]
 
 
 def _write(args, project, model, entries: list[ProfileEntry], *, notes: tuple[str, ...] = ()) -> int:
@@ -210,85 +173,3 @@ def _write(args, project, model, entries: list[ProfileEntry], *, notes: tuple[st
         print(f"{verb} {writer.PROFILE_KEY}.{made.instance_type} in {path}: {point.throughput_per_second:g}/s per "
               f"instance at p99 {point.p99_latency_ms:g} ms" + (" (dry run: nothing written)" if args.dry_run else ""))
     return 0
-
-
-def _recommender(args, project, model) -> int:
-    from inferstack.config import TritonSageMakerModel
-    from inferstack.delivery import smoke
-
-    if not isinstance(model, TritonSageMakerModel):
-        raise ProfileUsageError(f"--recommender: {model.name} is a {model.kind} model; Inference Recommender tests "
-                                f"SageMaker models (triton-sagemaker): measure it with --target or in the environment")
-    if args.write_payload is not None:
-        try:
-            atomic_write.write_bytes(args.write_payload, recommender.payload_archive(smoke.probe_for(model).body))
-        except OSError as exc:
-            raise ProfileUsageError(f"--write-payload {args.write_payload}: cannot write: {exc.strerror or exc}") from None
-        print(f"wrote {args.write_payload}: upload it to S3 and pass its s3:// URL as --payload-url")
-        if not args.recommender:
-            return 0
-    if not (args.print_request or args.apply):
-        raise ProfileUsageError("--recommender: say --print-request (show the request) or --apply (start the job)")
-    missing = [flag for flag, value in (("--role-arn", args.role_arn), ("--payload-url", args.payload_url))
-               if not value]
-    if missing:
-        raise ProfileUsageError(f"--recommender needs {' and '.join(missing)}")
-    types = _split(args.instance_types) if args.instance_types else _default_types(model, args.env)
-    for itype in types:
-        instances.get(itype)  # unknown: a usage error listing the known ones
-    fleet = project.fleet_of(model.name, args.env)
-    if args.model_name is None and fleet is not None:
-        raise ProfileUsageError(f"--recommender: in {args.env} {model.name} is an inference component on fleet "
-                                f"{fleet}'s endpoint, not a model of its own; use an environment where it has its "
-                                f"own endpoint, or name a SageMaker Model with --model-name")
-    session = None
-    if args.model_name is None or args.apply:
-        from inferstack.delivery import aws_sessions
-
-        session = aws_sessions.session_for(args.env, project.environments[args.env], purpose="profile")
-    model_name = args.model_name or _deployed_model_name(session, model, args.env)
-    name = args.job_name or recommender.job_name(model.name, args.env, datetime.datetime.now(datetime.timezone.utc))
-    try:
-        request = recommender.build(model, args.env, model_name=model_name, role_arn=args.role_arn,
-                                    instance_types=types, payload_url=args.payload_url, name=name)
-    except recommender.RequestInvalid as exc:
-        raise ProfileUsageError(f"--recommender: the request breaks the SageMaker API's rules: {exc}") from None
-    if args.print_request:
-        print(json.dumps(request, indent=2))
-    if args.apply:
-        arn = _start(session.client("sagemaker"), request)
-        print(f"started {arn}; when it is COMPLETED: aws sagemaker describe-inference-recommendations-job "
-              f"--job-name {name} > {name}.json && python -m inferstack profile {model.name} --env {args.env} "
-              f"--from-recommendations {name}.json")
-    return 0
-
-
-def _default_types(model, env_name: str) -> list[str]:
-    deployed = model.capacity_for(env_name).instance_type
-    return [deployed] + sorted(t for t in model.throughput_profile if t.startswith("ml.") and t != deployed)
-
-
-def _deployed_model_name(session, model, env_name: str) -> str:
-    from inferstack.delivery import aws_sessions
-
-    try:
-        return recommender.deployed_model_name(session.client("cloudformation"), session.client("sagemaker"),
-                                               env_name, model.name)
-    except recommender.ModelNotFound as exc:
-        raise ProfileFailure(str(exc)) from None
-    except aws_sessions.AWS_ERRORS as exc:
-        raise ProfileFailure(f"AWS: {' '.join(str(exc).split())}") from None
-
-
-def start(client, request: dict) -> str:
-    """CreateInferenceRecommendationsJob; its ARN."""
-    return client.create_inference_recommendations_job(**request)["JobArn"]
-
-
-def _start(client, request: dict) -> str:
-    from inferstack.delivery import aws_sessions
-
-    try:
-        return start(client, request)
-    except aws_sessions.AWS_ERRORS as exc:
-        raise ProfileFailure(f"AWS: {' '.join(str(exc).split())}") from None

@@ -98,14 +98,17 @@ def from_run(result: RunResult, *, instance_type: str, results: str, environment
     count = instances if instances is not None else result.instances
     if not count or count < 1:
         raise ProfileRefused("the run does not say how many instances served it: pass --instances N")
-    per_instance = floor_to(step.achieved_rps / count)
+    # A step that held showed the server taking its offered rate. Achieved above it is the generators sending
+    # ahead of their pacing (short steps show it most), not capacity shown: the entry never claims more.
+    held_rate = min(step.achieved_rps, step.offered_rps)
+    per_instance = floor_to(held_rate / count)
     if per_instance <= 0:
-        raise ProfileRefused(f"{step.achieved_rps:.3f} req/s over {count} instances rounds to 0/s per instance")
+        raise ProfileRefused(f"{held_rate:.3f} req/s over {count} instances rounds to 0/s per instance")
     p99 = ceil_to(step.p99_ms)  # type: ignore[arg-type]  # a held step has a p99
     release = release or result.release
     where = f"in {environment}" if environment else f"against {result.target}"
     source = (f"{METHOD} {_run_date(result, today or datetime.date.today()).isoformat()}: "
-              f"{step.achieved_rps:.1f} req/s on {count} x {instance_type} {where}"
+              f"{held_rate:.1f} req/s held on {count} x {instance_type} {where}"
               f"{f' (release {release})' if release else ''}, p99 {p99:g} ms within the SLO's "
               f"{min(result.p99_slo_ms, p99_slo_ms or result.p99_slo_ms):g} ms, errors {step.error_percent:.2f} %")
     measured = {"date": _run_date(result, today or datetime.date.today()), "method": METHOD,

@@ -2,10 +2,8 @@
 Triton model already deployed in an environment, on the instance types to compare, judged by the model's SLO;
 checked against botocore's own model of the SageMaker API before it is printed or sent.
 
-The job names the deployed SageMaker Model (InputConfig.ModelName): the stacks let CloudFormation name it (no
-physical names), so its name is read from the endpoint that serves it (endpoint -> endpoint config -> the
-variant's ModelName), which is also the model the endpoint runs now, after any rollback. A model package would
-need a model registry the stacks do not keep."""
+The job names the deployed SageMaker Model (InputConfig.ModelName, read from the endpoint that serves it:
+deployed.model_name); a model package would need a model registry the stacks do not keep."""
 
 from __future__ import annotations
 
@@ -152,25 +150,3 @@ def payload_archive(body: dict) -> bytes:
         info.size, info.mtime, info.mode = len(data), 0, 0o644
         tar.addfile(info, io.BytesIO(data))
     return gzip.compress(raw.getvalue(), mtime=0)
-
-
-class ModelNotFound(Exception):
-    pass
-
-
-def deployed_model_name(cloudformation, sagemaker, env_name: str, model: str) -> str:
-    """The SageMaker Model the model's endpoint serves now: the stack's EndpointName output, its endpoint
-    config, the variant's ModelName."""
-    from inferstack.delivery import stack_outputs
-
-    try:
-        (endpoint,) = stack_outputs.require(stack_outputs.outputs(cloudformation, env_name, model),
-                                            (stack_outputs.ENDPOINT_NAME,), env_name, model)
-    except stack_outputs.StackNotFound as exc:
-        raise ModelNotFound(str(exc)) from None
-    config_name = sagemaker.describe_endpoint(EndpointName=endpoint)["EndpointConfigName"]
-    variants = sagemaker.describe_endpoint_config(EndpointConfigName=config_name)["ProductionVariants"]
-    names = [v["ModelName"] for v in variants if v.get("ModelName")]
-    if not names:
-        raise ModelNotFound(f"{model}: endpoint {endpoint}'s config {config_name} names no model")
-    return names[0]
