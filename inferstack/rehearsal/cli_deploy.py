@@ -488,8 +488,8 @@ def check_pinned_images(aws: Aws, published: dict[str, dict], outputs_by_stack: 
 def check_load_test(aws: Aws, outputs_by_stack: dict[str, dict[str, str]], config_dir: Path, result: Result) -> None:
     """dev's LoadTest stack (load_test enabled in the rehearsal's config copy) as a run would use it: what its
     outputs name exists; both task definitions are Fargate-only, awsvpc, sized from the config; the master
-    admits its workers on Locust's port and nothing else; the results bucket is KMS-encrypted and expires as
-    configured; the foundation's PrivateSubnets map no public IP."""
+    admits its workers on Locust's port and nothing else; the results bucket is KMS-encrypted; the foundation's
+    PrivateSubnets map no public IP."""
     import yaml
 
     from inferstack.constructs.load_test import LOCUST_PORT
@@ -527,10 +527,13 @@ def check_load_test(aws: Aws, outputs_by_stack: dict[str, dict[str, str]], confi
         problems.append("the workers' security group admits traffic")
     bucket = outputs[stack_outputs.RESULTS_BUCKET]
     (rule,) = s3.get_bucket_encryption(Bucket=bucket)["ServerSideEncryptionConfiguration"]["Rules"]
-    (lifecycle,) = s3.get_bucket_lifecycle_configuration(Bucket=bucket)["Rules"]
-    if rule["ApplyServerSideEncryptionByDefault"]["SSEAlgorithm"] != "aws:kms" or \
-            lifecycle["Expiration"]["Days"] != settings["results_retention_days"]:
-        problems.append(f"results bucket {bucket}: {rule}, {lifecycle}")
+    if rule["ApplyServerSideEncryptionByDefault"]["SSEAlgorithm"] != "aws:kms":
+        problems.append(f"results bucket {bucket}: {rule}")
+    result.not_run.append(
+        "the results bucket's expiry, versioning, access logging and public access block: moto 5.2.5's "
+        "CloudFormation gives a bucket its encryption and tags only (the template's rules: "
+        "tests/infra/test_load_test_stack.py); no load test runs here (tests/loadtest/test_fargate_run.py runs "
+        "them on the stack's template, through a stand-in for Fargate)")
     foundation = outputs_by_stack.get(stack_outputs.stack_name(ENV, stack_outputs.FOUNDATION), {})
     subnets = ec2.describe_subnets(SubnetIds=foundation.get(stack_outputs.PRIVATE_SUBNETS, "").split(","))["Subnets"]
     if not subnets or any(s["MapPublicIpOnLaunch"] for s in subnets):
@@ -539,8 +542,7 @@ def check_load_test(aws: Aws, outputs_by_stack: dict[str, dict[str, str]], confi
     if not problems:
         result.checks.append(f"{stack}: cluster, Fargate master and worker ({settings['worker_cpu']} CPU, "
                              f"{settings['worker_memory_mib']} MiB), master admitting its workers on {LOCUST_PORT} "
-                             f"only, KMS results bucket expiring after {settings['results_retention_days']} days, "
-                             f"{len(subnets)} private subnets without public IPs")
+                             f"only, KMS results bucket, {len(subnets)} private subnets without public IPs")
 
 
 def seed_reply(aws: Aws, model) -> None:

@@ -222,8 +222,9 @@ def test_prod_region_gets_a_replication_bucket_stack(synthesized):
 @pytest.mark.parametrize("env", ["dev", "staging", "prod"])
 def test_each_stage_deploys_the_same_templates_as_cdk_deploy(template, synthesized, env):
     stage_ = synthesized.stages[env]
+    load_test = [stage_.load_test] if stage_.load_test else []  # the generators, where load_test is set
     expected = {f"{env}-{stack.node.id}": f"Synth_Output::assembly-{env}/{stack.template_file}"
-                for stack in [stage_.foundation, *stage_.fleets.values(), *stage_.serving.values()]}
+                for stack in [stage_.foundation, *stage_.fleets.values(), *stage_.serving.values(), *load_test]}
     prepared = {a["Configuration"]["StackName"]: a["Configuration"]["TemplatePath"]
                 for a in deploy_actions(stage(template, env)) if a["Configuration"]["ActionMode"] == "CHANGE_SET_REPLACE"}
     assert prepared == expected

@@ -789,4 +789,7 @@ def test_cli_deploy_rehearsal():
         assert sum("still forwards 100%" in c for c in kept) >= 4, kept  # intent-pack x3 members, 2 services
         assert any("keeps the 2 tasks" in c for c in kept) and any("copies autoscaling set" in c for c in kept)
     assert any(c.startswith("retire: dev-t5-spelling and its") for c in result.checks)
+    # The load-test generators (load_test given to dev in the rehearsal's config copy) deployed and read back.
+    assert any(c.startswith("dev-LoadTest: CREATE_COMPLETE, 8/8 outputs") for c in result.checks)
+    assert any(c.startswith("dev-LoadTest: cluster, Fargate master and worker") for c in result.checks)
     assert os.environ.get("AWS_ENDPOINT_URL") is None  # nothing leaked into this process
