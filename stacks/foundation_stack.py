@@ -49,9 +49,10 @@ class SharedResources:
 
 
 @dataclass(frozen=True)
-class SmokeRole:
-    """The role `inferstack smoke` assumes in this environment's account, and the one account trusted to.
-    `trusted_role_prefix`: when set, only roles of that account whose names start with it may."""
+class ToolRole:
+    """A role a tool assumes in this environment's account (`inferstack smoke`'s, `inferstack loadtest`'s), and
+    the one account trusted to. `trusted_role_prefix`: when set, only roles of that account whose names start
+    with it may."""
 
     name: str
     trusted_account: str
@@ -60,7 +61,7 @@ class SmokeRole:
 
 class FoundationStack(EnvironmentStack):
     def __init__(self, scope: Construct, construct_id: str, *, environment: Environment, env_name: str,
-                 smoke_role: SmokeRole, **kwargs) -> None:
+                 smoke_role: ToolRole, **kwargs) -> None:
         super().__init__(scope, construct_id, environment=environment, **kwargs)
         defaults = environment.defaults
         removal = cdk.RemovalPolicy.RETAIN if defaults.retain_stateful_resources else cdk.RemovalPolicy.DESTROY

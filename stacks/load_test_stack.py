@@ -14,9 +14,10 @@ from constructs import Construct
 
 from inferstack.config import Environment
 from inferstack.constructs.load_test import LoadTestGenerators
+from inferstack.constructs.load_test_access import LoadTestAccess
 from inferstack.delivery import stack_outputs
 from stacks.base import EnvironmentStack
-from stacks.foundation_stack import SharedResources
+from stacks.foundation_stack import SharedResources, ToolRole
 
 ROOT = Path(__file__).resolve().parent.parent
 LOAD_TEST_DOCKERFILE = "container/loadtest/Dockerfile"
@@ -33,7 +34,8 @@ LOAD_TEST_BUILD_CONTEXT = ("*", "!inferstack/__init__.py", "!inferstack/atomic_w
 
 class LoadTestStack(EnvironmentStack):
     def __init__(self, scope: Construct, construct_id: str, *, environment: Environment, env_name: str,
-                 shared: SharedResources, **kwargs) -> None:
+                 shared: SharedResources, runner_role: ToolRole, **kwargs) -> None:
+        """`runner_role`: the role `inferstack loadtest --env` assumes from outside (the pipeline's step)."""
         super().__init__(scope, construct_id, environment=environment, **kwargs)
         settings = environment.load_test
         if settings is None:
@@ -53,6 +55,13 @@ class LoadTestStack(EnvironmentStack):
             endpoint_name_prefix=stack_outputs.stack_name(env_name, ""))
         self.image = image
         self.generators = generators
+        self.access = LoadTestAccess(
+            self, "Access", role_name=runner_role.name, trusted_account=runner_role.trusted_account,
+            trusted_role_prefix=runner_role.trusted_role_prefix, stack_name_prefix=stack_outputs.stack_name(env_name, ""),
+            cluster=generators.cluster,
+            task_definitions=[generators.master_task_definition, generators.worker_task_definition],
+            pass_roles=[generators.execution_role, generators.master_role, generators.worker_role],
+            bucket=generators.results_bucket, key=shared.key)
         outputs = {
             stack_outputs.RESULTS_BUCKET: (generators.results_bucket.bucket_name, "load-test results (result.json, "
                                            "report.txt, latency.png under <release>/<model>/<run id>/)"),

@@ -12,8 +12,8 @@ from inferstack.config import Environment, Project
 from inferstack.config.loader import Model
 from inferstack.config.release_pin import ReleasePin
 from inferstack.delivery import stack_outputs
-from inferstack.schema.models import DEFAULT_SMOKE_ROLE_NAME, PIPELINE_STACK_NAME, Fleet
-from stacks.foundation_stack import FoundationStack, SmokeRole
+from inferstack.schema.models import DEFAULT_LOAD_TEST_ROLE_NAME, DEFAULT_SMOKE_ROLE_NAME, PIPELINE_STACK_NAME, Fleet
+from stacks.foundation_stack import FoundationStack, ToolRole
 from stacks.fleet_stack import FleetStack
 from stacks.load_test_stack import LoadTestStack
 from stacks.serving_stack import ServingStack
@@ -21,10 +21,11 @@ from stacks.serving_stack import ServingStack
 
 class InferenceStage(cdk.Stage):
     def __init__(self, scope: Construct, env_name: str, *, environment: Environment,
-                 models: Sequence[Model], smoke_role: SmokeRole, release: ReleasePin | None = None,
+                 models: Sequence[Model], smoke_role: ToolRole, load_test_role: ToolRole | None = None,
+                 release: ReleasePin | None = None,
                  fleets: Mapping[str, Fleet] | None = None, all_models: Sequence[Model] = ()) -> None:
         """`release`: the environment's promoted release; its models deploy the pinned images.
-        `smoke_role`: the role the smoke test assumes here (see `smoke_role_for`).
+        `smoke_role`, `load_test_role`: the roles the smoke and load tests assume here (see `tool_roles_for`).
         `fleets`: the fleets deployed in this environment (fleet name -> fleet); a neuron-cores fleet's
         members are served by the fleet's stack, an inference-components fleet's members keep their own
         stacks on the fleet's endpoint. `all_models`: every model of the project (fleet members)."""
@@ -66,22 +67,34 @@ class InferenceStage(cdk.Stage):
             self.serving[model.name] = stack
         self.load_test: LoadTestStack | None = None
         if environment.load_test is not None:
+            if load_test_role is None:
+                raise ValueError(f"{env_name}: an environment with load_test needs the load test role's trust")
             self.load_test = LoadTestStack(self, stack_outputs.LOAD_TEST, environment=environment, env_name=env_name,
-                                           shared=self.foundation.shared, termination_protection=protect,
+                                           shared=self.foundation.shared, runner_role=load_test_role,
+                                           termination_protection=protect,
                                            description=f"inferstack load-test generators ({env_name})")
         cdk.Tags.of(self).add("inferstack:environment", env_name)
 
 
-def smoke_role_for(project: Project, env_name: str) -> SmokeRole:
-    """The pipeline's smoke role, trusting the pipeline's tooling account, in every environment it deploys.
+def smoke_role_for(project: Project, env_name: str) -> ToolRole:
+    pipeline = project.pipeline
+    return _tool_role(project, env_name, pipeline.smoke_role_name if pipeline else DEFAULT_SMOKE_ROLE_NAME)
+
+
+def load_test_role_for(project: Project, env_name: str) -> ToolRole:
+    pipeline = project.pipeline
+    return _tool_role(project, env_name, pipeline.load_test_role_name if pipeline else DEFAULT_LOAD_TEST_ROLE_NAME)
+
+
+def _tool_role(project: Project, env_name: str, name: str) -> ToolRole:
+    """A tool's role (smoke, load test) trusting the pipeline's tooling account in every environment it deploys.
     Elsewhere (no pipeline, or an environment it does not deploy) the same name, trusting the environment's
     own account: principals there that IAM allows to assume it (an OIDC role of an external CI) may."""
     pipeline = project.pipeline
-    name = pipeline.smoke_role_name if pipeline else DEFAULT_SMOKE_ROLE_NAME
     if pipeline and env_name in pipeline.stages:
-        # Only the pipeline stack's roles (its smoke steps' CodeBuild roles), not the whole tooling account.
-        return SmokeRole(name, pipeline.account, trusted_role_prefix=f"{PIPELINE_STACK_NAME}-")
-    return SmokeRole(name, project.environments[env_name].account)
+        # Only the pipeline stack's roles (its steps' CodeBuild roles), not the whole tooling account.
+        return ToolRole(name, pipeline.account, trusted_role_prefix=f"{PIPELINE_STACK_NAME}-")
+    return ToolRole(name, project.environments[env_name].account)
 
 
 def add_stages(app: cdk.App, project: Project, env_names: Sequence[str],
@@ -96,7 +109,8 @@ def add_stages(app: cdk.App, project: Project, env_names: Sequence[str],
         return [m for m in deployed if m.name in wanted]
 
     return {name: InferenceStage(app, name, environment=project.environments[name], models=models(name),
-                                 smoke_role=smoke_role_for(project, name), release=project.releases.get(name),
+                                 smoke_role=smoke_role_for(project, name),
+                                 load_test_role=load_test_role_for(project, name), release=project.releases.get(name),
                                  fleets={f: project.fleets[f] for f in project.fleets_in(name)},
                                  all_models=project.models)
             for name in env_names}

@@ -13,8 +13,10 @@ Steps, each with its own timeout, all within --timeout:
     template: status *_COMPLETE, every Output present, every Export registered with the output's value,
     the pinned digests in the ECS task definition and the SageMaker model.
  6. `python -m inferstack smoke --env dev --model M`, one Triton model at a time against its own canned reply
-    (Neuron models reported as not run here, with the reason), and `promote --from dev --to staging` (dry run,
-    then --apply) against the emulator; what cannot run there is reported with the reason.
+    (Neuron models reported as not run here, with the reason), and `promote --from dev --to staging` against the
+    emulator: first refused by its load test gate (dev runs load tests here, and its results bucket holds no run
+    of these images), then with --skip-load-test a dry run and --apply; what cannot run there is reported with
+    the reason.
  7. day two (inferstack/rehearsal/day_two.py): each production rule moved to its alternate target group and the
     services' and components' counts set, as ECS and autoscaling do; release N+1 (new digests, a batch size and
     a fleet's capacity changed) deployed, then read back: production still on the group that served, the
@@ -878,9 +880,21 @@ def rehearse(workdir: Path, clock: Clock, result: Result, log: Callable[[str], N
         with step("inferstack smoke --env dev, one model at a time") as s:
             s.detail = smoke_each(aws, env, config_dir, clock, result)
 
-        with step(f"inferstack promote --from {ENV} --to {PROMOTE_TO} (dry run, --apply)") as s:
+        with step(f"inferstack promote --from {ENV} --to {PROMOTE_TO} (gate, dry run, --apply)") as s:
             args = [sys.executable, "-m", "inferstack", "promote", "--from", ENV, "--to", PROMOTE_TO,
                     "--manifest", str(workdir / "release.json"), "--config-dir", str(config_dir)]
+            # dev runs load tests in this config, so the gate applies: dev's results bucket (its LoadTest stack's)
+            # holds no run of these images, and promote refuses before it copies anything.
+            code, output = run(args, env=env, timeout=clock.left(TOOL_TIMEOUT_S))
+            gate = [line for line in output.splitlines() if "load test" in line]
+            result.tool_lines["promote (load test gate)"] = gate[-3:]
+            if code != 1 or not any(f"no passing load test in {ENV} of the image promoted" in line for line in gate):
+                result.problems.append(f"promote without load tests: exit {code}, expected the gate's refusal (exit 1): "
+                                       f"{gate[-3:] or output.splitlines()[-3:]}")
+            else:
+                result.checks.append(f"promote's load test gate refused: no run of the promoted images in {ENV}'s "
+                                     f"results bucket (read through the deployed LoadTest stack's output)")
+            args.append("--skip-load-test")  # the rest of the path: the gate skipped, as the pin then records
             code, output = run(args, env=env, timeout=clock.left(TOOL_TIMEOUT_S))
             lines = [line for line in output.splitlines() if line.strip()]
             result.tool_lines["promote (dry run)"] = lines

@@ -294,3 +294,46 @@ def test_outputs_name_what_a_run_starts_from(template):
     for output in (stack_outputs.MASTER_SECURITY_GROUP, stack_outputs.WORKER_SECURITY_GROUP):
         assert template["Resources"][group_id(template, output)]["Type"] == "AWS::EC2::SecurityGroup"
     assert not any("Export" in o for o in template["Outputs"].values())  # read by name, never imported
+
+
+# ----------------------------------------------------------------------------- the role a run from outside assumes
+
+def _runner_role(template: dict) -> dict:
+    (role,) = [r for r in template["Resources"].values()
+               if r["Type"] == "AWS::IAM::Role" and r["Properties"].get("RoleName") == "inferstack-loadtest"]
+    return role
+
+
+def _statements(role: dict) -> dict[str, dict]:
+    (policy,) = role["Properties"]["Policies"]
+    return {s["Sid"]: s for s in policy["PolicyDocument"]["Statement"]}
+
+
+def test_the_runner_role_trusts_only_the_pipelines_roles_and_starts_only_this_stacks_tasks(synthesized):
+    """`inferstack loadtest --env staging --role-arn` (the pipeline's LoadTest step) assumes it: the pipeline's
+    CodeBuild roles may, nothing else; it runs this stack's two task definitions in its cluster, passes their
+    roles to ECS only, reads results, and cannot write them or invoke a model itself."""
+    template = synthesized.template("staging", "LoadTest")
+    role = _runner_role(template)
+    (trust,) = role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+    assert trust["Principal"] == {"AWS": "arn:aws:iam::444444444444:root"}
+    assert trust["Condition"] == {"ArnLike": {"aws:PrincipalArn": "arn:aws:iam::444444444444:role/inferstack-pipeline-*"}}
+    statements = _statements(role)
+    definitions = [r for r in template["Resources"].values() if r["Type"] == "AWS::ECS::TaskDefinition"]
+    families = sorted(d["Properties"]["Family"] for d in definitions)
+    assert len(families) == 2
+    run = statements["StartLoadTestTasks"]
+    assert run["Action"] == "ecs:RunTask"
+    assert run["Resource"] == [f"arn:aws:ecs:us-east-1:222222222222:task-definition/{f}:*" for f in families]
+    (cluster_id,) = [k for k, r in template["Resources"].items() if r["Type"] == "AWS::ECS::Cluster"]
+    assert run["Condition"] == {"ArnEquals": {"ecs:cluster": {"Fn::GetAtt": [cluster_id, "Arn"]}}}
+    passed = statements["PassTheTasksRoles"]
+    assert passed["Condition"] == {"StringEquals": {"iam:PassedToService": "ecs-tasks.amazonaws.com"}}
+    task_roles = {ref for d in definitions for ref in (d["Properties"]["TaskRoleArn"]["Fn::GetAtt"][0],
+                                                        d["Properties"]["ExecutionRoleArn"]["Fn::GetAtt"][0])}
+    assert {r["Fn::GetAtt"][0] for r in passed["Resource"]} == task_roles
+    actions = {a for s in statements.values() for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])}
+    assert not any(a.startswith(("s3:Put", "s3:Delete", "sagemaker:Invoke", "ecs:Register", "iam:Create")) for a in actions)
+    assert statements["FindTheImagesUnderTest"]["Resource"] == "*"
+    assert all(a.split(":")[1].startswith("Describe") for a in statements["FindTheImagesUnderTest"]["Action"])
+

@@ -332,3 +332,37 @@ def test_cdk_synth_refuses_a_pipeline_without_its_stages(tmp_path):
     assert result.stderr.strip() == ("-c pipeline=true: the pipeline deploys dev, staging, prod, "
                                      "but -c environments leaves out staging, prod")
     assert_nothing_written(outdir)
+
+
+@pytest.mark.parametrize("env", ["dev", "staging", "prod"])
+def test_a_load_test_step_follows_the_smoke_test_where_the_environment_has_load_test(template, synthesized, env):
+    """staging (load_test in the shipped config) gets LoadTest-staging after its smoke test, so prod's approval
+    is asked for only after it passed; it runs every model's load test as the role staging's LoadTest stack
+    creates. dev and prod have no generators and no such step."""
+    actions = stage(template, env)["Actions"]
+    steps = [a for a in actions if a["Name"] == f"LoadTest-{env}"]
+    if "load_test" not in ENVIRONMENTS[env]:
+        assert steps == []
+        return
+    (step,) = steps
+    (smoke,) = [a for a in actions if a["Name"] == f"Smoke-{env}"]
+    assert provider(step) == "CodeBuild" and step["RunOrder"] > smoke["RunOrder"]
+    spec = json.loads(build_spec(template, step))
+    assert spec["phases"]["build"]["commands"] == [
+        ". .venv/bin/activate", f'python -m inferstack loadtest --env {env} --all-models --role-arn "$LOAD_TEST_ROLE_ARN"']
+    project = template["Resources"][step["Configuration"]["ProjectName"]["Ref"]]
+    variables = {v["Name"]: v["Value"] for v in project["Properties"]["Environment"]["EnvironmentVariables"]}
+    role_arn = f"arn:aws:iam::{ENVIRONMENTS[env]['account']}:role/inferstack-loadtest"
+    assert variables["LOAD_TEST_ROLE_ARN"] == role_arn
+    role_id = project["Properties"]["ServiceRole"]["Fn::GetAtt"][0]
+    (policy,) = [p for p in resources(template, "AWS::IAM::Policy").values()
+                 if {"Ref": role_id} in p["Properties"]["Roles"]]
+    assume = [s for s in policy["Properties"]["PolicyDocument"]["Statement"] if s["Action"] == "sts:AssumeRole"]
+    assert assume == [{"Action": "sts:AssumeRole", "Effect": "Allow", "Resource": role_arn}]
+    # The role exists where the step assumes it: created by the environment's LoadTest stack.
+    load_test = synthesized.template(env, "LoadTest")
+    assert [r for r in resources(load_test, "AWS::IAM::Role").values()
+            if r["Properties"].get("RoleName") == "inferstack-loadtest"]
+    # The next stage begins with its approval.
+    later = SETTINGS["stages"][SETTINGS["stages"].index(env) + 1:]
+    assert later and later[0] in SETTINGS["approval_before"]
