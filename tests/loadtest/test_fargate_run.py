@@ -272,3 +272,99 @@ def wait_for_reports(stand_in: FargateStandIn, timeout: float = 60.0) -> None:
     while not all(t.reported for t in stand_in.tasks.values()):
         assert time.monotonic() < give_up, "the stand-in did not report every task's end"
         time.sleep(0.2)
+
+
+# ----------------------------------------------------------------------------- `loadtest --env`, then the gate
+
+NEURON_MODEL = "intent-bert-inf2"  # a Neuron model with its own stack in staging
+
+
+@pytest.fixture
+def serving(session, tmp_path):
+    """staging's intent-bert-inf2 as the loadtest CLI finds it: its stack's outputs (the internal load balancer's
+    URL: here a real HTTP server on 127.0.0.1 answering the model's interface), its ECS service and the task
+    definition's image in ECR, by tag as CDK deploys it. Yields (config dir with a p99 SLO the shared machine
+    holds, the digest staging runs)."""
+    import shutil
+
+    import yaml
+
+    from inferstack.delivery import smoke
+    from tests import aws_fakes
+
+    config_dir = tmp_path / "model_configs"
+    shutil.copytree(CONFIG_DIR, config_dir)
+    path = config_dir / f"{NEURON_MODEL}.yaml"
+    data = yaml.safe_load(path.read_text())
+    data.setdefault("environments", {}).setdefault(ENV, {}).setdefault("slo", {})["p99_latency_ms"] = 2000
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    model = config.load(config_dir).model(NEURON_MODEL)
+    answer = json.dumps({"model_name": NEURON_MODEL, "outputs": [
+        {"name": o.name, "datatype": o.datatype, "shape": list(o.shape),
+         "data": ["label"] * o.shape[-1] if o.datatype == "BYTES" else [0.5] * (o.shape[0] * o.shape[-1])}
+        for o in smoke.probe_for(model).outputs]}).encode()
+
+    class Model(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 - http.server's naming
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(answer)))
+            self.end_headers()
+            self.wfile.write(answer)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Model)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    image = aws_fakes.push_image(session, aws_fakes.ASSET_REPOSITORY.format(account=ACCOUNT, region=REGION),
+                                 seed=NEURON_MODEL)
+    ecs = session.client("ecs")
+    cluster = f"{ENV}-{NEURON_MODEL}-cluster"
+    ecs.create_cluster(clusterName=cluster)
+    definition = ecs.register_task_definition(family=f"{ENV}-{NEURON_MODEL}", containerDefinitions=[
+        {"name": "Server", "image": image.uri, "memory": 1024}])["taskDefinition"]["taskDefinitionArn"]
+    ecs.create_service(cluster=cluster, serviceName=f"{NEURON_MODEL}-service", taskDefinition=definition,
+                       desiredCount=1)
+    aws_fakes.create_stack(session, stack_outputs.stack_name(ENV, NEURON_MODEL), {
+        "ClusterName": cluster, "ServiceName": f"{NEURON_MODEL}-service",
+        "Url": f"http://127.0.0.1:{server.server_address[1]}"})
+    try:
+        yield config_dir, image.digest
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_loadtest_in_the_environment_stores_a_result_named_by_the_digest_that_passes_the_gate(
+        session, stand_in, serving, monkeypatch, capsys):
+    """`inferstack loadtest --env staging --model M` (no --target): the digest staging runs read from its ECS
+    service, the target from the stack's outputs, Fargate tasks run by the stand-in (the real Locust), the result
+    stored under <digest>/<model>/<run id>/; promotion's gate then finds it and accepts it."""
+    from inferstack import cli
+    from inferstack.delivery import load_test_gate
+
+    config_dir, digest = serving
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCOUNT)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", cli_deploy.SECRET)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
+    code = cli.main(["loadtest", "--env", ENV, "--model", NEURON_MODEL, "--rate", "12", "--hold", "4",
+                     "--steps", "0.5,1", "--config-dir", str(config_dir)])
+    out, err = capsys.readouterr()
+    assert code == 0, out + err
+    stack = fargate.read_stack(session.client("cloudformation"), ENV)
+    (stored,) = [line.removeprefix("stored ") for line in out.splitlines() if line.startswith("stored ")]
+    assert stored.startswith(f"s3://{stack.results_bucket}/{digest}/{NEURON_MODEL}/") and stored.endswith("/result.json")
+    # the plan's minimum in staging (one instance), two workers (12 req/s needs fewer: a run is distributed)
+    assert f"  {NEURON_MODEL}: {digest} on 1 inf2.xlarge instance(s), up to 12 req/s in 2 steps, 2 workers" in out
+    key = stored.removeprefix(f"s3://{stack.results_bucket}/")
+    result = results.RunResult.from_json(
+        session.client("s3").get_object(Bucket=stack.results_bucket, Key=key)["Body"].read().decode())
+    assert (result.model, result.environment, result.release, result.workers) == (NEURON_MODEL, ENV, digest, 2)
+    assert result.verdict == results.PASS and sum(s.requests for s in result.steps) > 0
+
+    project = config.load(config_dir)
+    (finding,) = load_test_gate.evaluate(session, project, ENV, {NEURON_MODEL: digest})
+    assert finding.passed and finding.evidence is not None and finding.evidence.location == stored
