@@ -103,7 +103,11 @@ def test_targets_are_urls_or_sagemaker_endpoints(target, expected):
     (["--target", "http://x", "--workers", "-1"], "loadtest: error: --workers: must be within 0..64, got -1"),
     (["--target", "http://x", "--steps", "0.5,x"], "loadtest: error: --steps: '0.5,x' is not a comma-separated list"),
     (["--target", "http://x", "--steps", "1,0.5"], "loadtest: error: --steps: fractions must rise and end at 1"),
-    ([], "loadtest: error: --target: required (a run from inside the environment is not available yet)"),
+    ([], "loadtest: error: --env: dev has no load_test in environments.yaml (no generators there); give --target"),
+    (["--env", "staging", "--release", "r1"], "loadtest: error: --release: in an environment the release is the image "
+                                              "digest the model runs there"),
+    (["--target", "http://x", "--role-arn", "arn:aws:iam::111111111111:role/x"],
+     "loadtest: error: --role-arn: applies to environment runs (no --target)"),
 ])
 def test_bad_arguments_exit_2_with_one_line_naming_the_flag(capsys, tmp_path, args, message):
     base = {"--model": "intent-bert", "--env": "dev"}
@@ -116,6 +120,19 @@ def test_bad_arguments_exit_2_with_one_line_naming_the_flag(capsys, tmp_path, ar
     out, err = capsys.readouterr()
     assert out == "" and len(err.splitlines()) == 1 and err.startswith(message), err
     assert not (tmp_path / "out").exists()  # nothing started, nothing written
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--env", "staging"], "loadtest: error: --model: give one model, or --all-models (environment runs only)"),
+    (["--env", "staging", "--model", "intent-bert", "--all-models"],
+     "loadtest: error: --model: give one model, or --all-models"),
+    (["--env", "staging", "--all-models", "--target", "http://x"],
+     "loadtest: error: --all-models: tests an environment's deployed models from inside it; not with --target"),
+])
+def test_model_or_all_models(capsys, argv, message):
+    assert cli.main(["loadtest", "--config-dir", str(CONFIG_DIR), *argv]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.splitlines()) == 1 and err.startswith(message), err
 
 
 def test_out_must_be_a_directory(capsys, tmp_path):
