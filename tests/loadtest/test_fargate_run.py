@@ -25,6 +25,9 @@ from inferstack.rehearsal.fargate_standin import ROOT, FargateStandIn, Image, le
 from tests.conftest import CONFIG_DIR
 from tests.infra.synth import synth
 
+# The real Locust in the stand-in's tasks.
+pytestmark = pytest.mark.loadtest
+
 ENV = "staging"
 PROJECT = config.load(CONFIG_DIR)
 ENVIRONMENT = PROJECT.environments[ENV]
