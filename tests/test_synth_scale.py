@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from inferstack.synthesis.shards import available_cpus
 from tests.conftest import ROOT
@@ -33,11 +34,15 @@ def test_one_model_through_the_cli_and_its_floors():
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     assert "via cli" in result.stdout
     rows = [m.groups() for m in ROW.finditer(result.stdout)]
-    # One model in three environments: a foundation and a serving stack each; the L1 floor, and the
-    # template floor in one process and split between one per CPU (no split on a one-CPU machine).
-    floors = ([("1", "L1 floor", "6", "OK"), ("1", "template floor", "6", "OK")]
-              + ([("1", f"template: {CPUS} proc", "6", "OK")] if CPUS > 1 else []))
-    assert [(r[0], r[1], r[2], r[4]) for r in rows] == [("1", "serial", "6", "OK")] + floors
+    # One model in three environments: a foundation and a serving stack each, plus the load-test stack of every
+    # environment with load_test (staging as shipped); the L1 floor, and the template floor in one process and
+    # split between one per CPU (no split on a one-CPU machine).
+    environments = yaml.safe_load((ROOT / "model_configs" / "environments.yaml").read_text())["environments"]
+    stacks = str(2 * len(environments) + sum(1 for e in environments.values() if e.get("load_test")))
+    assert stacks == "7"  # the shipped config: dev, staging (with load_test), prod
+    floors = ([("1", "L1 floor", stacks, "OK"), ("1", "template floor", stacks, "OK")]
+              + ([("1", f"template: {CPUS} proc", stacks, "OK")] if CPUS > 1 else []))
+    assert [(r[0], r[1], r[2], r[4]) for r in rows] == [("1", "serial", stacks, "OK")] + floors
     assert all(0 < int(r[3]) <= 500 for r in rows)
 
 
