@@ -167,7 +167,8 @@ class DynamicBatcher:
             except asyncio.TimeoutError:
                 log.warning("drain timed out with batches left", extra={"queued": len(self._queue)})
         self._jobs.put(None)
-        await self._loop.run_in_executor(None, self._thread.join, timeout)
+        if self._thread.is_alive():
+            await self._loop.run_in_executor(None, self._thread.join, timeout)
 
     # -- the inference thread -------------------------------------------------------------------
 

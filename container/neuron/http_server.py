@@ -92,7 +92,6 @@ class HttpServer:
 
     def listen(self, sock: socket.socket) -> None:
         self._loop = asyncio.get_running_loop()
-        self._closed = asyncio.Event()
         sock.setblocking(False)
         self._sock = sock
         if self.share is not None:
@@ -182,7 +181,7 @@ class HttpServer:
         for connection in list(self.connections):
             connection.finish()
         if self.connections:
-            self._closed.clear()
+            self._closed = asyncio.Event()
             try:
                 await asyncio.wait_for(self._closed.wait(), timeout)
             except asyncio.TimeoutError:
