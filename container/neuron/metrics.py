@@ -47,20 +47,21 @@ def render() -> bytes:
 
 
 class RequestTally:
-    """Per-request Prometheus updates, gathered on the event loop and written once per loop pass.
+    """Per-request Prometheus updates, gathered on the event loop and written once per batch.
 
-    In multiprocess mode every update is a write to a shared file behind a pid check, about 7 µs per
-    request for its latency, its count and the queue depth: as much as tokenizing it. A batch's
-    replies leave in one loop pass, so their updates become one write per histogram bucket touched.
-    The updates land right after the pass that answered the requests, before the loop reads anything
-    new; the batch metrics are written before any reply leaves (batcher.py)."""
+    In multiprocess mode every update is a write to a shared file behind a pid check: about 7 us per
+    request for its latency, its count and the queue depth, as much as tokenizing it. Gathered, a batch's
+    requests cost one write per histogram bucket touched. The batcher flushes as a batch leaves the queue
+    and once its replies are out (so the counts land before the worker reads another request); requests
+    that never reach a batch (refusals) and queue changes in between are flushed within ``idle_s``."""
 
-    def __init__(self, loop, queue_depth) -> None:
+    def __init__(self, loop, queue_depth, idle_s: float = 0.05) -> None:
         self._loop = loop
         self._queue_depth = queue_depth  # callable: requests waiting now
+        self._idle_s = idle_s
         self._samples: dict[str, list[float]] = {}
         self._counts: dict[tuple[str, int], int] = {}
-        self._scheduled = False
+        self._timer = None
         self._histograms: dict[str, object] = {}
         self._counters: dict[tuple[str, int], object] = {}
 
@@ -74,13 +75,14 @@ class RequestTally:
         self.touch()
 
     def touch(self) -> None:
-        """The queue depth changed: write it in this pass's flush."""
-        if not self._scheduled:
-            self._scheduled = True
-            self._loop.call_soon(self.flush)
+        """Something to write (a request answered, the queue depth changed): at the next flush at the latest."""
+        if self._timer is None:
+            self._timer = self._loop.call_later(self._idle_s, self.flush)
 
     def flush(self) -> None:
-        self._scheduled = False
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         samples, self._samples = self._samples, {}
         counts, self._counts = self._counts, {}
         for route, values in samples.items():

@@ -95,7 +95,8 @@ def load_model(settings: ServerSettings, metadata: dict, readiness: WorkerReadin
             max_queue_delay_s=settings.max_queue_delay_ms / 1000.0,
             loop=loop,
             on_batch=batch_observer(recorder),
-            on_send=tally.touch,
+            on_send=tally.flush,
+            on_delivered=tally.flush,
         )
         batcher.start()
         state.prepare = runner.prepare
