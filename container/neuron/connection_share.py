@@ -1,8 +1,8 @@
 """Least-connections between one model's workers: who accepts the next connection on their shared socket.
 
 Each worker batches only the requests of its own connections, so its batches fill only as far as its
-share of the connections lets them: with the kernel's SO_REUSEPORT hash, 32 connections landed 14/18
-and worse on two workers, and the worker with 18 ran a batch of 16 and then one of 2. Here the
+share of the connections lets them: the kernel's SO_REUSEPORT hash spread them unevenly (6-10 of 16 per
+worker), and a worker with 18 of 32 connections runs a batch of 16 and then one of 2. Here the
 workers share one listening socket and a small shared table of their open-connection counts (a
 memfd the supervisor creates); a worker listens only while no other worker has fewer connections,
 so the counts never differ by more than one. A worker that stops listening because it got ahead

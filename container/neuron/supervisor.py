@@ -71,7 +71,7 @@ def bind(settings: ServerSettings) -> socket.socket:
 
 def bind_port(host: str, port: int) -> socket.socket:
     """The port's listening socket, inherited by each of its workers. One socket, not one per worker
-    (SO_REUSEPORT): the kernel's hash spread 32 connections 14/18 and worse over two workers, and each
+    (SO_REUSEPORT): the kernel's hash spread connections unevenly (6-10 of 16 per worker), and each
     worker batches only its own connections' requests. The workers balance it themselves."""
     sock = socket.create_server((host, port), backlog=2048)
     sock.set_inheritable(True)

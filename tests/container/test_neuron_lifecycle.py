@@ -43,7 +43,7 @@ def test_the_workers_of_a_port_take_turns_so_connections_split_evenly(artifact, 
             assert client.recv(4096).startswith(b"HTTP/1.1 200")
             clients.append(client)
         counts = open_connections(server.url)  # on a 33rd connection
-        # With one SO_REUSEPORT socket per worker the kernel's hash split 32 connections 14/18 and worse.
+        # With one SO_REUSEPORT socket per worker the kernel's hash spread them unevenly (6-10 of 16 each).
         assert len(counts) == 2 and sorted(counts.values()) == [16, 17], counts
     finally:
         for client in clients:
