@@ -97,7 +97,7 @@ PEERS_VENV := .venv-peers
 .make/peers: benchmarks/requirements-peers.txt
 	@mkdir -p .make
 	@command -v java >/dev/null || { command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] \
-	  && apt-get install -y --no-install-recommends openjdk-17-jre-headless; } \
+	  && apt-get update -qq && apt-get install -y --no-install-recommends openjdk-17-jre-headless; } \
 	  || { echo "TorchServe needs a JRE: apt-get install openjdk-17-jre-headless" >&2; exit 1; }
 	rm -rf $(PEERS_VENV)
 	python3 -m venv $(PEERS_VENV)
