@@ -12,6 +12,7 @@ A worker of one of several packed models also keeps its ready marker (readiness.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import signal
@@ -101,6 +102,10 @@ def load_model(settings: ServerSettings, metadata: dict, readiness: WorkerReadin
         batcher.start()
         state.prepare = runner.prepare
         state.batcher = batcher
+        # Everything loaded so far lives as long as the worker: out of the garbage collector's sight, a
+        # full collection no longer walks it (13 ms with the emulated accelerator, 83 ms with torch
+        # loaded, measured here: a pause every request in flight would wait out).
+        gc.freeze()
         readiness.ready()
         log.info(
             "model ready",
