@@ -1,14 +1,15 @@
 """Server-side dynamic batching: many small requests become one model execution.
 
 Requests are queued on the asyncio event loop, which also decides when a batch leaves: as soon as
-max_batch_size rows are queued, else when the queue delay runs out. The delay counts from when the
-model became free or, if later, from when the oldest queued request arrived: a request reaching an
-idle model waits at most the delay (Triton's rule), and requests that queued while the model was
-busy may wait that long again for a fuller batch once it is free (TorchServe's rule). Under Triton's
-rule alone those requests would leave at once, however few: with a closed loop of 16 clients on a
-16-row model the batch split into two halves that took turns for good, each half-full batch costing
-as much model time as a full one. Even with no delay, everything that queued while the previous
-batch ran goes into the next one, so batches grow with load.
+max_batch_size rows are queued, else when the queue delay runs out, counted from the oldest queued
+request's arrival (Triton's rule: a request reaching an idle model waits at most the delay). One
+exception: when the model has just become free and what is queued would fit in one batch with the
+rows it has just answered, the delay counts from then, so the requests that queued while it was busy
+may wait that long again for the answered clients' next requests. Under Triton's rule alone, a closed
+loop of 16 clients on a 16-row model split into two halves that took turns for good, each half-full
+batch costing as much model time as a full one; waiting after every batch instead (TorchServe's
+rule) idled the model for the delay at each batch of a steady open-loop load. Even with no delay,
+everything that queued while the previous batch ran goes into the next one, so batches grow with load.
 
 One inference thread runs the batches, one at a time, which keeps DataParallel (or the CPU's
 threads) fed without contention; it hands each batch's results back to the event loop in one
@@ -89,6 +90,8 @@ class DynamicBatcher:
         self._queue: collections.deque[Pending] = collections.deque()
         self._queued_rows = 0
         self._busy = False  # a batch is with the model
+        # Decided as the model comes free: do the queued rows and the rows just answered fit one batch?
+        self._wait_for_answered = False
         self._free_since = self._clock()  # when the model last became free
         self._timer: Any = None
         self._closing = False
@@ -127,7 +130,10 @@ class DynamicBatcher:
         if self._closing:
             self._send(DRAIN)
             return
-        deadline = max(self._queue[0].enqueued, self._free_since) + self._max_delay
+        start = self._queue[0].enqueued
+        if self._wait_for_answered:
+            start = max(start, self._free_since)  # the clients just answered may come back and fill it
+        deadline = start + self._max_delay
         if deadline <= self._clock():
             self._send(DELAY)
         elif self._timer is None:
@@ -156,6 +162,7 @@ class DynamicBatcher:
         """A batch came back from the model: start the next one, then deliver the results."""
         self._busy = False
         self._free_since = self._clock()
+        self._wait_for_answered = self._queued_rows + sum(item.rows for item in batch) <= self._max_rows
         self._schedule()
         for item, (ok, value) in zip(batch, outcome):
             try:

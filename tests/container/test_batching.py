@@ -105,22 +105,37 @@ def test_rows_count_not_requests_and_a_batch_never_exceeds_the_limit():
         h.submit("five", rows=5)
 
 
-def test_requests_queued_while_the_model_was_busy_wait_at_most_the_delay_once_it_is_free():
+def test_requests_queued_while_the_model_was_busy_wait_for_the_clients_it_answers_if_they_fit():
+    h = Harness(max_batch_size=4)
+    h.submit("a")
+    h.submit("b")
+    h.clock.advance_to_next_timer()  # a batch of 2 leaves by the delay
+    h.clock.now = 100.002
+    h.submit("c")
+    h.submit("d")
+    assert len(h.sent) == 1 and h.clock.pending() == []  # the model is busy: no timer, no batch
+    h.clock.now = 100.004
+    h.finish_batch()
+    # "c" and "d" have waited 2 ms, but with the 2 rows just answered they would fit one batch: they wait
+    # up to the delay again, counted from when the model became free, for a, b's clients to come back.
+    assert h.clock.pending() == [pytest.approx(100.004 + DELAY_S)]
+    h.clock.now = 100.0045
+    h.submit("a2")
+    h.submit("b2")  # the batch fills before the delay runs out
+    assert h.sent[-1] == (["c", "d", "a2", "b2"], FULL, 100.0045)
+
+
+def test_requests_queued_while_the_model_was_busy_go_at_once_when_the_answered_could_not_join_them():
     h = Harness(max_batch_size=4)
     for payload in "abcd":
         h.submit(payload)  # full: with the model
     h.clock.now = 100.002
     h.submit("e")
     h.submit("f")
-    assert len(h.sent) == 1 and h.clock.pending() == []  # the model is busy: no timer, no batch
     h.clock.now = 100.003
     h.finish_batch()
-    # Their delay counts from when the model became free: "e" and "f" may wait until 100.004 for more.
-    assert h.clock.pending() == [pytest.approx(100.003 + DELAY_S)]
-    h.clock.now = 100.0035
-    h.submit("g")
-    h.submit("h")  # the batch fills before the delay runs out
-    assert h.sent[-1] == (list("efgh"), FULL, 100.0035)
+    # 2 queued + 4 answered would not fit one batch: Triton's rule, and "e" has waited its delay already.
+    assert h.sent[-1] == (["e", "f"], DELAY, 100.003)
 
 
 def test_without_a_delay_whatever_queued_goes_as_soon_as_the_model_is_free():
