@@ -23,7 +23,7 @@ CDK_OUT ?= cdk.out
 # there too), drops that one line and keeps the CLI's exit status; everything else passes through in order.
 QUIET_SYNTH = set -o pipefail; $(CDK) synth --quiet $(1) 2>&1 | { grep --line-buffered -v '^Supply a stack id (' || true; }
 
-.PHONY: setup synth test test-real-triton validate clean constraints rehearse-images rehearse-deploy
+.PHONY: setup synth test test-real-triton validate clean constraints rehearse-images rehearse-deploy peers
 setup: .make/python .make/node .make/checkov .make/images .make/triton
 
 .make/python: requirements.txt requirements-dev.txt constraints.txt
@@ -70,7 +70,7 @@ rehearse-deploy: setup
 	$(PYTHON) -m inferstack.rehearsal.cli_deploy
 
 clean:
-	rm -rf cdk.out cdk.out.images .make .venv-images $(CHECKOV_VENV) .venv-triton
+	rm -rf cdk.out cdk.out.images .make .venv-images $(CHECKOV_VENV) .venv-triton .venv-peers
 
 # Side environment of the real-Triton tier (tests/real_triton/): tritonserver 2.51 from nvidia-pytriton,
 # numpy < 2 for its Python backend stub, onnxruntime for the onnxruntime stand-in backend; plus the
@@ -91,3 +91,20 @@ test-real-triton: setup .make/triton
 constraints:
 	@echo "# Transitive pins (pip freeze of a working environment); regenerate with: make constraints" > constraints.txt
 	$(PYTHON) -m pip freeze --disable-pip-version-check | grep -v -E '^(torch==|-e )' >> constraints.txt
+
+# benchmarks/peers.py's side environment (a developer tool, not part of setup or test): TorchServe 0.12 and
+# tritonserver 2.51 (nvidia-pytriton, as the real-Triton tier) beside the serving app, with the project's torch.
+# TorchServe's frontend is Java: a JRE from the system packages, installed here when missing (root, Debian).
+PEERS_VENV := .venv-peers
+.make/peers: benchmarks/requirements-peers.txt
+	@mkdir -p .make
+	@command -v java >/dev/null || { command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] \
+	  && apt-get update -qq && apt-get install -y --no-install-recommends openjdk-17-jre-headless; } \
+	  || { echo "TorchServe needs a JRE: apt-get install openjdk-17-jre-headless" >&2; exit 1; }
+	rm -rf $(PEERS_VENV)
+	python3 -m venv $(PEERS_VENV)
+	$(PEERS_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r benchmarks/requirements-peers.txt
+	@touch $@
+
+peers: .make/python .make/peers
+	flock /tmp/cpu.lock $(PYTHON) benchmarks/peers.py

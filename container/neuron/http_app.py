@@ -2,9 +2,10 @@
 (/ping, /invocations) and Prometheus /metrics, all answering errors as JSON {"error": "..."}.
 
 Built on Starlette (FastAPI's core) without request models; the inference routes themselves are
-answered by a thin ASGI front (InferenceFastPath) and parsed once by protocol.py, which keeps the
-per-request overhead low enough for dynamic batching to pay off. Each inference request's latency and
-outcome also go to the worker's CloudWatch metrics (emf.py), when they are on.
+answered without ASGI (http_server.py calls ``infer`` with the body and a reply callback) and parsed
+once by protocol.py, which keeps the per-request overhead low enough for dynamic batching to pay off.
+Each inference request's latency and outcome also go to the worker's CloudWatch metrics (emf.py),
+when they are on.
 
 In a container packing several models (SERVER_MODELS) each port serves one model's routes;
 readiness and the repository index also cover the other models, through their ready markers.
@@ -12,6 +13,7 @@ readiness and the repository index also cover the other models, through their re
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -41,11 +43,16 @@ class ServerState:
     ready: bool = False
     draining: bool = False
     batcher: DynamicBatcher | None = None
+    prepare: Any = staticmethod(lambda payload: payload)  # the runner's early tokenization, once loaded
     not_ready_reason: str = "model is loading"
     in_flight: int = 0  # inference requests accepted and not yet answered (changed on the event loop only)
 
 
-JSON_HEADERS = {"content-type": "application/json"}
+JSON_HEADER = b"content-type: application/json\r\n"
+
+
+def header_lines(headers: dict[str, str]) -> bytes:
+    return b"".join(f"{name.lower()}: {value}\r\n".encode("latin-1") for name, value in headers.items())
 
 
 def error_body(message: str) -> bytes:
@@ -82,26 +89,29 @@ async def read_body(request: Request, limit: int) -> bytes:
     return await read_limited(request.stream(), request.headers.get("content-length"), limit)
 
 
+@dataclass(frozen=True)
+class App:
+    """The worker's routes as http_server.py serves them: ``asgi`` for everything, ``infer`` for POSTs to
+    ``infer_routes`` (path -> route name)."""
+
+    asgi: Starlette
+    infer_routes: dict[str, str]
+    infer: Any
+
+
 def build_app(
     *,
     interface: ModelInterface,
     state: ServerState,
     max_body_bytes: int,
-    lifespan=None,
+    tally: metrics.RequestTally,
     packed: PackedReadiness | None = None,
     recorder: Recorder | None = None,
-) -> InferenceFastPath:
-    """The worker's routes; ``packed`` is set when this worker is one of several packed models';
-    ``recorder`` takes every inference request's latency and outcome for the EMF metrics (emf.py)."""
+) -> App:
+    """The worker's routes; ``tally`` takes every inference request's latency and status for Prometheus,
+    ``recorder`` for the EMF metrics (emf.py); ``packed`` is set when this worker is one of several
+    packed models'."""
     name = interface.name
-    latency = {route: metrics.REQUEST_LATENCY.labels(route) for route in ("infer", "invocations")}
-    outcomes: dict[tuple[str, int], Any] = {}
-
-    def count(route: str, status: int) -> None:
-        child = outcomes.get((route, status))
-        if child is None:
-            child = outcomes[(route, status)] = metrics.REQUESTS.labels(route, str(status))
-        child.inc()
 
     def check_model(request: Request) -> Response | None:
         params = request.path_params
@@ -137,44 +147,63 @@ def build_app(
     def not_ready() -> Response:
         return error(not_ready_reason(), 503)
 
-    async def run_inference(body_chunks, declared_length: str | None, header_length: str | None, route: str):
-        """(status, content, headers) for one inference request; never raises."""
+    def handle_inference(route: str, body: bytes, header_length: str | None, reply) -> None:
+        """One inference request, answered through ``reply(status, header lines, content)`` exactly once:
+        at once when it is refused, else when its batch has run (http_server.py calls this)."""
         started = time.perf_counter()
-        status = 200
         state.in_flight += 1
-        try:
-            if state.batcher is None or not state.ready:
-                raise ProtocolError(state.not_ready_reason, 503)
-            body = await read_limited(body_chunks, declared_length, max_body_bytes)
-            parsed = interface.parse(body, header_length)
-            logits = await state.batcher.submit(parsed.payload, parsed.payload.rows)
-            content, headers = interface.response(parsed, logits)
-            return status, content, headers
-        except ProtocolError as exc:
-            status = exc.status
-            log.info("rejected request", extra={"route": route, "status": status, "error": str(exc)})
-            return status, error_body(str(exc)), JSON_HEADERS
-        except BatcherClosed as exc:
-            status = 503
-            return status, error_body(str(exc)), JSON_HEADERS
-        except Exception:
-            status = 500
-            log.exception("inference failed", extra={"route": route})
-            return status, error_body("internal error while running the model"), JSON_HEADERS
-        finally:
+
+        def finish(status: int, headers: bytes, content: bytes) -> None:
             state.in_flight -= 1
             elapsed = time.perf_counter() - started
-            latency[route].observe(elapsed)
-            count(route, status)
+            tally.request(route, status, elapsed)
             if recorder is not None:
                 recorder.request(elapsed * 1000.0, status >= 500)
+            reply(status, headers, content)
+
+        def done(parsed, ok: bool, value) -> None:
+            if not ok:
+                finish(500, JSON_HEADER, error_body("internal error while running the model"))
+                return
+            try:
+                content, headers = interface.response(parsed, value)
+            except Exception:
+                log.exception("inference failed", extra={"route": route})
+                finish(500, JSON_HEADER, error_body("internal error while running the model"))
+                return
+            finish(200, JSON_HEADER if headers is None else header_lines(headers), content)
+
+        try:
+            batcher = state.batcher
+            if batcher is None or not state.ready:
+                raise ProtocolError(state.not_ready_reason, 503)
+            parsed = interface.parse(body, header_length)
+            payload = state.prepare(parsed.payload)
+            batcher.submit(payload, payload.rows, lambda ok, value: done(parsed, ok, value))
+            tally.touch()  # the queue depth changed
+        except ProtocolError as exc:
+            log.info("rejected request", extra={"route": route, "status": exc.status, "error": str(exc)})
+            finish(exc.status, JSON_HEADER, error_body(str(exc)))
+        except BatcherClosed as exc:
+            finish(503, JSON_HEADER, error_body(str(exc)))
+        except Exception:
+            log.exception("inference failed", extra={"route": route})
+            finish(500, JSON_HEADER, error_body("internal error while running the model"))
 
     async def starlette_inference(request: Request, route: str) -> Response:
-        headers = request.headers
-        status, content, reply_headers = await run_inference(
-            request.stream(), headers.get("content-length"), headers.get(HEADER_LENGTH), route
-        )
-        return Response(content, status_code=status, headers=reply_headers)
+        """The inference routes reached through Starlette (a path http_server.py does not match as it is,
+        e.g. percent-encoded): the same handler, awaited."""
+        try:
+            body = await read_body(request, max_body_bytes)
+        except ProtocolError as exc:
+            return error(str(exc), exc.status)
+        answered = asyncio.get_running_loop().create_future()
+        handle_inference(route, body, request.headers.get(HEADER_LENGTH), lambda *reply: answered.set_result(reply))
+        status, headers, content = await answered
+        raw = [tuple(line.split(b": ", 1)) for line in headers.split(b"\r\n") if line]
+        response = Response(content, status_code=status)
+        response.raw_headers = [(k, v) for k, v in response.raw_headers if k != b"content-type"] + raw
+        return response
 
     async def infer(request: Request) -> Response:
         return check_model(request) or await starlette_inference(request, "infer")
@@ -236,6 +265,7 @@ def build_app(
     async def http_error(request: Request, exc: HTTPException) -> Response:
         return error(f"{request.method} {request.url.path}: {exc.detail}", exc.status_code)
 
+    # What http_server.py answers without ASGI: path -> route name.
     fast_routes = {
         f"/v2/models/{name}/infer": "infer",
         f"/v2/models/{name}/versions/{MODEL_VERSION}/infer": "infer",
@@ -256,43 +286,5 @@ def build_app(
         Route("/v2/repository/index", repository_index, methods=["POST"]),
         Route("/metrics", prometheus, methods=["GET"]),
     ]
-    app = Starlette(routes=routes, exception_handlers={HTTPException: http_error}, lifespan=lifespan)
-    return InferenceFastPath(app, fast_routes, run_inference)
-
-
-class InferenceFastPath:
-    """ASGI front: the inference routes are answered here, straight from ASGI messages, and
-    everything else goes to Starlette. Skipping Starlette's request/response objects and
-    middleware on the hot path leaves more of the event loop's core for parsing and batching."""
-
-    def __init__(self, app: Starlette, routes: dict[str, str], run_inference) -> None:
-        self.app = app
-        self.routes = routes
-        self.run_inference = run_inference
-
-    async def __call__(self, scope, receive, send) -> None:
-        route = self.routes.get(scope["path"]) if scope["type"] == "http" and scope["method"] == "POST" else None
-        if route is None:
-            await self.app(scope, receive, send)
-            return
-        declared = header_length = None
-        for key, value in scope["headers"]:
-            if key == b"content-length":
-                declared = value.decode("latin-1")
-            elif key == b"inference-header-content-length":
-                header_length = value.decode("latin-1")
-        status, content, headers = await self.run_inference(_body_chunks(receive), declared, header_length, route)
-        raw_headers = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
-        raw_headers.append((b"content-length", str(len(content)).encode()))
-        await send({"type": "http.response.start", "status": status, "headers": raw_headers})
-        await send({"type": "http.response.body", "body": content})
-
-
-async def _body_chunks(receive):
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return
-        yield message.get("body", b"")
-        if not message.get("more_body", False):
-            return
+    app = Starlette(routes=routes, exception_handlers={HTTPException: http_error})
+    return App(app, fast_routes, handle_inference)

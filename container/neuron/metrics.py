@@ -24,7 +24,15 @@ BATCH_SIZE = Histogram("inference_batch_size", "Rows per model execution (after 
 BATCH_LATENCY = Histogram(
     "inference_batch_duration_seconds", "Tokenize + model time per executed batch.", buckets=LATENCY_BUCKETS
 )
+BATCHES = Counter(
+    "inference_batches",
+    "Executed batches by what sent them: full (max batch size reached), delay (the oldest request waited the "
+    "queue delay), drain (shutting down).",
+    ["trigger"],
+)
 QUEUE_DEPTH = Gauge("inference_queue_depth", "Requests waiting for the model.", multiprocess_mode="livesum")
+# Per worker (a pid label with several): the workers of a model share its port least-connections first.
+OPEN_CONNECTIONS = Gauge("inference_open_connections", "Open client connections.", multiprocess_mode="liveall")
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
@@ -36,3 +44,76 @@ def render() -> bytes:
         return generate_latest(registry)
     return generate_latest(REGISTRY)
 
+
+
+class RequestTally:
+    """Per-request Prometheus updates, gathered on the event loop and written once per batch.
+
+    In multiprocess mode every update is a write to a shared file behind a pid check: about 7 us per
+    request for its latency, its count and the queue depth, as much as tokenizing it. Gathered, a batch's
+    requests cost one write per histogram bucket touched. The batcher flushes as a batch leaves the queue
+    and once its replies are out (so the counts land before the worker reads another request); requests
+    that never reach a batch (refusals) and queue changes in between are flushed within ``idle_s``."""
+
+    def __init__(self, loop, queue_depth, idle_s: float = 0.05) -> None:
+        self._loop = loop
+        self._queue_depth = queue_depth  # callable: requests waiting now
+        self._idle_s = idle_s
+        self._samples: dict[str, list[float]] = {}
+        self._counts: dict[tuple[str, int], int] = {}
+        self._timer = None
+        self._histograms: dict[str, object] = {}
+        self._counters: dict[tuple[str, int], object] = {}
+
+    def request(self, route: str, status: int, seconds: float) -> None:
+        samples = self._samples.get(route)
+        if samples is None:
+            samples = self._samples[route] = []
+        samples.append(seconds)
+        key = (route, status)
+        self._counts[key] = self._counts.get(key, 0) + 1
+        self.touch()
+
+    def touch(self) -> None:
+        """Something to write (a request answered, the queue depth changed): at the next flush at the latest."""
+        if self._timer is None:
+            self._timer = self._loop.call_later(self._idle_s, self.flush)
+
+    def flush(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        samples, self._samples = self._samples, {}
+        counts, self._counts = self._counts, {}
+        for route, values in samples.items():
+            child = self._histograms.get(route)
+            if child is None:
+                child = self._histograms[route] = REQUEST_LATENCY.labels(route)
+            observe_many(child, values)
+        for key, n in counts.items():
+            counter = self._counters.get(key)
+            if counter is None:
+                counter = self._counters[key] = REQUESTS.labels(key[0], str(key[1]))
+            counter.inc(n)
+        QUEUE_DEPTH.set(self._queue_depth())
+
+
+def observe_many(histogram, values: list[float]) -> None:
+    """histogram.observe(v) for every v, as one update per bucket touched and one of the sum (through
+    prometheus_client's per-bucket values, which every release since 0.4 keeps as _upper_bounds, _buckets
+    and _sum); one observe() each if a release ever lays them out otherwise."""
+    bounds, buckets, total = getattr(histogram, "_upper_bounds", None), getattr(histogram, "_buckets", None), getattr(histogram, "_sum", None)
+    if bounds is None or buckets is None or total is None or len(bounds) != len(buckets):
+        for value in values:
+            histogram.observe(value)
+        return
+    hits = [0] * len(bounds)
+    for value in values:
+        for i, bound in enumerate(bounds):
+            if value <= bound:
+                hits[i] += 1
+                break
+    total.inc(sum(values))
+    for i, n in enumerate(hits):
+        if n:
+            buckets[i].inc(n)

@@ -2,6 +2,9 @@
 
 Loaded inside a worker process only (after NEURON_RT_VISIBLE_CORES is set), through the same
 Backend interface compile.py used, so cpu, inf1 and inf2 artifacts serve identically.
+Texts are tokenized as each request arrives, on the event loop, when the ASCII WordPiece fast path
+(ascii_wordpiece.py) can answer them, so a batch only waits for its stacking once it leaves the
+queue; other texts are tokenized together, per batch, by the tokenizers library on the inference thread.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from typing import Sequence
 
 import numpy as np
 
+import ascii_wordpiece
 from artifact import MODEL_FILE, TOKENIZER_FILE
 from backends import get_backend
 
@@ -29,6 +33,17 @@ class TextRows:
 
 
 @dataclass(frozen=True)
+class EncodedRows:
+    """Texts already tokenized (unpadded token ids, at most the sequence length each)."""
+
+    ids: list[list[int]]
+
+    @property
+    def rows(self) -> int:
+        return len(self.ids)
+
+
+@dataclass(frozen=True)
 class TokenRows:
     input_ids: np.ndarray  # int64 [n, <= sequence_length]
     attention_mask: np.ndarray
@@ -39,12 +54,11 @@ class TokenRows:
 
 
 class ModelRunner:
-    def __init__(self, model_dir: Path, metadata: dict, torch_threads: int) -> None:
-        import torch
+    def __init__(self, model_dir: Path, metadata: dict, torch_threads: int, standin_batch_ms: float | None = None) -> None:
+        """``standin_batch_ms`` replaces the model with the emulated accelerator (standin_accelerator.py),
+        for benchmarks and tests: tokenization and everything around the model stay as they are."""
         from tokenizers import Tokenizer
 
-        torch.set_num_threads(torch_threads)
-        self._torch = torch
         self.sequence_length = int(metadata["sequence_length"])
         self.compiled_batch = int(metadata["batch_size"])
         self.pad_id = int(metadata["pad_token_id"])
@@ -54,16 +68,45 @@ class ModelRunner:
         self.tokenizer.no_padding()
         # encode_batch_fast (tokenizers >= 0.20) skips character offsets, which serving never uses.
         self._encode = getattr(self.tokenizer, "encode_batch_fast", self.tokenizer.encode_batch)
+        self.fast_tokenizer = ascii_wordpiece.from_tokenizer(self.tokenizer, self.sequence_length)
+        if standin_batch_ms is not None:
+            from standin_accelerator import StandinAccelerator  # not in the images (.dockerignore)
+
+            self.forward = StandinAccelerator(standin_batch_ms, len(metadata["labels"]))
+            return
+        import torch
+
+        torch.set_num_threads(torch_threads)
         backend = get_backend(metadata["backend"])
         module = backend.load(str(model_dir / MODEL_FILE))
-        self.model = backend.data_parallel(module, pipeline=metadata["parallelism"] == "pipeline")
+        model = backend.data_parallel(module, pipeline=metadata["parallelism"] == "pipeline")
+
+        def forward(ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+            with torch.inference_mode():
+                return model(torch.from_numpy(ids), torch.from_numpy(mask)).float().numpy()
+
+        self.forward = forward
 
     def padded_rows(self, rows: int) -> int:
         """Rows the model executes for ``rows`` real ones: Neuron graphs have a fixed batch, so
         a batch is padded up to a multiple of it."""
         return -(-rows // self.compiled_batch) * self.compiled_batch
 
-    def _stack(self, requests: Sequence[TextRows | TokenRows]) -> tuple[np.ndarray, np.ndarray]:
+    def prepare(self, payload: TextRows | TokenRows) -> TextRows | EncodedRows | TokenRows:
+        """The payload with its texts tokenized now if the fast path answers all of them (called on the
+        event loop: the fast path's word cache belongs to that thread), else as it was."""
+        fast = self.fast_tokenizer
+        if fast is None or not isinstance(payload, TextRows):
+            return payload
+        ids = []
+        for text in payload.texts:
+            encoded = fast.encode(text)
+            if encoded is None:
+                return payload
+            ids.append(encoded)
+        return EncodedRows(ids)
+
+    def _stack(self, requests: Sequence[TextRows | EncodedRows | TokenRows]) -> tuple[np.ndarray, np.ndarray]:
         total = sum(r.rows for r in requests)
         padded = self.padded_rows(total)
         ids = np.full((padded, self.sequence_length), self.pad_id, dtype=np.int64)
@@ -79,6 +122,11 @@ class ModelRunner:
                     ids[row, : len(tokens)] = tokens
                     mask[row, : len(tokens)] = 1
                     row += 1
+            elif isinstance(request, EncodedRows):
+                for tokens in request.ids:
+                    ids[row, : len(tokens)] = tokens
+                    mask[row, : len(tokens)] = 1
+                    row += 1
             else:
                 n, width = request.input_ids.shape
                 ids[row : row + n, :width] = request.input_ids
@@ -86,12 +134,10 @@ class ModelRunner:
                 row += n
         return ids, mask
 
-    def run(self, requests: Sequence[TextRows | TokenRows]) -> list[np.ndarray]:
+    def run(self, requests: Sequence[TextRows | EncodedRows | TokenRows]) -> list[np.ndarray]:
         """Logits (float32 [rows, labels]) for each request, in order."""
         ids, mask = self._stack(requests)
-        with self._torch.inference_mode():
-            logits = self.model(self._torch.from_numpy(ids), self._torch.from_numpy(mask))
-        logits = logits.float().numpy()
+        logits = self.forward(ids, mask)
         out, row = [], 0
         for request in requests:
             out.append(logits[row : row + request.rows])

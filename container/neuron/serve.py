@@ -12,6 +12,7 @@ Bad flags or a bad artifact: one line on stderr and exit 2, before anything star
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 import jsonlog
@@ -37,6 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     add_arguments(parser)
     # Internal: set by the supervisor when it starts a worker on the inherited socket.
     parser.add_argument("--worker-fd", type=int, default=None, help=argparse.SUPPRESS)
+    # Internal, several workers: the connection-count table and wake pipe they share (connection_share.py).
+    parser.add_argument("--worker-share", default=None, help=argparse.SUPPRESS)
     # Internal, packed models only: the worker's model and the supervisor's ready-marker directory.
     parser.add_argument("--worker-model", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--ready-dir", default=None, help=argparse.SUPPRESS)
@@ -53,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker_fd is not None:
         import worker
 
-        return worker.run(settings, metadata, args.worker_fd)
+        return worker.run(settings, metadata, args.worker_fd, share=worker_share(args))
     import supervisor
 
     try:
@@ -64,6 +67,14 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:  # e.g. the port is taken
         print(f"serve.py: error: --port: cannot listen on {settings.host}:{settings.port}: {exc.strerror}", file=sys.stderr)
         return 2
+
+
+def worker_share(args: argparse.Namespace):
+    if args.worker_share is None:
+        return None
+    from connection_share import ConnectionShare
+
+    return ConnectionShare([int(fd) for fd in args.worker_share.split(",")], int(os.environ.get("SERVER_WORKER_INDEX", "0")))
 
 
 def serve_packed(settings: ServerSettings, args: argparse.Namespace, argv: list[str]) -> int:
@@ -79,7 +90,7 @@ def serve_packed(settings: ServerSettings, args: argparse.Namespace, argv: list[
             args.ready_dir, {m.name: m.port for m in settings.models}, {m.name: m.workers for m in settings.models}
         )
         jsonlog.configure(settings.log_level)
-        return worker.run(own, metadata, args.worker_fd, packed)
+        return worker.run(own, metadata, args.worker_fd, packed, share=worker_share(args))
     plans = preflight(settings.models, settings.model_dir, settings.visible_cores)
     jsonlog.configure(settings.log_level)
     import supervisor

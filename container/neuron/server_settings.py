@@ -40,6 +40,9 @@ class ServerSettings:
     metrics_service: str = "model"  # the Service dimension
     metrics_interval_s: int = 60
     neuron_monitor: Path | None = None  # the executable the supervisor runs, or None (off)
+    # Benchmarks and tests only: the model replaced by the emulated accelerator (standin_accelerator.py),
+    # this many ms per batch. A hidden flag with no environment variable: nothing deployed can set it.
+    standin_accelerator_ms: float | None = None
 
     def packed_model(self, name: str) -> PackedModel:
         for model in self.models:
@@ -83,6 +86,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     for name, (env, default) in ENVIRONMENT.items():
         flag = "--" + name.replace("_", "-")
         parser.add_argument(flag, dest=name, default=None, help=f"env {env} (default {DEFAULT_HELP.get(name, default)})")
+    parser.add_argument("--standin-accelerator-ms", dest="standin_accelerator_ms", default=None, help=argparse.SUPPRESS)
 
 
 def _raw(args: argparse.Namespace, name: str, environ: dict[str, str]) -> str | None:
@@ -169,7 +173,20 @@ def from_args(args: argparse.Namespace, environ: dict[str, str] | None = None) -
         metrics_service=service,
         metrics_interval_s=_int(args, "metrics_interval_s", environ, 1, 3600),
         neuron_monitor=_neuron_monitor(args, environ) if metrics == "emf" else None,
+        standin_accelerator_ms=_standin(getattr(args, "standin_accelerator_ms", None)),
     )
+
+
+def _standin(raw: str | None) -> float | None:
+    if raw is None:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        raise SettingsError(f"--standin-accelerator-ms: expected a number, got {raw!r}") from None
+    if not 0 <= value <= 10_000:
+        raise SettingsError(f"--standin-accelerator-ms: must be between 0 and 10000, got {value}")
+    return value
 
 
 def _dimension_value(name: str, value: str) -> None:

@@ -1,8 +1,8 @@
 """The container's main process: binds the port, starts the workers, relays signals, reaps them.
 
-It never imports torch or a Neuron package: each worker is a fresh interpreter that inherits its
-own listening socket on the shared port and its own NEURON_RT_VISIBLE_CORES slice, and loads the
-model itself.
+It never imports torch or a Neuron package: each worker is a fresh interpreter that inherits the
+port's listening socket and its own NEURON_RT_VISIBLE_CORES slice, and loads the model itself. The
+workers of one model take turns accepting connections, least-connections first (connection_share.py).
 The supervisor exits 0 after a SIGTERM/SIGINT once every worker drained and exited 0; if a
 worker dies on its own, it stops the others and exits 1 so the orchestrator replaces the task.
 With several packed models (SERVER_MODELS) it does the same for each model at once: every model
@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from compile_settings import SettingsError
+from connection_share import ConnectionShare
 from core_ranges import partition
 from neuron_monitor import NeuronMonitor
 from packing import PackedPlan
@@ -47,14 +48,14 @@ class WorkerGroup:
 
     model: str | None  # the packed model's name; None in a single-model container
     slices: list[str | None]  # NEURON_RT_VISIBLE_CORES of each worker
-    socks: list[socket.socket]  # one listening socket per worker, all on the same port
+    sock: socket.socket  # the port's listening socket, shared by the group's workers
     metrics_dir: str | None  # shared by the group's workers when there are several
     args: tuple[str, ...] = ()  # added to each worker's command line
     served: str = "model"  # the served model's name: its workers' NEURON_PROCESS_TAG is "<served>/<index>"
 
     @property
     def port(self) -> int:
-        return self.socks[0].getsockname()[1]
+        return self.sock.getsockname()[1]
 
 
 @dataclass
@@ -64,33 +65,17 @@ class Child:
     index: int
 
 
-def bind(settings: ServerSettings, count: int) -> list[socket.socket]:
-    """One listening socket per worker, all on the same port (SO_REUSEPORT).
-
-    The kernel spreads new connections over the sockets by their addresses. With one shared
-    socket, whichever worker woke first accepted a whole burst of connections: a client (or a
-    load balancer) with a few long-lived keep-alive connections then kept one worker busy and
-    the others idle (15 of 16 connections on one of two workers, measured).
-    """
-    return bind_port(settings.host, settings.port, count)
+def bind(settings: ServerSettings) -> socket.socket:
+    return bind_port(settings.host, settings.port)
 
 
-def bind_port(host: str, port: int, count: int) -> list[socket.socket]:
-    # A plain bind first: it fails if anything holds the port, another server's SO_REUSEPORT
-    # group included, which the group's own binds would silently join. It also resolves port 0.
-    with socket.create_server((host, port)) as probe:
-        port = probe.getsockname()[1]
-    socks: list[socket.socket] = []
-    try:
-        for _ in range(count):
-            socks.append(socket.create_server((host, port), backlog=2048, reuse_port=True))
-    except OSError:
-        for sock in socks:
-            sock.close()
-        raise
-    for sock in socks:
-        sock.set_inheritable(True)
-    return socks
+def bind_port(host: str, port: int) -> socket.socket:
+    """The port's listening socket, inherited by each of its workers. One socket, not one per worker
+    (SO_REUSEPORT): the kernel's hash spread connections unevenly (6-10 of 16 per worker), and each
+    worker batches only its own connections' requests. The workers balance it themselves."""
+    sock = socket.create_server((host, port), backlog=2048)
+    sock.set_inheritable(True)
+    return sock
 
 
 def _metrics_dir(workers: int) -> str | None:
@@ -102,8 +87,8 @@ def _metrics_dir(workers: int) -> str | None:
 def run(settings: ServerSettings, metadata: dict, argv: list[str]) -> int:
     cores_per_model = 0 if metadata["backend"] == "cpu" else int(metadata["neuron_cores_per_model"])
     slices = partition(settings.visible_cores, settings.workers, cores_per_model)
-    socks = bind(settings, len(slices))
-    group = WorkerGroup(None, slices, socks, _metrics_dir(len(slices)), served=settings.model_name)
+    sock = bind(settings)
+    group = WorkerGroup(None, slices, sock, _metrics_dir(len(slices)), served=settings.model_name)
     children = start([group], argv)
     return supervise(children, [group], ready_dir=None, monitor=start_neuron_monitor(settings, [group.served]))
 
@@ -115,16 +100,15 @@ def run_packed(settings: ServerSettings, plans: list[PackedPlan], argv: list[str
         for plan in plans:
             model = plan.model
             try:
-                socks = bind_port(settings.host, model.port, len(plan.slices))
+                sock = bind_port(settings.host, model.port)
             except OSError as exc:
                 reason = os.strerror(exc.errno) if exc.errno else str(exc)  # create_server appends the address
                 raise SettingsError(f"{model.label('port')}: cannot listen on {settings.host}:{model.port}: {reason}") from None
-            groups.append(WorkerGroup(model.name, list(plan.slices), socks, None, ("--worker-model", model.name),
+            groups.append(WorkerGroup(model.name, list(plan.slices), sock, None, ("--worker-model", model.name),
                                       served=model.name))
     except BaseException:
         for group in groups:
-            for sock in group.socks:
-                sock.close()
+            group.sock.close()
         raise
     for group in groups:
         group.metrics_dir = _metrics_dir(len(group.slices))
@@ -146,10 +130,18 @@ def start_neuron_monitor(settings: ServerSettings, models: list[str]) -> NeuronM
 
 def start(groups: list[WorkerGroup], argv: list[str]) -> dict[int, Child]:
     children: dict[int, Child] = {}
+    shared_fds: list[int] = []
     try:
         for group in groups:
             port = group.port
-            for index, (cores, sock) in enumerate(zip(group.slices, group.socks)):
+            fds: tuple[int, ...] = (group.sock.fileno(),)
+            share_args: tuple[str, ...] = ()
+            if len(group.slices) > 1:
+                share = ConnectionShare.create(len(group.slices))
+                shared_fds += share
+                fds += tuple(share)
+                share_args = ("--worker-share", ",".join(map(str, share)))
+            for index, cores in enumerate(group.slices):
                 # The Neuron runtime reports the tag to neuron-monitor, which reports per model from it.
                 env = dict(os.environ, SERVER_WORKER_INDEX=str(index), NEURON_PROCESS_TAG=f"{group.served}/{index}")
                 # Tokenization runs on the worker's inference thread; the tokenizers library's own
@@ -160,8 +152,9 @@ def start(groups: list[WorkerGroup], argv: list[str]) -> dict[int, Child]:
                     env[MULTIPROC_ENV] = group.metrics_dir
                 if cores is not None:
                     env["NEURON_RT_VISIBLE_CORES"] = cores
-                command = [sys.executable, SERVE_SCRIPT, *argv, *group.args, "--worker-fd", str(sock.fileno())]
-                process = subprocess.Popen(command, env=env, pass_fds=(sock.fileno(),))
+                command = [sys.executable, SERVE_SCRIPT, *argv, *group.args, "--worker-fd", str(group.sock.fileno()),
+                           *share_args]
+                process = subprocess.Popen(command, env=env, pass_fds=fds)
                 children[process.pid] = Child(process, group, index)
                 extra = {"worker": index, "worker_pid": process.pid, "visible_cores": cores, "port": port}
                 if group.model is not None:
@@ -171,8 +164,9 @@ def start(groups: list[WorkerGroup], argv: list[str]) -> dict[int, Child]:
         # Workers hold the sockets now; keeping a copy here would let connections queue
         # unanswered after the workers stop listening during a drain.
         for group in groups:
-            for sock in group.socks:
-                sock.close()
+            group.sock.close()
+        for fd in shared_fds:
+            os.close(fd)
     return children
 
 

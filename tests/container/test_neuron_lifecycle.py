@@ -9,54 +9,53 @@ import signal
 import socket
 import threading
 import time
-from types import SimpleNamespace
 
 import pytest
 import requests
 from conftest import SERVE, run_script
 
-import supervisor
 from artifact import read_metadata
 
 TEXT = {"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1], "data": ["in flight"]}]}
 
 
-def test_each_worker_gets_its_own_socket_and_the_kernel_spreads_connections():
-    socks = supervisor.bind(SimpleNamespace(host="127.0.0.1", port=0), 2)
+def open_connections(url: str) -> dict[str, float]:
+    """inference_open_connections per worker pid, as /metrics reports it (this request's connection included)."""
+    text = requests.get(url + "/metrics", timeout=10).text
+    return {pid: float(value) for pid, value in re.findall(r'^inference_open_connections\{pid="(\d+)"\} (\S+)$', text, re.M)}
+
+
+def test_the_workers_of_a_port_take_turns_so_connections_split_evenly(artifact, start_server):
+    # The emulated accelerator (a stand-in: no torch) keeps start-up short; balance does not depend on the model.
+    server = start_server(artifact, env={"SERVER_WORKERS": "2"}, args=("--standin-accelerator-ms", "1"))
+    server.wait_ready()
+    deadline = time.monotonic() + 60
+    # Readiness probes' connections are closed by now, but a worker may not have seen them go yet.
+    while sum(open_connections(server.url).values()) != 1:
+        assert time.monotonic() < deadline, open_connections(server.url)
+        time.sleep(0.05)
     clients: list[socket.socket] = []
     try:
-        port = socks[0].getsockname()[1]
-        assert {sock.getsockname()[1] for sock in socks} == {port}
-        # The port is taken for anyone else, another server with SO_REUSEPORT included.
-        with pytest.raises(OSError):
-            supervisor.bind(SimpleNamespace(host="127.0.0.1", port=port), 2)
-        clients = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(32)]
-        time.sleep(0.2)
-        accepted = []
-        for sock in socks:
-            sock.setblocking(False)
-            count = 0
-            while True:
-                try:
-                    conn, _ = sock.accept()
-                except BlockingIOError:
-                    break
-                conn.close()
-                count += 1
-            accepted.append(count)
-        # One shared socket let the first worker to wake take nearly all of them.
-        assert sum(accepted) == 32 and min(accepted) > 0, accepted
+        for _ in range(32):
+            # One request each, so every connection has been accepted before the next one opens.
+            client = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+            client.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert client.recv(4096).startswith(b"HTTP/1.1 200")
+            clients.append(client)
+        counts = open_connections(server.url)  # on a 33rd connection
+        # With one SO_REUSEPORT socket per worker the kernel's hash spread them unevenly (6-10 of 16 each).
+        assert len(counts) == 2 and sorted(counts.values()) == [16, 17], counts
     finally:
-        for sock in socks + clients:
-            sock.close()
+        for client in clients:
+            client.close()
 
 
 def test_warm_up_runs_every_batch_shape_the_batcher_can_form(artifact):
     from runner import ModelRunner
 
     runner = ModelRunner(artifact, read_metadata(artifact), torch_threads=1)
-    model, shapes = runner.model, []
-    runner.model = lambda ids, mask: (shapes.append(tuple(ids.shape)), model(ids, mask))[1]
+    model, shapes = runner.forward, []
+    runner.forward = lambda ids, mask: (shapes.append(tuple(ids.shape)), model(ids, mask))[1]
     runner.warm_up(iterations=1, max_batch_size=5)
     # The artifact's compiled batch is 2, so 1..5 rows execute as 2, 4 or 6.
     assert {rows for rows, _ in shapes} == {2, 4, 6}
