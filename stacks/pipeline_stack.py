@@ -136,36 +136,30 @@ class PipelineStack(cdk.Stack):
                 for _, repositories in sorted(registries.items())]
 
     def _smoke_step(self, env_name: str, environment: Environment) -> pipelines.CodeBuildStep:
-        """Installs the project from the same source revision and runs the smoke test as a role of the
-        environment's account (CodeBuild's own role lives in the tooling account)."""
-        role_arn = f"arn:{self.partition}:iam::{environment.account}:role/{self.settings.smoke_role_name}"
-        return pipelines.CodeBuildStep(
-            f"Smoke-{env_name}",
-            input=self.source,
-            env={"SMOKE_ROLE_ARN": role_arn, "AWS_REGION": environment.region,
-                 "AWS_DEFAULT_REGION": environment.region},
-            install_commands=["python3 -m venv .venv",
-                              ".venv/bin/pip install --quiet -r requirements.txt -c constraints.txt"],
-            # The smoke command assumes the role itself, from CodeBuild's credentials (--role-arn).
-            commands=[". .venv/bin/activate", smoke_command(env_name)],
-            role_policy_statements=[iam.PolicyStatement(actions=["sts:AssumeRole"], resources=[role_arn])],
-        )
+        return self._tool_step(f"Smoke-{env_name}", environment, self.settings.smoke_role_name, "SMOKE_ROLE_ARN",
+                               smoke_command(env_name))
 
     def _load_test_step(self, env_name: str, environment: Environment) -> pipelines.CodeBuildStep:
-        """Runs the environment's load test on Fargate (the command only starts tasks and reads results: no
-        load is generated in CodeBuild), as the load test role of that account."""
-        role_arn = f"arn:{self.partition}:iam::{environment.account}:role/{self.settings.load_test_role_name}"
+        """The command only starts the environment's Fargate tasks and reads their results: no load is generated
+        in CodeBuild. Steps of a few minutes per model, and Fargate's start: far inside the timeout."""
+        return self._tool_step(f"LoadTest-{env_name}", environment, self.settings.load_test_role_name,
+                               "LOAD_TEST_ROLE_ARN", load_test_command(env_name), timeout=cdk.Duration.hours(2))
+
+    def _tool_step(self, step_id: str, environment: Environment, role_name: str, role_variable: str, command: str,
+                   timeout: cdk.Duration | None = None) -> pipelines.CodeBuildStep:
+        """Installs the project from the same source revision and runs `command` as a role of the environment's
+        account (CodeBuild's own role lives in the tooling account): the command assumes it itself, from
+        CodeBuild's credentials (--role-arn "$<role_variable>")."""
+        role_arn = f"arn:{self.partition}:iam::{environment.account}:role/{role_name}"
         return pipelines.CodeBuildStep(
-            f"LoadTest-{env_name}",
+            step_id,
             input=self.source,
-            env={"LOAD_TEST_ROLE_ARN": role_arn, "AWS_REGION": environment.region,
-                 "AWS_DEFAULT_REGION": environment.region},
+            env={role_variable: role_arn, "AWS_REGION": environment.region, "AWS_DEFAULT_REGION": environment.region},
             install_commands=["python3 -m venv .venv",
                               ".venv/bin/pip install --quiet -r requirements.txt -c constraints.txt"],
-            commands=[". .venv/bin/activate", load_test_command(env_name)],
+            commands=[". .venv/bin/activate", command],
             role_policy_statements=[iam.PolicyStatement(actions=["sts:AssumeRole"], resources=[role_arn])],
-            # Steps of a few minutes each, per model, and Fargate's start: far inside CodeBuild's limit.
-            timeout=cdk.Duration.hours(2),
+            timeout=timeout,
         )
 
     def _log_artifact_access(self) -> None:
