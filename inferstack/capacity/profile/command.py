@@ -130,17 +130,6 @@ def _read_result(path: Path) -> RunResult:
         raise ProfileUsageError(str(exc)) from None
 
 
-def _read_result(path: Path) -> RunResult:
-    try:
-        return RunResult.from_json(path.read_text(encoding="utf-8"), where=str(path))
-    except OSError as exc:
-        raise ProfileUsageError(f"--from-result {path}: cannot read: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise ProfileUsageError(f"--from-result {path}: not UTF-8 text") from None
-    except ResultError as exc:
-        raise ProfileUsageError(str(exc)) from None
-
-
 def _read_recommendations(args, model) -> recommendations.Recommendations:
     only = set(recommender_command.split(args.instance_types)) if args.instance_types else None
     try:
