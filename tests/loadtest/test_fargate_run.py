@@ -299,7 +299,7 @@ def serving(session, tmp_path):
     shutil.copytree(CONFIG_DIR, config_dir)
     path = config_dir / f"{NEURON_MODEL}.yaml"
     data = yaml.safe_load(path.read_text())
-    data.setdefault("environments", {}).setdefault(ENV, {}).setdefault("slo", {})["p99_latency_ms"] = 2000
+    data.setdefault("environments", {}).setdefault(ENV, {}).setdefault("slo", {})["p99_latency_ms"] = 500
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     model = config.load(config_dir).model(NEURON_MODEL)
     answer = json.dumps({"model_name": NEURON_MODEL, "outputs": [
@@ -353,15 +353,18 @@ def test_loadtest_in_the_environment_stores_a_result_named_by_the_digest_that_pa
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCOUNT)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", cli_deploy.SECRET)
     monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
-    code = cli.main(["loadtest", "--env", ENV, "--model", NEURON_MODEL, "--rate", "12", "--hold", "4",
+    # A 500 ms SLO paces each user at 1 req/s (pacing.HEADROOM), so the 3 s measured of each 4 s step hold
+    # whole intervals: the achieved count is the offered one, not within a request or two of 36 (a 2000 ms SLO's
+    # 4 s intervals made a 5 % shortfall out of one missing request, and CI failed on it once).
+    code = cli.main(["loadtest", "--env", ENV, "--model", NEURON_MODEL, "--rate", "40", "--hold", "4",
                      "--steps", "0.5,1", "--config-dir", str(config_dir)])
     out, err = capsys.readouterr()
     assert code == 0, out + err
     stack = fargate.read_stack(session.client("cloudformation"), ENV)
     (stored,) = [line.removeprefix("stored ") for line in out.splitlines() if line.startswith("stored ")]
     assert stored.startswith(f"s3://{stack.results_bucket}/{digest}/{NEURON_MODEL}/") and stored.endswith("/result.json")
-    # the plan's minimum in staging (one instance), two workers (12 req/s needs fewer: a run is distributed)
-    assert f"  {NEURON_MODEL}: {digest} on 1 inf2.xlarge instance(s), up to 12 req/s in 2 steps, 2 workers" in out
+    # the plan's minimum in staging (one instance), two workers (40 req/s needs fewer: a run is distributed)
+    assert f"  {NEURON_MODEL}: {digest} on 1 inf2.xlarge instance(s), up to 40 req/s in 2 steps, 2 workers" in out
     key = stored.removeprefix(f"s3://{stack.results_bucket}/")
     result = results.RunResult.from_json(
         session.client("s3").get_object(Bucket=stack.results_bucket, Key=key)["Body"].read().decode())
