@@ -12,6 +12,8 @@ from pathlib import Path
 import boto3
 import yaml
 
+from inferstack.neuron.task import CONTAINER_NAME
+
 ACCOUNTS = {"dev": "111111111111", "staging": "222222222222", "prod": "333333333333"}
 ASSET_REPOSITORY = "cdk-hnb659fds-container-assets-{account}-{region}"
 MANIFEST_TYPE = "application/vnd.docker.distribution.manifest.v2+json"
@@ -79,7 +81,7 @@ def deploy_neuron(sess: boto3.Session, env: str, model: str, image_uri: str) -> 
     cluster = f"{env}-{model}-cluster"
     ecs.create_cluster(clusterName=cluster)
     task = ecs.register_task_definition(family=f"{env}-{model}", containerDefinitions=[
-        {"name": "Server", "image": image_uri, "memory": 1024}])["taskDefinition"]["taskDefinitionArn"]
+        {"name": CONTAINER_NAME, "image": image_uri, "memory": 1024}])["taskDefinition"]["taskDefinitionArn"]
     ecs.create_service(cluster=cluster, serviceName=f"{model}-service", taskDefinition=task, desiredCount=1)
     create_stack(sess, f"{env}-{model}", {"ClusterName": cluster, "ServiceName": f"{model}-service",
                                           "Url": "http://internal-lb.example"})

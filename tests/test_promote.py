@@ -16,6 +16,7 @@ from inferstack import cli
 from inferstack.delivery import ecr_images, promote
 from inferstack.config import load
 from inferstack.config.release_pin import ReleasePin
+from inferstack.neuron.task import CONTAINER_NAME
 from inferstack.rehearsal import moto_patches
 from tests import aws_fakes
 from tests.conftest import CONFIG_DIR
@@ -260,9 +261,28 @@ def test_a_fleet_members_are_pinned_as_the_fleet(dev, capsys):
     assert repositories == {f"inferstack/{m}" for m in MODELS}
 
 
-def test_container_name_matches_the_construct():
-    from inferstack.constructs.neuron_ecs_service import CONTAINER_NAME
-    assert promote.NEURON_CONTAINER == CONTAINER_NAME
+def test_the_image_is_read_from_the_container_the_construct_names(dev):
+    """A task with a sidecar listed first: promote reads the serving container NeuronEcsService names
+    (inferstack.neuron.task.CONTAINER_NAME), and refuses a task of several containers without it rather than
+    guess."""
+    _, images = dev
+    sess = aws_fakes.session("dev")
+    ecs = sess.client("ecs")
+    (unit,) = [u for u in PROJECT.image_units("dev") if u.name == "intent-bert-inf2"]
+    served = images["intent-bert-inf2"].uri
+
+    def run(*names: str) -> None:
+        containers = [{"name": name, "image": served if name == CONTAINER_NAME else "public.ecr.aws/a/sidecar:1",
+                       "memory": 128} for name in names]
+        task = ecs.register_task_definition(family="dev-intent-bert-inf2", containerDefinitions=containers)
+        ecs.update_service(cluster="dev-intent-bert-inf2-cluster", service="intent-bert-inf2-service",
+                           taskDefinition=task["taskDefinition"]["taskDefinitionArn"])
+
+    run("Sidecar", CONTAINER_NAME)
+    assert promote.running_image(sess, "dev", unit) == served
+    run("Sidecar", "Proxy")
+    with pytest.raises(promote.PromoteError, match=f"has no container '{CONTAINER_NAME}'"):
+        promote.running_image(sess, "dev", unit)
 
 
 def test_image_references():

@@ -404,7 +404,6 @@ def check_pipeline_capacity(env_file: EnvironmentsFile, models: Sequence[Model])
 
 FLEET_MEMBER_KIND = {"neuron-cores": "neuron-ecs", "sagemaker-inference-components": "triton-sagemaker"}
 RESERVED_STACK_IDS = ("Foundation", "Pipeline", "LoadTest")
-MAX_TARGET_GROUPS_PER_SERVICE = 5
 # https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_iam-quotas.html (inline policies per role: 10,240
 # characters in all); the endpoint role's own statements take the rest.
 MAX_COMPONENTS_PER_FLEET = 10
@@ -512,11 +511,10 @@ def _check_fleet_environment(name: str, fleet: Fleet, members: Sequence[Model], 
                                  capacity.max, zero="closed" if isinstance(fleet, NeuronCoreFleet) else "on-demand",
                                  owner=f"fleet {name}")
     if isinstance(fleet, NeuronCoreFleet):
-        if len(members) > MAX_TARGET_GROUPS_PER_SERVICE:
+        if len(members) > routing.MAX_TARGET_GROUPS:
             yield ("fleets", name, "models"), (
                 f"{len(members)} models; the fleet's ECS service routes each to its own target group and a "
-                f"service takes at most {MAX_TARGET_GROUPS_PER_SERVICE} (https://docs.aws.amazon.com/AmazonECS/"
-                f"latest/developerguide/register-multiple-targetgroups.html)")
+                f"service takes at most {routing.MAX_TARGET_GROUPS} ({routing.MAX_TARGET_GROUPS_SOURCE})")
             return
         shifting = neuron_deployment.rollout(fleet.deployment_for(env_name)).shifts_traffic
         for index, message in routing.priority_clashes(fleet.models, catch_all_first=shifting):

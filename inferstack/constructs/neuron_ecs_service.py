@@ -42,6 +42,8 @@ from inferstack.neuron import deployment as neuron_deployment
 from inferstack.neuron import metrics as serving_metrics
 from inferstack.neuron import task as neuron_task
 from inferstack.neuron.routing import CATCH_ALL_PRIORITY, MAX_RULE_PRIORITY, rule_priority  # noqa: F401 (re-exported)
+from inferstack.neuron.routing import MAX_TARGET_GROUPS
+from inferstack.neuron.task import CONTAINER_NAME
 from inferstack.neuron.deployment import EcsRollout
 from inferstack.schema.models import NeuronEcsModel
 from inferstack.config.release_pin import PinnedImage
@@ -58,16 +60,12 @@ READINESS_PATH = "/v2/health/ready"  # 200 only after the model is loaded and wa
 # Several models in one task: the serving app answers each model's readiness on that model's port.
 MODEL_PATH = "/v2/models/{name}"
 MODEL_READINESS_PATH = MODEL_PATH + "/ready"
-# "For services that use an Application Load Balancer or Network Load Balancer, you cannot attach more than
-# five target groups to a service" (ECS developer guide, register-multiple-targetgroups).
-MAX_TARGET_GROUPS = 5
 # An ALB fixed response carries at most 1024 characters; listener rule priorities run 1..50000.
 MAX_FIXED_RESPONSE_CHARS = 1024
 CATCH_ALL_PATH = "/*"
 # A production rule is created on the primary target group; ECS rewrites the weights on every deployment, and a
 # stack update writes back the live ones (inferstack.constructs.live_values), never these.
 PRIMARY_WEIGHT, ALTERNATE_WEIGHT = 100, 0
-CONTAINER_NAME = "Server"
 # The serving app's EMF flush interval: one data point per minute and dimension set, what the alarms and the
 # scaling policies evaluate (60 s periods).
 METRICS_INTERVAL_SECONDS = 60

@@ -24,12 +24,10 @@ from inferstack.delivery import aws_sessions, ecr_images, load_test_gate, releas
 from inferstack.config import NeuronEcsModel, Project, loader, pin_history
 from inferstack.config.loader import ImageUnit
 from inferstack.config.release_pin import PIN_FORMAT, LoadTestRecord, PinnedImage, ReleaseIdentity, ReleasePin, dump
+from inferstack.neuron.task import CONTAINER_NAME
 
 # Promoted images live in one repository per image unit in each target account: inferstack/<model or fleet>.
 REPOSITORY_PREFIX = "inferstack"
-# The container NeuronEcsService names (CONTAINER_NAME there; a test keeps them equal). Not imported:
-# that module loads the CDK, which takes seconds a deploy pipeline step should not pay.
-NEURON_CONTAINER = "Server"
 
 
 class PromoteError(Exception):
@@ -69,11 +67,11 @@ def running_image(session: boto3.Session, env_name: str, unit: ImageUnit) -> str
         task_definition = found["services"][0]["taskDefinition"]
         containers = ecs.describe_task_definition(taskDefinition=task_definition)["taskDefinition"][
             "containerDefinitions"]
-        images = [c["image"] for c in containers if c.get("name") == NEURON_CONTAINER] or \
+        images = [c["image"] for c in containers if c.get("name") == CONTAINER_NAME] or \
                  ([containers[0]["image"]] if len(containers) == 1 else [])
         if not images:
             raise PromoteError(f"{unit.name}: task definition {task_definition} has no container "
-                               f"{NEURON_CONTAINER!r}")
+                               f"{CONTAINER_NAME!r}")
         return images[0]
     (endpoint,) = stack_outputs.require(values, (stack_outputs.ENDPOINT_NAME,), env_name, unit.name)
     sagemaker = session.client("sagemaker")

@@ -1,10 +1,17 @@
-"""Listener rule priorities of a Neuron service's models: pure, so validation and the construct agree."""
+"""How a Neuron service's models are routed: the target-group limit and listener rule priorities, pure, so
+validation and the construct agree."""
 
 from __future__ import annotations
 
 import zlib
 from collections.abc import Sequence
 
+# "For services that use an Application Load Balancer or Network Load Balancer, you cannot attach more than
+# five target groups to a service" (ECS developer guide, at MAX_TARGET_GROUPS_SOURCE). A fleet routes each model
+# to its own target group.
+MAX_TARGET_GROUPS = 5
+MAX_TARGET_GROUPS_SOURCE = ("https://docs.aws.amazon.com/AmazonECS/latest/developerguide/"
+                            "register-multiple-targetgroups.html")
 MAX_RULE_PRIORITY = 50_000  # listener rule priorities run 1..50000
 # Traffic-shifting rollouts: the production rule that takes every path not routed elsewhere (a dedicated
 # model's whole listener, a fleet's first model) is evaluated last.

@@ -17,6 +17,9 @@ from inferstack.schema.models import NeuronEcsModel
 
 # The image's Dockerfile inside container/neuron/, per Neuron generation (the one place that names it).
 DOCKERFILE = "Dockerfile.{neuron_target}"
+# The serving container's name in the task definition: the construct names it, and promote finds the running
+# image by it.
+CONTAINER_NAME = "Server"
 
 # Left to the OS, the ECS agent and Docker: the task is sized to what the container instance registers,
 # not to the instance's nominal size, or it would never be placed.

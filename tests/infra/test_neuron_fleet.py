@@ -14,7 +14,7 @@ import pytest
 from aws_cdk.assertions import Template
 
 from inferstack.capacity import packing
-from inferstack.constructs.neuron_ecs_service import CATCH_ALL_PRIORITY, MAX_TARGET_GROUPS, rule_priority
+from inferstack.neuron.routing import CATCH_ALL_PRIORITY, MAX_TARGET_GROUPS, rule_priority
 from inferstack.delivery import stack_outputs
 from tests.infra.test_neuron_ecs_service import PINNED_IDS, image_asset, only
 from tests.infra.live_values import as_created
