@@ -21,7 +21,7 @@ from inferstack.constructs.shared_endpoint import SharedEndpoint
 from inferstack.config import Environment
 from inferstack.config.loader import Model
 from inferstack.config.release_pin import PinnedImage
-from inferstack.constructs.neuron_ecs_service import ImageBuild, NeuronEcsService
+from inferstack.constructs.neuron_service import ImageBuild, NeuronEcsService
 from inferstack.delivery import stack_outputs
 from inferstack.neuron import deployment as neuron_deployment
 from inferstack.schema.models import Fleet, InferenceComponentFleet, NeuronCoreFleet, NeuronEcsModel

@@ -18,7 +18,7 @@ from inferstack.config.loader import Model
 from inferstack.neuron import deployment as neuron_deployment
 from inferstack.schema.models import NeuronEcsModel
 from inferstack.config.release_pin import PinnedImage
-from inferstack.constructs.neuron_ecs_service import ImageBuild, NeuronEcsService
+from inferstack.constructs.neuron_service import ImageBuild, NeuronEcsService
 from inferstack.constructs.triton_component import TritonComponent
 from inferstack.constructs.triton_endpoint import TritonEndpoint
 from inferstack.delivery import stack_outputs

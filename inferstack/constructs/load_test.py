@@ -29,7 +29,7 @@ WORKER_COMMAND = ("worker",)
 LOCUST_PORT = 5557
 HTTPS_PORT = 443
 # Internal load balancers listen on HTTP inside the VPC, or on HTTPS where the environment has a certificate
-# (inferstack/constructs/neuron_ecs_service.py): HTTPS is open anyway for the AWS APIs.
+# (inferstack/constructs/neuron_service/load_balancer.py): HTTPS is open anyway for the AWS APIs.
 HTTP_PORT = 80
 # Locust writes its CSV statistics and the report under the working directory; the root file system is
 # read-only, so this is the one writable path (a task-local volume, gone with the task).

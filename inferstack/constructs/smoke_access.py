@@ -19,7 +19,7 @@ PROBE_HANDLER = "handler.handler"
 # The probe caps one request at 50 s (inferstack/delivery/smoke_probe/handler.py); the function outlives it.
 PROBE_TIMEOUT = cdk.Duration.seconds(60)
 # Internal load balancers listen on HTTP, or on HTTPS where the environment has a certificate
-# (inferstack/constructs/neuron_ecs_service.py).
+# (inferstack/constructs/neuron_service/load_balancer.py).
 PROBE_PORTS = (80, 443)
 # What AWSLambdaVPCAccessExecutionRole grants, written inline for this one function.
 ENI_ACTIONS = ("ec2:CreateNetworkInterface", "ec2:DescribeNetworkInterfaces", "ec2:DescribeSubnets",

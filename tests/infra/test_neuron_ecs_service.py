@@ -17,7 +17,7 @@ from aws_cdk import aws_logs as logs
 from aws_cdk.assertions import Match, Template
 
 from inferstack import config
-from inferstack.constructs.neuron_ecs_service import AMI_PARAMETER, ImageBuild, NeuronEcsService
+from inferstack.constructs.neuron_service import AMI_PARAMETER, ImageBuild, NeuronEcsService
 from inferstack.capacity import packing
 from inferstack.capacity.planning import CapacityPlan
 from inferstack.schema.models import OffHours

@@ -16,8 +16,9 @@ from aws_cdk.assertions import Template
 
 from inferstack import config
 from inferstack.capacity import packing, planning
-from inferstack.constructs.neuron_ecs_service import CATCH_ALL_PRIORITY, rule_priority
 from inferstack.neuron import deployment as neuron_deployment
+from inferstack.neuron import routing
+from inferstack.neuron.routing import CATCH_ALL_PRIORITY, rule_priority
 from inferstack.schema.models import Deployment
 from tests.conftest import CONFIG_DIR
 from tests.infra.test_neuron_ecs_service import build_direct, only
@@ -243,14 +244,12 @@ def test_a_dedicated_canary_routes_every_path_through_its_production_rule(projec
 
 
 def test_a_member_whose_priority_is_the_catch_alls_is_refused(project_config, monkeypatch):
-    from inferstack.constructs import neuron_ecs_service
-
     members = project_config.fleet_members(FLEET)
     plan = packing.plan_fleet(FLEET, project_config.fleets[FLEET], members, "staging",
                               project_config.environments["staging"])
     # duplicate-bert (second) drawing the catch-all's priority: fine while the fleet rolls, refused once the first
     # member's production rule takes that priority
-    monkeypatch.setattr(neuron_ecs_service, "rule_priority",
+    monkeypatch.setattr(routing, "rule_priority",
                         lambda model: CATCH_ALL_PRIORITY if model == "duplicate-bert" else 7)
     build_direct(members[0], plan.instance_type, models=members, capacity=plan)
     rollout = neuron_deployment.rollout(project_config.fleets[FLEET].deployment_for("staging"))

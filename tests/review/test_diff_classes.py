@@ -33,7 +33,7 @@ def target_group(port: int = 8080) -> dict:
 
 
 def ecs() -> dict:
-    """A blue/green ECS fleet as neuron_ecs_service builds it: a listener whose default action and production
+    """A blue/green ECS fleet as NeuronEcsService builds it: a listener whose default action and production
     rule forward weighted to two target groups, the service naming the rule, its task-count target, an
     Auto Scaling group on a launch template, a retained log group and a task policy."""
     return {"Resources": {

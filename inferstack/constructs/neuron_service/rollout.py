@@ -1,0 +1,64 @@
+"""How ECS replaces the tasks on a deploy (the model's or fleet's EcsRollout, inferstack.neuron.deployment) and
+what rolls a deploy back: the ECS service's deployment settings, and its deployment alarms. Apart from the
+service because CDK renders rolling-update settings whatever the strategy, and the alarms ECS watches exist
+only once observability has made them."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import aws_cdk as cdk
+from aws_cdk import aws_ecs as ecs
+
+from inferstack.neuron.deployment import EcsRollout
+
+if TYPE_CHECKING:
+    from inferstack.constructs.neuron_service.service import NeuronEcsService
+
+
+def deployment_options(rollout: EcsRollout) -> dict:
+    """Ec2Service keyword arguments for the rollout. The strategy is always explicit, ROLLING included: an
+    update that drops the property would leave the service on the strategy it had. The circuit breaker
+    applies to rolling updates only (ECS API, DeploymentCircuitBreaker); the blue/green family rolls back on
+    the deployment alarms (enabled on every strategy once the alarms exist: `roll_back_on_alarms`)."""
+    options: dict = {"deployment_strategy": ecs.DeploymentStrategy[rollout.strategy]}
+    if not rollout.shifts_traffic:
+        options["circuit_breaker"] = ecs.DeploymentCircuitBreaker(enable=True, rollback=True)
+        return options
+    assert rollout.bake_time_minutes is not None
+    options["bake_time"] = cdk.Duration.minutes(rollout.bake_time_minutes)
+    if rollout.strategy == "CANARY":
+        assert rollout.canary_percent is not None and rollout.canary_bake_minutes is not None
+        options["canary_configuration"] = ecs.TrafficShiftConfig(
+            step_percent=rollout.canary_percent, step_bake_time=cdk.Duration.minutes(rollout.canary_bake_minutes))
+    elif rollout.strategy == "LINEAR":
+        assert rollout.step_percent is not None and rollout.step_bake_minutes is not None
+        options["linear_configuration"] = ecs.TrafficShiftConfig(
+            step_percent=rollout.step_percent, step_bake_time=cdk.Duration.minutes(rollout.step_bake_minutes))
+    return options
+
+
+def drop_rolling_parameters(ecs_service: ecs.Ec2Service) -> None:
+    """For a traffic-shifting rollout. maximumPercent and minimumHealthyPercent are rolling-update parameters
+    (ECS API, DeploymentConfiguration): blue/green, linear and canary scale green to the full count instead. CDK
+    renders both whatever the strategy (its defaults 200 and 50 when unset), so they are removed."""
+    resource = ecs_service.node.default_child
+    assert isinstance(resource, ecs.CfnService)
+    resource.add_property_deletion_override("DeploymentConfiguration.MaximumPercent")
+    resource.add_property_deletion_override("DeploymentConfiguration.MinimumHealthyPercent")
+    cdk.Annotations.of(ecs_service).acknowledge_warning(
+        "@aws-cdk/aws-ecs:shouldUseCircuitBreaker",
+        "the circuit breaker applies to rolling updates only (ECS API, DeploymentCircuitBreaker); this "
+        "blue/green-family deployment rolls back on the models' SLO alarms (deployment alarms)")
+
+
+def roll_back_on_alarms(service: NeuronEcsService) -> None:
+    """ECS watches these during every deployment (and a blue/green-family bake time) and rolls back when one
+    fires (deployment-alarm-failure): each model's SLO alarms, the ones its dashboard row shows. With a
+    traffic-shifting rollout they read both target groups, so a canary's errors count. Sets the service's
+    `deployment_alarms`."""
+    keys = [(f"{s.name}/" if service.packed else "") + alarm_id
+            for s in service.served for alarm_id in ("LatencyAlarm", "ErrorRateAlarm")]
+    service.deployment_alarms = [service.alarms[key] for key in keys]
+    service.service.enable_deployment_alarms([alarm.ref for alarm in service.deployment_alarms],
+                                             behavior=ecs.AlarmBehavior.ROLLBACK_ON_ALARM)
