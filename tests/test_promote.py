@@ -16,7 +16,7 @@ from inferstack import cli
 from inferstack.delivery import ecr_images, promote
 from inferstack.config import load
 from inferstack.config.release_pin import ReleasePin
-from inferstack.rehearsal import moto_patches
+from rehearsal import moto_patches
 from tests import aws_fakes
 from tests.conftest import CONFIG_DIR
 from tests.test_cli import run
