@@ -23,8 +23,9 @@ CDK_OUT ?= cdk.out
 # there too), drops that one line and keeps the CLI's exit status; everything else passes through in order.
 QUIET_SYNTH = set -o pipefail; $(CDK) synth --quiet $(1) 2>&1 | { grep --line-buffered -v '^Supply a stack id (' || true; }
 
-.PHONY: setup synth test test-real-triton validate clean constraints rehearse-images rehearse-deploy peers
-setup: .make/python .make/node .make/checkov .make/images .make/triton
+.PHONY: setup synth test test-real-triton validate clean constraints rehearse-images rehearse-deploy peers docs \
+	docs-build docs-reference browser
+setup: .make/python .make/node .make/checkov .make/images .make/triton .make/docs browser
 
 .make/python: requirements.txt requirements-dev.txt constraints.txt
 	@mkdir -p .make
@@ -70,7 +71,8 @@ rehearse-deploy: setup
 	$(PYTHON) -m rehearsal.cli_deploy
 
 clean:
-	rm -rf cdk.out cdk.out.images .make .venv-images $(CHECKOV_VENV) .venv-triton .venv-peers
+	rm -rf cdk.out cdk.out.images .make .venv-images $(CHECKOV_VENV) .venv-triton .venv-peers $(DOCS_VENV) site docs/assets/vendor \
+	  .cache/docs
 
 # Side environment of the real-Triton tier (tests/real_triton/): tritonserver 2.51 from nvidia-pytriton,
 # numpy < 2 for its Python backend stub, onnxruntime for the onnxruntime stand-in backend; plus the
@@ -108,3 +110,44 @@ PEERS_VENV := .venv-peers
 
 peers: .make/python .make/peers
 	flock /tmp/cpu.lock $(PYTHON) benchmarks/peers.py
+
+# The documentation site (mkdocs.yml, docs/): MkDocs with the Material theme and mkdocstrings, in a side
+# environment like checkov's (their Markdown, Jinja and click pins are theirs, not the project's).
+DOCS_VENV := .venv-docs
+MKDOCS := NO_MKDOCS_2_WARNING=1 $(DOCS_VENV)/bin/mkdocs
+# Material draws the ```mermaid diagrams with mermaid.js, which it would fetch from a CDN at view time; the site
+# serves this pinned copy instead (mkdocs.yml extra_javascript), so diagrams render offline. `npm pack` fetches
+# the package with npm's own integrity check; the hash pins the one file taken from it.
+MERMAID_VERSION := 11.17.2
+MERMAID_SHA256 := 581ed7d74bd9048d0e3a91363927d72ef22942d7722546b27f7cc29e35390eb8
+.make/docs: requirements-docs.txt
+	@mkdir -p .make .cache/docs docs/assets/vendor
+	rm -rf $(DOCS_VENV)
+	python3 -m venv $(DOCS_VENV)
+	$(DOCS_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-docs.txt
+	cd .cache/docs && npm pack --silent mermaid@$(MERMAID_VERSION) > /dev/null
+	tar -xzf .cache/docs/mermaid-$(MERMAID_VERSION).tgz -C .cache/docs package/dist/mermaid.min.js
+	echo "$(MERMAID_SHA256)  .cache/docs/package/dist/mermaid.min.js" | sha256sum --check --quiet
+	cp .cache/docs/package/dist/mermaid.min.js docs/assets/vendor/mermaid.min.js
+	@touch $@
+
+# A real headless browser for tests/docs/test_site_browser.py: Debian's chromium and its chromedriver, driven
+# by Selenium (requirements-docs.txt). Playwright and Puppeteer download their own browser builds, which this
+# project cannot fetch; Debian's packages come through apt like any other dependency. Installed only when a
+# binary is missing (apt-get needs root; CI runs as root), so a second `make setup` changes nothing.
+browser:
+	@if command -v chromium > /dev/null && command -v chromedriver > /dev/null; then :; else \
+		echo "installing Debian's chromium and chromium-driver (the docs browser test)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver > /dev/null; \
+	fi
+
+docs: .make/docs
+	$(MKDOCS) serve --dev-addr 127.0.0.1:8000
+
+docs-build: .make/docs
+	$(MKDOCS) build --strict
+
+# Rewrite the generated reference pages (docs/reference/) after changing the schema models, the CLI's
+# arguments or the constructs' modules; tests/docs/ fails while a committed page is stale.
+docs-reference: .make/python
+	$(PYTHON) docs/gen/reference.py

@@ -131,7 +131,7 @@ def start_serve(name: str, serve_py: Path, art: Path, args, standin_ms: float | 
 def start_naive(art: Path) -> Server:
     port = sb.free_port()
     # One torch thread: with two, OpenMP spins at its barriers whenever anything else wants the cores
-    # (README, Performance); serve_bench.py measures both.
+    # (docs/explanation/performance.md); serve_bench.py measures both.
     return Server("naive", sb.start_baseline(art, port, 1), port, "/v2/models/model/infer")
 
 

@@ -1,5 +1,6 @@
-"""What the README tells a newcomer holds: its "Adding a model" examples validate as written (and the shared
-endpoint's additions are each required where the README says so), and no document sends a reader to files
+"""What the README and the documentation site tell a newcomer holds: the "Add a model" examples
+(docs/how-to/add-a-model.md) validate as written (and the shared
+endpoint's additions are each required where the page says so), and no document sends a reader to files
 that are not in the repository (REFERENCE.md, DESIGN.md, STYLE.md, ../shared): each figure cites its public
 source instead."""
 
@@ -50,11 +51,22 @@ def test_the_documents_checked_include_the_readmes_and_docs():
 
 # ------------------------------------------------------------------------------- "Adding a model"
 
-def adding_a_model_blocks() -> dict[str, dict]:
-    """The YAML blocks of README "Adding a model", by their `name:` (the shared endpoint's additions, which
+ADD_A_MODEL = ROOT / "docs" / "how-to" / "add-a-model.md"
+
+
+def adding_a_model_sections() -> dict[str, str]:
+    """Where adding a model is documented (the README links there)."""
+    return {"docs/how-to/add-a-model.md": ADD_A_MODEL.read_text()}
+
+
+@pytest.fixture(params=sorted(adding_a_model_sections()))
+def section(request) -> str:
+    return adding_a_model_sections()[request.param]
+
+
+def adding_a_model_blocks(section: str) -> dict[str, dict]:
+    """The YAML blocks of an "Add a model" text, by their `name:` (the shared endpoint's additions, which
     have none, as "shared-additions")."""
-    text = README.read_text()
-    section = text[text.index("### Adding a model"):text.index("### Validation")]
     blocks = {}
     for block in re.findall(r"```yaml\n(.*?)```", section, re.S):
         data = yaml.safe_load(block)
@@ -92,8 +104,8 @@ def shared(dedicated: dict, additions: dict) -> dict:
     return merge(dedicated, additions)
 
 
-def test_readme_has_a_neuron_and_a_minimal_triton_example_and_the_shared_endpoint_additions():
-    blocks = adding_a_model_blocks()
+def test_readme_has_a_neuron_and_a_minimal_triton_example_and_the_shared_endpoint_additions(section):
+    blocks = adding_a_model_blocks(section)
     assert set(blocks) == {"ticket-router", "review-sentiment", "shared-additions"}
     triton = blocks["review-sentiment"]
     # minimal: only what the schema requires, plus deploy_in and per-environment overrides
@@ -104,12 +116,12 @@ def test_readme_has_a_neuron_and_a_minimal_triton_example_and_the_shared_endpoin
 
 
 @pytest.mark.parametrize("name", ["ticket-router", "review-sentiment"])
-def test_each_readme_example_validates_as_a_new_file(tmp_path, name):
-    assert problems(with_models(tmp_path, adding_a_model_blocks()[name])) == []
+def test_each_readme_example_validates_as_a_new_file(tmp_path, section, name):
+    assert problems(with_models(tmp_path, adding_a_model_blocks(section)[name])) == []
 
 
-def test_the_triton_example_validates_on_the_shared_endpoint_with_the_additions(tmp_path):
-    blocks = adding_a_model_blocks()
+def test_the_triton_example_validates_on_the_shared_endpoint_with_the_additions(tmp_path, section):
+    blocks = adding_a_model_blocks(section)
     model = shared(blocks["review-sentiment"], blocks["shared-additions"])
     project = config.load(with_models(tmp_path, model, fleet_member="review-sentiment"))
     assert project.fleet_of("review-sentiment", "dev") == "triton-shared"
@@ -121,8 +133,8 @@ def test_the_triton_example_validates_on_the_shared_endpoint_with_the_additions(
     (("serving", "inference_ami_version"), "give them the same serving.inference_ami_version"),
     (("environments", "dev", "slo", "cold_start_seconds"), "but its SLO has no slo.cold_start_seconds"),
 ])
-def test_each_shared_endpoint_addition_is_required_as_the_readme_says(tmp_path, left_out, expected):
-    blocks = adding_a_model_blocks()
+def test_each_shared_endpoint_addition_is_required_as_the_readme_says(tmp_path, section, left_out, expected):
+    blocks = adding_a_model_blocks(section)
     model = shared(blocks["review-sentiment"], blocks["shared-additions"])
     node = model
     for key in left_out[:-1]:
@@ -132,12 +144,11 @@ def test_each_shared_endpoint_addition_is_required_as_the_readme_says(tmp_path, 
     assert len(found) == 1 and expected in found[0], found
 
 
-def test_the_cold_start_estimate_the_readme_quotes_is_the_planners(tmp_path):
-    blocks = adding_a_model_blocks()
+def test_the_cold_start_estimate_the_readme_quotes_is_the_planners(tmp_path, section):
+    blocks = adding_a_model_blocks(section)
     model = shared(blocks["review-sentiment"], blocks["shared-additions"])
     del model["environments"]["dev"]["slo"]["cold_start_seconds"]
     (found,) = problems(with_models(tmp_path, model, fleet_member="review-sentiment"))
     estimate = re.search(r"wait about (\d+) s", found).group(1)
-    section = README.read_text().split("### Adding a model")[1]
     assert f"(here about {estimate} s)" in section
     assert blocks["shared-additions"]["environments"]["dev"]["slo"]["cold_start_seconds"] >= int(estimate)

@@ -396,7 +396,7 @@ def check_pipeline_capacity(env_file: EnvironmentsFile, models: Sequence[Model])
             yield ("pipeline", "stages"), (
                 f"{stacks} serving stacks need {actions} actions in the {name} stage; CodePipeline allows "
                 f"{PIPELINE_ACTIONS_PER_STAGE} per stage: remove the pipeline block and deploy with the CLI "
-                f"(README: From an external CI)")
+                f"(docs/how-to/external-ci.md)")
             return
 
 

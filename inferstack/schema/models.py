@@ -58,12 +58,18 @@ class CreateVpc(Frozen):
 
 
 class ImportVpc(Frozen):
-    vpc_id: str = Field(pattern=r"^vpc-[0-9a-f]{8,17}$")
-    vpc_cidr: str = Field(pattern=r"^\d{1,3}(\.\d{1,3}){3}/\d{1,2}$")
-    private_subnet_ids: tuple[Annotated[str, Field(pattern=r"^subnet-[0-9a-f]{8,17}$")], ...] = Field(min_length=2)
+    vpc_id: str = Field(pattern=r"^vpc-[0-9a-f]{8,17}$", description="the existing VPC's id")
+    vpc_cidr: str = Field(pattern=r"^\d{1,3}(\.\d{1,3}){3}/\d{1,2}$",
+                          description="the VPC's primary CIDR block: internal listeners admit this range")
+    private_subnet_ids: tuple[Annotated[str, Field(pattern=r"^subnet-[0-9a-f]{8,17}$")], ...] = Field(
+        min_length=2, description="subnets the workloads run in (instances, tasks, endpoints, the smoke probe), "
+        "at least two, in the environment's availability_zones order")
     private_subnet_route_table_ids: tuple[Annotated[str, Field(pattern=r"^rtb-[0-9a-f]{8,17}$")], ...] = Field(
-        min_length=2)
-    public_subnet_ids: tuple[Annotated[str, Field(pattern=r"^subnet-[0-9a-f]{8,17}$")], ...] = ()
+        min_length=2, description="route tables of the private subnets, in the same order (the S3 gateway "
+        "endpoint's routes go there when create_endpoints is set)")
+    public_subnet_ids: tuple[Annotated[str, Field(pattern=r"^subnet-[0-9a-f]{8,17}$")], ...] = Field(
+        (), description="subnets for internet-facing load balancers; needed only with "
+        "defaults.public_load_balancer")
     create_endpoints: bool = Field(False, description="add the VPC endpoints inferstack needs to this VPC "
                                    "(and the S3 gateway route to its route tables); only the VPC's owner can")
     owner_account: str | None = Field(
@@ -73,8 +79,8 @@ class ImportVpc(Frozen):
 
 
 class Network(Frozen):
-    create: CreateVpc | None = None
-    import_: ImportVpc | None = Field(None, alias="import")
+    create: CreateVpc | None = Field(None, description="a new VPC for this environment (set this or import)")
+    import_: ImportVpc | None = Field(None, alias="import", description="an existing VPC by ids (set this or create)")
 
     @model_validator(mode="after")
     def _exactly_one(self) -> "Network":
@@ -96,7 +102,8 @@ class Alarms(Frozen):
     topic_arn: str | None = Field(
         None, pattern=r"^arn:aws[a-z-]*:sns:[a-z0-9-]+:\d{12}:[A-Za-z0-9_-]{1,256}$",
         description="existing SNS topic for alarms; omitted: the foundation stack creates an encrypted one")
-    emails: tuple[Annotated[str, Field(pattern=r"^[^@\s]+@[^@\s]+\.[^@\s]+$")], ...] = ()
+    emails: tuple[Annotated[str, Field(pattern=r"^[^@\s]+@[^@\s]+\.[^@\s]+$")], ...] = Field(
+        (), description="addresses subscribed to the alarm topic by email (each confirms its subscription)")
 
 
 class EnvironmentDefaults(Frozen):
@@ -182,11 +189,14 @@ class LoadTest(Frozen):
 
 class Environment(Frozen):
     account: str = Field(pattern=ACCOUNT_PATTERN, description="12-digit AWS account id")
-    region: str = Field(pattern=REGION_PATTERN)
-    availability_zones: tuple[str, ...] = Field(min_length=2, max_length=6)
-    network: Network
-    alarms: Alarms = Alarms()
-    defaults: EnvironmentDefaults = EnvironmentDefaults()
+    region: str = Field(pattern=REGION_PATTERN, description="AWS region the environment deploys to")
+    availability_zones: tuple[str, ...] = Field(
+        min_length=2, max_length=6, description="zones of the region, written down so synth never looks them up")
+    network: Network = Field(description="the VPC: create a new one, or import an existing one by ids")
+    alarms: Alarms = Field(Alarms(), description="where alarms notify: an existing SNS topic or a new one, "
+                           "with email subscriptions")
+    defaults: EnvironmentDefaults = Field(EnvironmentDefaults(), description="settings every stack of the "
+                                          "environment takes unless a model or fleet overrides them")
     prices: dict[InstanceType, PositiveFloat] = Field(
         default_factory=dict, description="USD per instance hour, overriding inferstack.capacity.pricing's table")
     release: ReleaseRef | None = Field(
@@ -244,7 +254,8 @@ class PipelineSettings(Frozen):
         pattern=CONNECTION_ARN_PATTERN,
         description="CodeConnections (or CodeStar Connections) connection of the tooling account to the repository")
     repository: str = Field(pattern=r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$", description="owner/name")
-    branch: str = Field("main", pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]*$", max_length=255)
+    branch: str = Field("main", pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]*$", max_length=255,
+                        description="branch whose pushes run the pipeline")
     stages: tuple[Name, ...] = Field(
         min_length=1, description="environments the pipeline deploys, in this order (each after the previous "
                                   "one's smoke test passed)")
@@ -266,28 +277,29 @@ class FleetCapacity(Frozen):
     instance_type: InstanceType
     min: int = Field(ge=0, description="instances at the least; 0 scales the fleet to zero when idle "
                      "(sagemaker-inference-components only; a neuron-cores fleet reaches 0 through off_hours)")
-    max: PositiveInt
+    max: PositiveInt = Field(description="instances at the most; the plan must carry every member's peak within it")
     safety_factor: float | None = Field(None, gt=0, le=1, description="overrides the environment default")
 
 
 class FleetCapacityOverride(Frozen):
-    instance_type: InstanceType | None = None
-    min: int | None = Field(None, ge=0)
-    max: PositiveInt | None = None
-    safety_factor: float | None = Field(None, gt=0, le=1)
+    instance_type: InstanceType | None = Field(None, description="this environment's instance type")
+    min: int | None = Field(None, ge=0, description="this environment's minimum instances")
+    max: PositiveInt | None = Field(None, description="this environment's maximum instances")
+    safety_factor: float | None = Field(None, gt=0, le=1, description="this environment's safety factor")
 
 
 class FleetEnvironmentOverride(Frozen):
-    capacity: FleetCapacityOverride = FleetCapacityOverride()
+    capacity: FleetCapacityOverride = Field(FleetCapacityOverride(), description="this environment's capacity, "
+                                            "key by key over the fleet's")
     off_hours: tuple[OffHours, ...] = Field((), description="scheduled windows of reduced capacity; min 0 "
                                             "scales the fleet to zero for the window")
     deployment: Deployment | None = Field(None, description="neuron-cores: this environment's rollout")
 
 
 class _FleetBase(Frozen):
-    description: str = ""
+    description: str = Field("", description="free text for readers of the file; not deployed")
     models: tuple[Name, ...] = Field(min_length=1, description="the models this fleet carries, in this order")
-    capacity: FleetCapacity
+    capacity: FleetCapacity = Field(description="the shared instances: type, min, max and safety factor")
     environments: dict[Name, FleetEnvironmentOverride] = Field(
         default_factory=dict, description="per-environment overrides of capacity and off_hours")
 
@@ -310,7 +322,8 @@ class InferenceComponentFleet(_FleetBase):
     """One SageMaker endpoint whose instances (managed instance scaling) are shared by its models, each an
     inference component with its own copies, scaling, alarms, dashboard and smoke test."""
 
-    kind: Literal["sagemaker-inference-components"]
+    kind: Literal["sagemaker-inference-components"] = Field(
+        description="one SageMaker endpoint, each member an inference component")
     deploy_in: tuple[Name, ...] | None = Field(
         None, description="environments where the models share this endpoint; elsewhere each keeps its own "
         "(dedicated endpoints, e.g. where an SLO needs them); omitted: every environment")
@@ -324,7 +337,8 @@ class NeuronCoreFleet(_FleetBase):
     instance, one image with every model compiled in, each model on its own core range and port. Packed in
     every environment, so the one image promotes unchanged."""
 
-    kind: Literal["neuron-cores"]
+    kind: Literal["neuron-cores"] = Field(description="one ECS service whose task splits the NeuronCores among "
+                                          "the members")
     models: tuple[Name, ...] = Field(min_length=2, description="the models sharing each instance, in port and "
                                      "core order")
     deployment: Deployment | None = Field(
@@ -342,8 +356,10 @@ Fleet = Annotated[Union[InferenceComponentFleet, NeuronCoreFleet], Field(discrim
 
 
 class EnvironmentsFile(Frozen):
-    default_environment: Name
-    environments: dict[Name, Environment] = Field(min_length=1)
+    default_environment: Name = Field(description="the environment synthesized when none is chosen; it must "
+                                      "synthesize on a fresh clone (dev)")
+    environments: dict[Name, Environment] = Field(
+        min_length=1, description="every environment by name (dev, staging, prod): account, region, network")
     pipeline: PipelineSettings | None = Field(
         None, description="CDK Pipelines deployment of the environments; omitted: no pipeline stack")
     fleets: dict[Name, Fleet] = Field(
@@ -372,7 +388,9 @@ def is_production(environments: Mapping[str, Environment], pipeline: PipelineSet
 # ---------------------------------------------------------------- model files, shared parts
 
 class ModelSource(Frozen):
-    huggingface_id: str | None = Field(None, pattern=r"^[\w.-]+(/[\w.-]+)?$")
+    huggingface_id: str | None = Field(None, pattern=r"^[\w.-]+(/[\w.-]+)?$",
+                                       description="Hugging Face Hub checkpoint the image build downloads "
+                                       "(set this or local_path)")
     revision: str | None = Field(None, description="commit or tag pinned for reproducible builds")
     local_path: str | None = Field(None, description="path inside the image's build context")
     family: str | None = Field(
@@ -382,8 +400,10 @@ class ModelSource(Frozen):
                     "local_path is in the image's build context, else from huggingface_id's name. validate "
                     "checks export.token_type_ids and the task against it; the image build rehearsal builds its "
                     "tiny stand-in checkpoint from it")
-    task: Literal["text-classification", "text2text-generation"]
-    labels: tuple[str, ...] = ()
+    task: Literal["text-classification", "text2text-generation"] = Field(
+        description="what the model does: the tensors it takes and answers with follow from it")
+    labels: tuple[str, ...] = Field((), description="text-classification: the class names, in the order of the "
+                                    "model's logits (at least two)")
 
     @model_validator(mode="after")
     def _source(self) -> "ModelSource":
@@ -436,8 +456,9 @@ class Measurement(Frozen):
 class ProfilePoint(Frozen):
     """An operating point of one instance: the most it sustains while meeting p99_latency_ms."""
 
-    throughput_per_second: PositiveFloat
-    p99_latency_ms: PositiveFloat
+    throughput_per_second: PositiveFloat = Field(description="inferences per second one instance sustains")
+    p99_latency_ms: PositiveFloat = Field(description="end-to-end p99 at that throughput (server and network "
+                                          "included)")
     source: str = Field(min_length=1, description="where the figure comes from (benchmark run, publication)")
     measured: Measurement | None = Field(
         None, description="provenance of a measured entry; omitted: the entry is an estimate")
@@ -452,22 +473,22 @@ class ProfilePoint(Frozen):
 
 class Capacity(Frozen):
     instance_type: InstanceType
-    min: PositiveInt
-    max: PositiveInt
+    min: PositiveInt = Field(description="instances (one task each on ECS) the service never scales below")
+    max: PositiveInt = Field(description="instances the service never scales above; the SLO's peak must fit")
     safety_factor: float | None = Field(None, gt=0, le=1, description="overrides the environment default")
 
 
 class CapacityOverride(Frozen):
-    instance_type: InstanceType | None = None
-    min: PositiveInt | None = None
-    max: PositiveInt | None = None
-    safety_factor: float | None = Field(None, gt=0, le=1)
+    instance_type: InstanceType | None = Field(None, description="this environment's instance type")
+    min: PositiveInt | None = Field(None, description="this environment's minimum")
+    max: PositiveInt | None = Field(None, description="this environment's maximum")
+    safety_factor: float | None = Field(None, gt=0, le=1, description="this environment's safety factor")
 
 
 class SloOverride(Frozen):
-    p99_latency_ms: PositiveFloat | None = None
-    peak_tps: PositiveFloat | None = None
-    cold_start_seconds: PositiveFloat | None = None
+    p99_latency_ms: PositiveFloat | None = Field(None, description="this environment's p99 latency SLO")
+    peak_tps: PositiveFloat | None = Field(None, description="this environment's peak (dev and staging see less)")
+    cold_start_seconds: PositiveFloat | None = Field(None, description="this environment's cold-start SLO")
 
 
 # Application Auto Scaling cron: six fields, minutes to year (e.g. "cron(0 20 ? * MON-FRI *)").
@@ -503,8 +524,9 @@ class OffHours(Frozen):
 
 
 class EnvironmentOverride(Frozen):
-    capacity: CapacityOverride = CapacityOverride()
-    slo: SloOverride = SloOverride()
+    capacity: CapacityOverride = Field(CapacityOverride(), description="this environment's capacity, key by key "
+                                       "over the model's")
+    slo: SloOverride = Field(SloOverride(), description="this environment's SLO, key by key over the model's")
     off_hours: tuple[OffHours, ...] = Field(
         (), description="scheduled scale-down windows in this environment (e.g. nights and weekends in dev)")
     deployment: Deployment | None = Field(
@@ -512,12 +534,15 @@ class EnvironmentOverride(Frozen):
 
 
 class _ModelBase(Frozen):
-    name: Name
-    description: str = ""
-    source: ModelSource
-    slo: Slo
-    throughput_profile: dict[InstanceType, ProfilePoint] = Field(min_length=1)
-    capacity: Capacity
+    name: Name = Field(description="the model's name: its stack (<env>-<name>), image repository and release pin "
+                       "entry; lower-case letters, digits and dashes")
+    description: str = Field("", description="free text for readers of the file; not deployed")
+    source: ModelSource = Field(description="the checkpoint: where it comes from and what task it does")
+    slo: Slo = Field(description="what the service must meet: p99 latency and peak throughput")
+    throughput_profile: dict[InstanceType, ProfilePoint] = Field(
+        min_length=1, description="per instance type, the most one instance sustains within a p99: every capacity "
+        "number is derived from it")
+    capacity: Capacity = Field(description="the instance type and the fleet's bounds")
     environments: dict[Name, EnvironmentOverride] = Field(
         default_factory=dict, description="per-environment overrides of capacity and SLO")
     deploy_in: tuple[Name, ...] | None = Field(
@@ -572,8 +597,10 @@ class NeuronCompile(Frozen):
                                      "pipeline: one copy sharded over neuron_cores_per_model cores")
     cast: Literal["none", "matmult", "all"] = Field(
         "none", description="down-cast FP32 ops (inf1 --fp32-cast, inf2 --auto-cast)")
-    cast_type: Literal["bf16", "fp16"] = "bf16"
-    extra_compiler_args: tuple[CompilerFlag, ...] = ()
+    cast_type: Literal["bf16", "fp16"] = Field("bf16", description="inf2: the type --auto-cast casts to "
+                                                "(--auto-cast-type)")
+    extra_compiler_args: tuple[CompilerFlag, ...] = Field((), description="further compiler flags, appended as "
+                                                          "given")
 
     def compiler_args(self) -> tuple[str, ...]:
         """The flags handed to torch.neuron.trace / torch_neuronx.trace."""
@@ -594,9 +621,10 @@ class NeuronServing(Frozen):
     max_batch_size: int = Field(16, ge=1, le=1024, description="server-side dynamic batch cap")
     max_queue_delay_ms: float = Field(2.0, ge=0, le=1000, description="longest a request waits for a batch")
     workers: PositiveInt = Field(1, description="server processes; each owns a disjoint NeuronCore range")
-    warmup_requests: int = Field(8, ge=1, le=10000)
+    warmup_requests: int = Field(8, ge=1, le=10000, description="inferences each worker runs at start, before it "
+                                 "reports ready")
     health_check_grace_seconds: int = Field(300, ge=30, le=7200, description="model load plus warm-up")
-    port: int = Field(8080, ge=1024, le=65535)
+    port: int = Field(8080, ge=1024, le=65535, description="container port the server listens on")
     root_volume_gib: int = Field(100, ge=30, le=16384, description="encrypted root volume of each instance: it "
                                  "holds the image with its compiled model; at least the AMI's own root size")
 
@@ -621,15 +649,18 @@ class NeuronAlarms(Frozen):
 
 
 class NeuronEcsModel(_ModelBase):
-    kind: Literal["neuron-ecs"]
-    compile: NeuronCompile
-    serving: NeuronServing = NeuronServing()
+    kind: Literal["neuron-ecs"] = Field(description="served on Inferentia by an ECS service behind a load balancer")
+    compile: NeuronCompile = Field(description="how `docker build` compiles the model for the Neuron target")
+    serving: NeuronServing = Field(NeuronServing(), description="the server in the task: batching, workers, "
+                                   "warm-up, health check")
     deployment: Deployment | None = Field(
         None, description="ECS native rollout (canary, linear, all-at-once blue/green, or rolling), rolled back "
         "on the SLO alarms; omitted: rolling, starting the whole new fleet before stopping the old one")
-    load_balancer: NeuronLoadBalancer = NeuronLoadBalancer()
-    scaling: NeuronScaling = NeuronScaling()
-    alarms: NeuronAlarms = NeuronAlarms()
+    load_balancer: NeuronLoadBalancer = Field(NeuronLoadBalancer(), description="the service's Application "
+                                              "Load Balancer")
+    scaling: NeuronScaling = Field(NeuronScaling(), description="cooldowns of the scaling policies (their "
+                                   "targets come from the plan)")
+    alarms: NeuronAlarms = Field(NeuronAlarms(), description="alarm thresholds besides the SLO's p99")
 
     def public_load_balancer(self, environment: Environment) -> bool:
         """The model's own setting wins over the environment default."""
@@ -648,7 +679,7 @@ class TritonExport(Frozen):
         "encoder-to-decoder tensor and its warm-up data (the export checks it against the checkpoint)")
     token_type_ids: bool = Field(
         False, description="the tokenizer emits token_type_ids (BERT does; RoBERTa and DistilBERT do not)")
-    onnx_opset: int = Field(17, ge=11, le=21)
+    onnx_opset: int = Field(17, ge=11, le=21, description="ONNX opset of the exported graph")
     parameters_millions: float | None = Field(
         None, gt=0, le=100_000, description="size of the checkpoint in millions of parameters (bert-base 110, "
         "bert-large 335, t5-small 60); sizes the start-up health-check timeout (TensorRT builds its engines at "
@@ -656,19 +687,22 @@ class TritonExport(Frozen):
 
 
 class TensorRtAcceleration(Frozen):
-    precision: Literal["FP16", "FP32"] = "FP16"
-    max_workspace_size_bytes: int = Field(1 << 30, ge=1 << 20, le=1 << 34)
+    precision: Literal["FP16", "FP32"] = Field("FP16", description="precision of the TensorRT engines")
+    max_workspace_size_bytes: int = Field(1 << 30, ge=1 << 20, le=1 << 34, description="GPU memory TensorRT may "
+                                          "use while it builds an engine")
 
 
 class DynamicBatching(Frozen):
-    max_queue_delay_microseconds: int = Field(100, ge=0, le=1_000_000)
+    max_queue_delay_microseconds: int = Field(100, ge=0, le=1_000_000, description="longest Triton holds a "
+                                              "request to fill a batch")
     preferred_batch_sizes: tuple[PositiveInt, ...] = Field(
         (), description="only where they help: e.g. the batch sizes a TensorRT plan was built for")
 
 
 class InstanceGroup(Frozen):
     count: int = Field(1, ge=1, le=16, description="model instances per GPU")
-    kind: Literal["KIND_GPU", "KIND_CPU"] = "KIND_GPU"
+    kind: Literal["KIND_GPU", "KIND_CPU"] = Field("KIND_GPU", description="where the instances run: the GPU, "
+                                                  "or the CPU (no TensorRT there)")
 
 
 # Values CloudFormation accepts for ProductionVariant.InferenceAmiVersion on GPU instances. The default
@@ -683,17 +717,21 @@ class TritonServing(Frozen):
         description="onnx: ONNX Runtime (optionally with the TensorRT accelerator); tensorrt: a TensorRT plan")
     tensorrt_acceleration: TensorRtAcceleration | None = Field(
         None, description="onnx backend only: TensorRT execution accelerator")
-    max_batch_size: int = Field(8, ge=1, le=1024)
-    dynamic_batching: DynamicBatching | None = None
-    instance_group: InstanceGroup = InstanceGroup()
-    warmup: bool = True
-    response_cache: bool = False
+    max_batch_size: int = Field(8, ge=1, le=1024, description="largest batch Triton sends the model "
+                                "(config.pbtxt max_batch_size)")
+    dynamic_batching: DynamicBatching | None = Field(None, description="Triton's dynamic batcher; omitted: none")
+    instance_group: InstanceGroup = Field(InstanceGroup(), description="model instances Triton runs side by side")
+    warmup: bool = Field(True, description="Triton runs warm-up requests at load (at batch 1 and the largest "
+                         "batch), before the endpoint takes traffic")
+    response_cache: bool = Field(False, description="Triton's response cache, for models that see repeated "
+                                 "inputs")
     image_version: str = Field("24.09", pattern=r"^\d{2}\.\d{2}$", description="Triton release, YY.MM")
     container_startup_health_check_timeout_seconds: int | None = Field(
         None, ge=60, le=3600, description="model load, TensorRT engine build and warm-up must fit in it; "
         "omitted: estimated from export.parameters_millions, the TensorRT engines and instance_group.count "
         "(inferstack/triton/startup.py)")
-    model_data_download_timeout_seconds: int = Field(600, ge=60, le=3600)
+    model_data_download_timeout_seconds: int = Field(600, ge=60, le=3600, description="SageMaker's "
+                                                     "ModelDataDownloadTimeoutInSeconds")
     inference_ami_version: InferenceAmiVersion | None = Field(
         None, description="SageMaker inference AMI (GPU driver); set it for Triton images that need CUDA 12")
 
@@ -734,7 +772,9 @@ class Deployment(Frozen):
                                           "this long after the last shift")
     rollback_size_percent: int | None = Field(
         None, ge=1, le=100, description="rolling: batch size when rolling back (default: all at once)")
-    maximum_execution_timeout_seconds: int = Field(3600, ge=600, le=28800)
+    maximum_execution_timeout_seconds: int = Field(3600, ge=600, le=28800, description="longest the whole "
+                                                   "deployment may take; it must exceed the time it spends "
+                                                   "waiting")
 
     @model_validator(mode="after")
     def _consistent(self) -> "TritonDeployment":
@@ -785,12 +825,13 @@ TritonDeployment = Deployment  # the name the SageMaker side grew up with
 class TritonScaling(Frozen):
     scale_out_cooldown_seconds: int = Field(120, ge=0, le=3600, description="a new g4dn instance takes "
                                             "minutes to serve; shorter cooldowns overshoot")
-    scale_in_cooldown_seconds: int = Field(600, ge=0, le=3600)
+    scale_in_cooldown_seconds: int = Field(600, ge=0, le=3600, description="wait after removing instances")
 
 
 class DataCapture(Frozen):
-    sampling_percentage: int = Field(ge=1, le=100)
-    capture: tuple[Literal["input", "output"], ...] = Field(("input", "output"), min_length=1)
+    sampling_percentage: int = Field(ge=1, le=100, description="share of requests captured")
+    capture: tuple[Literal["input", "output"], ...] = Field(("input", "output"), min_length=1,
+                                                            description="what is captured of each sampled request")
 
     @field_validator("capture")
     @classmethod
@@ -814,11 +855,13 @@ class InferenceComponentSpec(Frozen):
 
 
 class TritonSageMakerModel(_ModelBase):
-    kind: Literal["triton-sagemaker"]
-    export: TritonExport = TritonExport()
-    serving: TritonServing
-    deployment: TritonDeployment = TritonDeployment(strategy="canary", size_percent=10)
-    scaling: TritonScaling = TritonScaling()
+    kind: Literal["triton-sagemaker"] = Field(description="served by NVIDIA Triton on a SageMaker real-time endpoint")
+    export: TritonExport = Field(TritonExport(), description="how `docker build` exports the checkpoint to ONNX")
+    serving: TritonServing = Field(description="Triton's configuration and the SageMaker variant's start-up")
+    deployment: TritonDeployment = Field(TritonDeployment(strategy="canary", size_percent=10), description="how "
+                                         "an update replaces the running fleet, rolled back on the SLO alarms")
+    scaling: TritonScaling = Field(TritonScaling(), description="cooldowns of the scaling policy (its target comes "
+                                   "from the plan)")
     data_capture: DataCapture | None = Field(None, description="log sampled requests/responses to an "
                                              "encrypted bucket")
     inference_component: InferenceComponentSpec | None = Field(

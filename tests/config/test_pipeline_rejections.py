@@ -91,4 +91,4 @@ def test_a_fleet_too_large_for_one_pipeline_stage_is_rejected(config_copy):
     problems = problems_of(config_copy)
     assert problems == [f"model_configs/{FILE}:{problems[0].split(':')[1]}: pipeline.stages: 24 serving stacks need 51 "
                         "actions in the dev stage; CodePipeline allows 50 per stage: remove the pipeline block "
-                        "and deploy with the CLI (README: From an external CI)"]
+                        "and deploy with the CLI (docs/how-to/external-ci.md)"]

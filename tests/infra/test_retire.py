@@ -1,4 +1,4 @@
-"""Retiring a model or a fleet member (README "Retiring a model or a fleet member"): removing a dedicated
+"""Retiring a model or a fleet member (docs/how-to/retire-a-model.md): removing a dedicated
 model's file, or a member's file together with its fleet membership, removes that one stack from the synth
 and changes no other template; `inferstack diff` reports the stack as removed (`removes`) and what its
 removal deletes and keeps. The shared stacks stay as they are: the foundation exports every shareable value

@@ -1,0 +1,75 @@
+"""The built site opened in a real headless browser (Debian's chromium through Selenium, tests/docs/browser_check.py):
+the home page renders with its header and navigation, the navigation leads to a generated reference page that
+renders with its own table of contents and examples, and the architecture diagram is drawn, offline."""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import json
+import shutil
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+
+from tests.docs.conftest import DOCS_VENV, ROOT, require_docs_venv
+
+pytestmark = pytest.mark.docs
+CHECK = Path(__file__).with_name("browser_check.py")
+CHECK_TIMEOUT_S = 180
+
+
+@pytest.fixture
+def served(built_site):
+    """The built site over HTTP on a loopback port of its own, as `mkdocs serve` would show it."""
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(built_site))
+    handler.log_message = lambda *args: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def browser_ready():
+    require_docs_venv()
+    missing = [name for name in ("chromium", "chromedriver") if shutil.which(name) is None]
+    if missing:
+        pytest.fail(f"{', '.join(missing)} missing: run `make setup` (the browser target installs Debian's "
+                    f"chromium and chromium-driver)", pytrace=False)
+
+
+def test_home_and_a_reference_page_render_with_their_navigation(browser_ready, served):
+    result = subprocess.run([str(DOCS_VENV / "bin" / "python"), str(CHECK), served], cwd=ROOT,
+                            capture_output=True, text=True, timeout=CHECK_TIMEOUT_S)
+    assert result.returncode == 0, result.stderr[-3000:]
+    seen = json.loads(result.stdout)
+
+    home = seen["home"]
+    assert home["title"] == "inferstack" and home["h1"] == "inferstack"
+    assert home["header"] and home["sidebar_width"] > 150          # the navigation is on screen, not folded
+    for section in ("Getting started", "How-to guides", "Reference", "Explanation", "Model file", "Roll back a release"):
+        assert section in home["nav"], section
+    assert home["nav_active"] == ["Home"]
+    assert home["toc"] == ["Two commands", "Find your way"]
+
+    reference = seen["reference"]                                  # reached by clicking "Model file"
+    assert reference["url"] == served + "reference/model-file/"
+    assert reference["h1"] == "Model file reference"
+    assert reference["sidebar_width"] > 150 and reference["nav_active"] == ["Model file"]
+    assert reference["nav"] == home["nav"]
+    for key in ("Keys of every kind", "capacity.min", "kind: neuron-ecs", "compile.neuron_generation",
+                "kind: triton-sagemaker", "serving.backend"):
+        assert key in reference["toc"], key
+    assert reference["code_blocks"] > 50                           # the examples, highlighted
+
+    diagram = seen["diagram"]                                      # mermaid ran, from the site's own copy
+    assert diagram["svg"] and diagram["nodes"] >= 10 and diagram["height"] > 100
+    assert "one InferenceStage per environment" in diagram["text"]
