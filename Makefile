@@ -44,16 +44,16 @@ setup: .make/python .make/node .make/checkov .make/images .make/triton .make/doc
 	npm ci --no-audit --no-fund --loglevel=error
 	@touch $@
 
-# The image build rehearsal's side environments, one per image requirements file (inferstack/rehearsal/image_build.py).
+# The image build rehearsal's side environments, one per image requirements file (rehearsal/image_build.py).
 .make/images: .make/python container/triton/requirements-export.txt container/neuron/requirements-inf1.txt container/neuron/requirements-inf2.txt container/loadtest/requirements.txt
-	$(PYTHON) -m inferstack.rehearsal.image_build --prepare
+	$(PYTHON) -m rehearsal.image_build --prepare
 	@touch $@
 
 # dev and staging: dev's serving images (staging's are the same assets) and staging's load-test image.
 rehearse-images: setup
 	rm -rf cdk.out.images
 	@$(call QUIET_SYNTH,-c environments=dev$(COMMA)staging -o cdk.out.images)
-	$(PYTHON) -m inferstack.rehearsal.image_build --assembly cdk.out.images
+	$(PYTHON) -m rehearsal.image_build --assembly cdk.out.images
 
 validate: setup
 	$(PYTHON) -m inferstack validate
@@ -65,10 +65,10 @@ synth: .make/python .make/node
 test: setup
 	$(PYTHON) -m pytest $(PYTEST_ARGS)
 
-# The README's deploy path with the real CDK CLI against moto's server (patched: inferstack/rehearsal/):
+# The README's deploy path with the real CDK CLI against moto's server (patched: rehearsal/):
 # bootstrap, deploy every dev stack pinned to a release, smoke, promote, destroy; prints a report.
 rehearse-deploy: setup
-	$(PYTHON) -m inferstack.rehearsal.cli_deploy
+	$(PYTHON) -m rehearsal.cli_deploy
 
 clean:
 	rm -rf cdk.out cdk.out.images .make .venv-images $(CHECKOV_VENV) .venv-triton .venv-peers $(DOCS_VENV) site docs/assets/vendor \
@@ -78,12 +78,12 @@ clean:
 # numpy < 2 for its Python backend stub, onnxruntime for the onnxruntime stand-in backend; plus the
 # loopback-bind shim (the SageMaker front end binds 0.0.0.0). Kept out of .venv (numpy 2.x there).
 TRITON_VENV := .venv-triton
-.make/triton: requirements-triton.txt inferstack/rehearsal/loopback_bind.c
+.make/triton: requirements-triton.txt rehearsal/loopback_bind.c
 	@mkdir -p .make
 	rm -rf $(TRITON_VENV)
 	python3 -m venv $(TRITON_VENV)
 	$(TRITON_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-triton.txt
-	cc -shared -fPIC -O2 -o $(TRITON_VENV)/lib/loopback_bind.so inferstack/rehearsal/loopback_bind.c -ldl
+	cc -shared -fPIC -O2 -o $(TRITON_VENV)/lib/loopback_bind.so rehearsal/loopback_bind.c -ldl
 	@touch $@
 
 test-real-triton: setup .make/triton

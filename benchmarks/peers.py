@@ -245,7 +245,7 @@ def start_triton(art: Path, args, standin_ms: float | None, work: Path) -> Serve
         command += ["--standin-ms", str(standin_ms)]
     # The Python backend's stub must embed this environment's interpreter: its libpython first on
     # LD_LIBRARY_PATH (else the OS's libpython3.X, whose stdlib does not match), its bin/ first on PATH
-    # (where the stub finds its prefix), as inferstack/rehearsal/triton_server.py runs it.
+    # (where the stub finds its prefix), as rehearsal/triton_server.py runs it.
     libdir = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_config_var('LIBDIR'))"],
                             capture_output=True, text=True, check=True).stdout.strip()
     env = {**os.environ, "PEER_STATS_DIR": str(stats), "PATH": f"{PEERS_VENV / 'bin'}:{os.environ['PATH']}",

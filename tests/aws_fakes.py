@@ -103,7 +103,7 @@ def deploy_triton(sess: boto3.Session, env: str, model: str, image_uri: str) -> 
 
 def deploy_triton_component(sess: boto3.Session, env: str, model: str, image_uri: str, fleet: str) -> str:
     """A Triton model as an inference component on its fleet's shared endpoint (created with the first
-    member). moto models components only with inferstack.rehearsal.moto_patches' sagemaker-variant-without-model
+    member). moto models components only with rehearsal.moto_patches' sagemaker-variant-without-model
     and sagemaker-inference-components applied."""
     sagemaker = sess.client("sagemaker")
     account = sess.client("sts").get_caller_identity()["Account"]

@@ -17,7 +17,7 @@ from inferstack.delivery import ecr_images, promote
 from inferstack.config import load
 from inferstack.config.release_pin import ReleasePin
 from inferstack.neuron.task import CONTAINER_NAME
-from inferstack.rehearsal import moto_patches
+from rehearsal import moto_patches
 from tests import aws_fakes
 from tests.conftest import CONFIG_DIR
 from tests.test_cli import run

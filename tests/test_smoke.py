@@ -434,8 +434,8 @@ def test_triton_non_json_reply_fails(triton_config, capsys):
 @pytest.fixture
 def component_config(aws, config_copy):
     """dev's Triton models as inference components on the triton-shared fleet's endpoint (moto models them
-    with inferstack.rehearsal.moto_patches' named patches, in this process)."""
-    from inferstack.rehearsal import moto_patches
+    with rehearsal.moto_patches' named patches, in this process)."""
+    from rehearsal import moto_patches
 
     aws_fakes.with_deploy_roles(config_copy)
     assert load(config_copy).fleet_of("bert-large-classifier", "dev") == "triton-shared"

@@ -1,5 +1,5 @@
 """The source of the Custom::LiveValue handler (inferstack.constructs.live_values), apart from the construct so
-that what runs it elsewhere (the emulator's patch in inferstack/rehearsal/, tests) loads no CDK: `load()`
+that what runs it elsewhere (the emulator's patch in rehearsal/, tests) loads no CDK: `load()`
 gives its `read(request, client)`, the function the Lambda runs on Create and Update."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 # Inline (under Lambda's 4 KB ZipFile limit). Create and Update read; Delete does nothing (the reader owns
-# nothing). `read(request, client)` is what the emulator's patch runs too (inferstack/rehearsal).
+# nothing). `read(request, client)` is what the emulator's patch runs too (rehearsal).
 HANDLER = '''
 import json, urllib.request
 import boto3

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from inferstack.review.assembly import Environment
-from inferstack.review.diff import CLASSES, PROTECTED_TYPES, EnvironmentDiff, Report, ResourceChange, _references
+from inferstack.review.changes import CLASSES, PROTECTED_TYPES, EnvironmentDiff, Report, ResourceChange
+from inferstack.review.template import references
 
 ANY = "any"  # --fail-on any: every class
 
@@ -59,7 +60,7 @@ class _Stack:
 
 def _targets(value: Any) -> set[str]:
     """Logical ids `value` refers to (Ref, Fn::GetAtt, Fn::Sub), pseudo parameters left out."""
-    return {t for _, t in _references(value, ()) if not t.startswith("AWS::")}
+    return {t for _, t in references(value, ()) if not t.startswith("AWS::")}
 
 
 def _weighted_forward(actions: Any) -> bool:

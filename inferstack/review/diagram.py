@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from inferstack.review.assembly import ROOT_ENVIRONMENT, Assembly, Environment, Stack
-from inferstack.review.diff import EnvironmentDiff
+from inferstack.review.changes import EnvironmentDiff
 
 # Fill colours for what the diff says happens to a node's resources (worst first).
 # (Removed resources are not in the head's tree, so they have no colour.)

@@ -60,7 +60,7 @@ from __future__ import annotations
 
 import json
 
-from inferstack.review.diff import Report
+from inferstack.review.changes import Report
 
 
 def render(report: Report, *, diagrams: list[dict] | None = None) -> str:

@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from inferstack.review.diff import (CLASSES, ECR_IMAGES_NOTE, EnvironmentDiff, Report, ResourceChange, StackDiff,
-                                    ValueChange, class_counts, counts)
+from inferstack.review.changes import (CLASSES, ECR_IMAGES_NOTE, EnvironmentDiff, Report, ResourceChange, StackDiff,
+                                       ValueChange, class_counts, counts)
 from inferstack.review.summary import StackSummary
 
 MAX_VALUE = 80  # characters of a property value shown inline

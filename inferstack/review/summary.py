@@ -14,7 +14,7 @@ from typing import Any
 
 from inferstack.capacity import pricing
 from inferstack.review.assembly import Stack
-from inferstack.review.diff import _references
+from inferstack.review.template import references
 
 ASG = "AWS::AutoScaling::AutoScalingGroup"
 LAUNCH_TEMPLATE = "AWS::EC2::LaunchTemplate"
@@ -100,7 +100,7 @@ def _props(resource: dict | None) -> dict:
 
 
 def _target(value: Any) -> str | None:
-    return next((t for _, t in _references(value, ()) if not t.startswith("AWS::")), None)
+    return next((t for _, t in references(value, ()) if not t.startswith("AWS::")), None)
 
 
 def _of_type(resources: dict[str, dict], kind: str) -> list[tuple[str, dict]]:

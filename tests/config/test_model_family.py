@@ -13,8 +13,8 @@ import pytest
 
 from inferstack import cli, config
 from inferstack.config import architecture
-from inferstack.rehearsal import image_build
 from inferstack.schema import families
+from rehearsal import image_build
 from tests.config.test_rejections import _set, edit_yaml
 
 NEW = "ticket-router.yaml"

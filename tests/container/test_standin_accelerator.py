@@ -9,7 +9,7 @@ import pytest
 from conftest import NEURON_DIR, SERVE, run_script
 
 import server_settings
-from inferstack.rehearsal import image_build
+from rehearsal import image_build
 import standin_accelerator
 from standin_accelerator import StandinAccelerator
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from inferstack.rehearsal import image_build
+from rehearsal import image_build
 from tests.build_once import build_once
 from tests.conftest import ROOT
 

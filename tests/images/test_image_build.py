@@ -1,4 +1,4 @@
-"""The image build rehearsal (inferstack/rehearsal/image_build.py) on dev's real image assets: the
+"""The image build rehearsal (rehearsal/image_build.py) on dev's real image assets: the
 context Docker would send (the docker SDK's .dockerignore matcher on the staged asset), every
 Dockerfile step interpreted in order, each build step run in that context with the image's own pinned
 requirements, and the closure of what the Triton export imports pinned against the context.
@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from inferstack.rehearsal import dockerfile as df
-from inferstack.rehearsal import image_build
 from inferstack.triton import config as triton_config
+from rehearsal import dockerfile as df
+from rehearsal import image_build
 from tests.build_once import build_once
 
 pytestmark = pytest.mark.image_build

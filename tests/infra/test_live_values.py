@@ -13,7 +13,7 @@ import pytest
 from moto import mock_aws
 
 from inferstack.constructs import live_values_handler
-from inferstack.rehearsal import moto_patches
+from rehearsal import moto_patches
 from tests.infra.live_values import READER_TYPE, reader_of
 
 REGION = "us-east-1"

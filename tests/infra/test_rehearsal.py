@@ -8,14 +8,14 @@ What moto cannot do is handled in the open, and reported in the warnings summary
 - custom resources (Custom::*): moto would invoke their Lambda in Docker and wait for the response, so
   they are removed from a copy of the template, with the reason printed;
 - a moto defect that fails a stack outright is worked around by the named patch the CLI rehearsal applies too
-  (inferstack/rehearsal/moto_patches.py; each shown failing on plain moto in tests/rehearsal/test_cli_deploy.py):
+  (rehearsal/moto_patches.py; each shown failing on plain moto in tests/rehearsal/test_cli_deploy.py):
   listener-forward-config, for the weighted default action of a Neuron service that shifts traffic, and
   ecs-service-load-balancers, so the service keeps the target groups and production rules it names;
 - the template's parameters are SSM-typed (the CDK bootstrap version, the Neuron AMI id): they are created
   in moto's SSM first, as `cdk bootstrap` and AWS would have, and the file assets the Lambda functions use
   are uploaded to the bootstrap bucket from cdk.out, as the pipeline's Assets stage would;
 - SageMaker inference components and an endpoint for them: moto 5.2.5 models neither, the CLI rehearsal's
-  named patches do (inferstack/rehearsal/moto_patches.py, each tested on plain moto in
+  named patches do (rehearsal/moto_patches.py, each tested on plain moto in
   tests/rehearsal/test_cli_deploy.py); they are applied here too."""
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ from moto.cloudformation.parsing import get_model_map
 from inferstack.capacity import packing, planning, schedule
 from inferstack.config import NeuronEcsModel, TritonSageMakerModel
 from inferstack.neuron import deployment as neuron_deployment
-from inferstack.rehearsal import moto_patches
 from inferstack.schema import instances
+from rehearsal import moto_patches
 from stacks.stage import InferenceStage
 
 ENV = "dev"

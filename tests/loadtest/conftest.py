@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from inferstack.rehearsal import cli_deploy
+from rehearsal import cli_deploy
 
 ACCOUNT, REGION = "123456789012", "us-east-1"
 GOOD_OUTPUTS = [{"name": "logits", "datatype": "FP32", "shape": [1, 3], "data": [0.1, 0.2, 0.7]},

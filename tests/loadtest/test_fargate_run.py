@@ -1,6 +1,6 @@
 """Load test runs on Fargate, rehearsed: staging's synthesized LoadTest template created in moto's server
-(patched, inferstack/rehearsal/moto_patches.py), `run_in_environment` starting its tasks there, and the Fargate
-stand-in (inferstack/rehearsal/fargate_standin.py) running each task's real container command, so the master is
+(patched, rehearsal/moto_patches.py), `run_in_environment` starting its tasks there, and the Fargate
+stand-in (rehearsal/fargate_standin.py) running each task's real container command, so the master is
 `python -m inferstack.loadtest.task master` with the real Locust, its workers connect to it at the private IP
 moto gave its network interface, they load a real HTTP server answering the KServe v2 shape on 127.0.0.1, and the
 result read back from moto's S3 is the one that run stored. What the foundation would export (VPC, subnets,
@@ -20,8 +20,8 @@ from inferstack import config
 from inferstack.delivery import stack_outputs
 from inferstack.loadtest import fargate, results
 from inferstack.loadtest.spec import ExpectedOutput, LoadTestSpec, Step, Target
-from inferstack.rehearsal import cli_deploy
-from inferstack.rehearsal.fargate_standin import ROOT, FargateStandIn, Image, leftover_processes
+from rehearsal import cli_deploy
+from rehearsal.fargate_standin import ROOT, FargateStandIn, Image, leftover_processes
 from tests.conftest import CONFIG_DIR
 from tests.infra.synth import synth
 

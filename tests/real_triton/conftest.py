@@ -1,7 +1,7 @@
 """Fixtures of the real-Triton tier: every shipped Triton model's repository, written by
 container/triton/export.py from tiny random checkpoints, served by the real tritonserver 2.51
 (nvidia-pytriton, side environment .venv-triton) started as SageMaker's r24.09 serve script starts it
-(inferstack/rehearsal/triton_server.py), with the Model Environment of the synthesized dev template.
+(rehearsal/triton_server.py), with the Model Environment of the synthesized dev template.
 
 What comes from where:
 - the Model `Environment`: the AWS::SageMaker::Model of each Triton model's dev stack template,
@@ -12,7 +12,7 @@ What comes from where:
   `export.hidden_size` is the tiny model's d_model. Serving settings, sequence lengths, opset, labels
   are the shipped ones, so config.pbtxt is the shipped one (KIND_GPU, TensorRT accelerator, warm-up,
   dynamic batching, 2 instances);
-- stand-ins (documented in inferstack/rehearsal/): a CPU copy of the repository (KIND_GPU -> KIND_CPU)
+- stand-ins (documented in rehearsal/): a CPU copy of the repository (KIND_GPU -> KIND_CPU)
   and the `onnxruntime` backend as a Python-based backend over the same model.onnx.
 
 The synthesized contract, the checkpoints and the exports are built once per session and shared
@@ -34,8 +34,8 @@ import pytest
 
 from inferstack import config
 from inferstack.config import TritonSageMakerModel
-from inferstack.rehearsal import triton_server
 from inferstack.triton.config import RepositorySpec
+from rehearsal import triton_server
 from tests.build_once import build_once as _build_once
 from tests.tiny_models import varied_t5
 from tests.conftest import CONFIG_DIR, ROOT

@@ -6,7 +6,7 @@ through /ping and /invocations. Readiness: in the serve script's default ping mo
 200 only when the server is ready, and Triton's strict readiness means every loaded model is READY;
 which models those are comes from the model table Triton logs after loading its startup models.
 
-Stand-ins (see inferstack/rehearsal/triton_server.py): a CPU copy of the repository with KIND_GPU
+Stand-ins (see rehearsal/triton_server.py): a CPU copy of the repository with KIND_GPU
 rewritten to KIND_CPU, and the `onnxruntime` backend replaced by a Python-based backend running the
 same model.onnx with the onnxruntime package (which also records the batch sizes it receives).
 """
@@ -27,7 +27,7 @@ from tritonclient.grpc import model_config_pb2 as pb
 
 from inferstack.delivery import smoke
 from inferstack.triton import client as triton_client, config as triton_config
-from inferstack.rehearsal import triton_server
+from rehearsal import triton_server
 from tests.tiny_models import greedy_reference
 from tests.real_triton.conftest import ENV, PROJECT, TRITON_MODELS, exported, model_params, shipped
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from inferstack.rehearsal.triton_server import ServeScriptExit, container_environment, cpu_copy, serve_command
+from rehearsal.triton_server import ServeScriptExit, container_environment, cpu_copy, serve_command
 
 HEAD = ["--allow-sagemaker=true", "--allow-http=false", "--model-control-mode=explicit"]
 

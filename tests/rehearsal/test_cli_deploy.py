@@ -1,5 +1,5 @@
-"""The README's deploy path rehearsed with the real CDK CLI against moto's server (inferstack/rehearsal/
-cli_deploy.py), once, and each named moto workaround (inferstack/rehearsal/moto_patches.py) shown at the
+"""The README's deploy path rehearsed with the real CDK CLI against moto's server (rehearsal/
+cli_deploy.py), once, and each named moto workaround (rehearsal/moto_patches.py) shown at the
 moto-backend level: the defect without the patch, fixed with it."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from inferstack.rehearsal import moto_patches
+from rehearsal import moto_patches
 
 ACCOUNT, REGION = "111111111111", "us-east-1"
 
@@ -764,7 +764,7 @@ def test_cli_deploy_rehearsal():
     config plus one added model of each kind whose names sort before, between and after the shipped ones: the
     first deploy, then day two (production moved and counts scaled as ECS and autoscaling do, release N+1,
     rollback, a fleet member retired), then destroy."""
-    from inferstack.rehearsal import cli_deploy, day_two
+    from rehearsal import cli_deploy, day_two
 
     if not (cli_deploy.ROOT / "node_modules" / ".bin" / "cdk").exists():
         pytest.skip("the CDK CLI is not installed (make setup)")

@@ -1,4 +1,4 @@
-"""The Fargate stand-in (inferstack/rehearsal/fargate_standin.py) on moto's server: tasks RunTask starts run as
+"""The Fargate stand-in (rehearsal/fargate_standin.py) on moto's server: tasks RunTask starts run as
 processes with the image's entrypoint and ENV, the definition's command and RunTask's overrides; a task's
 container port is reached at its private IP and nothing listens beyond loopback; exit codes reach DescribeTasks
 as the ECS agent reports them; StopTask ends a task. Plain Python commands, not the load test: the contract of
@@ -12,8 +12,8 @@ from pathlib import Path
 import boto3
 import pytest
 
-from inferstack.rehearsal import cli_deploy
-from inferstack.rehearsal.fargate_standin import FargateStandIn, Image, leftover_processes
+from rehearsal import cli_deploy
+from rehearsal.fargate_standin import FargateStandIn, Image, leftover_processes
 
 ACCOUNT, REGION, CLUSTER = "222222222222", "us-east-1", "generators"
 PORT = 5557

@@ -3,7 +3,7 @@ against. Each patch changes moto, in the emulator's own process, before its serv
 templates under test. One patch per defect, each with the moto version it was found on, and a unit test
 (tests/rehearsal/test_cli_deploy.py) that fails without it and passes with it at the moto-backend level.
 
-    from inferstack.rehearsal import moto_patches
+    from rehearsal import moto_patches
     with moto_patches.applied():          # or moto_patches.apply_all() for the life of the process
         ...
 """
@@ -892,7 +892,7 @@ ECS_TASK_STATES = ("PROVISIONING", "PENDING", "ACTIVATING", "RUNNING", "DEACTIVA
 def _ecs_agent_state_changes() -> Undo:
     """moto 5.2.5 implements none of the calls the ECS agent makes to report what a task's containers did
     (SubmitTaskStateChange is answered 404): a task it runs stays as moto set it, and its container's exit code
-    is 0 whatever happened. A stand-in for Fargate's container runtime (inferstack/rehearsal/fargate_standin.py)
+    is 0 whatever happened. A stand-in for Fargate's container runtime (rehearsal/fargate_standin.py)
     reports, as the agent does, how each task it ran ended. SubmitTaskStateChange sets the task's lastStatus
     (STOPPED also sets desiredStatus, stoppedReason and stopCode EssentialContainerExited) and, for each container
     it names, its lastStatus, exitCode and reason."""

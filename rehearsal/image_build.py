@@ -23,8 +23,8 @@ the checkpoint's config.json where it is in the context, else source.family, els
 the task's default; one per entry of a packed image's MODELS, with the entry's labels), system steps (useradd, chown: skipped; mkdir emulated), and PyTorch's CPU
 wheel index (unreachable here; the same +cpu wheel comes from the machine's local wheel directory).
 
-    python -m inferstack.rehearsal.image_build --assembly cdk.out          # rehearse every image asset
-    python -m inferstack.rehearsal.image_build --prepare                   # build the side environments
+    python -m rehearsal.image_build --assembly cdk.out          # rehearse every image asset
+    python -m rehearsal.image_build --prepare                   # build the side environments
 """
 
 from __future__ import annotations
@@ -46,10 +46,10 @@ from pathlib import Path
 
 from docker.utils.build import exclude_paths
 
-from inferstack.rehearsal import dockerfile as df
 from inferstack.schema import families
+from rehearsal import dockerfile as df
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 ENVS_DIR = ROOT / ".venv-images"
 MAKE_TINY = ROOT / "benchmarks" / "make_tiny_model.py"
 # The CPU build of the torch the images pin (container/triton/requirements-export.txt), from the
@@ -249,7 +249,7 @@ def recipe_for(asset: ImageAsset) -> Recipe:
         return RECIPES[asset.dockerfile]
     except KeyError:
         raise RehearsalError(f"{asset.label}: no rehearsal recipe for {asset.dockerfile} "
-                             f"(add one to inferstack/rehearsal/image_build.py)") from None
+                             f"(add one to rehearsal/image_build.py)") from None
 
 
 def tiny_checkpoint(kind: str, out: Path, *, labels: str = "", hidden_size: int | None = None,
@@ -669,7 +669,7 @@ def prepare() -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m inferstack.rehearsal.image_build", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m rehearsal.image_build", description=__doc__.split("\n\n")[0])
     parser.add_argument("--assembly", type=Path, help="a synthesized cloud assembly (cdk.out)")
     parser.add_argument("--prepare", action="store_true", help="build the side environments and exit")
     parser.add_argument("--keep", type=Path, help="keep each image's rehearsed filesystem under this directory")

@@ -1,4 +1,4 @@
-"""`python -m inferstack.rehearsal.cli_deploy`: the README's deploy path, rehearsed with the real CDK CLI
+"""`python -m rehearsal.cli_deploy`: the README's deploy path, rehearsed with the real CDK CLI
 against an AWS emulator (moto's server, with the named workarounds of moto_patches applied in its
 process), on loopback, with no AWS account and no Docker daemon.
 
@@ -17,7 +17,7 @@ Steps, each with its own timeout, all within --timeout:
     emulator: first refused by its load test gate (dev runs load tests here, and its results bucket holds no run
     of these images), then with --skip-load-test a dry run and --apply; what cannot run there is reported with
     the reason.
- 7. day two (inferstack/rehearsal/day_two.py): each production rule moved to its alternate target group and the
+ 7. day two (rehearsal/day_two.py): each production rule moved to its alternate target group and the
     services' and components' counts set, as ECS and autoscaling do; release N+1 (new digests, a batch size and
     a fleet's capacity changed) deployed, then read back: production still on the group that served, the
     counts kept, the new task definition running; `inferstack rollback --env dev` (dry run, --apply) and a
@@ -52,9 +52,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from inferstack.delivery import stack_outputs
-from inferstack.rehearsal import day_two
+from rehearsal import day_two
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 ENV = "dev"
 PROMOTE_TO = "staging"
 # promote's target account is reached by assuming this role (moto issues credentials of its account).
@@ -159,7 +159,7 @@ def emulator(workdir: Path, clock: Clock, patches: list[str] | None = None) -> I
     log_path = workdir / "moto-server.log"
     for _attempt in range(3):  # the port is free when picked; another process may take it before the bind
         port = free_port()
-        args = [sys.executable, "-m", "inferstack.rehearsal.moto_server", "--port", str(port)]
+        args = [sys.executable, "-m", "rehearsal.moto_server", "--port", str(port)]
         for name in patches or []:
             args += ["--patch", name]
         env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "MOTO_"))}
@@ -400,7 +400,7 @@ def check_stacks(aws: Aws, stacks: list[StackArtifact], result: Result) -> dict[
     value; returns stack -> logical id -> (type, physical id)."""
     from moto.cloudformation.parsing import get_model_map
 
-    from inferstack.rehearsal import moto_patches
+    from rehearsal import moto_patches
 
     # What the emulator models: moto's own types and those its patches add (they live in its process).
     model_map = set(get_model_map()) | moto_patches.MODELED_BY_PATCHES
@@ -764,7 +764,7 @@ def remove_bootstrap(aws: Aws, result: Result) -> None:
 
 def rehearse(workdir: Path, clock: Clock, result: Result, log: Callable[[str], None], ci: bool | None = None,
              add_models: bool = False) -> None:
-    from inferstack.rehearsal import moto_patches
+    from rehearsal import moto_patches
 
     def step(name: str):
         return _StepTimer(name, result, log)
@@ -1040,7 +1040,7 @@ def report(result: Result) -> str:
         lines += [f"  {c}" for c in result.config_changes]
     lines.append("checked:")
     lines += [f"  {c}" for c in result.checks]
-    lines.append("emulator workarounds applied (inferstack/rehearsal/moto_patches.py):")
+    lines.append("emulator workarounds applied (rehearsal/moto_patches.py):")
     lines += [f"  {w}" for w in result.workarounds]
     if result.custom_resources_not_run:
         lines.append("custom resources marked created without running their Lambda (no Docker):")

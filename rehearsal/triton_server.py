@@ -49,7 +49,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 SIDE_ENV = ROOT / ".venv-triton"
 HERE = Path(__file__).resolve().parent
 STANDIN_BACKEND = HERE / "onnxruntime_standin.py"
@@ -414,13 +414,13 @@ def read_batch_log(path: Path) -> list[dict]:
 
 
 def main(argv: Sequence[str] | None = None, *, out: Callable[[str], None] = print) -> int:
-    """`python -m inferstack.rehearsal.triton_server REPOSITORY ENV_JSON`: print the tritonserver command
+    """`python -m rehearsal.triton_server REPOSITORY ENV_JSON`: print the tritonserver command
     the serve script would run (no server is started)."""
     import sys
 
     argv = list(sys.argv[1:] if argv is None else argv)
     if len(argv) != 2:
-        out("usage: python -m inferstack.rehearsal.triton_server REPOSITORY '<Environment JSON>'")
+        out("usage: python -m rehearsal.triton_server REPOSITORY '<Environment JSON>'")
         return 2
     try:
         command = serve_command(json.loads(argv[1]), argv[0])

@@ -1,4 +1,4 @@
-"""The CLI deploy rehearsal's day two (inferstack/rehearsal/cli_deploy.py): what ECS and autoscaling change on a
+"""The CLI deploy rehearsal's day two (rehearsal/cli_deploy.py): what ECS and autoscaling change on a
 running deployment, done through the same APIs against the emulator; the config changes of a next release; the
 read-back that an update kept production traffic and the scaled counts; a model retired; and the sample models
 a platform team would add (one of each kind, named to sort before, between and after the shipped ones).

@@ -1,4 +1,4 @@
-"""`python -m inferstack.rehearsal.moto_server --port N`: moto's server with the rehearsal's named
+"""`python -m rehearsal.moto_server --port N`: moto's server with the rehearsal's named
 workarounds (moto_patches) applied in this process first. Binds 127.0.0.1 only."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import argparse
 import os
 import sys
 
-from inferstack.rehearsal import moto_patches
+from rehearsal import moto_patches
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,4 +1,4 @@
-/* LD_PRELOAD shim: the network of the Fargate stand-in (inferstack/rehearsal/fargate_standin.py).
+/* LD_PRELOAD shim: the network of the Fargate stand-in (rehearsal/fargate_standin.py).
  *
  * On Fargate each task has its own network interface: a container binds 0.0.0.0:<its port>, and other tasks
  * connect to <that task's private IP>:<port>. Here every task is a process on this machine, which must listen
@@ -9,7 +9,7 @@
  *   INFERSTACK_TASK_ROUTES="10.0.1.7:5557=41234,..."  a connect to another task's private IP and container port
  *                                            goes to 127.0.0.1:41234 (where that task published it).
  * Every other bind and connect is passed through unchanged. Built on first use by the stand-in with:
- *     cc -shared -fPIC -O2 -o task_network.so inferstack/rehearsal/task_network.c -ldl
+ *     cc -shared -fPIC -O2 -o task_network.so rehearsal/task_network.c -ldl
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>

@@ -1,10 +1,10 @@
-/* LD_PRELOAD shim for the real-Triton test tier (inferstack/rehearsal/triton_server.py).
+/* LD_PRELOAD shim for the real-Triton test tier (rehearsal/triton_server.py).
  *
  * tritonserver 2.51's SageMaker front end always binds 0.0.0.0 (the binary has --sagemaker-port but no
  * --sagemaker-address). Tests must listen on loopback only, so this wraps bind(2): a bind to the IPv4 or
  * IPv6 wildcard address becomes a bind to 127.0.0.1 / ::1 on the same port; every other bind is passed
  * through unchanged. Built by `make .make/triton` (or on first use) with:
- *     cc -shared -fPIC -O2 -o .venv-triton/lib/loopback_bind.so inferstack/rehearsal/loopback_bind.c -ldl
+ *     cc -shared -fPIC -O2 -o .venv-triton/lib/loopback_bind.so rehearsal/loopback_bind.c -ldl
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>

@@ -37,9 +37,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from inferstack.rehearsal import dockerfile as df
+from rehearsal import dockerfile as df
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 NETWORK_SHIM_SOURCE = Path(__file__).resolve().parent / "task_network.c"
 PORTS_ENV = "INFERSTACK_TASK_PORTS"
 ROUTES_ENV = "INFERSTACK_TASK_ROUTES"
