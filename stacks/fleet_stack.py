@@ -23,11 +23,10 @@ from inferstack.config.loader import Model
 from inferstack.config.release_pin import PinnedImage
 from inferstack.constructs.neuron_ecs_service import ImageBuild, NeuronEcsService
 from inferstack.delivery import stack_outputs
-from inferstack.neuron import deployment as neuron_deployment
+from inferstack.neuron import deployment as neuron_deployment, image as neuron_image
 from inferstack.schema.models import Fleet, InferenceComponentFleet, NeuronCoreFleet, NeuronEcsModel
 from stacks.base import EnvironmentStack
 from stacks.foundation_stack import SharedResources
-from stacks.serving_stack import NEURON_IMAGE_DIRECTORY
 
 
 class FleetStack(EnvironmentStack):
@@ -40,6 +39,8 @@ class FleetStack(EnvironmentStack):
         self.fleet = fleet
         self.members = tuple(members)
         self.plan = packing.plan_fleet(fleet_name, fleet, members, env_name, environment)
+        # What the members' serving stacks take from this one (inference components: the endpoint they join).
+        self.shared_endpoint: SharedEndpoint | None = None
         # neuron-cores: this stack serves the members; inference components: their own stacks do.
         self.serves_members = isinstance(fleet, NeuronCoreFleet)
         if isinstance(fleet, NeuronCoreFleet):
@@ -74,7 +75,7 @@ class FleetStack(EnvironmentStack):
             alarm_topic_arn=shared.alarm_topic.topic_arn,
             public=next(iter(public.values())),
             certificate_arn=environment.defaults.certificate_arn,
-            image=pinned_image or ImageBuild(str(NEURON_IMAGE_DIRECTORY)),
+            image=pinned_image or ImageBuild(str(neuron_image.DIRECTORY)),
             access_log_retention=cdk.Duration.days(environment.defaults.log_retention_days),
             removal_policy=shared.removal_policy,
             rollout=neuron_deployment.rollout(fleet.deployment_for(env_name)),

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import aws_cdk as cdk
 from aws_cdk import aws_ecr as ecr
@@ -11,45 +10,35 @@ from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from inferstack.capacity import packing, planning
+from inferstack.capacity import planning
 from inferstack.triton import config as triton_config, image as triton_image
 from inferstack.config import Environment, TritonSageMakerModel
 from inferstack.config.loader import Model
-from inferstack.neuron import deployment as neuron_deployment
+from inferstack.neuron import deployment as neuron_deployment, image as neuron_image
 from inferstack.schema.models import NeuronEcsModel
 from inferstack.config.release_pin import PinnedImage
 from inferstack.constructs.neuron_ecs_service import ImageBuild, NeuronEcsService
+from inferstack.constructs.shared_endpoint import SharedEndpoint
 from inferstack.constructs.triton_component import TritonComponent
 from inferstack.constructs.triton_endpoint import TritonEndpoint
 from inferstack.delivery import stack_outputs
 from stacks.base import EnvironmentStack
 from stacks.foundation_stack import SharedResources
 
-if TYPE_CHECKING:
-    from stacks.fleet_stack import FleetStack
-
-ROOT = Path(__file__).resolve().parent.parent
-# Build context of the Neuron serving image (its Dockerfiles and serving app).
-NEURON_IMAGE_DIRECTORY = ROOT / "container" / "neuron"
-TRITON_DOCKERFILE = "container/triton/Dockerfile"
-# The Triton image builds from the repository root so its export step imports inferstack's renderer
-# (shared code, not a copy). Only what the build uses is in the context, so the image (and with it
-# the endpoint) changes only when the renderer, the config schema or container/triton/ does.
-# Kept identical to container/triton/Dockerfile.dockerignore (a test checks).
-TRITON_BUILD_CONTEXT = ("*", "!inferstack/__init__.py", "!inferstack/schema", "!inferstack/triton/__init__.py",
-                        "!inferstack/triton/config.py", "!container/triton", "**/__pycache__", "**/*.pyc")
+ROOT = Path(__file__).resolve().parent.parent  # the Triton image builds from here (inferstack/triton/image.py)
 
 
 class ServingStack(EnvironmentStack):
     def __init__(self, scope: Construct, construct_id: str, *, model: Model, environment: Environment,
                  env_name: str, shared: SharedResources, pinned_image: PinnedImage | None = None,
-                 fleet: "FleetStack | None" = None, **kwargs) -> None:
-        """`pinned_image`: deploy this promoted image (by digest) instead of building one. `fleet`: the
-        inference-components fleet whose shared endpoint carries this model (None: its own endpoint)."""
+                 shared_endpoint: SharedEndpoint | None = None, **kwargs) -> None:
+        """`pinned_image`: deploy this promoted image (by digest) instead of building one. `shared_endpoint`:
+        the endpoint of the inference-components fleet that carries this model, in the fleet's stack, with the
+        fleet's plan (None: its own endpoint)."""
         super().__init__(scope, construct_id, environment=environment, **kwargs)
         self.model = model
         self.pinned_image = pinned_image
-        self.fleet = fleet
+        self.shared_endpoint = shared_endpoint
         self.log_group = logs.LogGroup(self, "Logs", encryption_key=shared.key, retention=shared.log_retention,
                                        removal_policy=shared.removal_policy)
         # Alarms notify the topic when they fire and when they clear.
@@ -64,7 +53,7 @@ class ServingStack(EnvironmentStack):
 
     def _triton_endpoint(self, model: TritonSageMakerModel, environment: Environment, env_name: str,
                          shared: SharedResources) -> TritonEndpoint | TritonComponent:
-        if self.fleet is not None:
+        if self.shared_endpoint is not None:
             return self._triton_component(model, environment, shared)
         plan = planning.plan(model, env_name, environment)
         image_uri, repository = self._triton_image(model, environment, plan.instance_type)
@@ -83,17 +72,17 @@ class ServingStack(EnvironmentStack):
                           shared: SharedResources) -> TritonComponent:
         """The model as an inference component on its fleet's shared endpoint. Its own off_hours do not
         apply there (they count a dedicated endpoint's instances): the fleet's windows do."""
-        assert self.fleet is not None
-        plan = self.fleet.plan
-        assert isinstance(plan, packing.ComponentFleetPlan)
+        endpoint = self.shared_endpoint
+        assert endpoint is not None
+        plan = endpoint.plan
         image_uri, repository = self._triton_image(model, environment, plan.instance_type)
         component = TritonComponent(
-            self, "Triton", model=model, plan=plan, shared=self.fleet.shared_endpoint, image_uri=image_uri,
+            self, "Triton", model=model, plan=plan, shared=endpoint, image_uri=image_uri,
             image_repository=repository, vpc=shared.vpc, vpc_owner_account=shared.vpc_owner_account,
             alarm_topic_arn=self.alarm_topic_arn, log_group=self.log_group)
         # inferstack smoke invokes the component: InvokeEndpoint(EndpointName=..., InferenceComponentName=...).
         cdk.CfnOutput(self, stack_outputs.ENDPOINT_NAME, value=component.endpoint_name,
-                      description=f"{model.name}: the shared SageMaker endpoint of fleet {self.fleet.fleet_name}")
+                      description=f"{model.name}: the shared SageMaker endpoint of fleet {plan.fleet}")
         cdk.CfnOutput(self, stack_outputs.INFERENCE_COMPONENT_NAME, value=component.component_name,
                       description=f"{model.name}: its inference component on that endpoint")
         cdk.CfnOutput(self, "DashboardName", value=component.dashboard.ref,
@@ -112,8 +101,8 @@ class ServingStack(EnvironmentStack):
                 # A plan only runs on the GPU it was built for: the export checks the build host against it.
                 build_args["TRITON_TARGET_INSTANCE_TYPE"] = instance_type
             image = ecr_assets.DockerImageAsset(
-                self, "TritonImage", directory=str(ROOT), file=TRITON_DOCKERFILE,
-                exclude=list(TRITON_BUILD_CONTEXT), ignore_mode=cdk.IgnoreMode.DOCKER,
+                self, "TritonImage", directory=str(ROOT), file=triton_image.DOCKERFILE,
+                exclude=list(triton_image.BUILD_CONTEXT), ignore_mode=cdk.IgnoreMode.DOCKER,
                 platform=ecr_assets.Platform.LINUX_AMD64, build_args=build_args)
             return image.image_uri, image.repository
         pinned = self.pinned_image
@@ -139,7 +128,7 @@ class ServingStack(EnvironmentStack):
             alarm_topic_arn=self.alarm_topic_arn,
             public=model.public_load_balancer(environment),
             certificate_arn=environment.defaults.certificate_arn,
-            image=self.pinned_image or ImageBuild(str(NEURON_IMAGE_DIRECTORY)),
+            image=self.pinned_image or ImageBuild(str(neuron_image.DIRECTORY)),
             access_log_retention=cdk.Duration.days(environment.defaults.log_retention_days),
             removal_policy=shared.removal_policy,
             rollout=neuron_deployment.rollout(model.deployment_for(env_name)),

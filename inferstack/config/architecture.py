@@ -13,19 +13,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from inferstack.config.yaml_source import KeyPath
+from inferstack.neuron import image as neuron_image
 from inferstack.schema import families
 from inferstack.schema.models import NeuronEcsModel, TritonSageMakerModel
+from inferstack.triton import image as triton_image
 
 Model = NeuronEcsModel | TritonSageMakerModel
 Finding = tuple[KeyPath, str]
 
-# The repository the images are built from (stacks/serving_stack.py builds from the same root).
+# The repository the images are built from (the stacks build from the same root).
 REPOSITORY_ROOT = Path(__file__).resolve().parents[2]
 # What `source.local_path` is relative to in each kind's image build, and the part of the context that
-# reaches the build: the Triton export runs in /build, the repository root reduced to container/triton/ by
-# container/triton/Dockerfile.dockerignore; the Neuron images build from container/neuron/.
-LOCAL_PATH_BASE = {"triton-sagemaker": ".", "neuron-ecs": "container/neuron"}
-IMAGE_CONTEXT = {"triton-sagemaker": "container/triton", "neuron-ecs": "container/neuron"}
+# reaches the build (inferstack/neuron/image.py, inferstack/triton/image.py).
+LOCAL_PATH_BASE = {"triton-sagemaker": triton_image.LOCAL_PATH_BASE, "neuron-ecs": neuron_image.LOCAL_PATH_BASE}
+IMAGE_CONTEXT = {"triton-sagemaker": triton_image.CONTEXT, "neuron-ecs": neuron_image.CONTEXT}
 MAX_CONFIG_BYTES = 1 << 20  # a checkpoint's config.json is a few KB
 
 
