@@ -1,7 +1,9 @@
-"""One stack per model: what every model needs (log group, alarm wiring) plus its serving construct."""
+"""One stack per model: what every model needs (log group, alarm wiring) plus its serving construct, per kind
+(SERVES; a neuron-cores fleet's members: stacks/fleet_stack.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import aws_cdk as cdk
@@ -22,6 +24,7 @@ from inferstack.constructs.shared_endpoint import SharedEndpoint
 from inferstack.constructs.triton_component import TritonComponent
 from inferstack.constructs.triton_endpoint import TritonEndpoint
 from inferstack.delivery import stack_outputs
+from inferstack.schema import kinds
 from stacks.base import EnvironmentStack
 from stacks.foundation_stack import SharedResources
 
@@ -39,22 +42,23 @@ class ServingStack(EnvironmentStack):
         self.model = model
         self.pinned_image = pinned_image
         self.shared_endpoint = shared_endpoint
+        # The registry image its image build starts from, where it has one (the pipeline logs in to its registry).
+        self.base_image: str | None = None
         self.log_group = logs.LogGroup(self, "Logs", encryption_key=shared.key, retention=shared.log_retention,
                                        removal_policy=shared.removal_policy)
         # Alarms notify the topic when they fire and when they clear.
         self.alarm_topic_arn = shared.alarm_topic.topic_arn
         cdk.CfnOutput(self, "LogGroupName", value=self.log_group.log_group_name,
                       description=f"{model.name}: serving logs")
+        SERVES[kinds.model_kind(model)](self, model, environment, env_name, shared)
 
-        if isinstance(model, NeuronEcsModel):
-            self.neuron = self._neuron_service(model, environment, env_name, shared)
-        elif isinstance(model, TritonSageMakerModel):
-            self.triton = self._triton_endpoint(model, environment, env_name, shared)
+    def _triton(self, model: TritonSageMakerModel, environment: Environment, env_name: str,
+                shared: SharedResources) -> None:
+        self.triton = (self._triton_endpoint(model, environment, env_name, shared) if self.shared_endpoint is None
+                       else self._triton_component(model, environment, shared))
 
     def _triton_endpoint(self, model: TritonSageMakerModel, environment: Environment, env_name: str,
-                         shared: SharedResources) -> TritonEndpoint | TritonComponent:
-        if self.shared_endpoint is not None:
-            return self._triton_component(model, environment, shared)
+                         shared: SharedResources) -> TritonEndpoint:
         plan = planning.plan(model, env_name, environment)
         image_uri, repository = self._triton_image(model, environment, plan.instance_type)
         endpoint = TritonEndpoint(
@@ -92,10 +96,10 @@ class ServingStack(EnvironmentStack):
     def _triton_image(self, model: TritonSageMakerModel, environment: Environment,
                       instance_type: str) -> tuple[str, ecr.IRepository]:
         """The serving image: built from container/triton/ for the instance type, or the promoted one."""
+        self.base_image = triton_image.base_image_uri(region=environment.region, version=model.serving.image_version,
+                                                      instance_type=instance_type)
         if self.pinned_image is None:
-            base_image = triton_image.base_image_uri(region=environment.region, version=model.serving.image_version,
-                                                     instance_type=instance_type)
-            build_args = {"TRITON_BASE_IMAGE": base_image,
+            build_args = {"TRITON_BASE_IMAGE": self.base_image,
                           "TRITON_REPOSITORY_SPEC": triton_config.RepositorySpec.of(model).model_dump_json()}
             if model.serving.backend == "tensorrt":
                 # A plan only runs on the GPU it was built for: the export checks the build host against it.
@@ -115,8 +119,8 @@ class ServingStack(EnvironmentStack):
         return pinned.uri, repository
 
     def _neuron_service(self, model: NeuronEcsModel, environment: Environment, env_name: str,
-                        shared: SharedResources) -> NeuronEcsService:
-        service = NeuronEcsService(
+                        shared: SharedResources) -> None:
+        self.neuron = service = NeuronEcsService(
             self, "Neuron",
             models=[model],
             capacity=planning.plan(model, env_name, environment),
@@ -141,4 +145,10 @@ class ServingStack(EnvironmentStack):
                       description=f"{model.name}: ECS cluster")
         cdk.CfnOutput(self, "ServiceName", value=service.service.service_name,
                       description=f"{model.name}: ECS service")
-        return service
+
+
+# How a serving stack serves each model kind: its constructs and outputs.
+SERVES: dict[kinds.ModelKind, Callable[..., None]] = {
+    kinds.NEURON_ECS: ServingStack._neuron_service,
+    kinds.TRITON_SAGEMAKER: ServingStack._triton,
+}
