@@ -13,9 +13,9 @@ from pathlib import Path
 
 from inferstack import atomic_write, config
 from inferstack.delivery import aws_sessions
-from inferstack.schema import instances
+from inferstack.schema import instances, kinds
 from inferstack.capacity import plan_report, pricing
-from inferstack.config import TritonSageMakerModel, json_schema
+from inferstack.config import json_schema
 from inferstack.review import assembly
 from inferstack.review import command as review_command
 
@@ -79,8 +79,9 @@ def _cmd_render_triton(args: argparse.Namespace) -> int:
         model = project.model(args.model)
     except KeyError as exc:
         raise UsageError(exc.args[0]) from None
-    if not isinstance(model, TritonSageMakerModel):
-        raise UsageError(f"{model.name} is a {model.kind} model; render-triton renders triton-sagemaker models")
+    if kinds.model_kind(model) is not kinds.TRITON_SAGEMAKER:
+        raise UsageError(f"{model.name} is a {model.kind} model; render-triton renders "
+                         f"{kinds.TRITON_SAGEMAKER.name} models")
     try:
         out = triton_config.write_repository(model, args.out)
     except triton_config.RepositoryError as exc:

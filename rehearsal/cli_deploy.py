@@ -574,12 +574,13 @@ def smoke_each(aws: Aws, env: dict[str, str], config_dir: Path, clock: Clock, re
     """`inferstack smoke --env dev --model M` for every Triton model deployed in dev, each against its own canned
     reply: checks smoke's discovery (stack outputs), its InvokeEndpoint call and its reply checks, not a model.
     Neuron models are reported as not run, with the reason, not as failures."""
-    from inferstack.config import NeuronEcsModel, loader
+    from inferstack.config import loader
+    from inferstack.schema import kinds
 
     project = loader.load(config_dir, releases=False)
     models = sorted(project.models_in(ENV), key=lambda m: m.name)
-    triton = [m for m in models if not isinstance(m, NeuronEcsModel)]
-    neuron = [m.name for m in models if isinstance(m, NeuronEcsModel)]
+    triton = [m for m in models if kinds.model_kind(m).hosting == "sagemaker"]
+    neuron = [m.name for m in models if kinds.model_kind(m).hosting != "sagemaker"]
     lines = []
     for model in triton:
         seed_reply(aws, model)

@@ -8,9 +8,7 @@ from collections.abc import Mapping, Sequence
 import aws_cdk as cdk
 
 from inferstack.constructs import nag
-from inferstack.capacity import planning
-from inferstack.triton import image as triton_image
-from inferstack.config import Project, TritonSageMakerModel
+from inferstack.config import Project
 from inferstack.schema.models import PIPELINE_STACK_NAME
 from stacks.pipeline_stack import PipelineStack
 from stacks.stage import InferenceStage, add_stages
@@ -68,7 +66,7 @@ def add_pipeline(app: cdk.App, project: Project, stages: dict[str, InferenceStag
     environments = {name: project.environments[name] for name in settings.stages}
     return PipelineStack(app, PIPELINE_STACK_ID, stack_name=PIPELINE_STACK_NAME, settings=settings,
                          stages=stages, environments=environments,
-                         triton_base_images=triton_base_images(project, settings.stages),
+                         base_images=base_images(stages, settings.stages),
                          description="inferstack CDK pipeline: " + " -> ".join(settings.stages))
 
 
@@ -80,17 +78,8 @@ def shard_groups(project: Project, env_names: Sequence[str]) -> dict[str, list[l
             for env in env_names}
 
 
-def triton_base_images(project: Project, env_names: Sequence[str]) -> dict[str, str]:
-    """"<env>/<model>" -> the SageMaker Triton base image its image asset is built from."""
-    images = {}
-    for env_name in env_names:
-        environment = project.environments[env_name]
-        for model in project.models_in(env_name):
-            if isinstance(model, TritonSageMakerModel):
-                # On a fleet's shared endpoint the image is built for the fleet's instance type (ServingStack).
-                fleet = project.fleet_of(model.name, env_name)
-                instance_type = (project.fleets[fleet].capacity_for(env_name).instance_type if fleet else
-                                 planning.plan(model, env_name, environment).instance_type)
-                images[f"{env_name}/{model.name}"] = triton_image.base_image_uri(
-                    region=environment.region, version=model.serving.image_version, instance_type=instance_type)
-    return images
+def base_images(stages: Mapping[str, InferenceStage], env_names: Sequence[str]) -> dict[str, str]:
+    """"<env>/<model>" -> the registry image its serving stack's image asset is built from (ServingStack.base_image:
+    the SageMaker Triton base image of a Triton model)."""
+    return {f"{env_name}/{name}": stack.base_image for env_name in env_names
+            for name, stack in stages[env_name].serving.items() if stack.base_image is not None}

@@ -1,4 +1,4 @@
-"""One stack per fleet (environments.yaml `fleets:`): accelerators several models share.
+"""One stack per fleet (environments.yaml `fleets:`): accelerators several models share, per kind (SERVES).
 
 - `neuron-cores`: one ECS service on Inferentia whose task serves every member model, each on its own
   NeuronCore range and port (inferstack.capacity.packing plans the split). The members get no stack of
@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import aws_cdk as cdk
 from aws_cdk import aws_logs as logs
@@ -23,11 +23,11 @@ from inferstack.config.loader import Model
 from inferstack.config.release_pin import PinnedImage
 from inferstack.constructs.neuron_service import ImageBuild, NeuronEcsService
 from inferstack.delivery import stack_outputs
-from inferstack.neuron import deployment as neuron_deployment
-from inferstack.schema.models import Fleet, InferenceComponentFleet, NeuronCoreFleet, NeuronEcsModel
+from inferstack.neuron import deployment as neuron_deployment, image as neuron_image
+from inferstack.schema import kinds
+from inferstack.schema.models import Fleet
 from stacks.base import EnvironmentStack
 from stacks.foundation_stack import SharedResources
-from stacks.serving_stack import NEURON_IMAGE_DIRECTORY
 
 
 class FleetStack(EnvironmentStack):
@@ -36,27 +36,26 @@ class FleetStack(EnvironmentStack):
                  pinned_image: PinnedImage | None = None, **kwargs) -> None:
         """`pinned_image`: a neuron-cores fleet's promoted image (one image holds every member)."""
         super().__init__(scope, construct_id, environment=environment, **kwargs)
+        kind = kinds.fleet_kind(fleet)
+        if any(kinds.model_kind(m) is not kind.member for m in members):
+            raise ValueError(f"fleet {fleet_name}: a {kind.name} fleet carries {kind.member.name} models only")
         self.fleet_name = fleet_name
         self.fleet = fleet
         self.members = tuple(members)
         self.plan = packing.plan_fleet(fleet_name, fleet, members, env_name, environment)
+        # What the members' serving stacks take from this one (inference components: the endpoint they join).
+        self.shared_endpoint: SharedEndpoint | None = None
         # neuron-cores: this stack serves the members; inference components: their own stacks do.
-        self.serves_members = isinstance(fleet, NeuronCoreFleet)
-        if isinstance(fleet, NeuronCoreFleet):
-            self._neuron_fleet(environment, env_name, shared, pinned_image)
-        elif isinstance(fleet, InferenceComponentFleet):
-            self._shared_endpoint(environment, env_name, shared)
+        self.serves_members = kind.serves_members
+        SERVES[kind](self, environment, env_name, shared, pinned_image)
 
     def _neuron_fleet(self, environment: Environment, env_name: str, shared: SharedResources,
                       pinned_image: PinnedImage | None) -> None:
         """One NeuronEcsService whose task serves every member on the plan's core ranges and ports, from one
         image: built from container/neuron/ with every member's compile settings (MODELS), or the fleet's
         promoted image (pins name the fleet, not its members)."""
-        plan, fleet = self.plan, self.fleet
-        assert isinstance(plan, packing.NeuronFleetPlan) and isinstance(fleet, NeuronCoreFleet)
-        members = [m for m in self.members if isinstance(m, NeuronEcsModel)]
-        if len(members) != len(self.members):
-            raise ValueError(f"fleet {self.fleet_name}: a neuron-cores fleet carries neuron-ecs models only")
+        plan, fleet, members = self.plan, self.fleet, self.members
+        assert isinstance(plan, packing.NeuronFleetPlan)
         public = {m.name: m.public_load_balancer(environment) for m in members}
         if len(set(public.values())) != 1:
             raise ValueError(f"fleet {self.fleet_name}: its models share one load balancer but disagree on "
@@ -74,7 +73,7 @@ class FleetStack(EnvironmentStack):
             alarm_topic_arn=shared.alarm_topic.topic_arn,
             public=next(iter(public.values())),
             certificate_arn=environment.defaults.certificate_arn,
-            image=pinned_image or ImageBuild(str(NEURON_IMAGE_DIRECTORY)),
+            image=pinned_image or ImageBuild(str(neuron_image.DIRECTORY)),
             access_log_retention=cdk.Duration.days(environment.defaults.log_retention_days),
             removal_policy=shared.removal_policy,
             rollout=neuron_deployment.rollout(fleet.deployment_for(env_name)),
@@ -91,8 +90,10 @@ class FleetStack(EnvironmentStack):
             {served.name: served.path for served in service.served}),
             description=f"{name}: each model's path under Url (JSON: model -> path)")
 
-    def _shared_endpoint(self, environment: Environment, env_name: str, shared: SharedResources) -> None:
-        """The endpoint the members' inference components run on (their stacks hold the components)."""
+    def _shared_endpoint(self, environment: Environment, env_name: str, shared: SharedResources,
+                         pinned_image: PinnedImage | None) -> None:
+        """The endpoint the members' inference components run on (their stacks hold the components and their
+        images: a release pins no image for this fleet, `pinned_image` is None)."""
         assert isinstance(self.plan, packing.ComponentFleetPlan)
         # One variant runs every member's container, so they must need the same AMI.
         versions = {m.serving.inference_ami_version for m in self.members}
@@ -107,3 +108,10 @@ class FleetStack(EnvironmentStack):
                       description=f"fleet {self.fleet_name}: the shared SageMaker endpoint")
         cdk.CfnOutput(self, "DashboardName", value=self.shared_endpoint.dashboard.ref,
                       description=f"fleet {self.fleet_name}: CloudWatch dashboard")
+
+
+# How a fleet's stack serves each fleet kind: its constructs and outputs.
+SERVES: dict[kinds.FleetKind, Callable[..., None]] = {
+    kinds.NEURON_CORES: FleetStack._neuron_fleet,
+    kinds.SAGEMAKER_INFERENCE_COMPONENTS: FleetStack._shared_endpoint,
+}

@@ -68,9 +68,9 @@ def _pinned_npm_version(package: str) -> str:
 class PipelineStack(cdk.Stack):
     def __init__(self, scope: Construct, construct_id: str, *, settings: PipelineSettings,
                  stages: Mapping[str, InferenceStage], environments: Mapping[str, Environment],
-                 triton_base_images: Mapping[str, str], **kwargs) -> None:
-        """`stages`: the InferenceStage of every environment in `settings.stages`; `triton_base_images`:
-        Triton base image URIs the asset builds pull, by environment (docker login to their registries)."""
+                 base_images: Mapping[str, str], **kwargs) -> None:
+        """`stages`: the InferenceStage of every environment in `settings.stages`; `base_images`: the registry
+        images the asset builds pull (the Triton base images), by environment (docker login to their registries)."""
         super().__init__(scope, construct_id, env=cdk.Environment(account=settings.account, region=settings.region),
                          **kwargs)
         missing = [name for name in settings.stages if name not in stages]
@@ -91,7 +91,7 @@ class PipelineStack(cdk.Stack):
             # Synth is offline and builds no image (images are built once, in the Assets stage, whose docker
             # projects CDK Pipelines makes privileged itself); the Triton base images need a registry login.
             docker_enabled_for_synth=False,
-            docker_credentials=self._registry_credentials(triton_base_images),
+            docker_credentials=self._registry_credentials(base_images),
             cli_version=_pinned_npm_version("aws-cdk"),
             cdk_assets_cli_version=_pinned_npm_version("cdk-assets"),
             code_build_defaults=pipelines.CodeBuildOptions(
@@ -118,11 +118,11 @@ class PipelineStack(cdk.Stack):
         self._acknowledge_generated()
         self._lint_clean_pipeline_resource()
 
-    def _registry_credentials(self, triton_base_images: Mapping[str, str]) -> list[pipelines.DockerCredential]:
+    def _registry_credentials(self, base_images: Mapping[str, str]) -> list[pipelines.DockerCredential]:
         """One ECR login per registry (account and region) the Triton builds pull from: cdk-assets logs in
         to the registry of a credential's first repository only, so repositories are not mixed."""
         registries: dict[tuple[str, str], dict[str, ecr.IRepository]] = {}
-        for uri in sorted(set(triton_base_images.values())):
+        for uri in sorted(set(base_images.values())):
             registry, _, path = uri.partition("/")
             account, _, _, region, *_ = registry.split(".")
             name = path.split(":", 1)[0]

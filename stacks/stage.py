@@ -59,7 +59,7 @@ class InferenceStage(cdk.Stage):
             stack = ServingStack(self, model.name, model=model, environment=environment, env_name=env_name,
                                  shared=self.foundation.shared, termination_protection=protect,
                                  pinned_image=release.image_for(model.name) if release else None,
-                                 fleet=fleet_stack,
+                                 shared_endpoint=fleet_stack.shared_endpoint if fleet_stack else None,
                                  description=f"inferstack {model.kind} serving: {model.name} ({env_name})")
             cdk.Tags.of(stack).add("inferstack:model", model.name)
             if fleet_stack is not None:

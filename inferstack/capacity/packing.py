@@ -14,12 +14,13 @@ costs that both `plan` and the stacks use.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Sequence
 
 from inferstack.capacity import pricing, schedule
 from inferstack.capacity.planning import FleetBeyondCount, PlanningError, plan as plan_dedicated, target_in_flight
-from inferstack.schema import instances
+from inferstack.schema import instances, kinds
 from inferstack.schema.models import (
     Environment, Fleet, InferenceComponentFleet, NeuronCoreFleet, NeuronEcsModel, OffHours, TritonSageMakerModel,
 )
@@ -297,11 +298,18 @@ class ComponentFleetPlan(_MeetsSlo):
         return self.min_capacity == 0 or any(w.min == 0 for w in self.windows)
 
 
+def copy_profiled_on(model: TritonSageMakerModel) -> str:
+    """The throughput_profile entry one copy's throughput comes from: inference_component.profiled_on, else the
+    model's capacity.instance_type."""
+    spec_ic = model.inference_component
+    return (spec_ic.profiled_on if spec_ic is not None else None) or model.capacity.instance_type
+
+
 def copy_throughput(model: TritonSageMakerModel) -> tuple[float, float, str]:
     """(throughput per copy, its p99, the profiled instance type) from the model's throughput profile."""
     spec_ic = model.inference_component
     assert spec_ic is not None
-    profiled = spec_ic.profiled_on or model.capacity.instance_type
+    profiled = copy_profiled_on(model)
     point = model.throughput_profile.get(profiled)
     if point is None:
         raise PlanningError(f"{model.name}: no throughput_profile entry for {profiled} "
@@ -386,10 +394,25 @@ def plan_component_fleet(name: str, fleet: InferenceComponentFleet, members: Seq
 FleetPlan = NeuronFleetPlan | ComponentFleetPlan
 
 
+@dataclass(frozen=True)
+class FleetPlanner:
+    """How one fleet kind is planned."""
+
+    plan: Callable[..., FleetPlan]  # (name, fleet, members, env_name, environment)
+    # (member, fleet, env_name): the instance type whose throughput_profile entry the plan reads for a member
+    profiled_on: Callable[..., str]
+
+
+PLANNERS: dict[kinds.FleetKind, FleetPlanner] = {
+    kinds.NEURON_CORES: FleetPlanner(
+        plan_neuron_fleet, profiled_on=lambda _model, fleet, env_name: fleet.capacity_for(env_name).instance_type),
+    kinds.SAGEMAKER_INFERENCE_COMPONENTS: FleetPlanner(
+        plan_component_fleet, profiled_on=lambda model, _fleet, _env_name: copy_profiled_on(model)),
+}
+
+
 def plan_fleet(name: str, fleet: Fleet, members: Sequence, env_name: str, environment: Environment) -> FleetPlan:
-    if isinstance(fleet, NeuronCoreFleet):
-        return plan_neuron_fleet(name, fleet, members, env_name, environment)
-    return plan_component_fleet(name, fleet, members, env_name, environment)
+    return PLANNERS[kinds.fleet_kind(fleet)].plan(name, fleet, members, env_name, environment)
 
 
 @dataclass(frozen=True)

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import datetime
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
 from inferstack.capacity import packing, planning, pricing, provenance
+from inferstack.schema import kinds
 
 if TYPE_CHECKING:  # capacity sits below config: the report takes a loaded project, it never loads one
     from inferstack.config import Project
@@ -208,9 +209,10 @@ def build_fleets(project: Project, envs: Sequence[str], *, today: datetime.date 
             fleet = project.fleets[name]
             members = project.fleet_members(name)
             result = packing.plan_fleet(name, fleet, members, env, environment)
+            member = MEMBER_ROWS[kinds.fleet_kind(fleet)]
             rows.append(FleetRow(
                 fleet=name, kind=fleet.kind, env=env, instance_type=result.instance_type,
-                members=[_with_provenance(_member(result, share), provenance.fleet_member(
+                members=[_with_provenance(member(result, share), provenance.fleet_member(
                     project.model(share.model), name, fleet, env), _today(today)) for share in result.shares],
                 instances_min=result.min_capacity, instances_at_peak=result.instances_at_peak,
                 instances_max=result.max_capacity,
@@ -225,18 +227,20 @@ def _with_provenance(row: FleetMemberRow, sized: provenance.Sizing, today: datet
                              **_provenance(sized, today)})
 
 
-def _member(result: packing.FleetPlan, share) -> FleetMemberRow:
-    if isinstance(result, packing.NeuronFleetPlan):
-        return FleetMemberRow(
-            model=share.model, slo_p99_ms=share.slo_p99_ms, profile_p99_ms=share.profile_p99_ms,
-            peak_tps=share.peak_tps,
-            placement=f"cores {share.visible_cores}, port {share.port}, {share.workers} worker"
-                      + ("s" if share.workers > 1 else ""),
-            capacity_at_peak=f"{share.cores} core{'s' if share.cores > 1 else ''} x {result.instances_at_peak}",
-            scaling_target=f"{result.target_per_task_per_minute(share.model):,.0f}/task/min",
-            target_per_minute=result.target_per_task_per_minute(share.model),
-            visible_cores=share.visible_cores, port=share.port, workers=share.workers,
-            target_in_flight_per_task=result.target_in_flight_per_task(share.model))
+def _core_member(result: packing.NeuronFleetPlan, share: packing.CoreShare) -> FleetMemberRow:
+    return FleetMemberRow(
+        model=share.model, slo_p99_ms=share.slo_p99_ms, profile_p99_ms=share.profile_p99_ms,
+        peak_tps=share.peak_tps,
+        placement=f"cores {share.visible_cores}, port {share.port}, {share.workers} worker"
+                  + ("s" if share.workers > 1 else ""),
+        capacity_at_peak=f"{share.cores} core{'s' if share.cores > 1 else ''} x {result.instances_at_peak}",
+        scaling_target=f"{result.target_per_task_per_minute(share.model):,.0f}/task/min",
+        target_per_minute=result.target_per_task_per_minute(share.model),
+        visible_cores=share.visible_cores, port=share.port, workers=share.workers,
+        target_in_flight_per_task=result.target_in_flight_per_task(share.model))
+
+
+def _component_member(result: packing.ComponentFleetPlan, share: packing.ComponentShare) -> FleetMemberRow:
     return FleetMemberRow(
         model=share.model, slo_p99_ms=share.slo_p99_ms, profile_p99_ms=share.profile_p99_ms, peak_tps=share.peak_tps,
         placement=f"{share.accelerators} GPU, {share.cpu_cores:g} vCPU, {share.memory_mib} MiB per copy",
@@ -247,6 +251,13 @@ def _member(result: packing.FleetPlan, share) -> FleetMemberRow:
         cold_start_seconds=share.cold_start_seconds, accelerators=share.accelerators, cpu_cores=share.cpu_cores,
         memory_mib=share.memory_mib, copies_min=share.min_copies, copies_at_peak=share.copies_at_peak,
         copies_max=share.max_copies)
+
+
+# Each fleet kind's member row, from its plan and the member's share in it.
+MEMBER_ROWS: dict[kinds.FleetKind, Callable[..., FleetMemberRow]] = {
+    kinds.NEURON_CORES: _core_member,
+    kinds.SAGEMAKER_INFERENCE_COMPONENTS: _component_member,
+}
 
 
 def to_json(rows: Sequence[PlanRow], fleets: Sequence[FleetRow] = (),
@@ -370,7 +381,7 @@ def generation_pairs(project: Project) -> list[tuple]:
     def source_key(model):
         s = model.source
         return (s.huggingface_id, s.local_path, s.revision, s.task, s.labels)
-    neuron = [m for m in project.models if getattr(m, "kind", "") == "neuron-ecs"]
+    neuron = [m for m in project.models if kinds.model_kind(m) is kinds.NEURON_ECS]
     return [(old, new) for old in neuron if old.compile.neuron_generation == "inf1"
             for new in neuron if new.compile.neuron_generation == "inf2" and source_key(new) == source_key(old)]
 

@@ -10,9 +10,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from inferstack.schema.models import Environment, NeuronEcsModel, Slo, TritonSageMakerModel
-
-Model = NeuronEcsModel | TritonSageMakerModel
+from inferstack.schema.kinds import Model
+from inferstack.schema.models import Environment, Slo
 
 
 class PlanningError(ValueError):

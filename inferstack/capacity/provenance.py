@@ -7,9 +7,11 @@ import datetime
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from inferstack.schema.models import Fleet, NeuronCoreFleet, NeuronEcsModel, ProfilePoint, TritonSageMakerModel
+from inferstack.capacity import packing
+from inferstack.schema import kinds
+from inferstack.schema.kinds import Model
+from inferstack.schema.models import Fleet, ProfilePoint
 
-Model = NeuronEcsModel | TritonSageMakerModel
 ESTIMATE = "estimate"
 
 
@@ -54,12 +56,7 @@ def dedicated(model: Model, env_name: str, instance_type: str | None = None) -> 
 def fleet_member(model: Model, fleet_name: str, fleet, env_name: str) -> Sizing:
     """The entry a fleet's plan reads for one member (inferstack/capacity/packing.py): the fleet's instance type
     for NeuronCores; inference_component.profiled_on (else the model's instance type) for a shared endpoint."""
-    if isinstance(fleet, NeuronCoreFleet):
-        itype = fleet.capacity_for(env_name).instance_type
-    else:
-        component = getattr(model, "inference_component", None)
-        itype = (component.profiled_on if component is not None and component.profiled_on else None) \
-            or model.capacity.instance_type
+    itype = packing.PLANNERS[kinds.fleet_kind(fleet)].profiled_on(model, fleet, env_name)
     return Sizing(model.name, itype, model.throughput_profile.get(itype), fleet=fleet_name)
 
 

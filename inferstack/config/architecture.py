@@ -9,23 +9,21 @@ An unknown family is a warning: the checks need it, the deployment does not."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from inferstack.config.yaml_source import KeyPath
-from inferstack.schema import families
-from inferstack.schema.models import NeuronEcsModel, TritonSageMakerModel
+from inferstack.neuron import image as neuron_image
+from inferstack.schema import families, kinds
+from inferstack.schema.kinds import Model
+from inferstack.schema.models import TritonSageMakerModel
+from inferstack.triton import image as triton_image
 
-Model = NeuronEcsModel | TritonSageMakerModel
 Finding = tuple[KeyPath, str]
 
-# The repository the images are built from (stacks/serving_stack.py builds from the same root).
+# The repository the images are built from (the stacks build from the same root).
 REPOSITORY_ROOT = Path(__file__).resolve().parents[2]
-# What `source.local_path` is relative to in each kind's image build, and the part of the context that
-# reaches the build: the Triton export runs in /build, the repository root reduced to container/triton/ by
-# container/triton/Dockerfile.dockerignore; the Neuron images build from container/neuron/.
-LOCAL_PATH_BASE = {"triton-sagemaker": ".", "neuron-ecs": "container/neuron"}
-IMAGE_CONTEXT = {"triton-sagemaker": "container/triton", "neuron-ecs": "container/neuron"}
 MAX_CONFIG_BYTES = 1 << 20  # a checkpoint's config.json is a few KB
 
 
@@ -46,8 +44,9 @@ def checkpoint_config_path(model: Model, root: Path) -> Path | None:
     local = model.source.local_path
     if not local:
         return None
-    context = (root / IMAGE_CONTEXT[model.kind]).resolve()
-    directory = (root / LOCAL_PATH_BASE[model.kind] / local).resolve()
+    image = IMAGES[kinds.model_kind(model)]
+    context = (root / image.context).resolve()
+    directory = (root / image.local_path_base / local).resolve()
     if not directory.is_relative_to(context):
         return None
     path = directory / "config.json"
@@ -110,16 +109,36 @@ def check(model: Model, root: Path = REPOSITORY_ROOT) -> tuple[list[Finding], li
         problems.append((("source", "task"), (
             f"{where} is {kind} model for {', '.join(family.tasks)}, not {task}")))
         return problems, warnings
-    if isinstance(model, TritonSageMakerModel):
-        if task == families.TEXT_CLASSIFICATION and model.export.token_type_ids and \
-                "token_type_ids" not in family.inputs:
-            problems.append((("export", "token_type_ids"), (
-                f"{where} takes {', '.join(family.inputs)}, not token_type_ids ({family.why}): set "
-                f"export.token_type_ids: false")))
-        config = resolution.checkpoint_config or {}
-        d_model = config.get("d_model")
-        if task == families.TEXT2TEXT_GENERATION and isinstance(d_model, int) and \
-                model.export.hidden_size is not None and model.export.hidden_size != d_model:
-            problems.append((("export", "hidden_size"), (
-                f"{model.export.hidden_size}, but {where} has d_model {d_model}")))
+    problems.extend(IMAGES[kinds.model_kind(model)].check_export(model, family, resolution, where))
     return problems, warnings
+
+
+def _check_triton_export(model: TritonSageMakerModel, family: families.Family, resolution: Resolution,
+                         where: str) -> Iterable[Finding]:
+    """The tensors the export declares against what the family takes."""
+    task = model.source.task
+    if task == families.TEXT_CLASSIFICATION and model.export.token_type_ids and "token_type_ids" not in family.inputs:
+        yield ("export", "token_type_ids"), (
+            f"{where} takes {', '.join(family.inputs)}, not token_type_ids ({family.why}): set "
+            f"export.token_type_ids: false")
+    config = resolution.checkpoint_config or {}
+    d_model = config.get("d_model")
+    if task == families.TEXT2TEXT_GENERATION and isinstance(d_model, int) and \
+            model.export.hidden_size is not None and model.export.hidden_size != d_model:
+        yield ("export", "hidden_size"), f"{model.export.hidden_size}, but {where} has d_model {d_model}"
+
+
+@dataclass(frozen=True)
+class Image:
+    """What one model kind's image build takes of a model file."""
+
+    context: str  # the part of the repository that reaches the build
+    local_path_base: str  # what `source.local_path` is relative to
+    # (model, family, resolution, where): the model's own settings of the build against its family
+    check_export: Callable[..., Iterable[Finding]] = lambda *_args: ()
+
+
+IMAGES: dict[kinds.ModelKind, Image] = {
+    kinds.NEURON_ECS: Image(neuron_image.CONTEXT, neuron_image.LOCAL_PATH_BASE),
+    kinds.TRITON_SAGEMAKER: Image(triton_image.CONTEXT, triton_image.LOCAL_PATH_BASE, _check_triton_export),
+}

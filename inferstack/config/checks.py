@@ -5,20 +5,21 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 
-from inferstack.schema import instances
+from inferstack.schema import instances, kinds
 from inferstack.capacity import packing, planning, provenance, schedule
 from inferstack.neuron import deployment as neuron_deployment, routing
 from inferstack.triton import image as triton_image
 from inferstack.triton import startup as triton_startup
+from inferstack.schema.kinds import Model
 from inferstack.schema.models import (
-    CONNECTION_ARN_PATTERN, DEFAULT_SMOKE_ROLE_NAME, Environment, EnvironmentsFile, Fleet, InferenceComponentFleet,
-    NeuronCoreFleet, NeuronEcsModel, OffHours, TritonSageMakerModel,
+    CONNECTION_ARN_PATTERN, DEFAULT_SMOKE_ROLE_NAME, Environment, EnvironmentsFile, Fleet, FleetCapacity,
+    InferenceComponentFleet, NeuronCoreFleet, NeuronEcsModel, OffHours, TritonSageMakerModel,
 )
 from inferstack.config.yaml_source import KeyPath
 
-Model = NeuronEcsModel | TritonSageMakerModel
 Finding = tuple[KeyPath, str]
 
 
@@ -65,11 +66,7 @@ def check_model(model: Model, environments: dict[str, Environment]) -> Iterator[
             yield ("throughput_profile", itype, "measured", "environment"), (
                 f"unknown environment {measured_in!r}{did_you_mean(measured_in, environments)}; known: "
                 f"{', '.join(environments)}")
-    if isinstance(model, NeuronEcsModel):
-        yield from _check_neuron_static(model)
-        yield from _check_ecs_deployments(model.deployment, model.environments, ())
-    else:
-        yield from _check_triton_startup(model)
+    yield from MODEL_CHECKS[kinds.model_kind(model)].file(model)
     yield from _check_off_hours(model)
     # Instance-dependent rules run per environment, after its overrides; a finding shared by several
     # environments is reported once, naming them all.
@@ -85,17 +82,15 @@ def check_model(model: Model, environments: dict[str, Environment]) -> Iterator[
 
 
 def _check_environment(model: Model, env_name: str, environment: Environment) -> Iterator[Finding]:
+    kind = kinds.model_kind(model)
     capacity = model.capacity_for(env_name)
     spec = instances.get(capacity.instance_type)
-    family_problem = _family_problem(spec, model.kind)
+    family_problem = _family_problem(spec, kind)
     if family_problem:
         yield _capacity_key(model, env_name, "instance_type"), family_problem
-    elif isinstance(model, NeuronEcsModel):
-        yield from _check_neuron_instance(model, spec)
     else:
-        yield from _check_triton_image(model, environment, spec)
-    if isinstance(model, NeuronEcsModel):
-        yield from _check_neuron_load_balancer(model, environment)
+        yield from MODEL_CHECKS[kind].on_instance(model, spec, environment)
+    yield from MODEL_CHECKS[kind].in_environment(model, environment)
     if capacity.min > capacity.max:
         yield _capacity_key(model, env_name, "min"), f"min {capacity.min} > max {capacity.max}"
     elif not family_problem:
@@ -107,14 +102,26 @@ INF1_SUPPORT_STATUS = ("torch-neuron (Inf1) is no longer officially supported by
                        "archived), and the ECS AL2023 Neuron AMI pins Inf1 hosts to an older Neuron driver at boot")
 
 
-def model_warnings(model: Model) -> Iterator[Finding]:
+def model_warnings(env_file: EnvironmentsFile, model: Model) -> Iterator[Finding]:
     """What loads and deploys but deserves a look: reported by `validate` as warning lines, exit 0."""
-    if isinstance(model, NeuronEcsModel) and model.compile.neuron_generation == "inf1":
+    yield from MODEL_CHECKS[kinds.model_kind(model)].warnings(model, env_file)
+
+
+def _neuron_warnings(model: NeuronEcsModel, env_file: EnvironmentsFile) -> Iterator[Finding]:
+    if model.compile.neuron_generation == "inf1":
         yield ("compile", "neuron_generation"), (
             f"{INF1_SUPPORT_STATUS}. To move {model.name} to Inf2: set compile.neuron_generation: inf2 (and "
             f"cast: matmult for BF16), profile it on inf2.xlarge or inf2.8xlarge under throughput_profile, set "
             f"capacity.instance_type to one of them, and compare with `python -m inferstack plan --compare` "
             f"(model_configs/intent-bert-inf2.yaml is intent-bert moved)")
+    for env in env_file.environments:
+        if not model.deploys_in(env):
+            continue
+        message = _bake_warning(model.deployment_for(env), model.alarms.evaluation_minutes)
+        if message:
+            own = model.environments.get(env)
+            key = ("environments", env, "deployment") if own and own.deployment else ("deployment",)
+            yield key, f"{message} (environment {env})"
 
 
 def _bake_warning(deployment, evaluation_minutes: int) -> str | None:
@@ -132,40 +139,32 @@ def _bake_warning(deployment, evaluation_minutes: int) -> str | None:
             f"roll back (https://docs.aws.amazon.com/AmazonECS/latest/developerguide/deployment-alarm-failure.html)")
 
 
-def neuron_bake_warnings(model: Model, environments: Iterable[str]) -> Iterator[Finding]:
-    if not isinstance(model, NeuronEcsModel):
-        return
-    for env in environments:
-        if not model.deploys_in(env):
-            continue
-        message = _bake_warning(model.deployment_for(env), model.alarms.evaluation_minutes)
-        if message:
-            own = model.environments.get(env)
-            key = ("environments", env, "deployment") if own and own.deployment else ("deployment",)
-            yield key, f"{message} (environment {env})"
-
-
 def fleet_warnings(env_file: EnvironmentsFile, models: Mapping[str, Model]) -> Iterator[Finding]:
     for name, fleet in env_file.fleets.items():
-        if not isinstance(fleet, NeuronCoreFleet):
-            continue
-        evaluation = max((m.alarms.evaluation_minutes for m in (models.get(n) for n in fleet.models)  # type: ignore[union-attr]
-                          if isinstance(m, NeuronEcsModel)), default=0)
-        for env in env_file.environments:
-            message = _bake_warning(fleet.deployment_for(env), evaluation)
-            if message:
-                own = fleet.environments.get(env)
-                key = ("environments", env, "deployment") if own and own.deployment else ("deployment",)
-                yield ("fleets", name) + key, f"{message} (environment {env})"
+        yield from FLEET_CHECKS[kinds.fleet_kind(fleet)].warnings(name, fleet, env_file, models)
 
 
-def fleet_member_warnings(env_file: EnvironmentsFile, model: Model) -> Iterator[Finding]:
+def _neuron_cores_warnings(name: str, fleet: NeuronCoreFleet, env_file: EnvironmentsFile,
+                           models: Mapping[str, Model]) -> Iterator[Finding]:
+    # A member that is no neuron-ecs model is a problem check_fleets reports.
+    members = [m for m in (models.get(n) for n in fleet.models) if m is not None and
+               kinds.model_kind(m) is kinds.NEURON_ECS]
+    evaluation = max((m.alarms.evaluation_minutes for m in members), default=0)  # type: ignore[union-attr]
+    for env in env_file.environments:
+        message = _bake_warning(fleet.deployment_for(env), evaluation)
+        if message:
+            own = fleet.environments.get(env)
+            key = ("environments", env, "deployment") if own and own.deployment else ("deployment",)
+            yield ("fleets", name) + key, f"{message} (environment {env})"
+
+
+def _triton_warnings(model: TritonSageMakerModel, env_file: EnvironmentsFile) -> Iterator[Finding]:
     """Settings of a model's own deployment that do not apply where a fleet carries it (its model file keys)."""
-    if not isinstance(model, TritonSageMakerModel) or model.data_capture is None:
+    if model.data_capture is None:
         return
     envs = [env for env in env_file.environments for fleet in env_file.fleets.values()
-            if isinstance(fleet, InferenceComponentFleet) and model.name in fleet.models and fleet.deploys_in(env)
-            and model.deploys_in(env)]
+            if kinds.fleet_kind(fleet).member is kinds.TRITON_SAGEMAKER and model.name in fleet.models
+            and fleet.deploys_in(env) and model.deploys_in(env)]
     if envs:
         yield ("data_capture",), (
             f"not applied in {', '.join(envs)}, where an inference-components fleet carries {model.name}: data "
@@ -204,7 +203,9 @@ def fleet_estimate_warnings(env_file: EnvironmentsFile, models: Mapping[str, Mod
         for env in env_file.environments:
             if not (env_file.is_production(env) and fleet.deploys_in(env)):
                 continue
-            members = [models[m] for m in fleet.models if m in models]
+            # A member of another kind than the fleet carries is a problem check_fleets reports.
+            members = [models[m] for m in fleet.models
+                       if m in models and kinds.model_kind(models[m]) is kinds.fleet_kind(fleet).member]
             estimates = [s for s in (provenance.fleet_member(m, name, fleet, env) for m in members)
                          if s.point is not None and not s.measured]
             if estimates:
@@ -225,15 +226,16 @@ def _check_off_hours(model: Model) -> Iterator[Finding]:
         planned_max = model.capacity_for(env).max
         for index, window in enumerate(override.off_hours):
             key = ("environments", env, "off_hours", index)
-            yield from _check_window(window, key, planned_max, zero=(
-                "closed" if isinstance(model, NeuronEcsModel) else None), owner=model.kind)
+            yield from _check_window(window, key, planned_max, zero=kinds.model_kind(model).at_zero,
+                                     owner=model.kind)
 
 
-def _check_window(window: OffHours, key: KeyPath, planned_max: int, *, zero: str | None,
+def _check_window(window: OffHours, key: KeyPath, planned_max: int, *, zero: kinds.AtZero,
                   owner: str) -> Iterator[Finding]:
-    """`zero`: None where nothing can scale to zero (a dedicated real-time endpoint); "closed" where a window
-    at min 0 must also be max 0 (ECS scales on requests per target, which no request can raise from zero
-    tasks); "on-demand" where a request scales out from zero (inference components)."""
+    """`zero`: the kind's at_zero (inferstack.schema.kinds): None where nothing can scale to zero (a dedicated
+    real-time endpoint); "closed" where a window at min 0 must also be max 0 (ECS scales on requests per
+    target, which no request can raise from zero tasks); "on-demand" where a request scales out from zero
+    (inference components)."""
     try:
         schedule.open_share(window.start, window.end, window.time_zone)
         readable = True
@@ -266,16 +268,15 @@ def _check_window(window: OffHours, key: KeyPath, planned_max: int, *, zero: str
             "before the window ends: a window at min 0 must be closed (max 0)")
 
 
-def _family_problem(spec: instances.InstanceSpec, kind: str) -> str | None:
-    if kind == "neuron-ecs" and not instances.runs(kind, spec):
-        return f"{spec.name} is not an Inferentia EC2 type; neuron-ecs needs inf1.* or inf2.*"
-    if kind == "triton-sagemaker" and not instances.runs(kind, spec):
-        return f"{spec.name} is not a SageMaker GPU type; triton-sagemaker needs ml.g4dn.* or ml.g5.*"
+def _family_problem(spec: instances.InstanceSpec, kind: kinds.ModelKind) -> str | None:
+    accelerator = kind.accelerator
+    if not accelerator.runs(spec):
+        return f"{spec.name} is not {accelerator.description}; {kind.name} needs {accelerator.types}"
     return None
 
 
-def _check_triton_image(model: TritonSageMakerModel, environment: Environment,
-                        spec: instances.InstanceSpec) -> Iterator[Finding]:
+def _check_triton_image(model: TritonSageMakerModel, spec: instances.InstanceSpec,
+                        environment: Environment) -> Iterator[Finding]:
     try:
         triton_image.base_image_uri(region=environment.region, version=model.serving.image_version,
                                     instance_type=spec.name)
@@ -297,6 +298,11 @@ def _check_triton_startup(model: TritonSageMakerModel) -> Iterator[Finding]:
             f"set serving.container_startup_health_check_timeout_seconds if it starts faster")
 
 
+def _check_neuron_file(model: NeuronEcsModel) -> Iterator[Finding]:
+    yield from _check_neuron_static(model)
+    yield from _check_ecs_deployments(model.deployment, model.environments, ())
+
+
 def _check_neuron_static(model: NeuronEcsModel) -> Iterator[Finding]:
     comp, serving = model.compile, model.serving
     if comp.parallelism == "pipeline" and serving.data_parallel:
@@ -312,7 +318,8 @@ def _check_neuron_static(model: NeuronEcsModel) -> Iterator[Finding]:
         yield ("compile", "parallelism"), "pipeline mode (--neuroncore-pipeline-cores) is an inf1 compiler feature"
 
 
-def _check_neuron_instance(model: NeuronEcsModel, spec: instances.InstanceSpec) -> Iterator[Finding]:
+def _check_neuron_instance(model: NeuronEcsModel, spec: instances.InstanceSpec,
+                           environment: Environment) -> Iterator[Finding]:
     comp, serving = model.compile, model.serving
     if comp.neuron_generation != spec.neuron_generation:
         yield ("compile", "neuron_generation"), (
@@ -366,6 +373,30 @@ def _check_plan(model: Model, env_name: str, environment: Environment) -> Iterat
             f"but max is {result.max_capacity}")
 
 
+def _nothing(*_args) -> Iterable[Finding]:
+    return ()
+
+
+@dataclass(frozen=True)
+class ModelChecks:
+    """What validate checks of one model kind beyond what every model gets (check_model); each yields findings."""
+
+    file: Callable[..., Iterable[Finding]]  # (model): the model file alone
+    # (model, spec, environment): in each environment it deploys in, on its instance type there, where that is
+    # one the kind runs on (its accelerator)
+    on_instance: Callable[..., Iterable[Finding]]
+    in_environment: Callable[..., Iterable[Finding]] = _nothing  # (model, environment): whatever the instance type
+    warnings: Callable[..., Iterable[Finding]] = _nothing  # (model, env_file): loads and deploys, but deserves a look
+
+
+MODEL_CHECKS: dict[kinds.ModelKind, ModelChecks] = {
+    kinds.NEURON_ECS: ModelChecks(file=_check_neuron_file, on_instance=_check_neuron_instance,
+                                  in_environment=_check_neuron_load_balancer, warnings=_neuron_warnings),
+    kinds.TRITON_SAGEMAKER: ModelChecks(file=_check_triton_startup, on_instance=_check_triton_image,
+                                        warnings=_triton_warnings),
+}
+
+
 # CodePipeline quota: at most 50 actions in one stage. CDK Pipelines deploys each stack of an environment
 # with two actions (prepare the change set, execute it), plus the smoke step and an optional approval.
 PIPELINE_ACTIONS_PER_STAGE = 50
@@ -380,7 +411,7 @@ def serving_stack_count(env_file: EnvironmentsFile, models: Iterable[Model], env
     """Stacks besides the foundation in an environment: one per fleet deployed there, one per model deployed
     there except the members of a neuron-cores fleet (the fleet's stack serves them)."""
     fleets = [f for f in env_file.fleets.values() if f.deploys_in(env_name)]
-    served_by_fleet = {m for f in fleets if isinstance(f, NeuronCoreFleet) for m in f.models}
+    served_by_fleet = {m for f in fleets if kinds.fleet_kind(f).serves_members for m in f.models}
     return len(fleets) + sum(1 for m in models if m.deploys_in(env_name) and m.name not in served_by_fleet)
 
 
@@ -402,7 +433,6 @@ def check_pipeline_capacity(env_file: EnvironmentsFile, models: Sequence[Model])
 
 # ---------------------------------------------------------------- fleets
 
-FLEET_MEMBER_KIND = {"neuron-cores": "neuron-ecs", "sagemaker-inference-components": "triton-sagemaker"}
 RESERVED_STACK_IDS = ("Foundation", "Pipeline", "LoadTest")
 # https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_iam-quotas.html (inline policies per role: 10,240
 # characters in all); the endpoint role's own statements take the rest.
@@ -419,7 +449,7 @@ def fleet_too_small(name: str, kind: str, error: Mapping) -> str:
     names = [str(m) for m in members] if isinstance(members, (list, tuple)) else []
     need = context.get("min_length", 1)
     has = f"it has {len(names)} ({', '.join(names)})" if names else "it has none"
-    why = " (one model alone on its instances is a dedicated service)" if kind == "neuron-cores" else ""
+    why = " (one model alone on its instances is a dedicated service)" if need > 1 else ""
     return (f"a {kind} fleet needs at least {need} member{'s' if need != 1 else ''}{why}, {has}; to retire the fleet, "
             f"remove its entry fleets.{name} from environments.yaml: its stack goes, and a member whose model file "
             f"stays gets a stack of its own")
@@ -430,6 +460,8 @@ def check_fleets(env_file: EnvironmentsFile, models: Mapping[str, Model]) -> Ite
     (inferstack.capacity.packing) in every environment the fleet deploys in. Keys are environments.yaml's."""
     carrier: dict[tuple[str, str], str] = {}  # (environment, model) -> fleet
     for name, fleet in env_file.fleets.items():
+        kind = kinds.fleet_kind(fleet)
+        own = FLEET_CHECKS[kind]
         base = ("fleets", name)
         if name in models or name in RESERVED_STACK_IDS:
             yield base, (f"fleet name {name!r} is also a model's or a reserved stack's name; each names a stack "
@@ -438,8 +470,7 @@ def check_fleets(env_file: EnvironmentsFile, models: Mapping[str, Model]) -> Ite
             if env not in env_file.environments:
                 yield base + ("environments", env), (
                     f"unknown environment; known: {', '.join(env_file.environments)}")
-        if isinstance(fleet, InferenceComponentFleet):
-            yield from unknown_environments(base, fleet.deploy_in, env_file.environments)
+        yield from own.file(base, fleet, env_file)
         members: list[Model] = []
         for index, model_name in enumerate(fleet.models):
             model = models.get(model_name)
@@ -449,20 +480,15 @@ def check_fleets(env_file: EnvironmentsFile, models: Mapping[str, Model]) -> Ite
                     "off this list)")
                 yield base + ("models", index), f"unknown model {model_name!r}{hint}; known: {', '.join(sorted(models))}"
                 continue
-            if model.kind != FLEET_MEMBER_KIND[fleet.kind]:
+            if kinds.model_kind(model) is not kind.member:
                 yield base + ("models", index), (
-                    f"{model_name} is a {model.kind} model; a {fleet.kind} fleet carries "
-                    f"{FLEET_MEMBER_KIND[fleet.kind]} models")
+                    f"{model_name} is a {model.kind} model; a {fleet.kind} fleet carries {kind.member.name} models")
                 continue
             absent = [env for env in env_file.environments if fleet.deploys_in(env) and not model.deploys_in(env)]
             if absent:
-                remedy = ("add them to its deploy_in, or give the fleet a deploy_in without them"
-                          if isinstance(fleet, InferenceComponentFleet) else
-                          "a neuron-cores fleet deploys in every environment (one image): add them to its "
-                          "deploy_in, or take it off the fleet")
                 yield base + ("models", index), (
                     f"{model_name} is not deployed in {', '.join(absent)} (its deploy_in: "
-                    f"{', '.join(model.deploy_in or ())}), where fleet {name} deploys: {remedy}")
+                    f"{', '.join(model.deploy_in or ())}), where fleet {name} deploys: {own.absent_remedy}")
                 continue
             for env in env_file.environments:
                 if not fleet.deploys_in(env):
@@ -472,8 +498,6 @@ def check_fleets(env_file: EnvironmentsFile, models: Mapping[str, Model]) -> Ite
                     yield base + ("models", index), f"{model_name} is already on fleet {other} in {env}"
                     break
             members.append(model)
-        if isinstance(fleet, NeuronCoreFleet):
-            yield from _check_ecs_deployments(fleet.deployment, fleet.environments, base)
         if len(members) != len(fleet.models):
             continue
         grouped: dict[Finding, list[str]] = {}
@@ -495,10 +519,11 @@ def _fleet_capacity_key(name: str, fleet: Fleet, env: str, field: str) -> KeyPat
 
 def _check_fleet_environment(name: str, fleet: Fleet, members: Sequence[Model], env_name: str,
                              environment: Environment) -> Iterator[Finding]:
+    kind = kinds.fleet_kind(fleet)
     capacity = fleet.capacity_for(env_name)
     spec = instances.get(capacity.instance_type)
     type_key = _fleet_capacity_key(name, fleet, env_name, "instance_type")
-    problem = _family_problem(spec, FLEET_MEMBER_KIND[fleet.kind])
+    problem = _family_problem(spec, kind.member)
     if problem:
         yield type_key, problem
         return
@@ -508,52 +533,10 @@ def _check_fleet_environment(name: str, fleet: Fleet, members: Sequence[Model], 
     windows = fleet.off_hours_for(env_name)
     for index, window in enumerate(windows):
         yield from _check_window(window, ("fleets", name, "environments", env_name, "off_hours", index),
-                                 capacity.max, zero="closed" if isinstance(fleet, NeuronCoreFleet) else "on-demand",
-                                 owner=f"fleet {name}")
-    if isinstance(fleet, NeuronCoreFleet):
-        if len(members) > routing.MAX_TARGET_GROUPS:
-            yield ("fleets", name, "models"), (
-                f"{len(members)} models; the fleet's ECS service routes each to its own target group and a "
-                f"service takes at most {routing.MAX_TARGET_GROUPS} ({routing.MAX_TARGET_GROUPS_SOURCE})")
-            return
-        shifting = neuron_deployment.rollout(fleet.deployment_for(env_name)).shifts_traffic
-        for index, message in routing.priority_clashes(fleet.models, catch_all_first=shifting):
-            yield ("fleets", name, "models", index), message
-        if capacity.min == 0:
-            yield _fleet_capacity_key(name, fleet, env_name, "min"), (
-                "a neuron-cores fleet keeps at least 1 instance outside its off_hours (ECS cannot scale out from "
-                "0 tasks on requests); close it at night with an off_hours window at min 0, max 0")
-            return
-        for index, model in enumerate(members):
-            if model.compile.neuron_generation != spec.neuron_generation:  # type: ignore[union-attr]
-                yield ("fleets", name, "models", index), (
-                    f"{model.name} is compiled for {model.compile.neuron_generation}, {spec.name} runs "  # type: ignore[union-attr]
-                    f"{spec.neuron_generation}; Neuron artifacts are not portable between generations")
-                return
-        publics = {model.public_load_balancer(environment) for model in members}  # type: ignore[union-attr]
-        if len(publics) > 1:
-            yield ("fleets", name, "models"), (
-                "the members share one load balancer: give them the same load_balancer.public setting")
-            return
-    else:
-        if len(members) > MAX_COMPONENTS_PER_FLEET:
-            yield ("fleets", name, "models"), (
-                f"{len(members)} models; each member grants the shared endpoint's role its image and log group in "
-                f"an inline policy of about 0.7 KB, and IAM allows 10,240 characters of inline policy per role: "
-                f"at most {MAX_COMPONENTS_PER_FLEET} members")
-            return
-        amis = {model.serving.inference_ami_version for model in members}  # type: ignore[union-attr]
-        if len(amis) > 1:
-            yield ("fleets", name, "models"), (
-                f"the members share one endpoint variant and so one inference AMI, but ask for "
-                f"{', '.join(sorted(str(a) for a in amis))}: give them the same serving.inference_ami_version")
-            return
-        for index, model in enumerate(members):
-            if model.inference_component is None:  # type: ignore[union-attr]
-                yield ("fleets", name, "models", index), (
-                    f"{model.name} needs inference_component (accelerators, cpu_cores, memory_mib of one copy) "
-                    f"in its model file to share an endpoint")
-                return
+                                 capacity.max, zero=kind.at_zero, owner=f"fleet {name}")
+    plannable = yield from FLEET_CHECKS[kind].members(name, fleet, members, env_name, environment, capacity, spec)
+    if not plannable:
+        return
     try:
         result = packing.plan_fleet(name, fleet, members, env_name, environment)
     except planning.FleetBeyondCount as exc:
@@ -571,18 +554,110 @@ def _check_fleet_environment(name: str, fleet: Fleet, members: Sequence[Model], 
         yield _fleet_capacity_key(name, fleet, env_name, "max"), (
             f"the members' peaks need {result.instances_at_peak} x {result.instance_type}, but max is "
             f"{result.max_capacity}")
-    if isinstance(result, packing.ComponentFleetPlan) and result.scales_to_zero:
-        for index, share in enumerate(result.shares):
-            needed = share.cold_start_seconds or 0
-            if share.cold_start_allowed is None or share.cold_start_allowed < needed:
-                allowed = ("no slo.cold_start_seconds" if share.cold_start_allowed is None
-                           else f"slo.cold_start_seconds {share.cold_start_allowed:g}")
-                yield ("fleets", name, "models", index), (
-                    f"{share.model}: scaling to zero makes a first request wait about {needed} s (alarm "
-                    f"{packing.NO_CAPACITY_ALARM_SECONDS} s + instance launch {packing.INSTANCE_LAUNCH_SECONDS} s + "
-                    f"start-up {needed - packing.NO_CAPACITY_ALARM_SECONDS - packing.INSTANCE_LAUNCH_SECONDS} s), "
-                    f"but its SLO has {allowed}: set slo.cold_start_seconds >= {needed} in its model file, or keep "
-                    f"the fleet's min >= 1")
+    yield from FLEET_CHECKS[kind].on_plan(name, result)
+
+
+def _check_neuron_cores_file(base: KeyPath, fleet: NeuronCoreFleet, env_file: EnvironmentsFile) -> Iterator[Finding]:
+    yield from _check_ecs_deployments(fleet.deployment, fleet.environments, base)
+
+
+def _check_neuron_cores_members(name: str, fleet: NeuronCoreFleet, members: Sequence[NeuronEcsModel], env_name: str,
+                                environment: Environment, capacity: FleetCapacity,
+                                spec: instances.InstanceSpec) -> Generator[Finding, None, bool]:
+    if len(members) > routing.MAX_TARGET_GROUPS:
+        yield ("fleets", name, "models"), (
+            f"{len(members)} models; the fleet's ECS service routes each to its own target group and a "
+            f"service takes at most {routing.MAX_TARGET_GROUPS} ({routing.MAX_TARGET_GROUPS_SOURCE})")
+        return False
+    shifting = neuron_deployment.rollout(fleet.deployment_for(env_name)).shifts_traffic
+    for index, message in routing.priority_clashes(fleet.models, catch_all_first=shifting):
+        yield ("fleets", name, "models", index), message
+    if capacity.min == 0:
+        yield _fleet_capacity_key(name, fleet, env_name, "min"), (
+            "a neuron-cores fleet keeps at least 1 instance outside its off_hours (ECS cannot scale out from "
+            "0 tasks on requests); close it at night with an off_hours window at min 0, max 0")
+        return False
+    for index, model in enumerate(members):
+        if model.compile.neuron_generation != spec.neuron_generation:
+            yield ("fleets", name, "models", index), (
+                f"{model.name} is compiled for {model.compile.neuron_generation}, {spec.name} runs "
+                f"{spec.neuron_generation}; Neuron artifacts are not portable between generations")
+            return False
+    publics = {model.public_load_balancer(environment) for model in members}
+    if len(publics) > 1:
+        yield ("fleets", name, "models"), (
+            "the members share one load balancer: give them the same load_balancer.public setting")
+        return False
+    return True
+
+
+def _check_components_file(base: KeyPath, fleet: InferenceComponentFleet,
+                           env_file: EnvironmentsFile) -> Iterator[Finding]:
+    yield from unknown_environments(base, fleet.deploy_in, env_file.environments)
+
+
+def _check_components_members(name: str, fleet: InferenceComponentFleet, members: Sequence[TritonSageMakerModel],
+                              env_name: str, environment: Environment, capacity: FleetCapacity,
+                              spec: instances.InstanceSpec) -> Generator[Finding, None, bool]:
+    if len(members) > MAX_COMPONENTS_PER_FLEET:
+        yield ("fleets", name, "models"), (
+            f"{len(members)} models; each member grants the shared endpoint's role its image and log group in "
+            f"an inline policy of about 0.7 KB, and IAM allows 10,240 characters of inline policy per role: "
+            f"at most {MAX_COMPONENTS_PER_FLEET} members")
+        return False
+    amis = {model.serving.inference_ami_version for model in members}
+    if len(amis) > 1:
+        yield ("fleets", name, "models"), (
+            f"the members share one endpoint variant and so one inference AMI, but ask for "
+            f"{', '.join(sorted(str(a) for a in amis))}: give them the same serving.inference_ami_version")
+        return False
+    for index, model in enumerate(members):
+        if model.inference_component is None:
+            yield ("fleets", name, "models", index), (
+                f"{model.name} needs inference_component (accelerators, cpu_cores, memory_mib of one copy) "
+                f"in its model file to share an endpoint")
+            return False
+    return True
+
+
+def _check_components_plan(name: str, result: packing.ComponentFleetPlan) -> Iterator[Finding]:
+    if not result.scales_to_zero:
+        return
+    for index, share in enumerate(result.shares):
+        needed = share.cold_start_seconds or 0
+        if share.cold_start_allowed is None or share.cold_start_allowed < needed:
+            allowed = ("no slo.cold_start_seconds" if share.cold_start_allowed is None
+                       else f"slo.cold_start_seconds {share.cold_start_allowed:g}")
+            yield ("fleets", name, "models", index), (
+                f"{share.model}: scaling to zero makes a first request wait about {needed} s (alarm "
+                f"{packing.NO_CAPACITY_ALARM_SECONDS} s + instance launch {packing.INSTANCE_LAUNCH_SECONDS} s + "
+                f"start-up {needed - packing.NO_CAPACITY_ALARM_SECONDS - packing.INSTANCE_LAUNCH_SECONDS} s), "
+                f"but its SLO has {allowed}: set slo.cold_start_seconds >= {needed} in its model file, or keep "
+                f"the fleet's min >= 1")
+
+
+@dataclass(frozen=True)
+class FleetChecks:
+    """What validate checks of one fleet kind beyond what every fleet gets (check_fleets); each yields findings."""
+
+    file: Callable[..., Iterable[Finding]]  # (base key, fleet, env_file): the fleet's entry alone
+    absent_remedy: str  # what to do about a member that is not deployed where the fleet deploys
+    # (name, fleet, members, env_name, environment, capacity, spec): the members on the fleet's instance type in an
+    # environment; returns whether the fleet can be planned there (False skips the plan's checks)
+    members: Callable[..., Generator[Finding, None, bool]]
+    on_plan: Callable[..., Iterable[Finding]] = _nothing  # (name, fleet plan): the plan of an environment
+    warnings: Callable[..., Iterable[Finding]] = _nothing  # (name, fleet, env_file, models)
+
+
+FLEET_CHECKS: dict[kinds.FleetKind, FleetChecks] = {
+    kinds.NEURON_CORES: FleetChecks(
+        file=_check_neuron_cores_file, members=_check_neuron_cores_members, warnings=_neuron_cores_warnings,
+        absent_remedy="a neuron-cores fleet deploys in every environment (one image): add them to its deploy_in, or "
+                      "take it off the fleet"),
+    kinds.SAGEMAKER_INFERENCE_COMPONENTS: FleetChecks(
+        file=_check_components_file, members=_check_components_members, on_plan=_check_components_plan,
+        absent_remedy="add them to its deploy_in, or give the fleet a deploy_in without them"),
+}
 
 
 def check_pipeline(env_file: EnvironmentsFile) -> Iterator[Finding]:

@@ -15,22 +15,13 @@ from types import MappingProxyType
 from pydantic import BaseModel, ValidationError
 
 from inferstack.config import architecture, checks, release_pin
-from inferstack.schema import instances
-from inferstack.schema.models import (
-    Environment, EnvironmentsFile, Fleet, NeuronCoreFleet, NeuronEcsModel, PipelineSettings, TritonSageMakerModel,
-    is_production,
-)
+from inferstack.schema import instances, kinds
+from inferstack.schema.kinds import Model
+from inferstack.schema.models import Environment, EnvironmentsFile, Fleet, PipelineSettings, is_production
 from inferstack.config.problems import ConfigError, Problem
-from inferstack.config.checks import FLEET_MEMBER_KIND as _FLEET_MEMBER_KIND
 from inferstack.config.yaml_source import YamlDocument, YamlSyntaxError, parse
 
 ENVIRONMENTS_FILE = "environments.yaml"
-MODEL_KINDS: dict[str, type[BaseModel]] = {
-    "neuron-ecs": NeuronEcsModel,
-    "triton-sagemaker": TritonSageMakerModel,
-}
-Model = NeuronEcsModel | TritonSageMakerModel
-FLEET_KINDS = frozenset(_FLEET_MEMBER_KIND)
 
 
 @dataclass(frozen=True)
@@ -43,12 +34,17 @@ class ImageUnit:
     models: tuple[Model, ...]
     fleet: bool = False  # a neuron-cores fleet (its members' compile settings are all in the one image)
 
+    @property
+    def kind(self) -> kinds.ModelKind:
+        """The kind of its models (a fleet carries one kind)."""
+        return kinds.model_kind(self.models[0])
+
 
 def image_unit_names(model_names: Iterable[str], fleets: Mapping[str, Fleet], env_name: str) -> list[str]:
     """The image units of `env_name`, by name, sorted: each neuron-cores fleet deployed there, and each model
     no such fleet carries (an inference-components fleet's members keep their own stacks and images)."""
     packed = {name: fleet for name, fleet in fleets.items()
-              if isinstance(fleet, NeuronCoreFleet) and fleet.deploys_in(env_name)}
+              if kinds.fleet_kind(fleet).serves_members and fleet.deploys_in(env_name)}
     members = {model for fleet in packed.values() for model in fleet.models}
     return sorted([m for m in model_names if m not in members] + list(packed))
 
@@ -100,7 +96,7 @@ class Project:
         units = []
         for name in image_unit_names((m.name for m in self.models_in(env_name)), self.fleets, env_name):
             fleet = self.fleets.get(name)
-            if isinstance(fleet, NeuronCoreFleet):
+            if fleet is not None and kinds.fleet_kind(fleet).serves_members:
                 units.append(ImageUnit(name, tuple(self.fleet_members(name)), fleet=True))
             else:
                 units.append(ImageUnit(name, (self.model(name),)))
@@ -146,16 +142,13 @@ def load(config_dir: Path | str, *, releases: bool = True, image_context_root: P
         if env_file:
             for key, message in checks.check_model(model, environments):
                 problems.append(_problem(path, config_dir, doc, key, message))
-        warnings.extend(_problem(path, config_dir, doc, key, f"warning: {message}")
-                        for key, message in checks.model_warnings(model))
         family_problems, family_warnings = architecture.check(model, context_root)
         problems.extend(_problem(path, config_dir, doc, key, message) for key, message in family_problems)
         warnings.extend(_problem(path, config_dir, doc, key, f"warning: {message}")
                         for key, message in family_warnings)
         if env_file:
             warnings.extend(_problem(path, config_dir, doc, key, f"warning: {message}")
-                            for key, message in [*checks.fleet_member_warnings(env_file, model),
-                                                 *checks.neuron_bake_warnings(model, environments),
+                            for key, message in [*checks.model_warnings(env_file, model),
                                                  *checks.estimate_warnings(env_file, model)])
 
     if env_file:
@@ -256,23 +249,24 @@ def _validate(schema: type[BaseModel], path: Path, doc: YamlDocument, problems: 
     try:
         return schema.model_validate(doc.data)
     except ValidationError as exc:
-        model_kind = next((k for k, v in MODEL_KINDS.items() if v is schema), None)
+        model_kind = next((k for k in kinds.MODEL_KINDS.values() if k.schema is schema), None)
         for error in exc.errors(include_url=False):
             raw = tuple(error["loc"])
             loc = tuple(part for part in raw if part != "[key]")  # pydantic's marker for dict keys
             kind = model_kind
-            if len(loc) > 2 and loc[0] == "fleets" and loc[2] in FLEET_KINDS:
+            if len(loc) > 2 and loc[0] == "fleets" and loc[2] in kinds.FLEET_KINDS:
                 if loc[3:] == ("models",) and error["type"] == "too_short":
                     problems.append(_problem(path, config_dir, doc, loc[:2] + loc[3:],
                                              checks.fleet_too_small(str(loc[1]), str(loc[2]), error)))
                     continue
-                kind = _FLEET_MEMBER_KIND[loc[2]]  # a fleet's instances are its members' kind
+                kind = kinds.FLEET_KINDS[loc[2]].member  # a fleet's instances are its members' kind
                 loc = loc[:2] + loc[3:]  # the union's tag, not a key of the file
             problems.append(_problem(path, config_dir, doc, loc, _message(error, schema, raw, kind)))
         return None
 
 
-def _message(error: dict, schema: type[BaseModel] | None = None, loc: tuple = (), kind: str | None = None) -> str:
+def _message(error: dict, schema: type[BaseModel] | None = None, loc: tuple = (),
+             kind: kinds.ModelKind | None = None) -> str:
     """One line for a pydantic error: with a "did you mean" where a close spelling exists (a key of the
     mapping, a choice of a Literal), and an unknown instance type answered with the types `kind` runs on."""
     error_type = error["type"]
@@ -283,7 +277,9 @@ def _message(error: dict, schema: type[BaseModel] | None = None, loc: tuple = ()
         return "unknown key" + checks.did_you_mean(str(loc[-1]) if loc else "", allowed, "; did you mean {!r}?")
     if isinstance((error.get("ctx") or {}).get("error"), instances.UnknownInstanceType) and \
             isinstance(error.get("input"), str):
-        return instances.unknown_message(error["input"], kind)
+        if kind is None:
+            return instances.unknown_message(error["input"])
+        return instances.unknown_message(error["input"], kind.name, kind.accelerator)
     message = error["msg"].removeprefix("Value error, ")
     if error_type in {"value_error", "assertion_error"}:
         return message
@@ -353,13 +349,13 @@ def _load_model(path: Path, problems: list[Problem], config_dir: Path):
     if doc is None:
         return None
     kind = doc.data.get("kind")
-    schema = MODEL_KINDS.get(kind) if isinstance(kind, str) else None
-    if schema is None:
-        hint = checks.did_you_mean(kind, MODEL_KINDS, ", did you mean {!r}?") if isinstance(kind, str) else ""
+    found = kinds.MODEL_KINDS.get(kind) if isinstance(kind, str) else None
+    if found is None:
+        hint = checks.did_you_mean(kind, kinds.MODEL_KINDS, ", did you mean {!r}?") if isinstance(kind, str) else ""
         problems.append(_problem(path, config_dir, doc, ("kind",),
-                                 f"must be one of {', '.join(MODEL_KINDS)}{hint} (got {kind!r})"))
+                                 f"must be one of {', '.join(kinds.MODEL_KINDS)}{hint} (got {kind!r})"))
         return None
-    model = _validate(schema, path, doc, problems, config_dir)
+    model = _validate(found.schema, path, doc, problems, config_dir)
     return (model, path, doc) if model else None
 
 

@@ -21,7 +21,7 @@ import boto3
 
 from inferstack import atomic_write
 from inferstack.delivery import aws_sessions, ecr_images, load_test_gate, release, stack_outputs
-from inferstack.config import NeuronEcsModel, Project, loader, pin_history
+from inferstack.config import Project, loader, pin_history
 from inferstack.config.loader import ImageUnit
 from inferstack.config.release_pin import PIN_FORMAT, LoadTestRecord, PinnedImage, ReleaseIdentity, ReleasePin, dump
 from inferstack.neuron.task import CONTAINER_NAME
@@ -57,7 +57,7 @@ def running_image(session: boto3.Session, env_name: str, unit: ImageUnit) -> str
     """The image reference the unit's deployed service (a model's, or a neuron-cores fleet's) runs in
     `env_name`."""
     values = stack_outputs.outputs(session.client("cloudformation"), env_name, unit.name)
-    if all(isinstance(m, NeuronEcsModel) for m in unit.models):
+    if unit.kind.hosting == "ecs":
         cluster, service = stack_outputs.require(values, ("ClusterName", "ServiceName"), env_name, unit.name)
         ecs = session.client("ecs")
         found = ecs.describe_services(cluster=cluster, services=[service])

@@ -30,9 +30,10 @@ import boto3
 import botocore.config
 
 from inferstack.delivery import aws_sessions, stack_outputs
-from inferstack.config import Environment, NeuronEcsModel, loader
+from inferstack.config import Environment, NeuronEcsModel, TritonSageMakerModel, loader
 from inferstack.loadtest import answer
 from inferstack.loadtest.answer import Output  # what a reply must hold: one check for smoke and load tests
+from inferstack.schema import kinds
 
 SMOKE_TEXT = "inferstack smoke test"
 # Token ids valid in any vocabulary of the shipped models (BERT's "[CLS] hello world [SEP]"; in range for
@@ -71,10 +72,16 @@ class Probe:
 
 def probe_for(model) -> Probe:
     """The request a model gets and the outputs its interface promises, for a batch of one."""
-    if isinstance(model, NeuronEcsModel):
-        # container/neuron/README.md: TEXT in, logits [n, labels] and label [n] out.
-        body = {"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1], "data": [SMOKE_TEXT]}]}
-        return Probe(body, (Output("logits", "FP32", (1, len(model.source.labels))), Output("label", "BYTES", (1,))))
+    return PROBES[kinds.model_kind(model)](model)
+
+
+def _neuron_probe(model: NeuronEcsModel) -> Probe:
+    # container/neuron/README.md: TEXT in, logits [n, labels] and label [n] out.
+    body = {"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1], "data": [SMOKE_TEXT]}]}
+    return Probe(body, (Output("logits", "FP32", (1, len(model.source.labels))), Output("label", "BYTES", (1,))))
+
+
+def _triton_probe(model: TritonSageMakerModel) -> Probe:
     from inferstack.triton import config as triton_config  # the Triton proto: only Triton models need it
 
     folder = triton_config.folders(model)[0]  # the default model SageMaker routes /invocations to
@@ -89,6 +96,13 @@ def probe_for(model) -> Probe:
                        "shape": [1, length], "data": data})
     outputs = tuple(Output(t.name, t.type_name.removeprefix("TYPE_"), (1, *t.dims)) for t in folder.outputs)
     return Probe({"inputs": inputs}, outputs)
+
+
+# Each model kind's smoke request: what its serving container's interface takes and promises.
+PROBES: dict[kinds.ModelKind, Callable[..., Probe]] = {
+    kinds.NEURON_ECS: _neuron_probe,
+    kinds.TRITON_SAGEMAKER: _triton_probe,
+}
 
 
 def check_reply(reply: bytes, expected: tuple[Output, ...]) -> None:
@@ -235,7 +249,7 @@ def smoke_model(session: boto3.Session, env_name: str, environment: Environment,
     component = None
     stack = stack or model.name
     values = stack_outputs.outputs(session.client("cloudformation"), env_name, stack)
-    if isinstance(model, NeuronEcsModel):
+    if kinds.model_kind(model).hosting == "ecs":
         (base,) = stack_outputs.require(values, ("Url",), env_name, stack)
         path = (f"/v2/models/{model.name}" if stack == model.name
                 else stack_outputs.model_path(values, env_name, stack, model.name))
@@ -334,7 +348,7 @@ def wake_components(session: boto3.Session, env_name: str, models, timeout: floa
     woken = []
     cloudformation = session.client("cloudformation")
     for model in models:
-        if isinstance(model, NeuronEcsModel):
+        if kinds.model_kind(model).hosting != "sagemaker":
             continue
         try:
             values = stack_outputs.outputs(cloudformation, env_name, model.name)

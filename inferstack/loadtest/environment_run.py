@@ -10,11 +10,12 @@ from pathlib import Path
 import boto3
 
 from inferstack.capacity import planning
-from inferstack.config import NeuronEcsModel, Project
+from inferstack.config import Project
 from inferstack.delivery import aws_sessions, ecr_images, promote, stack_outputs
 from inferstack.loadtest import fargate, report, results, shape
 from inferstack.loadtest.results import RunResult
 from inferstack.loadtest.spec import SpecError, Target
+from inferstack.schema import kinds
 
 # Fargate's start (image pull included) and the master's upload, beyond the steps themselves.
 START_AND_UPLOAD_S = 600.0
@@ -27,7 +28,7 @@ class EnvironmentRunError(Exception):
 def target_in(cloudformation, env_name: str, environment, model, stack: str) -> Target:
     """Where `model` answers inside the environment, from its serving stack's outputs (as smoke finds it)."""
     values = stack_outputs.outputs(cloudformation, env_name, stack)
-    if isinstance(model, NeuronEcsModel):
+    if kinds.model_kind(model).hosting == "ecs":
         (base,) = stack_outputs.require(values, ("Url",), env_name, stack)
         path = (f"/v2/models/{model.name}" if stack == model.name
                 else stack_outputs.model_path(values, env_name, stack, model.name))

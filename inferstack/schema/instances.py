@@ -7,6 +7,7 @@ ECS task's device list and core ranges, vCPU and memory size the task.
 from __future__ import annotations
 
 import difflib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -91,20 +92,27 @@ class UnknownInstanceType(ValueError):
     pass
 
 
-def runs(kind: str, spec: InstanceSpec) -> bool:
-    """Whether a model of `kind` (neuron-ecs, triton-sagemaker) can run on the instance: Inferentia EC2
-    instances for ECS, SageMaker GPU instances for Triton. Any other kind: every instance."""
-    if kind == "neuron-ecs":
-        return not spec.is_sagemaker and spec.neuron_generation is not None
-    if kind == "triton-sagemaker":
-        return spec.is_sagemaker and spec.gpus > 0
-    return True
+@dataclass(frozen=True)
+class Accelerator:
+    """The instance types one kind of model runs on (inferstack.schema.kinds), as validate names them:
+    "<type> is not <description>; <kind> needs <types>"."""
+
+    description: str
+    types: str
+    runs: Callable[[InstanceSpec], bool]
 
 
-def unknown_message(name: str, kind: str | None = None) -> str:
+INFERENTIA_EC2 = Accelerator("an Inferentia EC2 type", "inf1.* or inf2.*",
+                             lambda spec: not spec.is_sagemaker and spec.neuron_generation is not None)
+SAGEMAKER_GPU = Accelerator("a SageMaker GPU type", "ml.g4dn.* or ml.g5.*",
+                            lambda spec: spec.is_sagemaker and spec.gpus > 0)
+
+
+def unknown_message(name: str, kind: str | None = None, accelerator: Accelerator | None = None) -> str:
     """One line for an instance type the catalog does not hold: the `ml.` prefix missing or where it does not
-    belong, else the closest type, then the types a `kind` model runs on (every type without a kind)."""
-    candidates = [n for n, spec in INSTANCES.items() if kind is None or runs(kind, spec)]
+    belong, else the closest type, then the types a `kind` model runs on (its `accelerator`'s; every type
+    without one)."""
+    candidates = [n for n, spec in INSTANCES.items() if accelerator is None or accelerator.runs(spec)]
     toggled = name[3:] if name.startswith("ml.") else f"ml.{name}"
     hint = ""
     if toggled in candidates:

@@ -1,11 +1,25 @@
-"""The SageMaker Triton base image for a region and release, from the SageMaker SDK's bundled image
-tables (offline; never a hand-written account map). Called by the stacks, not by constructs."""
+"""The Triton serving image: what it builds from (the repository root reduced to container/triton/ and the
+renderer it imports), and the SageMaker Triton base image it starts from for a region and release, from the
+SageMaker SDK's bundled image tables (offline; never a hand-written account map). Called by the stacks and by
+validate, not by constructs. The Neuron twin: inferstack/neuron/image.py."""
 
 from __future__ import annotations
 
 import json
 import os
 from contextlib import contextmanager
+
+CONTEXT = "container/triton"  # the image's own files, relative to the repository root
+DOCKERFILE = f"{CONTEXT}/Dockerfile"
+# The Triton image builds from the repository root so its export step imports inferstack's renderer
+# (shared code, not a copy). Only what the build uses is in the context, so the image (and with it
+# the endpoint) changes only when the renderer, the config schema or container/triton/ does.
+# Kept identical to container/triton/Dockerfile.dockerignore (a test checks).
+BUILD_CONTEXT = ("*", "!inferstack/__init__.py", "!inferstack/schema", "!inferstack/triton/__init__.py",
+                 "!inferstack/triton/config.py", "!container/triton", "**/__pycache__", "**/*.pyc")
+# What a model file's source.local_path is relative to: the export runs in /build, the repository root
+# reduced to BUILD_CONTEXT.
+LOCAL_PATH_BASE = "."
 
 FRAMEWORK = "sagemaker-tritonserver"
 # Set by a parallel synth for its shard processes (inferstack/synthesis/shards.py): the images the parent

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.image_build
 
 TRITON_MODELS = ("bert-large-classifier", "t5-spelling")
 # What the Triton export may import of inferstack, and all the build context may hold of it: the
-# schema and the renderer (stacks/serving_stack.py TRITON_BUILD_CONTEXT, kept identical to the Dockerfile's
+# schema and the renderer (inferstack/triton/image.py BUILD_CONTEXT, kept identical to the Dockerfile's
 # .dockerignore). A change here is a change of the image's contract.
 TRITON_CLOSURE = {"inferstack", "inferstack.schema", "inferstack.schema.families", "inferstack.schema.fargate",
                   "inferstack.schema.instances", "inferstack.schema.models", "inferstack.triton",

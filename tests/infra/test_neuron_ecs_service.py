@@ -21,7 +21,7 @@ from inferstack.constructs.neuron_service import AMI_PARAMETER, ImageBuild, Neur
 from inferstack.capacity import packing
 from inferstack.capacity.planning import CapacityPlan
 from inferstack.schema.models import OffHours
-from stacks.serving_stack import NEURON_IMAGE_DIRECTORY
+from inferstack.neuron import image as neuron_image
 from tests.conftest import CONFIG_DIR, without_fleets
 from tests.infra.synth import cdk_json_context, synth
 from tests.infra.test_compliance import _cfn_lint
@@ -524,7 +524,7 @@ def build_direct(model, instance_type: str, **overrides) -> Template:
                 subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
                 log_group=logs.LogGroup(stack, "Logs"), alarm_topic_arn="arn:aws:sns:us-east-1:111111111111:alarms",
                 public=False,
-                certificate_arn=None, image=ImageBuild(str(NEURON_IMAGE_DIRECTORY)),
+                certificate_arn=None, image=ImageBuild(str(neuron_image.DIRECTORY)),
                 access_log_retention=cdk.Duration.days(7), removal_policy=cdk.RemovalPolicy.RETAIN,
                 metrics_service="test-direct")
     NeuronEcsService(stack, "Neuron", **(args | overrides))

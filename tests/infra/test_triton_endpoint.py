@@ -14,7 +14,6 @@ from aws_cdk.assertions import Template
 
 from inferstack import config
 from inferstack.triton import image as triton_image
-from stacks.serving_stack import TRITON_BUILD_CONTEXT
 from tests.conftest import CONFIG_DIR, ROOT
 from tests.infra.synth import synth
 
@@ -171,7 +170,7 @@ def test_image_asset_builds_from_container_triton_with_the_sdk_resolved_base(syn
 
 def test_build_context_matches_the_dockerfile_ignore_file():
     lines = (ROOT / "container/triton/Dockerfile.dockerignore").read_text().splitlines()
-    assert tuple(line for line in lines if line and not line.startswith("#")) == TRITON_BUILD_CONTEXT
+    assert tuple(line for line in lines if line and not line.startswith("#")) == triton_image.BUILD_CONTEXT
 
 
 # ---------------------------------------------------------------- endpoint config

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from inferstack.delivery import stack_outputs
 from inferstack.loadtest.spec import Target
-from inferstack.schema.models import NeuronEcsModel
+from inferstack.schema import kinds
 
 URL, CLUSTER, SERVICE = "Url", "ClusterName", "ServiceName"  # a Neuron model's stack outputs
 
@@ -25,7 +25,7 @@ def target_and_count(session, env_name: str, model) -> tuple[Target, int]:
     """The model's own endpoint or load balancer, and the instances serving it (a Neuron service runs one task
     per instance: its running tasks; a SageMaker variant: its current instance count)."""
     cloudformation = session.client("cloudformation")
-    if isinstance(model, NeuronEcsModel):
+    if kinds.model_kind(model).hosting == "ecs":
         url, cluster, service = _outputs(cloudformation, env_name, model.name, (URL, CLUSTER, SERVICE))
         found = session.client("ecs").describe_services(cluster=cluster, services=[service]).get("services") or []
         if not found:

@@ -9,7 +9,7 @@ import json
 from inferstack import atomic_write
 from inferstack.capacity.profile import deployed, recommender
 from inferstack.capacity.profile.errors import ProfileFailure, ProfileUsageError
-from inferstack.schema import instances
+from inferstack.schema import instances, kinds
 
 
 def split(text: str) -> list[str]:
@@ -17,12 +17,12 @@ def split(text: str) -> list[str]:
 
 
 def run(args, project, model) -> int:
-    from inferstack.config import TritonSageMakerModel
     from inferstack.delivery import smoke
 
-    if not isinstance(model, TritonSageMakerModel):
+    if kinds.model_kind(model).hosting != "sagemaker":
+        sagemaker = ", ".join(k.name for k in kinds.MODEL_KINDS.values() if k.hosting == "sagemaker")
         raise ProfileUsageError(f"--recommender: {model.name} is a {model.kind} model; Inference Recommender tests "
-                                f"SageMaker models (triton-sagemaker): measure it with --target or in the environment")
+                                f"SageMaker models ({sagemaker}): measure it with --target or in the environment")
     if args.write_payload is not None:
         try:
             atomic_write.write_bytes(args.write_payload, recommender.payload_archive(smoke.probe_for(model).body))
