@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import re
 
-from conftest import ROOT, run_script
+from tests.support.neuron_server import run_script
+from tests.support.paths import ROOT
 
 EMF_OVERHEAD = ROOT / "benchmarks" / "emf_overhead.py"
 

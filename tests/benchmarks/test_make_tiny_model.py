@@ -5,10 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from conftest import LABELS, MAKE_TINY, run_script
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-from artifact import source_checksums
+from tests.support.neuron_server import LABELS, MAKE_TINY, neuron_dir_on_path, run_script
+
+neuron_dir_on_path()
+from artifact import source_checksums  # noqa: E402 (container/neuron/artifact.py)
 
 
 def test_bert_is_deterministic(tmp_path: Path, tiny_bert: Path):

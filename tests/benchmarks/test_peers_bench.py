@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import re
 
-from conftest import ROOT, run_script
+from tests.support.neuron_server import run_script
+from tests.support.paths import ROOT
 
 PEERS = ROOT / "benchmarks" / "peers.py"
 

@@ -7,7 +7,8 @@ import re
 
 import pytest
 
-from conftest import ROOT, run_script
+from tests.support.neuron_server import run_script
+from tests.support.paths import ROOT
 
 SERVE_BENCH = ROOT / "benchmarks" / "serve_bench.py"
 

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from inferstack.synthesis.shards import available_cpus
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 SYNTH_SCALE = ROOT / "benchmarks" / "synth_scale.py"
 SYNTH_FLOOR = ROOT / "benchmarks" / "synth_floor.py"

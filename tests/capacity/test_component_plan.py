@@ -7,7 +7,7 @@ from __future__ import annotations
 from inferstack import config
 from inferstack.capacity import packing
 from inferstack.schema.models import FleetCapacity, FleetEnvironmentOverride, OffHours
-from tests.conftest import CONFIG_DIR
+from tests.support.paths import CONFIG_DIR
 
 PROJECT = config.load(CONFIG_DIR)
 FLEET = "triton-shared"

@@ -14,9 +14,9 @@ import yaml
 from inferstack import config
 from inferstack.schema import instances
 from inferstack.capacity import plan_report, pricing
-from tests.capacity.measured import mark_measured
-from tests.conftest import CONFIG_DIR
-from tests.test_cli import run
+from tests.support.cli import run
+from tests.support.config_edits import mark_measured
+from tests.support.paths import CONFIG_DIR
 
 # BERT-base seq 128 throughputs and the prices the post used (us-east-1 on-demand then), from the AWS Machine
 # Learning Blog post "Achieve 12x higher throughput and lowest latency for PyTorch Natural Language Processing

@@ -6,7 +6,7 @@ import pytest
 
 from inferstack import config
 from inferstack.capacity import planning
-from tests.conftest import CONFIG_DIR
+from tests.support.paths import CONFIG_DIR
 
 
 @pytest.fixture(scope="module")

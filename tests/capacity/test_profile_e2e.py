@@ -19,8 +19,8 @@ import yaml
 
 from inferstack import config
 from inferstack.capacity import plan_report
-from tests.conftest import ROOT
-from tests.container.conftest import LABELS, ServerProcess
+from tests.support.neuron_server import LABELS, ServerProcess
+from tests.support.paths import ROOT
 
 pytestmark = pytest.mark.loadtest
 MODEL = "intent-bert"

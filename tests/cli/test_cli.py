@@ -3,23 +3,16 @@ and write nothing."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-
-from tests.conftest import CONFIG_DIR
 import yaml
 
-from tests.conftest import ROOT
-
-
-def run(*args: str, cwd: Path = ROOT, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, timeout=300)
+from tests.support.cli import assert_nothing_written, cdk_env, run
+from tests.support.paths import CONFIG_DIR, ROOT
 
 
 def break_configs(config_dir: Path) -> None:
@@ -90,21 +83,10 @@ def test_schema_command_writes_the_committed_schemas(tmp_path):
         assert (tmp_path / path.name).read_text() == path.read_text()
 
 
-def assert_nothing_written(outdir: Path) -> None:
-    # cdk.App may create the (empty) output directory; no template or manifest may land in it.
-    assert not outdir.exists() or not any(outdir.iterdir())
-
-
-def _cdk_env(outdir: Path, **context) -> dict:
-    # What the CDK CLI hands app.py: the context (cdk.json plus -c flags) and the output directory.
-    settings = json.loads((ROOT / "cdk.json").read_text())
-    return {"CDK_CONTEXT_JSON": json.dumps({**settings["context"], **context}), "CDK_OUTDIR": str(outdir)}
-
-
 def test_synth_with_a_bad_config_fails_cleanly_and_writes_nothing(config_copy, tmp_path):
     break_configs(config_copy)
     outdir = tmp_path / "cdk.out"
-    result = run("app.py", env=_cdk_env(outdir, **{"inferstack:config-dir": str(config_copy)}))
+    result = run("app.py", env=cdk_env(outdir, **{"inferstack:config-dir": str(config_copy)}))
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
     assert "serving.workers: 3 workers cannot split" in result.stderr
@@ -113,7 +95,7 @@ def test_synth_with_a_bad_config_fails_cleanly_and_writes_nothing(config_copy, t
 
 def test_synth_rejects_an_unknown_environment(tmp_path):
     outdir = tmp_path / "cdk.out"
-    result = run("app.py", env=_cdk_env(outdir, environments="dev,qa"))
+    result = run("app.py", env=cdk_env(outdir, environments="dev,qa"))
     assert result.returncode == 2
     assert result.stderr.strip() == ("cdk.json/-c environments: unknown environment(s) qa; "
                                      "known: dev, staging, prod")
@@ -122,7 +104,7 @@ def test_synth_rejects_an_unknown_environment(tmp_path):
 
 def test_synth_of_one_environment(tmp_path):
     outdir = tmp_path / "cdk.out"
-    result = run("app.py", env=_cdk_env(outdir, environments="staging"))
+    result = run("app.py", env=cdk_env(outdir, environments="staging"))
     assert result.returncode == 0, result.stderr
     assert [p.name for p in outdir.glob("assembly-*")] == ["assembly-staging"]
     # the pipeline deploys every stage, so a one-environment synth leaves it out (and stays fast)

@@ -16,10 +16,10 @@ from aws_cdk import aws_s3 as s3
 
 from inferstack import config
 from inferstack.constructs import checkov
-from tests.conftest import CONFIG_DIR, ROOT
-from tests.infra.synth import synth
-from tests.infra.test_neuron_ecs_service import CERT, only
-from tests.infra.test_neuron_fleet import FLEET
+from tests.support.neuron_service import CERT, FLEET
+from tests.support.paths import CONFIG_DIR, ROOT
+from tests.support.synth import synth
+from tests.support.templates import only
 
 CHECKOV = ROOT / ".venv-checkov" / "bin" / "checkov"
 

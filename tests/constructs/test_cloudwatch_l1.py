@@ -10,7 +10,7 @@ from aws_cdk import aws_cloudwatch_actions as cw_actions
 from aws_cdk import aws_sns as sns
 
 from inferstack.constructs import cloudwatch_l1 as cwl1
-from tests.infra.dashboard_body import render_dashboard_body
+from tests.support.dashboard_body import render_dashboard_body
 
 MINUTE = cdk.Duration.minutes(1)
 

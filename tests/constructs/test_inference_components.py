@@ -1,7 +1,7 @@
 """An inference-components fleet in the synthesized app (dev's triton-shared): the shared endpoint in the
 fleet's stack, each member's Model and inference component in its own stack, their scaling (target tracking
 per copy from the fleet plan, scale-out from zero), rollout and rollback alarms, and IAM scoping. Staging and
-prod keep dedicated endpoints (tests/infra/test_triton_endpoint.py)."""
+prod keep dedicated endpoints (tests/constructs/test_triton_endpoint.py)."""
 
 from __future__ import annotations
 
@@ -16,10 +16,10 @@ from inferstack import config
 from inferstack.capacity import packing
 from inferstack.constructs import triton_component
 from inferstack.triton import startup as triton_startup
-from tests.infra.live_values import on_create
-from tests.conftest import CONFIG_DIR
-from tests.infra.synth import synth
-from tests.infra.test_triton_endpoint import only, raw_yaml, resources
+from tests.support.live_values import on_create
+from tests.support.paths import CONFIG_DIR
+from tests.support.synth import synth
+from tests.support.templates import only, raw_yaml, resources
 
 ENV = "dev"
 FLEET = "triton-shared"

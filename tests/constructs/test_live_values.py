@@ -14,7 +14,7 @@ from moto import mock_aws
 
 from inferstack.constructs import live_values_handler
 from inferstack.rehearsal import moto_patches
-from tests.infra.live_values import READER_TYPE, reader_of
+from tests.support.live_values import reader_of, READER_TYPE
 
 REGION = "us-east-1"
 read = live_values_handler.load()

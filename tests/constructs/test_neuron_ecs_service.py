@@ -1,38 +1,29 @@
 """NeuronEcsService serving one model, asserted on the synthesized templates: capacity, task, traffic, deploys,
 scaling and observability, per environment of the shipped config with intent-bert on instances of its own (the
-shipped config packs it into a neuron-cores fleet: tests/infra/test_neuron_fleet.py); a public inf2.48xlarge
+shipped config packs it into a neuron-cores fleet: tests/stacks/test_neuron_fleet.py); a public inf2.48xlarge
 variant of the config (synth, cdk-nag and cfn-lint as the CLI runs them); and the construct used directly,
 with off-hours windows."""
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
-import aws_cdk as cdk
 import pytest
 import yaml
-from aws_cdk import aws_ec2 as ec2
-from aws_cdk import aws_logs as logs
 from aws_cdk.assertions import Match, Template
 
 from inferstack import config
-from inferstack.constructs.neuron_ecs_service import AMI_PARAMETER, ImageBuild, NeuronEcsService
+from inferstack.constructs.neuron_ecs_service import AMI_PARAMETER
 from inferstack.capacity import packing
-from inferstack.capacity.planning import CapacityPlan
 from inferstack.schema.models import OffHours
-from stacks.serving_stack import NEURON_IMAGE_DIRECTORY
-from tests.conftest import CONFIG_DIR, without_fleets
-from tests.infra.synth import cdk_json_context, synth
-from tests.infra.test_compliance import _cfn_lint
+from tests.support.config_edits import without_fleets
+from tests.support.neuron_service import build_direct, CERT, PINNED_IDS
+from tests.support.paths import CONFIG_DIR
+from tests.support.synth import synth
+from tests.support.templates import cfn_lint, image_asset, only
 
 MODEL = "intent-bert"
 ENVS = ["dev", "staging", "prod"]
-# Stateful or referenced by name elsewhere (smoke tool, dashboards): these must never move.
-PINNED_IDS = {"AWS::ECS::Service": "NeuronService9A85BE22",
-              "AWS::AutoScaling::AutoScalingGroup": "NeuronCapacityASG52BF15C3",
-              "AWS::ElasticLoadBalancingV2::LoadBalancer": "NeuronLoadBalancerB697AB81"}
-CERT = "arn:aws:acm:us-east-1:111111111111:certificate/0f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b"
 PROD_TOPIC = "arn:aws:sns:us-west-2:333333333333:ml-platform-oncall"
 
 
@@ -40,12 +31,6 @@ PROD_TOPIC = "arn:aws:sns:us-west-2:333333333333:ml-platform-oncall"
 
 def template(dedicated, env: str) -> Template:
     return Template.from_json(dedicated.template(env, MODEL))
-
-
-def only(tpl: Template, resource_type: str, props: dict | None = None) -> tuple[str, dict]:
-    found = tpl.find_resources(resource_type, {"Properties": props} if props else None)
-    assert len(found) == 1, f"{resource_type}: {list(found)}"
-    return next(iter(found.items()))
 
 
 def container(tpl: Template) -> dict:
@@ -56,12 +41,6 @@ def container(tpl: Template) -> dict:
 
 def environment_of(tpl: Template) -> dict[str, str]:
     return {e["Name"]: e["Value"] for e in container(tpl)["Environment"]}
-
-
-def image_asset(outdir: Path, stack_artifact_id: str, env: str) -> dict:
-    manifest = json.loads((outdir / f"assembly-{env}" / f"{stack_artifact_id}.assets.json").read_text())
-    (image,) = manifest["dockerImages"].values()
-    return image["source"]
 
 
 def yaml_model() -> dict:
@@ -349,7 +328,7 @@ def test_public_load_balancer_serves_tls_only(variant):
 def test_public_variant_is_nag_and_lint_clean(variant):
     # synth would have raised on an unacknowledged cdk-nag finding; the report must hold none either
     assert all(not p["violations"] for p in (variant.report or {"pluginReports": []})["pluginReports"])
-    findings = _cfn_lint(sorted(variant.outdir.glob("assembly-dev/*intentbert*.template.json")))
+    findings = cfn_lint(sorted(variant.outdir.glob("assembly-dev/*intentbert*.template.json")))
     assert [f for f in findings if f["Level"] in ("Error", "Warning")] == []
 
 
@@ -508,27 +487,6 @@ def test_triton_models_get_no_neuron_service(synthesized):
 @pytest.fixture(scope="module")
 def intent():
     return config.load(CONFIG_DIR).model(MODEL)
-
-
-def build_direct(model, instance_type: str, **overrides) -> Template:
-    app = cdk.App(context=cdk_json_context())
-    stack = cdk.Stack(app, "Direct", env=cdk.Environment(account="111111111111", region="us-east-1"))
-    vpc = ec2.Vpc.from_vpc_attributes(
-        stack, "Vpc", vpc_id="vpc-0123456789abcdef0", vpc_cidr_block="10.0.0.0/16",
-        availability_zones=["us-east-1a", "us-east-1b"],
-        private_subnet_ids=["subnet-0123456789abcdef0", "subnet-0123456789abcdef1"])
-    plan = CapacityPlan(model=model.name, environment="test", instance_type=instance_type,
-                        throughput_per_instance=500, profile_p99_ms=8, slo_p99_ms=10, peak_tps=400,
-                        safety_factor=0.5, instances_at_peak=2, min_capacity=1, max_capacity=3)
-    args = dict(models=[model], capacity=plan, vpc=vpc, vpc_cidr="10.0.0.0/16",
-                subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
-                log_group=logs.LogGroup(stack, "Logs"), alarm_topic_arn="arn:aws:sns:us-east-1:111111111111:alarms",
-                public=False,
-                certificate_arn=None, image=ImageBuild(str(NEURON_IMAGE_DIRECTORY)),
-                access_log_retention=cdk.Duration.days(7), removal_policy=cdk.RemovalPolicy.RETAIN,
-                metrics_service="test-direct")
-    NeuronEcsService(stack, "Neuron", **(args | overrides))
-    return Template.from_stack(stack)
 
 
 def test_construct_alone_on_an_unshipped_type(intent):

@@ -19,9 +19,10 @@ from inferstack.capacity import packing, planning
 from inferstack.constructs.neuron_ecs_service import CATCH_ALL_PRIORITY, rule_priority
 from inferstack.neuron import deployment as neuron_deployment
 from inferstack.schema.models import Deployment
-from tests.conftest import CONFIG_DIR
-from tests.infra.test_neuron_ecs_service import build_direct, only
-from tests.infra.live_values import as_created
+from tests.support.live_values import as_created
+from tests.support.neuron_service import build_direct
+from tests.support.paths import CONFIG_DIR
+from tests.support.templates import only
 
 ENVS = ["dev", "staging", "prod"]
 FLEET, FLEET_MEMBERS = "intent-pack", ("intent-bert", "duplicate-bert")
@@ -44,7 +45,8 @@ STACKS = sorted(EXPECTED)
 
 
 def resources(synthesized, stack: str, env: str) -> dict[str, dict]:
-    """As a first deploy creates them (live-read weights at their planned values: tests/infra/test_live_values.py)."""
+    """As a first deploy creates them (live-read weights at their planned values:
+    tests/constructs/test_live_values.py)."""
     return as_created(synthesized.template(env, stack))["Resources"]
 
 

@@ -12,8 +12,8 @@ import pytest
 from aws_cdk.assertions import Template
 
 from inferstack.constructs import scale_in_release
-from tests.infra.test_neuron_ecs_service import PINNED_IDS, only
-from tests.infra.test_neuron_fleet import FLEET
+from tests.support.neuron_service import FLEET, PINNED_IDS
+from tests.support.templates import only
 
 ASG_ID = PINNED_IDS["AWS::AutoScaling::AutoScalingGroup"]
 SERVICE_ID = PINNED_IDS["AWS::ECS::Service"]

@@ -17,7 +17,7 @@ from inferstack.config import NeuronEcsModel
 from inferstack.schema.models import PIPELINE_STACK_NAME
 from inferstack.constructs.smoke_access import ENI_ACTIONS, PROBE_HANDLER
 from stacks.stage import smoke_role_for
-from tests.conftest import CONFIG_DIR
+from tests.support.paths import CONFIG_DIR
 
 RAW = yaml.safe_load((CONFIG_DIR / "environments.yaml").read_text())
 ENVIRONMENTS = RAW["environments"]

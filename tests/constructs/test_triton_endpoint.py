@@ -1,6 +1,6 @@
 """TritonEndpoint in the synthesized app: fine-grained template assertions for every Triton model and
 environment where it has its own endpoint, and what a model change may and may not touch. Where a fleet's
-shared endpoint carries it instead (dev: triton-shared), tests/infra/test_inference_components.py; dev's
+shared endpoint carries it instead (dev: triton-shared), tests/constructs/test_inference_components.py; dev's
 dedicated endpoints are checked here on a copy of the config without fleets."""
 
 from __future__ import annotations
@@ -15,27 +15,14 @@ from aws_cdk.assertions import Template
 from inferstack import config
 from inferstack.triton import image as triton_image
 from stacks.serving_stack import TRITON_BUILD_CONTEXT
-from tests.conftest import CONFIG_DIR, ROOT
-from tests.infra.synth import synth
+from tests.support.paths import CONFIG_DIR, ROOT
+from tests.support.synth import synth
+from tests.support.templates import only, raw_yaml, resources
 
 ENVS = ["dev", "staging", "prod"]
 TRITON_MODELS = ["bert-large-classifier", "t5-spelling"]
 PROJECT = config.load(CONFIG_DIR)
 CASES = [(env, model) for env in ENVS for model in TRITON_MODELS if PROJECT.fleet_of(model, env) is None]
-
-
-def raw_yaml(model: str) -> dict:
-    return yaml.safe_load((CONFIG_DIR / f"{model}.yaml").read_text())
-
-
-def resources(template: dict, kind: str) -> dict[str, dict]:
-    return {k: v for k, v in template["Resources"].items() if v["Type"] == kind}
-
-
-def only(template: dict, kind: str) -> tuple[str, dict]:
-    found = resources(template, kind)
-    assert len(found) == 1, f"expected one {kind}, found {list(found)}"
-    return next(iter(found.items()))
 
 
 @pytest.fixture(params=CASES, ids=[f"{e}-{m}" for e, m in CASES])

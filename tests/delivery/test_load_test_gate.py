@@ -10,11 +10,14 @@ import dataclasses
 import pytest
 import yaml
 
+from inferstack.config import load
 from inferstack.config.release_pin import ReleasePin
 from inferstack.loadtest import results
-from tests import aws_fakes
-from tests.test_promote import MODELS, PROJECT, dev, promote_cli  # noqa: F401 (dev is a fixture)
+from tests.support import aws_fakes
+from tests.support.paths import CONFIG_DIR
+from tests.support.promote import MODELS, promote_cli
 
+PROJECT = load(CONFIG_DIR)
 BUCKET = "dev-loadtest-results"
 # The models behind each promoted image unit: a neuron-cores fleet's members are tested one by one.
 TESTED = {m.name: unit.name for unit in PROJECT.image_units("dev") for m in unit.models}

@@ -16,63 +16,12 @@ from inferstack import cli
 from inferstack.delivery import ecr_images, promote
 from inferstack.config import load
 from inferstack.config.release_pin import ReleasePin
-from inferstack.rehearsal import moto_patches
-from tests import aws_fakes
-from tests.conftest import CONFIG_DIR
-from tests.test_cli import run
+from tests.support import aws_fakes
+from tests.support.cli import run
+from tests.support.paths import CONFIG_DIR
+from tests.support.promote import deploy, MODELS, promote_cli, release_manifest, TARGET
 
 PROJECT = load(CONFIG_DIR)
-# The image units (Project.image_units): each Triton model's own stack, and the fleet's.
-MODELS = ("bert-large-classifier", "intent-bert-inf2", "intent-pack", "t5-spelling")
-NEURON = ("intent-bert-inf2", "intent-pack")
-TARGET = "222222222222.dkr.ecr.us-east-1.amazonaws.com/inferstack"
-# moto 5.2.5 models no inference components (or an endpoint for them): the named patches do, in this process.
-COMPONENT_PATCHES = ("sagemaker-variant-without-model", "sagemaker-inference-components")
-
-
-def deploy(sess, config_dir, units=MODELS) -> dict[str, aws_fakes.PushedImage]:
-    """Each image unit of `config_dir` deployed in dev as its stack would run it."""
-    project = load(config_dir)
-    repository = aws_fakes.ASSET_REPOSITORY.format(account="111111111111", region="us-east-1")
-    images = {}
-    for name in units:
-        images[name] = image = aws_fakes.push_image(sess, repository, seed=name)
-        fleet = project.fleet_of(name, "dev")
-        if name in NEURON:
-            aws_fakes.deploy_neuron(sess, "dev", name, image.uri)
-        elif fleet is not None:
-            aws_fakes.deploy_triton_component(sess, "dev", name, image.uri, fleet)
-        else:
-            aws_fakes.deploy_triton(sess, "dev", name, image.uri)
-    return images
-
-
-@pytest.fixture
-def dev(aws, config_copy, monkeypatch):
-    """dev deployed: every unit's stack, service or endpoint, and image."""
-    aws_fakes.with_deploy_roles(config_copy)
-    with moto_patches.applied(*COMPONENT_PATCHES):
-        images = deploy(aws_fakes.session("dev"), config_copy)
-        blobs = {d: b for image in images.values() for d, b in image.blobs.items()}
-        # moto has no GetDownloadUrlForLayer: serve the source blobs directly, chunked as the real code is.
-        monkeypatch.setattr(ecr_images, "download_layer",
-                            lambda ecr, registry, repo, digest, size: iter([blobs[digest][i:i + 4]
-                                                                            for i in range(0, len(blobs[digest]), 4)]))
-        yield config_copy, images
-
-
-def promote_cli(capsys, config_dir, *args: str) -> tuple[int, list[str], list[str]]:
-    code = cli.main(["promote", "--from", "dev", "--to", "staging", "--config-dir", str(config_dir), *args])
-    out, err = capsys.readouterr()
-    return code, out.splitlines(), err.splitlines()
-
-
-def release_manifest(images, tags: dict[str, str] | None = None) -> dict:
-    tags = tags or {}
-    return {"format": "inferstack-release/1", "commit": "c" * 40, "config_sha256": "f" * 64,
-            "environments": {"dev": {"stacks": {m: {"images": [{"asset_id": tags.get(m, i.tag), "tag": tags.get(m, i.tag),
-                                                                "digest": None}]}
-                                                for m, i in images.items()}}}}
 
 
 def test_dry_run_prints_the_plan_and_changes_nothing(dev, capsys):

@@ -11,9 +11,9 @@ import pytest
 
 from inferstack import cli, config
 from inferstack.delivery import release
-from tests.conftest import CONFIG_DIR, ROOT
-from tests.infra.synth import synth
-from tests.test_cli import run
+from tests.support.cli import run
+from tests.support.paths import CONFIG_DIR, ROOT
+from tests.support.synth import synth
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 

@@ -17,9 +17,9 @@ from inferstack import cli
 from inferstack.config import load, pin_history, release_pin
 from inferstack.config.pin_history import HISTORY_FORMAT, HistoryEntry, HistoryError
 from inferstack.config.release_pin import PIN_FORMAT, PinnedImage, ReleaseIdentity, ReleasePin
-from tests import aws_fakes
-from tests.test_cli import run
-from tests.test_promote import MODELS, dev, promote_cli, release_manifest  # noqa: F401 (dev: a fixture)
+from tests.support import aws_fakes
+from tests.support.cli import run
+from tests.support.promote import MODELS, promote_cli, release_manifest
 
 REGISTRY = "222222222222.dkr.ecr.us-east-1.amazonaws.com"
 COMMITS = {"A": "a" * 40, "B": "b" * 40, "C": "c" * 40}

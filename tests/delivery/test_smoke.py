@@ -20,10 +20,10 @@ from inferstack import cli
 from inferstack.delivery import smoke, stack_outputs
 from inferstack.delivery.smoke_probe import handler as probe_handler
 from inferstack.config import load
-from tests import aws_fakes
-from tests.container.conftest import LABELS, ServerProcess, artifact, tiny_bert  # noqa: F401 (fixtures)
-from tests.conftest import without_fleets
-from tests.test_cli import run
+from tests.support import aws_fakes
+from tests.support.cli import run
+from tests.support.config_edits import without_fleets
+from tests.support.neuron_server import LABELS, ServerProcess
 
 FLEET = "intent-pack"  # the shipped neuron-cores fleet: intent-bert and duplicate-bert
 

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from inferstack import config
-from tests.conftest import CONFIG_DIR, ROOT
+from tests.support.paths import CONFIG_DIR, ROOT
 
 README = ROOT / "README.md"
 OUTSIDE_THE_REPOSITORY = re.compile(r"REFERENCE\.md|DESIGN\.md|STYLE\.md|\.\./shared")

@@ -1,7 +1,7 @@
 """The Neuron services read the serving container's own CloudWatch metrics (EMF) exactly as the container writes
 them: every alarm, dashboard graph and scaling policy on namespace inferstack/Serving names a metric, a dimension
-set and a Service value that inferstack/neuron/metrics.py declares (tests/container/test_metrics_contract.py holds
-that module equal to the container's emf.py and neuron_monitor_emf.py) and that the task sets
+set and a Service value that inferstack/neuron/metrics.py declares (tests/container/neuron/test_metrics_contract.py
+holds that module equal to the container's emf.py and neuron_monitor_emf.py) and that the task sets
 (SERVER_METRICS_SERVICE). Checked on every Neuron stack of every environment of the shipped config, and the
 concurrency policies' targets against the planner."""
 
@@ -14,7 +14,7 @@ import pytest
 
 from inferstack.capacity import packing, planning
 from inferstack.neuron import metrics
-from tests.infra.dashboard_body import render_dashboard_body
+from tests.support.dashboard_body import render_dashboard_body
 
 ENVS = ["dev", "staging", "prod"]
 NEURON_STACKS = ("intent-pack", "intent-bert-inf2")

@@ -9,7 +9,7 @@ import pytest
 from inferstack import config
 from inferstack.schema import instances
 from inferstack.neuron import task as neuron_task
-from tests.conftest import CONFIG_DIR
+from tests.support.paths import CONFIG_DIR
 
 # Devices and NeuronCores per instance, from the Neuron docs' Inf1 and Inf2 architecture pages
 # (awsdocs-neuron.readthedocs-hosted.com/en/latest/general/arch/neuron-hardware/inf1-arch.html, inf2-arch.html:

@@ -1,6 +1,7 @@
-"""Fixtures of the image tier: dev and staging synthesized by the real CDK CLI (the assets `cdk deploy` would
-hand to Docker: dev's serving images, which staging builds alike, and staging's load-test image), and each image
-asset rehearsed once per session (shared between xdist workers)."""
+"""Fixtures of the image tier (marker image_build: tests/rehearsal/test_image_build.py): dev and staging
+synthesized by the real CDK CLI (the assets `cdk deploy` would hand to Docker: dev's serving images, which staging
+builds alike, and staging's load-test image), and each image asset rehearsed once per session (shared between
+xdist workers)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from inferstack.rehearsal import image_build
-from tests.build_once import build_once
-from tests.conftest import ROOT
+from tests.support.build_once import build_once
+from tests.support.paths import ROOT
 
 
 # What `make rehearse-images` synthesizes: every image the shipped environments build, each once.

@@ -21,7 +21,7 @@ import pytest
 from inferstack.rehearsal import dockerfile as df
 from inferstack.rehearsal import image_build
 from inferstack.triton import config as triton_config
-from tests.build_once import build_once
+from tests.support.build_once import build_once
 
 pytestmark = pytest.mark.image_build
 

@@ -14,9 +14,9 @@ import pytest
 
 from inferstack import config
 from inferstack.review import assembly, diagram, diff
-from tests import review_assemblies as ra
-from tests.conftest import CONFIG_DIR
-from tests.test_cli import run
+from tests.support import review_assemblies as ra
+from tests.support.cli import run
+from tests.support.paths import CONFIG_DIR
 
 NODE = re.compile(r'^\s*"([^"]+)" \[label="([^"]*)"(?:, fillcolor="([^"]+)")?\];$', re.M)
 PROJECT = config.load(CONFIG_DIR)

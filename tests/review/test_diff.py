@@ -12,8 +12,8 @@ import pytest
 
 from inferstack.review import assembly, diff, render_markdown
 from inferstack.review.diff import _replacing
-from tests import review_assemblies as ra
-from tests.test_cli import run
+from tests.support import review_assemblies as ra
+from tests.support.cli import run
 
 HASH_A, HASH_B = "a" * 64, "b" * 64
 

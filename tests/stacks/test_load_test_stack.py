@@ -16,7 +16,7 @@ import yaml
 from inferstack.constructs.load_test import LOCUST_PORT, MASTER_COMMAND, WORKER_COMMAND
 from inferstack.delivery import stack_outputs
 from stacks.load_test_stack import LOAD_TEST_BUILD_CONTEXT, LOAD_TEST_DOCKERFILE
-from tests.conftest import CONFIG_DIR, ROOT
+from tests.support.paths import CONFIG_DIR, ROOT
 
 ENVIRONMENTS = yaml.safe_load((CONFIG_DIR / "environments.yaml").read_text())["environments"]
 WITH_LOAD_TEST = sorted(name for name, env in ENVIRONMENTS.items() if env.get("load_test"))

@@ -16,17 +16,17 @@ from aws_cdk.assertions import Template
 from inferstack.capacity import packing
 from inferstack.constructs.neuron_ecs_service import CATCH_ALL_PRIORITY, MAX_TARGET_GROUPS, rule_priority
 from inferstack.delivery import stack_outputs
-from tests.infra.test_neuron_ecs_service import PINNED_IDS, image_asset, only
-from tests.infra.live_values import as_created
+from tests.support.live_values import as_created
+from tests.support.neuron_service import FLEET, PINNED_IDS
+from tests.support.templates import image_asset, only
 
-FLEET = "intent-pack"
 MEMBERS = ("intent-bert", "duplicate-bert")  # port and core order
 ENVS = ["dev", "staging", "prod"]
 
 
 def template(synthesized, env: str) -> Template:
     """The fleet's stack as a first deploy creates it (live-read weights and ranges at their planned values;
-    tests/infra/test_live_values.py tests that wiring)."""
+    tests/constructs/test_live_values.py tests that wiring)."""
     return Template.from_json(as_created(synthesized.template(env, FLEET)))
 
 
@@ -191,7 +191,7 @@ def policies(tpl: Template) -> dict[str, dict]:
     for policy in tpl.find_resources("AWS::ApplicationAutoScaling::ScalingPolicy").values():
         tracking = policy["Properties"]["TargetTrackingScalingPolicyConfiguration"]
         if "RequestCountPerTarget" not in json.dumps(tracking):
-            continue  # the InFlight policies: tests/infra/test_neuron_metrics.py
+            continue  # the InFlight policies: tests/neuron/test_neuron_metrics.py
         (model,) = {m for logical_id, m in groups.items() if f'"{logical_id}"' in json.dumps(tracking)}
         found[model] = tracking
     return found

@@ -12,8 +12,8 @@ import pytest
 from aws_cdk.assertions import Template
 
 from inferstack import config
-from tests.conftest import CONFIG_DIR
-from tests.infra.synth import synth
+from tests.support.paths import CONFIG_DIR
+from tests.support.synth import synth
 
 ACCOUNT, REGION = "222222222222", "us-east-1"
 # Image units: the Triton models' and intent-bert-inf2's own stacks, and the neuron-cores fleet intent-pack (intent-bert,
@@ -55,7 +55,7 @@ def pin_staging(config_dir: Path, document: dict | str | None) -> Path:
 def pinned(tmp_path_factory):
     import shutil
 
-    from tests.conftest import CONFIG_DIR
+    from tests.support.paths import CONFIG_DIR
     config_dir = tmp_path_factory.mktemp("pinned") / "model_configs"
     shutil.copytree(CONFIG_DIR, config_dir)
     pin_staging(config_dir, pin_document())

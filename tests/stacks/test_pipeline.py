@@ -16,9 +16,9 @@ import yaml
 from inferstack import config
 from inferstack.schema.models import PIPELINE_STACK_NAME
 from stacks.app_builder import PipelineUnavailable, pipeline_wanted
-from tests.conftest import CONFIG_DIR, ROOT
-from tests.infra.synth import synth
-from tests.test_cli import _cdk_env, assert_nothing_written, run
+from tests.support.cli import assert_nothing_written, cdk_env, run
+from tests.support.paths import CONFIG_DIR, ROOT
+from tests.support.synth import synth
 
 RAW = yaml.safe_load((CONFIG_DIR / "environments.yaml").read_text())
 SETTINGS = RAW["pipeline"]
@@ -327,7 +327,7 @@ def test_no_pipeline_block_no_pipeline(config_copy):
 
 def test_cdk_synth_refuses_a_pipeline_without_its_stages(tmp_path):
     outdir = tmp_path / "cdk.out"
-    result = run("app.py", env=_cdk_env(outdir, environments="dev", pipeline="true"))
+    result = run("app.py", env=cdk_env(outdir, environments="dev", pipeline="true"))
     assert result.returncode == 2
     assert result.stderr.strip() == ("-c pipeline=true: the pipeline deploys dev, staging, prod, "
                                      "but -c environments leaves out staging, prod")

@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from tests.test_cli import run
-from tests.infra.live_values import as_created
+from tests.support.cli import run
+from tests.support.live_values import as_created
 
 
 @pytest.fixture(scope="module")

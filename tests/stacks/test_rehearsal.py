@@ -523,7 +523,7 @@ def test_services_name_their_target_groups_and_production_rules(rehearsal, proje
     """The ECS service's load balancers as created: each served model's port on its target group and, with a
     traffic-shifting rollout, its alternate group and the production rule forwarding to both, with the role
     ECS shifts them with. (moto models no DeploymentConfiguration: the strategy itself is checked on the
-    templates, tests/infra/test_neuron_rollouts.py.)"""
+    templates, tests/constructs/test_neuron_rollouts.py.)"""
     ecs, elbv2, iam = rehearsal.client("ecs"), rehearsal.client("elbv2"), rehearsal.client("iam")
     for name, (model, plan) in model_plans(project).items():
         if not isinstance(model, NeuronEcsModel):

@@ -19,10 +19,10 @@ import pytest
 import yaml
 
 from inferstack import config
-from tests import review_assemblies
-from tests.conftest import CONFIG_DIR
-from tests.infra.synth import synth
-from tests.test_cli import run
+from tests.support import review_assemblies
+from tests.support.cli import run
+from tests.support.paths import CONFIG_DIR
+from tests.support.synth import synth
 
 MODEL = "intent-bert-inf2"  # dev's one model on instances of its own
 FLEET, MEMBER, REMAINING = "triton-shared", "t5-spelling", "bert-large-classifier"

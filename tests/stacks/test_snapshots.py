@@ -8,8 +8,8 @@ import os
 
 import pytest
 
-from tests.conftest import ROOT
-from tests.infra.snapshot import normalise
+from tests.support.paths import ROOT
+from tests.support.snapshot import normalise
 
 SNAPSHOTS = ROOT / "tests" / "snapshots"
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from inferstack import config
-from tests.infra.synth import synth
+from tests.support.synth import synth
 
 
 def test_synth_twice_gives_identical_templates(project, synthesized, tmp_path):

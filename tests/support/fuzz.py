@@ -1,9 +1,18 @@
-"""Hypothesis pieces the fuzz tests share (a support module: no tests here): hostile values, the key paths of a
-parsed document, and one mutation of a document at a path (replace, delete, add a key, nest deeply)."""
+"""Hypothesis pieces the fuzz tests share: their example count (`fuzz_examples`), hostile values, the key paths
+of a parsed document, and one mutation of a document at a path (replace, delete, add a key, nest deeply). The
+Hypothesis profiles (derandomized in CI) are tests/conftest.py's."""
 
 from __future__ import annotations
 
+import os
+
 from hypothesis import strategies as st
+
+
+def fuzz_examples(count: int) -> int:
+    """A fuzz test's example count: modest by default (the suite stays fast), scaled by FUZZ_SCALE."""
+    return count * int(os.environ.get("FUZZ_SCALE", "1"))
+
 
 NUMBER_SPELLINGS = ["nan", "NaN", "-nan", "inf", "-inf", "Infinity", "1e400", "-1e400", "1e-400", "1e308",
                     "0x7fffffffffffffff", "9" * 30, "1_000", "0b101", "0o17", "1:30", "-0", "+1", ".5"]

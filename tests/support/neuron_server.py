@@ -1,7 +1,10 @@
-"""Shared fixtures for the Neuron container tests: a tiny BERT, its CPU artifact, live servers.
+"""The Neuron serving app (container/neuron/) in tests: a tiny BERT and its CPU artifact (built once per test
+session and shared between pytest-xdist workers, a file lock in the common base temp dir, because each costs
+seconds of CPU; the `tiny_bert` and `artifact` fixtures of tests/conftest.py), the container's scripts run by
+this interpreter, and live servers (`ServerProcess`).
 
-The model and artifact are built once per test session and shared between pytest-xdist
-workers (a file lock in the common base temp dir), because each costs seconds of CPU.
+The modules next to serve.py import each other by bare name, as they do in the image: `neuron_dir_on_path()`
+puts container/neuron/ on sys.path (tests/container/neuron/conftest.py calls it for the tests there).
 """
 
 from __future__ import annotations
@@ -18,10 +21,9 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.build_once import build_once as _build_once
-from tests.build_once import shared_dir as _shared_dir
+from tests.support.build_once import build_once
+from tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 NEURON_DIR = ROOT / "container" / "neuron"
 COMPILE = NEURON_DIR / "compile.py"
 SERVE = NEURON_DIR / "serve.py"
@@ -31,8 +33,11 @@ PYTHON = sys.executable
 SEQUENCE_LENGTH = 32
 LABELS = ("negative", "neutral", "positive")
 
-# The modules next to serve.py import each other by bare name, as they do in the image.
-sys.path.insert(0, str(NEURON_DIR))
+
+def neuron_dir_on_path() -> None:
+    """Put container/neuron/ first on sys.path, once: its modules import each other by bare name."""
+    if str(NEURON_DIR) not in sys.path:
+        sys.path.insert(0, str(NEURON_DIR))
 
 
 NEURON_MONITOR_STANDIN = Path(__file__).with_name("neuron_monitor_standin.py")
@@ -57,19 +62,15 @@ def run_script(script: Path, *args: str, env: dict | None = None, timeout: float
     )
 
 
-
-
-@pytest.fixture(scope="session")
-def tiny_bert(tmp_path_factory) -> Path:
+def build_tiny_bert(tmp_path_factory: pytest.TempPathFactory) -> Path:
     def build(target: Path) -> None:
         result = run_script(MAKE_TINY, "--kind", "bert", "--out", str(target / "model"), "--labels", ",".join(LABELS))
         assert result.returncode == 0, result.stderr
 
-    return _build_once(tmp_path_factory, "tiny-bert", build) / "model"
+    return build_once(tmp_path_factory, "tiny-bert", build) / "model"
 
 
-@pytest.fixture(scope="session")
-def artifact(tmp_path_factory, tiny_bert) -> Path:
+def build_artifact(tmp_path_factory: pytest.TempPathFactory, tiny_bert: Path) -> Path:
     def build(target: Path) -> None:
         result = run_script(
             COMPILE, "--backend", "cpu", "--model", str(tiny_bert), "--out", str(target / "art"),
@@ -77,11 +78,12 @@ def artifact(tmp_path_factory, tiny_bert) -> Path:
         )
         assert result.returncode == 0, result.stderr
 
-    return _build_once(tmp_path_factory, "tiny-bert-artifact", build) / "art"
+    return build_once(tmp_path_factory, "tiny-bert-artifact", build) / "art"
 
 
 def reference_logits(artifact: Path, texts: list[str]):
     """What the artifact computes for these texts, outside the server (a numpy array)."""
+    neuron_dir_on_path()
     import torch
     from backends import load_torchscript
     from tokenizers import Tokenizer
@@ -182,19 +184,3 @@ class ServerProcess:
             self.proc.kill()
             self.proc.wait(10)
 
-
-@pytest.fixture
-def start_server():
-    started: list[ServerProcess] = []
-
-    def start(artifact: Path, env: dict | None = None, args: tuple[str, ...] = ()) -> ServerProcess:
-        server = ServerProcess(artifact, env, args)
-        started.append(server)
-        return server
-
-    yield start
-    for server in started:
-        try:
-            server.stop(timeout=20)
-        except subprocess.TimeoutExpired:
-            server.kill()

@@ -1,11 +1,11 @@
-"""Fixtures of the real-Triton tier: every shipped Triton model's repository, written by
-container/triton/export.py from tiny random checkpoints, served by the real tritonserver 2.51
-(nvidia-pytriton, side environment .venv-triton) started as SageMaker's r24.09 serve script starts it
-(inferstack/rehearsal/triton_server.py), with the Model Environment of the synthesized dev template.
+"""What the real-Triton tier's fixtures (tests/container/triton/conftest.py) build: every shipped Triton
+model's repository, written by container/triton/export.py from tiny random checkpoints, served by the real
+tritonserver 2.51 (nvidia-pytriton, side environment .venv-triton) started as SageMaker's r24.09 serve script
+starts it (inferstack/rehearsal/triton_server.py), with the Model Environment of the synthesized dev template.
 
 What comes from where:
 - the Model `Environment`: the AWS::SageMaker::Model of each Triton model's dev stack template,
-  synthesized here (tests/infra/synth.py), not a copy;
+  synthesized here (tests/support/synth.py), not a copy;
 - the repository spec: the `TRITON_REPOSITORY_SPEC` build arg of the model's image asset in the same
   cloud assembly, i.e. what the image build would get, with two replacements only: `source` points at
   a tiny random checkpoint of the same task and labels (no hub download), and T5's
@@ -36,9 +36,9 @@ from inferstack import config
 from inferstack.config import TritonSageMakerModel
 from inferstack.rehearsal import triton_server
 from inferstack.triton.config import RepositorySpec
-from tests.build_once import build_once as _build_once
-from tests.tiny_models import varied_t5
-from tests.conftest import CONFIG_DIR, ROOT
+from tests.support.build_once import build_once
+from tests.support.paths import CONFIG_DIR, ROOT
+from tests.support.tiny_models import varied_t5
 
 EXPORT = ROOT / "container" / "triton" / "export.py"
 MAKE_TINY = ROOT / "benchmarks" / "make_tiny_model.py"
@@ -92,17 +92,17 @@ def _contract_from_assembly(outdir: Path, templates: dict[str, dict]) -> dict[st
     return found
 
 
-@pytest.fixture(scope="session")
-def contract(tmp_path_factory) -> dict[str, dict]:
+def build_contract(tmp_path_factory) -> dict[str, dict]:
+    """The contract from dev synthesized once per session (the `contract` fixture)."""
     def build(target: Path) -> None:
-        from tests.infra.synth import synth
+        from tests.support.synth import synth
 
         target.mkdir(parents=True, exist_ok=True)
         synthesized = synth(PROJECT, [ENV], target / "cdk.out", pipeline=False)
         found = _contract_from_assembly(target / "cdk.out", synthesized.templates[ENV])
         (target / "contract.json").write_text(json.dumps(found, indent=2))
 
-    return json.loads((_build_once(tmp_path_factory, "real-triton-contract", build) / "contract.json").read_text())
+    return json.loads((build_once(tmp_path_factory, "real-triton-contract", build) / "contract.json").read_text())
 
 
 # ---------------------------------------------------------------- tiny checkpoints and exports
@@ -115,7 +115,7 @@ def _tiny_bert(target: Path, labels: list[str]) -> Path:
 
 
 def _tiny_t5(target: Path) -> Path:
-    """make_tiny_model's T5 with its weights scaled (as tests/container/test_triton_export.py does): the
+    """make_tiny_model's T5 with its weights scaled (as tests/container/triton/test_triton_export.py does): the
     random init alone repeats one token; scaled, rows differ. The end-of-sequence row is scaled by
     EOS_SCALE (not 3 as there): with the larger vocabulary a factor 3 ends no row within 16 steps, 30
     ends some rows early (at different steps) and leaves others running to the full length."""
@@ -143,7 +143,7 @@ class Exported:
 def exported(tmp_path_factory, contract: dict, name: str) -> Exported:
     synthesized_spec = contract[name]["spec"]
     task = synthesized_spec["source"]["task"]
-    checkpoint_dir = _build_once(
+    checkpoint_dir = build_once(
         tmp_path_factory, f"real-triton-tiny-{task}-{name}",
         (lambda t: _tiny_t5(t)) if task == "text2text-generation"
         else (lambda t: _tiny_bert(t, synthesized_spec["source"]["labels"])))
@@ -156,20 +156,11 @@ def exported(tmp_path_factory, contract: dict, name: str) -> Exported:
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr
         (target / "export.log").write_text(result.stdout)
 
-    repository = _build_once(tmp_path_factory, f"real-triton-repository-{name}", build) / "repository"
+    repository = build_once(tmp_path_factory, f"real-triton-repository-{name}", build) / "repository"
     return Exported(name, spec, checkpoint, repository)
 
 
-# ---------------------------------------------------------------- servers
-
-@pytest.fixture(scope="session")
-def triton_install() -> triton_server.TritonInstall:
-    try:
-        return triton_server.TritonInstall.locate()
-    except FileNotFoundError as exc:
-        # `make setup` builds it; a missing environment fails the tier instead of passing it by skipping.
-        pytest.fail(f"real-Triton tier: {exc}", pytrace=False)
-
+# ---------------------------------------------------------------- servers (the `serve` fixture)
 
 @dataclass
 class Served:
@@ -186,36 +177,3 @@ class Served:
 
     def batches(self) -> list[dict]:
         return triton_server.read_batch_log(self.batch_log)
-
-
-@pytest.fixture(scope="session")
-def serve(tmp_path_factory, contract, triton_install):
-    """serve(name) -> Served: one server per model and worker, started on first use, stopped at the end
-    of the session (a failed start is not retried)."""
-    servers: dict[str, Served] = {}
-    failed: dict[str, BaseException] = {}
-
-    def get(name: str) -> Served:
-        if name in failed:  # one start attempt per model and worker
-            raise failed[name]
-        if name not in servers:
-            export = exported(tmp_path_factory, contract, name)
-            work = tmp_path_factory.mktemp(f"triton-{name}")
-            copy = work / "model"  # stands for /opt/ml/model
-            rewrites = triton_server.cpu_copy(export.repository, copy)
-            batch_log = work / "batches.jsonl"
-            environment = dict(contract[name]["environment"])
-            server = triton_server.TritonServer(
-                copy, environment, work_dir=work / "server", install=triton_install,
-                extra_env={triton_server.BATCH_LOG_ENV: str(batch_log)})
-            try:
-                server.start()
-            except BaseException as exc:
-                failed[name] = exc
-                raise
-            servers[name] = Served(export, copy, rewrites, environment, server, batch_log)
-        return servers[name]
-
-    yield get
-    for served in servers.values():
-        served.server.stop()

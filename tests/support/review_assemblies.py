@@ -14,8 +14,8 @@ from pathlib import Path
 import yaml
 
 from inferstack import config
-from tests.conftest import CONFIG_DIR
-from tests.infra.synth import synth
+from tests.support.paths import CONFIG_DIR
+from tests.support.synth import synth
 
 FOUNDATION_TEMPLATE = "assembly-dev/devFoundation3D911934.template.json"
 VPC = "NetworkVpc7FB7348F"

@@ -13,7 +13,7 @@ import aws_cdk as cdk
 from inferstack.config import Project
 from stacks.app_builder import POST_CLI_CONTEXT, build, pipeline_wanted
 from stacks.stage import InferenceStage
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 
 def cdk_json_context() -> dict:

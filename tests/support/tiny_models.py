@@ -8,7 +8,9 @@ from pathlib import Path
 
 import numpy as np
 
-MAKE_TINY = Path(__file__).resolve().parents[1] / "benchmarks" / "make_tiny_model.py"
+from tests.support.paths import ROOT
+
+MAKE_TINY = ROOT / "benchmarks" / "make_tiny_model.py"
 
 
 def varied_t5(target: Path, *, eos_scale: float, make_tiny_args: tuple[str, ...] = ()) -> Path:

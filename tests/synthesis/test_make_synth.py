@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 HINT = "Supply a stack id ("
 # Run the target as it is, but never its installs: the test runs after `make test`'s setup (or in a

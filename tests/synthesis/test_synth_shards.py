@@ -14,8 +14,9 @@ import pytest
 from inferstack.synthesis import shards as synth_shards
 from inferstack.triton import image as triton_image
 from inferstack.synthesis.shards import Shard, merge, merge_reports, plan_shards, publish, run_shards, worker_count
-from tests.conftest import ROOT
-from tests.test_cli import _cdk_env, assert_nothing_written, run
+from tests.support.cli import assert_nothing_written, cdk_env, run
+from tests.support.paths import ROOT
+from tests.support.shards import shard_assembly
 
 ENVS = ["dev", "staging", "prod"]
 MODELS = ["a", "b", "c", "d"]
@@ -84,7 +85,7 @@ def test_every_fleet_deployed_in_an_environment_stays_together_there():
     fleet's. Where the fleet does not deploy (triton-shared: dev only), its models are on their own."""
     from inferstack import config
     from stacks.app_builder import shard_groups
-    from tests.conftest import CONFIG_DIR
+    from tests.support.paths import CONFIG_DIR
 
     project = config.load(CONFIG_DIR)
     groups = shard_groups(project, ["dev", "staging"])
@@ -140,28 +141,9 @@ def test_shard_round_trips_and_rejects_malformed_specs():
 # -- the merge ------------------------------------------------------------------------------
 
 
-def _assembly(root: Path, env: str, stacks: dict[str, str], asset: str = "asset.abc") -> Path:
-    """A minimal cloud assembly as the CDK writes one: a nested assembly per stage, a staged asset."""
-    nested = root / f"assembly-{env}"
-    nested.mkdir(parents=True)
-    artifacts = {}
-    for name, body in stacks.items():
-        (nested / f"{name}.template.json").write_text(body)
-        artifacts[name] = {"type": "aws:cloudformation:stack", "properties": {"templateFile": f"{name}.template.json"}}
-    (nested / "manifest.json").write_text(json.dumps({"version": "55.0.0", "artifacts": artifacts}))
-    (root / asset).mkdir()
-    (root / asset / "Dockerfile").write_text("FROM scratch\n")
-    (root / "manifest.json").write_text(json.dumps({"version": "55.0.0", "artifacts": {
-        f"assembly-{env}": {"type": "cdk:cloud-assembly", "properties": {"directoryName": f"assembly-{env}"}},
-        "Tree": {"type": "cdk:tree", "properties": {"file": "tree.json"}}}}))
-    children = {env: {"id": env, "children": {name: {"id": name} for name in stacks}}, "Tree": {"id": "Tree"}}
-    (root / "tree.json").write_text(json.dumps({"version": "tree-0.1", "tree": {"id": "App", "children": children}}))
-    return root
-
-
 def test_merge_joins_a_split_environment_in_synth_order(tmp_path):
-    one = _assembly(tmp_path / "s0", "dev", {"Foundation": "F", "a": "A"})
-    two = _assembly(tmp_path / "s1", "dev", {"Foundation": "F", "b": "B"})
+    one = shard_assembly(tmp_path / "s0", "dev", {"Foundation": "F", "a": "A"})
+    two = shard_assembly(tmp_path / "s1", "dev", {"Foundation": "F", "b": "B"})
     out = tmp_path / "out"
     out.mkdir()
     merge([one, two], out)
@@ -175,8 +157,8 @@ def test_merge_joins_a_split_environment_in_synth_order(tmp_path):
 
 
 def test_merge_stops_when_shards_disagree_on_a_shared_file(tmp_path):
-    one = _assembly(tmp_path / "s0", "dev", {"Foundation": "F", "a": "A"})
-    two = _assembly(tmp_path / "s1", "dev", {"Foundation": "F-different", "b": "B"})
+    one = shard_assembly(tmp_path / "s0", "dev", {"Foundation": "F", "a": "A"})
+    two = shard_assembly(tmp_path / "s1", "dev", {"Foundation": "F-different", "b": "B"})
     out = tmp_path / "out"
     out.mkdir()
     with pytest.raises(synth_shards.ShardsDisagree, match=r"^synth shards disagree on Foundation\.template\.json: "):
@@ -191,7 +173,7 @@ def test_publish_replaces_what_an_earlier_synth_left_and_keeps_the_rest(tmp_path
     (out / "unrelated.txt").write_text("kept")
     merged = tmp_path / "merged"
     merged.mkdir()
-    merge([_assembly(tmp_path / "s0", "dev", {"Foundation": "F"})], merged)
+    merge([shard_assembly(tmp_path / "s0", "dev", {"Foundation": "F"})], merged)
     publish(merged, out)
     assert sorted(p.name for p in (out / "assembly-dev").iterdir()) == ["Foundation.template.json", "manifest.json"]
     assert json.loads((out / "manifest.json").read_text())["artifacts"]["assembly-dev"]["type"] == "cdk:cloud-assembly"
@@ -205,12 +187,12 @@ def test_disagreeing_shards_fail_the_synth_and_leave_the_output_alone(tmp_path):
     (out / "manifest.json").write_text("previous synth")
 
     def synth_here(shard, outdir):
-        _assembly(outdir, "dev", {"Foundation": "F", "a": "A"})
+        shard_assembly(outdir, "dev", {"Foundation": "F", "a": "A"})
         return 0
 
     child = (f"import os, sys; from pathlib import Path; sys.path.insert(0, {str(ROOT)!r});"
-             "from tests.test_synth_shards import _assembly;"
-             "_assembly(Path(os.environ['CDK_OUTDIR']), 'dev', {'Foundation': 'F-different', 'b': 'B'})")
+             "from tests.support.shards import shard_assembly;"
+             "shard_assembly(Path(os.environ['CDK_OUTDIR']), 'dev', {'Foundation': 'F-different', 'b': 'B'})")
     with pytest.raises(synth_shards.ShardsDisagree):
         run_shards(plan_shards(["dev"], ["a", "b"], 2, head_start=0), out, [sys.executable, "-c", child], synth_here)
     assert sorted(p.name for p in out.iterdir()) == ["manifest.json"]
@@ -237,7 +219,7 @@ def test_a_failing_shard_fails_the_synth_and_leaves_the_output_alone(tmp_path, c
     out = tmp_path / "out"
 
     def synth_here(shard, outdir):
-        _assembly(outdir, "dev", {"Foundation": "F"})
+        shard_assembly(outdir, "dev", {"Foundation": "F"})
         return 0
 
     argv = [sys.executable, "-c", "import sys; print('shard broke: reason', file=sys.stderr); sys.exit(3)"]
@@ -250,7 +232,7 @@ def test_a_failing_shard_fails_the_synth_and_leaves_the_output_alone(tmp_path, c
 
 def test_the_other_shards_get_child_env(tmp_path):
     def synth_here(shard, outdir):
-        _assembly(outdir, "dev", {"Foundation": "F"})
+        shard_assembly(outdir, "dev", {"Foundation": "F"})
         return 0
 
     # The child exits 3 when it sees the variable and 4 when it does not; either fails the synth.
@@ -285,9 +267,9 @@ def _normalized(outdir: Path) -> dict[str, object]:
 
 def test_app_in_parallel_shards_writes_what_one_process_writes(tmp_path):
     serial, parallel = tmp_path / "serial", tmp_path / "parallel"
-    one = run("app.py", env=_cdk_env(serial, pipeline="false", **{"inferstack:synth-workers": "1"}))
+    one = run("app.py", env=cdk_env(serial, pipeline="false", **{"inferstack:synth-workers": "1"}))
     assert one.returncode == 0, one.stderr
-    two = run("app.py", env=_cdk_env(parallel, pipeline="false", **{"inferstack:synth-workers": "2"}))
+    two = run("app.py", env=cdk_env(parallel, pipeline="false", **{"inferstack:synth-workers": "2"}))
     assert two.returncode == 0, two.stderr
     assert "synthesized 15 serving stacks in 2 parallel shards" in two.stderr  # 5 models x 3 environments
     assert "parallel shards" not in one.stderr
@@ -298,7 +280,7 @@ def test_app_in_parallel_shards_writes_what_one_process_writes(tmp_path):
 
 def test_app_rejects_a_bad_worker_count_in_one_line(tmp_path):
     outdir = tmp_path / "cdk.out"
-    result = run("app.py", env=_cdk_env(outdir, pipeline="false", **{"inferstack:synth-workers": "many"}))
+    result = run("app.py", env=cdk_env(outdir, pipeline="false", **{"inferstack:synth-workers": "many"}))
     assert result.returncode == 2
     assert result.stderr.strip() == "-c inferstack:synth-workers: expected a positive integer or auto, got 'many'"
     assert_nothing_written(outdir)
@@ -306,7 +288,7 @@ def test_app_rejects_a_bad_worker_count_in_one_line(tmp_path):
 
 def test_app_rejects_a_malformed_shard_spec_in_one_line(tmp_path):
     outdir = tmp_path / "cdk.out"
-    result = run("app.py", env={**_cdk_env(outdir), synth_shards.SHARD_ENV: "not json at all"})
+    result = run("app.py", env={**cdk_env(outdir), synth_shards.SHARD_ENV: "not json at all"})
     assert result.returncode == 2
     assert synth_shards.SHARD_ENV in result.stderr and "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
@@ -315,7 +297,7 @@ def test_app_rejects_a_malformed_shard_spec_in_one_line(tmp_path):
 
 def test_app_rejects_malformed_known_triton_images_in_one_line(tmp_path):
     outdir = tmp_path / "cdk.out"
-    result = run("app.py", env={**_cdk_env(outdir), triton_image.KNOWN_IMAGES_ENV: "[1, 2]"})
+    result = run("app.py", env={**cdk_env(outdir), triton_image.KNOWN_IMAGES_ENV: "[1, 2]"})
     assert result.returncode == 2
     assert result.stderr.strip().startswith(f"{triton_image.KNOWN_IMAGES_ENV}: expected")
     assert len(result.stderr.strip().splitlines()) == 1

@@ -14,7 +14,7 @@ from tritonclient.grpc import model_config_pb2 as pb
 from inferstack import config
 from inferstack.triton import config as triton_config
 from inferstack.triton.config import RepositoryError, RepositorySpec
-from tests.conftest import CONFIG_DIR, ROOT
+from tests.support.paths import CONFIG_DIR, ROOT
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from inferstack.triton import image as triton_image
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 DOCKERFILE = ROOT / "container" / "triton" / "Dockerfile"
 

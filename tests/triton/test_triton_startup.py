@@ -8,8 +8,8 @@ import pytest
 
 from inferstack import config
 from inferstack.triton import startup
-from tests.conftest import CONFIG_DIR
-from tests.config.test_rejections import assert_rejected, _set
+from tests.support.config_edits import assert_rejected, set_at
+from tests.support.paths import CONFIG_DIR
 
 
 @pytest.fixture(scope="module")
@@ -55,6 +55,6 @@ def test_a_configured_timeout_wins(project):
 
 
 def test_an_estimate_beyond_sagemakers_limit_is_rejected(config_copy):
-    assert_rejected(config_copy, "bert-large-classifier.yaml", _set("export", "parameters_millions", value=6000),
+    assert_rejected(config_copy, "bert-large-classifier.yaml", set_at("export", "parameters_millions", value=6000),
                     "export.parameters_millions: start-up (TensorRT engine builds, 2 instances per model, "
                     "warm-up) is estimated at")

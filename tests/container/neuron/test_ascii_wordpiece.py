@@ -9,14 +9,15 @@ import json
 import string
 
 import pytest
-from conftest import MAKE_TINY
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
 import ascii_wordpiece
 from runner import EncodedRows, TextRows
-from tests.conftest import fuzz_examples
+
+from tests.support.fuzz import fuzz_examples
+from tests.support.neuron_server import MAKE_TINY
 
 pytestmark = pytest.mark.fuzz
 MAX_LENGTH = 32

@@ -12,11 +12,12 @@ import sys
 
 import jsonschema
 import pytest
-from conftest import NEURON_DIR
 
 import emf
 import neuron_monitor_emf
-from tests.container.emf_schema import assert_valid_emf, referenced_members_problems, SCHEMA
+
+from tests.support.emf_schema import assert_valid_emf, referenced_members_problems, SCHEMA
+from tests.support.neuron_server import NEURON_DIR
 
 DIMENSIONS = {"Service": "dev-intent-pack", "Model": "intent-bert", "Worker": "0"}
 

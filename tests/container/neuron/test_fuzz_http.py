@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 import requests
-from conftest import SEQUENCE_LENGTH, ServerProcess
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import fuzz_examples
+from tests.support.fuzz import fuzz_examples
+from tests.support.neuron_server import SEQUENCE_LENGTH, ServerProcess
 
 pytestmark = pytest.mark.fuzz
 

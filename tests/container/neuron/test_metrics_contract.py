@@ -7,7 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from conftest import ROOT
+from tests.support.paths import ROOT
 
 import emf
 import neuron_monitor_emf

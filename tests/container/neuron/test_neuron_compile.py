@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import COMPILE, LABELS, SEQUENCE_LENGTH, run_script
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 from artifact import source_checksums
 from backends import load_torchscript
+
+from tests.support.neuron_server import COMPILE, LABELS, run_script, SEQUENCE_LENGTH
 
 
 def test_metadata_describes_the_compiled_artifact(artifact: Path, tiny_bert: Path):

@@ -9,9 +9,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import NEURON_DIR, ROOT
 
 import compile as compile_cli
+
+from tests.support.neuron_server import NEURON_DIR
+from tests.support.paths import ROOT
 
 # Every Dockerfile under container/ (BuildKit reads Dockerfile.dockerignore beside one: not a Dockerfile).
 DOCKERFILES = sorted(p for p in (ROOT / "container").rglob("Dockerfile*") if p.suffix != ".dockerignore")

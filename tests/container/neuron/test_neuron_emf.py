@@ -5,7 +5,7 @@ schema and against what the client sent.
 One scenario runs once per session (shared between xdist workers) and the tests read what it recorded:
 2 workers, a 1 s metrics interval, requests while the model loads (503), a few hundred concurrent
 requests, neuron-monitor killed mid-run, more requests, SIGTERM. neuron-monitor needs Inferentia, so its
-place is taken by tests/container/neuron_monitor_standin.py, a stand-in that prints the documented report
+place is taken by tests/support/neuron_monitor_standin.py, a stand-in that prints the documented report
 layout for the processes beside it that carry NEURON_PROCESS_TAG.
 """
 
@@ -21,13 +21,14 @@ from pathlib import Path
 
 import pytest
 import requests
-from conftest import NEURON_MONITOR_STANDIN, SERVE, ServerProcess, neuron_monitor_standin, run_script
 
 import emf
 import neuron_monitor_emf
 import server_settings
-from tests.build_once import build_once
-from tests.container.emf_schema import assert_valid_emf
+
+from tests.support.build_once import build_once
+from tests.support.emf_schema import assert_valid_emf
+from tests.support.neuron_server import NEURON_MONITOR_STANDIN, neuron_monitor_standin, run_script, SERVE, ServerProcess
 
 MODEL = "intent-bert"
 SERVICE = "test-intent-bert"

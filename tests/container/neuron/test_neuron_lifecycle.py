@@ -12,9 +12,10 @@ import time
 
 import pytest
 import requests
-from conftest import SERVE, run_script
 
 from artifact import read_metadata
+
+from tests.support.neuron_server import run_script, SERVE
 
 TEXT = {"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1], "data": ["in flight"]}]}
 

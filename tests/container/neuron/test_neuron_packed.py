@@ -21,21 +21,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import requests
-from conftest import (
-    COMPILE,
-    HEALTHCHECK,
-    LABELS,
-    MAKE_TINY,
-    SERVE,
-    SEQUENCE_LENGTH,
-    ServerProcess,
-    neuron_monitor_standin,
-    reference_logits,
-    run_script,
-)
 
-from tests.build_once import build_once
-from tests.container.emf_schema import assert_valid_emf
+from tests.support.build_once import build_once
+from tests.support.emf_schema import assert_valid_emf
+from tests.support.neuron_server import (COMPILE, HEALTHCHECK, LABELS, MAKE_TINY, SEQUENCE_LENGTH, SERVE, ServerProcess,
+                                         neuron_monitor_standin, reference_logits, run_script)
 
 BETA_LABELS = ("spam", "ham")
 PACK_SERVICE = "test-pack"

@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 import requests
 import tritonclient.http as triton
-from conftest import LABELS, SEQUENCE_LENGTH, ServerProcess, reference_logits
 from tokenizers import Tokenizer
+
+from tests.support.neuron_server import LABELS, reference_logits, SEQUENCE_LENGTH, ServerProcess
 
 MODEL = "tiny-bert"
 MAX_BATCH = 16
@@ -201,7 +202,7 @@ MALFORMED = [
     ("unknown output", json.dumps(text_body(["a"], outputs=[{"name": "probabilities"}])).encode(), {}, 400, "outputs[0].name"),
     ("bad binary header", b'{"inputs": []}', {"Inference-Header-Content-Length": "999"}, 400, "Inference-Header-Content-Length"),
     ("binary size overrun", *binary_text_request(["abc"], declared=50), 400, "binary_data_size"),
-    # Found by tests/container/test_fuzz_http.py (500s before): JSON nested past the parser's recursion
+    # Found by tests/container/neuron/test_fuzz_http.py (500s before): JSON nested past the parser's recursion
     # limit, a lone surrogate (the "\ud800" escape) that the tokenizer refuses, binary BYTES not UTF-8.
     ("nested too deeply", b"[" * 50_000, {}, 400, "body: malformed JSON: nested too deeply"),
     ("lone surrogate", json.dumps(text_body(["ok", "a\ud800b"])).encode(), {}, 400,
@@ -222,7 +223,7 @@ def test_malformed_input_gets_a_json_4xx_naming_the_field(server, case, body, he
 
 
 def test_repository_index_rejects_json_nested_too_deeply(server):
-    # Found by tests/container/test_fuzz_http.py: the RecursionError was a 500.
+    # Found by tests/container/neuron/test_fuzz_http.py: the RecursionError was a 500.
     response = requests.post(server.url + "/v2/repository/index", data=b"[" * 50_000)
     assert response.status_code == 400
     assert response.json() == {"error": "body: malformed JSON: nested too deeply"}

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import NEURON_DIR, SERVE, run_script
 
 import server_settings
 from inferstack.rehearsal import image_build
 import standin_accelerator
 from standin_accelerator import StandinAccelerator
+from tests.support.neuron_server import NEURON_DIR, run_script, SERVE
 
 
 def test_it_answers_shaped_like_the_model_one_answer_per_row():

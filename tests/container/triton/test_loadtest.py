@@ -12,7 +12,7 @@ import pytest
 from inferstack.loadtest import runner, shape
 from inferstack.loadtest.results import PASS
 from inferstack.loadtest.spec import Target
-from tests.real_triton.conftest import ENV, PROJECT, shipped
+from tests.support.real_triton import ENV, PROJECT, shipped
 
 pytestmark = [pytest.mark.real_triton, pytest.mark.loadtest]
 MODEL = "bert-large-classifier"

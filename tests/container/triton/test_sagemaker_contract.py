@@ -28,8 +28,8 @@ from tritonclient.grpc import model_config_pb2 as pb
 from inferstack.delivery import smoke
 from inferstack.triton import client as triton_client, config as triton_config
 from inferstack.rehearsal import triton_server
-from tests.tiny_models import greedy_reference
-from tests.real_triton.conftest import ENV, PROJECT, TRITON_MODELS, exported, model_params, shipped
+from tests.support.real_triton import ENV, exported, model_params, PROJECT, shipped, TRITON_MODELS
+from tests.support.tiny_models import greedy_reference
 
 pytestmark = pytest.mark.real_triton
 

@@ -17,14 +17,16 @@ import onnx
 import onnxruntime as ort
 import pytest
 import torch
-from conftest import LABELS, MAKE_TINY, ROOT, SEQUENCE_LENGTH, _build_once, run_script
 from google.protobuf import json_format, text_format
 from transformers import AutoModelForSeq2SeqLM, AutoModelForSequenceClassification, AutoTokenizer
 from tritonclient.grpc import model_config_pb2 as pb
 
 from inferstack.triton import client as triton_client, config as triton_config
 from inferstack.triton.config import RepositorySpec
-from tests.tiny_models import greedy_reference, varied_t5
+from tests.support.build_once import build_once
+from tests.support.neuron_server import LABELS, MAKE_TINY, run_script, SEQUENCE_LENGTH
+from tests.support.paths import ROOT
+from tests.support.tiny_models import greedy_reference, varied_t5
 
 TRITON_DIR = ROOT / "container" / "triton"
 EXPORT = TRITON_DIR / "export.py"
@@ -76,7 +78,7 @@ def tiny_t5(tmp_path_factory) -> Path:
     def build(target: Path) -> None:
         varied_t5(target, eos_scale=3)
 
-    return _build_once(tmp_path_factory, "tiny-t5-varied", build) / "model"
+    return build_once(tmp_path_factory, "tiny-t5-varied", build) / "model"
 
 
 def _exported(tmp_path_factory, name: str, spec: RepositorySpec) -> Path:
@@ -85,7 +87,7 @@ def _exported(tmp_path_factory, name: str, spec: RepositorySpec) -> Path:
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr
         (target / "export.log").write_text(result.stdout)
 
-    return _build_once(tmp_path_factory, name, build) / "repository"
+    return build_once(tmp_path_factory, name, build) / "repository"
 
 
 @pytest.fixture(scope="session")
@@ -251,7 +253,8 @@ class FakeTriton:
 
 def test_python_model_glue_splits_batched_requests_back(t5_repo, tiny_t5, monkeypatch):
     """A fast unit check of the pb_utils glue with a fake module: which rows go back to which request.
-    The proof that the decoder works in Triton is tests/real_triton/ (the real Python backend and BLS)."""
+    The proof that the decoder works in Triton is the real-Triton tier, test_sagemaker_contract.py here (the real
+    Python backend and BLS)."""
     fake = FakeTriton(sessions(t5_repo))
     monkeypatch.setattr(t5_greedy_model, "pb_utils", fake)
     folder = t5_repo / "tiny-t5"

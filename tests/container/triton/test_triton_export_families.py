@@ -13,12 +13,14 @@ import onnx
 import onnxruntime as ort
 import pytest
 import torch
-from conftest import LABELS, MAKE_TINY, ROOT, _build_once, run_script
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 from inferstack.schema import families
 from inferstack.triton import client as triton_client, config as triton_config
 from inferstack.triton.config import RepositorySpec
+from tests.support.build_once import build_once
+from tests.support.neuron_server import LABELS, MAKE_TINY, run_script
+from tests.support.paths import ROOT
 
 EXPORT = ROOT / "container" / "triton" / "export.py"
 SEQUENCE_LENGTH = 24
@@ -52,7 +54,7 @@ def tiny(tmp_path_factory, kind) -> Path:
         result = run_script(MAKE_TINY, "--kind", kind, "--out", str(target / "model"), "--labels", ",".join(LABELS))
         assert result.returncode == 0, result.stderr
 
-    return _build_once(tmp_path_factory, f"tiny-{kind}", build) / "model"
+    return build_once(tmp_path_factory, f"tiny-{kind}", build) / "model"
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +64,7 @@ def repo(tmp_path_factory, kind, tiny) -> Path:
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr
         (target / "export.log").write_text(result.stdout)
 
-    return _build_once(tmp_path_factory, f"triton-{kind}-repository", build) / "repository"
+    return build_once(tmp_path_factory, f"triton-{kind}-repository", build) / "repository"
 
 
 def test_the_tiny_checkpoint_is_its_family_and_its_tokenizer_emits_what_the_family_takes(kind, tiny):
