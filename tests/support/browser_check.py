@@ -2,7 +2,7 @@
 what a reader sees: the home page, a generated reference page reached through the navigation, and a rendered
 diagram. Run by tests/docs/test_site_browser.py with .venv-docs's Python (Selenium lives there, not in .venv):
 
-    .venv-docs/bin/python tests/docs/browser_check.py http://127.0.0.1:PORT/
+    .venv-docs/bin/python tests/support/browser_check.py http://127.0.0.1:PORT/
 
 Debian's chromium and chromedriver (`make browser`), started as this machine's network needs: no background
 networking, no component updates, a fresh profile.
