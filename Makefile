@@ -3,7 +3,7 @@
 SHELL := /bin/bash
 VENV := .venv
 PYTHON := $(VENV)/bin/python
-# checkov lives apart: its dependencies conflict with the project's pins (tests/infra/test_checkov.py runs it).
+# checkov lives apart: its dependencies conflict with the project's pins (tests/constructs/test_checkov.py runs it).
 CHECKOV_VENV := .venv-checkov
 # Node 22 from package.json (the `node` package) comes first: the machine's Node 20 is end-of-life.
 export PATH := $(CURDIR)/node_modules/.bin:$(CURDIR)/$(VENV)/bin:$(PATH)
@@ -74,7 +74,7 @@ clean:
 	rm -rf cdk.out cdk.out.images .make .venv-images $(CHECKOV_VENV) .venv-triton .venv-peers $(DOCS_VENV) site docs/assets/vendor \
 	  .cache/docs
 
-# Side environment of the real-Triton tier (tests/real_triton/): tritonserver 2.51 from nvidia-pytriton,
+# Side environment of the real-Triton tier (pytest -m real_triton): tritonserver 2.51 from nvidia-pytriton,
 # numpy < 2 for its Python backend stub, onnxruntime for the onnxruntime stand-in backend; plus the
 # loopback-bind shim (the SageMaker front end binds 0.0.0.0). Kept out of .venv (numpy 2.x there).
 TRITON_VENV := .venv-triton
@@ -87,7 +87,7 @@ TRITON_VENV := .venv-triton
 	@touch $@
 
 test-real-triton: setup .make/triton
-	$(PYTHON) -m pytest -m real_triton tests/real_triton $(PYTEST_ARGS)
+	$(PYTHON) -m pytest -m real_triton $(PYTEST_ARGS)
 
 # Refresh the transitive pins after changing requirements*.txt (torch stays pinned by its requirement).
 constraints:

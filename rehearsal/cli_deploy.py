@@ -534,7 +534,7 @@ def check_load_test(aws: Aws, outputs_by_stack: dict[str, dict[str, str]], confi
     result.not_run.append(
         "the results bucket's expiry, versioning, access logging and public access block: moto 5.2.5's "
         "CloudFormation gives a bucket its encryption and tags only (the template's rules: "
-        "tests/infra/test_load_test_stack.py); no load test runs here (tests/loadtest/test_fargate_run.py runs "
+        "tests/stacks/test_load_test_stack.py); no load test runs here (tests/loadtest/test_fargate_run.py runs "
         "them on the stack's template, through a stand-in for Fargate)")
     foundation = outputs_by_stack.get(stack_outputs.stack_name(ENV, stack_outputs.FOUNDATION), {})
     subnets = ec2.describe_subnets(SubnetIds=foundation.get(stack_outputs.PRIVATE_SUBNETS, "").split(","))["Subnets"]
@@ -1047,7 +1047,8 @@ def report(result: Result) -> str:
         lines.append("custom resources marked created without running their Lambda (no Docker):")
         lines += [f"  {c}" for c in result.custom_resources_not_run]
     lines.append("resource types in the templates moto's CloudFormation does not model (nothing created, nothing "
-                 "checked; what they keep across an update is proven on the templates, tests/infra/test_live_values.py):")
+                 "checked; what they keep across an update is proven on the templates, "
+                 "tests/constructs/test_live_values.py):")
     lines += [f"  {k} (in {', '.join(v)})" for k, v in sorted(result.unmodeled.items())]
     if result.not_run:
         lines.append("not rehearsed here:")

@@ -1,5 +1,8 @@
 """Shared test setup. The CDK's jsii runtime runs on `node` from PATH: put the project's Node 22
-(node_modules/.bin) first, as the Makefile does, so tests never run on the machine's Node 20."""
+(node_modules/.bin) first, as the Makefile does, so tests never run on the machine's Node 20.
+
+The fixtures several folders use are here; helpers are imported from tests/support/, never from a test module
+or a conftest.py (tests/test_imports.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-CONFIG_DIR = ROOT / "model_configs"
+from tests.support.paths import CONFIG_DIR, ROOT
 
 # Hypothesis (the fuzz-marked tests): derandomized, so every run, local or CI, tries the same examples and
 # a failure reproduces; no example database written into the checkout. To hunt for new bugs by hand:
@@ -25,11 +27,6 @@ try:
 except ImportError:  # only the fuzz tests need it
     pass
 
-
-def fuzz_examples(count: int) -> int:
-    """A fuzz test's example count: modest by default (the suite stays fast), scaled by FUZZ_SCALE."""
-    return count * int(os.environ.get("FUZZ_SCALE", "1"))
-
 _node_bin = ROOT / "node_modules" / ".bin"
 if _node_bin.is_dir() and not os.environ.get("PATH", "").startswith(str(_node_bin)):
     os.environ["PATH"] = f"{_node_bin}{os.pathsep}{os.environ.get('PATH', '')}"
@@ -40,7 +37,7 @@ def aws(monkeypatch):
     """Emulated AWS (moto) with fake credentials, for tests of boto3 code."""
     from moto import mock_aws
 
-    from tests import aws_fakes
+    from tests.support import aws_fakes
 
     for key, value in aws_fakes.FAKE_CREDENTIALS.items():
         monkeypatch.setenv(key, value)
@@ -56,17 +53,37 @@ def config_copy(tmp_path: Path) -> Path:
     return target
 
 
-def without_fleets(config_dir: Path, keep_models: tuple[str, ...] | None = None) -> Path:
-    """Edit a config copy so every model runs on its own instances or endpoint: environments.yaml without its
-    `fleets:` block and, with `keep_models`, only those models' files (a smaller, faster synth)."""
-    import yaml
+# ----------------------------------------------------------------------------- the synthesized app
 
-    path = config_dir / "environments.yaml"
-    data = yaml.safe_load(path.read_text())
-    data.pop("fleets", None)
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    if keep_models is not None:
-        for model_file in config_dir.glob("*.yaml"):
-            if model_file.name != "environments.yaml" and model_file.stem not in keep_models:
-                model_file.unlink()
-    return config_dir
+@pytest.fixture(scope="session")
+def project():
+    """The shipped model_configs/, loaded."""
+    from inferstack import config
+
+    return config.load(CONFIG_DIR)
+
+
+@pytest.fixture(scope="session")
+def synthesized(project, tmp_path_factory):
+    """Every environment, synthesized once per test session (a tests.support.synth.Synthesized)."""
+    from tests.support.synth import synth
+
+    return synth(project, list(project.environments), tmp_path_factory.mktemp("cdk.out"))
+
+
+# ----------------------------------------------------------------------------- the Neuron serving app
+
+@pytest.fixture(scope="session")
+def tiny_bert(tmp_path_factory) -> Path:
+    """A tiny random BERT checkpoint (benchmarks/make_tiny_model.py), built once per session."""
+    from tests.support import neuron_server
+
+    return neuron_server.build_tiny_bert(tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def artifact(tmp_path_factory, tiny_bert) -> Path:
+    """tiny_bert compiled for the CPU backend (container/neuron/compile.py), built once per session."""
+    from tests.support import neuron_server
+
+    return neuron_server.build_artifact(tmp_path_factory, tiny_bert)

@@ -27,7 +27,7 @@ import sys
 
 from inferstack.loadtest.runner import SPEC_ENV
 from inferstack.loadtest.spec import LoadTestSpec, Step, Target
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 BLOCKED = ("moto", "docker", "rehearsal")
 PACKAGE = ROOT / "inferstack"

@@ -1,6 +1,6 @@
 """checkov acknowledgements: a check skipped on one resource through its CloudFormation metadata
 (`Metadata.checkov.skip`), one check id at a time, each with a reason a reviewer can accept. The scan
-itself runs on the synthesized templates (tests/infra/test_checkov.py)."""
+itself runs on the synthesized templates (tests/constructs/test_checkov.py)."""
 
 from __future__ import annotations
 

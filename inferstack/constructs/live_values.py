@@ -53,7 +53,7 @@ def properties_of(resource: cdk.CfnResource) -> dict:
     """A resource's properties as its construct set them (the L1's own names, camelCase) and its tags, without
     property overrides: the live values are overrides, so they are not part of what triggers their own read.
     Tokens stay tokens, resolved with the template (a reference to another stack becomes its import there).
-    Taken when the reader is made, after the serving construct has set them (tests/infra/test_live_values.py
+    Taken when the reader is made, after the serving construct has set them (tests/constructs/test_live_values.py
     holds them equal to the synthesized resource's)."""
     properties = dict(resource._cfn_properties)  # noqa: SLF001 - jsii's protected member
     manager = cdk.TagManager.of(resource)

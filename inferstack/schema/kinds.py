@@ -2,10 +2,10 @@
 registered once, at the end of this file, with the facts the layers above dispatch on. Nothing above the schema
 asks a model or a fleet for its class: it asks `model_kind(model)` or `fleet_kind(fleet)` for a fact, or looks
 the descriptor up in a table of its own where a kind needs code of its own (its checks, its planner, its
-constructs). tests/test_kinds.py fails while a registered kind is missing from such a table.
+constructs). tests/schema/test_kinds.py fails while a registered kind is missing from such a table.
 
 A new kind: its schema class in models.py (and in the ModelConfig or Fleet union there), its registration
-here (and in Model below), and an entry in each table tests/test_kinds.py names."""
+here (and in Model below), and an entry in each table tests/schema/test_kinds.py names."""
 
 from __future__ import annotations
 
@@ -94,5 +94,5 @@ SAGEMAKER_INFERENCE_COMPONENTS = register(FleetKind(
     "sagemaker-inference-components", InferenceComponentFleet, member=TRITON_SAGEMAKER, serves_members=False,
     at_zero="on-demand"))
 
-# Any model, as the layers above annotate it: the registered model kinds' classes (tests/test_kinds.py).
+# Any model, as the layers above annotate it: the registered model kinds' classes (tests/schema/test_kinds.py).
 Model = NeuronEcsModel | TritonSageMakerModel

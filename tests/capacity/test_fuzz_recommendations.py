@@ -4,7 +4,7 @@ whatever a describe-inference-recommendations-job file holds, `read` either retu
 printable line naming the file, in bounded time.
 
 Files are the sample job with one mutation (values swapped for hostile ones, keys deleted or added, deep
-nesting: tests/config/mutations.py), raw JSON values, and raw bytes. Derandomized (tests/conftest.py)."""
+nesting: tests/support/fuzz.py), raw JSON values, and raw bytes. Derandomized (tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -20,10 +20,9 @@ from hypothesis import strategies as st
 from inferstack.capacity.profile import recommendations
 from inferstack.capacity.profile.recommendations import RecommendationsError
 from inferstack.schema import instances
-from tests.capacity import recommendations_sample
-from tests.config.mutations import mutate_once, values
-from tests.conftest import fuzz_examples
-from tests.hang_guard import hang_guard
+from tests.support import recommendations_sample
+from tests.support.fuzz import fuzz_examples, mutate_once, values
+from tests.support.hang_guard import hang_guard
 
 pytestmark = pytest.mark.fuzz
 

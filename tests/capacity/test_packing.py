@@ -11,12 +11,12 @@ import yaml
 from inferstack import config
 from inferstack.capacity import packing, planning, pricing, schedule
 from inferstack.schema import instances
-from tests.test_cli import run
+from tests.support.cli import run
 
 
 @pytest.fixture(scope="module")
 def project():
-    from tests.conftest import CONFIG_DIR
+    from tests.support.paths import CONFIG_DIR
     return config.load(CONFIG_DIR)
 
 

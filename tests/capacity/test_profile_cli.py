@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from inferstack import cli, config
-from tests.capacity.runs import run, step
+from tests.support.run_results import run, step
 
 
 def result_file(tmp_path, result):

@@ -10,7 +10,7 @@ import pytest
 from inferstack.capacity.profile import entry
 from inferstack.capacity.profile.entry import ProfileRefused
 from inferstack.loadtest.results import FAIL, INVALID, PASS
-from tests.capacity.runs import run, step
+from tests.support.run_results import run, step
 
 TODAY = datetime.date(2025, 3, 10)
 

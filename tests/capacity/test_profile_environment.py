@@ -14,7 +14,7 @@ from botocore.stub import Stubber
 from inferstack import cli, config
 from inferstack.delivery import aws_sessions
 from inferstack.loadtest import fargate
-from tests.capacity.runs import run, step
+from tests.support.run_results import run, step
 
 NOW = datetime.datetime(2025, 3, 4, tzinfo=datetime.timezone.utc)
 ENDPOINT = "staging-bert-large-classifier"

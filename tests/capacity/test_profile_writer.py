@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from inferstack import config
 from inferstack.capacity.profile import writer
 from inferstack.capacity.profile.writer import WriteRefused
-from tests.conftest import fuzz_examples
+from tests.support.fuzz import fuzz_examples
 
 MEASURED = {"throughput_per_second": 812.34, "p99_latency_ms": 7.91,
             "source": "inferstack profile 2025-03-04: 1624.7 req/s held on 2 x inf1.xlarge in staging: p99 # 7.91 ms",

@@ -12,8 +12,8 @@ import yaml
 from inferstack import cli, config
 from inferstack.capacity.profile import recommendations
 from inferstack.capacity.profile.recommendations import RecommendationsError
-from tests.capacity import recommendations_sample
-from tests.capacity.recommendations_sample import JOB
+from tests.support import recommendations_sample
+from tests.support.recommendations_sample import JOB
 
 
 def read(path, slo=300.0, only=None):

@@ -19,7 +19,7 @@ from botocore.stub import Stubber
 from inferstack import cli, config
 from inferstack.capacity.profile import deployed, recommender, recommender_command
 from inferstack.delivery import aws_sessions, smoke
-from tests.conftest import CONFIG_DIR
+from tests.support.paths import CONFIG_DIR
 
 ROLE = "arn:aws:iam::222222222222:role/inferstack-recommender"
 PAYLOAD = "s3://inferstack-payloads/bert-large-classifier/payload.tar.gz"

@@ -12,14 +12,14 @@ import pytest
 from inferstack import cli, config
 from inferstack.config import release_pin
 from inferstack.synthesis.shards import plan_shards
-from tests.config.test_rejections import _set, edit_yaml, problems_of
+from tests.support.config_edits import edit_yaml, problems_of, set_at
 
 MODEL = "intent-bert-inf2"  # on no fleet: its own stack in every environment today
 FILE = f"{MODEL}.yaml"
 
 
 def deploy_only_in(config_dir: Path, *envs: str, model_file: str = FILE) -> None:
-    edit_yaml(config_dir / model_file, _set("deploy_in", value=list(envs)))
+    edit_yaml(config_dir / model_file, set_at("deploy_in", value=list(envs)))
 
 
 def only(problems: list[str], text: str) -> str:
@@ -88,7 +88,7 @@ def test_a_fleet_member_deployed_wherever_the_fleet_is_loads(config_copy):
 
 def shrink_prod(config_dir: Path) -> None:
     """prod (no override) gets max 1, which cannot carry intent-bert-inf2's peak of 2,000 TPS."""
-    edit_yaml(config_dir / FILE, _set("capacity", "max", value=1))
+    edit_yaml(config_dir / FILE, set_at("capacity", "max", value=1))
 
 
 def test_an_environment_the_model_is_not_deployed_in_is_not_validated(config_copy):
@@ -142,7 +142,8 @@ def test_the_stage_builds_no_stack_where_the_model_is_not_deployed(config_copy):
     import aws_cdk as cdk
 
     from stacks.stage import add_stages
-    from tests.conftest import ROOT, without_fleets
+    from tests.support.config_edits import without_fleets
+    from tests.support.paths import ROOT
 
     without_fleets(config_copy, keep_models=(MODEL, "t5-spelling"))
     deploy_only_in(config_copy, "dev", "staging")
@@ -163,7 +164,7 @@ def test_a_release_pin_covers_only_what_the_environment_deploys(config_copy):
     deploy_only_in(config_copy, "dev", "staging")
     units = [u.name for u in config.load(config_copy).image_units("prod")]
     edit_yaml(config_copy / "environments.yaml",
-              _set("environments", "prod", "release", value={"manifest": "releases/prod.json"}))
+              set_at("environments", "prod", "release", value={"manifest": "releases/prod.json"}))
     (config_copy / "releases").mkdir()
     pin = config_copy / "releases" / "prod.json"
     pin.write_text(json.dumps(_pin("prod", "333333333333", "us-west-2", units)))
@@ -183,7 +184,7 @@ def test_smoke_refuses_a_model_not_deployed_in_the_environment(config_copy, caps
 
 @pytest.mark.parametrize("env", ["dev", "staging", "prod"])
 def test_without_deploy_in_a_model_is_everywhere(env):
-    from tests.conftest import CONFIG_DIR
+    from tests.support.paths import CONFIG_DIR
 
     project = config.load(CONFIG_DIR)
     assert project.models_in(env) == list(project.models)

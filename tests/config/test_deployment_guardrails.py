@@ -49,7 +49,7 @@ def test_an_off_hours_minimum_counts_as_the_fleet():
 
     from inferstack.constructs.triton_endpoint import TritonEndpoint
     from inferstack.schema.models import OffHours
-    from tests.conftest import CONFIG_DIR
+    from tests.support.paths import CONFIG_DIR
 
     project = config.load(CONFIG_DIR)
     model = project.model("bert-large-classifier")

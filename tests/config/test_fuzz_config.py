@@ -19,9 +19,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from inferstack import config
-from tests.config.mutations import mutate_once
-from tests.conftest import CONFIG_DIR, fuzz_examples
-from tests.hang_guard import hang_guard
+from tests.support.fuzz import fuzz_examples, mutate_once
+from tests.support.hang_guard import hang_guard
+from tests.support.paths import CONFIG_DIR
 
 pytestmark = pytest.mark.fuzz
 
@@ -117,7 +117,7 @@ def test_raw_bytes_load_or_report(content):
 @settings(max_examples=fuzz_examples(3), deadline=None)
 @given(mutated_config())
 def test_validate_cli_exits_0_or_2_without_a_traceback(mutation):
-    from tests.test_cli import run
+    from tests.support.cli import run
 
     name, text = mutation
     with tempfile.TemporaryDirectory() as tmp:

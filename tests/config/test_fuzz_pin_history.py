@@ -19,9 +19,8 @@ from hypothesis import strategies as st
 from inferstack.config import pin_history
 from inferstack.config.pin_history import HISTORY_FORMAT, HistoryEntry, HistoryError
 from inferstack.config.release_pin import PIN_FORMAT, PinnedImage, ReleaseIdentity, ReleasePin
-from tests.config.mutations import mutate_once
-from tests.conftest import fuzz_examples
-from tests.hang_guard import hang_guard
+from tests.support.fuzz import fuzz_examples, mutate_once
+from tests.support.hang_guard import hang_guard
 
 pytestmark = pytest.mark.fuzz
 

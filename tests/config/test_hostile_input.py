@@ -12,9 +12,9 @@ import yaml
 from inferstack import config
 from inferstack.capacity import plan_report
 from inferstack.config import yaml_source
-from tests.conftest import CONFIG_DIR
-from tests.hang_guard import hang_guard
-from tests.config.test_rejections import _set, edit_yaml, problems_of
+from tests.support.config_edits import edit_yaml, problems_of, set_at
+from tests.support.hang_guard import hang_guard
+from tests.support.paths import CONFIG_DIR
 
 # Nine levels of nine aliases: 9**9 (387 million) leaves once expanded, from 700 bytes.
 ALIAS_BOMB = ('a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n'
@@ -158,7 +158,7 @@ def test_plan_compare_leaves_out_a_profile_no_fleet_can_serve(config_copy):
 
 
 def test_huge_but_valid_numbers_do_not_crash(config_copy):
-    edit_yaml(config_copy / "intent-bert.yaml", _set("slo", "peak_tps", value=1.0e308))
+    edit_yaml(config_copy / "intent-bert.yaml", set_at("slo", "peak_tps", value=1.0e308))
     problems = [p for p in problems_of(config_copy) if "intent-bert" in p]
     assert problems and all("capacity.max: peak 1e+308 TPS needs" in p for p in problems)
 
@@ -170,7 +170,7 @@ def test_huge_but_valid_numbers_do_not_crash(config_copy):
 ], ids=["deep", "huge integer", "oversized"])
 def test_hostile_pin_files_are_one_line(config_copy, content, expected):
     edit_yaml(config_copy / "environments.yaml",
-              _set("environments", "staging", "release", value={"manifest": "releases/staging.json"}))
+              set_at("environments", "staging", "release", value={"manifest": "releases/staging.json"}))
     (config_copy / "releases").mkdir()
     (config_copy / "releases" / "staging.json").write_text(content)
     problems = problems_of(config_copy)
@@ -204,7 +204,7 @@ def assert_reported_cleanly(stderr: str) -> None:
 
 
 def test_validate_reports_hostile_files_in_one_line_each(config_copy):
-    from tests.test_cli import run
+    from tests.support.cli import run
 
     write_hostile_files(config_copy)
     # run() gives up after 300 s (subprocess timeout): the bomb alone ran for minutes before.
@@ -215,11 +215,11 @@ def test_validate_reports_hostile_files_in_one_line_each(config_copy):
 
 
 def test_synth_reports_hostile_files_the_same_way_and_writes_nothing(config_copy, tmp_path):
-    from tests.test_cli import _cdk_env, assert_nothing_written, run
+    from tests.support.cli import assert_nothing_written, cdk_env, run
 
     write_hostile_files(config_copy)
     outdir = tmp_path / "cdk.out"
-    result = run("app.py", env=_cdk_env(outdir, **{"inferstack:config-dir": str(config_copy)}))
+    result = run("app.py", env=cdk_env(outdir, **{"inferstack:config-dir": str(config_copy)}))
     assert result.returncode == 2
     assert_reported_cleanly(result.stderr)
     assert_nothing_written(outdir)

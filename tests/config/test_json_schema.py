@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from inferstack.config import json_schema
-from tests.conftest import CONFIG_DIR
+from tests.support.paths import CONFIG_DIR
 
 SCHEMA_DIR = CONFIG_DIR / "schema"
 

@@ -8,7 +8,7 @@ import pytest
 from inferstack import config
 from inferstack.schema import models
 from inferstack.config import NeuronEcsModel, TritonSageMakerModel
-from tests.conftest import CONFIG_DIR
+from tests.support.paths import CONFIG_DIR
 
 
 @pytest.fixture(scope="module")

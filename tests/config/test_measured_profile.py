@@ -9,9 +9,8 @@ import pytest
 import yaml
 
 from inferstack import config
-from tests.capacity.measured import mark_measured
-from tests.config.test_rejections import assert_rejected, edit_yaml
-from tests.test_cli import run
+from tests.support.cli import run
+from tests.support.config_edits import assert_rejected, edit_yaml, mark_measured
 
 # validate's estimate warnings on the shipped configs: prod is the pipeline's last stage.
 SHIPPED = {

@@ -15,7 +15,7 @@ from inferstack import cli, config
 from inferstack.config import architecture
 from inferstack.schema import families
 from rehearsal import image_build
-from tests.config.test_rejections import _set, edit_yaml
+from tests.support.config_edits import edit_yaml, set_at
 
 NEW = "ticket-router.yaml"
 
@@ -72,7 +72,7 @@ def test_a_copied_bert_file_with_token_type_ids_is_rejected_for_a_family_without
                               f"token_type_ids")
     assert problem.endswith("set export.token_type_ids: false")
 
-    edit_yaml(path, _set("export", "token_type_ids", value=False))
+    edit_yaml(path, set_at("export", "token_type_ids", value=False))
     assert config.load(config_copy).model("ticket-router").source.huggingface_id == hub_id
 
 
@@ -113,7 +113,7 @@ def test_a_misspelt_family_is_a_warning_with_a_suggestion(config_copy):
 
 
 def test_the_shipped_models_all_resolve_to_a_known_family():
-    from tests.conftest import CONFIG_DIR
+    from tests.support.paths import CONFIG_DIR
 
     project = config.load(CONFIG_DIR)
     resolved = {m.name: architecture.resolve(m, architecture.REPOSITORY_ROOT)[0].name for m in project.models}
@@ -143,7 +143,7 @@ def test_config_json_wins_over_a_contradicting_family(config_copy, tmp_path):
     root = tmp_path / "repo"
     checkpoint(root, "container/triton/ticket-router", model_type="roberta")
     path = copy_bert_large(config_copy, local_path="container/triton/ticket-router", family="bert")
-    edit_yaml(path, _set("export", "token_type_ids", value=False))
+    edit_yaml(path, set_at("export", "token_type_ids", value=False))
     (problem,) = problems_of(config_copy, root)
     assert problem.endswith("source.family: bert, but the checkpoint's container/triton/ticket-router/config.json "
                             "says model_type roberta: the export loads the checkpoint; set source.family: roberta or "

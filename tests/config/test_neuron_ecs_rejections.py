@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from inferstack import config
-from tests.config.test_rejections import _set, assert_rejected, edit_yaml, problems_of
+from tests.support.config_edits import assert_rejected, edit_yaml, problems_of, set_at
 
 DEV_CERT = "arn:aws:acm:us-east-1:111111111111:certificate/0f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b"
 PROD_CERT = "arn:aws:acm:us-west-2:333333333333:certificate/0f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b"
@@ -42,39 +42,39 @@ CASES = {
         "environments.yaml", _env_defaults("prod", public_load_balancer=True, certificate_arn=PROD_CERT),
         "environments.prod: defaults.public_load_balancer needs public subnets"),
     "public model without a certificate": (
-        "intent-bert.yaml", _set("load_balancer", value={"public": True}),
+        "intent-bert.yaml", set_at("load_balancer", value={"public": True}),
         "load_balancer.public: a public load balancer serves HTTPS only: set defaults.certificate_arn"),
     "not a boolean for public": (
-        "intent-bert.yaml", _set("load_balancer", value={"public": "perhaps"}),
+        "intent-bert.yaml", set_at("load_balancer", value={"public": "perhaps"}),
         "load_balancer.public: Input should be a valid boolean"),
     "deregistration delay out of range": (
-        "intent-bert.yaml", _set("load_balancer", value={"deregistration_delay_seconds": 5000}),
+        "intent-bert.yaml", set_at("load_balancer", value={"deregistration_delay_seconds": 5000}),
         "load_balancer.deregistration_delay_seconds: Input should be less than or equal to 3600"),
     "unknown load balancer key": (
-        "intent-bert.yaml", _set("load_balancer", value={"scheme": "internal"}),
+        "intent-bert.yaml", set_at("load_balancer", value={"scheme": "internal"}),
         "load_balancer.scheme: unknown key"),
     "negative cooldown": (
-        "intent-bert.yaml", _set("scaling", value={"scale_in_cooldown_seconds": -1}),
+        "intent-bert.yaml", set_at("scaling", value={"scale_in_cooldown_seconds": -1}),
         "scaling.scale_in_cooldown_seconds: Input should be greater than or equal to 0"),
     "cooldown that is not a number": (
-        "intent-bert.yaml", _set("scaling", value={"scale_out_cooldown_seconds": "1m"}),
+        "intent-bert.yaml", set_at("scaling", value={"scale_out_cooldown_seconds": "1m"}),
         "scaling.scale_out_cooldown_seconds: Input should be a valid integer"),
     "unknown scaling key": (
-        "intent-bert.yaml", _set("scaling", value={"target": 100}), "scaling.target: unknown key"),
+        "intent-bert.yaml", set_at("scaling", value={"target": 100}), "scaling.target: unknown key"),
     "zero error rate": (
-        "intent-bert.yaml", _set("alarms", value={"error_rate_percent": 0}),
+        "intent-bert.yaml", set_at("alarms", value={"error_rate_percent": 0}),
         "alarms.error_rate_percent: Input should be greater than 0"),
     "cpu alarm above 100%": (
-        "intent-bert.yaml", _set("alarms", value={"cpu_percent": 150}),
+        "intent-bert.yaml", set_at("alarms", value={"cpu_percent": 150}),
         "alarms.cpu_percent: Input should be less than or equal to 100"),
     "memory alarm not a number": (
-        "intent-bert.yaml", _set("alarms", value={"memory_percent": "high"}),
+        "intent-bert.yaml", set_at("alarms", value={"memory_percent": "high"}),
         "alarms.memory_percent: Input should be a valid number"),
     "no evaluation period": (
-        "intent-bert.yaml", _set("alarms", value={"evaluation_minutes": 0}),
+        "intent-bert.yaml", set_at("alarms", value={"evaluation_minutes": 0}),
         "alarms.evaluation_minutes: Input should be greater than or equal to 1"),
     "root volume smaller than the AMI": (
-        "intent-bert.yaml", _set("serving", "root_volume_gib", value=8),
+        "intent-bert.yaml", set_at("serving", "root_volume_gib", value=8),
         "serving.root_volume_gib: Input should be greater than or equal to 30"),
 }
 
@@ -88,7 +88,7 @@ def test_public_model_in_an_imported_vpc_without_public_subnets(config_copy):
     edit_yaml(config_copy / "environments.yaml", _both(
         _env_defaults("dev", certificate_arn=DEV_CERT), _env_defaults("staging", certificate_arn=DEV_CERT.replace(
             "111111111111", "222222222222")), _env_defaults("prod", certificate_arn=PROD_CERT)))
-    edit_yaml(config_copy / "intent-bert.yaml", _set("load_balancer", value={"public": True}))
+    edit_yaml(config_copy / "intent-bert.yaml", set_at("load_balancer", value={"public": True}))
     (problem,) = [p for p in problems_of(config_copy) if ": load_balancer.public" in p]
     assert problem.startswith("model_configs/intent-bert.yaml:")
     assert problem.endswith("load_balancer.public: a public load balancer needs public subnets: set "

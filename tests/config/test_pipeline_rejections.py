@@ -6,42 +6,43 @@ import pytest
 import yaml
 
 from inferstack import config
-from tests.config.test_rejections import _delete, _set, assert_rejected, edit_yaml, problems_of
+from tests.support.config_edits import assert_rejected, delete_at, edit_yaml, problems_of, set_at
 
 FILE = "environments.yaml"
 OTHER_ACCOUNT_CONNECTION = ("arn:aws:codeconnections:us-east-1:555555555555:connection/"
                             "0b1c2d3e-4f50-4617-8293-a4b5c6d7e8f9")
 
 CASES = {
-    "short account": (_set("pipeline", "account", value="4444"), "pipeline.account: String should match pattern"),
-    "bad region": (_set("pipeline", "region", value="us-east"), "pipeline.region: String should match pattern"),
+    "short account": (set_at("pipeline", "account", value="4444"), "pipeline.account: String should match pattern"),
+    "bad region": (set_at("pipeline", "region", value="us-east"), "pipeline.region: String should match pattern"),
     "not a connection ARN": (
-        _set("pipeline", "connection_arn", value="arn:aws:iam::444444444444:role/github"),
+        set_at("pipeline", "connection_arn", value="arn:aws:iam::444444444444:role/github"),
         "pipeline.connection_arn: String should match pattern"),
     "connection without a UUID": (
-        _set("pipeline", "connection_arn", value="arn:aws:codestar-connections:us-east-1:444444444444:connection/x"),
+        set_at("pipeline", "connection_arn", value="arn:aws:codestar-connections:us-east-1:444444444444:connection/x"),
         "pipeline.connection_arn: String should match pattern"),
     "connection of another account": (
-        _set("pipeline", "connection_arn", value=OTHER_ACCOUNT_CONNECTION),
+        set_at("pipeline", "connection_arn", value=OTHER_ACCOUNT_CONNECTION),
         "pipeline.connection_arn: the connection belongs to account 555555555555, not the pipeline's account "
         "444444444444"),
-    "missing connection": (_delete("pipeline", "connection_arn"), "pipeline.connection_arn: required field is missing"),
-    "repository without owner": (_set("pipeline", "repository", value="inferstack"),
+    "missing connection": (delete_at("pipeline", "connection_arn"),
+                           "pipeline.connection_arn: required field is missing"),
+    "repository without owner": (set_at("pipeline", "repository", value="inferstack"),
                                  "pipeline.repository: String should match pattern"),
-    "unknown stage": (_set("pipeline", "stages", value=["dev", "qa"]),
+    "unknown stage": (set_at("pipeline", "stages", value=["dev", "qa"]),
                       "pipeline.stages.1: unknown environment 'qa'; known: dev, staging, prod"),
-    "stage twice": (_set("pipeline", "stages", value=["dev", "staging", "dev"]),
+    "stage twice": (set_at("pipeline", "stages", value=["dev", "staging", "dev"]),
                     "pipeline.stages.2: dev is deployed twice"),
-    "no stages": (_set("pipeline", "stages", value=[]), "pipeline.stages: Tuple should have at least 1 item"),
+    "no stages": (set_at("pipeline", "stages", value=[]), "pipeline.stages: Tuple should have at least 1 item"),
     "approval outside the stages": (
-        _set("pipeline", "approval_before", value=["qa"]),
+        set_at("pipeline", "approval_before", value=["qa"]),
         "pipeline.approval_before.0: 'qa' is not one of pipeline.stages (dev, staging, prod)"),
-    "unknown key": (_set("pipeline", "approvals", value=["prod"]), "pipeline.approvals: unknown key"),
-    "bad smoke role name": (_set("pipeline", "smoke_role_name", value="smoke role"),
+    "unknown key": (set_at("pipeline", "approvals", value=["prod"]), "pipeline.approvals: unknown key"),
+    "bad smoke role name": (set_at("pipeline", "smoke_role_name", value="smoke role"),
                             "pipeline.smoke_role_name: String should match pattern"),
     # each foundation creates the smoke role by name, and IAM names are unique per account
     "two environments in one account": (
-        _set("environments", "staging", "account", value="111111111111"),
+        set_at("environments", "staging", "account", value="111111111111"),
         "environments.staging.account: account 111111111111 is also dev's: each environment's foundation creates "
         "the IAM role inferstack-smoke (the smoke test's), and role names are unique per account; give each "
         "environment its own account"),
@@ -55,7 +56,7 @@ def test_pipeline_rejection(config_copy, case):
 
 
 def test_problem_line_points_at_the_stage(config_copy):
-    edit_yaml(config_copy / FILE, _set("pipeline", "stages", value=["dev", "qa", "prod"]))
+    edit_yaml(config_copy / FILE, set_at("pipeline", "stages", value=["dev", "qa", "prod"]))
     text = (config_copy / FILE).read_text().splitlines()
     (problem,) = problems_of(config_copy)
     line = int(problem.split(":")[1])

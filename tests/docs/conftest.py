@@ -1,38 +1,17 @@
 """The documentation site's fixtures: the generator module (docs/gen/reference.py, loaded by path: docs/ is not
-a package), and the site built once per test session with the pinned MkDocs of .venv-docs."""
+a package), and the site built once per test session with the pinned MkDocs of .venv-docs
+(tests/support/docs_site.py)."""
 
 from __future__ import annotations
 
 import importlib.util
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-DOCS_VENV = ROOT / ".venv-docs"
-MKDOCS = DOCS_VENV / "bin" / "mkdocs"
-BUILD_TIMEOUT_S = 240
-
-
-def docs_environment() -> dict[str, str]:
-    return {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
-
-
-def require_docs_venv() -> None:
-    if not MKDOCS.is_file():
-        # `make setup` builds it; a missing environment fails the tier instead of passing it by skipping.
-        pytest.fail(f"{MKDOCS.relative_to(ROOT)} is missing: run `make setup` (the .make/docs target)", pytrace=False)
-
-
-def mkdocs_build(config: Path, site: Path) -> subprocess.CompletedProcess:
-    """`mkdocs build --strict` of `config` into `site`: what `make docs-build` runs."""
-    require_docs_venv()
-    return subprocess.run([str(MKDOCS), "build", "--strict", "--config-file", str(config), "--site-dir", str(site)],
-                          cwd=config.parent, env=docs_environment(), capture_output=True, text=True,
-                          timeout=BUILD_TIMEOUT_S)
+from tests.support.docs_site import mkdocs_build
+from tests.support.paths import ROOT
 
 
 @pytest.fixture(scope="session")

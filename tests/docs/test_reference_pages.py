@@ -13,7 +13,7 @@ import yaml
 
 from inferstack import cli
 from inferstack.config import json_schema
-from tests.docs.conftest import ROOT
+from tests.support.paths import ROOT
 
 REFERENCE = ROOT / "docs" / "reference"
 EXAMPLE = re.compile(r"Example \(from `model_configs/(?P<file>[^`]+)`\):\n\n```yaml\n(?P<yaml>.*?)```", re.S)

@@ -1,6 +1,7 @@
-"""The built site opened in a real headless browser (Debian's chromium through Selenium, tests/docs/browser_check.py):
-the home page renders with its header and navigation, the navigation leads to a generated reference page that
-renders with its own table of contents and examples, and the architecture diagram is drawn, offline."""
+"""The built site opened in a real headless browser (Debian's chromium through Selenium,
+tests/support/browser_check.py): the home page renders with its header and navigation, the navigation leads to
+a generated reference page that renders with its own table of contents and examples, and the architecture
+diagram is drawn, offline."""
 
 from __future__ import annotations
 
@@ -10,14 +11,13 @@ import json
 import shutil
 import subprocess
 import threading
-from pathlib import Path
 
 import pytest
 
-from tests.docs.conftest import DOCS_VENV, ROOT, require_docs_venv
+from tests.support.docs_site import BROWSER_CHECK, DOCS_VENV, require_docs_venv
+from tests.support.paths import ROOT
 
 pytestmark = pytest.mark.docs
-CHECK = Path(__file__).with_name("browser_check.py")
 CHECK_TIMEOUT_S = 180
 
 
@@ -47,7 +47,7 @@ def browser_ready():
 
 
 def test_home_and_a_reference_page_render_with_their_navigation(browser_ready, served):
-    result = subprocess.run([str(DOCS_VENV / "bin" / "python"), str(CHECK), served], cwd=ROOT,
+    result = subprocess.run([str(DOCS_VENV / "bin" / "python"), str(BROWSER_CHECK), served], cwd=ROOT,
                             capture_output=True, text=True, timeout=CHECK_TIMEOUT_S)
     assert result.returncode == 0, result.stderr[-3000:]
     seen = json.loads(result.stdout)

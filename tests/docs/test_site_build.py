@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.docs.conftest import ROOT, mkdocs_build
+from tests.support.docs_site import mkdocs_build
+from tests.support.paths import ROOT
 
 pytestmark = pytest.mark.docs
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import threading
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -13,8 +12,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from rehearsal import cli_deploy
+from tests.support.emulator import ACCOUNT, REGION
 
-ACCOUNT, REGION = "123456789012", "us-east-1"
 GOOD_OUTPUTS = [{"name": "logits", "datatype": "FP32", "shape": [1, 3], "data": [0.1, 0.2, 0.7]},
                 {"name": "label", "datatype": "BYTES", "shape": [1], "data": ["positive"]}]
 
@@ -87,14 +86,3 @@ def emulator(emulator_server, tmp_path, monkeypatch) -> cli_deploy.Aws:
     monkeypatch.delenv("AWS_PROFILE", raising=False)
     return emulator_server
 
-
-def seed_reply(aws: cli_deploy.Aws, body: dict) -> None:
-    """Queue one canned InvokeEndpoint reply: moto gives it to the next request it has not seen, and again to
-    every request like that one (same endpoint, component, body)."""
-    request = urllib.request.Request(
-        f"{aws.endpoint}/moto-api/static/sagemaker/endpoint-results", method="POST",
-        data=json.dumps({"account_id": aws.account, "region": aws.region, "results": [
-            {"Body": json.dumps(body), "ContentType": "application/json"}]}).encode(),
-        headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=10):
-        pass

@@ -13,7 +13,7 @@ from inferstack.capacity import planning
 from inferstack.delivery import smoke
 from inferstack.loadtest import command, shape
 from inferstack.loadtest.spec import LoadTestSpec, SpecError, Step, Target
-from tests.conftest import CONFIG_DIR
+from tests.support.paths import CONFIG_DIR
 
 PROJECT = config.load(CONFIG_DIR)
 URL = Target(kind="http", url="http://127.0.0.1:8080/v2/models/intent-bert/infer")

@@ -10,7 +10,7 @@ from moto import mock_aws
 from inferstack import config
 from inferstack.loadtest import fargate
 from inferstack.loadtest.spec import ExpectedOutput, LoadTestSpec, Step, Target
-from tests.conftest import CONFIG_DIR
+from tests.support.paths import CONFIG_DIR
 
 SPEC = LoadTestSpec(model="m", target=Target(kind="http", url="http://127.0.0.1:1/v2/models/m/infer"),
                     body={"inputs": []}, outputs=(ExpectedOutput("logits", "FP32", (1, 2)),),

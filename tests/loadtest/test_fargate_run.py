@@ -22,8 +22,8 @@ from inferstack.loadtest import fargate, results
 from inferstack.loadtest.spec import ExpectedOutput, LoadTestSpec, Step, Target
 from rehearsal import cli_deploy
 from rehearsal.fargate_standin import ROOT, FargateStandIn, Image, leftover_processes
-from tests.conftest import CONFIG_DIR
-from tests.infra.synth import synth
+from tests.support.paths import CONFIG_DIR
+from tests.support.synth import synth
 
 # The real Locust in the stand-in's tasks.
 pytestmark = pytest.mark.loadtest
@@ -293,7 +293,7 @@ def serving(session, tmp_path):
     import yaml
 
     from inferstack.delivery import smoke
-    from tests import aws_fakes
+    from tests.support import aws_fakes
 
     config_dir = tmp_path / "model_configs"
     shutil.copytree(CONFIG_DIR, config_dir)

@@ -19,8 +19,8 @@ from inferstack.delivery import smoke
 from inferstack.loadtest import runner
 from inferstack.loadtest.results import FAIL, PASS, RunResult
 from inferstack.loadtest.spec import ExpectedOutput, LoadTestSpec, Step, Target
-from tests.conftest import ROOT
-from tests.container.conftest import LABELS, ServerProcess, artifact, tiny_bert  # noqa: F401 (fixtures)
+from tests.support.neuron_server import LABELS, ServerProcess
+from tests.support.paths import ROOT
 
 pytestmark = pytest.mark.loadtest
 MODEL = "intent-bert"

@@ -14,8 +14,8 @@ import pytest
 from inferstack import config
 from inferstack.loadtest import runner, shape
 from inferstack.loadtest.spec import Target
-from tests.conftest import CONFIG_DIR
-from tests.loadtest.conftest import REGION, seed_reply
+from tests.support.emulator import REGION, seed_reply
+from tests.support.paths import CONFIG_DIR
 
 pytestmark = pytest.mark.loadtest
 MODEL = "bert-large-classifier"

@@ -18,7 +18,7 @@ from PIL import Image
 from inferstack.loadtest import runner, task
 from inferstack.loadtest.results import FAIL, RunResult
 from inferstack.loadtest.spec import ExpectedOutput, LoadTestSpec, Step, Target
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 
 def spec(url: str, *steps: Step) -> LoadTestSpec:

@@ -1,6 +1,6 @@
 """`inferstack diff` for CI: change classes (--fail-on), environments synthesized on one side only (--env),
 what added and removed stacks run, and what a removal keeps. Hand-written templates in tiny cloud
-assemblies (tests/review_assemblies.write_assembly): each builds the few resources a class is about."""
+assemblies (tests/support/review_assemblies.write_assembly): each builds the few resources a class is about."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 
 from inferstack.capacity import pricing
 from inferstack.review import assembly, diff, render_markdown
-from tests import review_assemblies as ra
-from tests.test_cli import run
+from tests.support import review_assemblies as ra
+from tests.support.cli import run
 
 LB = "AWS::ElasticLoadBalancingV2::LoadBalancer"
 LISTENER = "AWS::ElasticLoadBalancingV2::Listener"

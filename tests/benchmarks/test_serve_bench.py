@@ -1,0 +1,43 @@
+"""benchmarks/serve_bench.py end to end on the tiny artifact: (a), (b) and (c) all run and the report
+has a row per concurrency level and a verdict per level >= 16. Figures are printed, never asserted."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.support.neuron_server import run_script
+from tests.support.paths import ROOT
+
+SERVE_BENCH = ROOT / "benchmarks" / "serve_bench.py"
+
+
+def test_serve_bench_reports_every_level(artifact):
+    result = run_script(
+        SERVE_BENCH, "--model-dir", str(artifact), "--workers", "1", "--concurrency", "2,16",
+        "--duration", "0.3", "--warmup", "0.1", "--rounds", "1", "--limit-seconds", "0.05", timeout=240)
+    assert result.returncode == 0, result.stderr[-2000:]
+    out = result.stdout
+    assert re.search(r"^\(c\) limit: [\d,]+ seq/s \(1 x 1 threads, batch \d+\)$", out, re.M), out
+    rows = {int(m.group(1)): m.group(0) for m in re.finditer(r"^\s+(\d+) \|.*\| (\d+)/(\d+)$", out, re.M)}
+    assert sorted(rows) == [2, 16], out
+    # Every request of (a) and (b) answered without an error.
+    assert all(row.endswith("| 0/0") for row in rows.values()), out
+    verdicts = re.findall(r"^  concurrency (\d+): 2x throughput (met|MISSED), p99 no worse (met|MISSED), "
+                          r"70% of limit (met|MISSED)$", out, re.M)
+    assert [int(v[0]) for v in verdicts] == [16], out
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--limit-seconds", "0"], "--limit-seconds: must be greater than 0, got 0.0"),
+    (["--rounds", "-1"], "--rounds: must be greater than 0, got -1"),
+    (["--concurrency", "4,x"], "--concurrency: a comma-separated list of positive integers, got '4,x'"),
+    (["--concurrency", "0"], "--concurrency: a comma-separated list of positive integers, got '0'"),
+    (["--warmup", "-1"], "--warmup and --max-queue-delay-ms: must not be negative"),
+])
+def test_serve_bench_rejects_bad_arguments(args, message):
+    result = run_script(SERVE_BENCH, *args, timeout=60)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1].endswith(message), result.stderr
+    assert "Traceback" not in result.stderr

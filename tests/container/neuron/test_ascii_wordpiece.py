@@ -1,0 +1,103 @@
+"""ascii_wordpiece.py against the tokenizers library: the same ids for every printable-ASCII text it
+answers (random texts, punctuation-heavy, long words, truncation), no answer for the rest, and no fast
+path at all for a tokenizer it does not match exactly. Derandomized (tests/conftest.py)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import string
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tokenizers import Tokenizer
+
+import ascii_wordpiece
+from runner import EncodedRows, TextRows
+
+from tests.support.fuzz import fuzz_examples
+from tests.support.neuron_server import MAKE_TINY
+
+pytestmark = pytest.mark.fuzz
+MAX_LENGTH = 32
+
+_spec = importlib.util.spec_from_file_location("make_tiny_model", MAKE_TINY)
+make_tiny_model = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(make_tiny_model)
+
+
+def library(kind: str = "bert", edit=None, truncate: bool = True) -> Tokenizer:
+    """The tiny models' tokenizer as the runner configures it (truncated, unpadded); ``edit`` changes its JSON."""
+    backend = make_tiny_model.build_tokenizer(kind, 1000).backend_tokenizer
+    if edit is not None:
+        config = json.loads(backend.to_str())
+        edit(config)
+        backend = Tokenizer.from_str(json.dumps(config))
+    if truncate:
+        backend.enable_truncation(max_length=MAX_LENGTH)
+    backend.no_padding()
+    return backend
+
+
+def cased(config: dict) -> None:
+    config["normalizer"]["lowercase"] = False
+
+
+def bert_processing(config: dict) -> None:
+    config["post_processor"] = {"type": "BertProcessing", "sep": ["[SEP]", 3], "cls": ["[CLS]", 2]}
+
+
+TOKENIZERS = {"bert": library("bert"), "distilbert": library("distilbert"), "cased": library("bert", cased),
+              "bert-processing": library("bert", bert_processing)}
+FAST = {name: ascii_wordpiece.from_tokenizer(tok, MAX_LENGTH) for name, tok in TOKENIZERS.items()}
+
+printable = st.text(st.sampled_from(string.printable[:95]), max_size=120)  # printable ASCII: no tabs or newlines
+wordy = st.lists(st.sampled_from(["the", "Film", "e-mail", "don't", "x" * 101, "café", "[MASK]", "ok!!", "42",
+                                  "A.B.C", "__init__", "", "   "]), max_size=40).map(" ".join)
+
+
+@settings(max_examples=fuzz_examples(300), deadline=None)
+@given(st.one_of(printable, wordy), st.sampled_from(sorted(TOKENIZERS)))
+def test_the_fast_path_gives_the_library_s_ids_or_declines(text, name):
+    fast = FAST[name]
+    assert fast is not None
+    got = fast.encode(text)
+    if text.isascii() and text.isprintable() and "[" not in text:
+        assert got is not None, text  # the texts it exists for
+    if got is not None:
+        assert got == TOKENIZERS[name].encode(text).ids, text
+
+
+@pytest.mark.parametrize("text", ["café", "tab\there", "line\nbreak", "\x7f", "a [MASK] b", "[cls] lower too"])
+def test_non_ascii_control_characters_and_special_tokens_go_to_the_library(text):
+    assert FAST["bert"].encode(text) is None
+
+
+@pytest.mark.parametrize("kind, edit, truncate", [
+    ("roberta", None, True),  # byte-level BPE
+    ("t5", None, True),  # Unigram with its own normalizer
+    ("bert", lambda c: c.update(pre_tokenizer={"type": "Whitespace"}), True),
+    ("bert", lambda c: c["normalizer"].update(type="Lowercase"), True),
+    ("bert", None, False),  # configured to truncate elsewhere than the server's length: the probes disagree
+])
+def test_no_fast_path_for_a_tokenizer_it_does_not_match(kind, edit, truncate):
+    assert ascii_wordpiece.from_tokenizer(library(kind, edit, truncate), MAX_LENGTH) is None
+
+
+def test_the_runner_tokenizes_on_arrival_only_when_every_text_qualifies(artifact):
+    from artifact import read_metadata
+    from runner import ModelRunner
+
+    # The emulated accelerator (a stand-in for a NeuronCore): this test is about tokenization only.
+    runner = ModelRunner(artifact, read_metadata(artifact), torch_threads=1, standin_batch_ms=0)
+    assert runner.fast_tokenizer is not None
+    ascii_only = runner.prepare(TextRows(["a plain query", "Another, with punctuation!"]))
+    assert isinstance(ascii_only, EncodedRows) and ascii_only.ids == [
+        e.ids for e in runner.tokenizer.encode_batch(["a plain query", "Another, with punctuation!"])]
+    mixed = TextRows(["a plain query", "une requête"])
+    assert runner.prepare(mixed) is mixed  # tokenized with the batch, by the library
+    # Both kinds stack to the same rows the library alone would give.
+    ids_fast, mask_fast = runner._stack([ascii_only])
+    ids_lib, mask_lib = runner._stack([TextRows(["a plain query", "Another, with punctuation!"])])
+    assert (ids_fast == ids_lib).all() and (mask_fast == mask_lib).all()
