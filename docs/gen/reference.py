@@ -590,7 +590,9 @@ def api_page() -> str:
         names = [package] + sorted(info.name for info in pkgutil.walk_packages(module.__path__, package + ".")
                                    if not info.name.rsplit(".", 1)[1].startswith("_"))
         for name in names:
-            lines.append(f"::: {name}\n")
+            # A subpackage (neuron_service) re-exports its parts' names: its own docstring only, the parts below.
+            nested = name != package and hasattr(__import__(name, fromlist=["__path__"]), "__path__")
+            lines.append(f"::: {name}\n    options:\n      members: false\n" if nested else f"::: {name}\n")
     return "\n".join(lines).rstrip() + "\n"
 
 

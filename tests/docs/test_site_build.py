@@ -26,7 +26,7 @@ def test_the_api_page_is_rendered_from_the_docstrings(built_site):
     html = (built_site / "reference" / "constructs" / "index.html").read_text()
     assert "::: inferstack" not in html
     # NeuronEcsService's class docstring, and the signature mkdocstrings renders for it
-    assert 'id="inferstack.constructs.neuron_service.NeuronEcsService"' in html
+    assert 'id="inferstack.constructs.neuron_service.service.NeuronEcsService"' in html
     assert "ECS-optimized AL2023 Neuron AMI" in html
 
 
