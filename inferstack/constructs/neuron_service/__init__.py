@@ -17,7 +17,8 @@ resources keep their construct paths and logical ids: capacity.py (instances, ca
 delete), task.py (task definition, ECS service), rollout.py (deployment settings, rollback alarms),
 load_balancer.py and routing.py (load balancer, listener, target groups, rules), scaling.py (target tracking,
 off-hours windows), metrics.py and observability.py (metrics, alarms, dashboard); served.py holds what they
-share."""
+share, and scope.py the service as they see it (ServiceScope, NeuronEcsService's base), so that no part imports
+service.py."""
 
 from inferstack.constructs.neuron_service.capacity import AMI_PARAMETER
 from inferstack.constructs.neuron_service.served import ImageBuild, NeuronImage, ScheduledWindow, ServedModel

@@ -6,7 +6,6 @@ the provider's cluster association are this project's to get right."""
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 from aws_cdk import aws_autoscaling as autoscaling
 from aws_cdk import aws_ec2 as ec2
@@ -17,10 +16,8 @@ from constructs import Dependable, DependencyGroup, IConstruct
 
 from inferstack.constructs import nag
 from inferstack.constructs.neuron_service.load_balancer import HTTPS_PORT
+from inferstack.constructs.neuron_service.scope import ServiceScope
 from inferstack.constructs.scale_in_release import ScaleInProtectionRelease
-
-if TYPE_CHECKING:
-    from inferstack.constructs.neuron_service.service import NeuronEcsService
 
 # Resolved by CloudFormation at deploy time, so synth needs no lookup. Not ecs.EcsOptimizedImage: some
 # CDK versions build the AL2023 Neuron path wrongly (".../inf/...").
@@ -49,7 +46,7 @@ def cluster_association(cluster: ecs.Cluster) -> DependencyGroup:
     return association
 
 
-def add_capacity(service: NeuronEcsService, vpc: ec2.IVpc, subnets: ec2.SubnetSelection) -> None:
+def add_capacity(service: ServiceScope, vpc: ec2.IVpc, subnets: ec2.SubnetSelection) -> None:
     """Sets the service's `instance_security_group`, `instance_role`, `launch_template`, `auto_scaling_group` and
     `capacity_provider`."""
     service.instance_security_group = ec2.SecurityGroup(
@@ -121,7 +118,7 @@ def add_capacity(service: NeuronEcsService, vpc: ec2.IVpc, subnets: ec2.SubnetSe
                     "Scaling service-linked role")
 
 
-def release_capacity_on_delete(service: NeuronEcsService, log_group: logs.ILogGroup) -> None:
+def release_capacity_on_delete(service: ServiceScope, log_group: logs.ILogGroup) -> None:
     """Managed termination protection keeps every instance protected from scale-in while the service
     runs; on stack deletion that protection would keep CloudFormation from emptying the group
     (aws-cdk issue 18179). Deletion runs against the dependencies: the service goes first (its tasks

@@ -4,8 +4,6 @@ forwards where is routing's."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_elasticloadbalancingv2 as elbv2
@@ -13,9 +11,7 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from inferstack.constructs import checkov, nag
-
-if TYPE_CHECKING:
-    from inferstack.constructs.neuron_service.service import NeuronEcsService
+from inferstack.constructs.neuron_service.scope import ServiceScope
 
 HTTP_PORT = 80
 HTTPS_PORT = 443
@@ -25,7 +21,7 @@ PLAIN_HTTP_REASON = ("internal load balancer without a certificate (defaults.cer
                      "the VPC, admitting the VPC's range alone; setting a certificate makes this listener HTTPS")
 
 
-def add_load_balancer(service: NeuronEcsService, vpc: ec2.IVpc, vpc_cidr: str, subnets: ec2.SubnetSelection,
+def add_load_balancer(service: ServiceScope, vpc: ec2.IVpc, vpc_cidr: str, subnets: ec2.SubnetSelection,
                       public: bool, certificate_arn: str | None, access_log_retention: cdk.Duration,
                       removal_policy: cdk.RemovalPolicy) -> None:
     """Sets the service's `listener_port`, `load_balancer_security_group`, `load_balancer`, `access_logs` and
@@ -76,7 +72,7 @@ def add_load_balancer(service: NeuronEcsService, vpc: ec2.IVpc, vpc_cidr: str, s
     service.url = f"{scheme.lower()}://{service.load_balancer.load_balancer_dns_name}"
 
 
-def add_listener(service: NeuronEcsService, certificate_arn: str | None, default: dict) -> elbv2.ApplicationListener:
+def add_listener(service: ServiceScope, certificate_arn: str | None, default: dict) -> elbv2.ApplicationListener:
     """The listener on `listener_port`, with `default` (its default action or target groups)."""
     if certificate_arn is not None:
         return service.load_balancer.add_listener(

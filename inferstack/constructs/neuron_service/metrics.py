@@ -6,23 +6,20 @@ for the alarms, the dashboard and the scaling policies, so they read the same se
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING
 
 from aws_cdk import aws_elasticloadbalancingv2 as elbv2
 
 from inferstack.constructs import cloudwatch_l1 as cwl1
+from inferstack.constructs.neuron_service.scope import ServiceScope
 from inferstack.constructs.neuron_service.served import ServedModel
 from inferstack.neuron import metrics as serving_metrics
-
-if TYPE_CHECKING:
-    from inferstack.constructs.neuron_service.service import NeuronEcsService
 
 # The serving app's EMF flush interval: one data point per minute and dimension set, what the alarms and the
 # scaling policies evaluate (60 s periods).
 METRICS_INTERVAL_SECONDS = 60
 
 
-def model_dimensions(service: NeuronEcsService, served: ServedModel) -> dict[str, str]:
+def model_dimensions(service: ServiceScope, served: ServedModel) -> dict[str, str]:
     return {serving_metrics.SERVICE: service.metrics_service, serving_metrics.MODEL: served.name}
 
 
@@ -30,7 +27,7 @@ class Metrics:
     """Read once the load balancer's target groups exist, each set on first use. Each token-valued name is read
     once: every read is a jsii round trip, which dominates synth at fleet scale."""
 
-    def __init__(self, service: NeuronEcsService) -> None:
+    def __init__(self, service: ServiceScope) -> None:
         self._service = service
 
     @functools.cached_property

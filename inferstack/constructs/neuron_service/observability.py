@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import aws_cdk as cdk
 from aws_cdk import aws_cloudwatch as cw
@@ -16,21 +15,19 @@ from constructs import Construct
 
 from inferstack.constructs import cloudwatch_l1 as cwl1
 from inferstack.constructs.neuron_service.metrics import Metrics
+from inferstack.constructs.neuron_service.scope import ServiceScope
 from inferstack.constructs.neuron_service.served import ServedModel, health_check_grace_seconds, model_scope
-
-if TYPE_CHECKING:
-    from inferstack.constructs.neuron_service.service import NeuronEcsService
 
 # An Inferentia instance boots and joins the cluster in minutes; wanting more capacity than the group
 # delivers for longer than this means launches fail (e.g. InsufficientInstanceCapacity) or max is reached.
 CAPACITY_SHORTFALL_MINUTES = 15
 
 
-def _label(service: NeuronEcsService, served: ServedModel) -> str:
+def _label(service: ServiceScope, served: ServedModel) -> str:
     return f"{served.name} ({service.name})" if service.packed else served.name
 
 
-def add_alarms(service: NeuronEcsService, metrics: Metrics, alarm_topic_arn: str) -> dict[str, cw.CfnAlarm]:
+def add_alarms(service: ServiceScope, metrics: Metrics, alarm_topic_arn: str) -> dict[str, cw.CfnAlarm]:
     """Per model: p99 above its SLO, 5xx rate, targets failing readiness. Per task: CPU, memory, capacity
     shortfall (a fleet's at the strictest of its models' limits). One model keeps the alarm ids it had."""
     s = metrics.service
@@ -93,7 +90,7 @@ def add_alarms(service: NeuronEcsService, metrics: Metrics, alarm_topic_arn: str
     return alarms
 
 
-def add_dashboard(service: NeuronEcsService, metrics: Metrics) -> cw.CfnDashboard:
+def add_dashboard(service: ServiceScope, metrics: Metrics) -> cw.CfnDashboard:
     s = metrics.service
     region = cdk.Aws.REGION
 

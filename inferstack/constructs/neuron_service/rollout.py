@@ -5,15 +5,11 @@ only once observability has made them."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import aws_cdk as cdk
 from aws_cdk import aws_ecs as ecs
 
+from inferstack.constructs.neuron_service.scope import ServiceScope
 from inferstack.neuron.deployment import EcsRollout
-
-if TYPE_CHECKING:
-    from inferstack.constructs.neuron_service.service import NeuronEcsService
 
 
 def deployment_options(rollout: EcsRollout) -> dict:
@@ -52,7 +48,7 @@ def drop_rolling_parameters(ecs_service: ecs.Ec2Service) -> None:
         "blue/green-family deployment rolls back on the models' SLO alarms (deployment alarms)")
 
 
-def roll_back_on_alarms(service: NeuronEcsService) -> None:
+def roll_back_on_alarms(service: ServiceScope) -> None:
     """ECS watches these during every deployment (and a blue/green-family bake time) and rolls back when one
     fires (deployment-alarm-failure): each model's SLO alarms, the ones its dashboard row shows. With a
     traffic-shifting rollout they read both target groups, so a canary's errors count. Sets the service's

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
@@ -19,13 +18,11 @@ from constructs import Construct, IConstruct
 
 from inferstack.constructs import nag
 from inferstack.constructs.neuron_service.load_balancer import add_listener
+from inferstack.constructs.neuron_service.scope import ServiceScope
 from inferstack.constructs.neuron_service.served import ServedModel, model_scope
 from inferstack.neuron import routing as neuron_routing
 from inferstack.neuron.deployment import EcsRollout
 from inferstack.neuron.task import CONTAINER_NAME
-
-if TYPE_CHECKING:
-    from inferstack.constructs.neuron_service.service import NeuronEcsService
 
 # An ALB fixed response carries at most 1024 characters (rule priorities: inferstack.neuron.routing).
 MAX_FIXED_RESPONSE_CHARS = 1024
@@ -48,7 +45,7 @@ def check_fleet(fleet: str, served: Sequence[ServedModel], rollout: EcsRollout) 
         raise ValueError(f"fleet {fleet}: two models' listener rule priorities collide; rename one")
 
 
-def add_routes(service: NeuronEcsService, vpc: ec2.IVpc, certificate_arn: str | None) -> None:
+def add_routes(service: ServiceScope, vpc: ec2.IVpc, certificate_arn: str | None) -> None:
     """Sets the service's `target_groups`, `alternate_target_groups`, `production_rules` and `listener` (and
     `load_balancer_role` with a traffic-shifting rollout)."""
     service.target_groups = {}
@@ -88,14 +85,14 @@ def add_routes(service: NeuronEcsService, vpc: ec2.IVpc, certificate_arn: str | 
             service.target_groups[served.name] = target_group
 
 
-def _weighted_forward(service: NeuronEcsService, served: ServedModel) -> elbv2.ListenerAction:
+def _weighted_forward(service: ServiceScope, served: ServedModel) -> elbv2.ListenerAction:
     return elbv2.ListenerAction.weighted_forward([
         elbv2.WeightedTargetGroup(target_group=service.target_groups[served.name], weight=PRIMARY_WEIGHT),
         elbv2.WeightedTargetGroup(target_group=service.alternate_target_groups[served.name],
                                   weight=ALTERNATE_WEIGHT)])
 
 
-def _keep_live_weights(service: NeuronEcsService, resource: IConstruct | None, actions_key: str, reader_id: str,
+def _keep_live_weights(service: ServiceScope, resource: IConstruct | None, actions_key: str, reader_id: str,
                        served: ServedModel) -> None:
     """A stack update writes the weights ECS left on the production rule, not the template's 100/0."""
     assert isinstance(resource, cdk.CfnResource)
@@ -107,7 +104,7 @@ def _keep_live_weights(service: NeuronEcsService, resource: IConstruct | None, a
         planned=(PRIMARY_WEIGHT, ALTERNATE_WEIGHT))
 
 
-def _add_production_rules(service: NeuronEcsService) -> None:
+def _add_production_rules(service: ServiceScope) -> None:
     """Per model: the production listener rule (its paths; the first model's takes `/*`, evaluated last),
     forwarding to its target group and its alternate, weighted 100/0; then the service's tasks registered
     with the target group, the alternate named for ECS with the rule and the role it shifts traffic with.
@@ -170,7 +167,7 @@ def _add_production_rules(service: NeuronEcsService) -> None:
     resource.add_metadata("cfn-lint", {"config": {"ignore_checks": ["W3005"]}})
 
 
-def _target_group(service: NeuronEcsService, scope: Construct, construct_id: str, vpc: ec2.IVpc,
+def _target_group(service: ServiceScope, scope: Construct, construct_id: str, vpc: ec2.IVpc,
                   served: ServedModel, *, attach: bool = True) -> elbv2.ApplicationTargetGroup:
     """`attach`: register the service's tasks now (a rolling service's only target group)."""
     targets = ([service.service.load_balancer_target(container_name=CONTAINER_NAME, container_port=served.port)]
@@ -185,7 +182,7 @@ def _target_group(service: NeuronEcsService, scope: Construct, construct_id: str
                                        healthy_threshold_count=2, unhealthy_threshold_count=3))
 
 
-def _not_found_body(service: NeuronEcsService) -> str:
+def _not_found_body(service: ServiceScope) -> str:
     paths = [f"{s.path}/infer" for s in service.served]
     body = json.dumps({"error": f"no model at this path; {service.name} serves {', '.join(paths)}",
                        "models": [s.name for s in service.served]}, separators=(",", ":"))

@@ -4,8 +4,6 @@ the off-hours windows that scale the service and its Auto Scaling group down and
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import aws_cdk as cdk
 from aws_cdk import aws_applicationautoscaling as appscaling
 from aws_cdk import aws_autoscaling as autoscaling
@@ -15,14 +13,12 @@ from constructs import Construct
 from inferstack.capacity import schedule
 from inferstack.constructs import cloudwatch_l1 as cwl1
 from inferstack.constructs.neuron_service.metrics import METRICS_INTERVAL_SECONDS, Metrics, model_dimensions
+from inferstack.constructs.neuron_service.scope import ServiceScope
 from inferstack.constructs.neuron_service.served import ServedModel
 from inferstack.neuron import metrics as serving_metrics
 
-if TYPE_CHECKING:
-    from inferstack.constructs.neuron_service.service import NeuronEcsService
 
-
-def add_scaling(service: NeuronEcsService, metrics: Metrics) -> None:
+def add_scaling(service: ServiceScope, metrics: Metrics) -> None:
     """Sets the service's `scalable_task_count`."""
     service.scalable_task_count = service.service.auto_scale_task_count(
         min_capacity=service.capacity.min_capacity, max_capacity=service.capacity.max_capacity)
@@ -53,13 +49,13 @@ def add_scaling(service: NeuronEcsService, metrics: Metrics) -> None:
             target_value=served.in_flight_per_worker, scale_out_cooldown=scale_out, scale_in_cooldown=scale_in)
 
 
-def _scalable_target(service: NeuronEcsService) -> appscaling.ScalableTarget:
+def _scalable_target(service: ServiceScope) -> appscaling.ScalableTarget:
     target = service.scalable_task_count.node.find_child("Target")
     assert isinstance(target, appscaling.ScalableTarget)
     return target
 
 
-def _scale_on_requests_of_both_target_groups(service: NeuronEcsService, metrics: Metrics, policy_id: str,
+def _scale_on_requests_of_both_target_groups(service: ServiceScope, metrics: Metrics, policy_id: str,
                                              served: ServedModel) -> None:
     """ALBRequestCountPerTarget follows one target group, and a traffic-shifting deployment leaves the tasks
     in the other one every second time: the policy would read zero and scale in. The sum of both groups'
@@ -92,7 +88,7 @@ def _scale_on_requests_of_both_target_groups(service: NeuronEcsService, metrics:
                     metrics=queries))))
 
 
-def add_off_hours(service: NeuronEcsService) -> None:
+def add_off_hours(service: ServiceScope) -> None:
     """Each window scales the service to its range at `start` (its zone) and back to the planned range at
     `end`; the Auto Scaling group's minimum follows, so ECS managed scaling can empty the group (it never
     changes a group's minimum or maximum itself, and scales out only while the maximum is above zero:

@@ -5,25 +5,17 @@ order follows."""
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 
 import aws_cdk as cdk
-from aws_cdk import aws_applicationautoscaling as appscaling
-from aws_cdk import aws_autoscaling as autoscaling
 from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_ec2 as ec2
-from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_ecs as ecs
-from aws_cdk import aws_elasticloadbalancingv2 as elbv2
-from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
-from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from inferstack.capacity.packing import NeuronFleetPlan
 from inferstack.capacity.planning import CapacityPlan
-from inferstack.constructs.live_values import LiveValues
 from inferstack.constructs.neuron_service import served as serving
 from inferstack.constructs.neuron_service.capacity import add_capacity, release_capacity_on_delete
 from inferstack.constructs.neuron_service.load_balancer import add_load_balancer
@@ -32,16 +24,16 @@ from inferstack.constructs.neuron_service.observability import add_alarms, add_d
 from inferstack.constructs.neuron_service.rollout import roll_back_on_alarms
 from inferstack.constructs.neuron_service.routing import add_routes, check_fleet
 from inferstack.constructs.neuron_service.scaling import add_off_hours, add_scaling
-from inferstack.constructs.neuron_service.served import NeuronImage, ScheduledWindow, ServedModel
+from inferstack.constructs.neuron_service.scope import ServiceScope
+from inferstack.constructs.neuron_service.served import NeuronImage, ScheduledWindow
 from inferstack.constructs.neuron_service.task import add_service, add_task
-from inferstack.constructs.scale_in_release import ScaleInProtectionRelease
 from inferstack.neuron import deployment as neuron_deployment
 from inferstack.neuron import task as neuron_task
 from inferstack.neuron.deployment import EcsRollout
 from inferstack.schema.models import NeuronEcsModel
 
 
-class NeuronEcsService(Construct):
+class NeuronEcsService(ServiceScope):
     """Exposes `cluster`, `auto_scaling_group`, `capacity_provider`, `task_definition`, `service`,
     `load_balancer`, `listener`, `target_groups` (model name -> its target group), `served` (the models, in
     port order), `access_logs`, `alarms` and `dashboard` (alarms and dashboard are L1s: an alarm's name is its
@@ -69,31 +61,7 @@ class NeuronEcsService(Construct):
     task's CloudWatch metrics (SERVER_METRICS_SERVICE), a literal known at synth (the stack's name), so the
     alarms, dashboards and scaling policies name it without a token."""
 
-    # Set by the parts, in the order they run.
-    instance_security_group: ec2.SecurityGroup  # capacity
-    instance_role: iam.Role
-    launch_template: ec2.LaunchTemplate
-    auto_scaling_group: autoscaling.AutoScalingGroup
-    capacity_provider: ecs.AsgCapacityProvider
-    image: ecr_assets.DockerImageAsset | None  # task (None: a pinned image)
-    task_definition: ecs.Ec2TaskDefinition
-    container: ecs.ContainerDefinition
-    task_security_group: ec2.SecurityGroup
-    service: ecs.Ec2Service
-    scale_in_release: ScaleInProtectionRelease  # capacity
-    listener_port: int  # load_balancer
-    load_balancer_security_group: ec2.SecurityGroup
-    load_balancer: elbv2.ApplicationLoadBalancer
-    access_logs: s3.Bucket
-    url: str
-    target_groups: dict[str, elbv2.ApplicationTargetGroup]  # routing
-    alternate_target_groups: dict[str, elbv2.ApplicationTargetGroup]
-    production_rules: dict[str, elbv2.ApplicationListenerRule]
-    listener: elbv2.ApplicationListener
-    load_balancer_role: iam.Role
-    scalable_task_count: ecs.ScalableTaskCount  # scaling
-    alarms: dict[str, cw.CfnAlarm]  # observability
-    deployment_alarms: list[cw.CfnAlarm]  # rollout
+    # The state the parts share is declared on ServiceScope (scope.py); the dashboard is this class's own.
     dashboard: cw.CfnDashboard  # observability
 
     def __init__(self, scope: Construct, construct_id: str, *, models: Sequence[NeuronEcsModel],
@@ -109,8 +77,6 @@ class NeuronEcsService(Construct):
                              "alarms, dashboards and scaling policies name it as a metric dimension")
         self.metrics_service = metrics_service
         self.rollout = rollout
-        self.served: tuple[ServedModel, ...]
-        self.off_hours: tuple[ScheduledWindow, ...]
         if isinstance(capacity, CapacityPlan):
             if [m.name for m in models] != [capacity.model]:
                 raise ValueError(f"capacity plan is for {capacity.model}, not {', '.join(m.name for m in models)}")
@@ -149,9 +115,3 @@ class NeuronEcsService(Construct):
         self.alarms = add_alarms(self, metrics, alarm_topic_arn)
         roll_back_on_alarms(self)
         self.dashboard = add_dashboard(self, metrics)
-
-    @functools.cached_property
-    def live_values(self) -> LiveValues:
-        """The readers of what a deploy must write back as it is live (inferstack.constructs.live_values); made
-        by the first part that needs one (routing's live weights, scaling's off-hours range)."""
-        return LiveValues(self, "LiveValues", log_group=self._log_group)

@@ -4,8 +4,6 @@ cores, sizes, environment) are inferstack.neuron.task's; this module turns them 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_ecr as ecr
@@ -17,15 +15,13 @@ from inferstack.constructs import nag
 from inferstack.constructs.neuron_service.capacity import cluster_association
 from inferstack.constructs.neuron_service.metrics import METRICS_INTERVAL_SECONDS
 from inferstack.constructs.neuron_service.rollout import deployment_options, drop_rolling_parameters
+from inferstack.constructs.neuron_service.scope import ServiceScope
 from inferstack.constructs.neuron_service.served import ImageBuild, NeuronImage, health_check_grace_seconds
 from inferstack.neuron import metrics as serving_metrics
 from inferstack.neuron.task import CONTAINER_NAME
 
-if TYPE_CHECKING:
-    from inferstack.constructs.neuron_service.service import NeuronEcsService
 
-
-def _container_image(service: NeuronEcsService, image: NeuronImage) -> ecs.ContainerImage:
+def _container_image(service: ServiceScope, image: NeuronImage) -> ecs.ContainerImage:
     """Both ways grant the execution role pulls from that one repository (plus ecr:GetAuthorizationToken)."""
     if isinstance(image, ImageBuild):
         service.image = ecr_assets.DockerImageAsset(
@@ -42,7 +38,7 @@ def _container_image(service: NeuronEcsService, image: NeuronImage) -> ecs.Conta
     return ecs.ContainerImage.from_ecr_repository(repository, image.digest)
 
 
-def add_task(service: NeuronEcsService, log_group: logs.ILogGroup, image: NeuronImage) -> None:
+def add_task(service: ServiceScope, log_group: logs.ILogGroup, image: NeuronImage) -> None:
     """Sets the service's `image` (None for a pinned one), `task_definition` and `container`."""
     task = service.task
     container_image = _container_image(service, image)
@@ -81,7 +77,7 @@ def add_task(service: NeuronEcsService, log_group: logs.ILogGroup, image: Neuron
                     "limited to the serving image's repository")
 
 
-def add_service(service: NeuronEcsService, vpc: ec2.IVpc, subnets: ec2.SubnetSelection) -> None:
+def add_service(service: ServiceScope, vpc: ec2.IVpc, subnets: ec2.SubnetSelection) -> None:
     """Sets the service's `task_security_group` and `service` (the ECS service)."""
     service.task_security_group = ec2.SecurityGroup(
         service, "TaskSecurityGroup", vpc=vpc, allow_all_outbound=False,
