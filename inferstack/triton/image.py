@@ -15,8 +15,9 @@ DOCKERFILE = f"{CONTEXT}/Dockerfile"
 # (shared code, not a copy). Only what the build uses is in the context, so the image (and with it
 # the endpoint) changes only when the renderer, the config schema or container/triton/ does.
 # Kept identical to container/triton/Dockerfile.dockerignore (a test checks).
-BUILD_CONTEXT = ("*", "!inferstack/__init__.py", "!inferstack/schema", "!inferstack/triton/__init__.py",
-                 "!inferstack/triton/config.py", "!container/triton", "**/__pycache__", "**/*.pyc")
+BUILD_CONTEXT = ("*", "!inferstack/__init__.py", "!inferstack/schema", "inferstack/schema/kinds.py",
+                 "!inferstack/triton/__init__.py", "!inferstack/triton/config.py", "!container/triton", "**/__pycache__",
+                 "**/*.pyc")
 # What a model file's source.local_path is relative to: the export runs in /build, the repository root
 # reduced to BUILD_CONTEXT.
 LOCAL_PATH_BASE = "."
