@@ -259,7 +259,7 @@ def test_a_run_past_its_timeout_stops_every_task(session, stand_in, target):
     spec = spec_for(target, ((5, 600),))  # ten minutes of load; the run may take seconds
     with pytest.raises(fargate.FargateRunError, match=r"^timed out waiting for the master to finish the run"):
         fargate.run_in_environment(session, ENV, ENVIRONMENT, spec, workers=2, release="r1", run_id="run-slow",
-                                   timeout=30, poll_s=0.5)
+                                   timeout=15, poll_s=0.5)
     stack = fargate.read_stack(session.client("cloudformation"), ENV)
     wait_for_reports(stand_in)
     tasks = stopped_tasks(session, stack, stand_in.tasks)
