@@ -13,6 +13,7 @@ from inferstack import cli, config
 from inferstack.capacity.profile import recommendations
 from inferstack.capacity.profile.recommendations import RecommendationsError
 from tests.support import recommendations_sample
+from tests.support.config_edits import delete_at, set_at
 from tests.support.recommendations_sample import JOB
 
 
@@ -62,45 +63,27 @@ def test_types_outside_the_catalog_and_serverless_ones_are_left_out_with_a_note(
     assert any(n.startswith("InferenceRecommendations[3]: serverless") for n in found.notes)
 
 
-def _set(path, value):
-    def change(data):
-        node = data
-        for key in path[:-1]:
-            node = node[key]
-        node[path[-1]] = value
-    return change
-
-
-def _delete(path):
-    def change(data):
-        node = data
-        for key in path[:-1]:
-            node = node[key]
-        del node[path[-1]]
-    return change
-
-
 @pytest.mark.parametrize("change,expected", [
-    (_set(("Status",), "IN_PROGRESS"), "Status: 'IN_PROGRESS': a job's recommendations are final once it is COMPLETED"),
-    (_delete(("JobName",)), "JobName: missing"),
-    (_set(("JobName",), "not a job name!"), "JobName: 'not a job name!' is not a recommendation job name"),
-    (_set(("InferenceRecommendations",), {}), "InferenceRecommendations: expected a list, got {}"),
-    (_set(("InferenceRecommendations",), []), "InferenceRecommendations: empty: the job recommended nothing"),
-    (_set(("InferenceRecommendations", 2, "Metrics", "MaxInvocations"), "9000"),
+    (set_at("Status", value="IN_PROGRESS"), "Status: 'IN_PROGRESS': a job's recommendations are final once it is COMPLETED"),
+    (delete_at("JobName"), "JobName: missing"),
+    (set_at("JobName", value="not a job name!"), "JobName: 'not a job name!' is not a recommendation job name"),
+    (set_at("InferenceRecommendations", value={}), "InferenceRecommendations: expected a list, got {}"),
+    (set_at("InferenceRecommendations", value=[]), "InferenceRecommendations: empty: the job recommended nothing"),
+    (set_at("InferenceRecommendations", 2, "Metrics", "MaxInvocations", value="9000"),
      "InferenceRecommendations[2].Metrics.MaxInvocations: expected an integer, got '9000'"),
-    (_set(("InferenceRecommendations", 2, "Metrics", "MaxInvocations"), True),
+    (set_at("InferenceRecommendations", 2, "Metrics", "MaxInvocations", value=True),
      "InferenceRecommendations[2].Metrics.MaxInvocations: expected an integer, got true"),
-    (_set(("InferenceRecommendations", 1, "Metrics", "ModelLatency"), -3),
+    (set_at("InferenceRecommendations", 1, "Metrics", "ModelLatency", value=-3),
      "InferenceRecommendations[1].Metrics.ModelLatency: -3 is out of range (0 to 3.6e+06)"),
-    (_delete(("InferenceRecommendations", 0, "EndpointConfiguration")),
+    (delete_at("InferenceRecommendations", 0, "EndpointConfiguration"),
      "InferenceRecommendations[0].EndpointConfiguration: missing"),
-    (_set(("InferenceRecommendations", 0, "EndpointConfiguration", "InitialInstanceCount"), 0),
+    (set_at("InferenceRecommendations", 0, "EndpointConfiguration", "InitialInstanceCount", value=0),
      "InferenceRecommendations[0].EndpointConfiguration.InitialInstanceCount: 0 is out of range (1 to 10000)"),
-    (_set(("StoppingConditions", "ModelLatencyThresholds", 0, "ValueInMilliseconds"), 12.5),
+    (set_at("StoppingConditions", "ModelLatencyThresholds", 0, "ValueInMilliseconds", value=12.5),
      "StoppingConditions.ModelLatencyThresholds[0].ValueInMilliseconds: expected an integer, got 12.5"),
-    (_set(("CompletionTime",), "yesterday"),
+    (set_at("CompletionTime", value="yesterday"),
      "CompletionTime: expected a timestamp (ISO 8601 or epoch seconds), got 'yesterday'"),
-    (_delete(("CompletionTime",)), "CompletionTime: missing, and so is InvocationEndTime"),
+    (delete_at("CompletionTime"), "CompletionTime: missing, and so is InvocationEndTime"),
 ])
 def test_a_bad_file_is_one_line_naming_the_key_path(tmp_path, change, expected):
     data = recommendations_sample.sample()
