@@ -26,7 +26,6 @@ import contextlib
 import json
 import math
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -147,18 +146,6 @@ def cpu_seconds(process: psutil.Process) -> float:
     return total
 
 
-def stop(process: subprocess.Popen) -> None:
-    if process.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=10)
-
-
 def measure(name: str, args: list[str], env: dict[str, str], port: int, seconds: float, workdir: Path) -> dict:
     """Start a client, let it warm up, then count what the server answered and what the client spent."""
     log = open(workdir / f"{name}.log", "wb")  # noqa: SIM115 - closed below
@@ -174,7 +161,7 @@ def measure(name: str, args: list[str], env: dict[str, str], port: int, seconds:
         time.sleep(seconds)
         cpu1, count1, t1 = cpu_seconds(watched), served(port), time.monotonic()
     finally:
-        stop(process)
+        runner.stop_groups([process], grace_s=10)
         log.close()
     requests = count1 - count0
     return {"name": name, "rate": requests / (t1 - t0), "cpu_percent": 100 * (cpu1 - cpu0) / (t1 - t0),
@@ -259,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"{row['name']} offered {target:,} req/s: answered {check['rate']:,.0f} req/s at "
                           f"{check['cpu_percent']:.0f} % CPU ({check['us_per_request']:.0f} us/req): {verdict}")
         finally:
-            stop(server)
+            runner.stop_groups([server], grace_s=10)
     return 0
 
 

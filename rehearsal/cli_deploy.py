@@ -40,7 +40,6 @@ import hashlib
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -52,6 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from inferstack.delivery import stack_outputs
+from inferstack.loadtest import runner
 from rehearsal import day_two
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -125,16 +125,7 @@ class Clock:
 
 def _kill_group(process: subprocess.Popen) -> None:
     """Terminate `process` and its children (it leads its own process group), then wait for it."""
-    if process.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGTERM)
-    try:
-        process.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait(timeout=10)
+    runner.stop_groups([process], grace_s=10)
 
 
 def run(args: list[str], *, env: dict[str, str], timeout: float, cwd: Path = ROOT) -> tuple[int, str]:

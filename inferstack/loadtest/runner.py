@@ -110,20 +110,7 @@ class Processes:
     def stop(self) -> None:
         # SIGTERM ends a headless Locust running a shape at once (it installs its own handler only after the
         # shape's run): a stopped run leaves no result, which is all a stop needs.
-        for _, process, _ in self.started:
-            if process.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.pid, signal.SIGTERM)
-        for _, process, _ in self.started:
-            try:
-                process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.pid, signal.SIGKILL)
-                process.wait(timeout=5)
-            # A group may outlive its leader (a child it started): make sure nothing of it is left.
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(process.pid, signal.SIGKILL)
+        stop_groups([process for _, process, _ in self.started], grace_s=5)
 
     def tail(self, name: str) -> str:
         log = next(path for n, _, path in self.started if n == name)
@@ -193,3 +180,22 @@ def run_local(spec: LoadTestSpec, out_dir: Path, *, workers: int = 0, timeout: f
         return result
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def stop_groups(processes: list[subprocess.Popen], *, grace_s: float) -> None:
+    """Stop processes that each lead their own process group (start_new_session=True): SIGTERM to every group
+    at once, `grace_s` for each leader to exit, SIGKILL for a group that did not, then SIGKILL once more for
+    what may outlive its leader (a child it started), so nothing of any group is left."""
+    for process in processes:
+        if process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)
+    for process in processes:
+        try:
+            process.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=grace_s)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
