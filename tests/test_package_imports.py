@@ -13,17 +13,25 @@ Nothing is skipped. Two modules are imported their own way:
   the standard library with gevent, and in a process where the CDK's jsii runtime already runs (its threads,
   started by the constructs) that import hangs (locust 2.47). It is imported in an interpreter of its own,
   blocked the same way.
-Not blocked here, though requirements.txt (the runtime) does not list them either: inferstack.triton.config
-imports tritonclient[grpc] (the ModelConfig proto), the locustfile locust, gevent and psutil (the load-test
-image installs those); requirements-dev.txt puts them in .venv."""
+And what inferstack/ imports when a module loads comes from requirements.txt, the file the pipeline's tool
+steps (smoke, promote, loadtest) install alone: every module-level import of a third-party module is provided
+by a distribution requirements.txt names or one those depend on (with the extras named). What only one feature
+needs is imported inside the function that uses it (the Triton client's numpy and tokenizers, the load-test
+report's matplotlib). One file is exempt: the locustfile, which Locust loads in the load-test image
+(container/loadtest/requirements.txt installs locust, gevent and psutil there)."""
 
 from __future__ import annotations
 
 import ast
+import importlib.metadata
 import json
 import os
+import re
 import subprocess
 import sys
+from pathlib import Path
+
+from packaging.requirements import Requirement
 
 from inferstack.loadtest.runner import SPEC_ENV
 from inferstack.loadtest.spec import LoadTestSpec, Step, Target
@@ -148,3 +156,83 @@ def test_no_inferstack_source_imports_moto_docker_or_rehearsal():
             found += [f"{path.relative_to(ROOT)}:{node.lineno}: {name}" for name in names
                       if name.split(".")[0] in BLOCKED]
     assert found == []
+
+
+# The load-test image's Locust file: run by Locust there, with the image's own requirements (docstring).
+OWN_REQUIREMENTS = {"inferstack/loadtest/locustfile.py"}
+
+
+def module_level_imports(tree: ast.Module) -> list[tuple[int, str]]:
+    """(line, top-level module) of every absolute import that runs when the module loads: at module level, in
+    top-level if/try/with blocks and class bodies; not inside functions, nor under `if TYPE_CHECKING:`."""
+    found: list[tuple[int, str]] = []
+
+    def visit(nodes):
+        for node in nodes:
+            if isinstance(node, ast.Import):
+                found.extend((node.lineno, alias.name.split(".")[0]) for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                found.append((node.lineno, node.module.split(".")[0]))
+            elif isinstance(node, ast.If):
+                if not (isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"):
+                    visit(node.body)
+                visit(node.orelse)
+            elif isinstance(node, (ast.Try, ast.With, ast.ClassDef)):
+                for field in ("body", "orelse", "finalbody"):
+                    visit(getattr(node, field, []))
+                for handler in getattr(node, "handlers", []):
+                    visit(handler.body)
+
+    visit(tree.body)
+    return found
+
+
+def runtime_distributions(requirements: Path) -> set[str]:
+    """The distributions requirements.txt installs: those it names and, recursively, what they require (with the
+    extras asked for), as installed here; names normalized as PEP 503 does."""
+    def norm(name: str) -> str:
+        return re.sub(r"[-_.]+", "-", name).lower()
+
+    todo = [Requirement(line.split("#")[0].strip()) for line in requirements.read_text().splitlines()
+            if line.split("#")[0].strip()]
+    seen: dict[str, set[str]] = {}
+    while todo:
+        requirement = todo.pop()
+        name = norm(requirement.name)
+        extras = set(requirement.extras)
+        if name in seen and extras <= seen[name]:
+            continue
+        seen[name] = seen.get(name, set()) | extras
+        for line in importlib.metadata.requires(requirement.name) or []:
+            dependency = Requirement(line)
+            marker = dependency.marker
+            if marker is None or any(marker.evaluate({"extra": extra}) for extra in (seen[name] or {""})):
+                todo.append(dependency)
+    return set(seen)
+
+
+def test_module_level_imports_come_from_requirements_txt():
+    runtime = runtime_distributions(ROOT / "requirements.txt")
+    assert {"aws-cdk-lib", "jsii", "boto3", "botocore", "tritonclient", "grpcio", "protobuf"} <= runtime
+    providers = importlib.metadata.packages_distributions()
+    standard = set(sys.stdlib_module_names) | {"inferstack", "__future__"}
+    missing = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        relative = path.relative_to(ROOT).as_posix()
+        if relative in OWN_REQUIREMENTS:
+            continue
+        for line, module in module_level_imports(ast.parse(path.read_text(), filename=relative)):
+            if module in standard:
+                continue
+            distributions = {re.sub(r"[-_.]+", "-", d).lower() for d in providers.get(module, [])}
+            if not distributions & runtime:
+                missing.append(f"{relative}:{line}: {module} ({', '.join(sorted(distributions)) or 'not installed'})")
+    assert missing == [], "imported at module level but not installed by requirements.txt:\n" + "\n".join(missing)
+
+
+def test_the_import_scan_sees_what_runs_on_load_and_not_what_runs_on_use():
+    tree = ast.parse(
+        "import a.b\nfrom c import d\nfrom . import e\nif TYPE_CHECKING:\n    import f\nelse:\n    import g\n"
+        "try:\n    import h\nexcept ImportError:\n    import i\nclass K:\n    import j\n"
+        "def use():\n    import k\n")
+    assert [module for _, module in module_level_imports(tree)] == ["a", "c", "g", "h", "i", "j"]
