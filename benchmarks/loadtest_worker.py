@@ -10,10 +10,13 @@ one client after the other, paced by as many users as inferstack's pacing gives 
       a local runner: what a worker does, less the master's messages);
   (b) baseline: stock Locust, FastHttpUser with constant_throughput, nothing checked or recorded;
   (c) baseline: stock Locust's HttpUser (python-requests), otherwise as (b);
-  (d) floor: a raw keep-alive socket client in plain Python (no Locust, no gevent), one connection.
+  (d) floor: a raw keep-alive socket client in plain Python (no Locust, no gevent), one connection;
+  (e) inferstack's locustfile with a SageMaker target: InvokeEndpoint built and SigV4-signed by botocore, sent by
+      FastHttpUser (AWS_ENDPOINT_URL points it at the same server, which answers any path; fake credentials);
+  (f) baseline: stock Locust, a User calling boto3's invoke_endpoint (what (e) replaced), nothing checked.
 Per client: the rate the server counted, and the client's CPU (user + sys of its process over the measured
 window) per request in microseconds, with the rate that CPU cost allows at 90 % of a core (Locust's saturation
-threshold). Then (a) and (b) run at the rate their cost allows (unless --no-verify): the sustainable rate of
+threshold). Then (a), (b) and (e) run at the rate their cost allows (unless --no-verify): the sustainable rate of
 one generator process, measured, side by side. A generator's cost per request falls as its rate rises (at a
 low rate every request wakes an idle process), so measure near the rate of interest. Figures are printed,
 never asserted.
@@ -97,6 +100,21 @@ class Stock(Base):
         self.client.post("/v2/models/m/infer", data=BODY, headers={"Content-Type": "application/json"})
 ''' % {"body": BODY}
 
+STOCK_SAGEMAKER = r'''
+import json, os
+import boto3, botocore.config
+from locust import User, constant_throughput, task
+BODY = json.dumps(%(body)r).encode()
+CLIENT = boto3.client("sagemaker-runtime", region_name="us-east-1",
+                      config=botocore.config.Config(max_pool_connections=1000, retries={"total_max_attempts": 1}))
+class Stock(User):
+    wait_time = constant_throughput(float(os.environ["BENCH_PER_USER"]))
+    @task
+    def invoke(self):
+        CLIENT.invoke_endpoint(EndpointName="m", ContentType="application/json", Accept="application/json",
+                               Body=BODY)["Body"].read()
+''' % {"body": BODY}
+
 RAW = r'''
 import json, socket, sys, time
 port, rate = int(sys.argv[1]), float(sys.argv[2])
@@ -168,22 +186,32 @@ def measure(name: str, args: list[str], env: dict[str, str], port: int, seconds:
             "us_per_request": 1e6 * (cpu1 - cpu0) / requests if requests else math.inf}
 
 
-def inferstack_client(port: int, rate: float, slo_ms: float, seconds: float, workdir: Path):
-    spec = LoadTestSpec(model="m", target=Target(kind="http", url=f"http://127.0.0.1:{port}/v2/models/m/infer"),
+def fake_aws(port: int) -> dict[str, str]:
+    """boto3 pointed at the local server, with credentials it signs with (the server does not check them)."""
+    return {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "AKIDBENCHMARK",
+            "AWS_SECRET_ACCESS_KEY": "benchmark", "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}
+
+
+def inferstack_client(port: int, rate: float, slo_ms: float, seconds: float, workdir: Path, kind: str = "http"):
+    target = (Target(kind="http", url=f"http://127.0.0.1:{port}/v2/models/m/infer") if kind == "http"
+              else Target(kind="sagemaker", endpoint="m", region="us-east-1"))
+    spec = LoadTestSpec(model="m", target=target,
                         body=BODY, outputs=tuple(ExpectedOutput(o["name"], o["datatype"], tuple(o["shape"]))
                                                  for o in OUTPUTS),
                         steps=(Step(rate=rate, seconds=WARMUP_S + seconds + 30),), p99_slo_ms=slo_ms)
     env = runner.locust_environment(spec, workdir / "out")
+    if kind == "sagemaker":
+        env.update(fake_aws(port))
     (workdir / "out").mkdir(exist_ok=True)
     return runner.locust_args("local"), env
 
 
 def stock_client(port: int, rate: float, slo_ms: float, client: str, workdir: Path):
     pace = pacing.pace_for(rate, slo_ms)
-    locustfile = workdir / "stock_locustfile.py"
-    locustfile.write_text(STOCK)
+    locustfile = workdir / f"stock_{client}_locustfile.py"
+    locustfile.write_text(STOCK_SAGEMAKER if client == "boto3" else STOCK)
     env = {**os.environ, "BENCH_CLIENT": client, "BENCH_HOST": f"http://127.0.0.1:{port}",
-           "BENCH_PER_USER": str(pace.per_user_rate)}
+           "BENCH_PER_USER": str(pace.per_user_rate), **(fake_aws(port) if client == "boto3" else {})}
     args = [sys.executable, "-m", "locust", "-f", str(locustfile), "--headless", "--only-summary",
             "-u", str(pace.users), "-r", str(4 * pace.users), "--exit-code-on-error", "0"]
     return args, env
@@ -224,6 +252,11 @@ def main(argv: list[str] | None = None) -> int:
                         port, args.seconds, workdir),
                 measure("(d) raw socket floor", [sys.executable, "-c", RAW, str(port), str(args.rate)],
                         dict(os.environ), port, args.seconds, workdir),
+                measure("(e) locustfile, SageMaker", *inferstack_client(port, args.rate, args.slo_ms, args.seconds,
+                                                                         workdir, kind="sagemaker"),
+                        port, args.seconds, workdir),
+                measure("(f) stock boto3 User", *stock_client(port, args.rate, args.slo_ms, "boto3", workdir),
+                        port, args.seconds, workdir),
             ]
             print(f"\n{'client':<28} {'req/s':>8} {'CPU %':>6} {'us/req':>7} {'req/s at 90 % CPU':>18}")
             for row in rows:
@@ -234,12 +267,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\n(a) costs {ours['us_per_request'] / rows[1]['us_per_request']:.2f}x stock FastHttpUser's CPU "
                   f"per request, {ours['us_per_request'] / rows[2]['us_per_request']:.2f}x HttpUser's, "
                   f"{ours['us_per_request'] / rows[3]['us_per_request']:.1f}x the raw floor's")
+            print(f"(e) costs {rows[4]['us_per_request'] / rows[5]['us_per_request']:.2f}x boto3's invoke_endpoint "
+                  f"(f) per request, {rows[4]['us_per_request'] / ours['us_per_request']:.2f}x the HTTP user (a)")
             if not args.no_verify:
                 print()
-                for row, client in ((rows[0], "a"), (rows[1], "b")):
+                for row, client in ((rows[0], "a"), (rows[1], "b"), (rows[4], "e")):
                     target = math.floor(SATURATED * 1e6 / row["us_per_request"] / 100) * 100
                     made = (inferstack_client(port, target, args.slo_ms, args.seconds, workdir) if client == "a"
-                            else stock_client(port, target, args.slo_ms, "fast", workdir))
+                            else inferstack_client(port, target, args.slo_ms, args.seconds, workdir, kind="sagemaker")
+                            if client == "e" else stock_client(port, target, args.slo_ms, "fast", workdir))
                     check = measure(f"({client}) at {target}", *made, port, args.seconds, workdir)
                     verdict = ("sustained" if check["rate"] >= 0.95 * target and check["cpu_percent"] < 100 * SATURATED
                                else "NOT sustained")

@@ -3,8 +3,9 @@ missing from the image fails `docker build` instead of a load test. Prints one l
 
 - the entrypoint (inferstack.loadtest.task) and the locustfile both roles hand to Locust, imported as Locust
   imports it (with a spec in INFERSTACK_LOADTEST_SPEC; importing it imports Locust and patches for gevent);
-- the master's picture (matplotlib, drawn for a small result) and its upload client (boto3), and the SageMaker
-  users' signing client (botocore.config)."""
+- the master's picture (matplotlib, drawn for a small result) and its upload client (boto3), and what the
+  SageMaker users build and sign their requests with (botocore's serializer, SigV4 signer, error parser and CA
+  bundle)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,11 @@ os.environ[runner.SPEC_ENV] = spec.to_json()
 # which reports only these.
 import inferstack.loadtest.locustfile  # noqa: E402,F401
 import boto3  # noqa: E402,F401
-import botocore.config  # noqa: E402,F401
+import botocore.auth  # noqa: E402,F401
+import botocore.awsrequest  # noqa: E402,F401
+import botocore.httpsession  # noqa: E402,F401
+import botocore.parsers  # noqa: E402,F401
+import botocore.serialize  # noqa: E402,F401
 
 result = RunResult(model="check", target=spec.target.describe(), started="2026-01-01T00:00:00+00:00",
                    finished="2026-01-01T00:00:30+00:00", p99_slo_ms=100, error_budget_percent=0.1,

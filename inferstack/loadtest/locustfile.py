@@ -2,8 +2,8 @@
 imported by the CLI or the tests: importing locust patches the whole process for gevent.
 
 The spec (LoadTestSpec JSON) comes from INFERSTACK_LOADTEST_SPEC, or a file named by
-INFERSTACK_LOADTEST_SPEC_FILE. Users: an HTTP POST of the spec's body (FastHttpUser) or a signed
-InvokeEndpoint (boto3; AWS_ENDPOINT_URL is honoured), each answer checked like smoke's (answer.py): a wrong
+INFERSTACK_LOADTEST_SPEC_FILE. Users: an HTTP POST of the spec's body or a SigV4-signed InvokeEndpoint as botocore
+builds it (AWS_ENDPOINT_URL is honoured), both sent by FastHttpUser, each answer checked like smoke's (answer.py): a wrong
 answer is a failure of kind "invalid answer: <reason>". The shape walks the spec's steps; at each step the
 master tells every generator the step and its per-user pace (pacing.py). Every generator records its own
 requests (measure.Recorder) and sends that record with its stats reports; at the end the master (or the one
@@ -131,48 +131,86 @@ class HttpTarget(FastHttpUser):
                 response.failure(kind)
 
 
-_sagemaker_client = None
+class _SignedInvoke:
+    """InvokeEndpoint as boto3 sends it, built by botocore (its endpoint resolution, AWS_ENDPOINT_URL included,
+    its serializer for the path and headers, its SigV4 signer with the process's credentials, refreshed as they
+    expire) and sent by FastHttpUser's client: half of a generator's CPU per request that boto3's own call took
+    (benchmarks/loadtest_worker.py, 1,000 req/s: 404 against 867 us), whose cost saturated a generator at about
+    1,000 req/s, half of load_test.per_worker_rps. Only the reply is read differently; an error reply goes through
+    botocore's parser, so its kind is the AWS error code boto3 would raise ("ModelError", "ThrottlingException")."""
 
-
-def _runtime_client():
-    """One signed sagemaker-runtime client per process (botocore clients are safe to share), with a connection
-    pool as large as the users a generator may run and no retries: a retry would hide an error and add its
-    time to a latency."""
-    global _sagemaker_client
-    if _sagemaker_client is None:
+    def __init__(self) -> None:
         import boto3
-        import botocore.config
+        from botocore import parsers, serialize
 
-        config = botocore.config.Config(connect_timeout=SPEC.timeout_s, read_timeout=SPEC.timeout_s,
-                                        max_pool_connections=max(p.users for p in PACES),
-                                        retries={"total_max_attempts": 1})
-        _sagemaker_client = boto3.client("sagemaker-runtime", region_name=SPEC.target.region, config=config)
-    return _sagemaker_client
+        session = boto3.Session(region_name=SPEC.target.region)
+        client = session.client("sagemaker-runtime")
+        self.operation = client.meta.service_model.operation_model("InvokeEndpoint")
+        protocol = self.operation.metadata["protocol"]
+        params = {"EndpointName": SPEC.target.endpoint, "ContentType": "application/json",
+                  "Accept": "application/json", "Body": BODY,
+                  **({"InferenceComponentName": SPEC.target.component} if SPEC.target.component else {})}
+        request = serialize.create_serializer(protocol).serialize_to_request(params, self.operation)
+        endpoint = urlsplit(client.meta.endpoint_url)
+        self.host = f"{endpoint.scheme}://{endpoint.netloc}"
+        self.path = endpoint.path.rstrip("/") + request["url_path"]
+        self.url = self.host + self.path
+        self.headers = dict(request["headers"])
+        self.credentials = session.get_credentials()
+        self.signing_name = client.meta.service_model.signing_name
+        self.region = client.meta.region_name
+        self.parser = parsers.create_parser(protocol)
+
+    def signed_headers(self) -> dict[str, str]:
+        from botocore.auth import SigV4Auth
+        from botocore.awsrequest import AWSRequest
+
+        request = AWSRequest(method="POST", url=self.url, data=BODY, headers=dict(self.headers))
+        SigV4Auth(self.credentials.get_frozen_credentials(), self.signing_name, self.region).add_auth(request)
+        return dict(request.headers.items())
+
+    def error_kind(self, status: int, headers, body: bytes) -> str:
+        headers = {str(name).lower(): value for name, value in headers.items()}  # botocore reads them lower-cased
+        parsed = self.parser.parse({"status_code": status, "headers": headers, "body": body},
+                                   self.operation.output_shape)
+        return str((parsed.get("Error") or {}).get("Code") or f"HTTP {status}")
 
 
-class SageMakerTarget(User):
+def _ca_bundle(cafile: str | None = None):
+    """Certificates checked against the bundle boto3 would use (AWS_CA_BUNDLE, else botocore's own)."""
+    from botocore.httpsession import DEFAULT_CA_BUNDLE
+
+    return gevent.ssl.create_default_context(cafile=cafile or os.environ.get("AWS_CA_BUNDLE") or DEFAULT_CA_BUNDLE)
+
+
+_invoke: _SignedInvoke | None = _SignedInvoke() if SPEC.target.kind == "sagemaker" else None
+
+
+class SageMakerTarget(FastHttpUser):
     abstract = SPEC.target.kind != "sagemaker"
+    host = _invoke.host if _invoke else "http://unused"
+    network_timeout = connection_timeout = SPEC.timeout_s
+    insecure = False  # FastHttpUser's default skips certificate checks: SageMaker's are checked, as boto3 does
+    ssl_context_factory = staticmethod(_ca_bundle)
     wait_time = paced
-    invoke_args = {"EndpointName": SPEC.target.endpoint, "ContentType": "application/json",
-                   "Accept": "application/json", "Body": BODY,
-                   **({"InferenceComponentName": SPEC.target.component} if SPEC.target.component else {})}
 
     def on_start(self) -> None:
-        self.runtime = _runtime_client()
         _start_on_phase(self)
 
     @task
     def invoke(self) -> None:
-        start, length, failure = time.perf_counter(), 0, None
-        try:
-            reply = self.runtime.invoke_endpoint(**self.invoke_args)["Body"].read()
-            length = len(reply)
-            failure = _wrong_answer(reply)
-        except Exception as exc:  # every error the call can raise is a failed request of its kind
-            failure = measure.error_kind(exc)
-        self.environment.events.request.fire(
-            request_type="InvokeEndpoint", name=SPEC.model, response_time=(time.perf_counter() - start) * 1000.0,
-            response_length=length, exception=CatchResponseError(failure) if failure else None, context={})
+        with self.client.post(_invoke.path, data=BODY, name=SPEC.model, catch_response=True,
+                              headers=_invoke.signed_headers()) as response:
+            if not response.status_code:  # no HTTP answer at all: refused, reset, timed out
+                kind = measure.error_kind(response.error) if response.error else "no response"
+            elif not 200 <= response.status_code < 300:
+                kind = _invoke.error_kind(response.status_code, response.headers, response.content or b"")
+            else:
+                kind = _wrong_answer(response.content or b"")
+            if kind is None:
+                response.success()
+            else:
+                response.failure(kind)
 
 
 class Steps(LoadTestShape):

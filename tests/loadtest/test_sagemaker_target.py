@@ -1,15 +1,28 @@
-"""The SageMaker user: a signed InvokeEndpoint (boto3, pointed at moto's server by AWS_ENDPOINT_URL) of an endpoint
-and inference component, every reply checked like smoke's. moto answers with canned replies (its
+"""The SageMaker user: a signed InvokeEndpoint (built by botocore, sent by FastHttpUser, pointed at moto's server by
+AWS_ENDPOINT_URL) of an endpoint and inference component, every reply checked like smoke's. moto answers with canned replies (its
 endpoint-results queue): a right one proves the call (endpoint, component, body) and the answer check; a wrong
-one is counted, every time, as an error of kind "invalid answer: ...". An emulator's latency says nothing about a
-model: the verdict's latency part is not asserted, the counts are."""
+one is counted, every time, as an error of kind "invalid answer: ...". moto checks no signature: a
+server of the tests' own does, with botocore's SigV4 code and the secret the client was given, and answers some
+requests with SageMaker's ModelError reply. An emulator's latency says nothing about a model: the verdict's latency
+part is not asserted, the counts are."""
 
 from __future__ import annotations
 
 import dataclasses
+import hmac
+import json
+import re
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import boto3
 import pytest
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
 
 from inferstack import config
 from inferstack.loadtest import runner, shape
@@ -71,3 +84,117 @@ def test_a_wrong_answer_is_an_error_of_kind_invalid_answer(emulator, tmp_path):
     assert step.errors == {f"invalid answer: output {name}: shape {wrong}, expected {expected}": step.requests}
     assert step.requests > 0 and step.failures == step.requests and step.p99_ms is None
     assert result.verdict == "fail"
+
+
+# -- the signature, as SageMaker checks it ---------------------------------------------------------------------
+# moto does not check signatures; this server does, with botocore's SigV4 code and the secret the client was given.
+
+ACCESS_KEY, SECRET = "AKIDLOADTEST", "load-test-secret"
+AUTH = re.compile(r"AWS4-HMAC-SHA256 Credential=([^/]+)/(\d{8})/([^/]+)/([^/]+)/aws4_request, "
+                  r"SignedHeaders=([a-z0-9;-]+), Signature=([0-9a-f]{64})$")
+
+
+def signature_valid(method: str, path: str, headers: dict[str, str], body: bytes, secret: str = SECRET) -> bool:
+    """SigV4 recomputed from the request as received (the headers it names as signed, its date): what AWS does."""
+    lower = {name.lower(): value for name, value in headers.items()}
+    match = AUTH.match(lower.get("authorization", ""))
+    if match is None or match.group(1) != ACCESS_KEY:
+        return False
+    _, day, region, service, signed, signature = match.groups()
+    names = signed.split(";")
+    if not {"host", "x-amz-date"} <= set(names) or not lower["x-amz-date"].startswith(day):
+        return False
+    request = AWSRequest(method=method, url=f"http://{lower['host']}{path}", data=body,
+                         headers={name: lower[name] for name in names if name in lower})
+    request.context["timestamp"] = lower["x-amz-date"]
+    auth = SigV4Auth(Credentials(ACCESS_KEY, secret), service, region)
+    expected = auth.signature(auth.string_to_sign(request, auth.canonical_request(request)), request)
+    return hmac.compare_digest(expected, signature)
+
+
+@dataclass
+class Checked:
+    """What the checking server saw: requests by how they went, and the paths and components asked for."""
+
+    port: int = 0
+    every: int = 10  # every `every`-th good request is answered with a ModelError, as a failing model would be
+    outcomes: Counter = field(default_factory=Counter)
+    targets: set = field(default_factory=set)
+
+
+@pytest.fixture
+def checking_server(monkeypatch) -> Iterator[Checked]:
+    state, lock = Checked(), threading.Lock()
+    spec = spec_for("dev-shared", "bert-large-ic")
+    good = json.dumps({"model_name": MODEL, "outputs": outputs_of(spec)}).encode()
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            valid = signature_valid("POST", self.path, dict(self.headers.items()), body)
+            with lock:
+                state.targets.add((self.path, self.headers.get("X-Amzn-SageMaker-Inference-Component")))
+                state.outcomes["valid" if valid else "invalid"] += 1
+                model_error = valid and state.outcomes["valid"] % state.every == 0
+            if not valid:
+                self.reply(403, "InvalidSignatureException", {"message": "The request signature does not match"})
+            elif model_error:
+                self.reply(424, "ModelError", {"Message": "Received server error (500) from model"})
+            else:
+                self.reply(200, None, good)
+
+        def reply(self, status: int, error: str | None, content) -> None:
+            data = content if isinstance(content, bytes) else json.dumps(content).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            if error:
+                self.send_header("x-amzn-ErrorType", f"{error}:http://internal.amazon.com/coral/com.amazon.sage/")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    state.port = server.server_address[1]
+    for key, value in {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{state.port}", "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+                       "AWS_SECRET_ACCESS_KEY": SECRET, "AWS_DEFAULT_REGION": REGION,
+                       "AWS_EC2_METADATA_DISABLED": "true", "AWS_CONFIG_FILE": "/nonexistent",
+                       "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent"}.items():
+        monkeypatch.setenv(key, value)
+    for key in ("AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME"):
+        monkeypatch.delenv(key, raising=False)
+    try:
+        yield state
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+
+
+def test_every_invocation_is_signed_as_sagemaker_checks_and_an_aws_error_counts_by_its_code(checking_server, tmp_path):
+    spec = spec_for("dev-shared", "bert-large-ic")
+    result = runner.run_local(spec, tmp_path)
+    (step,) = result.steps
+    assert checking_server.outcomes["invalid"] == 0 and checking_server.outcomes["valid"] > 0
+    assert checking_server.targets == {("/endpoints/dev-shared/invocations", "bert-large-ic")}
+    # Every tenth request got SageMaker's ModelError reply: counted by its AWS error code, as boto3 would name it.
+    assert set(step.errors) == {"ModelError"} and step.failures == step.errors["ModelError"] > 0
+    assert step.requests >= 0.9 * step.offered_rps * step.seconds
+
+
+def test_the_checking_server_refuses_a_signature_made_with_another_secret_or_over_another_body():
+    headers = {"Content-Type": "application/json", "Accept": "application/json"}
+    request = AWSRequest(method="POST", url="http://127.0.0.1:9/endpoints/e/invocations", data=b"{}", headers=headers)
+    SigV4Auth(Credentials(ACCESS_KEY, SECRET), "sagemaker", REGION).add_auth(request)
+    sent = {**dict(request.headers.items()), "Host": "127.0.0.1:9"}
+    assert signature_valid("POST", "/endpoints/e/invocations", sent, b"{}")
+    assert not signature_valid("POST", "/endpoints/e/invocations", sent, b"{}", secret="another secret")
+    assert not signature_valid("POST", "/endpoints/e/invocations", sent, b'{"x": 1}')
+    assert not signature_valid("POST", "/endpoints/f/invocations", sent, b"{}")
