@@ -177,10 +177,11 @@ class _SignedInvoke:
 
 
 def _ca_bundle(cafile: str | None = None):
-    """Certificates checked against the bundle boto3 would use (AWS_CA_BUNDLE, else botocore's own)."""
+    """Certificates checked against the bundle boto3 would use: AWS_CA_BUNDLE, else botocore's own. The `cafile`
+    geventhttpclient passes (certifi's, always) is not it, so it is not used."""
     from botocore.httpsession import DEFAULT_CA_BUNDLE
 
-    return gevent.ssl.create_default_context(cafile=cafile or os.environ.get("AWS_CA_BUNDLE") or DEFAULT_CA_BUNDLE)
+    return gevent.ssl.create_default_context(cafile=os.environ.get("AWS_CA_BUNDLE") or DEFAULT_CA_BUNDLE)
 
 
 _invoke: _SignedInvoke | None = _SignedInvoke() if SPEC.target.kind == "sagemaker" else None

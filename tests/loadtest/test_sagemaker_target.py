@@ -2,27 +2,36 @@
 AWS_ENDPOINT_URL) of an endpoint and inference component, every reply checked like smoke's. moto answers with canned replies (its
 endpoint-results queue): a right one proves the call (endpoint, component, body) and the answer check; a wrong
 one is counted, every time, as an error of kind "invalid answer: ...". moto checks no signature: a
-server of the tests' own does, with botocore's SigV4 code and the secret the client was given, and answers some
-requests with SageMaker's ModelError reply. An emulator's latency says nothing about a model: the verdict's latency
+server of the tests' own does, over TLS, with botocore's SigV4 code and the secret the client was given, and
+answers some requests with SageMaker's ModelError reply; its self-signed certificate is trusted only through
+AWS_CA_BUNDLE, as boto3 would trust it. An emulator's latency says nothing about a model: the verdict's latency
 part is not asserted, the counts are."""
 
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import hmac
+import ipaddress
 import json
 import re
+import ssl
 import threading
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import boto3
 import pytest
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 from inferstack import config
 from inferstack.loadtest import runner, shape
@@ -122,8 +131,28 @@ class Checked:
     targets: set = field(default_factory=set)
 
 
+def self_signed(directory: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 (and its key), signed by itself: trusted only where it is named as the CA."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    certificate = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+                   .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+                   .not_valid_after(now + datetime.timedelta(days=1))
+                   .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                                  critical=False)
+                   .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+                   .sign(key, hashes.SHA256()))
+    cert_file, key_file = directory / "cert.pem", directory / "key.pem"
+    cert_file.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return cert_file, key_file
+
+
 @pytest.fixture
-def checking_server(monkeypatch) -> Iterator[Checked]:
+def checking_server(monkeypatch, tmp_path_factory) -> Iterator[Checked]:
+    """Over TLS with a self-signed certificate, which the client trusts only through AWS_CA_BUNDLE (set here)."""
     state, lock = Checked(), threading.Lock()
     spec = spec_for("dev-shared", "bert-large-ic")
     good = json.dumps({"model_name": MODEL, "outputs": outputs_of(spec)}).encode()
@@ -160,10 +189,15 @@ def checking_server(monkeypatch) -> Iterator[Checked]:
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
+    cert_file, key_file = self_signed(tmp_path_factory.mktemp("tls"))
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(cert_file, key_file)
+    server.socket = tls.wrap_socket(server.socket, server_side=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     state.port = server.server_address[1]
-    for key, value in {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{state.port}", "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+    for key, value in {"AWS_ENDPOINT_URL": f"https://127.0.0.1:{state.port}", "AWS_CA_BUNDLE": str(cert_file),
+                       "AWS_ACCESS_KEY_ID": ACCESS_KEY,
                        "AWS_SECRET_ACCESS_KEY": SECRET, "AWS_DEFAULT_REGION": REGION,
                        "AWS_EC2_METADATA_DISABLED": "true", "AWS_CONFIG_FILE": "/nonexistent",
                        "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent"}.items():
@@ -179,10 +213,11 @@ def checking_server(monkeypatch) -> Iterator[Checked]:
 
 
 def test_every_invocation_is_signed_as_sagemaker_checks_and_an_aws_error_counts_by_its_code(checking_server, tmp_path):
+    # Over TLS: the server's certificate is checked against AWS_CA_BUNDLE, as boto3 checks it.
     spec = spec_for("dev-shared", "bert-large-ic")
     result = runner.run_local(spec, tmp_path)
     (step,) = result.steps
-    assert checking_server.outcomes["invalid"] == 0 and checking_server.outcomes["valid"] > 0
+    assert checking_server.outcomes["invalid"] == 0 and checking_server.outcomes["valid"] > 0, step.errors
     assert checking_server.targets == {("/endpoints/dev-shared/invocations", "bert-large-ic")}
     # Every tenth request got SageMaker's ModelError reply: counted by its AWS error code, as boto3 would name it.
     assert set(step.errors) == {"ModelError"} and step.failures == step.errors["ModelError"] > 0
@@ -198,3 +233,13 @@ def test_the_checking_server_refuses_a_signature_made_with_another_secret_or_ove
     assert not signature_valid("POST", "/endpoints/e/invocations", sent, b"{}", secret="another secret")
     assert not signature_valid("POST", "/endpoints/e/invocations", sent, b'{"x": 1}')
     assert not signature_valid("POST", "/endpoints/f/invocations", sent, b"{}")
+
+
+def test_a_certificate_the_ca_bundle_does_not_vouch_for_fails_every_request(checking_server, tmp_path, monkeypatch):
+    # botocore's own bundle, as on AWS: the self-signed certificate is refused and nothing reaches the server.
+    monkeypatch.delenv("AWS_CA_BUNDLE")
+    result = runner.run_local(spec_for("dev-shared", "bert-large-ic"), tmp_path)
+    (step,) = result.steps
+    assert step.requests > 0 and step.failures == step.requests
+    assert set(step.errors) == {"SSLCertVerificationError"}
+    assert sum(checking_server.outcomes.values()) == 0
