@@ -157,6 +157,9 @@ class _SignedInvoke:
         self.url = self.host + self.path
         self.headers = dict(request["headers"])
         self.credentials = session.get_credentials()
+        if self.credentials is None:  # boto3 would fail each call; a run of nothing but failures measures nothing
+            sys.exit(f"inferstack locustfile: no AWS credentials to sign InvokeEndpoint of {SPEC.target.endpoint} "
+                     f"with (environment variables, a profile, or the task's role)")
         self.signing_name = client.meta.service_model.signing_name
         self.region = client.meta.region_name
         self.parser = parsers.create_parser(protocol)

@@ -243,3 +243,12 @@ def test_a_certificate_the_ca_bundle_does_not_vouch_for_fails_every_request(chec
     assert step.requests > 0 and step.failures == step.requests
     assert set(step.errors) == {"SSLCertVerificationError"}
     assert sum(checking_server.outcomes.values()) == 0
+
+
+def test_no_credentials_stops_locust_in_one_line_before_a_request(checking_server, tmp_path, monkeypatch):
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(key)
+    with pytest.raises(runner.LoadTestError, match=r"^Locust local exited 1: .*inferstack locustfile: no AWS "
+                                                   r"credentials to sign InvokeEndpoint of dev-shared with"):
+        runner.run_local(spec_for("dev-shared", "bert-large-ic"), tmp_path / "out")
+    assert sum(checking_server.outcomes.values()) == 0 and list((tmp_path / "out").iterdir()) == []
