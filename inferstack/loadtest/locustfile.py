@@ -102,6 +102,21 @@ def _wrong_answer(reply: bytes) -> str | None:
     return None
 
 
+def _judge(response, status_kind) -> None:
+    """Mark a FastHttpUser reply (caught) a success or a failure of its kind: no answer at all (refused, reset,
+    timed out), a status outside 2xx (its kind from `status_kind()`), or a wrong answer."""
+    if not response.status_code:
+        kind = measure.error_kind(response.error) if response.error else "no response"
+    elif not 200 <= response.status_code < 300:
+        kind = status_kind()
+    else:
+        kind = _wrong_answer(response.content or b"")
+    if kind is None:
+        response.success()
+    else:
+        response.failure(kind)
+
+
 _url = urlsplit(SPEC.target.url or "http://unused")
 
 
@@ -119,16 +134,7 @@ class HttpTarget(FastHttpUser):
     def infer(self) -> None:
         with self.client.post(self.path, data=BODY, name=SPEC.model, catch_response=True,
                               headers={"Content-Type": "application/json", "Accept": "application/json"}) as response:
-            if not response.status_code:  # no HTTP answer at all: refused, reset, timed out
-                kind = measure.error_kind(response.error) if response.error else "no response"
-            elif not 200 <= response.status_code < 300:
-                kind = f"HTTP {response.status_code}"
-            else:
-                kind = _wrong_answer(response.content or b"")
-            if kind is None:
-                response.success()
-            else:
-                response.failure(kind)
+            _judge(response, lambda: f"HTTP {response.status_code}")
 
 
 class _SignedInvoke:
@@ -205,16 +211,7 @@ class SageMakerTarget(FastHttpUser):
     def invoke(self) -> None:
         with self.client.post(_invoke.path, data=BODY, name=SPEC.model, catch_response=True,
                               headers=_invoke.signed_headers()) as response:
-            if not response.status_code:  # no HTTP answer at all: refused, reset, timed out
-                kind = measure.error_kind(response.error) if response.error else "no response"
-            elif not 200 <= response.status_code < 300:
-                kind = _invoke.error_kind(response.status_code, response.headers, response.content or b"")
-            else:
-                kind = _wrong_answer(response.content or b"")
-            if kind is None:
-                response.success()
-            else:
-                response.failure(kind)
+            _judge(response, lambda: _invoke.error_kind(response.status_code, response.headers, response.content or b""))
 
 
 class Steps(LoadTestShape):
