@@ -7,12 +7,12 @@ import json
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from rehearsal import cli_deploy
 from tests.support.emulator import ACCOUNT, REGION
+from tests.support.threaded_server import JsonHandler, serving
 
 GOOD_OUTPUTS = [{"name": "logits", "datatype": "FP32", "shape": [1, 3], "data": [0.1, 0.2, 0.7]},
                 {"name": "label", "datatype": "BYTES", "shape": [1], "data": ["positive"]}]
@@ -32,9 +32,7 @@ def answerer() -> Iterator[Answerer]:
     state = Answerer(url="", every=10)
     lock = threading.Lock()
 
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"  # keep-alive, as a load balancer answers
-
+    class Handler(JsonHandler):
         def do_POST(self) -> None:
             self.rfile.read(int(self.headers.get("Content-Length", 0)))
             with lock:
@@ -46,27 +44,11 @@ def answerer() -> Iterator[Answerer]:
                 status, outputs = 200, [{**GOOD_OUTPUTS[0], "shape": [1, 2], "data": [0.1, 0.9]}, GOOD_OUTPUTS[1]]
             else:
                 status, outputs = 200, GOOD_OUTPUTS
-            body = json.dumps({"model_name": "m", "outputs": outputs} if outputs else {"error": "busy"}).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            self.reply(status, json.dumps({"model_name": "m", "outputs": outputs} if outputs else {"error": "busy"}).encode())
 
-        def log_message(self, *args) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    state.url = f"http://127.0.0.1:{server.server_address[1]}/v2/models/m/infer"
-    try:
+    with serving(Handler) as port:
+        state.url = f"http://127.0.0.1:{port}/v2/models/m/infer"
         yield state
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(10)
 
 
 @pytest.fixture(scope="session")

@@ -20,7 +20,6 @@ import threading
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import boto3
@@ -38,6 +37,7 @@ from inferstack.loadtest import runner, shape
 from inferstack.loadtest.spec import Target
 from tests.support.emulator import REGION, seed_reply
 from tests.support.paths import CONFIG_DIR
+from tests.support.threaded_server import JsonHandler, serving
 
 pytestmark = pytest.mark.loadtest
 MODEL = "bert-large-classifier"
@@ -157,9 +157,7 @@ def checking_server(monkeypatch, tmp_path_factory) -> Iterator[Checked]:
     spec = spec_for("dev-shared", "bert-large-ic")
     good = json.dumps({"model_name": MODEL, "outputs": outputs_of(spec)}).encode()
 
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
+    class Handler(JsonHandler):
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
             valid = signature_valid("POST", self.path, dict(self.headers.items()), body)
@@ -168,48 +166,29 @@ def checking_server(monkeypatch, tmp_path_factory) -> Iterator[Checked]:
                 state.outcomes["valid" if valid else "invalid"] += 1
                 model_error = valid and state.outcomes["valid"] % state.every == 0
             if not valid:
-                self.reply(403, "InvalidSignatureException", {"message": "The request signature does not match"})
+                self.aws_error(403, "InvalidSignatureException", {"message": "The request signature does not match"})
             elif model_error:
-                self.reply(424, "ModelError", {"Message": "Received server error (500) from model"})
+                self.aws_error(424, "ModelError", {"Message": "Received server error (500) from model"})
             else:
-                self.reply(200, None, good)
+                self.reply(200, good)
 
-        def reply(self, status: int, error: str | None, content) -> None:
-            data = content if isinstance(content, bytes) else json.dumps(content).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            if error:
-                self.send_header("x-amzn-ErrorType", f"{error}:http://internal.amazon.com/coral/com.amazon.sage/")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+        def aws_error(self, status: int, code: str, content: dict) -> None:
+            self.reply(status, json.dumps(content).encode(),
+                       {"x-amzn-ErrorType": f"{code}:http://internal.amazon.com/coral/com.amazon.sage/"})
 
-        def log_message(self, *args) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
     cert_file, key_file = self_signed(tmp_path_factory.mktemp("tls"))
     tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     tls.load_cert_chain(cert_file, key_file)
-    server.socket = tls.wrap_socket(server.socket, server_side=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    state.port = server.server_address[1]
-    for key, value in {"AWS_ENDPOINT_URL": f"https://127.0.0.1:{state.port}", "AWS_CA_BUNDLE": str(cert_file),
-                       "AWS_ACCESS_KEY_ID": ACCESS_KEY,
-                       "AWS_SECRET_ACCESS_KEY": SECRET, "AWS_DEFAULT_REGION": REGION,
-                       "AWS_EC2_METADATA_DISABLED": "true", "AWS_CONFIG_FILE": "/nonexistent",
-                       "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent"}.items():
-        monkeypatch.setenv(key, value)
-    for key in ("AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME"):
-        monkeypatch.delenv(key, raising=False)
-    try:
+    with serving(Handler, tls) as port:
+        state.port = port
+        for key, value in {"AWS_ENDPOINT_URL": f"https://127.0.0.1:{port}", "AWS_CA_BUNDLE": str(cert_file),
+                           "AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET, "AWS_DEFAULT_REGION": REGION,
+                           "AWS_EC2_METADATA_DISABLED": "true", "AWS_CONFIG_FILE": "/nonexistent",
+                           "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent"}.items():
+            monkeypatch.setenv(key, value)
+        for key in ("AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME"):
+            monkeypatch.delenv(key, raising=False)
         yield state
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(10)
 
 
 def test_every_invocation_is_signed_as_sagemaker_checks_and_an_aws_error_counts_by_its_code(checking_server, tmp_path):
