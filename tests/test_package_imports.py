@@ -26,12 +26,12 @@ import ast
 import importlib.metadata
 import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
 
 from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from inferstack.loadtest.runner import SPEC_ENV
 from inferstack.loadtest.spec import LoadTestSpec, Step, Target
@@ -190,15 +190,12 @@ def module_level_imports(tree: ast.Module) -> list[tuple[int, str]]:
 def runtime_distributions(requirements: Path) -> set[str]:
     """The distributions requirements.txt installs: those it names and, recursively, what they require (with the
     extras asked for), as installed here; names normalized as PEP 503 does."""
-    def norm(name: str) -> str:
-        return re.sub(r"[-_.]+", "-", name).lower()
-
     todo = [Requirement(line.split("#")[0].strip()) for line in requirements.read_text().splitlines()
             if line.split("#")[0].strip()]
     seen: dict[str, set[str]] = {}
     while todo:
         requirement = todo.pop()
-        name = norm(requirement.name)
+        name = canonicalize_name(requirement.name)
         extras = set(requirement.extras)
         if name in seen and extras <= seen[name]:
             continue
@@ -224,7 +221,7 @@ def test_module_level_imports_come_from_requirements_txt():
         for line, module in module_level_imports(ast.parse(path.read_text(), filename=relative)):
             if module in standard:
                 continue
-            distributions = {re.sub(r"[-_.]+", "-", d).lower() for d in providers.get(module, [])}
+            distributions = {canonicalize_name(d) for d in providers.get(module, [])}
             if not distributions & runtime:
                 missing.append(f"{relative}:{line}: {module} ({', '.join(sorted(distributions)) or 'not installed'})")
     assert missing == [], "imported at module level but not installed by requirements.txt:\n" + "\n".join(missing)

@@ -148,6 +148,8 @@ class _SignedInvoke:
     def __init__(self) -> None:
         import boto3
         from botocore import parsers, serialize
+        from botocore.auth import SigV4Auth
+        from botocore.awsrequest import AWSRequest
 
         session = boto3.Session(region_name=SPEC.target.region)
         client = session.client("sagemaker-runtime")
@@ -169,13 +171,12 @@ class _SignedInvoke:
         self.signing_name = client.meta.service_model.signing_name
         self.region = client.meta.region_name
         self.parser = parsers.create_parser(protocol)
+        self.signer, self.request = SigV4Auth, AWSRequest  # imported once, not per request
 
     def signed_headers(self) -> dict[str, str]:
-        from botocore.auth import SigV4Auth
-        from botocore.awsrequest import AWSRequest
-
-        request = AWSRequest(method="POST", url=self.url, data=BODY, headers=dict(self.headers))
-        SigV4Auth(self.credentials.get_frozen_credentials(), self.signing_name, self.region).add_auth(request)
+        # A signer per request: it holds the credentials, frozen now, as they may have been refreshed since.
+        request = self.request(method="POST", url=self.url, data=BODY, headers=dict(self.headers))
+        self.signer(self.credentials.get_frozen_credentials(), self.signing_name, self.region).add_auth(request)
         return dict(request.headers.items())
 
     def error_kind(self, status: int, headers, body: bytes) -> str:

@@ -125,7 +125,6 @@ def signature_valid(method: str, path: str, headers: dict[str, str], body: bytes
 class Checked:
     """What the checking server saw: requests by how they went, and the paths and components asked for."""
 
-    port: int = 0
     every: int = 10  # every `every`-th good request is answered with a ModelError, as a failing model would be
     outcomes: Counter = field(default_factory=Counter)
     targets: set = field(default_factory=set)
@@ -180,7 +179,6 @@ def checking_server(monkeypatch, tmp_path_factory) -> Iterator[Checked]:
     tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     tls.load_cert_chain(cert_file, key_file)
     with serving(Handler, tls) as port:
-        state.port = port
         for key, value in {"AWS_ENDPOINT_URL": f"https://127.0.0.1:{port}", "AWS_CA_BUNDLE": str(cert_file),
                            "AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET, "AWS_DEFAULT_REGION": REGION,
                            "AWS_EC2_METADATA_DISABLED": "true", "AWS_CONFIG_FILE": "/nonexistent",
