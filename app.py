@@ -14,18 +14,10 @@ import aws_cdk as cdk
 
 from inferstack import config
 from inferstack.synthesis import shards as synth_shards
-from inferstack.triton import image as triton_image
 from stacks.app_builder import POST_CLI_CONTEXT, PipelineUnavailable, build, pipeline_wanted, shard_groups
 
 
 def main() -> int:
-    known_images = os.environ.get(triton_image.KNOWN_IMAGES_ENV)
-    if known_images:  # a shard of a parallel synth: the parent resolved the Triton images already
-        try:
-            triton_image.import_known(known_images)
-        except ValueError as exc:
-            print(exc, file=sys.stderr)
-            return 2
     app = cdk.App(post_cli_context=POST_CLI_CONTEXT)
     config_dir = Path(app.node.try_get_context("inferstack:config-dir") or "model_configs")
     try:
@@ -73,11 +65,9 @@ def main() -> int:
         def synth_here(shard: synth_shards.Shard, outdir: Path) -> int:
             return synthesize_shard(cdk.App(outdir=str(outdir), post_cli_context=POST_CLI_CONTEXT), project, shard)
 
-        # The shard processes get the Triton images config.load resolved: no SDK import in each.
-        images = {triton_image.KNOWN_IMAGES_ENV: triton_image.export_known()}
         try:
             synth_shards.run_shards(shards, Path(app.outdir), [sys.executable, os.path.abspath(sys.argv[0])],
-                                    synth_here, child_env=images)
+                                    synth_here)
         except synth_shards.ShardFailed as exc:
             return exc.exit_code
         except synth_shards.ShardsDisagree as exc:

@@ -144,19 +144,17 @@ def plan_shards(env_names: Sequence[str], model_names: Sequence[str] | Mapping[s
 
 
 def run_shards(shards: Sequence[Shard], outdir: Path, argv: Sequence[str],
-               synth_here: Callable[[Shard, Path], int], child_env: Mapping[str, str] | None = None) -> None:
+               synth_here: Callable[[Shard, Path], int]) -> None:
     """Synthesize the first shard in this process with `synth_here(shard, outdir)` (its Python and
-    Node.js start-up is already paid) and every other one with `argv` (this app, run again, with
-    `child_env` added to its environment) in parallel, then merge them and move the result into
-    `outdir`, its manifest.json last. Raises ShardFailed with the first failing shard's exit code, or
+    Node.js start-up is already paid) and every other one with `argv` (this app, run again) in parallel,
+    then merge them and move the result into `outdir`, its manifest.json last. Raises ShardFailed with the first failing shard's exit code, or
     ShardsDisagree; `outdir` is then left as it was."""
     outdir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".shards-", dir=outdir) as tmp:
         dirs = [Path(tmp) / f"shard-{i}" for i in range(len(shards))]
 
         def synth_child(index: int) -> subprocess.CompletedProcess:
-            env = {**os.environ, **(child_env or {}), SHARD_ENV: shards[index].to_json(),
-                   "CDK_OUTDIR": str(dirs[index])}
+            env = {**os.environ, SHARD_ENV: shards[index].to_json(), "CDK_OUTDIR": str(dirs[index])}
             # The CLI's performance counters are one process's; shards would overwrite each other's.
             env.pop("CDK_PERF_COUNTERS_FILE", None)
             return subprocess.run(list(argv), env=env, capture_output=True, text=True)

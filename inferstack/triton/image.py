@@ -1,13 +1,15 @@
 """The Triton serving image: what it builds from (the repository root reduced to container/triton/ and the
-renderer it imports), and the SageMaker Triton base image it starts from for a region and release, from the
-SageMaker SDK's bundled image tables (offline; never a hand-written account map). Called by the stacks and by
-validate, not by constructs. The Neuron twin: inferstack/neuron/image.py."""
+renderer it imports), and the SageMaker Triton base image it starts from for a region and release, read
+from the SageMaker SDK's bundled image table (offline; never a hand-written account map). Called by the
+stacks and by validate, not by constructs. The Neuron twin: inferstack/neuron/image.py."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
-import os
-from contextlib import contextmanager
+import re
+from functools import cache
+from pathlib import Path
 
 CONTEXT = "container/triton"  # the image's own files, relative to the repository root
 DOCKERFILE = f"{CONTEXT}/Dockerfile"
@@ -23,64 +25,63 @@ BUILD_CONTEXT = ("*", "!inferstack/__init__.py", "!inferstack/schema", "infersta
 LOCAL_PATH_BASE = "."
 
 FRAMEWORK = "sagemaker-tritonserver"
-# Set by a parallel synth for its shard processes (inferstack/synthesis/shards.py): the images the parent
-# already resolved, so a shard does not import the SDK again (seconds of start-up per process).
-KNOWN_IMAGES_ENV = "INFERSTACK_TRITON_IMAGES"
-# (region, version, instance type) -> image URI: what this process resolved or was handed.
-_known: dict[tuple[str, str, str], str] = {}
+# The SDK's table for FRAMEWORK, inside the installed `sagemaker` distribution (requirements.txt pins it).
+TABLE = ("core", "image_uri_config", f"{FRAMEWORK}.json")
+# "ml.<family>.<size>": a GPU family (g*, p*) runs the Triton image whose tag carries no processor suffix.
+_GPU_TYPE = re.compile(r"^ml\.([gp][a-z\d-]*)\.\w+$")
 
 
 class UnknownTritonImage(ValueError):
-    """The installed SageMaker SDK knows no Triton image for this region/version/instance type."""
+    """The installed SageMaker SDK's table has no Triton image for this region/version/instance type."""
 
 
+@cache
 def base_image_uri(*, region: str, version: str, instance_type: str) -> str:
-    known = _known.get((region, version, instance_type))
-    if known is not None:
-        return known
-    # The SDK import takes seconds; only Triton models pay for it.
-    with _without_aws_profile():
-        from sagemaker.core import image_uris
+    """The image URI `sagemaker.core.image_uris.retrieve(framework="sagemaker-tritonserver", ...)` returns for a
+    GPU instance type, from the same table and botocore's ECR endpoint, without importing the SDK: its import
+    (about 2.4 s of pydantic models) was a third of every `cdk synth` and `validate`. A test holds the two
+    equal for every region and version in the table."""
+    def unknown(reason: str) -> UnknownTritonImage:
+        return UnknownTritonImage(f"no {FRAMEWORK} image for region {region}, version {version}, {instance_type}: "
+                                  f"{reason}")
 
-    try:
-        uri = image_uris.retrieve(framework=FRAMEWORK, region=region, version=version,
-                                  instance_type=instance_type)
-    except ValueError as exc:
-        # The SDK's message lists what it supports; keep it on one line.
-        raise UnknownTritonImage(
-            f"no {FRAMEWORK} image for region {region}, version {version}, {instance_type}: "
-            f"{' '.join(str(exc).split())}") from None
-    _known[(region, version, instance_type)] = uri
-    return uri
-
-
-def export_known() -> str:
-    """What this process resolved, as the value of KNOWN_IMAGES_ENV for a process it starts."""
-    return json.dumps([[*key, uri] for key, uri in sorted(_known.items())])
+    if not _GPU_TYPE.match(instance_type):
+        raise unknown("Triton images are resolved for GPU instance types (ml.g*, ml.p*) only")
+    table = _table()
+    versions = table["versions"]
+    entry = versions.get(table.get("version_aliases", {}).get(version, version))
+    if entry is None:
+        raise unknown(f"Unsupported {FRAMEWORK} version: {version}. Supported {FRAMEWORK} version(s): "
+                      f"{', '.join(versions)}.")
+    registries = entry["registries"]
+    if region not in registries:
+        raise unknown(f"Unsupported region: {region}. Supported region(s): {', '.join(registries)}.")
+    return f"{registries[region]}.dkr.{_ecr_hostname(region)}/{entry['repository']}:{entry.get('tag_prefix', version)}"
 
 
-def import_known(text: str) -> None:
-    """Take the images a parent process resolved (export_known's output). Raises ValueError naming the
-    variable if `text` is not that."""
-    try:
-        entries = json.loads(text)
-    except ValueError:
-        entries = None
-    if not isinstance(entries, list) or not all(
-            isinstance(e, list) and len(e) == 4 and all(isinstance(v, str) and v for v in e) for e in entries):
-        raise ValueError(f"{KNOWN_IMAGES_ENV}: expected [[region, version, instance_type, image_uri], ...], "
-                         f"got {text[:80]!r}")
-    for region, version, instance_type, uri in entries:
-        _known[(region, version, instance_type)] = uri
+@cache
+def _table() -> dict:
+    """The SDK's image table, found through the import system without running the SDK's package code."""
+    spec = importlib.util.find_spec("sagemaker")
+    if spec is None or not spec.submodule_search_locations:
+        raise UnknownTritonImage("the SageMaker SDK is not installed: pip install -r requirements.txt")
+    for location in spec.submodule_search_locations:
+        path = Path(location).joinpath(*TABLE)
+        if path.is_file():
+            return json.loads(path.read_text())
+    raise UnknownTritonImage(f"the installed SageMaker SDK has no {'/'.join(TABLE)}: pip install -r requirements.txt")
 
 
-@contextmanager
-def _without_aws_profile():
-    """Importing the SDK builds a default boto3 session, so an AWS_PROFILE that does not exist on this
-    machine (common in CI) made the import, and with it `validate` and `cdk synth`, fail. The image
-    tables are local files and need no credentials: import with the profile variables set aside."""
-    saved = {name: os.environ.pop(name) for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE") if name in os.environ}
-    try:
-        yield
-    finally:
-        os.environ.update(saved)
+def _ecr_hostname(region: str) -> str:
+    """ECR's host name in the region (its partition's DNS suffix), as the SDK takes it from botocore."""
+    endpoint = _endpoints().construct_endpoint("ecr", region)
+    # The SDK's own fallback for a region its botocore may not list yet.
+    return endpoint["hostname"] if endpoint else f"ecr.{region}.amazonaws.com"
+
+
+@cache
+def _endpoints():
+    import botocore.loaders
+    import botocore.regions
+
+    return botocore.regions.EndpointResolver(botocore.loaders.create_loader().load_data("endpoints"))

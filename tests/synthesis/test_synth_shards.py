@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from inferstack.synthesis import shards as synth_shards
-from inferstack.triton import image as triton_image
 from inferstack.synthesis.shards import Shard, merge, merge_reports, plan_shards, publish, run_shards, worker_count
 from tests.support.cli import assert_nothing_written, cdk_env, run
 from tests.support.paths import ROOT
@@ -230,19 +229,6 @@ def test_a_failing_shard_fails_the_synth_and_leaves_the_output_alone(tmp_path, c
     assert list(out.iterdir()) == []  # no manifest, no shard directory left behind
 
 
-def test_the_other_shards_get_child_env(tmp_path):
-    def synth_here(shard, outdir):
-        shard_assembly(outdir, "dev", {"Foundation": "F"})
-        return 0
-
-    # The child exits 3 when it sees the variable and 4 when it does not; either fails the synth.
-    argv = [sys.executable, "-c", "import os, sys; sys.exit(3 if os.environ.get('HANDED') == 'over' else 4)"]
-    with pytest.raises(synth_shards.ShardFailed) as failed:
-        run_shards(plan_shards(["dev"], ["a", "b"], 2, head_start=0), tmp_path / "out", argv, synth_here,
-                   child_env={"HANDED": "over"})
-    assert failed.value.exit_code == 3
-
-
 # -- app.py ---------------------------------------------------------------------------------
 
 
@@ -291,14 +277,5 @@ def test_app_rejects_a_malformed_shard_spec_in_one_line(tmp_path):
     result = run("app.py", env={**cdk_env(outdir), synth_shards.SHARD_ENV: "not json at all"})
     assert result.returncode == 2
     assert synth_shards.SHARD_ENV in result.stderr and "Traceback" not in result.stderr
-    assert len(result.stderr.strip().splitlines()) == 1
-    assert_nothing_written(outdir)
-
-
-def test_app_rejects_malformed_known_triton_images_in_one_line(tmp_path):
-    outdir = tmp_path / "cdk.out"
-    result = run("app.py", env={**cdk_env(outdir), triton_image.KNOWN_IMAGES_ENV: "[1, 2]"})
-    assert result.returncode == 2
-    assert result.stderr.strip().startswith(f"{triton_image.KNOWN_IMAGES_ENV}: expected")
     assert len(result.stderr.strip().splitlines()) == 1
     assert_nothing_written(outdir)

