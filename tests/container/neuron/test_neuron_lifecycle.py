@@ -91,7 +91,11 @@ def test_not_ready_until_warm_up_finishes(artifact, start_server):
     else:
         pytest.fail("server never became ready")
     assert seen_loading, "readiness was already true at the first probe"
-    warm = [e for e in server.logs() if e.get("msg") == "model ready"]
+    # The worker logs "model ready" just after readiness turns on, and a thread here reads its output: the
+    # line may arrive a moment after the first 200.
+    deadline = time.monotonic() + 10
+    while not (warm := [e for e in server.logs() if e.get("msg") == "model ready"]) and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert warm and warm[0]["warmup_s"] > 0
     assert requests.post(server.url + "/v2/models/model/infer", json=TEXT).status_code == 200
 
