@@ -89,6 +89,22 @@ def test_a_type_that_is_not_a_sagemaker_gpu_is_refused_in_one_line(instance_type
     assert "\n" not in str(caught.value)
 
 
+def test_without_the_sdks_table_the_error_says_how_to_install_it(monkeypatch, tmp_path):
+    triton_image._table.cache_clear()
+    triton_image.base_image_uri.cache_clear()  # answers are kept per process
+    monkeypatch.setattr(triton_image.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(triton_image.UnknownTritonImage, match=r"^the SageMaker SDK is not installed: pip install"):
+        triton_image.base_image_uri(region="us-east-1", version="24.01", instance_type="ml.g5.xlarge")
+    # An SDK whose distribution lacks the table (another major version's layout).
+    spec = importlib.util.spec_from_loader("sagemaker", loader=None, is_package=True)
+    spec.submodule_search_locations.append(str(tmp_path))
+    monkeypatch.setattr(triton_image.importlib.util, "find_spec", lambda name: spec)
+    with pytest.raises(triton_image.UnknownTritonImage, match=r"^the installed SageMaker SDK has no core/image_uri_con"):
+        triton_image.base_image_uri(region="us-east-1", version="24.01", instance_type="ml.g5.2xlarge")
+    monkeypatch.undo()
+    triton_image._table.cache_clear()
+
+
 def test_resolving_imports_neither_the_sdk_nor_its_models():
     child = ("import json, sys\n"
              "from inferstack.triton import image as triton_image\n"
