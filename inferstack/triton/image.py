@@ -39,8 +39,8 @@ class UnknownTritonImage(ValueError):
 def base_image_uri(*, region: str, version: str, instance_type: str) -> str:
     """The image URI `sagemaker.core.image_uris.retrieve(framework="sagemaker-tritonserver", ...)` returns for a
     GPU instance type, from the same table and botocore's ECR endpoint, without importing the SDK: its import
-    (about 2.4 s of pydantic models) was a third of every `cdk synth` and `validate`. A test holds the two
-    equal for every region and version in the table."""
+    (about 2 s of sagemaker-core's pydantic models) was a quarter of a `cdk synth` and most of a `validate`.
+    tests/triton/test_triton_image.py compares the two across the table's regions and versions."""
     def unknown(reason: str) -> UnknownTritonImage:
         return UnknownTritonImage(f"no {FRAMEWORK} image for region {region}, version {version}, {instance_type}: "
                                   f"{reason}")
