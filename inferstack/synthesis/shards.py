@@ -147,8 +147,8 @@ def run_shards(shards: Sequence[Shard], outdir: Path, argv: Sequence[str],
                synth_here: Callable[[Shard, Path], int]) -> None:
     """Synthesize the first shard in this process with `synth_here(shard, outdir)` (its Python and
     Node.js start-up is already paid) and every other one with `argv` (this app, run again) in parallel,
-    then merge them and move the result into `outdir`, its manifest.json last. Raises ShardFailed with the first failing shard's exit code, or
-    ShardsDisagree; `outdir` is then left as it was."""
+    then merge them and move the result into `outdir`, its manifest.json last. Raises ShardFailed with the
+    first failing shard's exit code, or ShardsDisagree; `outdir` is then left as it was."""
     outdir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".shards-", dir=outdir) as tmp:
         dirs = [Path(tmp) / f"shard-{i}" for i in range(len(shards))]

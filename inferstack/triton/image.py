@@ -28,7 +28,7 @@ FRAMEWORK = "sagemaker-tritonserver"
 # The SDK's table for FRAMEWORK, inside the installed `sagemaker` distribution (requirements.txt pins it).
 TABLE = ("core", "image_uri_config", f"{FRAMEWORK}.json")
 # "ml.<family>.<size>": a GPU family (g*, p*) runs the Triton image whose tag carries no processor suffix.
-_GPU_TYPE = re.compile(r"^ml\.([gp][a-z\d-]*)\.\w+$")
+_GPU_TYPE = re.compile(r"^ml\.[gp][a-z\d-]*\.\w+$")
 
 
 class UnknownTritonImage(ValueError):
