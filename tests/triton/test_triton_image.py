@@ -37,11 +37,6 @@ def test_unknown_region_or_version_is_a_clear_error(region, version, message):
     assert "\n" not in str(caught.value)
 
 
-def _sdk_table() -> dict:
-    return json.loads(Path(importlib.util.find_spec("sagemaker").submodule_search_locations[0])
-                      .joinpath(*triton_image.TABLE).read_text())
-
-
 def _both(region: str, version: str, instance_type: str) -> tuple[str, str]:
     """(the SDK's answer, ours): an image URI, or "refused" when the call raised ValueError."""
     from sagemaker.core import image_uris
@@ -62,15 +57,15 @@ def test_every_region_of_the_newest_and_every_version_resolve_as_the_sdk_resolve
     """The SDK takes about 50 ms a call (it reloads its tables and botocore's endpoints each time), so the
     grid is the newest version in every region it lists (China's partition and the SDK's il-central-1
     fallback among them) plus every version in three regions, and regions and versions it does not list."""
-    versions = _sdk_table()["versions"]
+    versions = triton_image._table()["versions"]
     newest = max(versions, key=lambda v: tuple(map(int, v.split("."))))
     cases = [(region, newest) for region in [*versions[newest]["registries"], "cn-north-1", "il-central-1",
                                                "us-gov-west-1", "xx-moon-1"]]
     cases += [(region, version) for version in [*versions, "19.01", "latest"]
               for region in ("us-east-1", "eu-central-1", "cn-northwest-1")]
-    differ = [(case, pair) for case in cases if (pair := _both(*case, "ml.g4dn.xlarge"))[0] != pair[1]]
-    assert differ == []
-    assert sum(_both(*case, "ml.g4dn.xlarge")[0] != "refused" for case in cases[:3]) == 3  # not all refusals
+    pairs = {case: _both(*case, "ml.g4dn.xlarge") for case in cases}
+    assert [(case, pair) for case, pair in pairs.items() if pair[0] != pair[1]] == []
+    assert all(pairs[case][0] != "refused" for case in cases[:3])  # not all refusals
 
 
 @pytest.mark.parametrize("instance_type", [name for name, spec in instances.INSTANCES.items()
@@ -90,8 +85,9 @@ def test_a_type_that_is_not_a_sagemaker_gpu_is_refused_in_one_line(instance_type
 
 
 def test_without_the_sdks_table_the_error_says_how_to_install_it(monkeypatch, tmp_path):
+    # Answers are kept per process; a raised error is not, so nothing is left cached once this test ends.
     triton_image._table.cache_clear()
-    triton_image.base_image_uri.cache_clear()  # answers are kept per process
+    triton_image.base_image_uri.cache_clear()
     monkeypatch.setattr(triton_image.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(triton_image.UnknownTritonImage, match=r"^the SageMaker SDK is not installed: pip install"):
         triton_image.base_image_uri(region="us-east-1", version="24.01", instance_type="ml.g5.xlarge")
@@ -101,8 +97,6 @@ def test_without_the_sdks_table_the_error_says_how_to_install_it(monkeypatch, tm
     monkeypatch.setattr(triton_image.importlib.util, "find_spec", lambda name: spec)
     with pytest.raises(triton_image.UnknownTritonImage, match=r"^the installed SageMaker SDK has no core/image_uri_con"):
         triton_image.base_image_uri(region="us-east-1", version="24.01", instance_type="ml.g5.2xlarge")
-    monkeypatch.undo()
-    triton_image._table.cache_clear()
 
 
 def test_resolving_imports_neither_the_sdk_nor_its_models():
