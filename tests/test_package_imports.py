@@ -137,7 +137,7 @@ def test_every_inferstack_module_imports_without_moto_docker_or_rehearsal():
     assert set(walk["walked"]) == source_modules()
     # The locustfile reads its spec when imported, as Locust's processes give it one.
     spec = LoadTestSpec(model="m", target=Target(kind="http", url="http://127.0.0.1:9/v2/models/m/infer"),
-                        body={}, outputs=(), steps=(Step(rate=1.0, seconds=1.0),), p99_slo_ms=500.0)
+                        bodies=({},), outputs=(), steps=(Step(rate=1.0, seconds=1.0),), p99_slo_ms=500.0)
     alone = blocked_import(list(OWN_INTERPRETER), env={SPEC_ENV: spec.to_json()})
     assert alone["imported"] == list(OWN_INTERPRETER)
     assert set(walk["imported"]) | set(alone["imported"]) == source_modules()

@@ -5,7 +5,8 @@ Results are where `inferstack loadtest --env` stores them: the source's results 
 output), `<release>/<model>/<run id>/result.json`, the release being the image digest the model's unit ran
 (promote copies that digest unchanged, so the gate checks the exact image it promotes, whatever a commit or
 tag calls it). The newest run of each model (by run id) decides: a pass followed by a fail is a fail. Verdicts are
-recomputed from the measured figures (results.RunResult), never read from the file."""
+recomputed from the measured figures (results.RunResult), never read from the file; a pass at a full rate below
+the planned one does not open the gate, nor does a result from before the open-model load test (schema 1)."""
 
 from __future__ import annotations
 
@@ -93,17 +94,23 @@ def evaluate(session, project: Project, source_env: str, units: dict[str, str]) 
                 findings.append(Finding(model, False, f"{model}: {where} is a test of {result.model} "
                                                       f"{result.release} in {result.environment}, not of this image"))
                 continue
-            last = result.steps[-1]
-            summary = (f"{result.verdict} at {last.achieved_rps:.0f} req/s, p99 {last.p99_ms or 0:.1f} ms "
-                       f"(SLO {result.p99_slo_ms:g} ms), errors {last.error_percent:.2f} %, {result.finished}")
-            passed = result.verdict == results.PASS
+            full = result.full_step or result.steps[-1]
+            summary = (f"{result.verdict} at {full.offered_rps:g} req/s offered ({full.goodput_rps:.0f} within the "
+                       f"SLO), p99 {_ms(full.p99_ms)} (SLO {result.p99_slo_ms:g} ms), errors "
+                       f"{full.error_percent:.2f} %, {result.finished}")
+            # A pass at a rate below the plan's shows nothing about the rate prod will be asked to carry.
+            passed = result.verdict == results.PASS and result.below_plan is None
             line = f"{model}: load test {summary}, {where}"
             if not passed:
-                line += ": " + "; ".join(result.reasons)
+                line += ": " + "; ".join(result.reasons if result.verdict != results.PASS else [result.below_plan])
             evidence = LoadTestEvidence(location=where, verdict=result.verdict, finished=result.finished,
-                                        achieved_rps=round(last.achieved_rps, 3), p99_ms=last.p99_ms)
+                                        achieved_rps=round(full.held_rps, 3), p99_ms=full.p99_ms)
             findings.append(Finding(model, passed, line, evidence))
     return findings
+
+
+def _ms(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1f} ms"
 
 
 def record(gate: str, findings: list[Finding], *, skipped: bool) -> LoadTestRecord:

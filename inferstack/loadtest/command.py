@@ -1,8 +1,11 @@
 """`python -m inferstack loadtest`: a load test of one model with Locust, judged against its SLO in an environment.
 
-`--model M --env ENV --target URL`: steps up to the planned per-instance target rate times --instances (or
---rate), judged against the model's p99 SLO in ENV and an error budget. Prints the report; exit 0 pass, 1 fail,
-2 invalid (a saturated generator, nothing measured, Locust failed) or a usage error.
+`--model M --env ENV --target URL`: an open system (requests sent on schedule whatever the server does, latency
+counted from when each was due) in steps through the full rate, the planned per-instance target rate times
+--instances (or --rate); every step up to it is judged against the model's p99 SLO in ENV and an error budget,
+steps above it (--steps 0.5,1,1.5,2) on the p99 of what was admitted and the goodput held. A line per step as it
+runs, then the report; exit 0 pass, 1 fail, 2 invalid (generators saturated or behind, nothing measured, Locust
+failed) or a usage error. SIGTERM or Ctrl-C stops every Locust process (or Fargate task) the run started.
 
 --target is the model's inference URL (POST; a URL without a path gets /v2/models/<model>/infer, the Neuron
 image's route; a Triton endpoint's container answers on /invocations), or sagemaker:ENDPOINT[/COMPONENT] for a
@@ -19,6 +22,7 @@ in ENV, one after the other (the pipeline's step before the prod approval); exit
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import re
 import sys
@@ -30,10 +34,11 @@ from inferstack.capacity import planning
 from inferstack.config import loader
 from inferstack.loadtest import report, runner, shape
 from inferstack.loadtest.results import FAIL, INVALID, PASS
-from inferstack.loadtest.spec import DEFAULT_STEPS, SpecError, Target
+from inferstack.loadtest.spec import DEFAULT_STEPS, MAX_BODIES, SpecError, Target
 
 EXIT = {PASS: 0, FAIL: 1, INVALID: 2}
 EXIT_USAGE = 2
+MAX_PAYLOAD_BYTES = 4 * 1024 * 1024
 # SageMaker's EndpointName / InferenceComponentName pattern.
 SAGEMAKER_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
 
@@ -74,6 +79,42 @@ def parse_fractions(value: str) -> tuple[float, ...]:
     return fractions
 
 
+def read_payload(path: Path) -> tuple[dict, ...]:
+    """A payload file: one request body (a JSON object, KServe v2 for these models) per line; blank lines and
+    lines starting with # are skipped. LoadTestUsageError naming the file and line."""
+    try:
+        if path.stat().st_size > MAX_PAYLOAD_BYTES:
+            raise LoadTestUsageError(f"--payload: {path}: more than {MAX_PAYLOAD_BYTES // (1024 * 1024)} MiB")
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise LoadTestUsageError(f"--payload: {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise LoadTestUsageError(f"--payload: {path}: not UTF-8 text") from None
+    bodies = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        try:
+            body = json.loads(line)
+        except ValueError as exc:
+            raise LoadTestUsageError(f"--payload: {path}:{number}: not JSON ({exc.args[0].split(':')[0]})") from None
+        except RecursionError:
+            raise LoadTestUsageError(f"--payload: {path}:{number}: nested too deeply to be a request") from None
+        if not isinstance(body, dict) or not isinstance(body.get("inputs"), list) or not body["inputs"]:
+            raise LoadTestUsageError(f"--payload: {path}:{number}: a request body is a JSON object with a non-empty "
+                                     f"\"inputs\" list (KServe v2)")
+        bodies.append(body)
+        if len(bodies) > MAX_BODIES:
+            raise LoadTestUsageError(f"--payload: {path}: more than {MAX_BODIES} requests")
+    if not bodies:
+        raise LoadTestUsageError(f"--payload: {path}: no request in it (one JSON body per line)")
+    return tuple(bodies)
+
+
+def progress(line: str) -> None:
+    print(f"  {line}", flush=True)
+
+
 def run_in_environment(args: argparse.Namespace, project, models, fractions: tuple[float, ...]) -> int:
     """Each of `models` tested in turn from inside the environment (module docstring); the worst exit code."""
     from inferstack.delivery import aws_sessions
@@ -94,7 +135,7 @@ def run_in_environment(args: argparse.Namespace, project, models, fractions: tup
         try:
             result = environment_run.run_model(session, project, args.env, model, instances=args.instances_given,
                                                rate=args.rate, hold=args.hold, fractions=fractions,
-                                               timeout_s=args.timeout, log=lambda line: print(f"  {line}", flush=True))
+                                               timeout_s=args.timeout, bodies=args.bodies, log=progress)
         except environment_run.EnvironmentRunError as exc:
             print(f"loadtest: error: {model.name}: {' '.join(str(exc).split())}", file=sys.stderr)
             worst = max(worst, EXIT[INVALID])
@@ -108,6 +149,11 @@ def run_in_environment(args: argparse.Namespace, project, models, fractions: tup
 
 
 def run(args: argparse.Namespace) -> int:
+    with runner.stopped_on_sigterm():
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     project = loader.load(args.config_dir, releases=False)
     if args.env not in project.environments:
         raise LoadTestUsageError(f"--env: unknown environment {args.env!r}; known: {', '.join(project.environments)}")
@@ -133,6 +179,7 @@ def run(args: argparse.Namespace) -> int:
     if not 0 <= args.workers <= runner.MAX_WORKERS:
         raise LoadTestUsageError(f"--workers: must be within 0..{runner.MAX_WORKERS}, got {args.workers}")
     fractions = parse_fractions(args.steps)
+    args.bodies = read_payload(args.payload) if args.payload is not None else None
     if args.target is None:
         absent = [m.name for m in models if m.name not in {d.name for d in deployed}]
         if absent:
@@ -148,7 +195,8 @@ def run(args: argparse.Namespace) -> int:
     target = parse_target(args.target, model.name, environment.region)
     try:
         spec = shape.spec_for(model, args.env, environment, target=target, instances=args.instances, rate=args.rate,
-                              hold=args.hold, fractions=fractions, release=args.release, timeout_s=args.timeout)
+                              hold=args.hold, fractions=fractions, release=args.release, timeout_s=args.timeout,
+                              bodies=args.bodies)
     except SpecError as exc:
         raise LoadTestUsageError(str(exc)) from None
     except planning.PlanningError as exc:
@@ -158,8 +206,13 @@ def run(args: argparse.Namespace) -> int:
         raise LoadTestUsageError(f"--out: {args.out} exists and is not a directory")
     with tempfile.TemporaryDirectory(prefix="inferstack-loadtest-") as scratch:
         out = args.out if args.out is not None else Path(scratch)
+        print(f"load test of {model.name} at {target.describe()}: {len(spec.steps)} steps through "
+              f"{spec.judged_rate:g} req/s, {args.workers or 'one local'} generator{'s' if args.workers != 1 else ''}"
+              + (f" (planned {spec.planned_rate:g} req/s for {spec.plan_basis})" if spec.planned_rate else ""),
+              file=sys.stderr if args.json else sys.stdout, flush=True)
         try:
-            result = runner.run_local(spec, out, workers=args.workers)
+            result = runner.run_local(spec, out, workers=args.workers,
+                                      on_progress=None if args.json else progress)
         except OSError as exc:
             raise LoadTestUsageError(f"--out: cannot write {out}: {exc.strerror or exc}") from None
         except runner.LoadTestError as exc:
@@ -190,7 +243,10 @@ def add_parser(commands: argparse._SubParsersAction, handler, default_config_dir
     cmd.add_argument("--hold", type=float, metavar="S",
                      help="seconds each step runs (default: enough requests for a p99, and at least 30 s)")
     cmd.add_argument("--steps", default=",".join(f"{f:g}" for f in DEFAULT_STEPS), metavar="F,F,...",
-                     help="fractions of the full rate, rising to 1 (default %(default)s)")
+                     help="fractions of the full rate, rising through 1; above 1: overload steps, judged on the "
+                          "admitted requests' p99 and the goodput held (default %(default)s)")
+    cmd.add_argument("--payload", type=Path, metavar="FILE",
+                     help="requests to send in turn: one JSON request body per line (default: smoke's request)")
     cmd.add_argument("--timeout", type=float, default=10.0, metavar="S", help="per request, seconds (default 10)")
     cmd.add_argument("--release", help="the release under test, recorded in the result")
     cmd.add_argument("--out", type=Path, metavar="DIR",

@@ -47,7 +47,8 @@ def digest_in(session: boto3.Session, env_name: str, unit) -> str:
 
 def run_model(session: boto3.Session, project: Project, env_name: str, model, *, instances: int | None,
               rate: float | None, hold: float | None, fractions: tuple[float, ...], timeout_s: float,
-              log: Callable[[str], None] = lambda _line: None, **fargate_options) -> RunResult:
+              bodies: tuple[dict, ...] | None = None, log: Callable[[str], None] = lambda _line: None,
+              **fargate_options) -> RunResult:
     """`instances`: behind the target (default: the plan's minimum in `env_name`, what runs at rest); the rate
     defaults to what the plan gives them. `fargate_options`: passed to fargate.run_in_environment (clock, sleep,
     poll_s: tests)."""
@@ -60,12 +61,15 @@ def run_model(session: boto3.Session, project: Project, env_name: str, model, *,
         target = target_in(cloudformation, env_name, environment, model, unit.name)
         digest = digest_in(session, env_name, unit)
         spec = shape.spec_for(model, env_name, environment, target=target, instances=instances, rate=rate, hold=hold,
-                              fractions=fractions, release=digest, timeout_s=timeout_s)
+                              fractions=fractions, release=digest, timeout_s=timeout_s, bodies=bodies,
+                              instance_type=model.capacity_for(env_name).instance_type)
         settings = environment.load_test
         workers = fargate.workers_for(max(step.rate for step in spec.steps), settings.per_worker_rps,
                                       settings.max_workers)
-        log(f"{model.name}: {digest} on {instances} {spec.instance_type} instance(s), up to "
-            f"{spec.steps[-1].rate:g} req/s in {len(spec.steps)} steps, {workers} workers")
+        highest = max(step.rate for step in spec.steps)
+        log(f"{model.name}: {digest} on {instances} {spec.instance_type} instance(s), {len(spec.steps)} steps through "
+            f"{spec.judged_rate:g} req/s" + (f" (up to {highest:g})" if highest > spec.judged_rate else "")
+            + f", {workers} workers")
         return fargate.run_in_environment(session, env_name, environment, spec, workers=workers, release=digest,
                                           run_id=results.new_run_id(), timeout=spec.seconds + START_AND_UPLOAD_S,
                                           log=log, **fargate_options)

@@ -31,7 +31,7 @@ from inferstack.loadtest.task import MASTER_HOST_ENV, RESULTS_ENV, WORKERS_ENV
 MIN_WORKERS = 2
 RUN_TASK_BATCH = 10  # RunTask starts at most 10 tasks per call
 STARTED_BY = "inferstack-loadtest"  # RunTask's startedBy (36 characters at most): lists a run's tasks
-# RunTask's overrides are limited to 8 KiB of JSON in all; a spec is a few hundred bytes plus its request body.
+# RunTask's overrides are limited to 8 KiB of JSON in all; a spec is a few hundred bytes plus its request bodies.
 MAX_OVERRIDES_BYTES = 8192
 POLL_S = 5.0
 STOP_REASON = "inferstack loadtest: {why}"
@@ -116,7 +116,7 @@ class _Run:
         size = len(json.dumps(overrides).encode())
         if size > MAX_OVERRIDES_BYTES:
             raise FargateRunError(f"the run's settings take {size} bytes, more than RunTask's {MAX_OVERRIDES_BYTES}-byte "
-                                  f"limit on overrides (a smaller request body fits)")
+                                  f"limit on overrides (fewer or smaller --payload requests fit)")
         arns: list[str] = []
         while len(arns) < count:
             batch = min(RUN_TASK_BATCH, count - len(arns))

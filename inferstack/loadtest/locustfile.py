@@ -2,12 +2,15 @@
 imported by the CLI or the tests: importing locust patches the whole process for gevent.
 
 The spec (LoadTestSpec JSON) comes from INFERSTACK_LOADTEST_SPEC, or a file named by
-INFERSTACK_LOADTEST_SPEC_FILE. Users: an HTTP POST of the spec's body or a SigV4-signed InvokeEndpoint as botocore
-builds it (AWS_ENDPOINT_URL is honoured), both sent by FastHttpUser, each answer checked like smoke's (answer.py): a wrong
-answer is a failure of kind "invalid answer: <reason>". The shape walks the spec's steps; at each step the
-master tells every generator the step and its per-user pace (pacing.py). Every generator records its own
-requests (measure.Recorder) and sends that record with its stats reports; at the end the master (or the one
-local process) writes result.json, report.txt and latency.png into INFERSTACK_LOADTEST_OUT."""
+INFERSTACK_LOADTEST_SPEC_FILE. Load is an open system (pacing.py): each generator runs one scheduling user that
+starts every request when it is due, in a greenlet of its own, without waiting for earlier answers. Requests: an
+HTTP POST of the spec's bodies in turn, or a SigV4-signed InvokeEndpoint as botocore builds it (AWS_ENDPOINT_URL
+is honoured), both sent by FastHttpUser, each answer checked like smoke's (answer.py): a wrong answer is a
+failure of kind "invalid answer: <reason>". The shape walks the spec's steps; at each step the master tells every
+generator the step and its grid, and prints a line for the step that ended (prefix PROGRESS). Every generator
+records its own requests (measure.Recorder: due, sent, ended) and sends that record with its stats reports; at
+the end the master (or the one local process) writes result.json, report.txt and latency.png into
+INFERSTACK_LOADTEST_OUT."""
 
 from __future__ import annotations
 
@@ -20,16 +23,21 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import gevent
+import gevent.event
+import gevent.pool
 import psutil
-from locust import FastHttpUser, LoadTestShape, User, events, runners, task
-from locust.exception import CatchResponseError
+from locust import FastHttpUser, LoadTestShape, User, events, runners
 from locust.runners import MasterRunner, WorkerRunner
 
 from inferstack.loadtest import answer, measure, pacing, report
-from inferstack.loadtest.runner import OUT_ENV, SPEC_ENV, SPEC_FILE_ENV
+from inferstack.loadtest.runner import OUT_ENV, PROGRESS, SPEC_ENV, SPEC_FILE_ENV
 from inferstack.loadtest.spec import LoadTestSpec, SpecError
 
 STEP_MESSAGE = "inferstack-step"
+DRAIN_MESSAGE = "inferstack-drain"
+# The run's end waits this long beyond the request timeout for the generators to report every request ended.
+DRAIN_SLACK_S = 3.0
+DRAIN_POLL_S = 0.1
 # Workers report every second, not Locust's 3: the master's view (and a lost last report) is at most 1 s old.
 runners.WORKER_REPORT_INTERVAL = 1.0
 CPU_SAMPLE_S = 1.0
@@ -48,18 +56,20 @@ def _load_spec() -> LoadTestSpec:
 
 
 SPEC = _load_spec()
-BODY = SPEC.body_bytes()
-PACES = [pacing.pace_for(step.rate, SPEC.p99_slo_ms) for step in SPEC.steps]
+BODIES = SPEC.body_bytes()
 
 
 class _State:
-    """This process's part: its recorder, the current step's pace and grid; on the master, everyone's sum."""
+    """This process's part: its recorder, the current step's grid; on the master, everyone's sum."""
 
-    recorder = measure.Recorder("local")
+    recorder = measure.Recorder("local", slo_ms=SPEC.p99_slo_ms, late_after_ms=SPEC.late_after_ms)
     aggregator = measure.Aggregator()
-    per_user_rate = PACES[0].per_user_rate
+    interval = 1.0  # seconds between one scheduling user's requests in the current step
     anchor = 0.0  # when the current step began, on this process's clock: the origin of every user's grid
     generators, users_started = 1, 0
+    step_index: int | None = None  # the step running now
+    in_flight = 0  # requests sent and not yet ended, this process's
+    draining = False  # the last step is over: nothing more is sent, what is in flight is waited for
     started: str | None = None
     sampler: gevent.Greenlet | None = None
     runner: runners.Runner | None = None
@@ -70,28 +80,76 @@ def _now_iso() -> str:
 
 
 def _apply_step(data: dict) -> None:
-    _State.per_user_rate = float(data["per_user_rate"])
+    _State.interval = 1.0 / float(data["per_user_rate"])
     _State.anchor = time.monotonic()
     _State.generators = max(1, int(data["generators"]))
+    _State.step_index = int(data["index"])
     _State.recorder.begin_step(int(data["index"]), float(data["t0"]), float(data["settle_s"]))
 
 
-def paced(user: User) -> float:
-    """Locust's constant_throughput, on a grid: the user's next slot after the one it just used (or the first
-    one from now if it fell behind: no burst to catch up), with the interval and origin of the current step."""
-    now = time.monotonic()
-    interval = 1.0 / _State.per_user_rate
-    user._slot = pacing.next_slot(max(now, user._slot + interval / 2), _State.anchor, interval, user._phase)
-    return user._slot - now
+class _OpenArrivals:
+    """An open system, as a Locust user: the user is a clock that starts each request, due on its grid, in a
+    greenlet of its own and goes on to the next one without waiting for the answer. At most
+    SPEC.in_flight_per_generator requests are in flight (each holds a connection); when that bound is reached the
+    next request waits for a slot and leaves late, its latency still counted from when it was due. Nothing owed
+    is skipped (pacing.next_due)."""
+
+    concurrency = SPEC.in_flight_per_generator  # FastHttpSession's connection pool: opened as needed
+
+    def on_start(self) -> None:
+        # Interleaved across generators: generator g of n takes its users' phases from indices g, g + n, g + 2n...
+        index = _State.users_started * _State.generators + getattr(_State.runner, "worker_index", 0)
+        _State.users_started += 1
+        self._phase = pacing.phase(index)
+        self._interval = _State.interval
+        self._due = pacing.next_slot(time.monotonic(), _State.anchor, _State.interval, self._phase)
+        self._body = index % len(BODIES)  # generators start at different requests of a payload
+        self._in_flight = 0
+        self._freed = gevent.event.Event()
+        self._requests = gevent.pool.Group()
+
+    def until_due(self) -> float:
+        return DRAIN_POLL_S if _State.draining else max(0.0, self._due - time.monotonic())
+
+    def arrive(self) -> None:
+        if _State.draining:
+            return
+        due = self._due
+        delay = due - time.monotonic()
+        if delay > 0:
+            gevent.sleep(delay)
+        while self._in_flight >= SPEC.in_flight_per_generator:  # the bound: wait for a slot, leave late
+            self._freed.clear()
+            self._freed.wait()
+        self._in_flight += 1
+        _State.in_flight += 1
+        body = BODIES[self._body]
+        self._body = (self._body + 1) % len(BODIES)
+        self._requests.spawn(self._one, due, body)
+        self._due = pacing.next_due(due, self._interval, _State.anchor, _State.interval, self._phase)
+        self._interval = self._interval if self._due < _State.anchor else _State.interval
+
+    def _one(self, due: float, body: bytes) -> None:
+        try:
+            _State.recorder.left(due, time.monotonic())
+            kind, status = self.send(body)
+            _State.recorder.ended(due, kind, status)
+        finally:
+            self._in_flight -= 1
+            _State.in_flight -= 1
+            self._freed.set()
+
+    def send(self, body: bytes) -> tuple[str | None, int]:
+        raise NotImplementedError
+
+    def on_stop(self) -> None:
+        # Normally nothing is in flight by now (the shape drains the run first); on an early stop, the requests
+        # already sent are still waited for, within the request timeout.
+        self._requests.join(timeout=SPEC.timeout_s + 1.0)
 
 
-def _start_on_phase(user: User) -> None:
-    # Interleaved across generators: generator g of n takes its users' phases from indices g, g + n, g + 2n...
-    user._phase = pacing.phase(_State.users_started * _State.generators + getattr(_State.runner, "worker_index", 0))
-    _State.users_started += 1
-    now = time.monotonic()
-    user._slot = pacing.next_slot(now, _State.anchor, 1.0 / _State.per_user_rate, user._phase)
-    gevent.sleep(user._slot - now)
+def _paced(user: User) -> float:
+    return user.until_due()
 
 
 def _wrong_answer(reply: bytes) -> str | None:
@@ -102,9 +160,10 @@ def _wrong_answer(reply: bytes) -> str | None:
     return None
 
 
-def _judge(response, status_kind) -> None:
+def _judge(response, status_kind) -> tuple[str | None, int]:
     """Mark a FastHttpUser reply (caught) a success or a failure of its kind: no answer at all (refused, reset,
-    timed out), a status outside 2xx (its kind from `status_kind()`), or a wrong answer."""
+    timed out), a status outside 2xx (its kind from `status_kind()`), or a wrong answer. Returns the kind (None:
+    answered) and the status (0: none)."""
     if not response.status_code:
         kind = measure.error_kind(response.error) if response.error else "no response"
     elif not 200 <= response.status_code < 300:
@@ -115,26 +174,24 @@ def _judge(response, status_kind) -> None:
         response.success()
     else:
         response.failure(kind)
+    return kind, response.status_code or 0
 
 
 _url = urlsplit(SPEC.target.url or "http://unused")
 
 
-class HttpTarget(FastHttpUser):
+class HttpTarget(_OpenArrivals, FastHttpUser):
     abstract = SPEC.target.kind != "http"
     host = f"{_url.scheme}://{_url.netloc}"
     network_timeout = connection_timeout = SPEC.timeout_s
-    wait_time = paced
+    wait_time = _paced
+    tasks = [_OpenArrivals.arrive]  # Locust collects @task only from User classes, not from a mixin
     path = (_url.path or "/") + (f"?{_url.query}" if _url.query else "")
 
-    def on_start(self) -> None:
-        _start_on_phase(self)
-
-    @task
-    def infer(self) -> None:
-        with self.client.post(self.path, data=BODY, name=SPEC.model, catch_response=True,
+    def send(self, body: bytes) -> tuple[str | None, int]:
+        with self.client.post(self.path, data=body, name=SPEC.model, catch_response=True,
                               headers={"Content-Type": "application/json", "Accept": "application/json"}) as response:
-            _judge(response, lambda: f"HTTP {response.status_code}")
+            return _judge(response, lambda: f"HTTP {response.status_code}")
 
 
 class _SignedInvoke:
@@ -156,7 +213,7 @@ class _SignedInvoke:
         self.operation = client.meta.service_model.operation_model("InvokeEndpoint")
         protocol = self.operation.metadata["protocol"]
         params = {"EndpointName": SPEC.target.endpoint, "ContentType": "application/json",
-                  "Accept": "application/json", "Body": BODY,
+                  "Accept": "application/json", "Body": BODIES[0],
                   **({"InferenceComponentName": SPEC.target.component} if SPEC.target.component else {})}
         request = serialize.create_serializer(protocol).serialize_to_request(params, self.operation)
         endpoint = urlsplit(client.meta.endpoint_url)
@@ -173,9 +230,9 @@ class _SignedInvoke:
         self.parser = parsers.create_parser(protocol)
         self.signer, self.request = SigV4Auth, AWSRequest  # imported once, not per request
 
-    def signed_headers(self) -> dict[str, str]:
+    def signed_headers(self, body: bytes) -> dict[str, str]:
         # A signer per request: it holds the credentials, frozen now, as they may have been refreshed since.
-        request = self.request(method="POST", url=self.url, data=BODY, headers=dict(self.headers))
+        request = self.request(method="POST", url=self.url, data=body, headers=dict(self.headers))
         self.signer(self.credentials.get_frozen_credentials(), self.signing_name, self.region).add_auth(request)
         return dict(request.headers.items())
 
@@ -197,60 +254,85 @@ def _ca_bundle(cafile: str | None = None):
 _invoke: _SignedInvoke | None = _SignedInvoke() if SPEC.target.kind == "sagemaker" else None
 
 
-class SageMakerTarget(FastHttpUser):
+class SageMakerTarget(_OpenArrivals, FastHttpUser):
     abstract = SPEC.target.kind != "sagemaker"
     host = _invoke.host if _invoke else "http://unused"
     network_timeout = connection_timeout = SPEC.timeout_s
     insecure = False  # FastHttpUser's default skips certificate checks: SageMaker's are checked, as boto3 does
     ssl_context_factory = staticmethod(_ca_bundle)
-    wait_time = paced
+    wait_time = _paced
+    tasks = [_OpenArrivals.arrive]
 
-    def on_start(self) -> None:
-        _start_on_phase(self)
-
-    @task
-    def invoke(self) -> None:
-        with self.client.post(_invoke.path, data=BODY, name=SPEC.model, catch_response=True,
-                              headers=_invoke.signed_headers()) as response:
-            _judge(response, lambda: _invoke.error_kind(response.status_code, response.headers, response.content or b""))
+    def send(self, body: bytes) -> tuple[str | None, int]:
+        with self.client.post(_invoke.path, data=body, name=SPEC.model, catch_response=True,
+                              headers=_invoke.signed_headers(body)) as response:
+            return _judge(response, lambda: _invoke.error_kind(response.status_code, response.headers,
+                                                               response.content or b""))
 
 
 class Steps(LoadTestShape):
-    """The spec's steps; at each new step every generator hears its index, start and pace before the users
-    change."""
+    """The spec's steps; at each new step every generator hears its index, start and grid before the users
+    change, and the step that ended is reported in one line."""
 
     _index: int | None = None
+    _interval: float | None = None
+
+    _drain_began: float | None = None
 
     def tick(self):
         run_time = self.get_run_time()
         index = pacing.step_at(SPEC.steps, run_time)
+        generators = self.runner.worker_count if isinstance(self.runner, MasterRunner) else 1
+        users = pacing.users_for(generators)
         if index is None:
-            return None
+            return self._drain(run_time, users)
         if index != self._index:
-            previous = PACES[self._index] if self._index is not None else None
-            data = {"index": index, "t0": round(run_time, 3), "per_user_rate": PACES[index].per_user_rate,
-                    "settle_s": pacing.settle_s(SPEC.steps[index], PACES[index], previous),
-                    "generators": self.runner.worker_count if isinstance(self.runner, MasterRunner) else 1}
+            if self._index is not None:
+                _progress(self._index, final=False)
+            step = SPEC.steps[index]
+            interval = users / step.rate
+            data = {"index": index, "t0": round(run_time, 3), "per_user_rate": step.rate / users,
+                    "settle_s": pacing.settle_s(step, interval, self._interval), "generators": generators}
             if _State.started is None:
                 _State.started = _now_iso()
             if isinstance(self.runner, MasterRunner):
                 self.runner.send_message(STEP_MESSAGE, data)
             _apply_step(data)
-            self._index = index
-        users = PACES[index].users
-        # Every user of the step within a quarter of a second (Locust spawns at the given rate per second);
-        # each then waits for its phase.
-        return users, 4 * users
+            self._index, self._interval = index, interval
+            print(f"{PROGRESS} step {index + 1} of {len(SPEC.steps)}: {step.rate:g} req/s "
+                  f"({100 * step.rate / SPEC.judged_rate:.0f} % of the full rate) for {step.seconds:g} s from "
+                  f"{generators} generator{'s' if generators > 1 else ''}", flush=True)
+        # One scheduling user per generator, started at once; each waits for its first due time.
+        return users, 100
+
+    def _drain(self, run_time: float, users: int):
+        """After the last step: nothing more is sent, and the run ends once every generator has reported that all
+        it sent has ended (or the request timeout has passed): Locust's own end gives workers half a second."""
+        if self._drain_began is None:
+            self._drain_began = run_time
+            if isinstance(self.runner, MasterRunner):
+                self.runner.send_message(DRAIN_MESSAGE, None)
+            _drain()
+        if isinstance(self.runner, MasterRunner):
+            drained = _State.aggregator.drained(self.runner.worker_count)
+        else:
+            drained = _State.in_flight == 0
+        if drained or run_time - self._drain_began > SPEC.timeout_s + DRAIN_SLACK_S:
+            return None
+        return users, 100
 
 
-def _on_request(request_type, name, response_time, response_length, exception=None, **_kwargs) -> None:
-    if exception is None:
-        kind = None
-    elif isinstance(exception, CatchResponseError):
-        kind = str(exception.args[0]) if exception.args else "failure"
-    else:
-        kind = measure.error_kind(exception)
-    _State.recorder.record(float(response_time), kind)
+def _drain(*_args, **_kwargs) -> None:
+    _State.draining = True
+    _State.recorder.stop()
+
+
+def _progress(index: int, *, final: bool) -> None:
+    """The step's line as the master (or the one local process) has it now: workers report every second."""
+    if not isinstance(_State.runner, MasterRunner):
+        _State.aggregator.add(_State.recorder.report(final=final))
+    result = _State.aggregator.result(SPEC, started=_State.started or _now_iso(), finished=_now_iso(), workers=0)
+    print(f"{PROGRESS} {report.progress(result, index + 1, result.steps[index])}", flush=True)
 
 
 def _sample_cpu() -> None:
@@ -270,9 +352,9 @@ def _on_init(environment, **_kwargs) -> None:
     runner = _State.runner = environment.runner
     if isinstance(runner, WorkerRunner):
         runner.register_message(STEP_MESSAGE, _on_step_message)
+        runner.register_message(DRAIN_MESSAGE, _drain)
     elif isinstance(runner, MasterRunner):
         _State.recorder.name = "master"
-    environment.events.request.add_listener(_on_request)
 
 
 @events.test_start.add_listener
@@ -289,11 +371,17 @@ def _on_test_stopping(environment, **_kwargs) -> None:
         _State.sampler.kill(block=False)
 
 
-@events.report_to_master.add_listener
-def _on_report_to_master(client_id, data, **_kwargs) -> None:
+def _worker_report() -> dict:
     # A worker's index comes with the master's answer to its connection: worker-1, worker-2, ...
     _State.recorder.name = f"worker-{getattr(_State.runner, 'worker_index', 0) + 1}"
-    data["inferstack"] = _State.recorder.report()
+    return {**_State.recorder.report(), "drained": _State.draining and _State.in_flight == 0}
+
+
+@events.report_to_master.add_listener
+def _on_report_to_master(client_id, data, **_kwargs) -> None:
+    data["inferstack"] = _worker_report()
+
+
 
 
 @events.worker_report.add_listener
@@ -312,6 +400,9 @@ def _on_quitting(environment, **_kwargs) -> None:
     workers = len(runner.worker_indexes) if isinstance(runner, MasterRunner) else 0
     result = _State.aggregator.result(SPEC, started=_State.started or _now_iso(), finished=_now_iso(),
                                       workers=workers)
+    if _State.step_index is not None:
+        index = _State.step_index
+        print(f"{PROGRESS} {report.progress(result, index + 1, result.steps[index])}", flush=True)
     try:
         report.write(result, Path(os.environ[OUT_ENV]))
     except OSError as exc:

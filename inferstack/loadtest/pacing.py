@@ -1,49 +1,31 @@
-"""How a step's rate becomes Locust users: enough users share the rate, each sending one request at a time,
-paced to a fixed interval (Locust's constant_throughput, with the interval changed at every step). Each user
-sends on its own phase of the interval, so together they send a steady stream, not bursts."""
+"""When each request of a step is due: an open system. Every generator runs one scheduling user that sends on a
+fixed grid (its share of the step's rate), whether or not earlier requests came back; a request that cannot
+leave on time leaves as soon as it can, late, and its latency still counts from when it was due. Nothing owed
+is skipped: a generator that falls behind sends its backlog late rather than dropping it (the coordinated
+omission a closed loop commits, where a slow answer delays the next request it would have measured)."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 from inferstack.loadtest.spec import Step
 
-# A paced user is closed-loop (one request in flight), so it can never exceed 1 / latency requests a second.
-# Paced at half of what a user whose every request took the SLO's p99 could send, a user keeps its pace while
-# the model meets its SLO and stops keeping it (the step's achieved rate falls short: fail) only once requests
-# take twice the SLO, so a slow model shows in the rate as well as in the latencies. Half, not all: a user that
-# is always sending would turn every slow answer into a missed request.
-HEADROOM = 0.5
-# Few users, but not one per 1,000 req/s: at 50 req/s a user's interval (20 ms) stays well above the
-# generator's scheduling jitter (gevent, sub-millisecond), and a worker carries thousands of them.
-MAX_PER_USER_RATE = 50.0
 # Locust's shape changes the users at most a second late (its tick), and spawns them within a quarter second.
 SETTLE_S = 1.0
-# Users take phases 0, g, 2g, ... (mod 1) of the interval, g the golden ratio's fraction: however many users a
-# generator runs, their phases stay evenly spread (a low-discrepancy sequence), so a step's request count over
-# any window is its rate times the window within a request or two, not within random phases' square root.
+# Generators take phases 0, g, 2g, ... (mod 1) of the interval, g the golden ratio's fraction: however many run,
+# their phases stay evenly spread (a low-discrepancy sequence), so a step's request count over any window is its
+# rate times the window within a request or two, and the generators' streams interleave instead of colliding.
 GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0
 
 
-@dataclass(frozen=True)
-class Pace:
-    users: int  # across every generator
-    per_user_rate: float  # requests per second each user sends
-
-
-def per_user_ceiling(p99_slo_ms: float) -> float:
-    return min(MAX_PER_USER_RATE, HEADROOM * 1000.0 / p99_slo_ms)
-
-
-def pace_for(rate: float, p99_slo_ms: float) -> Pace:
-    """As few users as carry `rate` at most per_user_ceiling each; together they send exactly `rate`."""
-    users = max(1, math.ceil(rate / per_user_ceiling(p99_slo_ms) - 1e-9))
-    return Pace(users=users, per_user_rate=rate / users)
+def users_for(generators: int) -> int:
+    """One scheduling user per generator process: its requests leave from greenlets of their own, so a user is a
+    clock, not a connection (Locust's dispatcher gives each worker one when users == workers)."""
+    return max(1, generators)
 
 
 def phase(index: int) -> float:
-    """The phase (a fraction of the interval) of a generator's `index`-th user."""
+    """The phase (a fraction of the interval) of the `index`-th scheduling user."""
     return (index * GOLDEN) % 1.0
 
 
@@ -53,12 +35,24 @@ def next_slot(after: float, anchor: float, interval: float, phase: float) -> flo
     return anchor + (j + phase) * interval
 
 
-def settle_s(step: Step, pace: Pace, previous: Pace | None) -> float:
-    """How long a step runs before it is measured: SETTLE_S for Locust to start its users, plus the longest
-    pacing interval (a user adopts the new pace after its current wait, a new user starts within one
-    interval); at most a quarter of the step."""
-    longest = max(1.0 / pace.per_user_rate, 1.0 / previous.per_user_rate if previous else 0.0)
-    return min(step.seconds / 4.0, SETTLE_S + longest)
+def next_due(previous: float, previous_interval: float, anchor: float, interval: float, phase: float) -> float:
+    """The request due after the one due at `previous`, whatever the time is now (a due time in the past is sent
+    at once, late). `anchor` and `interval`: the current step's grid. A request of an earlier step (due before
+    `anchor`) is followed on that step's own interval until its grid reaches the new step's start, so a step
+    change neither skips nor doubles what was owed."""
+    if previous < anchor:
+        following = previous + previous_interval
+        if following < anchor:
+            return following
+        return next_slot(anchor, anchor, interval, phase)
+    return next_slot(previous + interval / 2, anchor, interval, phase)
+
+
+def settle_s(step: Step, interval: float, previous_interval: float | None) -> float:
+    """How long a step runs before it is measured: SETTLE_S for Locust to start its users and every generator to
+    hear the step, plus the longest pacing interval (a user adopts the new grid after its current wait); at most a
+    quarter of the step."""
+    return min(step.seconds / 4.0, SETTLE_S + max(interval, previous_interval or 0.0))
 
 
 def step_at(steps: tuple[Step, ...], run_time: float) -> int | None:

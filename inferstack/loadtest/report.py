@@ -1,5 +1,6 @@
-"""A load test's result for people: a text report (per step: offered and achieved rate, latency percentiles,
-errors, the generators' CPU; the verdict and its reasons) and a picture of latency and rate over time with
+"""A load test's result for people: a text report (what was tested and against which rates; per step: offered,
+sent late, answered, goodput, rejections, timeouts, errors, latency percentiles from the due time; the
+generators' CPU; the verdict and its reasons), a line per step as the run goes, and a picture of latency and rate over time with
 the SLO and the step boundaries. `write` stores both beside result.json."""
 
 from __future__ import annotations
@@ -8,7 +9,8 @@ import io
 from pathlib import Path
 
 from inferstack import atomic_write
-from inferstack.loadtest.results import PICTURE_FILE, REPORT_FILE, RESULT_FILE, RunResult
+from inferstack.loadtest.results import PICTURE_FILE, REPORT_FILE, RESULT_FILE, RunResult, StepResult
+from inferstack.loadtest.spec import LATE_BUDGET_PERCENT, RATE_SHORTFALL
 
 
 def text(result: RunResult) -> str:
@@ -18,16 +20,28 @@ def text(result: RunResult) -> str:
         (f"{result.instances} x {result.instance_type}" if result.instances and result.instance_type else None)]))
     generators = (f"{result.workers} worker{'s' if result.workers > 1 else ''}" if result.workers
                   else "one local generator")
+    planned = (f"planned {result.planned_rate:g} req/s for {result.plan_basis}" if result.planned_rate is not None
+               else "no planned rate known")
     lines = [f"load test of {result.model} at {result.target}" + (f" ({where})" if where else ""),
-             f"SLO: p99 <= {result.p99_slo_ms:g} ms, errors <= {result.error_budget_percent:g} %; {generators}; "
-             f"{result.started} to {result.finished}", ""]
-    header = ("step", "offered/s", "achieved/s", "requests", "errors", "p50 ms", "p90 ms", "p99 ms", "max ms", "")
+             f"SLO: p99 <= {result.p99_slo_ms:g} ms, errors <= {result.error_budget_percent:g} %; full rate "
+             f"{result.judged_rate:g} req/s ({planned}); {generators}; {result.started} to {result.finished}",
+             "open system: requests sent on schedule whatever the server does; latency counts from when each was due"
+             + (f"; a send more than {result.late_after_ms:g} ms after it was due is late"
+                if result.late_after_ms is not None else ""),
+             f"percentiles: {result.resolution or 'not stated'}"]
+    if result.instance_type is None:
+        lines.append("instance type: not known (a run against a URL: whatever serves it)")
+    if result.below_plan:
+        lines.append(f"WARNING: {result.below_plan}")
+    lines.append("")
+    header = ("step", "offered/s", "%", "sent", "late", "answered", "goodput/s", "rejected", "timeouts", "errors",
+              "p50 ms", "p90 ms", "p99 ms", "max ms", "")
     rows = [header]
     for number, step in enumerate(result.steps, 1):
-        held = "ok" if step.within(result.p99_slo_ms, result.error_budget_percent) else "outside SLO"
-        rows.append((str(number), f"{step.offered_rps:g}", f"{step.achieved_rps:.1f}", str(step.requests),
-                     f"{step.failures} ({step.error_percent:.2f} %)", _ms(step.p50_ms), _ms(step.p90_ms),
-                     _ms(step.p99_ms), _ms(step.max_ms), held))
+        rows.append((str(number), f"{step.offered_rps:g}", f"{100 * step.offered_rps / result.judged_rate:.0f}",
+                     str(step.offered), str(step.late), str(step.answered), f"{step.goodput_rps:.1f}",
+                     str(step.rejected), str(step.timeouts), f"{step.failures} ({step.error_percent:.2f} %)",
+                     _ms(step.p50_ms), _ms(step.p90_ms), _ms(step.p99_ms), _ms(step.max_ms), status(result, step)))
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     lines += ["  ".join(cell.rjust(width) if i < len(header) - 1 else cell
                         for i, (cell, width) in enumerate(zip(row, widths))).rstrip() for row in rows]
@@ -44,6 +58,23 @@ def text(result: RunResult) -> str:
     best = result.highest_rate_within_slo
     lines.append("highest rate within the SLO: " + (f"{best:.1f} req/s" if best is not None else "none"))
     return "\n".join(lines) + "\n"
+
+
+def status(result: RunResult, step: StepResult) -> str:
+    """A step's judgement in a word or two: ok / outside SLO up to the full rate; held / not held above it."""
+    if step.late_percent > LATE_BUDGET_PERCENT or step.offered < step.due * (1 - RATE_SHORTFALL):
+        return "invalid: generators behind"
+    if result.overload(step):
+        return "overload held" if result.step_held(step) else "overload not held"
+    return "ok" if result.step_held(step) else "outside SLO"
+
+
+def progress(result: RunResult, number: int, step: StepResult) -> str:
+    """One line as a step ends (its figures so far; requests still in flight are not yet counted)."""
+    return (f"{result.step_label(number, step)} of {len(result.steps)}: sent {step.offered} ({step.late} late), "
+            f"answered {step.answered}, goodput {step.goodput_rps:.1f}/s, rejected {step.rejected}, timeouts "
+            f"{step.timeouts}, errors {step.failures}, p99 {_ms(step.p99_ms)} ms (SLO {result.p99_slo_ms:g}): "
+            f"{status(result, step)}")
 
 
 def _ms(value: float | None) -> str:

@@ -13,7 +13,9 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from inferstack.loadtest.results import PICTURE_FILE, REPORT_FILE, RESULT_FILE, ResultError, RunResult
@@ -26,6 +28,7 @@ OUT_ENV = "INFERSTACK_LOADTEST_OUT"
 LOCUSTFILE = Path(__file__).with_name("locustfile.py")
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the directory holding `inferstack/`
 LOOPBACK = "127.0.0.1"
+PROGRESS = "inferstack-progress:"  # the locustfile's prefix for a line to pass on as the run goes
 # Locust's imports, the workers' connection and the results at the end, on a loaded machine.
 STARTUP_S = 60.0
 STOP_S = 20.0
@@ -60,11 +63,19 @@ def locust_args(role: str, *, port: int | None = None, host: str = LOOPBACK, wor
     return args
 
 
-def locust_environment(spec: LoadTestSpec, out_dir: Path | None = None) -> dict[str, str]:
+def locust_environment(spec: LoadTestSpec, out_dir: Path | None = None, *,
+                       spec_file: Path | None = None) -> dict[str, str]:
+    """The environment of a Locust process: the spec inline, or in `spec_file` (written here: a payload can
+    pass the kernel's 128 KiB limit on one environment string)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOCUST_")}  # no stray Locust settings
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PACKAGE_ROOT), env.get("PYTHONPATH")]))
-    env[SPEC_ENV] = spec.to_json()
+    env.pop(SPEC_ENV, None)
     env.pop(SPEC_FILE_ENV, None)
+    if spec_file is None:
+        env[SPEC_ENV] = spec.to_json()
+    else:
+        spec_file.write_text(spec.to_json())
+        env[SPEC_FILE_ENV] = str(spec_file)
     if out_dir is not None:
         env[OUT_ENV] = str(out_dir)
     return env
@@ -73,9 +84,11 @@ def locust_environment(spec: LoadTestSpec, out_dir: Path | None = None) -> dict[
 class Processes:
     """Locust processes, each leading its own process group, logging to a file; `stop` ends every group."""
 
-    def __init__(self, log_dir: Path) -> None:
+    def __init__(self, log_dir: Path, on_progress: Callable[[str], None] | None = None) -> None:
         self.log_dir = log_dir
         self.started: list[tuple[str, subprocess.Popen, Path]] = []
+        self.on_progress = on_progress
+        self._read = 0  # how far the main process's log has been scanned for progress lines
 
     def start(self, name: str, args: list[str], env: dict[str, str]) -> subprocess.Popen:
         log = self.log_dir / f"{name}.log"
@@ -90,6 +103,7 @@ class Processes:
         fails first."""
         while True:
             code = main.poll()
+            self.pass_progress()
             if code is not None:
                 return code
             for name, process, _ in self.started:
@@ -99,6 +113,22 @@ class Processes:
                 raise LoadTestError(f"no result in the time allowed; every Locust process was stopped: "
                                     f"{self.tail(self.started[0][0])}")
             time.sleep(POLL_S)
+
+    def pass_progress(self) -> None:
+        """Hand the main process's new progress lines (the locustfile's PROGRESS prefix) to `on_progress`."""
+        if self.on_progress is None or not self.started:
+            return
+        try:
+            with open(self.started[0][2], "rb") as log:
+                log.seek(self._read)
+                chunk = log.read()
+        except OSError:
+            return
+        complete = chunk[:chunk.rfind(b"\n") + 1]  # a line still being written waits for the next poll
+        self._read += len(complete)
+        for line in complete.decode(errors="replace").splitlines():
+            if line.startswith(PROGRESS):
+                self.on_progress(line.removeprefix(PROGRESS).strip())
 
     def wait_all(self, seconds: float) -> None:
         """Give the others (workers leave when their master quits) `seconds` to exit by themselves."""
@@ -127,25 +157,27 @@ def default_timeout(spec: LoadTestSpec, workers: int = 0) -> float:
 
 def run_processes(spec: LoadTestSpec, out_dir: Path, *, workers: int, timeout: float, log_dir: Path,
                   bind_host: str = LOOPBACK, port: int | None = None, start_workers: bool = True,
-                  worker_wait_s: float = STARTUP_S) -> RunResult:
+                  worker_wait_s: float = STARTUP_S, on_progress: Callable[[str], None] | None = None) -> RunResult:
     """Locust (local, or a master with `workers` workers, started here when `start_workers`) writing into
-    `out_dir`; the result it wrote. Every process is stopped before this returns or raises."""
-    processes = Processes(log_dir)
+    `out_dir`; the result it wrote. `on_progress` gets a line as each step starts and ends. Every process is
+    stopped before this returns or raises, SIGTERM included (see stopped_on_sigterm)."""
+    processes = Processes(log_dir, on_progress)
     deadline = time.monotonic() + timeout
+    spec_file = log_dir / "spec.json"
     try:
         if workers == 0:
             main = processes.start("local", locust_args("local", request_timeout_s=spec.timeout_s),
-                                   locust_environment(spec, out_dir))
+                                   locust_environment(spec, out_dir, spec_file=spec_file))
         else:
             port = port or free_port(bind_host)
             main = processes.start("master", locust_args("master", port=port, host=bind_host, workers=workers,
                                                          worker_wait_s=worker_wait_s,
                                                          request_timeout_s=spec.timeout_s),
-                                   locust_environment(spec, out_dir))
+                                   locust_environment(spec, out_dir, spec_file=spec_file))
             if start_workers:
                 for number in range(1, workers + 1):
                     processes.start(f"worker-{number}", locust_args("worker", port=port, host=bind_host),
-                                    locust_environment(spec))
+                                    locust_environment(spec, spec_file=spec_file))
         code = processes.wait(main, deadline)
         processes.wait_all(min(STOP_S, max(0.0, deadline - time.monotonic())))
         name = processes.started[0][0]
@@ -161,7 +193,8 @@ def run_processes(spec: LoadTestSpec, out_dir: Path, *, workers: int, timeout: f
         processes.stop()
 
 
-def run_local(spec: LoadTestSpec, out_dir: Path, *, workers: int = 0, timeout: float | None = None) -> RunResult:
+def run_local(spec: LoadTestSpec, out_dir: Path, *, workers: int = 0, timeout: float | None = None,
+              on_progress: Callable[[str], None] | None = None) -> RunResult:
     """Run `spec` on this machine: one Locust process (`workers` 0), or a master and `workers` worker processes,
     all on 127.0.0.1 with a free port. Writes result.json, report.txt and latency.png into `out_dir` (created;
     existing files of those names are replaced only by a complete run) and returns the result. LoadTestError
@@ -173,13 +206,32 @@ def run_local(spec: LoadTestSpec, out_dir: Path, *, workers: int = 0, timeout: f
     staging = Path(tempfile.mkdtemp(prefix=".loadtest-", dir=out_dir))
     try:
         with tempfile.TemporaryDirectory(prefix="inferstack-locust-") as logs:
-            result = run_processes(spec, staging, workers=workers, log_dir=Path(logs),
+            result = run_processes(spec, staging, workers=workers, log_dir=Path(logs), on_progress=on_progress,
                                    timeout=timeout if timeout is not None else default_timeout(spec, workers))
         for name in (REPORT_FILE, PICTURE_FILE, RESULT_FILE):  # result.json last: it marks a complete set
             os.replace(staging / name, out_dir / name)
         return result
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def stopped_on_sigterm() -> Iterator[None]:
+    """Within the block, SIGTERM raises SystemExit (exit 143) instead of ending the process at once, so every
+    `finally` on the way out runs: the Locust processes it started are stopped, not left sending load. Ctrl-C
+    (KeyboardInterrupt) already unwinds that way. Only in the main thread, where Python delivers signals."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminate(signum, _frame) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def stop_groups(processes: list[subprocess.Popen], *, grace_s: float) -> None:

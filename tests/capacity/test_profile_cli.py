@@ -90,7 +90,7 @@ def test_bad_arguments_exit_2_with_one_line(config_copy, capsys, args, expected)
 
 def test_a_result_file_that_is_not_one_is_one_line(config_copy, tmp_path, capsys):
     path = tmp_path / "result.json"
-    path.write_text('{"schema_version": 1, "steps": "many"}')
+    path.write_text('{"schema_version": 2, "steps": "many"}')
     assert profile(config_copy, "--from-result", str(path)) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"profile: error: {path}: not a load test result: ") and err.count("\n") == 1

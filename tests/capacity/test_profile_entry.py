@@ -22,7 +22,7 @@ def make(result, **kwargs):
 
 
 def test_a_passing_run_is_profiled_at_its_last_step_per_instance():
-    result = run(step(100, 4.0), step(200, 6.0), step(400, 9.5, achieved=398.7))
+    result = run(step(100, 4.0), step(200, 6.0), step(400, 9.5, achieved=398.7, sent=11961))
     assert result.verdict == PASS
     made = make(result)
     assert made.instance_type == "inf1.xlarge"
@@ -79,14 +79,15 @@ def test_a_run_where_no_step_held_is_refused_naming_each_step():
         make(result)
     message = str(caught.value)
     assert message.startswith("no step held p99 <= 10 ms with errors <= 0.1 % at its rate")
-    assert "100 req/s: achieved 100.0, p99 12.0 ms" in message and "200 req/s" in message
+    assert "100 req/s: answered 100.0/s, p99 12.0 ms from the due time" in message and "200 req/s" in message
     assert "\n" not in message
 
 
 def test_a_run_that_answered_nothing_is_refused():
-    result = run(step(100, None, achieved=0))
-    with pytest.raises(ProfileRefused, match="nothing was measured"):
-        make(result)
+    with pytest.raises(ProfileRefused, match=r"no step held .*100 req/s: answered 0\.0/s, p99 n/a"):
+        make(run(step(100, None, achieved=0)))
+    with pytest.raises(ProfileRefused, match="no request was sent: nothing was measured"):
+        make(run(step(100, None, achieved=0, sent=0)))
 
 
 def test_instances_come_from_the_run_unless_given():

@@ -7,6 +7,7 @@ Locust runs are tests/loadtest/'s and the Fargate orchestration's."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import pytest
 import yaml
 
@@ -32,13 +33,15 @@ def gate_staging(config_dir) -> None:
 
 
 def result(model: str, digest: str, *, p99: float = 7.0, errors: int = 0, cpu: float = 40.0,
-           environment: str = "dev") -> results.RunResult:
-    step = results.StepResult(offered_rps=100, achieved_rps=99.5, seconds=60, requests=5970, failures=errors,
+           environment: str = "dev", planned: float | None = 100.0) -> results.RunResult:
+    step = results.StepResult(offered_rps=100, seconds=60, offered=6000, late=0, late_max_ms=0.0,
+                              answered=6000 - errors, good=5970 - errors, rejected=errors, timeouts=0, failures=errors,
                               errors={"HTTP 503": errors} if errors else {}, p50_ms=3.0, p90_ms=5.0, p99_ms=p99,
                               max_ms=p99 * 2)
     return results.RunResult(model=model, target="http://internal", started="2026-11-24T10:00:00Z",
                              finished="2026-11-24T10:05:00Z", p99_slo_ms=10, error_budget_percent=0.1,
                              steps=(step,), generators=(results.Generator("master", cpu, cpu / 2),), workers=2,
+                             full_rate=100.0, planned_rate=planned, plan_basis="1 x inf1.xlarge in dev",
                              environment=environment, release=digest)
 
 
@@ -95,8 +98,8 @@ def test_every_model_passing_promotes_and_the_pin_records_the_evidence(gated, ca
     code, out, err = promote_cli(capsys, config_dir, "--apply")
     assert code == 0, err
     for model in TESTED:
-        assert (f"  {model}: load test pass at 100 req/s, p99 7.0 ms (SLO 10 ms), errors 0.00 %, "
-                f"2026-11-24T10:05:00Z, {where[model]}") in out
+        assert (f"  {model}: load test pass at 100 req/s offered (100 within the SLO), p99 7.0 ms (SLO 10 ms), "
+                f"errors 0.00 %, 2026-11-24T10:05:00Z, {where[model]}") in out
     pin = ReleasePin.model_validate_json((config_dir / "releases" / "staging.json").read_text())
     assert pin.load_test is not None and not pin.load_test.skipped
     assert pin.load_test.gate == "staging is deployed after an approval (pipeline.approval_before)"
@@ -105,9 +108,12 @@ def test_every_model_passing_promotes_and_the_pin_records_the_evidence(gated, ca
 
 
 @pytest.mark.parametrize("newest, reason", [
-    (dict(p99=12.5), "p99 12.5 ms above the SLO's 10 ms at 100 req/s"),
-    (dict(errors=30), "errors 0.50 % above the budget's 0.1 % (HTTP 503: 30)"),
+    (dict(p99=12.5), "step 1 (100 req/s, 100 %): p99 12.5 ms above the SLO's 10 ms"),
+    (dict(errors=30), "step 1 (100 req/s, 100 %): errors 0.50 % above the budget's 0.1 % (HTTP 503: 30)"),
     (dict(cpu=96.0), "generator master saturated: CPU 96 % (>= 90 %)"),
+    # A pass, but at a tenth of the rate the plan asks of the instances: it shows nothing about that rate.
+    (dict(planned=1000.0), "the full rate 100 req/s is 10 % of the planned 1000 req/s (1 x inf1.xlarge in dev): "
+                           "a pass here does not show the plan holds"),
 ])
 def test_the_newest_run_decides_a_pass_then_a_miss_refuses(gated, capsys, newest, reason):
     config_dir, images = gated
@@ -138,11 +144,25 @@ def test_a_corrupt_result_is_a_one_line_error(gated, capsys):
     config_dir, images = gated
     digest = images[TESTED["intent-bert"]].digest
     key = results.results_key(digest, "intent-bert", "20261124T100000Z-aaaaaa")
-    aws_fakes.session("dev").client("s3").put_object(Bucket=BUCKET, Key=key, Body=b'{"schema_version": 1}')
+    aws_fakes.session("dev").client("s3").put_object(Bucket=BUCKET, Key=key, Body=b'{"schema_version": 2}')
     code, _, err = promote_cli(capsys, config_dir, "--apply")
     assert code == 1
     assert err[-1] == (f"promote: error: load test gate: s3://{BUCKET}/{key}: not a load test result: "
                        "KeyError: 'steps'")
+
+
+def test_a_closed_loop_result_from_before_the_open_model_is_not_evidence(gated, capsys):
+    config_dir, images = gated
+    digest = images[TESTED["intent-bert"]].digest
+    key = results.results_key(digest, "intent-bert", "20261124T100000Z-aaaaaa")
+    old = result("intent-bert", digest).to_dict()
+    old["schema_version"] = 1
+    aws_fakes.session("dev").client("s3").put_object(Bucket=BUCKET, Key=key, Body=json.dumps(old).encode())
+    code, _, err = promote_cli(capsys, config_dir, "--apply")
+    assert code == 1
+    assert err[-1] == (f"promote: error: load test gate: s3://{BUCKET}/{key}: schema_version 1, this tool reads 2 "
+                       "(version 1 came from closed-loop users that a stalling server could fool: run the load test "
+                       "again)")
 
 
 def test_skip_load_test_promotes_and_is_recorded(dev, capsys):

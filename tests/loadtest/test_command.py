@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from inferstack import cli, config
 from inferstack.capacity import planning
@@ -23,14 +25,26 @@ def test_spec_for_uses_smokes_request_the_slo_and_the_planned_rate_times_the_ins
     model, environment = PROJECT.model("intent-bert"), PROJECT.environments["staging"]
     spec = shape.spec_for(model, "staging", environment, target=URL, instances=3, release="r7")
     probe = smoke.probe_for(model)
-    assert (spec.body, spec.outputs) == (probe.body, probe.outputs)
+    assert (spec.bodies, spec.outputs) == ((probe.body,), probe.outputs)
     assert spec.p99_slo_ms == model.slo_for("staging").p99_latency_ms
     full = planning.plan(model, "staging", environment).target_per_instance_per_second * 3
     assert [s.rate for s in spec.steps] == pytest.approx([full * f for f in (0.25, 0.5, 0.75, 1.0)])
     # Held long enough to read a p99 (500 requests), and at least 30 s.
     assert all(s.seconds == max(30.0, 500 / s.rate) for s in spec.steps)
-    assert (spec.environment, spec.release, spec.instances, spec.instance_type) == ("staging", "r7", 3, "inf1.6xlarge")
+    # A run against a URL does not know what serves it: the plan's instance type is what the rate is for.
+    assert (spec.environment, spec.release, spec.instances, spec.instance_type) == ("staging", "r7", 3, None)
+    assert (spec.full_rate, spec.planned_rate) == (pytest.approx(full, abs=1e-3), pytest.approx(full, abs=1e-3))
+    assert spec.plan_basis == "3 x inf1.6xlarge in staging"
     assert LoadTestSpec.from_json(spec.to_json()) == spec
+
+
+def test_spec_for_records_the_planned_rate_beside_a_rate_given_and_steps_may_go_above_it():
+    model, environment = PROJECT.model("intent-bert"), PROJECT.environments["staging"]
+    spec = shape.spec_for(model, "staging", environment, target=URL, rate=10.0, fractions=(0.5, 1, 1.5, 2))
+    assert [s.rate for s in spec.steps] == [5.0, 10.0, 15.0, 20.0]
+    assert spec.full_rate == 10.0 and spec.judged_rate == 10.0
+    assert spec.planned_rate == pytest.approx(planning.plan(model, "staging", environment)
+                                              .target_per_instance_per_second, abs=1e-3)
 
 
 def test_spec_for_a_triton_model_asks_for_its_default_models_outputs():
@@ -46,9 +60,10 @@ def test_spec_for_a_triton_model_asks_for_its_default_models_outputs():
     ({"rate": float("nan")}, "rate: must be a number > 0"),
     ({"instances": 0}, "instances: must be a whole number >= 1"),
     ({"hold": -1.0}, "hold: must be a number of seconds > 0"),
-    ({"fractions": (0.5, 0.25, 1.0)}, "steps: fractions must rise and end at 1"),
-    ({"fractions": (0.5, 0.75)}, "steps: fractions must rise and end at 1"),
-    ({"fractions": (0.0, 1.0)}, "steps: every fraction must be within (0, 1]"),
+    ({"fractions": (0.5, 0.25, 1.0)}, "steps: fractions must rise and include 1 (the full rate)"),
+    ({"fractions": (0.5, 0.75)}, "steps: fractions must rise and include 1 (the full rate)"),
+    ({"fractions": (0.0, 1.0)}, "steps: every fraction must be within (0, 4]"),
+    ({"fractions": (1.0, 5.0)}, "steps: every fraction must be within (0, 4]"),
 ])
 def test_spec_for_rejects_bad_values_naming_them(kwargs, message):
     with pytest.raises(SpecError, match=message.replace("(", r"\(").replace(")", r"\)").replace("]", r"\]")):
@@ -57,7 +72,7 @@ def test_spec_for_rejects_bad_values_naming_them(kwargs, message):
 
 @pytest.mark.parametrize("text, message", [
     ("not json", "load test spec: JSONDecodeError"),
-    (json.dumps({"schema_version": 99}), "schema_version: 99, this tool reads 1"),
+    (json.dumps({"schema_version": 99}), "schema_version: 99, this tool reads 2"),
     ("{}", "schema_version: None"),
 ])
 def test_a_spec_that_is_not_one_is_rejected_in_one_line(text, message):
@@ -102,7 +117,10 @@ def test_targets_are_urls_or_sagemaker_endpoints(target, expected):
     (["--target", "http://x", "--instances", "0"], "loadtest: error: --instances: must be >= 1, got 0"),
     (["--target", "http://x", "--workers", "-1"], "loadtest: error: --workers: must be within 0..64, got -1"),
     (["--target", "http://x", "--steps", "0.5,x"], "loadtest: error: --steps: '0.5,x' is not a comma-separated list"),
-    (["--target", "http://x", "--steps", "1,0.5"], "loadtest: error: --steps: fractions must rise and end at 1"),
+    (["--target", "http://x", "--steps", "1,0.5"], "loadtest: error: --steps: fractions must rise and include 1"),
+    (["--target", "http://x", "--steps", "0.5,0.75"], "loadtest: error: --steps: fractions must rise and include 1"),
+    (["--target", "http://x", "--payload", "/nonexistent/p.jsonl"],
+     "loadtest: error: --payload: /nonexistent/p.jsonl: No such file or directory"),
     ([], "loadtest: error: --env: dev has no load_test in environments.yaml (no generators there); give --target"),
     (["--env", "staging", "--release", "r1"], "loadtest: error: --release: in an environment the release is the image "
                                               "digest the model runs there"),
@@ -140,3 +158,51 @@ def test_out_must_be_a_directory(capsys, tmp_path):
     assert cli.main(["loadtest", "--config-dir", str(CONFIG_DIR), "--model", "intent-bert", "--env", "dev",
                      "--target", "http://127.0.0.1:1", "--out", str(tmp_path / "file")]) == 2
     assert capsys.readouterr().err == f"loadtest: error: --out: {tmp_path / 'file'} exists and is not a directory\n"
+
+
+GOOD_BODY = '{"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1], "data": ["book a flight"]}]}'
+
+
+@pytest.mark.parametrize("content, message", [
+    (f"{GOOD_BODY}\n\n{{not json\n", "p.jsonl:3: not JSON (Expecting property name enclosed in double quotes)"),
+    ("[1, 2]\n", 'p.jsonl:1: a request body is a JSON object with a non-empty "inputs" list (KServe v2)'),
+    ('{"inputs": []}\n', 'p.jsonl:1: a request body is a JSON object with a non-empty "inputs" list'),
+    ("# only a comment\n\n", "p.jsonl: no request in it (one JSON body per line)"),
+    (b"\xff\xfe{}\n", "p.jsonl: not UTF-8 text"),
+    ("[" * 100_000 + "\n", "p.jsonl:1: nested too deeply to be a request"),
+])
+def test_a_bad_payload_file_is_one_line_naming_the_file_and_line(capsys, tmp_path, content, message):
+    payload = tmp_path / "p.jsonl"
+    payload.write_bytes(content if isinstance(content, bytes) else content.encode())
+    argv = ["loadtest", "--config-dir", str(CONFIG_DIR), "--model", "intent-bert", "--env", "dev", "--target",
+            "http://127.0.0.1:9", "--payload", str(payload), "--out", str(tmp_path / "out")]
+    assert cli.main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.splitlines()) == 1, err
+    assert err.startswith(f"loadtest: error: --payload: {tmp_path}/{message}"), err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_payload_file_gives_the_spec_its_requests_in_order(tmp_path):
+    payload = tmp_path / "p.jsonl"
+    second = GOOD_BODY.replace("book a flight", "cancel my order")
+    payload.write_text(f"# production mix\n{GOOD_BODY}\n\n{second}\n")
+    bodies = command.read_payload(payload)
+    assert [b["inputs"][0]["data"] for b in bodies] == [["book a flight"], ["cancel my order"]]
+    spec = shape.spec_for(PROJECT.model("intent-bert"), "dev", PROJECT.environments["dev"], target=URL, rate=4.0,
+                          bodies=bodies)
+    assert [json.loads(b) for b in spec.body_bytes()] == list(bodies)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.binary(max_size=400))
+@pytest.mark.fuzz
+def test_any_payload_file_is_read_or_refused_in_one_line(tmp_path, content):
+    payload = tmp_path / "fuzz.jsonl"
+    payload.write_bytes(content)
+    try:
+        bodies = command.read_payload(payload)
+    except command.LoadTestUsageError as exc:
+        assert str(exc).startswith(f"--payload: {payload}") and "\n" not in str(exc)
+    else:
+        assert bodies and all(isinstance(b, dict) and b["inputs"] for b in bodies)

@@ -1,16 +1,21 @@
 """What a generator records and how the master adds it up (inferstack/loadtest/measure.py), with a clock the
-test moves: requests count in the step they were sent in, after its settle time; each step's percentiles come
-from its own requests; errors are counted by kind; generators' rates add up; a saturated generator makes the
-run invalid."""
+test moves: requests count in the step they were due in, after its settle time, with their latency from the due
+time; late sends, rejections, timeouts and requests never answered are counted, not skipped; each step's
+percentiles come from every generator's merged HdrHistogram; a saturated or late generator makes the run
+invalid; steps above the full rate are judged on what was admitted and the goodput held."""
 
 from __future__ import annotations
+
+import json
 
 import botocore.exceptions
 import pytest
 
 from inferstack.loadtest import measure
-from inferstack.loadtest.results import FAIL, INVALID, PASS, Generator, RunResult, StepResult
+from inferstack.loadtest.results import FAIL, INVALID, PASS, Generator, ResultError, RunResult, StepResult
 from inferstack.loadtest.spec import ExpectedOutput, LoadTestSpec, Step, Target
+
+SLO_MS = 50.0
 
 
 class Clock:
@@ -21,146 +26,272 @@ class Clock:
         return self.now
 
 
-def spec(*steps: Step, slo_ms: float = 50.0) -> LoadTestSpec:
+def spec(*steps: Step, slo_ms: float = SLO_MS, **changes) -> LoadTestSpec:
     return LoadTestSpec(model="m", target=Target(kind="http", url="http://127.0.0.1:1/v2/models/m/infer"),
-                        body={"inputs": []}, outputs=(ExpectedOutput("logits", "FP32", (1, 2)),),
-                        steps=steps or (Step(rate=10, seconds=10), Step(rate=20, seconds=10)), p99_slo_ms=slo_ms)
+                        bodies=({"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1], "data": ["hi"]}]},),
+                        outputs=(ExpectedOutput("logits", "FP32", (1, 2)),),
+                        steps=steps or (Step(rate=10, seconds=10), Step(rate=20, seconds=10)), p99_slo_ms=slo_ms,
+                        **changes)
 
 
-def run_two_steps(recorder: measure.Recorder, clock: Clock, first_ms: float, second_ms: float) -> None:
-    """Step 1 (settle 1 s) then step 2 (settle 1 s), 10 s each; 10 requests a second of first_ms / second_ms."""
-    recorder.begin_step(0, t0=0.0, settle_s=1.0)
-    for tick in range(100):  # 10 s at 10 a second, each answered `first_ms` after it was sent
-        clock.now += 0.1
-        recorder.record(first_ms, None)
-    recorder.begin_step(1, t0=10.0, settle_s=1.0)
-    for tick in range(100):
-        clock.now += 0.1
-        recorder.record(second_ms, None)
+def recorder(name: str, clock: Clock) -> measure.Recorder:
+    return measure.Recorder(name, slo_ms=SLO_MS, late_after_ms=5.0, clock=clock)
+
+
+def send(recorder: measure.Recorder, clock: Clock, latency_ms: float, kind: str | None = None, *, status: int = 200,
+         late_ms: float = 0.0) -> None:
+    """One request due now, leaving `late_ms` after it, ended `latency_ms` after it was due."""
+    due = clock.now
+    recorder.left(due, due + late_ms / 1000.0)
+    clock.now = due + latency_ms / 1000.0
+    recorder.ended(due, kind, status)
+    clock.now = due
+
+
+def run_steps(recorder: measure.Recorder, clock: Clock, *latencies_ms: float, rate: float = 10,
+              seconds: float = 10, settle_s: float = 1.0) -> None:
+    origin = clock.now
+    for index, ms in enumerate(latencies_ms):
+        clock.now = origin + index * seconds
+        recorder.begin_step(index, t0=index * seconds, settle_s=settle_s)
+        for i in range(int(rate * seconds)):  # due half an interval off the step's boundaries
+            clock.now = origin + index * seconds + (i + 0.5) / rate
+            send(recorder, clock, ms)
+    clock.now = origin + len(latencies_ms) * seconds
     recorder.stop()
 
 
-def test_each_step_holds_its_own_requests_sent_after_its_settle_time():
-    clock = Clock()
-    recorder = measure.Recorder("local", clock=clock)
-    run_two_steps(recorder, clock, first_ms=5.0, second_ms=40.0)
+def result_of(*recorders: measure.Recorder, the_spec: LoadTestSpec, workers: int = 0) -> RunResult:
     aggregator = measure.Aggregator()
-    aggregator.add(recorder.report(final=True))
-    result = aggregator.result(spec(Step(rate=10, seconds=10), Step(rate=10, seconds=10)), started="s", finished="f",
-                               workers=0)
-    first, second = result.steps
-    # 1 s of each 10 s step is settle time: 90 requests measured over 9 s, none of the other step's.
-    assert (first.requests, second.requests) == (90, 90)
-    assert first.seconds == pytest.approx(9.0) and first.achieved_rps == pytest.approx(10.0, rel=0.02)
-    assert first.p99_ms == 5.0 and first.max_ms == 5.0
-    assert second.p50_ms == 40.0 and second.p99_ms == 40.0
-    assert (first.started_s, second.started_s) == (0.0, 10.0)
-    assert result.verdict == PASS
+    for each in recorders:
+        aggregator.add(each.report(final=True))
+    return aggregator.result(the_spec, started="s", finished="f", workers=workers)
 
 
-def test_a_request_counts_in_the_step_it_was_sent_in_not_the_one_it_was_answered_in():
+def test_each_step_holds_the_requests_due_after_its_settle_time_with_latency_from_the_due_time():
     clock = Clock()
-    recorder = measure.Recorder("local", clock=clock)
-    recorder.begin_step(0, t0=0.0, settle_s=0.0)
+    one = recorder("local", clock)
+    run_steps(one, clock, 5.0, 40.0)
+    first, second = result_of(one, the_spec=spec(Step(rate=10, seconds=10), Step(rate=10, seconds=10))).steps
+    # 1 s of each 10 s step is settle time: 90 requests measured over 9 s, none of the other step's.
+    assert (first.offered, second.offered) == (90, 90)
+    assert (first.answered, first.good, first.late, first.failures) == (90, 90, 0, 0)
+    assert first.seconds == pytest.approx(9.0) and first.goodput_rps == pytest.approx(10.0, rel=0.02)
+    # HdrHistogram's 3 significant digits: the top of the value's bucket, at most 0.1 % above it.
+    assert first.p99_ms == pytest.approx(5.0, rel=1e-3) and first.p99_ms >= 5.0
+    assert second.p50_ms == pytest.approx(40.0, rel=1e-3) and second.max_ms == pytest.approx(40.0, rel=1e-3)
+    assert (first.started_s, second.started_s) == (0.0, 10.0)
+
+
+def test_a_request_counts_in_the_step_it_was_due_in_not_the_one_it_ended_in():
+    clock = Clock()
+    one = recorder("local", clock)
+    one.begin_step(0, t0=0.0, settle_s=0.0)
     clock.now += 5.0
-    recorder.begin_step(1, t0=5.0, settle_s=0.5)
+    one.begin_step(1, t0=5.0, settle_s=0.5)
     clock.now += 1.0
-    recorder.record(2000.0, None)  # sent 2 s ago: in step 1's time
-    recorder.record(800.0, None)   # sent 0.8 s ago: during step 2's settle time, not measured
-    recorder.record(100.0, None)   # sent in step 2's measured time
-    recorder.stop()
-    steps = dict(recorder.report()["steps"])
-    assert steps[0]["requests"] == 1 and steps[0]["latencies"] == [[2000.0, 1]]
-    assert steps[1]["requests"] == 1 and steps[1]["latencies"] == [[100.0, 1]]
+    for due_ago in (2.0, 0.8, 0.1):  # due in step 1; during step 2's settle time (not measured); in step 2
+        one.ended(clock.now - due_ago, None, 200)
+    one.stop()
+    steps = dict(one.report()["steps"])
+    firsts = measure.StepTally.from_wire(steps[0])
+    seconds = measure.StepTally.from_wire(steps[1])
+    assert firsts.answered == 1 and measure.histogram_ms(firsts.histogram, 100) == pytest.approx(2000.0, rel=1e-3)
+    assert seconds.answered == 1 and measure.histogram_ms(seconds.histogram, 100) == pytest.approx(100.0, rel=1e-3)
+
+
+def test_late_sends_are_counted_with_their_lateness_and_their_wait_is_in_the_latency():
+    clock = Clock()
+    one = recorder("local", clock)
+    one.begin_step(0, t0=0.0, settle_s=0.0)
+    for i in range(100):
+        clock.now += 0.01
+        # Every tenth request waited 30 ms for a slot; its answer took 2 ms once sent: 32 ms from its due time.
+        send(one, clock, 32.0 if i % 10 == 0 else 2.0, late_ms=30.0 if i % 10 == 0 else 0.2)
+    one.stop()
+    run = result_of(one, the_spec=spec(Step(rate=100, seconds=1)))
+    (step,) = run.steps
+    assert (step.offered, step.late, step.late_max_ms) == (100, 10, 30.0)
+    assert step.p99_ms == pytest.approx(32.0, rel=1e-3)
+    # 10 % of the sends late (the budget is 1 %): the generator, not only the server, was measured.
+    assert run.verdict == INVALID
+    assert run.reasons == ["step 1 (100 req/s, 100 %): 10 late sends (10.0 % of 100, up to 30 ms after they were "
+                           "due): the generators fell behind (in-flight bound reached or CPU); add workers"]
+    assert run.highest_rate_within_slo is None
+
+
+def test_a_generator_that_sent_fewer_than_were_due_is_not_a_measurement():
+    clock = Clock()
+    one = recorder("local", clock)
+    one.begin_step(0, t0=0.0, settle_s=0.0)
+    for _ in range(50):  # half of what 100 req/s makes due in a second
+        clock.now += 0.02
+        send(one, clock, 2.0)
+    one.stop()
+    run = result_of(one, the_spec=spec(Step(rate=100, seconds=1)))
+    assert run.verdict == INVALID
+    assert run.reasons == ["step 1 (100 req/s, 100 %): the generators sent 50 of the 100 requests due"]
 
 
 def test_failures_count_by_kind_against_the_budget_and_not_in_the_latencies():
     clock = Clock()
-    recorder = measure.Recorder("local", clock=clock)
-    recorder.begin_step(0, t0=0.0, settle_s=0.0)
+    one = recorder("local", clock)
+    one.begin_step(0, t0=0.0, settle_s=0.0)
     for i in range(200):
         clock.now += 0.01
-        kind = ("HTTP 503" if i % 50 == 0 else "invalid answer: output logits missing (got none)" if i % 40 == 1
-                else None)
-        recorder.record(0.1 if kind == "HTTP 503" else 20.0, kind)
-    recorder.stop()
-    aggregator = measure.Aggregator()
-    aggregator.add(recorder.report())
-    result = aggregator.result(spec(Step(rate=100, seconds=2)), started="s", finished="f", workers=0)
-    (step,) = result.steps
-    assert step.errors == {"HTTP 503": 4, "invalid answer: output logits missing (got none)": 5}
-    assert (step.requests, step.failures) == (200, 9)
-    assert step.p50_ms == step.p99_ms == 20.0  # a refused request's 0.1 ms does not flatter the latencies
-    assert result.verdict == FAIL
-    assert any("errors 4.50 % above the budget's 0.1 % (invalid answer: output logits missing (got none): 5, "
-               "HTTP 503: 4)" in reason for reason in result.reasons)
+        if i % 50 == 0:
+            send(one, clock, 0.1, "HTTP 503", status=503)
+        elif i % 40 == 1:
+            send(one, clock, 20.0, "invalid answer: output logits missing (got none)")
+        elif i == 7:
+            send(one, clock, 10_000.0, measure.TIMEOUT, status=0)
+        else:
+            send(one, clock, 20.0)
+    one.stop()
+    run = result_of(one, the_spec=spec(Step(rate=100, seconds=2)))
+    (step,) = run.steps
+    assert step.errors == {"HTTP 503": 4, "invalid answer: output logits missing (got none)": 5, "timeout": 1}
+    assert (step.offered, step.answered, step.failures, step.rejected, step.timeouts) == (200, 190, 10, 4, 1)
+    # A refused request's 0.1 ms does not flatter the latencies, and the timeout counts as an error instead.
+    assert step.p50_ms == pytest.approx(20.0, rel=1e-3) and step.p99_ms == pytest.approx(20.0, rel=1e-3)
+    assert run.verdict == FAIL
+    assert run.reasons == ["step 1 (100 req/s, 100 %): errors 5.00 % above the budget's 0.1 % (invalid answer: "
+                           "output logits missing (got none): 5, HTTP 503: 4, timeout: 1)"]
+
+
+def test_requests_still_unanswered_when_the_run_ends_are_failures_not_forgotten():
+    clock = Clock()
+    one = recorder("local", clock)
+    one.begin_step(0, t0=0.0, settle_s=0.0)
+    for i in range(100):
+        clock.now += 0.01
+        if i < 97:
+            send(one, clock, 2.0)
+        else:
+            one.left(clock.now, clock.now)  # sent, never answered
+    one.stop()
+    (step,) = result_of(one, the_spec=spec(Step(rate=100, seconds=1))).steps
+    assert (step.offered, step.answered, step.failures) == (100, 97, 3)
+    assert step.errors == {measure.UNANSWERED: 3}
 
 
 def test_distinct_error_kinds_are_bounded():
     tally = measure.StepTally()
     for i in range(measure.MAX_ERROR_KINDS + 5):
-        tally.add(1.0, f"invalid answer: reply is not JSON: b'{i}'")
+        tally.ended(1.0, f"invalid answer: reply is not JSON: b'{i}'", 200, SLO_MS)
     assert len(tally.errors) == measure.MAX_ERROR_KINDS + 1
     assert tally.errors[measure.OTHER_ERRORS] == 5 and tally.failures == measure.MAX_ERROR_KINDS + 5
 
 
-def test_the_master_adds_generators_up_and_keeps_only_each_ones_latest_report():
+def test_the_master_merges_every_generators_histogram_and_keeps_only_each_ones_latest_report():
     clocks = [Clock(), Clock()]
-    recorders = [measure.Recorder(f"worker-{n}", clock=c) for n, c in zip((1, 2), clocks)]
+    recorders = [recorder(f"worker-{n}", c) for n, c in zip((1, 2), clocks)]
     aggregator = measure.Aggregator()
-    for recorder, clock, ms in zip(recorders, clocks, (5.0, 30.0)):
-        recorder.begin_step(0, t0=0.0, settle_s=0.0)
+    for each, clock, ms in zip(recorders, clocks, (5.0, 30.0)):
+        each.begin_step(0, t0=0.0, settle_s=0.0)
         for _ in range(50):
             clock.now += 0.125  # 8 a second (exact in binary: whole seconds stay whole)
-            recorder.record(ms, None)
-        aggregator.add(recorder.report())  # a report midway...
+            send(each, clock, ms)
+        aggregator.add(each.report())  # a report midway...
         for _ in range(50):
             clock.now += 0.125
-            recorder.record(ms, None)
-        recorder.stop()
-        aggregator.add(recorder.report())  # ...is replaced by the later one, not added to it
-    result = aggregator.result(spec(Step(rate=16, seconds=12.5)), started="s", finished="f", workers=2)
-    (step,) = result.steps
-    assert step.requests == 200
-    assert step.achieved_rps == pytest.approx(16.0)  # 8 a second from each
-    assert step.p50_ms == 5.0 and step.p99_ms == 30.0 and step.max_ms == 30.0
+            send(each, clock, ms)
+        each.stop()
+        aggregator.add(each.report())  # ...is replaced by the later one, not added to it
+    run = aggregator.result(spec(Step(rate=16, seconds=12.5)), started="s", finished="f", workers=2)
+    (step,) = run.steps
+    assert step.offered == step.answered == 200
+    assert step.answered_rps == pytest.approx(16.0)  # 8 a second from each
+    # The percentiles of the merged histogram: half the requests at 5 ms (worker-1), half at 30 ms (worker-2).
+    assert step.p50_ms == pytest.approx(5.0, rel=1e-3) and step.p99_ms == pytest.approx(30.0, rel=1e-3)
     # The timeline: every second once (reports send each second once), both generators' requests in it.
-    assert [s.rps for s in result.timeline] == [14.0] + [16.0] * 11 + [10.0]
-    assert [g.name for g in result.generators] == ["worker-1", "worker-2"]
+    assert [s.rps for s in run.timeline] == [14.0] + [16.0] * 11 + [10.0]
+    assert [g.name for g in run.generators] == ["worker-1", "worker-2"]
+    assert run.resolution == measure.RESOLUTION and "3 significant digits" in run.resolution
 
 
 def test_cpu_is_sampled_while_steps_are_measured():
     clock = Clock()
-    recorder = measure.Recorder("worker-1", clock=clock)
-    recorder.sample_cpu(99.0)  # before the first step: starting up, not generating load
-    recorder.begin_step(0, t0=0.0, settle_s=1.0)
-    recorder.sample_cpu(95.0)  # during the settle time
+    one = recorder("worker-1", clock)
+    one.sample_cpu(99.0)  # before the first step: starting up, not generating load
+    one.begin_step(0, t0=0.0, settle_s=1.0)
+    one.sample_cpu(95.0)  # during the settle time
     clock.now += 2.0
     for percent in (20.0, 40.0):
-        recorder.sample_cpu(percent)
+        one.sample_cpu(percent)
     aggregator = measure.Aggregator()
-    aggregator.add(recorder.report())
+    aggregator.add(one.report())
     (generator,) = aggregator.result(spec(), started="s", finished="f", workers=1).generators
     assert (generator.max_cpu_percent, generator.mean_cpu_percent) == (40.0, 30.0)
 
 
-def _result(generators, p99=10.0) -> RunResult:
-    step = StepResult(offered_rps=10, achieved_rps=10, seconds=30, requests=300, failures=0, errors={},
-                      p50_ms=5.0, p90_ms=8.0, p99_ms=p99, max_ms=12.0)
-    return RunResult(model="m", target="t", started="s", finished="f", p99_slo_ms=50.0, error_budget_percent=0.1,
-                     steps=(step,), generators=tuple(generators))
+def step(rate: float, p99: float, *, answered: int | None = None, good: int | None = None, rejected: int = 0,
+         failures: int = 0, late: int = 0, seconds: float = 30.0) -> StepResult:
+    offered = round(rate * seconds)
+    answered = offered - failures if answered is None else answered
+    return StepResult(offered_rps=rate, seconds=seconds, offered=offered, late=late, late_max_ms=9.0 if late else 0.0,
+                      answered=answered, good=answered if good is None else good, rejected=rejected, timeouts=0,
+                      failures=failures, errors={"HTTP 503": rejected} if rejected else {}, p50_ms=p99 / 2,
+                      p90_ms=p99 * 0.8, p99_ms=p99, max_ms=p99 * 1.5)
+
+
+def run_of(*steps: StepResult, generators=(Generator("local", 30.0, 20.0),), **changes) -> RunResult:
+    return RunResult(model="m", target="t", started="s", finished="f", p99_slo_ms=SLO_MS, error_budget_percent=0.1,
+                     steps=steps, generators=tuple(generators), **changes)
 
 
 def test_a_saturated_generator_makes_the_run_invalid_whatever_its_latencies():
     calm = Generator(name="worker-1", max_cpu_percent=45.0, mean_cpu_percent=30.0)
     busy = Generator(name="worker-2", max_cpu_percent=97.0, mean_cpu_percent=88.0)
-    assert _result([calm]).verdict == PASS
-    invalid = _result([calm, busy])
+    assert run_of(step(10, 10.0), generators=[calm]).verdict == PASS
+    invalid = run_of(step(10, 10.0), generators=[calm, busy])
     assert invalid.verdict == INVALID
     assert invalid.reasons == ["generator worker-2 saturated: CPU 97 % (>= 90 %); its latencies are its own, "
                                "add workers"]
     assert invalid.highest_rate_within_slo is None
     assert RunResult.from_json(invalid.to_json()).verdict == INVALID
+
+
+def test_every_step_up_to_the_full_rate_is_judged_not_only_the_last():
+    run = run_of(step(25, 10.0), step(50, 400.0), step(100, 20.0))
+    assert run.verdict == FAIL
+    assert run.reasons == ["step 2 (50 req/s, 50 %): p99 400.0 ms above the SLO's 50 ms"]
+    assert run.highest_rate_within_slo == pytest.approx(100.0)
+
+
+def test_above_the_full_rate_a_step_is_judged_on_what_was_admitted_and_the_goodput_held():
+    full = step(100, 20.0)
+    # Twice the full rate, shed: half rejected at once, what was admitted answered within the SLO.
+    shed = step(200, 30.0, answered=3000, rejected=3000, failures=3000)
+    held = run_of(full, shed, full_rate=100.0)
+    assert held.verdict == PASS, held.reasons
+    assert held.highest_rate_within_slo == pytest.approx(100.0)  # the shed step did not serve its rate
+    # Twice the full rate, queued: everything answered, late; goodput collapses.
+    drowned = step(200, 4000.0, good=600)
+    run = run_of(full, drowned, full_rate=100.0)
+    assert run.verdict == FAIL
+    assert run.reasons == ["step 2 (200 req/s, 200 %): admitted requests' p99 4000.0 ms above the SLO's 50 ms",
+                           "step 2 (200 req/s, 200 %): goodput 20.0 req/s within the SLO, below the full rate's 100"]
+    # Errors other than rejections still count above the full rate.
+    broken = step(200, 30.0, answered=5000, rejected=0, failures=1000)
+    assert run_of(full, broken, full_rate=100.0).verdict == FAIL
+
+
+def test_a_run_below_the_planned_rate_says_so():
+    run = run_of(step(10, 10.0), full_rate=10.0, planned_rate=100.0, plan_basis="1 x inf1.6xlarge in staging")
+    assert run.verdict == PASS
+    assert run.below_plan == ("the full rate 10 req/s is 10 % of the planned 100 req/s (1 x inf1.6xlarge in "
+                              "staging): a pass here does not show the plan holds")
+    assert run_of(step(100, 10.0), full_rate=100.0, planned_rate=100.0).below_plan is None
+    assert RunResult.from_json(run.to_json()).to_dict()["below_plan"] == run.below_plan
+
+
+def test_a_closed_loop_result_is_refused_not_read():
+    old = run_of(step(10, 10.0)).to_dict()
+    old["schema_version"] = 1
+    with pytest.raises(ResultError, match=r"^r\.json: schema_version 1, this tool reads 2 \(version 1 came from "
+                                          r"closed-loop users that a stalling server could fool"):
+        RunResult.from_json(json.dumps(old), "r.json")
 
 
 def test_error_kinds_name_the_aws_error_code_or_a_timeout():
@@ -173,7 +304,7 @@ def test_error_kinds_name_the_aws_error_code_or_a_timeout():
         "ModelError", "ThrottlingException", "timeout", "timeout", "ConnectionRefusedError"]
 
 
-def test_percentiles_are_nearest_rank_over_three_significant_digits():
+def test_the_timelines_percentiles_are_nearest_rank_over_three_significant_digits():
     histogram: dict[float, int] = {}
     for ms in [1.0] * 98 + [12.345, 250.04]:
         key = measure.latency_key(ms)

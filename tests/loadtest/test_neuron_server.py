@@ -72,15 +72,23 @@ def test_the_model_passes_at_a_modest_rate_with_a_generous_slo(servers, config_c
     assert run.target == f"{servers[0].url}/v2/models/{MODEL}/infer"
     for step, rate in zip(run.steps, (20, 40)):
         assert step.offered_rps == rate and step.failures == 0 and step.errors == {}
-        assert step.requests >= 0.9 * rate * step.seconds
-    assert "verdict: PASS" in result.stdout and result.stdout.startswith(f"load test of {MODEL} at ")
+        assert step.offered >= 0.9 * rate * step.seconds and step.answered == step.offered
+    # A line as each step starts and ends, before the report.
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith(f"load test of {MODEL} at {servers[0].url}/v2/models/{MODEL}/infer: 2 steps through 40 "
+                               f"req/s, 2 generators")
+    assert lines[1] == "  step 1 of 2: 20 req/s (50 % of the full rate) for 3 s from 2 generators"
+    assert lines[2].startswith("  step 1 (20 req/s, 50 %) of 2: sent ")
+    assert lines[3] == "  step 2 of 2: 40 req/s (100 % of the full rate) for 3 s from 2 generators"
+    assert lines[4].startswith("  step 2 (40 req/s, 100 %) of 2: sent ") and lines[4].endswith(": ok")
+    assert lines[5].startswith(f"load test of {MODEL} at ") and "verdict: PASS" in result.stdout
     assert (out / "latency.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_a_server_made_slow_fails_on_its_p99(servers, tmp_path):
     model = config.load(ROOT / "model_configs").model(MODEL)
     spec = LoadTestSpec(model=MODEL, target=Target(kind="http", url=f"{servers[1].url}/v2/models/{MODEL}/infer"),
-                        body=smoke.probe_for(model).body,
+                        bodies=(smoke.probe_for(model).body,),
                         outputs=(ExpectedOutput("logits", "FP32", (1, len(LABELS))),
                                  ExpectedOutput("label", "BYTES", (1,))),
                         steps=(Step(rate=20, seconds=4),), p99_slo_ms=300.0)
@@ -89,7 +97,7 @@ def test_a_server_made_slow_fails_on_its_p99(servers, tmp_path):
     (last,) = run.steps
     # The answers are right; they come late: the batch waits for more requests (16 rows at most) for up to
     # QUEUE_DELAY_MS after its first, at these rates most of that time.
-    assert last.failures == 0 and last.requests > 0
+    assert last.failures == 0 and last.answered > 0
     assert last.p99_ms > 300.0 and last.p50_ms > 100.0
-    assert any(reason.startswith(f"p99 {last.p99_ms:.1f} ms above the SLO's 300 ms") for reason in run.reasons)
+    assert run.reasons == [f"step 1 (20 req/s, 100 %): p99 {last.p99_ms:.1f} ms above the SLO's 300 ms"]
     assert json.loads((tmp_path / "result.json").read_text())["verdict"] == FAIL

@@ -57,7 +57,7 @@ def bind_reply(aws, spec, outputs: list[dict]) -> None:
     extra = {"InferenceComponentName": spec.target.component} if spec.target.component else {}
     boto3.client("sagemaker-runtime", region_name=REGION).invoke_endpoint(
         EndpointName=spec.target.endpoint, ContentType="application/json", Accept="application/json",
-        Body=spec.body_bytes(), **extra)
+        Body=spec.body_bytes()[0], **extra)
 
 
 def outputs_of(spec, change=None) -> list[dict]:
@@ -78,7 +78,7 @@ def test_signed_invocations_of_a_component_with_right_answers_count_no_errors(em
     (step,) = result.steps
     # A request without the component (or with another body) would have got moto's default reply, not JSON.
     assert step.errors == {} and step.failures == 0
-    assert step.requests >= 0.9 * step.offered_rps * step.seconds
+    assert step.offered >= 0.9 * step.offered_rps * step.seconds
     assert result.target == "endpoint dev-shared component bert-large-ic"
     assert [g.name for g in result.generators] == ["local"]
 
@@ -90,8 +90,8 @@ def test_a_wrong_answer_is_an_error_of_kind_invalid_answer(emulator, tmp_path):
     (step,) = result.steps
     name, expected = spec.outputs[0].name, list(spec.outputs[0].shape)
     wrong = [*expected[:-1], expected[-1] + 1]
-    assert step.errors == {f"invalid answer: output {name}: shape {wrong}, expected {expected}": step.requests}
-    assert step.requests > 0 and step.failures == step.requests and step.p99_ms is None
+    assert step.errors == {f"invalid answer: output {name}: shape {wrong}, expected {expected}": step.offered}
+    assert step.offered > 0 and step.failures == step.offered and step.p99_ms is None
     assert result.verdict == "fail"
 
 
@@ -198,7 +198,7 @@ def test_every_invocation_is_signed_as_sagemaker_checks_and_an_aws_error_counts_
     assert checking_server.targets == {("/endpoints/dev-shared/invocations", "bert-large-ic")}
     # Every tenth request got SageMaker's ModelError reply: counted by its AWS error code, as boto3 would name it.
     assert set(step.errors) == {"ModelError"} and step.failures == step.errors["ModelError"] > 0
-    assert step.requests >= 0.9 * step.offered_rps * step.seconds
+    assert step.offered >= 0.9 * step.offered_rps * step.seconds
 
 
 def test_the_checking_server_refuses_a_signature_made_with_another_secret_or_over_another_body():
@@ -217,7 +217,7 @@ def test_a_certificate_the_ca_bundle_does_not_vouch_for_fails_every_request(chec
     monkeypatch.delenv("AWS_CA_BUNDLE")
     result = runner.run_local(spec_for("dev-shared", "bert-large-ic"), tmp_path)
     (step,) = result.steps
-    assert step.requests > 0 and step.failures == step.requests
+    assert step.offered > 0 and step.failures == step.offered
     assert set(step.errors) == {"SSLCertVerificationError"}
     assert sum(checking_server.outcomes.values()) == 0
 

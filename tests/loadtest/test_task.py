@@ -22,7 +22,7 @@ from tests.support.paths import ROOT
 
 
 def spec(url: str, *steps: Step) -> LoadTestSpec:
-    return LoadTestSpec(model="m", target=Target(kind="http", url=url), body={"inputs": []},
+    return LoadTestSpec(model="m", target=Target(kind="http", url=url), bodies=({"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1], "data": ["hi"]}]},),
                         outputs=(ExpectedOutput("logits", "FP32", (1, 3)), ExpectedOutput("label", "BYTES", (1,))),
                         steps=steps or (Step(rate=20, seconds=4),), p99_slo_ms=500.0, timeout_s=5.0)
 
@@ -86,13 +86,13 @@ def test_a_master_and_a_worker_task_measure_the_target_and_store_the_result_in_s
     assert result.workers == 1 and [g.name for g in result.generators] == ["master", "worker-1"]
     # One request in 10 is a 503 and the next one a wrong answer: failures, counted by kind.
     (step,) = result.steps
-    assert step.requests >= 0.9 * step.offered_rps * step.seconds
+    assert step.offered >= 0.9 * step.offered_rps * step.seconds
     assert set(step.errors) == {"HTTP 503", "invalid answer: output logits: shape [1, 2], expected [1, 3]"}
     for kind, count in step.errors.items():
-        assert abs(count - step.requests / 10) <= 2, (kind, count, step.requests)
-    assert step.failures == sum(step.errors.values())
+        assert abs(count - step.offered / 10) <= 2, (kind, count, step.offered)
+    assert step.failures == sum(step.errors.values()) and step.rejected == step.errors["HTTP 503"]
     assert result.verdict == FAIL
-    assert any(reason.startswith("errors ") and "above the budget's 0.1 %" in reason for reason in result.reasons)
+    assert any(": errors " in reason and "above the budget's 0.1 %" in reason for reason in result.reasons)
     report = s3.get_object(Bucket="loadtest-results", Key=prefix + "report.txt")["Body"].read().decode()
     assert "verdict: FAIL" in report and report in master.stdout
     png = s3.get_object(Bucket="loadtest-results", Key=prefix + "latency.png")

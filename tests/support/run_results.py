@@ -6,13 +6,21 @@ from inferstack.loadtest.results import Generator, RunResult, StepResult
 
 
 def step(offered: float, p99_ms: float | None, *, achieved: float | None = None, failures: int = 0,
-         seconds: float = 30.0, errors: dict | None = None) -> StepResult:
+         seconds: float = 30.0, errors: dict | None = None, sent: int | None = None) -> StepResult:
+    """A step offered `offered` req/s that answered `achieved` req/s (default: all of it) with `failures` more; what
+    was sent (default: what the rate makes due, or more) and not answered or failed counts as unanswered."""
     achieved = offered if achieved is None else achieved
-    requests = int(achieved * seconds)
-    return StepResult(offered_rps=offered, achieved_rps=achieved, seconds=seconds, requests=requests,
-                      failures=failures, errors=errors or ({"HTTP 503": failures} if failures else {}),
-                      p50_ms=None if p99_ms is None else p99_ms / 3, p90_ms=None if p99_ms is None else p99_ms / 1.5,
-                      p99_ms=p99_ms, max_ms=None if p99_ms is None else p99_ms * 1.5)
+    answered = int(round(achieved * seconds))
+    sent = max(int(round(offered * seconds)), answered + failures) if sent is None else sent
+    unanswered = max(0, sent - answered - failures)
+    errors = dict(errors or ({"HTTP 503": failures} if failures else {}))
+    if unanswered:
+        errors["unanswered when the run ended"] = unanswered
+    return StepResult(offered_rps=offered, seconds=seconds, offered=sent, late=0, late_max_ms=0.0, answered=answered,
+                      good=answered, rejected=errors.get("HTTP 503", 0), timeouts=0, failures=failures + unanswered,
+                      errors=errors, p50_ms=None if p99_ms is None else p99_ms / 3,
+                      p90_ms=None if p99_ms is None else p99_ms / 1.5, p99_ms=p99_ms,
+                      max_ms=None if p99_ms is None else p99_ms * 1.5)
 
 
 def run(*steps: StepResult, slo_ms: float = 10.0, cpu: float = 40.0, instances: int | None = 2,

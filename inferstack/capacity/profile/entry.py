@@ -59,14 +59,14 @@ def _ms(value: float | None) -> str:
 
 
 def _no_step_held(result: RunResult, p99_slo_ms: float) -> str:
-    steps = "; ".join(f"{s.offered_rps:g} req/s: achieved {s.achieved_rps:.1f}, p99 {_ms(s.p99_ms)}, "
-                      f"errors {s.error_percent:.2f} %" for s in result.steps)
+    steps = "; ".join(f"{s.offered_rps:g} req/s: answered {s.answered_rps:.1f}/s, p99 {_ms(s.p99_ms)} from the "
+                      f"due time, errors {s.error_percent:.2f} %" for s in result.steps)
     return (f"no step held p99 <= {p99_slo_ms:g} ms with errors <= {result.error_budget_percent:g} % at its "
             f"rate ({steps}): nothing to write; start lower (--rate) or look at the errors")
 
 
 def best_step(result: RunResult, p99_slo_ms: float | None = None) -> StepResult:
-    """The step behind `highest_rate_within_slo`: the held step with the highest achieved rate. `p99_slo_ms`: a
+    """The step behind `highest_rate_within_slo`: the held step with the highest rate served. `p99_slo_ms`: a
     stricter SLO than the run was judged by (the model's where the entry is written), if any."""
     if result.verdict == INVALID:
         raise ProfileRefused(f"the run is invalid, nothing written: {'; '.join(result.invalid_reasons)}")
@@ -74,7 +74,7 @@ def best_step(result: RunResult, p99_slo_ms: float | None = None) -> StepResult:
     held = [s for s in result.steps if s.within(slo, result.error_budget_percent)]
     if not held:
         raise ProfileRefused(_no_step_held(result, slo))
-    return max(held, key=lambda s: s.achieved_rps)
+    return max(held, key=lambda s: s.held_rps)
 
 
 def _run_date(result: RunResult, today: datetime.date) -> datetime.date:
@@ -98,9 +98,9 @@ def from_run(result: RunResult, *, instance_type: str, results: str, environment
     count = instances if instances is not None else result.instances
     if not count or count < 1:
         raise ProfileRefused("the run does not say how many instances served it: pass --instances N")
-    # A step that held showed the server taking its offered rate. Achieved above it is the generators sending
-    # ahead of their pacing (short steps show it most), not capacity shown: the entry never claims more.
-    held_rate = min(step.achieved_rps, step.offered_rps)
+    # A step that held showed the server answering its offered rate (sent on schedule, latency from the due
+    # time): held_rps is what it answered, never more than was offered.
+    held_rate = step.held_rps
     per_instance = floor_to(held_rate / count)
     if per_instance <= 0:
         raise ProfileRefused(f"{held_rate:.3f} req/s over {count} instances rounds to 0/s per instance")
