@@ -1,14 +1,19 @@
-"""How many requests a second one Locust generator process sends, and what each request costs it, on this machine.
+"""How many requests a second one Locust generator process sends, and what each request costs it, on this machine;
+and (--peak) a whole distributed run at the reference peak.
 
-    python benchmarks/loadtest_worker.py [--rate 2000] [--seconds 10] [--slo-ms 100] [--no-verify]
+    python benchmarks/loadtest_worker.py [--rate 2000] [--seconds 10] [--slo-ms 10] [--no-verify]
+    python benchmarks/loadtest_worker.py --peak 16000 --workers 8 [--seconds 30] [--server-cpus 0-3]
 
 The target is a trivial HTTP server (asyncio on uvloop, in its own process, answering a canned valid KServe v2
 reply), not the CPU serving app: the tiny BERT answers a few hundred requests a second here, and a generator's
 limit only shows against a target that is not the bottleneck. Each client sends --rate requests a second to it,
-one client after the other, paced by as many users as inferstack's pacing gives for --slo-ms:
-  (a) inferstack's locustfile: FastHttpUser, every answer checked, every request recorded (one Locust process,
-      a local runner: what a worker does, less the master's messages);
-  (b) baseline: stock Locust, FastHttpUser with constant_throughput, nothing checked or recorded;
+one client after the other:
+  (a) inferstack's locustfile, an open system: one scheduling user starts each request when it is due in a
+      greenlet of its own, every answer checked, every request recorded into the step's HdrHistogram (one Locust
+      process, a local runner: what a worker does, less the master's messages);
+  (b) baseline, the scheme (a) replaced: stock Locust, closed-loop FastHttpUsers paced by constant_throughput
+      (one request in flight each, as many users as the old pacing gave: at most 50 req/s each, and half of
+      1 / SLO), nothing checked or recorded;
   (c) baseline: stock Locust's HttpUser (python-requests), otherwise as (b);
   (d) floor: a raw keep-alive socket client in plain Python (no Locust, no gevent), one connection;
   (e) inferstack's locustfile with a SageMaker target: InvokeEndpoint built and SigV4-signed by botocore, sent by
@@ -17,16 +22,21 @@ one client after the other, paced by as many users as inferstack's pacing gives 
 Per client: the rate the server counted, and the client's CPU (user + sys of its process over the measured
 window) per request in microseconds, with the rate that CPU cost allows at 90 % of a core (Locust's saturation
 threshold). Then (a), (b) and (e) run at the rate their cost allows (unless --no-verify): the sustainable rate of
-one generator process, measured, side by side. A generator's cost per request falls as its rate rises (at a
-low rate every request wakes an idle process), so measure near the rate of interest. Figures are printed,
-never asserted.
+one generator process, measured, side by side, and the workers the reference peak (16,000 req/s) needs at it.
+A generator's cost per request falls as its rate rises (at a low rate every request wakes an idle process), so
+measure near the rate of interest.
+
+--peak R --workers N: the real distributed run (runner.run_local: a master and N worker processes on
+127.0.0.1) offering R req/s to the same server for --seconds, as `inferstack loadtest` runs it; prints each
+generator's CPU, what was sent on time and late, the p99 and the verdict. --server-cpus pins the server (and
+--generator-cpus the Locust processes) to CPUs of their own (Linux taskset lists), so neither measures the other.
+Figures are printed, never asserted.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import math
 import os
 import socket
@@ -42,8 +52,14 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from inferstack.loadtest import pacing, runner  # noqa: E402 (after the path)
+from inferstack.loadtest import report, runner  # noqa: E402 (after the path)
 from inferstack.loadtest.spec import ExpectedOutput, LoadTestSpec, Step, Target  # noqa: E402
+
+REFERENCE_PEAK = 16_000  # req/s: the reference workload's peak (model_configs/intent-bert.yaml)
+# The closed-loop pacing the open model replaced (inferstack/loadtest/pacing.py before it): users of one request in
+# flight each, at most 50 req/s, and at most half of what a user whose every answer took the SLO could send.
+OLD_MAX_PER_USER = 50.0
+OLD_HEADROOM = 0.5
 
 WARMUP_S = 3.0
 SATURATED = 0.9  # of one core: Locust's CPU warning threshold
@@ -192,13 +208,22 @@ def fake_aws(port: int) -> dict[str, str]:
             "AWS_SECRET_ACCESS_KEY": "benchmark", "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}
 
 
+def spec_for(target: Target, rate: float, slo_ms: float, seconds: float) -> LoadTestSpec:
+    return LoadTestSpec(model="m", target=target, bodies=(BODY,),
+                        outputs=tuple(ExpectedOutput(o["name"], o["datatype"], tuple(o["shape"])) for o in OUTPUTS),
+                        steps=(Step(rate=rate, seconds=seconds),), p99_slo_ms=slo_ms)
+
+
+def old_pace(rate: float, slo_ms: float) -> tuple[int, float]:
+    """(users, per-user rate) of the closed-loop pacing (b) stands for."""
+    users = max(1, math.ceil(rate / min(OLD_MAX_PER_USER, OLD_HEADROOM * 1000.0 / slo_ms) - 1e-9))
+    return users, rate / users
+
+
 def inferstack_client(port: int, rate: float, slo_ms: float, seconds: float, workdir: Path, kind: str = "http"):
     target = (Target(kind="http", url=f"http://127.0.0.1:{port}/v2/models/m/infer") if kind == "http"
               else Target(kind="sagemaker", endpoint="m", region="us-east-1"))
-    spec = LoadTestSpec(model="m", target=target,
-                        body=BODY, outputs=tuple(ExpectedOutput(o["name"], o["datatype"], tuple(o["shape"]))
-                                                 for o in OUTPUTS),
-                        steps=(Step(rate=rate, seconds=WARMUP_S + seconds + 30),), p99_slo_ms=slo_ms)
+    spec = spec_for(target, rate, slo_ms, WARMUP_S + seconds + 30)
     env = runner.locust_environment(spec, workdir / "out")
     if kind == "sagemaker":
         env.update(fake_aws(port))
@@ -207,14 +232,61 @@ def inferstack_client(port: int, rate: float, slo_ms: float, seconds: float, wor
 
 
 def stock_client(port: int, rate: float, slo_ms: float, client: str, workdir: Path):
-    pace = pacing.pace_for(rate, slo_ms)
+    users, per_user = old_pace(rate, slo_ms)
     locustfile = workdir / f"stock_{client}_locustfile.py"
     locustfile.write_text(STOCK_SAGEMAKER if client == "boto3" else STOCK)
     env = {**os.environ, "BENCH_CLIENT": client, "BENCH_HOST": f"http://127.0.0.1:{port}",
-           "BENCH_PER_USER": str(pace.per_user_rate), **(fake_aws(port) if client == "boto3" else {})}
+           "BENCH_PER_USER": str(per_user), **(fake_aws(port) if client == "boto3" else {})}
     args = [sys.executable, "-m", "locust", "-f", str(locustfile), "--headless", "--only-summary",
-            "-u", str(pace.users), "-r", str(4 * pace.users), "--exit-code-on-error", "0"]
+            "-u", str(users), "-r", str(4 * users), "--exit-code-on-error", "0"]
     return args, env
+
+
+def start_server(workdir: Path, port: int, cpus: str | None) -> subprocess.Popen:
+    (workdir / "server.py").write_text(SERVER)
+    pin = ["taskset", "-c", cpus] if cpus else []
+    server = subprocess.Popen([*pin, sys.executable, str(workdir / "server.py"), str(port)], stdout=subprocess.PIPE,
+                              start_new_session=True)
+    if server.stdout.readline().strip() != b"ready":
+        runner.stop_groups([server], grace_s=10)
+        raise SystemExit("the target server did not start")
+    return server
+
+
+def peak(args) -> int:
+    """The real distributed run at --peak: the figures `inferstack loadtest` would report, and the CPU it took."""
+    port = free_port()
+    where = (f"server on CPUs {args.server_cpus}, " if args.server_cpus else "server unpinned, ") + (
+        f"Locust on CPUs {args.generator_cpus}" if args.generator_cpus else "Locust unpinned")
+    print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}; {args.workers} workers offering "
+          f"{args.peak:g} req/s for {args.seconds:g} s (open system, SLO {args.slo_ms:g} ms); {where}")
+    with tempfile.TemporaryDirectory(prefix="loadtest-peak-") as scratch:
+        workdir = Path(scratch)
+        server = start_server(workdir, port, args.server_cpus)
+        if args.generator_cpus:
+            os.sched_setaffinity(0, {int(c) for part in args.generator_cpus.split(",")
+                                     for c in _cpu_range(part)})  # inherited by the Locust processes
+        try:
+            spec = spec_for(Target(kind="http", url=f"http://127.0.0.1:{port}/v2/models/m/infer"), args.peak,
+                            args.slo_ms, args.seconds)
+            served_before = served(port)
+            result = runner.run_local(spec, workdir / "out", workers=args.workers,
+                                      on_progress=lambda line: print(f"  {line}", flush=True))
+            print(f"server counted {served(port) - served_before:,} requests")
+        finally:
+            runner.stop_groups([server], grace_s=10)
+    print(report.text(result), end="")
+    (step,) = result.steps
+    workers = [g for g in result.generators if g.name.startswith("worker-")]
+    print(f"\n{args.workers} workers: sent {step.offered:,} ({step.offered / step.seconds:,.0f}/s) of "
+          f"{step.due:,.0f} due, {step.late} late; workers' CPU max {max(g.max_cpu_percent for g in workers):.0f} %, "
+          f"mean {sum(g.mean_cpu_percent for g in workers) / len(workers):.0f} %; verdict {result.verdict}")
+    return 0
+
+
+def _cpu_range(part: str) -> range:
+    low, _, high = part.partition("-")
+    return range(int(low), int(high or low) + 1)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -222,27 +294,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=2000.0,
                         help="requests a second each client sends (default 2000)")
     parser.add_argument("--seconds", type=float, default=10.0, help="measured seconds per client (default 10)")
-    parser.add_argument("--slo-ms", type=float, default=100.0,
-                        help="the p99 SLO the pacing is chosen for (default 100)")
+    parser.add_argument("--slo-ms", type=float, default=10.0,
+                        help="the p99 SLO: (a)'s late threshold and (b)'s closed-loop pacing (default 10)")
     parser.add_argument("--no-verify", action="store_true", help="skip (a) at the rate its CPU cost allows")
+    parser.add_argument("--peak", type=float, metavar="R", help="instead: a distributed run offering R req/s")
+    parser.add_argument("--workers", type=int, default=8, help="with --peak: Locust workers (default 8)")
+    parser.add_argument("--server-cpus", metavar="LIST", help="pin the target server to these CPUs (taskset -c)")
+    parser.add_argument("--generator-cpus", metavar="LIST", help="with --peak: pin the Locust processes to these CPUs")
     args = parser.parse_args(argv)
-    for flag, value in (("--rate", args.rate), ("--seconds", args.seconds), ("--slo-ms", args.slo_ms)):
+    for flag, value in (("--rate", args.rate), ("--seconds", args.seconds), ("--slo-ms", args.slo_ms),
+                        ("--peak", args.peak if args.peak is not None else 1.0)):
         if not (math.isfinite(value) and value > 0):
             parser.exit(2, f"{parser.prog}: error: {flag}: must be a number > 0, got {value:g}\n")
+    if not 1 <= args.workers <= runner.MAX_WORKERS:
+        parser.exit(2, f"{parser.prog}: error: --workers: must be within 1..{runner.MAX_WORKERS}\n")
+    if args.peak is not None:
+        return peak(args)
 
-    pace = pacing.pace_for(args.rate, args.slo_ms)
-    print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}; each client paced at "
-          f"{args.rate:g} req/s ({pace.users} users x {pace.per_user_rate:g}/s), {args.seconds:g} s measured "
-          f"after {WARMUP_S:g} s")
+    users, per_user = old_pace(args.rate, args.slo_ms)
+    print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}; each client at {args.rate:g} "
+          f"req/s ((a) open, one scheduling user; (b) closed loop, {users} users x {per_user:g}/s), "
+          f"{args.seconds:g} s measured after {WARMUP_S:g} s")
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="loadtest-bench-") as scratch:
         workdir = Path(scratch)
-        (workdir / "server.py").write_text(SERVER)
-        server = subprocess.Popen([sys.executable, str(workdir / "server.py"), str(port)], stdout=subprocess.PIPE,
-                                  start_new_session=True)
+        server = start_server(workdir, port, args.server_cpus)
         try:
-            if server.stdout.readline().strip() != b"ready":
-                raise SystemExit("the target server did not start")
             rows = [
                 measure("(a) inferstack locustfile", *inferstack_client(port, args.rate, args.slo_ms, args.seconds,
                                                                         workdir), port, args.seconds, workdir),
@@ -271,6 +348,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"(f) per request, {rows[4]['us_per_request'] / ours['us_per_request']:.2f}x the HTTP user (a)")
             if not args.no_verify:
                 print()
+                sustained = {}
                 for row, client in ((rows[0], "a"), (rows[1], "b"), (rows[4], "e")):
                     target = math.floor(SATURATED * 1e6 / row["us_per_request"] / 100) * 100
                     made = (inferstack_client(port, target, args.slo_ms, args.seconds, workdir) if client == "a"
@@ -281,6 +359,15 @@ def main(argv: list[str] | None = None) -> int:
                                else "NOT sustained")
                     print(f"{row['name']} offered {target:,} req/s: answered {check['rate']:,.0f} req/s at "
                           f"{check['cpu_percent']:.0f} % CPU ({check['us_per_request']:.0f} us/req): {verdict}")
+                    sustained[client] = check["rate"] if verdict == "sustained" else None
+                for row, client, name in ((rows[0], "a", "open model (a)"), (rows[1], "b", "closed loop (b)"),
+                                          (rows[4], "e", "SageMaker (e)")):
+                    allows = SATURATED * 1e6 / row["us_per_request"]
+                    rate = sustained.get(client)
+                    print(f"reference peak {REFERENCE_PEAK:,} req/s with {name}: {math.ceil(REFERENCE_PEAK / allows)} "
+                          f"workers at the {allows:,.0f} req/s its cost allows at 90 % of a core"
+                          + (f"; {math.ceil(REFERENCE_PEAK / rate)} at the {rate:,.0f} req/s one sustained" if rate
+                             else "; that rate was not sustained when run"))
         finally:
             runner.stop_groups([server], grace_s=10)
     return 0

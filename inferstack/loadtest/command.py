@@ -25,6 +25,7 @@ import argparse
 import json
 import math
 import re
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -149,8 +150,14 @@ def run_in_environment(args: argparse.Namespace, project, models, fractions: tup
 
 
 def run(args: argparse.Namespace) -> int:
-    with runner.stopped_on_sigterm():
-        return _run(args)
+    try:
+        with runner.stopped_on_sigterm():
+            return _run(args)
+    except (KeyboardInterrupt, runner.Terminated) as exc:
+        signum = signal.SIGINT if isinstance(exc, KeyboardInterrupt) else signal.SIGTERM
+        print(f"loadtest: stopped by {signal.Signals(signum).name}: every load generator it started was stopped, "
+              f"no result", file=sys.stderr)
+        return 128 + signum
 
 
 def _run(args: argparse.Namespace) -> int:

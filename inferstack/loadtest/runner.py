@@ -215,17 +215,21 @@ def run_local(spec: LoadTestSpec, out_dir: Path, *, workers: int = 0, timeout: f
         shutil.rmtree(staging, ignore_errors=True)
 
 
+class Terminated(BaseException):
+    """SIGTERM arrived (a BaseException, as KeyboardInterrupt is: no `except Exception` on the way swallows it)."""
+
+
 @contextlib.contextmanager
 def stopped_on_sigterm() -> Iterator[None]:
-    """Within the block, SIGTERM raises SystemExit (exit 143) instead of ending the process at once, so every
-    `finally` on the way out runs: the Locust processes it started are stopped, not left sending load. Ctrl-C
-    (KeyboardInterrupt) already unwinds that way. Only in the main thread, where Python delivers signals."""
+    """Within the block, SIGTERM raises Terminated instead of ending the process at once, so every `finally` on
+    the way out runs: the Locust processes (or Fargate tasks) it started are stopped, not left sending load.
+    Ctrl-C (KeyboardInterrupt) already unwinds that way. Only in the main thread, where Python delivers signals."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
-    def terminate(signum, _frame) -> None:
-        raise SystemExit(128 + signum)
+    def terminate(_signum, _frame) -> None:
+        raise Terminated()
 
     previous = signal.signal(signal.SIGTERM, terminate)
     try:
