@@ -31,7 +31,7 @@ MAX_IN_FLIGHT = 4000
 # A send that leaves more than this share of the SLO after it was due (at least LATE_FLOOR_MS) is late; a step
 # with more than LATE_BUDGET_PERCENT of its sends late measured its generators as much as the server: invalid.
 LATE_SHARE_OF_SLO = 0.1
-LATE_FLOOR_MS = 1.0
+LATE_FLOOR_MS = 2.0
 LATE_BUDGET_PERCENT = 1.0
 # What a payload file may hold (the whole spec travels to each Locust process; see fargate.py for Fargate's limit).
 MAX_BODIES = 10_000
