@@ -92,7 +92,7 @@ def test_the_load_test_image_imports_exactly_its_closure_and_its_pins(rehearsed,
     assert "stand-in: no model in this image" in report
     imports = set((built / "imports.txt").read_text().split())
     assert {m for m in imports if m.startswith("inferstack")} == LOADTEST_CLOSURE
-    assert {"locust", "gevent", "zmq", "boto3", "matplotlib"} <= {m.split(".")[0] for m in imports}
+    assert {"locust", "gevent", "zmq", "boto3", "matplotlib", "hdrh"} <= {m.split(".")[0] for m in imports}
     # The entrypoint's modules are in the image where its PYTHONPATH points, and nothing else of the package.
     package = built / "image-root" / "opt" / "inferstack" / "inferstack"
     assert {p.relative_to(package.parent).with_suffix("").as_posix().replace("/", ".").removesuffix(".__init__")
