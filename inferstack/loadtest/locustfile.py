@@ -118,20 +118,22 @@ class _OpenArrivals:
         delay = due - time.monotonic()
         if delay > 0:
             gevent.sleep(delay)
+        held = False
         while self._in_flight >= SPEC.in_flight_per_generator:  # the bound: wait for a slot, leave late
+            held = True
             self._freed.clear()
             self._freed.wait()
         self._in_flight += 1
         _State.in_flight += 1
         body = BODIES[self._body]
         self._body = (self._body + 1) % len(BODIES)
-        self._requests.spawn(self._one, due, body)
+        self._requests.spawn(self._one, due, body, held)
         self._due = pacing.next_due(due, self._interval, _State.anchor, _State.interval, self._phase)
         self._interval = self._interval if self._due < _State.anchor else _State.interval
 
-    def _one(self, due: float, body: bytes) -> None:
+    def _one(self, due: float, body: bytes, held: bool) -> None:
         try:
-            _State.recorder.left(due, time.monotonic())
+            _State.recorder.left(due, time.monotonic(), held)
             kind, status = self.send(body)
             _State.recorder.ended(due, kind, status)
         finally:

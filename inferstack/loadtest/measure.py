@@ -91,6 +91,7 @@ class StepTally:
     offered: int = 0
     late: int = 0
     late_max_ms: float = 0.0
+    held: int = 0  # waited for a slot: the in-flight bound was reached
     answered: int = 0
     good: int = 0  # answered within the SLO
     rejected: int = 0
@@ -100,8 +101,9 @@ class StepTally:
     histogram: HdrHistogram = field(default_factory=new_histogram)
     window_s: float = 0.0  # how long the step was measured (due requests counted) on this generator
 
-    def left(self, late_ms: float, late_after_ms: float) -> None:
+    def left(self, late_ms: float, late_after_ms: float, held: bool = False) -> None:
         self.offered += 1
+        self.held += held
         if late_ms > late_after_ms:
             self.late += 1
             self.late_max_ms = max(self.late_max_ms, late_ms)
@@ -119,7 +121,7 @@ class StepTally:
         _count(self.errors, kind)
 
     def merge(self, other: StepTally) -> None:
-        for name in ("offered", "late", "answered", "good", "rejected", "timeouts", "failures"):
+        for name in ("offered", "late", "held", "answered", "good", "rejected", "timeouts", "failures"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.late_max_ms = max(self.late_max_ms, other.late_max_ms)
         for kind, count in other.errors.items():
@@ -128,7 +130,7 @@ class StepTally:
 
     def to_wire(self) -> dict:
         # The histogram in HdrHistogram's own compressed, base64 encoding (what its tools exchange).
-        return {"offered": self.offered, "late": self.late, "late_max_ms": self.late_max_ms,
+        return {"offered": self.offered, "late": self.late, "late_max_ms": self.late_max_ms, "held": self.held,
                 "answered": self.answered, "good": self.good, "rejected": self.rejected, "timeouts": self.timeouts,
                 "failures": self.failures, "errors": dict(self.errors), "window_s": self.window_s,
                 "histogram": self.histogram.encode().decode("ascii")}
@@ -138,6 +140,7 @@ class StepTally:
         histogram = new_histogram()
         histogram.add(HdrHistogram.decode(data["histogram"]))
         return cls(offered=int(data["offered"]), late=int(data["late"]), late_max_ms=float(data["late_max_ms"]),
+                   held=int(data["held"]),
                    answered=int(data["answered"]), good=int(data["good"]), rejected=int(data["rejected"]),
                    timeouts=int(data["timeouts"]), failures=int(data["failures"]), errors=dict(data["errors"]),
                    histogram=histogram, window_s=float(data["window_s"]))
@@ -157,7 +160,8 @@ class StepTally:
             timeouts=self.timeouts, failures=failures, errors=errors,
             p50_ms=histogram_ms(self.histogram, 50), p90_ms=histogram_ms(self.histogram, 90),
             p99_ms=histogram_ms(self.histogram, 99),
-            max_ms=self.histogram.get_max_value() / 1000.0 if self.answered else None, started_s=started_s)
+            max_ms=self.histogram.get_max_value() / 1000.0 if self.answered else None, started_s=started_s,
+            held=self.held)
 
 
 @dataclass
@@ -251,11 +255,11 @@ class Recorder:
                 return self._tallies[window.index] if inside else None
         return None
 
-    def left(self, due: float, sent: float) -> None:
-        """A request due at `due` left at `sent` (this generator's clock)."""
+    def left(self, due: float, sent: float, held: bool = False) -> None:
+        """A request due at `due` left at `sent` (this generator's clock); `held`: it waited for a slot."""
         tally = self._measured(due)
         if tally is not None:
-            tally.left((sent - due) * 1000.0, self.late_after_ms)
+            tally.left((sent - due) * 1000.0, self.late_after_ms, held)
 
     def ended(self, due: float, kind: str | None, status: int = 0) -> None:
         """The request due at `due` ended now: answered (kind None) or failed (its error kind; `status`, the HTTP

@@ -10,7 +10,6 @@ from pathlib import Path
 
 from inferstack import atomic_write
 from inferstack.loadtest.results import PICTURE_FILE, REPORT_FILE, RESULT_FILE, RunResult, StepResult
-from inferstack.loadtest.spec import LATE_BUDGET_PERCENT, RATE_SHORTFALL
 
 
 def text(result: RunResult) -> str:
@@ -62,7 +61,7 @@ def text(result: RunResult) -> str:
 
 def status(result: RunResult, step: StepResult) -> str:
     """A step's judgement in a word or two: ok / outside SLO up to the full rate; held / not held above it."""
-    if step.late_percent > LATE_BUDGET_PERCENT or step.offered < step.due * (1 - RATE_SHORTFALL):
+    if result.step_invalid_reasons(result.steps.index(step) + 1, step):
         return "invalid: generators behind"
     if result.overload(step):
         return "overload held" if result.step_held(step) else "overload not held"

@@ -100,24 +100,49 @@ def test_a_request_counts_in_the_step_it_was_due_in_not_the_one_it_ended_in():
     assert seconds.answered == 1 and measure.histogram_ms(seconds.histogram, 100) == pytest.approx(100.0, rel=1e-3)
 
 
-def test_late_sends_are_counted_with_their_lateness_and_their_wait_is_in_the_latency():
+def late_run(late_latency_ms: float, *, held: bool = False) -> RunResult:
+    """100 requests in a second; every tenth left 30 ms late (waiting for a slot when `held`) and was answered
+    `late_latency_ms` after it was due; the others took 2 ms."""
     clock = Clock()
     one = recorder("local", clock)
     one.begin_step(0, t0=0.0, settle_s=0.0)
     for i in range(100):
         clock.now += 0.01
-        # Every tenth request waited 30 ms for a slot; its answer took 2 ms once sent: 32 ms from its due time.
-        send(one, clock, 32.0 if i % 10 == 0 else 2.0, late_ms=30.0 if i % 10 == 0 else 0.2)
+        late = i % 10 == 0
+        due = clock.now
+        one.left(due, due + (0.030 if late else 0.0002), held and late)
+        clock.now = due + (late_latency_ms if late else 2.0) / 1000.0
+        one.ended(due, None, 200)
+        clock.now = due
     one.stop()
-    run = result_of(one, the_spec=spec(Step(rate=100, seconds=1)))
+    return result_of(one, the_spec=spec(Step(rate=100, seconds=1)))
+
+
+def test_late_sends_are_counted_with_their_lateness_and_their_wait_is_in_the_latency():
+    run = late_run(32.0)
     (step,) = run.steps
-    assert (step.offered, step.late, step.late_max_ms) == (100, 10, 30.0)
+    assert (step.offered, step.late, step.late_max_ms, step.held) == (100, 10, 30.0, 0)
     assert step.p99_ms == pytest.approx(32.0, rel=1e-3)
-    # 10 % of the sends late (the budget is 1 %): the generator, not only the server, was measured.
-    assert run.verdict == INVALID
+    # Lateness only adds to a latency counted from the due time: within the SLO despite it, the step stands.
+    assert run.verdict == PASS
+
+
+def test_late_sends_that_could_account_for_a_miss_make_the_step_invalid_not_a_fail():
+    # 60 ms from the due time, 30 of them spent late in the generator: the server may have taken 30 (SLO 50).
+    run = late_run(60.0)
+    assert run.verdict == INVALID and run.highest_rate_within_slo is None
     assert run.reasons == ["step 1 (100 req/s, 100 %): 10 late sends (10.0 % of 100, up to 30 ms after they were "
-                           "due): the generators fell behind (in-flight bound reached or CPU); add workers"]
-    assert run.highest_rate_within_slo is None
+                           "due) account for its p99 above the SLO: the generators fell behind (CPU); add workers"]
+    # 200 ms from the due time: even less the 30 ms late, the server took 170, far above the SLO. A fail.
+    assert late_run(200.0).verdict == FAIL
+
+
+def test_a_send_held_back_by_the_in_flight_bound_makes_the_step_invalid_never_a_pass():
+    run = late_run(32.0, held=True)
+    assert run.steps[0].held == 10
+    assert run.verdict == INVALID
+    assert run.reasons == ["step 1 (100 req/s, 100 %): the in-flight bound held back 10 sends (the generators could "
+                           "not keep up); add workers"]
 
 
 def test_a_generator_that_sent_fewer_than_were_due_is_not_a_measurement():

@@ -9,9 +9,9 @@ failing run's release and accepts the passing one's.
 Also here: a generator whose in-flight bound is reached reports late sends and an invalid step, never a pass;
 SIGTERM to `inferstack loadtest` stops every Locust process it started.
 
-The SLO is 25 ms, not the reference workload's 10 ms: a send counts as late 10 % of the SLO after it was due,
-and 2.5 ms keeps a loaded 2-core CI machine's scheduling jitter from counting as the generator falling behind.
-The pauses scale with it (the p99 they cause is about 9 x the SLO)."""
+The SLO is 25 ms, not the reference workload's 10 ms: the threaded test server's own p99 on a loaded 2-core CI
+machine (several ms) stays well inside it, so the steady run's pass is not a race. The pauses scale with it (the
+p99 they cause is about 9 x the SLO)."""
 
 from __future__ import annotations
 
@@ -99,8 +99,9 @@ def test_a_stalling_server_fails_and_the_p99_is_what_an_open_system_sees(runs):
     (step,) = result.steps
     expected = PAUSES.expected_p99_ms()
     assert abs(step.p99_ms - expected) <= TOLERANCE * expected, (step.p99_ms, expected)
-    # Every request due was sent on time, and answered: the pauses cost latency, not requests.
-    assert step.offered >= 0.95 * RATE * step.seconds and step.late_percent <= 1.0
+    # Every request due was sent, none held back, and all answered: the pauses cost latency, not requests.
+    # (Late sends on a loaded machine are counted; at most a few ms each, they cannot account for this p99.)
+    assert step.offered >= 0.95 * RATE * step.seconds and step.held == 0 and step.late_max_ms < 0.5 * expected
     assert step.answered == step.offered and step.failures == 0
     # Goodput: the share answered within the SLO is what the pauses leave (about 90 %).
     assert 0.8 * RATE <= step.goodput_rps <= 0.95 * RATE
@@ -175,9 +176,9 @@ def test_a_generator_at_its_in_flight_bound_reports_late_sends_and_an_invalid_st
         result = runner.run_local(spec, tmp_path, workers=0)
     (step,) = result.steps
     assert result.verdict == INVALID and result.highest_rate_within_slo is None
-    assert step.late > 0.5 * step.offered and step.late_max_ms > 1000
-    assert any("late sends" in reason and "in-flight bound reached" in reason for reason in result.reasons)
-    assert any("the generators sent" in reason for reason in result.reasons)
+    assert step.held > 0.5 * step.offered and step.late > 0.5 * step.offered and step.late_max_ms > 1000
+    assert any(": the in-flight bound held back " in reason for reason in result.reasons)
+    assert any(": the generators sent " in reason for reason in result.reasons)
 
 
 def locust_processes(mark: str) -> list[psutil.Process]:

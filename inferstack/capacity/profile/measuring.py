@@ -83,7 +83,12 @@ def local(args, project, model, instance_type: str) -> tuple[RunResult, str]:
     spec = _spec(args, project, model, instance_type, target, args.instances, environment=None)
     out = args.out or default_out(model.name, args.env)
     try:
-        result = runner.run_local(spec, out, workers=args.workers, timeout=args.timeout)
+        with runner.stopped_on_sigterm():
+            result = runner.run_local(spec, out, workers=args.workers, timeout=args.timeout,
+                                      on_progress=lambda line: print(f"  {line}", flush=True))
+    except (KeyboardInterrupt, runner.Terminated):
+        raise ProfileFailure("stopped by a signal: every Locust process it started was stopped, nothing "
+                             "written") from None
     except OSError as exc:
         raise ProfileUsageError(f"--out: cannot write {out}: {exc.strerror or exc}") from None
     except runner.LoadTestError as exc:
