@@ -39,10 +39,11 @@ def recorder(name: str, clock: Clock) -> measure.Recorder:
 
 
 def send(recorder: measure.Recorder, clock: Clock, latency_ms: float, kind: str | None = None, *, status: int = 200,
-         late_ms: float = 0.0) -> None:
-    """One request due now, leaving `late_ms` after it, ended `latency_ms` after it was due."""
+         late_ms: float = 0.0, held: bool = False) -> None:
+    """One request due now, leaving `late_ms` after it (`held`: waiting for a slot), ended `latency_ms` after it
+    was due."""
     due = clock.now
-    recorder.left(due, due + late_ms / 1000.0)
+    recorder.left(due, due + late_ms / 1000.0, held)
     clock.now = due + latency_ms / 1000.0
     recorder.ended(due, kind, status)
     clock.now = due
@@ -100,20 +101,24 @@ def test_a_request_counts_in_the_step_it_was_due_in_not_the_one_it_ended_in():
     assert seconds.answered == 1 and measure.histogram_ms(seconds.histogram, 100) == pytest.approx(100.0, rel=1e-3)
 
 
+def one_step(clock: Clock) -> measure.Recorder:
+    """A local generator whose first step began now and is measured at once."""
+    one = recorder("local", clock)
+    one.begin_step(0, t0=0.0, settle_s=0.0)
+    return one
+
+
 def late_run(late_latency_ms: float, *, held: bool = False) -> RunResult:
     """100 requests in a second; every tenth left 30 ms late (waiting for a slot when `held`) and was answered
     `late_latency_ms` after it was due; the others took 2 ms."""
     clock = Clock()
-    one = recorder("local", clock)
-    one.begin_step(0, t0=0.0, settle_s=0.0)
+    one = one_step(clock)
     for i in range(100):
         clock.now += 0.01
-        late = i % 10 == 0
-        due = clock.now
-        one.left(due, due + (0.030 if late else 0.0002), held and late)
-        clock.now = due + (late_latency_ms if late else 2.0) / 1000.0
-        one.ended(due, None, 200)
-        clock.now = due
+        if i % 10 == 0:
+            send(one, clock, late_latency_ms, late_ms=30.0, held=held)
+        else:
+            send(one, clock, 2.0, late_ms=0.2)
     one.stop()
     return result_of(one, the_spec=spec(Step(rate=100, seconds=1)))
 
@@ -147,8 +152,7 @@ def test_a_send_held_back_by_the_in_flight_bound_makes_the_step_invalid_never_a_
 
 def test_a_generator_that_sent_fewer_than_were_due_is_not_a_measurement():
     clock = Clock()
-    one = recorder("local", clock)
-    one.begin_step(0, t0=0.0, settle_s=0.0)
+    one = one_step(clock)
     for _ in range(50):  # half of what 100 req/s makes due in a second
         clock.now += 0.02
         send(one, clock, 2.0)
@@ -160,8 +164,7 @@ def test_a_generator_that_sent_fewer_than_were_due_is_not_a_measurement():
 
 def test_failures_count_by_kind_against_the_budget_and_not_in_the_latencies():
     clock = Clock()
-    one = recorder("local", clock)
-    one.begin_step(0, t0=0.0, settle_s=0.0)
+    one = one_step(clock)
     for i in range(200):
         clock.now += 0.01
         if i % 50 == 0:
@@ -186,8 +189,7 @@ def test_failures_count_by_kind_against_the_budget_and_not_in_the_latencies():
 
 def test_requests_still_unanswered_when_the_run_ends_are_failures_not_forgotten():
     clock = Clock()
-    one = recorder("local", clock)
-    one.begin_step(0, t0=0.0, settle_s=0.0)
+    one = one_step(clock)
     for i in range(100):
         clock.now += 0.01
         if i < 97:
