@@ -68,7 +68,8 @@ class _State:
     anchor = 0.0  # when the current step began, on this process's clock: the origin of every user's grid
     generators, users_started = 1, 0
     step_index: int | None = None  # the step running now
-    in_flight = 0  # requests sent and not yet ended, this process's
+    in_flight = 0  # requests sent and not yet ended, this process's: at most SPEC.in_flight_per_generator
+    freed = gevent.event.Event()  # set as a request ends: a slot is free
     draining = False  # the last step is over: nothing more is sent, what is in flight is waited for
     started: str | None = None
     sampler: gevent.Greenlet | None = None
@@ -104,8 +105,6 @@ class _OpenArrivals:
         self._interval = _State.interval
         self._due = pacing.next_slot(time.monotonic(), _State.anchor, _State.interval, self._phase)
         self._body = index % len(BODIES)  # generators start at different requests of a payload
-        self._in_flight = 0
-        self._freed = gevent.event.Event()
         self._requests = gevent.pool.Group()
 
     def until_due(self) -> float:
@@ -119,11 +118,10 @@ class _OpenArrivals:
         if delay > 0:
             gevent.sleep(delay)
         held = False
-        while self._in_flight >= SPEC.in_flight_per_generator:  # the bound: wait for a slot, leave late
+        while _State.in_flight >= SPEC.in_flight_per_generator:  # the bound: wait for a slot, leave late
             held = True
-            self._freed.clear()
-            self._freed.wait()
-        self._in_flight += 1
+            _State.freed.clear()
+            _State.freed.wait()
         _State.in_flight += 1
         body = BODIES[self._body]
         self._body = (self._body + 1) % len(BODIES)
@@ -137,9 +135,8 @@ class _OpenArrivals:
             kind, status = self.send(body)
             _State.recorder.ended(due, kind, status)
         finally:
-            self._in_flight -= 1
             _State.in_flight -= 1
-            self._freed.set()
+            _State.freed.set()
 
     def send(self, body: bytes) -> tuple[str | None, int]:
         raise NotImplementedError
