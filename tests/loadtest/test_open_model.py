@@ -7,7 +7,7 @@ refuses to write a rate from the failing run and writes one from the passing run
 failing run's release and accepts the passing one's.
 
 Also here: a generator whose in-flight bound is reached reports late sends and an invalid step, never a pass;
-SIGTERM to `inferstack loadtest` stops every Locust process it started.
+SIGTERM or Ctrl-C (SIGINT) to `inferstack loadtest` stops every Locust process it started.
 
 The SLO is 25 ms, not the reference workload's 10 ms: the threaded test server's own p99 on a loaded 2-core CI
 machine (several ms) stays well inside it, so the steady run's pass is not a race. The pauses scale with it (the
@@ -192,7 +192,8 @@ def locust_processes(mark: str) -> list[psutil.Process]:
     return found
 
 
-def test_sigterm_stops_every_locust_process_the_run_started(config_dir, tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "Ctrl-C"])
+def test_a_signal_stops_every_locust_process_the_run_started(config_dir, tmp_path, signum):
     mark = uuid.uuid4().hex
     with pausing_server(None) as server:
         command = subprocess.Popen(
@@ -207,16 +208,16 @@ def test_sigterm_stops_every_locust_process_the_run_started(config_dir, tmp_path
             assert len(locust_processes(mark)) == 3  # the master and two workers
             time.sleep(3)  # well into the run: load is being sent
             sent = server.received
-            command.send_signal(signal.SIGTERM)
+            command.send_signal(signum)
             out, err = command.communicate(timeout=30)
         finally:
             if command.poll() is None:
                 command.kill()
                 command.wait(10)
         assert sent > 0
-        assert command.returncode == 128 + signal.SIGTERM, out + err
-        assert err.strip().splitlines()[-1] == ("loadtest: stopped by SIGTERM: every load generator it started was "
-                                                 "stopped, no result")
+        assert command.returncode == 128 + signum, out + err
+        assert err.strip().splitlines()[-1] == (f"loadtest: stopped by {signal.Signals(signum).name}: every load "
+                                                 f"generator it started was stopped, no result")
         assert locust_processes(mark) == []
         received = server.received
         time.sleep(1.5)
