@@ -213,8 +213,9 @@ def _run(args: argparse.Namespace) -> int:
         raise LoadTestUsageError(f"--out: {args.out} exists and is not a directory")
     with tempfile.TemporaryDirectory(prefix="inferstack-loadtest-") as scratch:
         out = args.out if args.out is not None else Path(scratch)
-        print(f"load test of {model.name} at {target.describe()}: {len(spec.steps)} steps through "
-              f"{spec.judged_rate:g} req/s, {args.workers or 'one local'} generator{'s' if args.workers != 1 else ''}"
+        generators = f"{args.workers} worker{'s' * (args.workers > 1)}" if args.workers else "one local generator"
+        print(f"load test of {model.name} at {target.describe()}: {len(spec.steps)} step{'s' * (len(spec.steps) > 1)}"
+              f" through {spec.judged_rate:g} req/s, {generators}"
               + (f" (planned {spec.planned_rate:g} req/s for {spec.plan_basis})" if spec.planned_rate else ""),
               file=sys.stderr if args.json else sys.stdout, flush=True)
         try:

@@ -1,7 +1,7 @@
 """A load test's result for people: a text report (what was tested and against which rates; per step: offered,
 sent late, answered, goodput, rejections, timeouts, errors, latency percentiles from the due time; the
-generators' CPU; the verdict and its reasons), a line per step as the run goes, and a picture of latency and rate over time with
-the SLO and the step boundaries. `write` stores both beside result.json."""
+generators' CPU; the verdict and its reasons), a line per step as the run goes, and a picture of latency and
+rate over time with the SLO and the step boundaries. `write` stores both beside result.json."""
 
 from __future__ import annotations
 

@@ -271,12 +271,11 @@ class RunResult:
         """Reads what to_json wrote (derived fields are recomputed, never trusted); ResultError naming `where`."""
         try:
             data = json.loads(text)
-            if not isinstance(data, dict) or data.get("schema_version") != SCHEMA_VERSION:
-                raise ResultError(f"{where}: schema_version {data.get('schema_version') if isinstance(data, dict) else None!r}, "
-                                  f"this tool reads {SCHEMA_VERSION}" + (
-                                      " (version 1 came from closed-loop users that a stalling server could fool: "
-                                      "run the load test again)" if isinstance(data, dict)
-                                      and data.get("schema_version") == 1 else ""))
+            version = data.get("schema_version") if isinstance(data, dict) else None
+            if version != SCHEMA_VERSION:
+                raise ResultError(f"{where}: schema_version {version!r}, this tool reads {SCHEMA_VERSION}" + (
+                    " (version 1 came from closed-loop users that a stalling server could fool: run the load test "
+                    "again)" if version == 1 else ""))
             for derived in ("verdict", "reasons", "invalid_reasons", "highest_rate_within_slo", "below_plan"):
                 data.pop(derived, None)
             data["steps"] = tuple(StepResult(**s) for s in data["steps"])

@@ -1,6 +1,7 @@
 """What a load test does, as data: the target, the requests and the answer each must get, the load shape (an
-open system: each step's requests leave on a schedule, whatever the server does) and the SLO it is judged by. A spec travels as JSON (to Locust's processes, to a Fargate task's environment), so
-everything in it is plain data; `shape.spec_for` builds one from a model's config."""
+open system: each step's requests leave on a schedule, whatever the server does) and the SLO it is judged by.
+A spec travels as JSON (to Locust's processes, to a Fargate task's environment), so everything in it is plain
+data; `shape.spec_for` builds one from a model's config."""
 
 from __future__ import annotations
 

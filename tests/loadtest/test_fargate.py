@@ -13,7 +13,8 @@ from inferstack.loadtest.spec import ExpectedOutput, LoadTestSpec, Step, Target
 from tests.support.paths import CONFIG_DIR
 
 SPEC = LoadTestSpec(model="m", target=Target(kind="http", url="http://127.0.0.1:1/v2/models/m/infer"),
-                    bodies=({"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1], "data": ["hi"]}]},), outputs=(ExpectedOutput("logits", "FP32", (1, 2)),),
+                    bodies=({"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1], "data": ["hi"]}]},),
+                    outputs=(ExpectedOutput("logits", "FP32", (1, 2)),),
                     steps=(Step(rate=10, seconds=5),), p99_slo_ms=100)
 
 

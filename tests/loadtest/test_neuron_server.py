@@ -76,7 +76,7 @@ def test_the_model_passes_at_a_modest_rate_with_a_generous_slo(servers, config_c
     # A line as each step starts and ends, before the report.
     lines = result.stdout.splitlines()
     assert lines[0].startswith(f"load test of {MODEL} at {servers[0].url}/v2/models/{MODEL}/infer: 2 steps through 40 "
-                               f"req/s, 2 generators")
+                               f"req/s, 2 workers")
     assert lines[1] == "  step 1 of 2: 20 req/s (50 % of the full rate) for 3 s from 2 generators"
     assert lines[2].startswith("  step 1 (20 req/s, 50 %) of 2: sent ")
     assert lines[3] == "  step 2 of 2: 40 req/s (100 % of the full rate) for 3 s from 2 generators"

@@ -60,7 +60,8 @@ def test_the_text_report_shows_every_step_the_errors_the_cpu_and_the_verdict_wit
 
 def test_the_report_says_what_it_does_not_know_and_flags_a_run_below_the_plan():
     lines = report.text(result(instance_type=None, full_rate=10.0, planned_rate=100.0)).splitlines()
-    assert lines[0] == "load test of intent-bert at http://10.0.1.5/v2/models/intent-bert/infer (env staging, release r42)"
+    assert lines[0] == ("load test of intent-bert at http://10.0.1.5/v2/models/intent-bert/infer (env staging, "
+                        "release r42)")
     assert "instance type: not known (a run against a URL: whatever serves it)" in lines
     assert ("WARNING: the full rate 10 req/s is 10 % of the planned 100 req/s (2 x inf1.xlarge in staging): a pass "
             "here does not show the plan holds") in lines

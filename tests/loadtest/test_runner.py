@@ -14,7 +14,8 @@ pytestmark = pytest.mark.loadtest
 
 def spec(seconds: float) -> LoadTestSpec:
     return LoadTestSpec(model="m", target=Target(kind="http", url="http://127.0.0.1:9/v2/models/m/infer"),
-                        bodies=({"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1], "data": ["hi"]}]},), outputs=(ExpectedOutput("logits", "FP32", (1, 2)),),
+                        bodies=({"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1], "data": ["hi"]}]},),
+                        outputs=(ExpectedOutput("logits", "FP32", (1, 2)),),
                         steps=(Step(rate=5, seconds=seconds),), p99_slo_ms=100.0)
 
 

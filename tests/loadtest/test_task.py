@@ -22,7 +22,8 @@ from tests.support.paths import ROOT
 
 
 def spec(url: str, *steps: Step) -> LoadTestSpec:
-    return LoadTestSpec(model="m", target=Target(kind="http", url=url), bodies=({"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1], "data": ["hi"]}]},),
+    return LoadTestSpec(model="m", target=Target(kind="http", url=url),
+                        bodies=({"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1], "data": ["hi"]}]},),
                         outputs=(ExpectedOutput("logits", "FP32", (1, 3)), ExpectedOutput("label", "BYTES", (1,))),
                         steps=steps or (Step(rate=20, seconds=4),), p99_slo_ms=500.0, timeout_s=5.0)
 
