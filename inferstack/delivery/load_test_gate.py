@@ -96,7 +96,7 @@ def evaluate(session, project: Project, source_env: str, units: dict[str, str]) 
                 continue
             full = result.full_step or result.steps[-1]
             summary = (f"{result.verdict} at {full.offered_rps:g} req/s offered ({full.goodput_rps:.0f} within the "
-                       f"SLO), p99 {_ms(full.p99_ms)} (SLO {result.p99_slo_ms:g} ms), errors "
+                       f"SLO), p99 {results.ms_text(full.p99_ms)} (SLO {result.p99_slo_ms:g} ms), errors "
                        f"{full.error_percent:.2f} %, {result.finished}")
             # A pass at a rate below the plan's shows nothing about the rate prod will be asked to carry.
             passed = result.verdict == results.PASS and result.below_plan is None
@@ -107,10 +107,6 @@ def evaluate(session, project: Project, source_env: str, units: dict[str, str]) 
                                         achieved_rps=round(full.held_rps, 3), p99_ms=full.p99_ms)
             findings.append(Finding(model, passed, line, evidence))
     return findings
-
-
-def _ms(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.1f} ms"
 
 
 def record(gate: str, findings: list[Finding], *, skipped: bool) -> LoadTestRecord:

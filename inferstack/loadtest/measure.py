@@ -137,13 +137,11 @@ class StepTally:
 
     @classmethod
     def from_wire(cls, data: dict) -> StepTally:
-        histogram = new_histogram()
-        histogram.add(HdrHistogram.decode(data["histogram"]))
         return cls(offered=int(data["offered"]), late=int(data["late"]), late_max_ms=float(data["late_max_ms"]),
                    held=int(data["held"]),
                    answered=int(data["answered"]), good=int(data["good"]), rejected=int(data["rejected"]),
                    timeouts=int(data["timeouts"]), failures=int(data["failures"]), errors=dict(data["errors"]),
-                   histogram=histogram, window_s=float(data["window_s"]))
+                   histogram=HdrHistogram.decode(data["histogram"]), window_s=float(data["window_s"]))
 
     def step_result(self, step, slo_ms: float, *, final: bool, started_s: float | None) -> StepResult:
         """This tally (every generator's, merged) as a step of the result. `final`: requests that left and never

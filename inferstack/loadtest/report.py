@@ -40,7 +40,8 @@ def text(result: RunResult) -> str:
         rows.append((str(number), f"{step.offered_rps:g}", f"{100 * step.offered_rps / result.judged_rate:.0f}",
                      str(step.offered), str(step.late), str(step.answered), f"{step.goodput_rps:.1f}",
                      str(step.rejected), str(step.timeouts), f"{step.failures} ({step.error_percent:.2f} %)",
-                     _ms(step.p50_ms), _ms(step.p90_ms), _ms(step.p99_ms), _ms(step.max_ms), status(result, step)))
+                     _ms(step.p50_ms), _ms(step.p90_ms), _ms(step.p99_ms), _ms(step.max_ms),
+                     status(result, number, step)))
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     lines += ["  ".join(cell.rjust(width) if i < len(header) - 1 else cell
                         for i, (cell, width) in enumerate(zip(row, widths))).rstrip() for row in rows]
@@ -59,9 +60,9 @@ def text(result: RunResult) -> str:
     return "\n".join(lines) + "\n"
 
 
-def status(result: RunResult, step: StepResult) -> str:
-    """A step's judgement in a word or two: ok / outside SLO up to the full rate; held / not held above it."""
-    if result.step_invalid_reasons(result.steps.index(step) + 1, step):
+def status(result: RunResult, number: int, step: StepResult) -> str:
+    """Step `number`'s judgement in a word or two: ok / outside SLO up to the full rate; held / not held above it."""
+    if result.step_invalid_reasons(number, step):
         return "invalid: generators behind"
     if result.overload(step):
         return "overload held" if result.step_held(step) else "overload not held"
@@ -73,7 +74,7 @@ def progress(result: RunResult, number: int, step: StepResult) -> str:
     return (f"{result.step_label(number, step)} of {len(result.steps)}: sent {step.offered} ({step.late} late), "
             f"answered {step.answered}, goodput {step.goodput_rps:.1f}/s, rejected {step.rejected}, timeouts "
             f"{step.timeouts}, errors {step.failures}, p99 {_ms(step.p99_ms)} ms (SLO {result.p99_slo_ms:g}): "
-            f"{status(result, step)}")
+            f"{status(result, number, step)}")
 
 
 def _ms(value: float | None) -> str:

@@ -226,7 +226,7 @@ class RunResult:
             label = self.step_label(number, step)
             if step.p99_ms is None or step.p99_ms > self.p99_slo_ms:
                 what = "admitted requests' p99" if self.overload(step) else "p99"
-                out.append(f"{label}: {what} {_ms(step.p99_ms)} above the SLO's {self.p99_slo_ms:g} ms")
+                out.append(f"{label}: {what} {ms_text(step.p99_ms)} above the SLO's {self.p99_slo_ms:g} ms")
             errors = step.admitted_error_percent if self.overload(step) else step.error_percent
             if errors > self.error_budget_percent:
                 kinds = ", ".join(f"{k}: {n}" for k, n in sorted(step.errors.items(), key=lambda kv: -kv[1]))
@@ -240,7 +240,7 @@ class RunResult:
             return out
         full = self.full_step
         return [f"every step up to {self.judged_rate:g} req/s held p99 <= {self.p99_slo_ms:g} ms with errors <= "
-                f"{self.error_budget_percent:g} %" + (f" (full rate: p99 {_ms(full.p99_ms)}, errors "
+                f"{self.error_budget_percent:g} %" + (f" (full rate: p99 {ms_text(full.p99_ms)}, errors "
                                                       f"{full.error_percent:.2f} %)" if full else "")]
 
     @property
@@ -288,5 +288,6 @@ class RunResult:
             raise ResultError(f"{where}: not a load test result: {type(exc).__name__}: {exc}") from None
 
 
-def _ms(value: float | None) -> str:
+def ms_text(value: float | None) -> str:
+    """A latency for a line of text: '7.9 ms', or 'n/a' when there is none."""
     return "n/a" if value is None else f"{value:.1f} ms"

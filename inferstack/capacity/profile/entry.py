@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 
-from inferstack.loadtest.results import INVALID, RunResult, StepResult
+from inferstack.loadtest.results import INVALID, RunResult, StepResult, ms_text
 from inferstack.schema.models import ProfilePoint
 
 METHOD = "inferstack profile"
@@ -54,12 +54,8 @@ def build(instance_type: str, *, throughput: float, p99_ms: float, source: str, 
     return ProfileEntry(instance_type, point)
 
 
-def _ms(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.1f} ms"
-
-
 def _no_step_held(result: RunResult, p99_slo_ms: float) -> str:
-    steps = "; ".join(f"{s.offered_rps:g} req/s: answered {s.answered_rps:.1f}/s, p99 {_ms(s.p99_ms)} from the "
+    steps = "; ".join(f"{s.offered_rps:g} req/s: answered {s.answered_rps:.1f}/s, p99 {ms_text(s.p99_ms)} from the "
                       f"due time, errors {s.error_percent:.2f} %" for s in result.steps)
     return (f"no step held p99 <= {p99_slo_ms:g} ms with errors <= {result.error_budget_percent:g} % at its "
             f"rate ({steps}): nothing to write; start lower (--rate) or look at the errors")
