@@ -87,6 +87,7 @@ class Result:
     checks: list[str] = field(default_factory=list)          # what was verified
     problems: list[str] = field(default_factory=list)        # failed checks
     workarounds: list[str] = field(default_factory=list)     # moto patches applied in the server
+    rules: list[str] = field(default_factory=list)           # AWS rules the server enforces (aws_rules)
     custom_resources_not_run: list[str] = field(default_factory=list)
     unmodeled: dict[str, list[str]] = field(default_factory=dict)  # resource type -> stacks
     not_run: list[str] = field(default_factory=list)         # README steps the emulator cannot run, and why
@@ -756,7 +757,7 @@ def remove_bootstrap(aws: Aws, result: Result) -> None:
 
 def rehearse(workdir: Path, clock: Clock, result: Result, log: Callable[[str], None], ci: bool | None = None,
              add_models: bool = False) -> None:
-    from rehearsal import moto_patches
+    from rehearsal import aws_rules, moto_patches
 
     def step(name: str):
         return _StepTimer(name, result, log)
@@ -779,6 +780,7 @@ def rehearse(workdir: Path, clock: Clock, result: Result, log: Callable[[str], N
         aws = Aws(endpoint, account, region)
         env = aws.env(workdir, ci)
         result.workarounds = [f"{p.name}: {p.defect}" for p in moto_patches.PATCHES]
+        result.rules = [f"{r.name}: {r.defect}" for r in aws_rules.RULES]
 
         # Bootstrap (mostly waiting on the CLI) runs beside the first synth (CPU), each in its own process.
         with step("cdk bootstrap + cdk synth dev (release) + inferstack release") as s:
@@ -1034,6 +1036,8 @@ def report(result: Result) -> str:
     lines += [f"  {c}" for c in result.checks]
     lines.append("emulator workarounds applied (rehearsal/moto_patches.py):")
     lines += [f"  {w}" for w in result.workarounds]
+    lines.append("AWS rules the emulator enforces as an account would (rehearsal/aws_rules.py):")
+    lines += [f"  {r}" for r in result.rules]
     if result.custom_resources_not_run:
         lines.append("custom resources marked created without running their Lambda (no Docker):")
         lines += [f"  {c}" for c in result.custom_resources_not_run]

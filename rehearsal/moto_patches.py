@@ -14,26 +14,15 @@ import contextlib
 import copy
 import re
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+
+from rehearsal.aws_rules import RULES
+from rehearsal.emulator_patch import Patch, Undo, replace
 
 MOTO_VERSION = "5.2.5"  # the version these defects were found on; the server refuses to start on another one
 
-Undo = Callable[[], None]
 # The deploy-time reader of inferstack.constructs.live_values (patches live-values, new-values-update-readers).
 LIVE_VALUE = "Custom::LiveValue"
-
-
-@dataclass(frozen=True)
-class Patch:
-    name: str
-    defect: str  # what moto does wrong, as the rehearsal report lists it
-    apply: Callable[[], Undo]
-
-
-def _replace(owner, attribute: str, replacement) -> Undo:
-    original = owner.__dict__[attribute]
-    setattr(owner, attribute, replacement)
-    return lambda: setattr(owner, attribute, original)
+_replace = replace
 
 
 # ----------------------------------------------------------------------------- account-from-access-key
@@ -1035,7 +1024,8 @@ PATCHES: tuple[Patch, ...] = (
           "is not implemented: a task moto runs never stops with the exit code its container had",
           _ecs_agent_state_changes),
 )
-BY_NAME = {p.name: p for p in PATCHES}
+# Rules AWS enforces and moto does not (rehearsal/aws_rules.py) are applied after the workarounds.
+BY_NAME = {p.name: p for p in (*PATCHES, *RULES)}
 
 
 def apply_all(names: list[str] | None = None) -> list[Undo]:
@@ -1045,7 +1035,7 @@ def apply_all(names: list[str] | None = None) -> list[Undo]:
     if moto.__version__ != MOTO_VERSION:
         raise RuntimeError(f"moto {moto.__version__}: these patches were written for moto {MOTO_VERSION}; "
                            f"re-check each defect (tests/rehearsal/test_cli_deploy.py) and update MOTO_VERSION")
-    return [BY_NAME[name].apply() for name in (names or [p.name for p in PATCHES])]
+    return [BY_NAME[name].apply() for name in (names or list(BY_NAME))]
 
 
 @contextlib.contextmanager

@@ -29,7 +29,7 @@ def moto_env(monkeypatch):
 def test_every_patch_is_named_documented_and_tested_here():
     tested = {name.removeprefix("test_patch_").split("__")[0].replace("_", "-")
               for name in globals() if name.startswith("test_patch_")}
-    assert tested == set(moto_patches.BY_NAME)
+    assert tested == {p.name for p in moto_patches.PATCHES}
     assert all(p.defect and p.apply.__doc__ for p in moto_patches.PATCHES)
 
 

@@ -1,0 +1,15 @@
+"""Rules a real AWS account enforces that moto 5.2.5 does not: each one added to the emulator (in its own
+process, before its server starts, as moto_patches' workarounds are) so the CLI deploy rehearsal meets the refusal
+a real account would give, instead of an emulator kinder than AWS. Each rule names the AWS documentation it
+encodes and has a test (tests/rehearsal/test_aws_rules.py) that shows plain moto accepting what AWS refuses, and
+the rule refusing it.
+
+They are applied with the workarounds (moto_patches.apply_all, moto_server) and listed with them in the
+rehearsal's report."""
+
+from __future__ import annotations
+
+from rehearsal.emulator_patch import Patch, Undo, replace  # noqa: F401 - every rule's shape and undo
+
+RULES: tuple[Patch, ...] = (
+)
