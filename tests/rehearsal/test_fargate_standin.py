@@ -1,8 +1,9 @@
 """The Fargate stand-in (rehearsal/fargate_standin.py) on moto's server: tasks RunTask starts run as
 processes with the image's entrypoint and ENV, the definition's command and RunTask's overrides; a task's
 container port is reached at its private IP and nothing listens beyond loopback; exit codes reach DescribeTasks
-as the ECS agent reports them; StopTask ends a task. Plain Python commands, not the load test: the contract of
-the stand-in itself."""
+as the ECS agent reports them; StopTask ends a task; a task runs as its image's user on the volumes Fargate would
+give it (an empty bind mount root's 0755 unless the image declares a VOLUME there; a read-only root file system).
+Plain Python commands, not the load test: the contract of the stand-in itself."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import boto3
 import pytest
 
 from rehearsal import cli_deploy
-from rehearsal.fargate_standin import FargateStandIn, Image, leftover_processes
+from rehearsal.fargate_standin import Directory, FargateStandIn, Image, StandInError, leftover_processes
 
 ACCOUNT, REGION, CLUSTER = "222222222222", "us-east-1", "generators"
 PORT = 5557
@@ -143,3 +144,94 @@ def test_an_image_is_read_from_its_dockerfile(tmp_path):
     assert image.entrypoint == ("python", "-m", "pkg.task") and image.workdir == "/tmp"
     assert image.env == {"A": "1", "B": "/opt/app/lib"}
     assert image.local(image.env["B"]) == "/checkout/lib" and image.local("/opt/other") == "/opt/other"
+
+
+# ----------------------------------------------------------------------------- the task's user and file system
+
+# What the load-test master does first (inferstack.loadtest.task): a scratch directory; then it writes in its volume
+# and tries the rest of the file system, reporting what it could write.
+SCRATCH = """
+import os, tempfile
+print("uid", os.getuid(), os.getgid(), flush=True)
+for place in ("/tmp/written-through-the-path", os.path.expanduser("~/x"), os.path.join(os.getcwd(), "x")):
+    try:
+        open(place, "w").close()
+        print("wrote", place)
+    except OSError as exc:
+        print("refused", place, exc.strerror)
+with tempfile.TemporaryDirectory() as scratch:
+    print("scratch", scratch, flush=True)
+"""
+IMAGE_WITH_VOLUME = """FROM python:3.12
+RUN groupadd --gid 10001 app && useradd --uid 10001 --gid 10001 app
+RUN install -d -o 10001 -g 10001 -m 0700 /tmp
+VOLUME ["/tmp"]
+USER 10001:10001
+WORKDIR /tmp
+ENTRYPOINT ["python", "-c"]
+"""
+
+
+def register_with_scratch(ecs, family: str, code: str, *, read_only_root: bool = True) -> str:
+    container = {"name": family.capitalize(), "image": "example", "command": [code],
+                 "readonlyRootFilesystem": read_only_root,
+                 "mountPoints": [{"sourceVolume": "scratch", "containerPath": "/tmp", "readOnly": False}]}
+    return ecs.register_task_definition(family=family, networkMode="awsvpc", requiresCompatibilities=["FARGATE"],
+                                        cpu="256", memory="512", volumes=[{"name": "scratch", "host": {}}],
+                                        containerDefinitions=[container])["taskDefinition"]["taskDefinitionArn"]
+
+
+@pytest.mark.parametrize("declared", [True, False], ids=["image-declares-the-volume", "empty-bind-mount"])
+def test_a_task_runs_as_the_image_user_on_fargate_volumes(emulator, tmp_path, declared):
+    """An empty bind mount is root's, mode 0755: the image's non-root user cannot write its scratch directory there
+    unless the image declares a VOLUME at that path (then the volume has the image's owner and mode). With a
+    read-only root file system nothing else is writable, the machine's own /tmp included."""
+    dockerfile = tmp_path / "Dockerfile"
+    text = IMAGE_WITH_VOLUME if declared else IMAGE_WITH_VOLUME.replace('VOLUME ["/tmp"]\n', "")
+    dockerfile.write_text(text)
+    image = Image.from_dockerfile(dockerfile, {})
+    ecs, ec2 = clients(emulator)
+    ecs.create_cluster(clusterName=CLUSTER)
+    with FargateStandIn(emulator, ACCOUNT, REGION, CLUSTER, image, tmp_path / "standin", poll_s=0.1) as stand_in:
+        task = run(ecs, register_with_scratch(ecs, "scratch", SCRATCH), network(ec2))
+        ended = wait_until(lambda: stopped(ecs, task["taskArn"]), "the task to stop")
+        output = stand_in.output(task["taskArn"])
+        volume = stand_in.tasks[task["taskArn"]].mounts["/tmp"]
+    assert "uid 10001 10001" in output
+    assert "refused /tmp/written-through-the-path Read-only file system" in output  # the machine's /tmp
+    assert "refused /x" in output  # HOME is / for a user the stand-in finds no passwd entry for
+    if declared:
+        assert ended["containers"][0]["exitCode"] == 0, output
+        assert f"wrote {volume}/x" in output and f"scratch {volume}/" in output
+        assert (volume.stat().st_uid, volume.stat().st_mode & 0o7777) == (10001, 0o700)
+    else:
+        assert ended["containers"][0]["exitCode"] == 1, output
+        assert f"refused {volume}/x Permission denied" in output
+        assert "No usable temporary directory found" in output
+        assert (volume.stat().st_uid, volume.stat().st_mode & 0o7777) == (0, 0o755)
+    assert leftover_processes(stand_in) == []
+
+
+@pytest.mark.parametrize("text, error", [
+    ("USER app\n", "user 'app': write it as numbers, uid:gid"),
+    ("USER 10001\n", "user '10001': write it as numbers, uid:gid"),
+    ('VOLUME ["/data"]\n', "VOLUME /data: the stand-in cannot tell the owner and mode"),
+    ("RUN install -d -m 0700 /data\n", "install -d without a numeric -o, -g and -m"),
+])
+def test_an_image_the_stand_in_cannot_read_exactly_is_refused(tmp_path, text, error):
+    dockerfile = tmp_path / "Dockerfile"
+    dockerfile.write_text(f'FROM python:3.12\n{text}ENTRYPOINT ["python"]\n')
+    with pytest.raises(StandInError, match=error):
+        Image.from_dockerfile(dockerfile, {})
+
+
+def test_the_load_test_image_declares_its_scratch_volume_for_its_user():
+    """The shipped generator image: a non-root user, and /tmp (the LoadTest stack's scratch mount point) declared
+    as a VOLUME that user owns, so Fargate's bind mount there is writable (tests/loadtest/test_fargate_run.py runs
+    it)."""
+    from inferstack.constructs.load_test import SCRATCH_PATH
+    from rehearsal.fargate_standin import ROOT
+
+    image = Image.from_dockerfile(ROOT / "container" / "loadtest" / "Dockerfile", {})
+    assert image.user[0] != 0
+    assert image.volumes[SCRATCH_PATH] == Directory(image.user[0], image.user[1], 0o700)
