@@ -26,7 +26,6 @@ from inferstack.schema.models import (
 )
 from inferstack.triton import startup as triton_startup
 
-FIRST_PORT = 8080  # the packed models listen on consecutive ports from here, in the fleet's order
 # Scale-out from zero (SageMaker's documented pattern): a request that finds no copy fails and counts in
 # NoCapacityInvocationFailures; an alarm on one 1-minute datapoint starts a step-scaling policy to one copy,
 # managed instance scaling launches an instance ("several minutes"), and the copy loads the model.
@@ -201,7 +200,10 @@ def plan_neuron_fleet(name: str, fleet: NeuronCoreFleet, members: Sequence[Neuro
         copies = model_cores // step
         shares.append(CoreShare(
             model=model.name, first_core=first, cores=model_cores,
-            workers=_largest_divisor_at_most(copies, model.serving.workers), port=FIRST_PORT + index,
+            workers=_largest_divisor_at_most(copies, model.serving.workers),
+            # Its own port (serving.port), wherever it sits in the fleet: a member's target groups are on its
+            # port, and a port that moved with the fleet's order would replace them.
+            port=model.serving.port,
             throughput_per_core=per_core[index], profile_p99_ms=point.p99_latency_ms,
             slo_p99_ms=model.slo_for(env_name).p99_latency_ms, peak_tps=peaks[index]))
         first += model_cores

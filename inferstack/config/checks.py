@@ -570,8 +570,18 @@ def _check_neuron_cores_members(name: str, fleet: NeuronCoreFleet, members: Sequ
             f"service takes at most {routing.MAX_TARGET_GROUPS} ({routing.MAX_TARGET_GROUPS_SOURCE})")
         return False
     shifting = neuron_deployment.rollout(fleet.deployment_for(env_name)).shifts_traffic
-    for index, message in routing.priority_clashes(fleet.models, catch_all_first=shifting):
+    for index, message in routing.priority_clashes(fleet.models, shifting=shifting):
         yield ("fleets", name, "models", index), message
+    ports: dict[int, str] = {}
+    for index, model in enumerate(members):
+        other = ports.setdefault(model.serving.port, model.name)
+        if other != model.name:
+            # Each member keeps its own port wherever it sits in the fleet (its target groups are on it).
+            taken = sorted(ports)
+            free = next(p for p in range(taken[0], 65536) if p not in ports)
+            yield ("fleets", name, "models", index), (
+                f"{model.name} listens on port {model.serving.port}, as {other} does; the members of a fleet share "
+                f"one task: give {model.name} a port of its own (serving.port in its model file, e.g. {free})")
     if capacity.min == 0:
         yield _fleet_capacity_key(name, fleet, env_name, "min"), (
             "a neuron-cores fleet keeps at least 1 instance outside its off_hours (ECS cannot scale out from "

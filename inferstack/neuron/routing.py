@@ -13,26 +13,43 @@ MAX_TARGET_GROUPS = 5
 MAX_TARGET_GROUPS_SOURCE = ("https://docs.aws.amazon.com/AmazonECS/latest/developerguide/"
                             "register-multiple-targetgroups.html")
 MAX_RULE_PRIORITY = 50_000  # listener rule priorities run 1..50000
-# Traffic-shifting rollouts: the production rule that takes every path not routed elsewhere (a dedicated
-# model's whole listener, a fleet's first model) is evaluated last.
-CATCH_ALL_PRIORITY = MAX_RULE_PRIORITY
+# A rule for a model's own paths takes its priority below CATCH_ALL_FIRST; a catch-all rule (`/*`: a dedicated
+# model's, or a traffic-shifting fleet's first member's) above it, so it is evaluated after every path rule.
+CATCH_ALL_FIRST = 40_001
+
+
+def _name_hash(model: str) -> int:
+    return zlib.crc32(model.encode())
 
 
 def rule_priority(model: str) -> int:
-    """A listener rule's priority from the model's name alone: deterministic, and unchanged when a fleet gains,
-    loses or reorders models (priorities from positions would shift, and a rule updated to a priority another
-    rule still holds fails the stack update). The rules' paths are disjoint, so the order never matters."""
-    return 1 + zlib.crc32(model.encode()) % MAX_RULE_PRIORITY
+    """The priority of the rule for `model`'s own paths, from its name alone (1..40000): deterministic, and
+    unchanged when a fleet gains, loses or reorders models (priorities from positions would shift, and a rule
+    updated to a priority another rule still holds fails the stack update: PriorityInUse). The rules' paths are
+    disjoint, so their order never matters. The name's priority as it was before catch-all priorities had a range
+    of their own (1 + crc32 mod 50000), folded below that range, so most rules kept theirs."""
+    return 1 + (_name_hash(model) % MAX_RULE_PRIORITY) % (CATCH_ALL_FIRST - 1)
 
 
-def priority_clashes(models: Sequence[str], *, catch_all_first: bool) -> list[tuple[int, str]]:
-    """(index, message) for each model whose rule priority another rule of the listener already holds."""
-    taken: dict[int, str] = {}
+def catch_all_priority(model: str) -> int:
+    """The priority of `model`'s catch-all rule (40001..50000), from its name too: when a fleet's first member
+    changes (a reorder, or the first retired), the new first member's catch-all never asks for the priority the
+    old one's holds until CloudFormation's cleanup deletes it, nor for one a path rule holds."""
+    return CATCH_ALL_FIRST + _name_hash(model) % (MAX_RULE_PRIORITY - CATCH_ALL_FIRST + 1)
+
+
+def priority_clashes(models: Sequence[str], *, shifting: bool) -> list[tuple[int, str]]:
+    """(index, message) for each model whose rule priority another model's rule already holds. `shifting`: a
+    traffic-shifting fleet, whose first member's rule is a catch-all; since any member may become first, every
+    member's catch-all priority must be its own too."""
     clashes = []
-    for index, model in enumerate(models):
-        priority = CATCH_ALL_PRIORITY if catch_all_first and index == 0 else rule_priority(model)
-        other = taken.setdefault(priority, model)
-        if other != model:
-            clashes.append((index, f"{model}'s listener rule priority {priority} is also {other}'s "
-                                   f"(priorities come from the names: rename one)"))
+    for kind, priority_of in (("listener rule", rule_priority),) + (
+            (("catch-all rule", catch_all_priority),) if shifting else ()):
+        taken: dict[int, str] = {}
+        for index, model in enumerate(models):
+            priority = priority_of(model)
+            other = taken.setdefault(priority, model)
+            if other != model:
+                clashes.append((index, f"{model}'s {kind} priority {priority} is also {other}'s "
+                                       f"(priorities come from the names: rename one)"))
     return clashes

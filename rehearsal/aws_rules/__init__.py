@@ -9,6 +9,7 @@ report."""
 
 from __future__ import annotations
 
+from rehearsal.aws_rules import elbv2
 from rehearsal.emulator_patch import Patch
 
-RULES: tuple[Patch, ...] = ()
+RULES: tuple[Patch, ...] = (*elbv2.RULES,)

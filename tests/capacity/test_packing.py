@@ -41,7 +41,8 @@ def test_neuron_fleet_splits_every_core_into_disjoint_ranges_that_carry_each_pea
         assert share.workers <= model.serving.workers
         carried = result.instances_at_peak * share.cores * share.throughput_per_core * result.safety_factor
         assert carried >= share.peak_tps
-    assert [s.port for s in result.shares] == [packing.FIRST_PORT, packing.FIRST_PORT + 1]
+    # Each member on its own serving.port, whatever its place in the fleet.
+    assert [s.port for s in result.shares] == [project.model(s.model).serving.port for s in result.shares] == [8080, 8081]
 
 
 def test_neuron_fleet_is_the_smallest_that_fits(project):

@@ -400,9 +400,24 @@ def test_fleet_members_whose_listener_rule_priorities_clash(config_copy):
     from inferstack.neuron import routing
     assert routing.rule_priority("m249") == routing.rule_priority("m256")
     source = (config_copy / "duplicate-bert.yaml").read_text()
-    for name in ("m249", "m256"):
-        (config_copy / f"{name}.yaml").write_text(source.replace("name: duplicate-bert", f"name: {name}"))
+    for name, port in (("m249", "8081"), ("m256", "8082")):
+        (config_copy / f"{name}.yaml").write_text(source.replace("name: duplicate-bert", f"name: {name}")
+                                                  .replace("port: 8081", f"port: {port}"))
     edit_yaml(config_copy / "environments.yaml",
               set_at("fleets", "intent-pack", "models", value=["intent-bert", "m249", "m256"]))
     problems = [p for p in problems_of(config_copy) if "fleets.intent-pack.models.2:" in p]
-    assert problems and "m256's listener rule priority 25300 is also m249's" in problems[0]
+    # The same hash gives the same catch-all priority too (the shipped fleet shifts traffic in every environment).
+    assert len(problems) == 2, problems
+    assert "m256's listener rule priority 25300 is also m249's" in problems[1]
+    assert f"m256's catch-all rule priority {routing.catch_all_priority('m249')} is also m249's" in problems[0]
+
+
+def test_fleet_members_on_one_port(config_copy):
+    """A member listens on its own serving.port in the fleet's task (its target groups are on that port, which
+    must not move with the fleet's order): two members on one port are one line, with a free port to take."""
+    edit_yaml(config_copy / "duplicate-bert.yaml", set_at("serving", "port", value=8080))
+    problems = [p for p in problems_of(config_copy) if "fleets.intent-pack.models.1:" in p]
+    assert len(problems) == 1, problems
+    assert ("duplicate-bert listens on port 8080, as intent-bert does; the members of a fleet share one task: give "
+            "duplicate-bert a port of its own (serving.port in its model file, e.g. 8081)") in problems[0]
+    assert problems[0].startswith("model_configs/environments.yaml:")

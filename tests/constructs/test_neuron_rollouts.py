@@ -18,7 +18,7 @@ from inferstack import config
 from inferstack.capacity import packing, planning
 from inferstack.neuron import deployment as neuron_deployment
 from inferstack.neuron import routing
-from inferstack.neuron.routing import CATCH_ALL_PRIORITY, rule_priority
+from inferstack.neuron.routing import catch_all_priority, rule_priority
 from inferstack.schema.models import Deployment
 from tests.support.live_values import as_created
 from tests.support.neuron_service import build_direct
@@ -116,7 +116,7 @@ def test_every_model_has_an_alternate_target_group_and_a_production_rule(synthes
         rules.append((rule["Properties"]["Priority"], rule["Properties"]["Conditions"]))
     # The first model's rule takes every path, evaluated last; the others their own paths first.
     first, *others = served_models(stack)
-    assert rules == [(CATCH_ALL_PRIORITY, [{"Field": "path-pattern", "PathPatternConfig": {"Values": ["/*"]}}])] + [
+    assert rules == [(catch_all_priority(first), [{"Field": "path-pattern", "PathPatternConfig": {"Values": ["/*"]}}])] + [
         (rule_priority(m), [{"Field": "path-pattern", "PathPatternConfig": {
             "Values": [f"/v2/models/{m}", f"/v2/models/{m}/*"]}}]) for m in others]
     # No fixed response anywhere on the listener: ECS blue/green refuses a mix of forward and other actions.
@@ -237,7 +237,7 @@ def test_a_dedicated_canary_routes_every_path_through_its_production_rule(projec
         "CanaryConfiguration": {"CanaryPercent": 5, "CanaryBakeTimeInMinutes": 2}}
     (entry,) = service["Properties"]["LoadBalancers"]
     _, rule = only(tpl, "AWS::ElasticLoadBalancingV2::ListenerRule")
-    assert rule["Properties"]["Priority"] == CATCH_ALL_PRIORITY
+    assert rule["Properties"]["Priority"] == catch_all_priority("intent-bert")
     assert rule["Properties"]["Conditions"][0]["PathPatternConfig"]["Values"] == ["/*"]
     assert entry["AdvancedConfiguration"]["ProductionListenerRule"] == {
         "Ref": next(iter(tpl.find_resources("AWS::ElasticLoadBalancingV2::ListenerRule")))}
@@ -245,15 +245,69 @@ def test_a_dedicated_canary_routes_every_path_through_its_production_rule(projec
     assert group["Properties"]["MaxSize"] == "6"
 
 
-def test_a_member_whose_priority_is_the_catch_alls_is_refused(project_config, monkeypatch):
+def test_members_whose_catch_all_priorities_collide_are_refused_once_traffic_shifts(project_config, monkeypatch):
     members = project_config.fleet_members(FLEET)
     plan = packing.plan_fleet(FLEET, project_config.fleets[FLEET], members, "staging",
                               project_config.environments["staging"])
-    # duplicate-bert (second) drawing the catch-all's priority: fine while the fleet rolls, refused once the first
-    # member's production rule takes that priority
-    monkeypatch.setattr(routing, "rule_priority",
-                        lambda model: CATCH_ALL_PRIORITY if model == "duplicate-bert" else 7)
+    # Both members drawing one catch-all priority: fine while the fleet rolls (no catch-all rule), refused once the
+    # first member's production rule takes every other path, since either may become first.
+    monkeypatch.setattr(routing, "catch_all_priority", lambda model: 45_000)
     build_direct(members[0], plan.instance_type, models=members, capacity=plan)
     rollout = neuron_deployment.rollout(project_config.fleets[FLEET].deployment_for("staging"))
-    with pytest.raises(ValueError, match="listener rule priorities collide"):
+    with pytest.raises(ValueError, match="listener rule priorities collide.*catch-all rule priority 45000"):
         build_direct(members[0], plan.instance_type, models=members, capacity=plan, rollout=rollout)
+
+
+# ----------------------------------------------------------------------------- a fleet reordered or its first retired
+
+def fleet_rules_and_ports(models, plan, rollout) -> tuple[dict[str, int], dict[str, int], dict[str, int]]:
+    """(rule logical id -> priority, target group logical id -> port, member -> port) of a traffic-shifting fleet
+    built from `models` in that order."""
+    tpl = build_direct(models[0], plan.instance_type, models=models, capacity=plan, rollout=rollout)
+    rules = {k: r["Properties"]["Priority"]
+             for k, r in tpl.find_resources("AWS::ElasticLoadBalancingV2::ListenerRule").items()}
+    groups = {k: g["Properties"]["Port"] for k, g in tpl.find_resources("AWS::ElasticLoadBalancingV2::TargetGroup").items()}
+    (task,) = tpl.find_resources("AWS::ECS::TaskDefinition").values()
+    (container,) = task["Properties"]["ContainerDefinitions"]
+    ports = {m["Name"]: m["ContainerPort"] for m in container["PortMappings"]}
+    return rules, groups, ports
+
+
+def update_clashes(before: dict[str, int], after: dict[str, int]) -> list[str]:
+    """Rules of the new template asking for a priority another rule of the old one holds when the update starts
+    (CloudFormation updates the rules in parallel, and deletes removed ones only in cleanup): PriorityInUse."""
+    return [f"{rule} -> {priority}" for rule, priority in after.items()
+            if priority != before.get(rule) and any(p == priority and r != rule for r, p in before.items())]
+
+
+def test_a_reordered_fleet_or_one_without_its_first_member_updates_without_a_priority_clash_or_new_ports(
+        project_config):
+    """Reordering a traffic-shifting fleet or retiring its first member moves no port (a member's target groups
+    stay where they are) and asks for no listener rule priority another rule holds during the update."""
+    members = project_config.fleet_members(FLEET)
+    environment = project_config.environments["staging"]
+    rollout = neuron_deployment.rollout(project_config.fleets[FLEET].deployment_for("staging"))
+    plan = packing.plan_fleet(FLEET, project_config.fleets[FLEET], members, "staging", environment)
+    rules, groups, ports = fleet_rules_and_ports(members, plan, rollout)
+
+    reordered = list(reversed(members))
+    plan_reordered = packing.plan_fleet(FLEET, project_config.fleets[FLEET], reordered, "staging", environment)
+    rules_after, groups_after, ports_after = fleet_rules_and_ports(reordered, plan_reordered, rollout)
+    assert ports_after == ports and groups_after == groups  # same target groups on the same ports
+    assert set(rules_after) == set(rules) and rules_after != rules  # the two rules traded catch-all and paths
+    assert update_clashes(rules, rules_after) == []
+
+    first_gone = reordered[1:]  # the new first member (reordered[0]) retired
+    plan_left = packing.plan_fleet(FLEET, project_config.fleets[FLEET], first_gone, "staging", environment)
+    rules_left, groups_left, ports_left = fleet_rules_and_ports(first_gone, plan_left, rollout)
+    assert ports_left == {m.name: ports[m.name] for m in first_gone}
+    assert all(groups_left[k] == groups[k] for k in groups_left)
+    assert update_clashes(rules_after, rules_left) == []
+
+
+def test_positional_priorities_would_clash_on_both_updates():
+    """What the update check above catches: today's rule ids with the priorities a position-given catch-all had
+    (50000 for whichever member is first)."""
+    before = {"FirstRoute": 50_000, "SecondRoute": rule_priority("duplicate-bert")}
+    assert update_clashes(before, {"FirstRoute": rule_priority("intent-bert"), "SecondRoute": 50_000})
+    assert update_clashes(before, {"SecondRoute": 50_000})

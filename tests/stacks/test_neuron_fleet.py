@@ -14,7 +14,7 @@ import pytest
 from aws_cdk.assertions import Template
 
 from inferstack.capacity import packing
-from inferstack.neuron.routing import CATCH_ALL_PRIORITY, MAX_TARGET_GROUPS, rule_priority
+from inferstack.neuron.routing import CATCH_ALL_FIRST, MAX_TARGET_GROUPS, catch_all_priority, rule_priority
 from inferstack.delivery import stack_outputs
 from tests.support.live_values import as_created
 from tests.support.neuron_service import FLEET, PINNED_IDS
@@ -168,17 +168,18 @@ def test_listener_routes_each_models_paths_and_the_first_model_every_other_path(
         (condition,) = props["Conditions"]
         routed[tuple(condition["PathPatternConfig"]["Values"])] = (props["Actions"], props["Priority"])
     first, *others = MEMBERS
-    assert routed == {("/*",): (weighted(first), CATCH_ALL_PRIORITY),
+    assert routed == {("/*",): (weighted(first), catch_all_priority(first)),
                       **{(f"/v2/models/{m}", f"/v2/models/{m}/*"): (weighted(m), rule_priority(m)) for m in others}}
-    assert CATCH_ALL_PRIORITY == 50_000 and all(rule_priority(m) < CATCH_ALL_PRIORITY for m in others)
+    assert all(rule_priority(m) < CATCH_ALL_FIRST <= catch_all_priority(first) for m in others)
     _, listener = only(tpl, "AWS::ElasticLoadBalancingV2::Listener")
     assert listener["Properties"]["DefaultActions"] == weighted(first)
 
 
-def test_rule_priorities_do_not_depend_on_the_fleets_order():
-    # A model keeps its priority when others join, leave or move: no update collides with a rule that stays.
-    assert rule_priority("intent-bert") == rule_priority("intent-bert")
-    assert 1 <= rule_priority("duplicate-bert") <= 50_000
+def test_rule_priorities_come_from_the_names_in_two_ranges():
+    # A model keeps its priorities when others join, leave or move (tests/constructs/test_neuron_rollouts.py
+    # updates a reordered fleet); every path rule sits below every catch-all, which is evaluated last.
+    for name in ("intent-bert", "duplicate-bert", "a", "z" * 40):
+        assert 1 <= rule_priority(name) < CATCH_ALL_FIRST <= catch_all_priority(name) <= 50_000
     assert MAX_TARGET_GROUPS == 5
 
 

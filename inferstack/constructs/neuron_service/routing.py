@@ -33,16 +33,19 @@ PRIMARY_WEIGHT, ALTERNATE_WEIGHT = 100, 0
 
 
 def check_fleet(fleet: str, served: Sequence[ServedModel], rollout: EcsRollout) -> None:
-    """What the fleet's listener and service could not hold: more target groups than a service takes, or two
-    rules at one priority."""
+    """What the fleet's listener and service could not hold: more target groups than a service takes, two rules
+    at one priority, or two members on one port."""
     if len(served) > neuron_routing.MAX_TARGET_GROUPS:
         raise ValueError(f"fleet {fleet}: {len(served)} models need as many target groups; an "
                          f"ECS service takes at most {neuron_routing.MAX_TARGET_GROUPS}")
-    priorities = [neuron_routing.rule_priority(s.name) for s in served]
-    if rollout.shifts_traffic:  # the first model's rule takes every other path, evaluated last
-        priorities[0] = neuron_routing.CATCH_ALL_PRIORITY
-    if len(set(priorities)) != len(priorities):
-        raise ValueError(f"fleet {fleet}: two models' listener rule priorities collide; rename one")
+    clashes = neuron_routing.priority_clashes([s.name for s in served], shifting=rollout.shifts_traffic)
+    if clashes:
+        raise ValueError(f"fleet {fleet}: two models' listener rule priorities collide: {clashes[0][1]}")
+    ports: dict[int, str] = {}
+    for model in served:
+        other = ports.setdefault(model.port, model.name)
+        if other != model.name:
+            raise ValueError(f"fleet {fleet}: {model.name} and {other} both listen on port {model.port}")
 
 
 def add_routes(service: ServiceScope, vpc: ec2.IVpc, certificate_arn: str | None) -> None:
@@ -105,7 +108,8 @@ def _keep_live_weights(service: ServiceScope, resource: IConstruct | None, actio
 
 
 def _add_production_rules(service: ServiceScope) -> None:
-    """Per model: the production listener rule (its paths; the first model's takes `/*`, evaluated last),
+    """Per model: the production listener rule (its paths; the first model's takes `/*`, evaluated last; every
+    priority from the model's name, so a reorder or a retirement asks for no priority another rule holds),
     forwarding to its target group and its alternate, weighted 100/0; then the service's tasks registered
     with the target group, the alternate named for ECS with the rule and the role it shifts traffic with.
 
@@ -123,7 +127,7 @@ def _add_production_rules(service: ServiceScope) -> None:
         paths = [CATCH_ALL_PATH] if catch_all else [served.path, f"{served.path}/*"]
         rule = elbv2.ApplicationListenerRule(
             scope, "Route", listener=service.listener,
-            priority=neuron_routing.CATCH_ALL_PRIORITY if catch_all else neuron_routing.rule_priority(served.name),
+            priority=(neuron_routing.catch_all_priority if catch_all else neuron_routing.rule_priority)(served.name),
             conditions=[elbv2.ListenerCondition.path_patterns(paths)], action=_weighted_forward(service, served))
         service.production_rules[served.name] = rule
         _keep_live_weights(service, rule.node.default_child, "Actions",
