@@ -1,20 +1,52 @@
 """One boto3 session per environment: the environment's `deploy_role_arn` (or a role the caller names)
 assumed from the ambient credentials when set (source and target accounts differ), else the ambient credentials themselves
-(AWS_PROFILE, environment variables, instance or OIDC role), always in the environment's region."""
+(AWS_PROFILE, environment variables, instance or OIDC role), always in the environment's region. An assumed role's
+credentials are renewed before they expire, so a session outlives them (a load test may run for hours)."""
 
 from __future__ import annotations
 
 import boto3
+import botocore.credentials
 import botocore.exceptions
+import botocore.session
 
 from inferstack.config import Environment
 
 # Read-only errors a user can cause or fix (no credentials, a role they may not assume): one line each.
 AWS_ERRORS = (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError)
 
+# Each AssumeRole asks for one hour: from credentials that are themselves a role's (CodeBuild's, a CI's OIDC role)
+# this is role chaining, which AWS caps at one hour and refuses a longer DurationSeconds for
+# (https://docs.aws.amazon.com/IAM/latest/UserGuide/id_roles_terms-and-concepts.html#iam-term-role-chaining).
+ROLE_SESSION_S = 3600
+
 
 class SessionError(Exception):
     """Credentials for an environment cannot be obtained."""
+
+
+class RenewalError(SessionError, botocore.exceptions.BotoCoreError):
+    """The role could not be assumed again when its credentials neared expiry. Raised from within a client call,
+    so it is also a BotoCoreError: every caller that reports AWS_ERRORS in one line reports it too."""
+
+    fmt = "{message}"
+
+
+class _Assumed(botocore.credentials.CredentialProvider):
+    """The one link of a session's credential chain: the role's renewing credentials."""
+
+    METHOD = "assume-role"
+
+    def __init__(self, credentials: botocore.credentials.RefreshableCredentials) -> None:
+        super().__init__()
+        self.credentials = credentials
+
+    def load(self) -> botocore.credentials.RefreshableCredentials:
+        return self.credentials
+
+
+def _one_line(exc: Exception) -> str:
+    return " ".join(str(exc).split())
 
 
 def session_for(env_name: str, environment: Environment, *, purpose: str,
@@ -24,16 +56,34 @@ def session_for(env_name: str, environment: Environment, *, purpose: str,
     try:
         ambient = boto3.Session(region_name=environment.region)
     except AWS_ERRORS as exc:
-        raise SessionError(f"{env_name}: cannot create an AWS session: {' '.join(str(exc).split())}") from None
+        raise SessionError(f"{env_name}: cannot create an AWS session: {_one_line(exc)}") from None
     if role_arn is None:
         return ambient
     try:
-        credentials = ambient.client("sts").assume_role(
-            RoleArn=role_arn, RoleSessionName=f"inferstack-{purpose}-{env_name}"[:64],
-        )["Credentials"]
+        source = ambient.get_credentials()
     except AWS_ERRORS as exc:
-        raise SessionError(f"{env_name}: cannot assume {role_arn}: "
-                           f"{' '.join(str(exc).split())}") from None
-    return boto3.Session(aws_access_key_id=credentials["AccessKeyId"],
-                         aws_secret_access_key=credentials["SecretAccessKey"],
-                         aws_session_token=credentials["SessionToken"], region_name=environment.region)
+        raise SessionError(f"{env_name}: cannot assume {role_arn}: {_one_line(exc)}") from None
+    if source is None:
+        raise SessionError(f"{env_name}: cannot assume {role_arn}: {botocore.exceptions.NoCredentialsError()}")
+    # botocore's own assume-role fetcher; the credentials below call it again 15 minutes before they expire.
+    fetcher = botocore.credentials.AssumeRoleCredentialFetcher(
+        ambient.client, source, role_arn,
+        extra_args={"RoleSessionName": f"inferstack-{purpose}-{env_name}"[:64], "DurationSeconds": ROLE_SESSION_S})
+
+    def renewed() -> dict:
+        try:
+            return fetcher.fetch_credentials()
+        except AWS_ERRORS as exc:
+            raise RenewalError(message=f"{env_name}: cannot assume {role_arn} again: {_one_line(exc)}") from None
+
+    try:
+        first = fetcher.fetch_credentials()  # now, so that a role the caller may not assume fails here
+    except AWS_ERRORS as exc:
+        raise SessionError(f"{env_name}: cannot assume {role_arn}: {_one_line(exc)}") from None
+    credentials = botocore.credentials.RefreshableCredentials.create_from_metadata(
+        first, refresh_using=renewed, method=_Assumed.METHOD)
+    # Every client of the session (one created once and held too) signs each request with credentials it has
+    # renewed when due.
+    core = botocore.session.Session()
+    core.register_component("credential_provider", botocore.credentials.CredentialResolver([_Assumed(credentials)]))
+    return boto3.Session(botocore_session=core, region_name=environment.region)

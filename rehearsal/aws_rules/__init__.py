@@ -9,7 +9,7 @@ report."""
 
 from __future__ import annotations
 
-from rehearsal.aws_rules import elbv2
+from rehearsal.aws_rules import elbv2, sts
 from rehearsal.emulator_patch import Patch
 
-RULES: tuple[Patch, ...] = (*elbv2.RULES,)
+RULES: tuple[Patch, ...] = (*sts.RULES, *elbv2.RULES)

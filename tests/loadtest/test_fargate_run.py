@@ -9,18 +9,22 @@ platform key) is created with the EC2 and KMS APIs and exported by a stand-in fo
 from __future__ import annotations
 
 import json
+import os
+import signal
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import boto3
+import botocore.credentials
 import pytest
 
 from inferstack import config
-from inferstack.delivery import stack_outputs
-from inferstack.loadtest import fargate, results
+from inferstack.delivery import aws_sessions, stack_outputs
+from inferstack.loadtest import fargate, results, runner
 from inferstack.loadtest.spec import ExpectedOutput, LoadTestSpec, Step, Target
 from rehearsal import cli_deploy
+from rehearsal.aws_rules import sts
 from rehearsal.fargate_standin import ROOT, FargateStandIn, Image, leftover_processes
 from tests.support.paths import CONFIG_DIR
 from tests.support.synth import synth
@@ -377,3 +381,90 @@ def test_loadtest_in_the_environment_stores_a_result_named_by_the_digest_that_pa
     project = config.load(config_dir)
     (finding,) = load_test_gate.evaluate(session, project, ENV, {NEURON_MODEL: digest})
     assert finding.passed and finding.evidence is not None and finding.evidence.location == stored
+
+
+# ----------------------------------------------------------------------------- a run that outlives its session
+
+PIPELINE = PROJECT.pipeline
+LOAD_TEST_ROLE = f"arn:aws:iam::{ACCOUNT}:role/{PIPELINE.load_test_role_name}"
+STEP_ROLE = f"arn:aws:iam::{PIPELINE.account}:role/inferstack-pipeline-LoadTest"
+STEP_SESSION_S = 8 * 3600  # the step's own credentials (CodeBuild renews its role's) outlast the run
+HOUR_AND_MORE = 3700
+
+
+@pytest.fixture
+def step_session(deployed, monkeypatch):
+    """The orchestrator's session as the pipeline's load test step gets it: session_for assumes the environment's
+    load test role from the step's own credentials, which are a role's, so it is role chaining (an hour at most:
+    the emulator's rules refuse more, and refuse credentials past their expiry). The emulator's clock is set
+    back after."""
+    endpoint, _ = deployed
+    monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+    step = cli_deploy.Aws(endpoint, PIPELINE.account, REGION).client("sts").assume_role(
+        RoleArn=STEP_ROLE, RoleSessionName="codebuild", DurationSeconds=STEP_SESSION_S)["Credentials"]
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", step["AccessKeyId"])
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", step["SecretAccessKey"])
+    monkeypatch.setenv("AWS_SESSION_TOKEN", step["SessionToken"])
+    try:
+        yield aws_sessions.session_for(ENV, ENVIRONMENT, purpose="loadtest", role_arn=LOAD_TEST_ROLE)
+    finally:
+        sts.pass_time(endpoint, 0)
+
+
+def an_hour_passes(endpoint: str, monkeypatch) -> None:
+    """For the emulator's STS and for botocore's credential clock alike: the session's first credentials expire."""
+    sts.pass_time(endpoint, HOUR_AND_MORE)
+    monkeypatch.setattr(botocore.credentials, "datetime", sts.datetime_ahead(HOUR_AND_MORE))
+
+
+def test_a_run_that_outlives_its_first_credentials_finishes(step_session, session, stand_in, target, deployed,
+                                                             monkeypatch):
+    """An hour passes once the workers run: the master's end is still read (DescribeTasks), its result too
+    (GetObject), and every task stopped, with the role assumed again."""
+    endpoint, _ = deployed
+    first_key = step_session.get_credentials().get_frozen_credentials().access_key
+
+    def log(line: str) -> None:
+        if "workers started" in line:
+            an_hour_passes(endpoint, monkeypatch)
+
+    result = fargate.run_in_environment(step_session, ENV, ENVIRONMENT, spec_for(target, ((5, 3),)), workers=2,
+                                        release="r1", run_id="run-long", timeout=120, poll_s=0.5, log=log)
+    stack = fargate.read_stack(session.client("cloudformation"), ENV)
+    assert result.results_location == f"s3://{stack.results_bucket}/{results.results_key('r1', MODEL, 'run-long')}"
+    assert sum(step.offered for step in result.steps) > 0
+    assert step_session.get_credentials().get_frozen_credentials().access_key != first_key  # assumed again
+    wait_for_reports(stand_in)
+    tasks = stopped_tasks(session, stack, stand_in.tasks)
+    assert len(tasks) == 3 and {t["lastStatus"] for t in tasks.values()} == {"STOPPED"}
+
+
+def test_sigterm_after_the_first_credentials_expired_still_stops_every_task(step_session, session, stand_in, target,
+                                                                            deployed, monkeypatch):
+    """SIGTERM an hour into a run (the step's timeout, a cancelled build): StopTask of every task it started, with
+    credentials assumed again, not the expired ones."""
+    endpoint, _ = deployed
+    started: list[str] = []
+    step_session.events.register("after-call.ecs.RunTask",
+                                 lambda parsed, **_: started.extend(t["taskArn"] for t in parsed.get("tasks") or []))
+
+    def log(line: str) -> None:
+        if "workers started" in line:
+            give_up = time.monotonic() + 30
+            while len(stand_in.tasks) < 3:  # the stand-in runs the master and both workers
+                assert time.monotonic() < give_up, "the stand-in did not start every task"
+                time.sleep(0.1)
+            an_hour_passes(endpoint, monkeypatch)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    spec = spec_for(target, ((5, 600),))  # ten minutes of load: only StopTask ends it within the test
+    with pytest.raises(runner.Terminated), runner.stopped_on_sigterm():
+        fargate.run_in_environment(step_session, ENV, ENVIRONMENT, spec, workers=2, release="r1", run_id="run-term",
+                                   timeout=120, poll_s=0.5, log=log)
+    stack = fargate.read_stack(session.client("cloudformation"), ENV)
+    tasks = stopped_tasks(session, stack, started)
+    assert len(tasks) == 3 and sorted(stand_in.tasks) == sorted(started)
+    assert all((t.get("desiredStatus"), t.get("stoppedReason")) == ("STOPPED", "inferstack loadtest: interrupted")
+               for t in tasks.values())
+    wait_for_reports(stand_in)
+    assert all(task.stop_requested_at is not None for task in stand_in.tasks.values())
