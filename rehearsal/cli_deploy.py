@@ -39,6 +39,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -612,10 +613,21 @@ def check_config_change(aws: Aws, outputs_by_stack: dict[str, dict[str, str]], r
             f"{day_two.CHANGED_MODEL} with batch size {day_two.CHANGED_BATCH_SIZE}")
 
 
+# What a neuron-cores fleet's stack replaces when a member leaves: the task definition (a new revision serving the
+# members left, on the cores re-split among them) and the dashboard (its rows for the member go; moto names a
+# dashboard anew on every update). Its load balancer, listener, the other members' target groups and rules and
+# the service keep their physical ids: the members left are where their callers find them.
+FLEET_MEMBER_RETIREMENT_REPLACES = {"AWS::ECS::TaskDefinition", "AWS::CloudWatch::Dashboard"}
+
+
 def check_retired(aws: Aws, before: dict[str, dict[str, tuple[str, str]]],
-                  after: dict[str, dict[str, tuple[str, str]]], retired_stack: str, result: Result) -> None:
+                  after: dict[str, dict[str, tuple[str, str]]], retired_stack: str, result: Result,
+                  members_left: dict[str, tuple[str, int]] | None = None) -> None:
     """Only the retired model's stack and resources are gone; every other stack kept its resources (same
-    physical ids), the shared endpoint among them."""
+    physical ids), the shared endpoint among them. `members_left`: fleet stack -> (the member that left it, its
+    port): its own resources (named under it, and the task security group's ingress on its port) go, and the
+    fleet replaces only FLEET_MEMBER_RETIREMENT_REPLACES."""
+    members_left = members_left or {}
     gone = before.get(retired_stack, {})
     if retired_stack in after:
         result.problems.append(f"retire: {retired_stack} still deployed")
@@ -625,13 +637,30 @@ def check_retired(aws: Aws, before: dict[str, dict[str, tuple[str, str]]],
     for name, logical in sorted(before.items()):
         if name == retired_stack:
             continue
+        member_name, port = members_left.get(name, ("", 0))
+        member = re.sub(r"[^A-Za-z0-9]", "", member_name)
+
+        def members_own(logical_id: str, kind: str) -> bool:
+            # CDK names an ingress "...from<peer>:<port>", then its 8-character hash.
+            return member in logical_id or (kind == "AWS::EC2::SecurityGroupIngress"
+                                            and re.search(rf"{port}[0-9A-F]{{8}}$", logical_id) is not None)
+
         changed = sorted(k for k, v in logical.items() if after.get(name, {}).get(k) != v
-                         and not v[0].startswith("Custom::"))
+                         and not v[0].startswith("Custom::")
+                         and not (member and k not in after.get(name, {}) and members_own(k, v[0]))
+                         and not (member and k in after.get(name, {}) and v[0] in FLEET_MEMBER_RETIREMENT_REPLACES))
         if changed:
             result.problems.append(f"retire: {name} changed beside the retired model: {changed[:5]}")
+        if member:
+            left = sorted(k for k in logical if member in k and k in after.get(name, {}))
+            if left:
+                result.problems.append(f"retire: {name} still holds {members_left[name]}'s {left[:3]}")
     if not any(p.startswith("retire:") for p in result.problems):
         result.checks.append(f"retire: {retired_stack} and its {len(gone)} resources gone; {len(before) - 1} other "
-                             f"stacks kept every resource (same physical ids)")
+                             f"stacks kept every resource (same physical ids)"
+                             + "".join(f"; {stack} lost {member}'s own resources and rolled a new task definition, "
+                                       f"its load balancer and the other members' routes unchanged"
+                                       for stack, (member, _) in sorted(members_left.items())))
 
 
 def _product(shape) -> int:
@@ -949,11 +978,16 @@ def rehearse(workdir: Path, clock: Clock, result: Result, log: Callable[[str], N
             result.problems += problems
             s.detail = f"release N's digests running again in {len(published)} image units"
 
-        retired_model = day_two.RETIRED_MODEL
-        retired_stack = f"{ENV}-{retired_model}"
-        with step(f"retire {retired_model}: cdk destroy its stack, then cdk deploy without it") as s:
+        retired_model, retired_member = day_two.RETIRED_MODEL, day_two.RETIRED_FLEET_MEMBER
+        retired_stack, fleet_stack = f"{ENV}-{retired_model}", f"{ENV}-{day_two.CHANGED_FLEET}"
+        with step(f"retire {retired_model}, and {retired_member} (the reordered {day_two.CHANGED_FLEET}'s first): "
+                  f"cdk destroy {retired_model}'s stack, then cdk deploy without them") as s:
             before = {name: dict(logical) for name, logical in deployed.items()}
+            fleet_url = outputs_by_stack[fleet_stack]["Url"]
+            member_port = (yaml.safe_load((config_dir / f"{retired_member}.yaml").read_text())["serving"]
+                           .get("port", 8080))
             result.config_changes.append(day_two.retire(config_dir, retired_model))
+            result.config_changes.append(day_two.retire(config_dir, retired_member))
             retired_out, retired_stacks = synth_pinned("cdk.out.retired")
             if any(st.stack_name == retired_stack for st in retired_stacks):
                 raise RehearsalFailed(f"{retired_stack} is still synthesized after its model was retired")
@@ -963,13 +997,21 @@ def rehearse(workdir: Path, clock: Clock, result: Result, log: Callable[[str], N
             deployed, outputs_by_stack = deploy(retired_out, retired_stacks,
                                                 {m: p for m, p in published.items() if m != retired_model},
                                                 "deploy-retired.log")
-            check_retired(aws, before, deployed, retired_stack, result)
-            checks, problems = day_two.check_kept(aws, live, f"retiring {retired_model}",
-                                                  gone=lambda component: component == retired_stack)
+            check_retired(aws, before, deployed, retired_stack, result,
+                          members_left={fleet_stack: (retired_member, member_port)})
+            if outputs_by_stack[fleet_stack]["Url"] != fleet_url:
+                result.problems.append(f"retire: {fleet_stack}'s Url moved: {fleet_url} -> "
+                                       f"{outputs_by_stack[fleet_stack]['Url']}")
+            removed_rules = {physical for logical, (kind, physical) in before[fleet_stack].items()
+                             if kind == "AWS::ElasticLoadBalancingV2::ListenerRule" and logical not in deployed[fleet_stack]}
+            checks, problems = day_two.check_kept(
+                aws, live, f"retiring {retired_model} and {retired_member}",
+                gone=lambda name: name == retired_stack or name in removed_rules)
             result.checks += checks
             result.problems += problems
             cdk_out, stacks = retired_out, retired_stacks
-            s.detail = f"{retired_stack} gone with its resources; {len(retired_stacks)} stacks unchanged otherwise"
+            s.detail = (f"{retired_stack} gone with its resources; {fleet_stack} without {retired_member}, at the same "
+                        f"Url; {len(retired_stacks)} stacks unchanged otherwise")
         if result.problems:
             raise RehearsalFailed(f"{len(result.problems)} day-two check(s) failed")
 

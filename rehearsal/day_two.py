@@ -20,8 +20,11 @@ import yaml
 # The next release's config change: a Neuron model's batch size, and its fleet's maximum in dev.
 CHANGED_MODEL, CHANGED_BATCH_SIZE = "intent-bert", 8
 CHANGED_FLEET, CHANGED_FLEET_MAX = "intent-pack", 4
-# Retired in the last day-two step: a member of the triton-shared fleet (its component goes, the endpoint stays).
+# Retired in the last day-two step: a member of the triton-shared fleet (its component goes, the endpoint stays),
+# and the neuron-cores fleet's first member once release N+1 reordered it (its catch-all rule goes in cleanup
+# while the new first member's takes a catch-all priority of its own; the others keep their ports and rules).
 RETIRED_MODEL = "t5-spelling"
+RETIRED_FLEET_MEMBER = "duplicate-bert"
 # The load-test generators the rehearsal deploys in dev (the shipped dev has none): staging's settings.
 LOAD_TEST_FROM = "staging"
 # Set through the APIs as autoscaling would, then expected to survive the next deploys.
@@ -79,10 +82,12 @@ def check_kept(aws, state: LiveState, after: str, gone: Callable[[str], bool] = 
                ) -> tuple[list[str], list[str]]:
     """(checks passed, problems): production still forwards to the group that served before `after`, on every
     production rule (a listener's default action is never reached behind the catch-all rule and ECS does not move
-    it: not checked here); desired counts and copies as set. `gone(component)`: retired on purpose."""
+    it: not checked here); desired counts and copies as set. `gone(component or rule ARN)`: retired on purpose."""
     ecs, elbv2, sagemaker = aws.client("ecs"), aws.client("elbv2"), aws.client("sagemaker")
     checks, problems = [], []
     for rule, (serving, drained) in sorted(state.rules.items()):
+        if gone(rule):
+            continue
         (found,) = elbv2.describe_rules(RuleArns=[rule])["Rules"]
         weights = {g["TargetGroupArn"]: g.get("Weight") for g in _forward_pair(found["Actions"])}
         if weights.get(serving) == 100 and weights.get(drained) == 0:
@@ -129,7 +134,8 @@ def enable_load_test(config_dir: Path, env_name: str) -> str:
 
 
 def change_for_next_release(config_dir: Path) -> list[str]:
-    """The config change of release N+1: a batch size and a fleet's capacity. Returns what changed."""
+    """The config change of release N+1: a batch size, a fleet's capacity, and the fleet reordered (its first member
+    moved to the end, so RETIRED_FLEET_MEMBER leads it). Returns what changed."""
     model_file = config_dir / f"{CHANGED_MODEL}.yaml"
     model = _load(model_file)
     before = model["serving"]["max_batch_size"]
@@ -141,9 +147,15 @@ def change_for_next_release(config_dir: Path) -> list[str]:
     capacity = dev.setdefault("capacity", {})
     old_max = capacity.get("max")
     capacity["max"] = CHANGED_FLEET_MAX
+    members = environments["fleets"][CHANGED_FLEET]["models"]
+    order = [*members[1:], members[0]]
+    if order[0] != RETIRED_FLEET_MEMBER:
+        raise ValueError(f"{CHANGED_FLEET} reordered as {order}: {RETIRED_FLEET_MEMBER} should lead it")
+    environments["fleets"][CHANGED_FLEET]["models"] = order
     _dump(env_file, environments)
     return [f"{CHANGED_MODEL}: serving.max_batch_size {before} -> {CHANGED_BATCH_SIZE}",
-            f"{CHANGED_FLEET}: dev capacity.max {old_max} -> {CHANGED_FLEET_MAX}"]
+            f"{CHANGED_FLEET}: dev capacity.max {old_max} -> {CHANGED_FLEET_MAX}",
+            f"{CHANGED_FLEET}: models {members} -> {order}"]
 
 
 def retire(config_dir: Path, model: str) -> str:
@@ -195,6 +207,12 @@ def add_sample_models(config_dir: Path) -> list[str]:
             for overrides in (data.get("environments") or {}).values():
                 overrides.get("slo", {}).pop("peak_tps", None)
         _dump(config_dir / f"{name}.yaml", data)
+        if fleet and "serving" in data and "port" in data["serving"]:
+            # A neuron-cores member listens on a port of its own in the fleet's task.
+            taken = [(_load(config_dir / f"{m}.yaml").get("serving") or {}).get("port", 8080)
+                     for m in environments["fleets"][fleet]["models"]]
+            data["serving"]["port"] = max(taken) + 1
+            _dump(config_dir / f"{name}.yaml", data)
         if fleet:
             environments["fleets"][fleet]["models"].append(name)
         added.append(f"{name} (copy of {source}{', on fleet ' + fleet if fleet else ''})")

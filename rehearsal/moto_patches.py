@@ -424,13 +424,14 @@ def _route_table_delete() -> Undo:
 
 def _deletes_without_a_handler() -> Undo:
     """moto's CloudFormation deletes a resource through the model's `delete` or its class's
-    `delete_from_cloudformation_json`; these four types have neither, so a deleted stack leaves them
-    behind (running NAT gateway, ACTIVE cluster and task definition, target group). Delete them through
-    moto's own API code, which leaves what AWS leaves: a `deleted` NAT gateway, an INACTIVE cluster and
-    task definition, no target group."""
+    `delete_from_cloudformation_json`; these five types have neither, so a deleted stack leaves them
+    behind (running NAT gateway, ACTIVE cluster and task definition, target group), and a listener rule an
+    update removes stays on its listener (with the target groups it forwards to, which then cannot go). Delete
+    them through moto's own API code, which leaves what AWS leaves: a `deleted` NAT gateway, an INACTIVE cluster
+    and task definition, no target group, no rule."""
     from moto.ec2.models.nat_gateways import NatGateway
     from moto.ecs.models import Cluster, TaskDefinition, ecs_backends
-    from moto.elbv2.models import FakeTargetGroup, elbv2_backends
+    from moto.elbv2.models import FakeListenerRule, FakeTargetGroup, elbv2_backends
 
     deletes = {
         NatGateway: lambda self, account, region: self.ec2_backend.delete_nat_gateway(self.id),
@@ -439,6 +440,7 @@ def _deletes_without_a_handler() -> Undo:
             self.arn),
         FakeTargetGroup: lambda self, account, region: elbv2_backends[account][region].delete_target_group(
             self.arn),
+        FakeListenerRule: lambda self, account, region: elbv2_backends[account][region].delete_rule(self.arn),
     }
     for model in deletes:
         if "delete" in model.__dict__ or "delete_from_cloudformation_json" in model.__dict__:
@@ -450,6 +452,26 @@ def _deletes_without_a_handler() -> Undo:
         for model in deletes:
             delattr(model, "delete")
     return undo
+
+
+# ----------------------------------------------------------------------------- update-removes-unmodeled
+
+def _update_removes_unmodeled() -> Undo:
+    """A stack update that removes a resource of a type moto's CloudFormation does not model (an alarm, a scaling
+    policy: moto created nothing for it) fails once an earlier update changed it: that update kept None as its
+    parsed resource, the removal hands the None to moto's delete, which raises AttributeError on every pass, and
+    ExecuteChangeSet answers a 500. Nothing was created, so nothing is deleted: the removal succeeds, as the
+    type's real handler's would."""
+    from moto.cloudformation.parsing import ResourceMap
+
+    original = ResourceMap.__dict__["_delete_resource"]
+
+    def _delete_resource(self, parsed_resource, resource_json: dict) -> None:
+        if parsed_resource is None:
+            return
+        original(self, parsed_resource, resource_json)
+
+    return _replace(ResourceMap, "_delete_resource", _delete_resource)
 
 
 # ----------------------------------------------------------------------------- sagemaker-variant-without-model
@@ -979,10 +1001,14 @@ PATCHES: tuple[Patch, ...] = (
           "VPC fails with `The vpc ... has dependencies and cannot be deleted`: `cdk destroy` of the foundation fails",
           _route_table_delete),
     Patch("deletes-without-a-handler",
-          "AWS::EC2::NatGateway, AWS::ECS::Cluster, AWS::ECS::TaskDefinition and "
-          "AWS::ElasticLoadBalancingV2::TargetGroup have no CloudFormation delete in moto: they outlive their "
-          "deleted stack",
+          "AWS::EC2::NatGateway, AWS::ECS::Cluster, AWS::ECS::TaskDefinition, "
+          "AWS::ElasticLoadBalancingV2::TargetGroup and ListenerRule have no CloudFormation delete in moto: they "
+          "outlive their deleted stack, and a rule an update removes stays on its listener",
           _deletes_without_a_handler),
+    Patch("update-removes-unmodeled",
+          "a stack update removing a resource of a type moto's CloudFormation does not model, which an earlier "
+          "update changed, fails with a 500 (AttributeError: 'NoneType' object has no attribute 'delete')",
+          _update_removes_unmodeled),
     Patch("sagemaker-variant-without-model",
           "an AWS::SageMaker::EndpointConfig whose variant names no model (an endpoint for inference components) "
           "fails in moto's CreateEndpointConfig (KeyError: 'ModelName')",

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from rehearsal.emulator_patch import Patch, Undo, replace
 
-RULE = "AWS::ElasticLoadBalancingV2::ListenerRule"
-
 
 def _rule_priority_in_use() -> Undo:
     """A listener's rules hold distinct priorities: SetRulePriorities (what CloudFormation calls when a listener
@@ -19,10 +17,9 @@ def _rule_priority_in_use() -> Undo:
     when the update starts.
 
     moto's CloudFormation ignores a listener rule's changed Priority (its update writes conditions and actions
-    only), deletes removed resources before it creates or updates anything, and retries a failed update in a
-    later pass. Here: a stack update whose listener rule asks for a priority another rule of its listener holds
-    when the update starts fails with PriorityInUse before anything changes; a changed priority is applied; a
-    removed listener rule is deleted after the other resources' updates, as in cleanup."""
+    only) and retries a failed update in a later pass. Here: a stack update whose listener rule asks for a priority
+    another rule of its listener holds when the update starts (a removed rule holds its own until cleanup: rule
+    removals-in-cleanup) fails with PriorityInUse before anything changes; a changed priority is applied."""
     from moto.cloudformation.parsing import ResourceMap
     from moto.elbv2.exceptions import PriorityInUseError
     from moto.elbv2.models import FakeListenerRule
@@ -43,18 +40,7 @@ def _rule_priority_in_use() -> Undo:
             holder = held.get((current.listener_arn, int(wanted)))
             if holder is not None and holder != name:
                 raise PriorityInUseError()
-        # Removed rules keep their priorities until cleanup: they stay in the template moto updates, then go.
-        removed_rules = [name for name in diff["Remove"] if (self._resource_json_map[name] or {}).get("Type") == RULE]
-        if not removed_rules:
-            return original_update(self, template, parameters)
-        kept = {**template, "Resources": {**new, **{n: self._resource_json_map[n] for n in removed_rules}}}
-        original_update(self, kept, parameters)
-        for name in removed_rules:
-            resource = self._parsed_resources.pop(name, None)
-            if resource is not None:
-                self._delete_resource(resource, kept["Resources"][name])
-        self._template = template
-        self._resource_json_map = new
+        return original_update(self, template, parameters)
 
     def update_rule(cls, original_resource, new_resource_name, cloudformation_json, account_id, region_name):
         rule = original_rule_update(cls, original_resource, new_resource_name, cloudformation_json, account_id,
@@ -76,6 +62,6 @@ def _rule_priority_in_use() -> Undo:
 RULES = (
     Patch("listener-rule-priority-in-use",
           "a stack update may move a listener rule to a priority another rule of the listener holds (moto ignores "
-          "a changed Priority, deletes removed rules first and retries failed updates); AWS answers PriorityInUse",
+          "a changed Priority and retries failed updates); AWS answers PriorityInUse",
           _rule_priority_in_use),
 )

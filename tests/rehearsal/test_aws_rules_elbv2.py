@@ -13,6 +13,8 @@ from rehearsal import moto_patches
 
 REGION = "us-east-1"
 FIRST, SECOND = 50_000, 22_530  # the positional catch-all, and a name-derived path rule
+# The rule, over CloudFormation's order of an update (removed resources deleted in cleanup), as the emulator runs.
+RULES = ("removals-in-cleanup", "listener-rule-priority-in-use")
 
 
 @pytest.fixture
@@ -73,20 +75,20 @@ STABLE = ({"FirstRoute": (44_109, "/*"), "SecondRoute": (SECOND, "/b/*")},
 
 def test_rule_listener_rule_priority_in_use(moto_env):
     # Plain moto: the reorder "succeeds" and keeps the old priorities; the first member's retirement takes the
-    # priority its rule, deleted first, held.
+    # priority its rule, deleted first, held. (With removals-in-cleanup alone the reorder also "succeeds".)
     with mock_aws():
         assert deploy(*REORDERED) == ("updated", {"/a/*": FIRST, "/*": SECOND})
     with mock_aws():
         assert deploy(*FIRST_RETIRED) == ("updated", {"/*": SECOND})
-    with mock_aws(), moto_patches.applied("listener-rule-priority-in-use"):
+    with mock_aws(), moto_patches.applied(*RULES):
         ended, priorities = deploy(*REORDERED)
         assert "PriorityInUse" in ended and priorities == {"/*": FIRST, "/b/*": SECOND}  # nothing changed
-    with mock_aws(), moto_patches.applied("listener-rule-priority-in-use"):
+    with mock_aws(), moto_patches.applied(*RULES):
         ended, priorities = deploy(*FIRST_RETIRED)
         assert "PriorityInUse" in ended
     # What AWS accepts: every rule to a priority no other rule holds; a removed rule goes after the updates.
-    with mock_aws(), moto_patches.applied("listener-rule-priority-in-use"):
+    with mock_aws(), moto_patches.applied(*RULES):
         assert deploy(*STABLE) == ("updated", {"/a/*": 34_109, "/*": 42_530})
-    with mock_aws(), moto_patches.applied("listener-rule-priority-in-use"):
+    with mock_aws(), moto_patches.applied(*RULES):
         assert deploy({"FirstRoute": (44_109, "/*"), "SecondRoute": (SECOND, "/b/*")},
                       {"SecondRoute": (42_530, "/*")}) == ("updated", {"/*": 42_530})
