@@ -2,7 +2,8 @@
 `planning.plan` the stacks use, priced with `inferstack.capacity.pricing`; and per fleet (models sharing
 accelerators), the packed layout from `packing.plan_fleet`, its cost with and without its off-hours
 schedules, and what it saves against one model per accelerator. Every row names whether the throughput_profile
-entry that sized it was measured (and how many days ago) or is an estimate; --compare ranks measured entries only."""
+entry that sized it was measured (and how many days ago) or is an estimate, and says so where what was measured is
+not a p99 (an Inference Recommender job's p95); --compare ranks entries with a measured p99 only."""
 
 from __future__ import annotations
 
@@ -49,7 +50,9 @@ class PlanRow:
     profile: str = provenance.ESTIMATE
     measured_date: str | None = None
     profile_age_days: int | None = None  # days from measured_date to the day of the report
-    ranked: bool = True  # a compare option: only measured entries compete for cheapest
+    measured_percentile: str | None = None  # "p99", or "p95": an Inference Recommender job's, no p99 measured
+    profile_caveat: str | None = None  # why the entry's p99 is not a measurement, where it is measured
+    ranked: bool = True  # a compare option: only entries with a measured p99 compete for cheapest
 
 
 def _today(today: datetime.date | None) -> datetime.date:
@@ -61,7 +64,8 @@ def _provenance(sized: provenance.Sizing, today: datetime.date) -> dict:
     measured = point.measured if point is not None else None
     return {"profile": "measured" if measured else provenance.ESTIMATE,
             "measured_date": measured.date.isoformat() if measured else None,
-            "profile_age_days": sized.age_days(today)}
+            "profile_age_days": sized.age_days(today), "measured_percentile": sized.percentile,
+            "profile_caveat": sized.caveat}
 
 
 def _row(project: Project, model, env: str, instance_type: str | None = None, *,
@@ -107,10 +111,11 @@ def build(project: Project, envs: Sequence[str], *, compare: bool = False,
             if compare:
                 options = [_row(project, model, env, itype, today=today) for itype in sorted(model.throughput_profile)
                            if _plannable(model, env, project.environments[env], itype)]
-                # An estimate is never ranked (a cheaper-looking guess must not win over a measurement) and is
-                # listed apart, after the ranked ones.
-                options = [o for o in options if o.profile == "measured"] + [
-                    PlanRow(**{**_fields(o), "ranked": False}) for o in options if o.profile != "measured"]
+                # An estimate is never ranked (a cheaper-looking guess must not win over a measurement), nor a
+                # p95 (the most load whose p95 stays within a limit is more than the most whose p99 does); both
+                # are listed apart, after the ranked ones.
+                options = [o for o in options if o.measured_percentile == "p99"] + [
+                    PlanRow(**{**_fields(o), "ranked": False}) for o in options if o.measured_percentile != "p99"]
                 eligible = [o for o in options if o.meets_slo and o.ranked]
                 best = min(eligible, key=lambda o: (o.cost_per_hour, o.cost_per_million)) if eligible else None
                 options = [o if o is not best else _mark_cheapest(o) for o in options]
@@ -184,6 +189,8 @@ class FleetMemberRow:
     profile: str = provenance.ESTIMATE
     measured_date: str | None = None
     profile_age_days: int | None = None
+    measured_percentile: str | None = None
+    profile_caveat: str | None = None
 
 
 @dataclass(frozen=True)
@@ -310,10 +317,13 @@ _COLUMNS = ("model", "env", "instance", "thru/inst", "p99 ms", "min", "peak", "m
 
 
 def _profile_cell(row) -> str:
-    """"measured 2025-06-01 (12d ago)" or "estimate"; a compare option's estimate says it was not ranked."""
+    """"measured 2025-06-01 (12d ago)" or "estimate"; a measured entry whose p99 is not a measurement says so,
+    and a compare option that was not ranked says that too."""
+    unranked = "not ranked: " if not getattr(row, "ranked", True) else ""
     if row.profile != "measured":
-        return "not ranked: estimate" if not getattr(row, "ranked", True) else "estimate"
-    return f"measured {row.measured_date} ({row.profile_age_days}d ago)"
+        return f"{unranked}{provenance.ESTIMATE}"
+    caveat = f", {row.profile_caveat}" if row.profile_caveat else ""
+    return f"{unranked}measured {row.measured_date} ({row.profile_age_days}d ago){caveat}"
 
 
 def to_table(rows: Sequence[PlanRow]) -> str:
@@ -331,6 +341,9 @@ def to_table(rows: Sequence[PlanRow]) -> str:
     if any(r.compare for r in rows):
         out.append("* cheapest instance type (fleet cost at peak) whose measured p99 meets the SLO; estimates (no "
                    "measured: block in throughput_profile) are listed, not ranked")
+    if any(o.measured_percentile not in (None, "p99") for r in rows for o in (r, *r.compare)):
+        out.append("p95: the entry's latency is an Inference Recommender job's p95 (measured.p95_latency_ms), not a "
+                   "p99 measurement; its p99 is assumed, and --compare does not rank it")
     if any(r.fleet for r in rows):
         out.append("fleet: the model runs on that fleet here (below); its row is what it would need on its own")
     return "\n".join(out)

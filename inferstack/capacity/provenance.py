@@ -1,5 +1,6 @@
 """Which throughput_profile entry sizes a model (or a fleet's member) in an environment, and whether that
-entry was measured (it carries a `measured:` block) or is an estimate; plan and validate report it."""
+entry was measured (it carries a `measured:` block) or is an estimate, and whether what was measured is a p99;
+plan and validate report it."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from dataclasses import dataclass
 from inferstack.capacity import packing
 from inferstack.schema import kinds
 from inferstack.schema.kinds import Model
-from inferstack.schema.models import Fleet, ProfilePoint
+from inferstack.schema.models import RECOMMENDER_METHOD, Fleet, ProfilePoint
 
 ESTIMATE = "estimate"
 
@@ -29,22 +30,45 @@ class Sizing:
     def measured(self) -> bool:
         return self.point is not None and self.point.measured is not None
 
+    @property
+    def percentile(self) -> str | None:
+        """The percentile its latency was measured at ("p99", "p95"); None for an estimate."""
+        measured = self.point.measured if self.point is not None else None
+        return measured.latency_percentile if measured is not None else None
+
+    @property
+    def p99_measured(self) -> bool:
+        """What the plan's latency check and a production sizing need: a p99 someone measured."""
+        return self.percentile == "p99"
+
+    @property
+    def caveat(self) -> str | None:
+        """Why a measured entry's p99 is not a measurement (one line), or None."""
+        measured = self.point.measured if self.point is not None else None
+        if measured is None or measured.latency_percentile == "p99":
+            return None
+        where = " from Inference Recommender" if measured.method.startswith(RECOMMENDER_METHOD) else ""
+        return f"{measured.latency_percentile}{where}, not a p99 measurement"
+
     def age_days(self, today: datetime.date) -> int | None:
         if self.point is None or self.point.measured is None:
             return None
         return (today - self.point.measured.date).days
 
     def describe(self, today: datetime.date) -> str:
-        """"measured 2025-06-01 (12 days ago)" or "estimate"."""
+        """"measured 2025-06-01 (12 days ago)" or "estimate"; a p95 entry adds its caveat."""
         if self.point is None or self.point.measured is None:
             return ESTIMATE
         age = self.age_days(today)
         when = "today" if age == 0 else f"{age} day{'s' if age != 1 else ''} ago"
-        return f"measured {self.point.measured.date.isoformat()} ({when})"
+        caveat = f": {self.caveat}" if self.caveat else ""
+        return f"measured {self.point.measured.date.isoformat()} ({when}){caveat}"
 
     def short(self, today: datetime.date) -> str:
-        """For a table cell: "measured 12d" or "estimate"."""
-        return ESTIMATE if not self.measured else f"measured {self.age_days(today)}d"
+        """For a table cell: "measured 12d", "measured 12d (p95)" or "estimate"."""
+        if not self.measured:
+            return ESTIMATE
+        return f"measured {self.age_days(today)}d" + ("" if self.p99_measured else f" ({self.percentile})")
 
 
 def dedicated(model: Model, env_name: str, instance_type: str | None = None) -> Sizing:

@@ -13,7 +13,8 @@ import zoneinfo
 from collections.abc import Mapping
 from typing import Annotated, Literal, Union
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator,
+                      model_validator)
 
 from inferstack.schema import families, fargate, instances
 
@@ -339,8 +340,10 @@ class NeuronCoreFleet(_FleetBase):
 
     kind: Literal["neuron-cores"] = Field(description="one ECS service whose task splits the NeuronCores among "
                                           "the members")
-    models: tuple[Name, ...] = Field(min_length=2, description="the models sharing each instance, in port and "
-                                     "core order")
+    # One member is still a fleet: a fleet whose other members retired keeps its stack, load balancer and URL, so
+    # the model left is where its callers find it (moving it to a stack of its own is a change of address).
+    models: tuple[Name, ...] = Field(min_length=1, description="the models sharing each instance, in core order "
+                                     "(each on its own serving.port)")
     deployment: Deployment | None = Field(
         None, description="the fleet service's ECS rollout (as a neuron-ecs model's deployment); omitted: rolling")
 
@@ -425,6 +428,10 @@ class Slo(Frozen):
         "estimate (inferstack/capacity/packing.py)")
 
 
+# measured.method of an entry read from an Inference Recommender job, before the job's name.
+RECOMMENDER_METHOD = "inference-recommender job"
+
+
 class Measurement(Frozen):
     """Where a measured profile entry comes from (`inferstack profile` writes it). An entry without one is an
     estimate: plan --compare does not rank it and validate warns when production is sized from it."""
@@ -439,8 +446,17 @@ class Measurement(Frozen):
                                 description="the release (commit, manifest) the measured instances ran")
     instances: PositiveInt = Field(description="instances behind the target during the test; "
                                    "throughput_per_second is the highest rate held divided by this")
-    p99_latency_ms: PositiveFloat = Field(description="p99 at that rate (inference-recommender: the model "
-                                          "latency the API reports, not end to end)")
+    # One percentile per entry, named by its key: a figure is never read as a percentile it was not taken at.
+    p99_latency_ms: PositiveFloat | None = Field(
+        None, description="the p99 measured at that rate (a load test: `inferstack profile`); set this or "
+        "p95_latency_ms")
+    p95_latency_ms: PositiveFloat | None = Field(
+        None, description="the p95 measured at that rate: an Inference Recommender job's model latency (in the "
+        "container, not end to end). The Advanced job `inferstack profile --recommender` builds is a custom load "
+        "test, which the API judges at P95 "
+        "(https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_ModelLatencyThreshold.html): the entry "
+        "has no measured p99, so plan --compare does not rank it and validate warns when production is sized "
+        "from it")
     results: str = Field(min_length=1, max_length=2048, pattern=r"^\S+$",
                          description="where the full results are: s3://bucket/key, or a file path")
 
@@ -452,22 +468,49 @@ class Measurement(Frozen):
             raise ValueError(f"{value} is in the future")
         return value
 
+    @field_validator("p95_latency_ms")
+    @classmethod
+    def _one_percentile(cls, value: float | None, info: ValidationInfo) -> float | None:
+        if value is not None and info.data.get("p99_latency_ms") is not None:
+            raise ValueError("set with p99_latency_ms: a measurement records its latency at one percentile, "
+                             "p99_latency_ms or p95_latency_ms")
+        return value
+
+    @model_validator(mode="after")
+    def _a_percentile(self) -> "Measurement":
+        if self.p99_latency_ms is None and self.p95_latency_ms is None:
+            raise ValueError("set p99_latency_ms (a load test's p99) or p95_latency_ms (an Inference Recommender "
+                             "job's P95 model latency)")
+        return self
+
+    @property
+    def latency_percentile(self) -> Literal["p99", "p95"]:
+        return "p99" if self.p99_latency_ms is not None else "p95"
+
+    @property
+    def latency_ms(self) -> float:
+        return self.p95_latency_ms if self.p99_latency_ms is None else self.p99_latency_ms  # type: ignore[return-value]
+
 
 class ProfilePoint(Frozen):
     """An operating point of one instance: the most it sustains while meeting p99_latency_ms."""
 
     throughput_per_second: PositiveFloat = Field(description="inferences per second one instance sustains")
     p99_latency_ms: PositiveFloat = Field(description="end-to-end p99 at that throughput (server and network "
-                                          "included)")
+                                          "included), the one the plan uses; where nothing measured a p99 (an "
+                                          "estimate, or measured.p95_latency_ms) it is assumed, and source says so")
     source: str = Field(min_length=1, description="where the figure comes from (benchmark run, publication)")
     measured: Measurement | None = Field(
         None, description="provenance of a measured entry; omitted: the entry is an estimate")
 
     @model_validator(mode="after")
     def _no_better_than_measured(self) -> "ProfilePoint":
-        if self.measured is not None and self.p99_latency_ms < self.measured.p99_latency_ms:
-            raise ValueError(f"p99_latency_ms {self.p99_latency_ms:g} is below the measured p99 "
-                             f"{self.measured.p99_latency_ms:g} (measured.p99_latency_ms): plan with what was measured")
+        # A p99 is never below the p95 of the same requests: an entry planning with one would promise more.
+        measured = self.measured
+        if measured is not None and self.p99_latency_ms < measured.latency_ms:
+            percentile = measured.latency_percentile
+            raise ValueError(f"p99_latency_ms {self.p99_latency_ms:g} is below the measured {percentile} "
+                             f"{measured.latency_ms:g} (measured.{percentile}_latency_ms): plan with what was measured")
         return self
 
 

@@ -1,7 +1,7 @@
 """Property-based fuzzing of the Inference Recommender reader (inferstack/capacity/profile/recommendations.py):
 whatever a describe-inference-recommendations-job file holds, `read` either returns entries the schema accepts
-(finite, positive, per instance type of the catalog) or raises RecommendationsError whose message is one
-printable line naming the file, in bounded time.
+(finite, positive, per instance type of the catalog, the latency under the key of the percentile the job judged
+it at) or raises RecommendationsError whose message is one printable line naming the file, in bounded time.
 
 Files are the sample job with one mutation (values swapped for hostile ones, keys deleted or added, deep
 nesting: tests/support/fuzz.py), raw JSON values, and raw bytes. Derandomized (tests/conftest.py)."""
@@ -27,10 +27,15 @@ from tests.support.hang_guard import hang_guard
 pytestmark = pytest.mark.fuzz
 
 
+def sample() -> dict:
+    """The support sample, as `--recommender` builds the job: Advanced, judged at P95."""
+    return recommendations_sample.sample()
+
+
 @st.composite
 def mutated_jobs(draw) -> dict:
     """Half the mutations land in the recommendations list, where most of the reading happens."""
-    data = recommendations_sample.sample()
+    data = sample()
     for _ in range(draw(st.integers(1, 3))):
         where = data["InferenceRecommendations"] if draw(st.booleans()) else data
         if where:
@@ -55,7 +60,10 @@ def assert_reads_or_reports(content: bytes) -> None:
         assert made.instance_type in instances.INSTANCES
         assert math.isfinite(point.throughput_per_second) and point.throughput_per_second > 0
         assert 0 < point.p99_latency_ms <= 300 and point.measured is not None
-        assert point.measured.p99_latency_ms == point.p99_latency_ms
+        # An Advanced job is judged at P95: its figure is a p95, never a p99; the p99 planned with is assumed
+        # (the limit), never below it.
+        assert point.measured.latency_percentile == "p95" and point.measured.p99_latency_ms is None
+        assert point.measured.p95_latency_ms <= point.p99_latency_ms
     for note in found.notes:
         assert "\n" not in note
 
@@ -64,6 +72,15 @@ def assert_reads_or_reports(content: bytes) -> None:
 @given(mutated_jobs())
 def test_mutated_jobs_read_or_report(data):
     assert_reads_or_reports(json.dumps(data, default=str).encode())
+
+
+def test_the_unmutated_job_reads_as_p95_entries():
+    """The fuzzed files start from a job that reads: entries, each a p95 (before, the figure was written as a
+    p99)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = recommendations_sample.write(Path(tmp) / "job.json", sample())
+        found = recommendations.read(path, env_name="staging", slo_p99_ms=300.0)
+    assert found.entries and {e.point.measured.latency_percentile for e in found.entries} == {"p95"}
 
 
 @settings(max_examples=fuzz_examples(100), deadline=None)

@@ -134,6 +134,45 @@ def test_plan_compare_ranks_only_measured_entries(config_copy):
     assert intent.cheapest and intent.profile == "measured"
 
 
+def mark_p95(config_dir, model: str, itype: str) -> None:
+    """The entry as --from-recommendations writes it: the job's p95 under its own key, the p99 assumed."""
+    path = config_dir / f"{model}.yaml"
+    data = yaml.safe_load(path.read_text())
+    point = data["throughput_profile"][itype]
+    point["measured"] = {"date": "2025-03-04", "method": "inference-recommender job j-1", "environment": "staging",
+                         "instances": 1, "p95_latency_ms": point["p99_latency_ms"], "results": "job.json"}
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+def test_plan_compare_does_not_rank_a_p95_against_a_measured_p99(config_copy):
+    """inf1.xlarge is the cheaper (test_plan_compare_marks_the_cheapest_type_meeting_the_slo), but its entry holds
+    a p95 (an Inference Recommender job's), not a measured p99: listed with that said, not ranked."""
+    mark_measured(config_copy, "intent-bert", "inf1.6xlarge")
+    mark_p95(config_copy, "intent-bert", "inf1.xlarge")
+    rows = plan_report.build(config.load(config_copy), ["prod"], compare=True, today=datetime.date(2025, 3, 16))
+    intent = next(r for r in rows if r.model == "intent-bert")
+    assert [(o.instance_type, o.profile, o.measured_percentile, o.ranked, o.cheapest) for o in intent.compare] == [
+        ("inf1.6xlarge", "measured", "p99", True, True), ("inf1.xlarge", "measured", "p95", False, False)]
+    assert intent.compare[1].profile_caveat == "p95 from Inference Recommender, not a p99 measurement"
+    table = plan_report.to_table(rows)
+    (line,) = [line for line in table.splitlines() if "inf1.xlarge" in line and "not ranked: measured" in line]
+    assert line.rstrip().endswith(
+        "not ranked: measured 2025-03-04 (12d ago), p95 from Inference Recommender, not a p99 measurement")
+    assert ("p95: the entry's latency is an Inference Recommender job's p95 (measured.p95_latency_ms), not a p99 "
+            "measurement; its p99 is assumed, and --compare does not rank it") in table
+    as_json = json.loads(plan_report.to_json(rows))
+    option = next(o for m in as_json["models"] if m["model"] == "intent-bert" for o in m["compare"]
+                  if o["instance_type"] == "inf1.xlarge")
+    assert (option["measured_percentile"], option["ranked"]) == ("p95", False)
+
+
+def test_plan_without_p95_entries_says_nothing_of_them(config_copy):
+    mark_measured(config_copy, "intent-bert", "inf1.6xlarge", "inf1.xlarge")
+    rows = plan_report.build(config.load(config_copy), ["prod"], compare=True)
+    assert "p95" not in plan_report.to_table(rows)
+    assert {o.measured_percentile for r in rows for o in r.compare if o.profile == "measured"} == {"p99"}
+
+
 def test_plan_names_the_entry_each_row_is_sized_from_and_its_age(config_copy):
     mark_measured(config_copy, "t5-spelling", "ml.g4dn.xlarge", date="2025-03-04")
     project = config.load(config_copy)

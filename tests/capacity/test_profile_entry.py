@@ -127,3 +127,30 @@ def test_a_run_of_another_instance_type_is_refused():
                                              r"--instance-type inf2.xlarge$"):
         make(run(step(100, 4.0), instance_type="inf2.xlarge"))
     assert make(run(step(100, 4.0), instance_type="inf1.xlarge")).instance_type == "inf1.xlarge"
+
+
+P95_MEASURED = {"date": datetime.date(2025, 3, 4), "method": "inference-recommender job j-1", "environment": "staging",
+                "instances": 1, "p95_latency_ms": 212.0, "results": "job.json"}
+
+
+def test_a_p95_measurement_is_written_under_its_own_key():
+    """An Inference Recommender job's figure is a p95: the entry says so by its key, and carries no measured p99."""
+    made = entry.build("ml.g4dn.xlarge", throughput=53.2, p99_ms=300, source="s", measured=P95_MEASURED)
+    assert (made.point.measured.latency_percentile, made.point.measured.latency_ms) == ("p95", 212)
+    assert made.data()["measured"] == {**P95_MEASURED}
+    assert list(made.data()["measured"]) == ["date", "method", "environment", "instances", "p95_latency_ms",
+                                             "results"]
+
+
+@pytest.mark.parametrize("p99_ms,measured,expected", [
+    (200, P95_MEASURED, "the measurement is not a valid profile entry: p99_latency_ms 200 is below the measured p95 "
+                        "212 (measured.p95_latency_ms): plan with what was measured"),
+    (300, {**P95_MEASURED, "p99_latency_ms": 250.0}, "the measurement is not a valid profile entry: "
+     "measured.p95_latency_ms: set with p99_latency_ms: a measurement records its latency at one percentile"),
+    (300, {k: v for k, v in P95_MEASURED.items() if k != "p95_latency_ms"}, "the measurement is not a valid profile "
+     "entry: measured: set p99_latency_ms (a load test's p99) or p95_latency_ms"),
+])
+def test_a_p95_entry_that_does_not_add_up_is_refused(p99_ms, measured, expected):
+    with pytest.raises(ProfileRefused) as caught:
+        entry.build("ml.g4dn.xlarge", throughput=53.2, p99_ms=p99_ms, source="s", measured=measured)
+    assert str(caught.value).startswith(expected), str(caught.value)

@@ -49,9 +49,10 @@ def test_the_request_is_an_advanced_job_sized_from_the_slo(bert_large):
     assert request["InputConfig"]["ModelName"] == "Model-1a2B3c4D5e6F"
     assert [c["InstanceType"] for c in request["InputConfig"]["EndpointConfigurations"]] == [
         "ml.g4dn.xlarge", "ml.g5.xlarge"]
+    # the SLO's p99 is the threshold, judged at P95: the only percentile a custom load test takes
     assert request["StoppingConditions"] == {
         "MaxInvocations": 3000,  # one instance answering the whole 50/s peak, per minute
-        "ModelLatencyThresholds": [{"Percentile": "P99", "ValueInMilliseconds": 300}]}
+        "ModelLatencyThresholds": [{"Percentile": "P95", "ValueInMilliseconds": 300}]}
     (phase,) = request["InputConfig"]["TrafficPattern"]["Phases"]
     assert request["InputConfig"]["TrafficPattern"]["TrafficType"] == "PHASES"
     # 50/s at 300 ms needs 15 users: 2 at first, the other 13 over the 25-minute phase
@@ -94,6 +95,54 @@ def test_a_broken_request_fails_the_service_models_rules(bert_large, break_it, e
     with pytest.raises(recommender.RequestInvalid) as caught:
         recommender.validate(request)
     assert expected in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_an_advanced_job_is_judged_at_p95_which_botocore_cannot_check(bert_large):
+    """The API reference (API_ModelLatencyThreshold): "Acceptable values are P95 and P99. For custom load tests,
+    specify the value as P95." botocore models Percentile as a free string, so it takes a P99 on an Advanced job
+    (a custom load test); validate holds the rule."""
+    request = request_for(bert_large)
+    assert request["JobType"] == "Advanced"
+    assert [t["Percentile"] for t in request["StoppingConditions"]["ModelLatencyThresholds"]] == ["P95"]
+    request["StoppingConditions"]["ModelLatencyThresholds"][0]["Percentile"] = "P99"
+    botocore.validate.validate_parameters(request, input_shape())  # botocore alone: accepted
+    with pytest.raises(recommender.RequestInvalid) as caught:
+        recommender.validate(request)
+    assert str(caught.value) == (
+        "request.StoppingConditions.ModelLatencyThresholds[0].Percentile: 'P99' on an Advanced job: a custom load "
+        "test takes P95 only (https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_ModelLatencyThreshold.html)")
+
+
+# (JobType, Percentile, what validate says: None where the API takes it)
+PERCENTILE_RULE = [
+    ("Advanced", "P95", None),
+    ("Advanced", "P99", "'P99' on an Advanced job: a custom load test takes P95 only"),
+    ("Advanced", "p95", "'p95' is not a percentile the API takes for JobType Advanced (P95: "),
+    ("Default", "P95", None),
+    ("Default", "P99", None),  # where the job runs its own load test, if inferstack ever builds one
+    ("Default", "P90", "'P90' is not a percentile the API takes for JobType Default (P95 or P99: "),
+]
+
+
+def test_the_percentile_rule_per_job_type(bert_large):
+    said = {}
+    for job_type, percentile, _ in PERCENTILE_RULE:
+        request = request_for(bert_large)
+        request["JobType"] = job_type
+        request["StoppingConditions"]["ModelLatencyThresholds"][0]["Percentile"] = percentile
+        try:
+            recommender.validate(request)
+        except recommender.RequestInvalid as exc:
+            said[job_type, percentile] = str(exc)
+        else:
+            said[job_type, percentile] = None
+    for job_type, percentile, problem in PERCENTILE_RULE:
+        message = said[job_type, percentile]
+        if problem is None:
+            assert message is None, (job_type, percentile, message)
+        else:
+            assert message is not None and message.startswith(
+                f"request.StoppingConditions.ModelLatencyThresholds[0].Percentile: {problem}"), (job_type, percentile)
 
 
 def test_a_stubbed_client_takes_the_request_and_returns_the_job(bert_large):
@@ -166,6 +215,8 @@ def test_cli_prints_the_request(capsys):
     assert cli.main([*ARGS, "--print-request", "--model-name", "Model-1a2B3c4D5e6F", "--job-name", "job-1"]) == 0
     request = json.loads(capsys.readouterr().out)
     botocore.validate.validate_parameters(request, input_shape())
+    assert request["StoppingConditions"]["ModelLatencyThresholds"] == [{"Percentile": "P95",
+                                                                        "ValueInMilliseconds": 300}]
     # default instance types: the one staging runs, then the profile's other SageMaker types
     assert [c["InstanceType"] for c in request["InputConfig"]["EndpointConfigurations"]] == ["ml.g4dn.xlarge"]
     assert request["JobName"] == "job-1"

@@ -120,3 +120,63 @@ def test_a_valid_measured_block_loads_with_an_unquoted_yaml_date(config_copy):
                       datetime.date)
     point = config.load(config_copy).model("intent-bert").throughput_profile["inf1.xlarge"]
     assert point.measured.date == datetime.date(2025, 3, 4) and point.measured.instances == 2
+
+
+# ---- a measured p95 (an Inference Recommender job's: its Advanced job is judged at P95), not a p99
+
+def _p95(**changes):
+    def change(data):
+        point = data["throughput_profile"]["inf1.xlarge"]
+        point["measured"] = {"date": "2025-03-04", "method": "inference-recommender job j-1", "environment": "staging",
+                             "instances": 1, "p95_latency_ms": 6, "results": "job.json", **changes}
+        for key, value in changes.items():
+            if value is None:
+                del point["measured"][key]
+    return change
+
+
+@pytest.mark.parametrize("change,expected", [
+    (_p95(p99_latency_ms=7), "throughput_profile.inf1.xlarge.measured.p95_latency_ms: set with p99_latency_ms: a "
+                             "measurement records its latency at one percentile, p99_latency_ms or p95_latency_ms"),
+    (_p95(p95_latency_ms=None), "throughput_profile.inf1.xlarge.measured: set p99_latency_ms (a load test's p99) or "
+                                "p95_latency_ms (an Inference Recommender job's P95 model latency)"),
+    (_p95(p95_latency_ms=0), "throughput_profile.inf1.xlarge.measured.p95_latency_ms: Input should be greater than 0"),
+    (_p95(p95_latency_ms="fast"), "throughput_profile.inf1.xlarge.measured.p95_latency_ms: Input should be a valid "
+                                  "number"),
+    (_p95(p95_latency_ms=9), "throughput_profile.inf1.xlarge: p99_latency_ms 8 is below the measured p95 9 "
+                             "(measured.p95_latency_ms): plan with what was measured"),
+])
+def test_p95_rejections(config_copy, change, expected):
+    assert_rejected(config_copy, "intent-bert.yaml", change, expected)
+
+
+def test_a_p95_block_loads_as_a_p95(config_copy):
+    edit_yaml(config_copy / "intent-bert.yaml", _p95())
+    measured = config.load(config_copy).model("intent-bert").throughput_profile["inf1.xlarge"].measured
+    assert (measured.latency_percentile, measured.latency_ms, measured.p99_latency_ms) == ("p95", 6, None)
+
+
+def _mark_p95(config_dir, model: str, itype: str, method: str = "inference-recommender job j-1") -> None:
+    def change(data):
+        point = data["throughput_profile"][itype]
+        point["measured"] = {"date": "2025-03-04", "method": method, "environment": "staging", "instances": 1,
+                             "p95_latency_ms": point["p99_latency_ms"], "results": "job.json"}
+    edit_yaml(config_dir / f"{model}.yaml", change)
+
+
+def test_a_p95_entry_does_not_silence_its_production_warning(config_copy):
+    """A p95 measured the throughput, not the p99 the plan checks: production still asks for a load test."""
+    _mark_p95(config_copy, "t5-spelling", "ml.g4dn.xlarge")
+    project = config.load(config_copy)
+    assert estimate_warnings(project) == SHIPPED
+    (t5,) = [w for w in project.warnings if w.file.endswith("t5-spelling.yaml") and "sized from" in w.message]
+    assert t5.message.startswith(
+        "warning: production environment prod sized from an entry with no measured p99 (t5-spelling's "
+        "throughput_profile.ml.g4dn.xlarge has a p95 from Inference Recommender, not a p99 measurement): measure "
+        "it with `python -m inferstack profile t5-spelling --env ENV` (a load test, which measures p99)")
+    # a fleet reading one p95 and one estimate names both, each with its reason
+    _mark_p95(config_copy, "intent-bert", "inf1.6xlarge", method="a p95 tool")
+    (fleet,) = [w for w in config.load(config_copy).warnings if w.key == "fleets.intent-pack.capacity.instance_type"]
+    assert ("sized from entries with no measured p99 (duplicate-bert's throughput_profile.inf1.6xlarge has no "
+            "measured: block; intent-bert's throughput_profile.inf1.6xlarge has a p95, not a p99 measurement)"
+            ) in fleet.message

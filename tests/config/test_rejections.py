@@ -171,11 +171,10 @@ CASES = {
     "fleet in an unknown environment": (
         "environments.yaml", set_at("fleets", "triton-shared", "deploy_in", value=["qa"]),
         "fleets.triton-shared.deploy_in.0: unknown environment 'qa'"),
-    "neuron fleet of one model (a member retired)": (
-        "environments.yaml", set_at("fleets", "intent-pack", "models", value=["intent-bert"]),
-        "fleets.intent-pack.models: a neuron-cores fleet needs at least 2 members (one model alone on its instances "
-        "is a dedicated service), it has 1 (intent-bert); to retire the fleet, remove its entry fleets.intent-pack "
-        "from environments.yaml: its stack goes, and a member whose model file stays gets a stack of its own"),
+    "neuron fleet whose last member left": (
+        "environments.yaml", set_at("fleets", "intent-pack", "models", value=[]),
+        "fleets.intent-pack.models: a neuron-cores fleet needs at least 1 member, it has none; to retire the fleet, "
+        "remove its entry fleets.intent-pack from environments.yaml"),
     "inference-components fleet whose last member left": (
         "environments.yaml", set_at("fleets", "triton-shared", "models", value=[]),
         "fleets.triton-shared.models: a sagemaker-inference-components fleet needs at least 1 member, it has none; "

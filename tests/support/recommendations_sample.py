@@ -38,7 +38,7 @@ SAMPLE = {
     "LastModifiedTime": "2025-03-04T12:31:07.456000+00:00",
     "InputConfig": {"ModelName": "Model-1a2B3c4D5e6F", "JobDurationInSeconds": 5100},
     "StoppingConditions": {"MaxInvocations": 3000,
-                           "ModelLatencyThresholds": [{"Percentile": "P99", "ValueInMilliseconds": 300}]},
+                           "ModelLatencyThresholds": [{"Percentile": "P95", "ValueInMilliseconds": 300}]},
     "InferenceRecommendations": [
         _recommendation("ml.g4dn.xlarge", 3192, 212),
         _recommendation("ml.g4dn.xlarge", 3600, 340),  # more, but past the 300 ms threshold

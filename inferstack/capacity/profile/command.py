@@ -5,7 +5,9 @@ Sources of the measurement, one per run:
   --target URL --instances N   a stepped Locust load test of a running server (this machine, --workers N more)
   (none of the above)          the same test in the environment, from its load test stack's Fargate workers
   --from-result FILE           a load test result.json already made (`inferstack loadtest`, or a copy from S3)
-  --from-recommendations FILE  a finished Inference Recommender job (describe-inference-recommendations-job)
+  --from-recommendations FILE  a finished Inference Recommender job (describe-inference-recommendations-job):
+                               throughput and model latency at its threshold's percentile (P95, not p99,
+                               for the Advanced job --recommender builds)
   --recommender                print (--print-request) or start (--apply) such a job for a SageMaker model
 The entry is the highest rate whose step held p99 and the error budget, divided by the instances that served it,
 at the instance type the model runs on in ENV (capacity.instance_type, or --instance-type)."""
@@ -157,8 +159,16 @@ def _write(args, project, model, entries: list[ProfileEntry], *, notes: tuple[st
     for made in entries:
         print(writer.render(made.instance_type, made.data(), indent=2, step=2, newline="\n").rstrip("\n"))
     for made in entries:
-        point = made.point
         verb = "would write" if args.dry_run else "wrote"
-        print(f"{verb} {writer.PROFILE_KEY}.{made.instance_type} in {path}: {point.throughput_per_second:g}/s per "
-              f"instance at p99 {point.p99_latency_ms:g} ms" + (" (dry run: nothing written)" if args.dry_run else ""))
+        print(f"{verb} {writer.PROFILE_KEY}.{made.instance_type} in {path}: {made.point.throughput_per_second:g}/s "
+              f"per instance at {_latency_text(made.point)}" + (" (dry run: nothing written)" if args.dry_run else ""))
     return 0
+
+
+def _latency_text(point) -> str:
+    """The latency as measured, at its own percentile; a p99 nobody measured is called assumed."""
+    measured = point.measured
+    if measured is None or measured.latency_percentile == "p99":
+        return f"p99 {point.p99_latency_ms:g} ms"
+    return (f"{measured.latency_percentile} {measured.latency_ms:g} ms, not a p99 measurement (the plan assumes "
+            f"p99 {point.p99_latency_ms:g} ms until a load test measures it)")

@@ -48,8 +48,8 @@ def build(instance_type: str, *, throughput: float, p99_ms: float, source: str, 
                              measured=measured)
     except ValidationError as exc:
         first = exc.errors(include_url=False)[0]
-        where = ".".join(str(part) for part in first["loc"])
-        raise ProfileRefused(f"the measurement is not a valid profile entry: {where}: "
+        where = ".".join(str(part) for part in first["loc"])  # empty: a rule of the whole entry
+        raise ProfileRefused(f"the measurement is not a valid profile entry: {where + ': ' if where else ''}"
                              f"{first['msg'].removeprefix('Value error, ')}") from None
     return ProfileEntry(instance_type, point)
 

@@ -1,8 +1,10 @@
 """Profile entries from a finished Inference Recommender job: the JSON `aws sagemaker
 describe-inference-recommendations-job` prints. Per instance type, the recommendation with the most invocations
-per instance whose model latency meets the job's p99 threshold (and the model's SLO); its MaxInvocations (per
-minute) over 60 is the throughput, its ModelLatency the p99 (model latency as the API reports it: time inside
-the container, not end to end, which the source line says).
+per instance whose model latency meets the job's latency threshold (and the model's SLO); its MaxInvocations
+(per minute) over 60 is the throughput, its ModelLatency the latency at the percentile the job's threshold names
+(model latency as the API reports it: time inside the container, not end to end, which the source line says).
+An Advanced job (a custom load test, what `--recommender` builds) is judged at P95: its entry records a p95
+(measured.p95_latency_ms), and its p99 is the limit it was judged within, assumed until a load test measures it.
 
 The file is untrusted input: anything unexpected is one RecommendationsError line naming the file and key path."""
 
@@ -14,8 +16,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from inferstack.capacity.profile import latency_thresholds
 from inferstack.capacity.profile.entry import ProfileEntry, ProfileRefused, build, ceil_to, floor_to
 from inferstack.schema import instances
+from inferstack.schema.models import RECOMMENDER_METHOD as METHOD
 
 MAX_FILE_BYTES = 16 * 1024 * 1024  # a job lists at most 10 endpoint configurations; real files are a few KB
 # Bounds that keep every figure finite as a float: a million invocations a second, a latency over an hour.
@@ -23,6 +27,7 @@ MAX_INVOCATIONS_PER_MINUTE = 60 * 10**6
 MAX_LATENCY_MS = 3_600_000
 JOB_NAME = re.compile(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,63}")  # RecommendationJobName in the SageMaker API
 COMPLETED = "COMPLETED"
+THRESHOLDS = "StoppingConditions.ModelLatencyThresholds"
 
 
 class RecommendationsError(ValueError):
@@ -133,8 +138,8 @@ def from_data(data: dict, label: str, *, env_name: str, slo_p99_ms: float,
     status = r.get(data, "Status", "", str)
     if status != COMPLETED:
         raise r.fail("Status", f"{_brief(status)}: a job's recommendations are final once it is {COMPLETED}")
-    threshold = _threshold(r, data)
-    limit = min(threshold, slo_p99_ms) if threshold is not None else slo_p99_ms
+    percentile, threshold = _threshold(r, data)
+    limit = min(threshold, slo_p99_ms)
     completed = data.get("CompletionTime")
     job_date = r.timestamp(completed, "CompletionTime") if completed is not None else None
 
@@ -174,22 +179,29 @@ def from_data(data: dict, label: str, *, env_name: str, slo_p99_ms: float,
     entries = []
     for itype in sorted(measured_types if only is None else measured_types & only):
         if itype not in best:
-            notes.append(f"{itype}: no recommendation with model latency within {limit:g} ms: nothing to write")
+            notes.append(f"{itype}: no recommendation with {percentile.lower()} model latency within {limit:g} ms: "
+                         f"nothing to write")
             continue
         if itype not in instances.INSTANCES:
             notes.append(f"{itype}: not in inferstack's instance catalog (inferstack/schema/instances.py): left out")
             continue
         per_instance, per_minute, latency, count, when = best[itype]
         throughput = floor_to(per_instance / 60)
-        p99 = max(1.0, ceil_to(latency))  # the API counts whole milliseconds: 0 means below one
+        figure = max(1.0, ceil_to(latency))  # the API counts whole milliseconds: 0 means below one
         if throughput <= 0:
             notes.append(f"{itype}: {per_minute} invocations a minute rounds to 0/s: nothing to write")
             continue
-        source = (f"inference-recommender job {job} {when.isoformat()}: {per_minute:,} invocations/min on {count} x "
-                  f"{itype}, model latency {latency:g} ms (as the API reports it: in the container, not end to end) "
-                  f"within {limit:g} ms")
-        measured = {"date": when, "method": f"inference-recommender job {job}", "environment": env_name,
-                    "instances": count, "p99_latency_ms": p99, "results": label}
+        key = percentile.lower()  # "p95" or "p99": the measured key says which
+        source = (f"{METHOD} {job} {when.isoformat()}: {per_minute:,} invocations/min on {count} x {itype}, {key} "
+                  f"model latency {latency:g} ms (as the API reports it: in the container, not end to end) within "
+                  f"{limit:g} ms")
+        p99 = figure
+        if key != "p99":
+            # Nothing measured a p99: plan with the limit the figure was judged within, and say so.
+            p99 = max(ceil_to(limit), figure)
+            source += f"; p99 not measured, {p99:g} ms assumed until a load test measures it"
+        measured = {"date": when, "method": f"{METHOD} {job}", "environment": env_name,
+                    "instances": count, f"{key}_latency_ms": figure, "results": label}
         try:
             entries.append(build(itype, throughput=throughput, p99_ms=p99, source=source, measured=measured))
         except ProfileRefused as exc:
@@ -199,18 +211,30 @@ def from_data(data: dict, label: str, *, env_name: str, slo_p99_ms: float,
     return Recommendations(job, tuple(entries), tuple(notes))
 
 
-def _threshold(r: _Reader, data: dict) -> float | None:
-    conditions = r.get(data, "StoppingConditions", "", dict, required=False)
-    if conditions is None:
-        return None
+def _threshold(r: _Reader, data: dict) -> tuple[str, float]:
+    """(the percentile the job judged model latency at, its lowest threshold there). A job that names none, or
+    several, or one its type does not take, says nothing a profile entry can label its figures with."""
+    job_type = r.get(data, "JobType", "", str)
+    if job_type not in latency_thresholds.PERCENTILES:
+        raise r.fail("JobType", f"{_brief(job_type)} is not one of the API's job types "
+                                f"({', '.join(latency_thresholds.PERCENTILES)})")
+    conditions = r.get(data, "StoppingConditions", "", dict, required=False) or {}
     thresholds = r.get(conditions, "ModelLatencyThresholds", "StoppingConditions", list, required=False) or []
-    values = []
+    if not thresholds:
+        raise r.fail(THRESHOLDS, "none: the job names no percentile to read its ModelLatency at; profile from "
+                                 "a job with one (`inferstack profile --recommender` builds it)")
+    values: dict[str, list[int]] = {}
     for index, item in enumerate(thresholds):
-        where = f"StoppingConditions.ModelLatencyThresholds[{index}]"
+        where = f"{THRESHOLDS}[{index}]"
         if not isinstance(item, dict):
             raise r.fail(where, f"expected an object, got {_brief(item)}")
         percentile = r.get(item, "Percentile", where, str)
-        value = r.number(item, "ValueInMilliseconds", where, int, 1, MAX_LATENCY_MS)
-        if percentile.upper() == "P99":
-            values.append(value)
-    return min(values) if values else None
+        problem = latency_thresholds.problem(job_type, percentile)
+        if problem is not None:
+            raise r.fail(f"{where}.Percentile", problem)
+        values.setdefault(percentile, []).append(r.number(item, "ValueInMilliseconds", where, int, 1, MAX_LATENCY_MS))
+    if len(values) > 1:
+        raise r.fail(THRESHOLDS, f"at {' and '.join(sorted(values))}: which one a recommendation's ModelLatency "
+                                 f"is cannot be told; profile from a job with one percentile")
+    ((percentile, limits),) = values.items()
+    return percentile, min(limits)

@@ -1,6 +1,7 @@
 """A SageMaker Inference Recommender load test (CreateInferenceRecommendationsJob, JobType Advanced) of a
 Triton model already deployed in an environment, on the instance types to compare, judged by the model's SLO;
-checked against botocore's own model of the SageMaker API before it is printed or sent.
+checked against botocore's own model of the SageMaker API, and the rules it leaves out, before it is printed or
+sent.
 
 The job names the deployed SageMaker Model (InputConfig.ModelName, read from the endpoint that serves it:
 deployed.model_name); a model package would need a model registry the stacks do not keep."""
@@ -19,6 +20,7 @@ from collections.abc import Sequence
 import botocore.session
 import botocore.validate
 
+from inferstack.capacity.profile import latency_thresholds
 from inferstack.schema.models import TritonSageMakerModel
 
 OPERATION = "CreateInferenceRecommendationsJob"
@@ -30,6 +32,9 @@ SETUP_SECONDS = 3600
 MAX_JOB_SECONDS = 18_000  # the API's limit for JobDurationInSeconds
 CONTENT_TYPE = "application/json"  # the KServe v2 JSON body SageMaker's Triton takes at /invocations
 PAYLOAD_MEMBER = "payload-1.json"
+JOB_TYPE = latency_thresholds.ADVANCED  # our own traffic pattern: a custom load test
+# A custom load test is judged at P95 only (latency_thresholds.API_REFERENCE): the SLO's p99 is its threshold.
+LATENCY_PERCENTILE = latency_thresholds.PERCENTILES[JOB_TYPE][0]
 
 
 class RequestInvalid(ValueError):
@@ -42,13 +47,14 @@ def _operation():
 
 def validate(request: dict) -> None:
     """botocore's ParamValidator (what a client runs before sending: types, required members, minimums), then
-    the rules it leaves to the service, read from the same service model: enums, patterns, maximums."""
+    the rules it leaves to the service, read from the same service model (enums, patterns, maximums), and those
+    only the API reference states (the latency threshold's percentile per job type)."""
     shape = _operation().input_shape
     try:
         botocore.validate.validate_parameters(request, shape)
     except botocore.validate.ParamValidationError as exc:
         raise RequestInvalid(" ".join(str(exc).split())) from None
-    problems = list(_service_rules(request, shape, "request"))
+    problems = [*_service_rules(request, shape, "request"), *_percentile_rules(request)]
     if problems:
         raise RequestInvalid("; ".join(problems))
 
@@ -77,6 +83,18 @@ def _service_rules(value, shape, where: str):
             yield f"{where}: {value} is above the API's maximum {shape.metadata['max']}"
 
 
+def _percentile_rules(request: dict):
+    job_type = request.get("JobType")
+    if job_type not in latency_thresholds.PERCENTILES:
+        return  # an unknown JobType is the enum's problem, reported above
+    thresholds = request.get("StoppingConditions", {}).get("ModelLatencyThresholds", [])
+    for index, threshold in enumerate(thresholds):
+        if "Percentile" in threshold:
+            problem = latency_thresholds.problem(job_type, threshold["Percentile"])
+            if problem is not None:
+                yield f"request.StoppingConditions.ModelLatencyThresholds[{index}].Percentile: {problem}"
+
+
 def _pattern(text: str | None) -> re.Pattern | None:
     """The service model's patterns are Java regular expressions; the few Python cannot compile are skipped."""
     if not text:
@@ -102,8 +120,9 @@ def build(model: TritonSageMakerModel, env_name: str, *, model_name: str, role_a
           instance_types: Sequence[str], payload_url: str, name: str,
           phase_seconds: int = PHASE_SECONDS) -> dict:
     """The request. Every traffic figure comes from the SLO in `env_name`: the job stops once one instance
-    answers the whole peak (MaxInvocations, per minute: nothing above it changes the plan), or once p99 model
-    latency passes the SLO's p99; the users grow to what the peak needs at the SLO's latency."""
+    answers the whole peak (MaxInvocations, per minute: nothing above it changes the plan), or once P95 model
+    latency (the only percentile a custom load test takes) passes the SLO's p99; the users grow to what the peak
+    needs at the SLO's latency."""
     slo = model.slo_for(env_name)
     users = users_for(slo.peak_tps, slo.p99_latency_ms)
     initial = min(INITIAL_USERS, users)
@@ -111,7 +130,7 @@ def build(model: TritonSageMakerModel, env_name: str, *, model_name: str, role_a
     tests = len(instance_types)
     request = {
         "JobName": name,
-        "JobType": "Advanced",
+        "JobType": JOB_TYPE,
         "RoleArn": role_arn,
         "JobDescription": f"inferstack profile {model.name} in {env_name}: SLO p99 {slo.p99_latency_ms:g} ms, "
                           f"peak {slo.peak_tps:g}/s"[:128],
@@ -131,8 +150,10 @@ def build(model: TritonSageMakerModel, env_name: str, *, model_name: str, role_a
         },
         "StoppingConditions": {
             "MaxInvocations": math.ceil(slo.peak_tps * 60),
-            # The API takes whole milliseconds: round down, never loosen the SLO.
-            "ModelLatencyThresholds": [{"Percentile": "P99",
+            # The API takes whole milliseconds: round down, never loosen the SLO. P95, not P99: an Advanced job
+            # is a custom load test, which the API reference says to judge at P95 (latency_thresholds); the
+            # profile entries read from it record a p95, never a p99.
+            "ModelLatencyThresholds": [{"Percentile": LATENCY_PERCENTILE,
                                         "ValueInMilliseconds": max(1, math.floor(slo.p99_latency_ms))}],
         },
     }
