@@ -25,7 +25,9 @@ from inferstack.constructs import nag
 from inferstack.schema.models import TritonSageMakerModel
 from inferstack.triton import config as triton_config
 
-VARIANT = "AllTraffic"  # the variant name must never change: guardrails and scaling are keyed on it
+# The variant name must never change: guardrails and scaling are keyed on it, and a new name removes the
+# autoscaled variant, which AWS refuses while its scalable target is registered (constructs/scaling_handover.py).
+VARIANT = "AllTraffic"
 METRICS_NAMESPACE = "AWS/SageMaker"
 INSTANCE_METRICS_NAMESPACE = "/aws/sagemaker/Endpoints"
 # Share of the p99 SLO that SageMaker's own overhead may take before it is alarmed on: more means

@@ -29,6 +29,7 @@ from constructs import Construct
 
 from inferstack.schema import instances
 from inferstack.constructs.live_values import LiveValues
+from inferstack.constructs.scaling_handover import ScalingHandover
 from inferstack.constructs import checkov, nag
 from inferstack.constructs import sagemaker_hosting as hosting
 from inferstack.constructs.sagemaker_hosting import (  # noqa: F401 (re-exported: their home before they were shared)
@@ -43,7 +44,8 @@ from inferstack.capacity.planning import CapacityPlan
 
 class TritonEndpoint(Construct):
     """Exposes `endpoint_name`, `role`, `security_group`, `model`, `endpoint_config`, `endpoint`,
-    `deployment` (the guardrails as applied to this fleet's size), `scalable_target`, `alarms` (by name),
+    `deployment` (the guardrails as applied to this fleet's size), `scalable_target`, `scaling_handover` (what
+    lets an instance-type change deploy while the variant is autoscaled), `alarms` (by name),
     `rollback_alarms`, `dashboard` and `data_capture_bucket`
     (alarms and dashboard are L1s: an alarm's name is its `ref`, its ARN `attr_arn`)."""
 
@@ -231,11 +233,18 @@ class TritonEndpoint(Construct):
         hosting.schedule(target, [
             hosting.ScheduledCapacity(window.start, window.end, window.time_zone, (window.min, window.max),
                                       (plan.min_capacity, plan.max_capacity)) for window in off_hours])
+        capacity_range: tuple[object, object] = (plan.min_capacity, plan.max_capacity)
         if off_hours:  # a deploy inside a window keeps the window's range (inferstack.constructs.live_values)
             self.live_values = LiveValues(self, "LiveValues", log_group=log_group)
-            self.live_values.window_range("InstanceRange", target=target,
-                                          planned=(plan.min_capacity, plan.max_capacity),
-                                          windows=[(window.min, window.max) for window in off_hours])
+            reader = self.live_values.window_range("InstanceRange", target=target,
+                                                   planned=(plan.min_capacity, plan.max_capacity),
+                                                   windows=[(window.min, window.max) for window in off_hours])
+            if reader is not None:
+                capacity_range = (reader.get_att("Min"), reader.get_att("Max"))
+        # An instance-type change must not meet a registered target (inferstack.constructs.scaling_handover).
+        self.scaling_handover = ScalingHandover(
+            self, "ScalingHandover", endpoint=self.endpoint, endpoint_name=self.endpoint_name, variant_name=VARIANT,
+            instance_type=plan.instance_type, target=target, capacity_range=capacity_range, log_group=log_group)
         return target
 
     # ------------------------------------------------------------------ alarms and dashboard

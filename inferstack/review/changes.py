@@ -21,8 +21,8 @@ PROTECTED_TYPES = frozenset({
 })
 
 # Classes of change a CI job can fail on (`--fail-on`); inferstack.review.classes assigns them.
-CLASSES = ("replaces-serving-resource", "interrupts-traffic", "resets-scaled-count", "touches-production-rule",
-           "adds", "removes")
+CLASSES = ("replaces-serving-resource", "interrupts-traffic", "resets-scaled-count", "pauses-autoscaling",
+           "touches-production-rule", "adds", "removes")
 
 
 @dataclass

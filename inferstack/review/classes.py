@@ -1,6 +1,7 @@
 """Classes of change a CI job can fail on (`inferstack diff --fail-on CLASS`): what takes traffic away, what
-puts an autoscaled count back to the template's, what rewrites a production listener rule's weights, what
-replaces a serving resource, and what adds or removes resources and stacks.
+puts an autoscaled count back to the template's, what stops autoscaling for the length of an update, what
+rewrites a production listener rule's weights, what replaces a serving resource, and what adds or removes
+resources and stacks. An update AWS would refuse is an environment warning (the deploy fails, nothing changes).
 
 Each class is decided from the two templates of one stack (and the change diff.py computed), never from the
 live account: a change is flagged when a deploy of the head *would* do the harmful thing."""
@@ -25,7 +26,12 @@ SERVICE = "AWS::ECS::Service"
 ENDPOINT = "AWS::SageMaker::Endpoint"
 COMPONENT = "AWS::SageMaker::InferenceComponent"
 ASG = "AWS::AutoScaling::AutoScalingGroup"
+ENDPOINT_CONFIG = "AWS::SageMaker::EndpointConfig"
 SCALABLE_TARGET = "AWS::ApplicationAutoScaling::ScalableTarget"
+# inferstack.constructs.scaling_handover: deregisters a variant's scalable target before UpdateEndpoint, registers it
+# again after.
+SCALING_HANDOVER = "Custom::ScalingHandover"
+AUTOSCALING_UPDATE_DOC = "https://docs.aws.amazon.com/sagemaker/latest/dg/endpoint-scaling-update.html"
 
 # replaces-serving-resource: the protected (serving and stateful) types, plus listeners and listener rules
 # (every load balancer of this app fronts a serving service) and a target group a listener forwards to or a
@@ -56,6 +62,7 @@ class _Stack:
     forwarded: set[str] = field(default_factory=set)  # what listeners and rules forward to (target groups)
     registered: set[str] = field(default_factory=set)  # target groups ECS services register tasks in
     head: dict[str, dict] = field(default_factory=dict)  # the head template's resources
+    base: dict[str, dict] = field(default_factory=dict)  # the base template's resources
 
 
 def _targets(value: Any) -> set[str]:
@@ -70,8 +77,9 @@ def _weighted_forward(actions: Any) -> bool:
         and len(a["ForwardConfig"]["TargetGroups"]) >= 2 for a in actions)
 
 
-def _stack_context(templates: Iterable[dict[str, dict]], head: dict[str, dict], stays: bool) -> _Stack:
-    context = _Stack(stays, head=head)
+def _stack_context(templates: Iterable[dict[str, dict]], head: dict[str, dict], base: dict[str, dict],
+                   stays: bool) -> _Stack:
+    context = _Stack(stays, head=head, base=base)
     for resources in templates:
         for logical_id, resource in resources.items():
             if not isinstance(resource, dict):
@@ -105,11 +113,14 @@ def classify(env: EnvironmentDiff, base: Environment, head: Environment) -> None
         stack.classes = {"added": ["adds"], "removed": ["removes"]}.get(stack.status, [])
         base_stack, head_stack = base.stacks.get(stack.name), head.stacks.get(stack.name)
         templates = [s.resources for s in (base_stack, head_stack) if s is not None]
-        context = _stack_context(templates, head_stack.resources if head_stack else {}, head_stack is not None)
+        context = _stack_context(templates, head_stack.resources if head_stack else {},
+                                 base_stack.resources if base_stack else {}, head_stack is not None)
         for change in stack.resources:
             found = _classes(change, context)
             change.classes = [c for c in CLASSES if c in found]
             change.class_reasons = {c: found[c] for c in change.classes}
+            env.warnings += [f"{stack.name}: {change.logical_id}: {refused}"
+                             for refused in _refused_autoscaled_variants(change, context)]
 
 
 # --- one change ------------------------------------------------------------------------------------
@@ -187,10 +198,88 @@ def _classes(change: ResourceChange, stack: _Stack) -> dict[str, str]:
         if reset:
             found["resets-scaled-count"] = reset
 
+    paused = [why for why, handed_over in _autoscaled_variant_changes(change, stack) if handed_over]
+    if paused:
+        found["pauses-autoscaling"] = "; ".join(paused)
+
     production = _production(change, stack, replaced, removed_here)
     if production:
         found["touches-production-rule"] = production
     return found
+
+
+# --- an autoscaled variant's instance type ---------------------------------------------------------
+
+def _config_variants(resources: dict[str, dict], endpoint: dict | None) -> dict[str, Any]:
+    """Variant name -> instance type of the EndpointConfig `endpoint` names by Fn::GetAtt, in `resources`."""
+    config = next(iter(_targets(_value(endpoint, "EndpointConfigName"))), None)
+    if (resources.get(config) or {}).get("Type") != ENDPOINT_CONFIG:
+        return {}
+    return {v.get("VariantName"): v.get("InstanceType") for v in _value(resources[config], "ProductionVariants") or []
+            if isinstance(v, dict)}
+
+
+def _scalable_variant(resources: dict[str, dict], resource_id: str) -> dict | None:
+    """The ScalableTarget registering `resource_id` (endpoint/<name>/variant/<variant>), if the template has one."""
+    return next((r for r in resources.values() if isinstance(r, dict) and r.get("Type") == SCALABLE_TARGET
+                 and _value(r, "ResourceId") == resource_id), None)
+
+
+def _handed_over(resources: dict[str, dict], endpoint_id: str, resource_id: str) -> bool:
+    """The head has a scaling handover for `resource_id` that the Endpoint waits for."""
+    depends = (resources.get(endpoint_id) or {}).get("DependsOn") or []
+    depends = [depends] if isinstance(depends, str) else depends
+    return any((resources.get(d) or {}).get("Type") == SCALING_HANDOVER
+               and _value(resources[d], "Target", "ResourceId") == resource_id for d in depends)
+
+
+def _autoscaled_variant_changes(change: ResourceChange, stack: _Stack) -> list[tuple[str, bool]]:
+    """(what happens, whether a scaling handover deregisters the target first) for each variant of an updated
+    Endpoint that is a registered scalable target (a ScalableTarget in the base) and that the new EndpointConfig
+    gives another instance type or drops: AWS refuses such an UpdateEndpoint while the target is registered."""
+    if change.type != ENDPOINT or change.action not in ("modified", "asset-update") \
+            or not _touched(change, "Properties.EndpointConfigName"):
+        return []
+    base_endpoint, head_endpoint = stack.base.get(change.logical_id), stack.head.get(change.logical_id)
+    name = _value(head_endpoint, "EndpointName")
+    if not isinstance(name, str) or _value(base_endpoint, "EndpointName") != name:
+        return []
+    before, after = _config_variants(stack.base, base_endpoint), _config_variants(stack.head, head_endpoint)
+    found = []
+    for variant, instance_type in sorted(before.items()):
+        resource_id = f"endpoint/{name}/variant/{variant}"
+        if variant in after and after[variant] == instance_type:
+            continue
+        if _scalable_variant(stack.base, resource_id) is None:
+            continue
+        handed_over = _handed_over(stack.head, change.logical_id, resource_id)
+        target = _scalable_variant(stack.head, resource_id)
+        what = (f"variant {variant} moves from {instance_type} to {after[variant]}" if variant in after
+                else f"variant {variant} ({instance_type}) is removed")
+        if not handed_over:
+            found.append((f"{what} while it is a registered scalable target, and no scaling handover deregisters it "
+                          f"first: AWS refuses the UpdateEndpoint and CloudFormation rolls the stack back "
+                          f"({AUTOSCALING_UPDATE_DOC})", False))
+            continue
+        low, high = _value(target, "MinCapacity"), _value(target, "MaxCapacity")
+        base_target = _scalable_variant(stack.base, resource_id)
+        if not (_literal(low) and _literal(high)):
+            then = "CloudFormation's target takes the range read live at deploy time"
+        elif (_value(base_target, "MinCapacity"), _value(base_target, "MaxCapacity")) == (low, high):
+            then = f"the template's range ({low}-{high}) does not change"
+        else:
+            then = f"CloudFormation's target then sets the template's new range ({low}-{high})"
+        found.append((f"{what}: the scaling handover deregisters its scalable target (policies and scheduled "
+                      f"actions with it) before UpdateEndpoint; SageMaker starts the new instances at the variant's "
+                      f"current count (RetainAllVariantProperties) and moves traffic to them under the deployment "
+                      f"guardrails, and nothing scales until the update completes; then the target is registered "
+                      f"again with the range it had and the template's policies and schedule, and {then}. The "
+                      f"scaled count is kept, within that range", True))
+    return found
+
+
+def _refused_autoscaled_variants(change: ResourceChange, stack: _Stack) -> list[str]:
+    return [why for why, handed_over in _autoscaled_variant_changes(change, stack) if not handed_over]
 
 
 def _resets(change: ResourceChange, resource: dict | None, resources: dict[str, dict]) -> str | None:

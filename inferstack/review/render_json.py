@@ -9,7 +9,7 @@ synthesized on one side only is "only-in-base" / "only-in-head" and not counted 
       "selected_environments": null | ["dev", ...],                    # --env
       "counts": {"added", "removed", "modified", "replaced", "asset_updates", "protected"},   # ints
       "class_counts": {"replaces-serving-resource", "interrupts-traffic", "resets-scaled-count",
-                       "touches-production-rule", "adds", "removes"},  # resource changes per class, ints
+                       "pauses-autoscaling", "touches-production-rule", "adds", "removes"},  # per class, ints
       "protected_replacements": ["<env>/<stack>/<logical id>", ...],   # what --fail-on-replace fails on
       "environments_only_in_base": ["staging", ...], "environments_only_in_head": [...],
       "diagrams": [{"environment", "dot", "svg" (null when not rendered), "note"}],   # when written
@@ -36,7 +36,7 @@ synthesized on one side only is "only-in-base" / "only-in-head" and not counted 
             "action": "added" | "removed" | "modified" | "asset-update",
             "protected": bool, "categories": ["iam" | "security-groups" | "scaling", ...],
             "classes": ["replaces-serving-resource" | "interrupts-traffic" | "resets-scaled-count" |
-                        "touches-production-rule" | "adds" | "removes", ...],
+                        "pauses-autoscaling" | "touches-production-rule" | "adds" | "removes", ...],
             "class_reasons": {"<class>": "<why>"},
             "kept_by_policy": null | "DeletionPolicy: Retain" | "UpdateReplacePolicy: Retain" | ...,
             "replacement": null | "always" | "conditional",

@@ -155,7 +155,8 @@ def _classes_section(env: EnvironmentDiff) -> list[str]:
         return []
     lines = [f"#### Change classes ({len(entries)})", "",
              "_What `--fail-on` matches besides `adds` and `removes`: a serving resource replaced, traffic "
-             "interrupted, an autoscaled count reset to the template's, a production listener rule rewritten._", ""]
+             "interrupted, an autoscaled count reset to the template's, autoscaling paused for an update, a "
+             "production listener rule rewritten._", ""]
     body = []
     for r in entries:
         body.append(f"- {_name(r)}: {_what(r)}")

@@ -9,8 +9,8 @@ report."""
 
 from __future__ import annotations
 
-from rehearsal.aws_rules import cloudformation, elbv2, sts
+from rehearsal.aws_rules import cloudformation, elbv2, sagemaker, sts
 from rehearsal.emulator_patch import Patch
 
 # In this order: the listener-rule check runs first, on the stack as it is when an update starts.
-RULES: tuple[Patch, ...] = (*sts.RULES, *cloudformation.RULES, *elbv2.RULES)
+RULES: tuple[Patch, ...] = (*sts.RULES, *cloudformation.RULES, *elbv2.RULES, *sagemaker.RULES)

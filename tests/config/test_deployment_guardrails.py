@@ -56,7 +56,11 @@ def test_an_off_hours_minimum_counts_as_the_fleet():
     environment = project.environments["prod"]
     plan = planning.plan(model, "prod", environment)
     assert plan.min_capacity >= MIN_INSTANCES_FOR_STEPPED_DEPLOYMENT
-    stack = cdk.Stack(cdk.App(), "prod-bert", env={"account": environment.account, "region": environment.region})
+    from tests.support.synth import cdk_json_context
+
+    # The app's context (cdk.json), as synth runs: partition literals among it.
+    stack = cdk.Stack(cdk.App(context=cdk_json_context()), "prod-bert",
+                      env={"account": environment.account, "region": environment.region})
     vpc = ec2.Vpc.from_vpc_attributes(stack, "Vpc", vpc_id="vpc-0123456789abcdef0",
                                       availability_zones=["us-west-2a", "us-west-2b"],
                                       private_subnet_ids=["subnet-0a", "subnet-0b"])

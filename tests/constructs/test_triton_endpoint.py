@@ -8,11 +8,13 @@ from __future__ import annotations
 import json
 import shutil
 
+import boto3
 import pytest
 import yaml
 from aws_cdk.assertions import Template
 
 from inferstack import config
+from inferstack.constructs import scaling_handover_handler
 from inferstack.triton import image as triton_image
 from tests.support.paths import CONFIG_DIR, ROOT
 from tests.support.synth import synth
@@ -96,10 +98,14 @@ def test_execution_role_is_least_privilege(case):
         actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
         assert not any(a.endswith("*") or a == "*" for a in actions), statement
         assert statement["Effect"] == "Allow"
-    _, role = only(template, "AWS::IAM::Role")
+    role_id = policy["Properties"]["Roles"][0]["Ref"]
+    role = template["Resources"][role_id]
     assert role["Properties"]["AssumeRolePolicyDocument"]["Statement"][0]["Principal"] == {
         "Service": "sagemaker.amazonaws.com"}
     assert "ManagedPolicyArns" not in role["Properties"] and "Policies" not in role["Properties"]
+    # the other role is the scaling handover's function's (test_scaling_handover_role_is_least_privilege)
+    assert [r for r in resources(template, "AWS::IAM::Role") if r != role_id] == [
+        only(template, "AWS::Lambda::Function")[1]["Properties"]["Role"]["Fn::GetAtt"][0]]
 
 
 def test_eni_condition_names_the_vpc_by_its_owners_arn(case, project):
@@ -390,3 +396,196 @@ def test_capacity_change_does_not_touch_the_image(synthesized, changed):
     assert only(after, "AWS::SageMaker::Model") == only(before, "AWS::SageMaker::Model")
     assert only(after, "AWS::SageMaker::Endpoint") == only(before, "AWS::SageMaker::Endpoint")
     assert only(after, "AWS::ApplicationAutoScaling::ScalableTarget")[1]["Properties"]["MaxCapacity"] == 5
+
+
+# ---------------------------------------------------------------- the scaling handover (instance-type changes)
+
+HANDOVER = "Custom::ScalingHandover"
+
+
+def handover(template: dict) -> tuple[tuple[str, dict], tuple[str, dict]]:
+    """((release id, release), (restore id, restore))."""
+    found = resources(template, HANDOVER)
+    (release,) = [(k, v) for k, v in found.items() if "Release" in k]
+    (restore,) = [(k, v) for k, v in found.items() if "Restore" in k]
+    return release, restore
+
+
+def test_scaling_handover_wraps_the_endpoint_update(case, project):
+    """CloudFormation runs the release before UpdateEndpoint and the restore after it, then the ScalableTarget and
+    its policy; the restore knows whether the release deregistered the target."""
+    env, name, template = case
+    (release_id, release), (restore_id, restore) = handover(template)
+    endpoint_id, _ = only(template, "AWS::SageMaker::Endpoint")
+    target_id, target = only(template, "AWS::ApplicationAutoScaling::ScalableTarget")
+    _, policy = only(template, "AWS::ApplicationAutoScaling::ScalingPolicy")
+    assert only(template, "AWS::SageMaker::Endpoint")[1]["DependsOn"] == [release_id]
+    assert endpoint_id in restore["DependsOn"] and release_id not in restore.get("DependsOn", [])
+    assert restore_id in target["DependsOn"] and restore_id in policy["DependsOn"]
+    assert restore["Properties"]["Released"] == {"Fn::GetAtt": [release_id, "Released"]}
+    assert restore["Properties"]["ReleasedRange"] == [{"Fn::GetAtt": [release_id, "MinCapacity"]},
+                                                      {"Fn::GetAtt": [release_id, "MaxCapacity"]}]
+    for props in (release["Properties"], restore["Properties"]):
+        assert props["EndpointName"] == f"{env}-{name}" and props["VariantName"] == "AllTraffic"
+        assert props["InstanceType"] == project.model(name).capacity_for(env).instance_type
+        assert props["ServiceToken"] == {"Fn::GetAtt": [only(template, "AWS::Lambda::Function")[0], "Arn"]}
+        assert props["Target"]["ResourceId"] == target["Properties"]["ResourceId"] == \
+            f"endpoint/{env}-{name}/variant/AllTraffic"
+
+
+def test_scaling_handover_carries_the_target_and_policies_as_the_template_has_them(synthesized, dedicated_dev):
+    """What the restore registers again is what the ScalableTarget and its policy are in the template: their
+    properties (a window's range read live where off-hours windows exist: dev's bert-large-classifier), the
+    policy's without its Ref to the target."""
+    templates = [synthesized.template(env, name) for env, name in CASES] + [dedicated_dev[n] for n in TRITON_MODELS]
+    windowed = 0
+    for template in templates:
+        _, target = only(template, "AWS::ApplicationAutoScaling::ScalableTarget")
+        _, policy = only(template, "AWS::ApplicationAutoScaling::ScalingPolicy")
+        expected_policy = {k: v for k, v in policy["Properties"].items() if k != "ScalingTargetId"}
+        for _, resource in handover(template):
+            assert resource["Properties"]["Target"] == target["Properties"]
+            assert resource["Properties"]["Policies"] == [expected_policy]
+        windowed += "Fn::GetAtt" in target["Properties"]["MinCapacity"] if isinstance(
+            target["Properties"]["MinCapacity"], dict) else 0
+    assert windowed == 2  # dev's two models, with their off-hours windows
+
+
+def test_scaling_handover_role_is_least_privilege(case):
+    env, name, template = case
+    function_id, function = only(template, "AWS::Lambda::Function")
+    role = template["Resources"][function["Properties"]["Role"]["Fn::GetAtt"][0]]
+    assert role["Properties"]["AssumeRolePolicyDocument"]["Statement"][0]["Principal"] == {
+        "Service": "lambda.amazonaws.com"}
+    (document,) = [p["PolicyDocument"] for p in role["Properties"]["Policies"]]
+    statements = {s["Sid"]: s for s in document["Statement"]}
+    account, region = {"staging": ("222222222222", "us-east-1"), "prod": ("333333333333", "us-west-2")}[env]
+    assert statements["ThisEndpoint"]["Resource"] == f"arn:aws:sagemaker:{region}:{account}:endpoint/{env}-{name}"
+    assert statements["EndpointConfigs"] == {"Sid": "EndpointConfigs", "Effect": "Allow", "Action":
+                                             "sagemaker:DescribeEndpointConfig",
+                                             "Resource": f"arn:aws:sagemaker:{region}:{account}:endpoint-config/*"}
+    assert statements["TargetTrackingAlarms"]["Resource"] == (
+        f"arn:aws:cloudwatch:{region}:{account}:alarm:TargetTracking-endpoint/{env}-{name}/variant/AllTraffic-*")
+    assert statements["ScalableTarget"]["Resource"] == "*"
+    assert not any(a.endswith("*") for s in statements.values()
+                   for a in (s["Action"] if isinstance(s["Action"], list) else [s["Action"]]))
+    assert "Handler" in function["Properties"] and "ZipFile" in function["Properties"]["Code"]
+
+
+# -- the handler, on emulated AWS (the Lambda's own source: inferstack.constructs.scaling_handover_handler)
+
+REGION = "us-east-1"
+HAND_OVER = scaling_handover_handler.load()
+KEY = {"ServiceNamespace": "sagemaker", "ResourceId": "endpoint/staging-t5/variant/AllTraffic",
+       "ScalableDimension": "sagemaker:variant:DesiredInstanceCount"}
+
+
+def boto(service: str):
+    return boto3.client(service, region_name=REGION)
+
+
+def request(instance_type: str = "ml.g4dn.xlarge", **extra) -> dict:
+    """A handover's properties as CloudFormation passes them to the Lambda: numbers as strings."""
+    return {"EndpointName": "staging-t5", "VariantName": "AllTraffic", "InstanceType": instance_type,
+            "Target": {**KEY, "MinCapacity": "1", "MaxCapacity": "3", "RoleARN": "arn:aws:iam::123456789012:role/x",
+                       "ScheduledActions": [{"ScheduledActionName": "Night", "Schedule": "cron(0 20 * * ? *)",
+                                             "Timezone": "Europe/Berlin",
+                                             "ScalableTargetAction": {"MinCapacity": "1", "MaxCapacity": "1"}}],
+                       "Tags": [{"Key": "inferstack:model", "Value": "t5"}]},
+            "Policies": [{"PolicyName": "Invocations", "PolicyType": "TargetTrackingScaling",
+                          "TargetTrackingScalingPolicyConfiguration": {
+                              "PredefinedMetricSpecification": {
+                                  "PredefinedMetricType": "SageMakerVariantInvocationsPerInstance"},
+                              "TargetValue": "3600", "ScaleInCooldown": "600", "ScaleOutCooldown": "120"}}],
+            **extra}
+
+
+def endpoint_on(instance_type: str) -> None:
+    """The endpoint (re)created on a config of `instance_type` (moto has no UpdateEndpoint)."""
+    sagemaker = boto("sagemaker")
+    if not sagemaker.list_models()["Models"]:
+        sagemaker.create_model(ModelName="t5", ExecutionRoleArn="arn:aws:iam::123456789012:role/r", PrimaryContainer={
+            "Image": "123456789012.dkr.ecr.us-east-1.amazonaws.com/t5@sha256:" + "0" * 64})
+    config = instance_type.replace(".", "-")
+    if not any(c["EndpointConfigName"] == config for c in sagemaker.list_endpoint_configs()["EndpointConfigs"]):
+        sagemaker.create_endpoint_config(EndpointConfigName=config, ProductionVariants=[{
+            "VariantName": "AllTraffic", "ModelName": "t5", "InstanceType": instance_type, "InitialInstanceCount": 1}])
+    if sagemaker.list_endpoints()["Endpoints"]:
+        sagemaker.delete_endpoint(EndpointName="staging-t5")
+    sagemaker.create_endpoint(EndpointName="staging-t5", EndpointConfigName=config)
+
+
+def registered() -> dict | None:
+    scaling = boto("application-autoscaling")
+    (target,) = scaling.describe_scalable_targets(ServiceNamespace="sagemaker", ResourceIds=[KEY["ResourceId"]])[
+        "ScalableTargets"] or [None]
+    if target is None:
+        return None
+    policies = scaling.describe_scaling_policies(ServiceNamespace="sagemaker", ResourceId=KEY["ResourceId"])[
+        "ScalingPolicies"]
+    actions = scaling.describe_scheduled_actions(ServiceNamespace="sagemaker", ResourceId=KEY["ResourceId"])[
+        "ScheduledActions"]
+    return {"range": (target["MinCapacity"], target["MaxCapacity"]),
+            "policies": [(p["PolicyName"], p["TargetTrackingScalingPolicyConfiguration"]["TargetValue"],
+                          p["TargetTrackingScalingPolicyConfiguration"]["ScaleInCooldown"]) for p in policies],
+            "actions": [(a["ScheduledActionName"], a["ScalableTargetAction"]) for a in actions]}
+
+
+def register_as_cloudformation_did() -> None:
+    scaling = boto("application-autoscaling")
+    scaling.register_scalable_target(**KEY, MinCapacity=1, MaxCapacity=3)
+    scaling.put_scaling_policy(**KEY, PolicyName="Invocations", PolicyType="TargetTrackingScaling",
+                               TargetTrackingScalingPolicyConfiguration={
+                                   "PredefinedMetricSpecification": {
+                                       "PredefinedMetricType": "SageMakerVariantInvocationsPerInstance"},
+                                   "TargetValue": 3600.0, "ScaleInCooldown": 600, "ScaleOutCooldown": 120})
+
+
+def test_handover_releases_before_an_instance_type_change_and_restores_after(aws):
+    # a new stack: nothing to do (the answer carries the template's range for the restore to read)
+    assert HAND_OVER(request(), boto, "Create") == {"Action": "no endpoint", "Released": "false",
+                                                    "MinCapacity": "1", "MaxCapacity": "3"}
+    endpoint_on("ml.g4dn.xlarge")
+    register_as_cloudformation_did()
+    boto("application-autoscaling").register_scalable_target(**KEY, MinCapacity=2, MaxCapacity=5)  # set by hand
+    kept = registered()
+    # no instance-type change: both find the target and leave it to CloudFormation
+    assert HAND_OVER(request(), boto)["Action"] == "kept"
+    assert registered() == kept
+    # before UpdateEndpoint moves it to g4dn.2xlarge: deregistered (on AWS, with its policy and schedule), and the
+    # range it had answered
+    assert HAND_OVER(request("ml.g4dn.2xlarge"), boto) == {"Action": "released", "Released": "true",
+                                                           "MinCapacity": "2", "MaxCapacity": "5"}
+    assert registered() is None
+    endpoint_on("ml.g4dn.2xlarge")  # what UpdateEndpoint does, now that no target is registered
+    # after it: registered again with that range, the template's policy and schedule, the strings CloudFormation
+    # passed typed again
+    restored = HAND_OVER(request("ml.g4dn.2xlarge", Released="true", ReleasedRange=["2", "5"]), boto)
+    assert restored == {"Action": "restored", "Released": "false", "MinCapacity": "2", "MaxCapacity": "5"}
+    assert registered() == {"range": (2, 5), "policies": [("Invocations", 3600.0, 600)],
+                            "actions": [("Night", {"MinCapacity": 1, "MaxCapacity": 1})]}
+
+
+def test_handover_leaves_a_new_stacks_target_to_cloudformation(aws):
+    """On a stack's create the restore runs before CloudFormation's own ScalableTarget registers the target: it
+    must not register it first. Unless the release before the Endpoint just deregistered it (the first deploy of
+    the handover itself changes the instance type)."""
+    endpoint_on("ml.g4dn.xlarge")
+    assert HAND_OVER(request(), boto, "Create")["Action"] == "kept"
+    assert registered() is None
+    assert HAND_OVER(request(Released="true", ReleasedRange=["1", "3"]), boto, "Create")["Action"] == "restored"
+    assert registered()["range"] == (1, 3)
+
+
+def test_handover_holds_in_a_rollback_whichever_resource_runs_first(aws):
+    """A failed update rolls back to the old instance type: whichever handover runs while the endpoint still runs
+    the new type releases the target, and whichever runs once it is back restores it."""
+    endpoint_on("ml.g4dn.2xlarge")  # the update had succeeded and the restore had registered the target again
+    register_as_cloudformation_did()
+    assert HAND_OVER(request("ml.g4dn.xlarge"), boto)["Action"] == "released"  # before the Endpoint rolls back
+    endpoint_on("ml.g4dn.xlarge")
+    assert HAND_OVER(request("ml.g4dn.xlarge"), boto)["Action"] == "restored"  # after it
+    assert registered()["range"] == (1, 3)
+    # the Endpoint's own update failed (it never left the old type): the release, rolled back, restores
+    boto("application-autoscaling").deregister_scalable_target(**KEY)
+    assert HAND_OVER(request("ml.g4dn.xlarge"), boto)["Action"] == "restored"

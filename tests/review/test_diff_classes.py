@@ -142,7 +142,7 @@ def test_replaced_load_balancer_listener_and_rule(tmp_path):
     assert found["Route"].class_reasons["touches-production-rule"].startswith("production listener rule replaced")
     assert diff.class_counts(report.resources) == {
         "replaces-serving-resource": 3, "interrupts-traffic": 2, "resets-scaled-count": 0,
-        "touches-production-rule": 1, "adds": 0, "removes": 0}
+        "pauses-autoscaling": 0, "touches-production-rule": 1, "adds": 0, "removes": 0}
 
 
 def test_target_group_replacement_interrupts_only_when_something_forwards_to_it(tmp_path):
@@ -164,6 +164,11 @@ def test_endpoint_config_replacement_is_the_normal_update_path_not_an_interrupti
     assert found["Config"].replacement == "always"
     assert found["Config"].classes == []
     assert found["Endpoint"].classes == []  # updated in place, keeping the autoscaled count
+    # ... but not while its variant is a registered scalable target and nothing deregisters it first
+    (warning,) = report.environments[0].warnings
+    assert warning.startswith("model: Endpoint: variant AllTraffic moves from ml.g4dn.xlarge to ml.g5.xlarge while "
+                              "it is a registered scalable target, and no scaling handover deregisters it first: AWS "
+                              "refuses the UpdateEndpoint and CloudFormation rolls the stack back")
 
 
 def test_removing_a_service_while_its_stack_stays_interrupts_traffic(tmp_path):
@@ -231,6 +236,77 @@ def test_component_with_a_literal_copy_count_resets_on_any_update(tmp_path):
     live = {"Fn::GetAtt": ["Reader", "CopyCount"]}  # read live at deploy time (constructs/live_values.py)
     assert classes(compare(tmp_path / "live", {"bert": component(copies=live)},
                            {"bert": component(image="repo:2", copies=live)}))["Component"] == []
+
+
+# --- pauses-autoscaling (an autoscaled variant's instance type) ------------------------------------
+
+def handed_over(template: dict, *, variant: str = "AllTraffic") -> dict:
+    """`template` with a scaling handover (inferstack.constructs.scaling_handover) the Endpoint waits for."""
+    template = copy.deepcopy(template)
+    props = template["Resources"]["Endpoint"]["Properties"]
+    (config_variant,) = template["Resources"]["Config"]["Properties"]["ProductionVariants"]
+    template["Resources"]["Release"] = {"Type": "Custom::ScalingHandover", "Properties": {
+        "ServiceToken": "arn:aws:lambda:us-east-1:111111111111:function:handover", "EndpointName": props["EndpointName"],
+        "VariantName": variant, "InstanceType": config_variant["InstanceType"],
+        "Target": template["Resources"]["Scaling"]["Properties"]}}
+    template["Resources"]["Endpoint"]["DependsOn"] = ["Release"]
+    return template
+
+
+@pytest.mark.parametrize("head_instance,variant", [("ml.g5.xlarge", "AllTraffic"), ("ml.g5.xlarge", "G5")])
+def test_an_autoscaled_variants_new_instance_type_pauses_autoscaling_with_a_handover(tmp_path, head_instance, variant):
+    """The handover deregisters the target before UpdateEndpoint and registers it again after: the class says what
+    the update does meanwhile and that the scaled count is kept. A new variant name removes the autoscaled one:
+    the same rule."""
+    head = endpoint(instance=head_instance, retain=True)
+    head["Resources"]["Config"]["Properties"]["ProductionVariants"][0]["VariantName"] = variant
+    report = compare(tmp_path, {"model": handed_over(endpoint(retain=True))},
+                     {"model": handed_over(head, variant=variant)})
+    found = changes(report)
+    assert found["Endpoint"].classes == ["pauses-autoscaling"]
+    reason = found["Endpoint"].class_reasons["pauses-autoscaling"]
+    moved = ("variant AllTraffic moves from ml.g4dn.xlarge to ml.g5.xlarge" if variant == "AllTraffic"
+             else "variant AllTraffic (ml.g4dn.xlarge) is removed")
+    assert reason.startswith(f"{moved}: the scaling handover deregisters its scalable target (policies and scheduled "
+                             "actions with it) before UpdateEndpoint; SageMaker starts the new instances at the "
+                             "variant's current count (RetainAllVariantProperties)")
+    assert reason.endswith("registered again with the range it had and the template's policies and schedule, and "
+                           "the template's range (2-6) does not change. The scaled count is kept, within that range")
+    head["Resources"]["Scaling"]["Properties"]["MaxCapacity"] = 4  # the new instance type's plan: a smaller fleet
+    wider = changes(compare(tmp_path / "range", {"model": handed_over(endpoint(retain=True))},
+                            {"model": handed_over(head, variant=variant)}))
+    assert "CloudFormation's target then sets the template's new range (2-4). The scaled count is kept, within " \
+           "that range" in wider["Endpoint"].class_reasons["pauses-autoscaling"]
+    assert wider["Scaling"].classes == ["resets-scaled-count"]  # the range itself, as for any new range
+    assert report.environments[0].warnings == []
+    assert report.environments[0].to_json()["class_counts"]["pauses-autoscaling"] == 1
+
+
+def test_no_pause_without_an_autoscaled_instance_type_change(tmp_path):
+    """A new model on the same instance type ("If you change the model for a variant that is configured for auto
+    scaling, Amazon SageMaker auto scaling allows the update"), or a variant no scalable target registers."""
+    base = handed_over(endpoint(retain=True))
+    head = copy.deepcopy(base)
+    head["Resources"]["Model"]["Properties"]["PrimaryContainer"]["Image"] = "repo:2"
+    report = compare(tmp_path / "model", {"model": base}, {"model": head})
+    assert changes(report)["Endpoint"].caused_by  # the Endpoint moves to the new config...
+    assert changes(report)["Endpoint"].classes == [] and report.environments[0].warnings == []  # ...freely
+    unscaled = endpoint(retain=True)
+    del unscaled["Resources"]["Scaling"]
+    moved = copy.deepcopy(unscaled)
+    moved["Resources"]["Config"]["Properties"]["ProductionVariants"][0]["InstanceType"] = "ml.g5.xlarge"
+    report = compare(tmp_path / "unscaled", {"model": unscaled}, {"model": moved})
+    assert changes(report)["Endpoint"].classes == [] and report.environments[0].warnings == []
+
+
+def test_fail_on_pauses_autoscaling(tmp_path):
+    base = write(tmp_path / "base", {"dev": {"model": handed_over(endpoint(retain=True))}})
+    head = write(tmp_path / "head", {"dev": {"model": handed_over(endpoint(instance="ml.g5.xlarge", retain=True))}})
+    result = cli(base, head, "--fail-on", "pauses-autoscaling")
+    assert result.returncode == 3
+    (line,) = [x for x in result.stderr.splitlines() if x.startswith("fail-on: ")]
+    assert line.startswith("fail-on: dev/model/Endpoint (AWS::SageMaker::Endpoint): pauses-autoscaling: variant "
+                           "AllTraffic moves from ml.g4dn.xlarge to ml.g5.xlarge")
 
 
 # --- touches-production-rule -----------------------------------------------------------------------
@@ -347,7 +423,7 @@ def test_bad_fail_on_value_is_a_one_line_usage_error(reset_pair):
     assert "Traceback" not in result.stderr
     (line,) = result.stderr.strip().splitlines()
     assert "--fail-on: unknown class 'replaces'; valid: replaces-serving-resource, interrupts-traffic, " \
-           "resets-scaled-count, touches-production-rule, adds, removes, any" in line
+           "resets-scaled-count, pauses-autoscaling, touches-production-rule, adds, removes, any" in line
 
 
 # --- environments on one side; --env --------------------------------------------------------------
