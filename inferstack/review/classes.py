@@ -8,6 +8,7 @@ live account: a change is flagged when a deploy of the head *would* do the harmf
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -121,6 +122,63 @@ def classify(env: EnvironmentDiff, base: Environment, head: Environment) -> None
             change.class_reasons = {c: found[c] for c in change.classes}
             env.warnings += [f"{stack.name}: {change.logical_id}: {refused}"
                              for refused in _refused_autoscaled_variants(change, context)]
+    _moved_addresses(env, base, head)
+
+
+# --- a model's address ------------------------------------------------------------------------------
+
+# What callers reach a model at: a load balancer's DNS name (a Neuron service), an endpoint's name (SageMaker).
+ADDRESS_TYPES = {LOAD_BALANCER: "load balancer", ENDPOINT: "endpoint"}
+NOT_SERVING_STACKS = ("Foundation", "LoadTest", "Pipeline")
+
+
+def served_models(stack) -> set[str]:
+    """The models a stack serves at its address: a neuron-cores fleet's members (its ModelPaths output), else the
+    model a stack is named after when it holds a load balancer or an endpoint of its own."""
+    outputs = stack.template.get("Outputs") or {}
+    paths = (outputs.get("ModelPaths") or {}).get("Value")
+    if isinstance(paths, str):
+        try:
+            return set(json.loads(paths))
+        except ValueError:
+            return set()
+    if stack.name in NOT_SERVING_STACKS:
+        return set()
+    kinds = {str((r or {}).get("Type")) for r in stack.resources.values() if isinstance(r, dict)}
+    return {stack.name} if kinds & set(ADDRESS_TYPES) else set()
+
+
+def _moved_addresses(env: EnvironmentDiff, base: Environment, head: Environment) -> None:
+    """A load balancer or endpoint that goes (its stack removed, or the resource removed or replaced) while a model
+    it served is still served in the head, from another address: its callers must move. Classed interrupts-traffic
+    (the resource, and a removed stack), and said in the environment's warnings."""
+    head_servers = {model: stack.name for stack in head.stacks.values() for model in served_models(stack)}
+    for stack in env.stacks:
+        before = base.stacks.get(stack.name)
+        if before is None:
+            continue
+        for change in stack.resources:
+            kind = ADDRESS_TYPES.get(change.base_type or change.type or "")
+            gone = change.action == "removed" or (change.replacement is not None and change.action != "added")
+            if kind is None or not gone:
+                continue
+            for model in sorted(served_models(before)):
+                server = head_servers.get(model)
+                if server is None:
+                    continue  # retired with it
+                how = "replaced" if change.action != "removed" else ("removed with its stack" if stack.status ==
+                                                                     "removed" else "removed")
+                reason = (f"{model} is still served (by {server}) but this {kind} is {how}: its address changes, "
+                          f"and its callers must move to the new one")
+                if "interrupts-traffic" not in change.classes:
+                    change.classes = [c for c in CLASSES if c in {*change.classes, "interrupts-traffic"}]
+                earlier = change.class_reasons.get("interrupts-traffic")
+                change.class_reasons["interrupts-traffic"] = f"{earlier}; {reason}" if earlier else reason
+                if stack.status == "removed" and "interrupts-traffic" not in stack.classes:
+                    stack.classes = [c for c in CLASSES if c in {*stack.classes, "interrupts-traffic"}]
+                env.warnings.append(f"{model}'s address changes: the {kind} {stack.name}/{change.logical_id} is "
+                                    f"{how} while {server} serves {model}; move its callers "
+                                    f"(docs/how-to/retire-a-model.md)")
 
 
 # --- one change ------------------------------------------------------------------------------------

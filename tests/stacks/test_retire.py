@@ -26,6 +26,7 @@ from tests.support.synth import synth
 
 MODEL = "intent-bert-inf2"  # dev's one model on instances of its own
 FLEET, MEMBER, REMAINING = "triton-shared", "t5-spelling", "bert-large-classifier"
+NEURON_FLEET, NEURON_MEMBER, NEURON_REMAINING = "intent-pack", "duplicate-bert", "intent-bert"
 
 
 def _edited_configs(tmp_path_factory, name: str, edit: Callable[[Path], None]) -> Path:
@@ -61,6 +62,17 @@ def retire_member(configs: Path) -> None:
     _edit_environments(configs, lambda data: data["fleets"][FLEET]["models"].remove(MEMBER))
 
 
+def retire_neuron_member(configs: Path) -> None:
+    """One of intent-pack's two members retired: the other stays on the fleet, now of one member."""
+    (configs / f"{NEURON_MEMBER}.yaml").unlink()
+    _edit_environments(configs, lambda data: data["fleets"][NEURON_FLEET]["models"].remove(NEURON_MEMBER))
+
+
+def dissolve_neuron_fleet(configs: Path) -> None:
+    """The fleet's entry removed, both model files kept: each member moves to a stack of its own."""
+    _edit_environments(configs, lambda data: data["fleets"].pop(NEURON_FLEET))
+
+
 def keep_stateful_resources(configs: Path) -> None:
     """dev as staging and prod run: `retain_stateful_resources: true` (log groups, buckets, keys are Retain)."""
     _edit_environments(configs, lambda data: data["environments"]["dev"]["defaults"].update(
@@ -80,6 +92,16 @@ def model_retired(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def member_retired(tmp_path_factory) -> Path:
     return _synth(tmp_path_factory, "member-retired", retire_member)
+
+
+@pytest.fixture(scope="module")
+def neuron_member_retired(tmp_path_factory) -> Path:
+    return _synth(tmp_path_factory, "neuron-member-retired", retire_neuron_member)
+
+
+@pytest.fixture(scope="module")
+def neuron_fleet_dissolved(tmp_path_factory) -> Path:
+    return _synth(tmp_path_factory, "neuron-fleet-dissolved", dissolve_neuron_fleet)
 
 
 @pytest.fixture(scope="module")
@@ -165,6 +187,28 @@ def test_retiring_a_fleet_member_removes_its_stack_and_only_its_exports_from_the
     assert after[FLEET] == before[FLEET]
 
 
+def test_retiring_one_of_two_neuron_fleet_members_leaves_the_other_where_its_callers_find_it(
+        base, neuron_member_retired):
+    """The fleet keeps its stack, load balancer, listener and the remaining member's target groups and production
+    rule (same logical ids, same properties); only the member's own resources go, and no stack is added."""
+    before, after = stack_files(base), stack_files(neuron_member_retired)
+    assert set(after) == set(before)
+    old, new = template(base, NEURON_FLEET)["Resources"], template(neuron_member_retired, NEURON_FLEET)["Resources"]
+    member, port = NEURON_MEMBER.replace("-", ""), "8081"  # its own resources, and the security groups' rules on its port
+    assert set(old) - set(new) and all(member in k or (old[k]["Type"] in ("AWS::EC2::SecurityGroupIngress",
+                                                                           "AWS::EC2::SecurityGroupEgress")
+                                                       and port in k) for k in set(old) - set(new))
+    assert set(new) <= set(old)  # nothing new: no replacement, no new address
+    kept_types = ("AWS::ElasticLoadBalancingV2::LoadBalancer", "AWS::ElasticLoadBalancingV2::Listener",
+                  "AWS::ElasticLoadBalancingV2::TargetGroup", "AWS::ElasticLoadBalancingV2::ListenerRule")
+    kept = [k for k, r in new.items() if r["Type"] in kept_types]
+    assert len(kept) == 2 + 3  # load balancer, listener; the remaining member's two target groups and its rule
+    assert all(new[k] == old[k] for k in kept if new[k]["Type"] != "AWS::ElasticLoadBalancingV2::Listener")
+    outputs = template(neuron_member_retired, NEURON_FLEET)["Outputs"]
+    assert outputs["Url"] == template(base, NEURON_FLEET)["Outputs"]["Url"]
+    assert json.loads(outputs["ModelPaths"]["Value"]) == {NEURON_REMAINING: f"/v2/models/{NEURON_REMAINING}"}
+
+
 # ------------------------------------------------------------------------------------------ inferstack diff
 
 def diff_json(base_dir: Path, head_dir: Path) -> dict:
@@ -192,7 +236,8 @@ def _removed_alone(dev: dict, removed: str, base_dir: Path) -> dict:
     assert dev["counts"] | {"removed": 0} == {"added": 0, "removed": 0, "modified": 0, "replaced": 0,
                                               "asset_updates": 0, "protected": dev["counts"]["protected"]}
     assert dev["class_counts"] == {"replaces-serving-resource": 0, "interrupts-traffic": 0, "resets-scaled-count": 0,
-                                   "touches-production-rule": 0, "adds": 0, "removes": len(resources)}
+                                   "pauses-autoscaling": 0, "touches-production-rule": 0, "adds": 0,
+                                   "removes": len(resources)}
     assert dev["retirement"]["removed_stacks"] == [removed]
     return stack
 
@@ -239,3 +284,34 @@ def test_diff_fails_a_ci_job_on_a_retirement_when_asked(base, member_retired):
     assert result.returncode == 3, result.stderr
     assert [line for line in result.stderr.splitlines() if line.startswith("fail-on:")] == [
         line for line in result.stderr.splitlines() if line.startswith(f"fail-on: dev/{MEMBER}")] != []
+
+
+def test_diff_says_loudly_when_a_model_that_still_serves_changes_address(base, neuron_fleet_dissolved):
+    """The fleet's entry removed while both members stay: each moves to a stack of its own, with a new load balancer.
+    The fleet's load balancer goes while its models still serve: interrupts-traffic, counted, and a warning per
+    model naming where it is served now."""
+    dev = diff_json(base, neuron_fleet_dissolved)
+    stacks = {s["name"]: s for s in dev["stacks"]}
+    assert stacks[NEURON_FLEET]["status"] == "removed"
+    assert stacks[NEURON_FLEET]["classes"] == ["interrupts-traffic", "removes"]
+    assert {stacks[m]["status"] for m in (NEURON_MEMBER, NEURON_REMAINING)} == {"added"}
+    (balancer,) = [r for r in stacks[NEURON_FLEET]["resources"]
+                   if r["type"] == "AWS::ElasticLoadBalancingV2::LoadBalancer"]
+    assert "interrupts-traffic" in balancer["classes"]
+    assert "is still served (by" in balancer["class_reasons"]["interrupts-traffic"]
+    assert dev["class_counts"]["interrupts-traffic"] >= 1
+    moved = [w for w in dev["warnings"] if "'s address changes:" in w]
+    assert sorted(w.split("'s address changes:")[0] for w in moved) == [NEURON_MEMBER, NEURON_REMAINING]
+    assert all(f"while {w.split(chr(39))[0]} serves" in w for w in moved)
+    failed = run("-m", "inferstack", "diff", str(base), str(neuron_fleet_dissolved), "--fail-on", "interrupts-traffic")
+    assert failed.returncode == 3 and f"fail-on: dev/{NEURON_FLEET}: stack removed" in failed.stderr
+
+
+def test_diff_of_a_member_retired_from_a_neuron_fleet_moves_no_address(base, neuron_member_retired):
+    dev = diff_json(base, neuron_member_retired)
+    stacks = {s["name"]: s for s in dev["stacks"]}
+    assert stacks[NEURON_FLEET]["status"] == "modified"
+    assert not [w for w in dev["warnings"] if "address changes" in w]
+    balancers = [r for r in stacks[NEURON_FLEET]["resources"]
+                 if r["type"] == "AWS::ElasticLoadBalancingV2::LoadBalancer"]
+    assert balancers == []  # the load balancer is not even touched
