@@ -86,11 +86,11 @@ def test_a_key_without_description_fails_generation(generator, monkeypatch):
 
 def test_a_curated_example_the_schema_rejects_fails_generation(generator, monkeypatch, tmp_path):
     examples = yaml.safe_load(generator.EXAMPLES.read_text())
-    examples["model.schema.json"]["serving.port"] = 80   # below the schema's minimum, 1024
+    examples["model.schema.json"]["serving.root_volume_gib"] = 8   # below the schema's minimum, 30
     path = tmp_path / "examples.yaml"
     path.write_text(yaml.safe_dump(examples))
     monkeypatch.setattr(generator, "EXAMPLES", path)
-    with pytest.raises(generator.GenerationError, match=r"serving.port: 80 does not validate"):
+    with pytest.raises(generator.GenerationError, match=r"serving.root_volume_gib: 8 does not validate"):
         generator.config_pages()
 
 
