@@ -175,6 +175,8 @@ def _cmd_loadtest(args: argparse.Namespace) -> int:
         return loadtest.run(args)
     except loadtest.LoadTestUsageError as exc:
         raise UsageError(str(exc)) from None
+    except aws_sessions.SessionError as exc:  # no credentials, or a role that cannot be assumed
+        raise Failure(str(exc)) from None
 
 
 class Failure(Exception):

@@ -206,3 +206,18 @@ def test_any_payload_file_is_read_or_refused_in_one_line(tmp_path, content):
         assert str(exc).startswith(f"--payload: {payload}") and "\n" not in str(exc)
     else:
         assert bodies and all(isinstance(b, dict) and b["inputs"] for b in bodies)
+
+
+def test_an_environment_run_without_credentials_is_one_line_exit_1(capsys, monkeypatch):
+    """The role cannot be assumed (here: no credentials at all): one line naming the environment and the role."""
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_ENDPOINT_URL"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    code = cli.main(["loadtest", "--config-dir", str(CONFIG_DIR), "--model", "intent-bert", "--env", "staging",
+                     "--role-arn", "arn:aws:iam::222222222222:role/loadtest"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1 and len(err) == 1, err
+    assert err[0].startswith("loadtest: error: staging: cannot assume arn:aws:iam::222222222222:role/loadtest: ")
+    assert "Unable to locate credentials" in err[0]
