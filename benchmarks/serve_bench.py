@@ -14,7 +14,12 @@ then measures, on this machine:
       threads laid out both as (a) uses them (one process per worker) and as one process: the
       best of all of them is the limit.
 Each concurrency level is a closed loop of N keep-alive HTTP/1.1 connections sending one-text
-requests back to back. Prints figures only; the targets are reported, never asserted.
+requests back to back. Then (d), overload (--overload-seconds, 0 skips it): serve.py with one worker on
+the emulated accelerator (--standin-ms per batch, so the model's capacity does not depend on what else
+the CPUs run), its capacity measured closed-loop, then offered --overload-factor times that as an open
+system (requests sent on schedule whatever the server does, latency counted from when each was due),
+with admission on (SERVER_SLO_MS=--slo-ms) and off (SERVER_ADMISSION=off: the queue grows), side by side.
+Prints figures only; the targets are reported, never asserted.
 """
 
 from __future__ import annotations
@@ -85,7 +90,7 @@ def wait_ready(port: int, proc: subprocess.Popen, path: str, timeout: float = 12
 
 
 def start_server(art: Path, port: int, args: argparse.Namespace, extra_env: dict[str, str] | None = None,
-                 stdout=subprocess.DEVNULL) -> subprocess.Popen:
+                 stdout=subprocess.DEVNULL, extra_args: tuple[str, ...] = ()) -> subprocess.Popen:
     env = {
         **os.environ,
         "SERVER_MAX_BATCH_SIZE": str(args.max_batch_size),
@@ -96,7 +101,8 @@ def start_server(art: Path, port: int, args: argparse.Namespace, extra_env: dict
         **(extra_env or {}),
     }
     proc = subprocess.Popen(
-        [sys.executable, str(NEURON_DIR / "serve.py"), "--model-dir", str(art), "--port", str(port), "--host", "127.0.0.1"],
+        [sys.executable, str(NEURON_DIR / "serve.py"), "--model-dir", str(art), "--port", str(port), "--host", "127.0.0.1",
+         *extra_args],
         env=env,
         stdout=stdout,
     )
@@ -183,16 +189,150 @@ def measure(port: int, path: str, texts: list[str], concurrency: int, duration: 
     }
 
 
-def batch_stats(port: int) -> tuple[float, float]:
+def scrape(port: int) -> str:
     with socket.create_connection(("127.0.0.1", port)) as sock:
         sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
         data = b""
         while chunk := sock.recv(65536):
             data += chunk
-    text = data.decode()
+    return data.decode()
+
+
+def batch_stats(port: int) -> tuple[float, float]:
+    text = scrape(port)
     total = float(re.search(r"^inference_batch_size_sum (\S+)", text, re.M).group(1))
     count = float(re.search(r"^inference_batch_size_count (\S+)", text, re.M).group(1))
     return total, count
+
+
+# -- (d) overload, open system ----------------------------------------------------------------
+
+
+async def _open_load(port: int, requests: list[bytes], rate: float, seconds: float, drain_s: float) -> dict:
+    """Requests due every 1/rate s for ``seconds``, each sent when due on an idle keep-alive connection (a new
+    one when none is idle: HTTP/1.1 answers one request at a time per connection), whatever the server does.
+    Latency counts from when the request was due; a request not answered ``drain_s`` after the last was due
+    counts as unanswered."""
+    idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+    results: list[tuple[float, int]] = []  # (seconds from due to answered, status)
+    lag: list[float] = []  # how late each request left
+    loop = asyncio.get_running_loop()
+
+    async def one(index: int, due: float) -> None:
+        connection = idle.pop() if idle else await asyncio.open_connection("127.0.0.1", port)
+        reader, writer = connection
+        lag.append(loop.time() - due)
+        writer.write(requests[index % len(requests)])
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))
+        await reader.readexactly(length)
+        results.append((loop.time() - due, int(head[9:12])))
+        idle.append(connection)
+
+    start = loop.time() + 0.05
+    count = int(rate * seconds)
+    tasks = []
+    for i in range(count):
+        due = start + i / rate
+        delay = due - loop.time()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.ensure_future(one(i, due)))
+    _, pending = await asyncio.wait(tasks, timeout=max(0.0, start + seconds + drain_s - loop.time()))
+    for task in pending:
+        task.cancel()
+    for _, writer in idle:
+        writer.close()
+    lag.sort()
+    return {"sent": count, "results": results, "unanswered": len(pending),
+            "late_p99_ms": 1000 * lag[min(len(lag) - 1, int(0.99 * len(lag)))] if lag else 0.0}
+
+
+def rejection_stats(port: int) -> tuple[float, float, float]:
+    """(refusals at admission, their total server time in s, how many took at most 1 ms) from the server's
+    /metrics; requests refused after waiting in the queue (expired) are not among them."""
+    text = scrape(port)
+
+    def value(pattern: str) -> float:
+        match = re.search(pattern, text, re.M)
+        return float(match.group(1)) if match else 0.0
+
+    return (value(r"^inference_rejection_duration_seconds_count (\S+)"),
+            value(r"^inference_rejection_duration_seconds_sum (\S+)"),
+            value(r'^inference_rejection_duration_seconds_bucket\{le="0\.001"\} (\S+)'))
+
+
+def overload_phase(port: int, path: str, texts: list[str], rate: float, seconds: float, slo_ms: float) -> dict:
+    requests = request_bytes(path, texts)
+    before = rejection_stats(port)
+    cpu_started = time.process_time()
+    out = _run(_open_load(port, requests, rate, seconds, drain_s=max(30.0, 4 * seconds)))
+    out["client_cpu"] = (time.process_time() - cpu_started) / seconds
+    after = rejection_stats(port)
+    ok = sorted(latency for latency, status in out["results"] if status == 200)
+    out["ok"] = len(ok)
+    out["goodput"] = sum(1 for latency in ok if latency * 1000 <= slo_ms) / seconds
+    out["ok_p50_ms"] = 1000 * statistics.median(ok) if ok else float("nan")
+    out["ok_p99_ms"] = 1000 * ok[min(len(ok) - 1, int(0.99 * len(ok)))] if ok else float("nan")
+    out["rejected"] = sum(1 for _, status in out["results"] if status == 503)
+    out["other"] = len(out["results"]) - out["ok"] - out["rejected"]
+    refusals = after[0] - before[0]
+    out["server_reject_us"] = 1e6 * (after[1] - before[1]) / refusals if refusals else float("nan")
+    out["server_reject_1ms"] = (after[2] - before[2]) / refusals if refusals else float("nan")
+    return out
+
+
+def run_overload(art: Path, args: argparse.Namespace, texts: list[str], path: str) -> dict:
+    """(d): capacity measured closed-loop (admission off), then the open load with admission on and off."""
+    settings = argparse.Namespace(**{**vars(args), "workers": 1})
+    standin = ("--standin-accelerator-ms", f"{args.standin_ms:g}")
+    modes = {"on": {"SERVER_SLO_MS": f"{args.slo_ms:g}"},
+             "off": {"SERVER_SLO_MS": f"{args.slo_ms:g}", "SERVER_ADMISSION": "off"}}
+    out: dict = {}
+    for mode in ("off", "on"):  # off first: it measures the capacity both are offered twice of
+        port = free_port()
+        server = start_server(art, port, settings, modes[mode], extra_args=standin)
+        try:
+            if "capacity" not in out:
+                concurrency = 4 * args.max_batch_size
+                out["capacity"] = measure(port, path, texts, concurrency, args.overload_seconds, args.warmup)["rps"]
+            rate = args.overload_factor * out["capacity"]
+            out[mode] = overload_phase(port, path, texts, rate, args.overload_seconds, args.slo_ms)
+            out["rate"] = rate
+        finally:
+            server.terminate()
+            server.wait(60)
+    return out
+
+
+def report_overload(args: argparse.Namespace, result: dict) -> None:
+    capacity, rate = result["capacity"], result["rate"]
+    print(
+        f"\n(d) overload: serve.py, 1 worker, emulated accelerator {args.standin_ms:g} ms per batch of up to "
+        f"{args.max_batch_size}, queue delay {args.max_queue_delay_ms:g} ms, SLO {args.slo_ms:g} ms; capacity "
+        f"{capacity:,.0f} req/s (closed loop, {4 * args.max_batch_size} connections, admission off); offered "
+        f"{rate:,.0f} req/s ({args.overload_factor:g}x) as an open system for {args.overload_seconds:g}s, latency "
+        f"from when each request was due; the generator shares the machine's CPUs"
+    )
+    print(
+        f"{'admission':>9} | {'sent':>6} {'ok':>6} {'503':>6} {'other':>5} {'lost':>5} | {'goodput/s':>9} {'of cap':>6} | "
+        f"{'ok p50 ms':>9} {'ok p99 ms':>9} {'SLO':>5} | {'503 server us':>13} {'<=1ms':>6} | {'late p99':>8} {'gen':>4}"
+    )
+    for mode in ("on", "off"):
+        r = result[mode]
+        print(
+            f"{mode:>9} | {r['sent']:>6} {r['ok']:>6} {r['rejected']:>6} {r['other']:>5} {r['unanswered']:>5} | "
+            f"{r['goodput']:>9,.0f} {r['goodput'] / capacity:>6.0%} | {r['ok_p50_ms']:>9.1f} {r['ok_p99_ms']:>9.1f} "
+            f"{args.slo_ms:>5g} | {r['server_reject_us']:>13.0f} {r['server_reject_1ms']:>6.0%} | "
+            f"{r['late_p99_ms']:>8.1f} {r['client_cpu']:>4.2f}"
+        )
+    on = result["on"]
+    checks = {
+        "goodput >= 90% of capacity": on["goodput"] >= 0.9 * capacity,
+        "admitted p99 within the SLO": on["ok_p99_ms"] <= args.slo_ms,
+        "refusals within 1 ms of server time": on["rejected"] > 0 and on["server_reject_1ms"] >= 0.99,
+    }
+    print("targets with admission on: " + ", ".join(f"{name} {'met' if ok else 'MISSED'}" for name, ok in checks.items()))
 
 
 # -- (c) the raw model ----------------------------------------------------------------------
@@ -278,6 +418,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--torch-threads", type=int, default=1, help="per worker of (a) and per process of (c)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; the best of each is reported")
     parser.add_argument("--limit-seconds", type=float, default=1.0, help="seconds (c) runs each batch size per round")
+    parser.add_argument("--overload-seconds", type=float, default=5.0, help="seconds of (d)'s open load per mode; 0 skips (d)")
+    parser.add_argument("--overload-factor", type=float, default=2.0, help="(d) offers this times the measured capacity")
+    parser.add_argument("--slo-ms", type=float, default=100.0, help="(d)'s SLO (SERVER_SLO_MS)")
+    parser.add_argument("--standin-ms", type=float, default=25.0, help="(d)'s emulated accelerator time per batch")
     args = parser.parse_args()
     positive = ("sequence_length", "layers", "hidden_size", "attention_heads", "duration", "max_batch_size",
                 "workers", "torch_threads", "rounds", "limit_seconds")
@@ -286,6 +430,11 @@ def parse_args() -> argparse.Namespace:
             parser.error(f"--{name.replace('_', '-')}: must be greater than 0, got {getattr(args, name)}")
     if args.warmup < 0 or args.max_queue_delay_ms < 0:
         parser.error("--warmup and --max-queue-delay-ms: must not be negative")
+    if args.overload_seconds < 0:
+        parser.error(f"--overload-seconds: must not be negative, got {args.overload_seconds}")
+    for name in ("overload_factor", "slo_ms", "standin_ms"):
+        if not getattr(args, name) > 0:
+            parser.error(f"--{name.replace('_', '-')}: must be greater than 0, got {getattr(args, name)}")
     try:
         args.levels = [int(c) for c in args.concurrency.split(",")]
     except ValueError:
@@ -350,8 +499,11 @@ def main() -> int:
             for server in servers:
                 server.terminate()
                 server.wait(60)
+        overload = run_overload(art, args, texts, path) if args.overload_seconds > 0 else None
     rows = {level: {"a": best[(level, "a")], "b": best[(level, "b")]} for level in levels}
     report(args, metadata, dims, compute_threads, limits, rows)
+    if overload is not None:
+        report_overload(args, overload)
     return 0
 
 

@@ -18,6 +18,14 @@ event loop, so the two threads meet twice per batch (a queue put, a loop wake-up
 turns at a condition variable, and at the GIL, per request. The thread also keeps the queue delay's
 time while it waits for work: the event loop's timers (and uvloop's clock) tick in whole
 milliseconds, which for a 1 ms delay sent batches anywhere from at once to 2 ms late.
+
+Admission (SERVER_SLO_MS): a request is queued only if it would be answered within the budget (80 % of
+the SLO): the batches ahead of it and its own (queued rows over the max batch size, rounded up) times the
+batch time (an EWMA of batches as the event loop sees them, sent to answered), plus what is left of the
+batch now running, plus the queue delay. Otherwise submit raises Overloaded at once: a queue bounded by
+the SLO instead of one that grows until every request waits. A request that still waits when its batch
+could no longer finish within the budget (the batch time grew after it was admitted) is failed with
+Overloaded rather than run. Both cost O(1) per request on the event loop.
 """
 
 from __future__ import annotations
@@ -25,11 +33,14 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import math
 import queue
 import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
+
+from server_settings import Admission, admission_from_environment
 
 log = logging.getLogger("batcher")
 
@@ -58,6 +69,20 @@ class BatcherClosed(RuntimeError):
     """The server is shutting down and takes no new work."""
 
 
+class Overloaded(RuntimeError):
+    """The request would not be answered within the SLO: refused (503), to be retried after ``retry_after_s``."""
+
+    def __init__(self, message: str, retry_after_s: int, queued: bool = False) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+        self.reason = "expired" if queued else "admission"  # refused after waiting in the queue, or at the door
+
+
+# Weight of the latest batch in the batch-time estimate: about the last ten batches count.
+EWMA_WEIGHT = 0.2
+_FROM_ENVIRONMENT: Any = object()
+
+
 class DynamicBatcher:
     def __init__(
         self,
@@ -72,11 +97,14 @@ class DynamicBatcher:
         clock: Callable[[], float] | None = None,
         call_at: Callable[[float, Callable[[], None]], Any] | None = None,
         execute: Callable[[list[Pending], str], None] | None = None,
+        admission: Admission | None = _FROM_ENVIRONMENT,
     ) -> None:
         """Everything but ``run_batch`` and ``on_batch`` runs on ``loop``; ``on_send`` is told when a batch
         leaves the queue (its depth changed), ``on_delivered`` when a batch's results have been handed out.
         ``clock``, ``call_at`` (the queue-delay timer) and ``execute`` (hand a batch to the model) default
-        to time.monotonic and the inference thread's; tests replace them to drive the rules without waiting."""
+        to time.monotonic and the inference thread's; tests replace them to drive the rules without waiting.
+        ``admission``: the budget requests are admitted within (None: all are queued); by default
+        SERVER_SLO_MS's, from the environment the worker inherited."""
         self._run_batch = run_batch
         self._max_rows = max_batch_size
         self._max_delay = max_queue_delay_s
@@ -98,6 +126,9 @@ class DynamicBatcher:
         self._idle: asyncio.Event | None = None  # set once closing and nothing is left (drain)
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._work, name="inference", daemon=True)
+        self._admission = admission_from_environment() if admission is _FROM_ENVIRONMENT else admission
+        self._batch_s = self._admission.initial_batch_s if self._admission is not None else 0.0
+        self._sent_at = 0.0  # when the running batch left the queue
 
     def start(self) -> None:
         self._thread.start()
@@ -107,14 +138,44 @@ class DynamicBatcher:
         """Requests waiting for the model now."""
         return len(self._queue)
 
+    @property
+    def batch_s(self) -> float:
+        """The batch time admission assumes: recent batches' (EWMA), or the initial estimate before any."""
+        return self._batch_s
+
     # -- on the event loop ----------------------------------------------------------------------
 
+    def estimate_s(self, rows: int = 1) -> float:
+        """When a request of ``rows`` queued now would be answered, from now: the batches ahead of it and
+        its own, what is left of the running batch, and the queue delay."""
+        batches = -(-(self._queued_rows + rows) // self._max_rows)
+        wait = batches * self._batch_s + self._max_delay
+        if self._busy:
+            wait += max(0.0, self._batch_s - (self._clock() - self._sent_at))
+        return wait
+
+    def admit(self, rows: int = 1) -> None:
+        """Raise Overloaded if a request of ``rows`` would not be answered within the budget; the HTTP
+        handler asks before parsing (rows=1), so a refusal costs no parsing and no tokenizing."""
+        admission = self._admission
+        if admission is None:
+            return
+        wait = self.estimate_s(rows)
+        if wait > admission.budget_s:
+            raise Overloaded(
+                f"overloaded: about {wait * 1000:.0f} ms of queued work exceeds the {admission.budget_s * 1000:.0f} ms "
+                f"budget of the {admission.slo_ms:g} ms SLO; retry later",
+                max(1, math.ceil(wait)),
+            )
+
     def submit(self, payload: Any, rows: int, done: Done) -> None:
-        """Queue one request; ``done`` gets its result, on the event loop."""
+        """Queue one request; ``done`` gets its result, on the event loop. Raises Overloaded when the
+        request would miss the admission budget."""
         if rows > self._max_rows:
             raise ValueError(f"{rows} rows exceed max batch size {self._max_rows}")
         if self._closing:
             raise BatcherClosed("server is shutting down")
+        self.admit(rows)
         self._queue.append(Pending(payload, rows, done, self._clock()))
         self._queued_rows += rows
         if not self._busy:
@@ -122,6 +183,33 @@ class DynamicBatcher:
 
     def _schedule(self) -> None:
         """The model is free: send a batch now, or set the timer for when the queue delay runs out."""
+        expired = self._expire() if self._admission is not None and self._queue else None
+        self._decide()
+        if expired:
+            self._refuse(expired)
+
+    def _expire(self) -> list[Pending]:
+        """The queued requests, oldest first, that could no longer be answered within the budget even if
+        their batch left now: failed rather than run, which leaves the model to requests that can."""
+        queue, expired = self._queue, []
+        latest = self._clock() + self._batch_s - self._admission.budget_s  # enqueued before this: too late
+        while queue and queue[0].enqueued < latest:
+            item = queue.popleft()
+            self._queued_rows -= item.rows
+            expired.append(item)
+        return expired
+
+    def _refuse(self, expired: list[Pending]) -> None:
+        """After the batcher's state is settled: a reply may bring the next request in at once."""
+        error = Overloaded(f"overloaded: waited longer than the {self._admission.slo_ms:g} ms SLO allows; retry later",
+                           max(1, math.ceil(self.estimate_s())), queued=True)
+        for item in expired:
+            try:
+                item.done(False, error)
+            except Exception:
+                log.exception("delivering a refusal failed")
+
+    def _decide(self) -> None:
         if not self._queue:
             return
         if self._queued_rows >= self._max_rows:
@@ -155,6 +243,7 @@ class DynamicBatcher:
             rows += item.rows
         self._queued_rows -= rows
         self._busy = True
+        self._sent_at = self._clock()
         self._execute(batch, trigger)
         self._on_send()
 
@@ -162,6 +251,8 @@ class DynamicBatcher:
         """A batch came back from the model: start the next one, then deliver the results."""
         self._busy = False
         self._free_since = self._clock()
+        # The batch as its requests lived it (sent to answered, the hand-offs included), on the loop's clock.
+        self._batch_s += EWMA_WEIGHT * ((self._free_since - self._sent_at) - self._batch_s)
         self._wait_for_answered = self._queued_rows + sum(item.rows for item in batch) <= self._max_rows
         self._schedule()
         for item, (ok, value) in zip(batch, outcome):

@@ -9,6 +9,8 @@ so the counts never differ by more than one. A worker that stops listening becau
 writes a byte to every other worker's wake-up pipe, so those waiting for their turn check again (a
 pipe of its own each: on one shared pipe a worker could read its own wake-up and leave the others
 asleep, nobody listening).
+A worker that dies leaves the table: the supervisor marks its slot away (``ShareTable.vacate``), so the
+others never wait for it, and its replacement, finding the slot away, listens only once warm (``join``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import mmap
 import os
 
 SLOT = 8  # one signed 64-bit count per worker
+# A slot this high takes no connections: its worker drains, died, or is a replacement still warming up.
+AWAY = 1 << 62
 
 
 class ConnectionShare:
@@ -32,10 +36,14 @@ class ConnectionShare:
         self.index = index
         pipes = [(fds[1 + 2 * i], fds[2 + 2 * i]) for i in range(workers)]
         self.wake_read_fd = pipes[index][0]
+        self._own_write_fd = pipes[index][1]  # join wakes this worker's own event loop too
         self._others = [write for i, (_, write) in enumerate(pipes) if i != index]
         for i, (read, write) in enumerate(pipes):
-            os.set_blocking(read if i == index else write, False)
-            os.close(write if i == index else read)  # not ours to use
+            os.set_blocking(write, False)
+            if i == index:
+                os.set_blocking(read, False)
+            else:
+                os.close(read)  # not ours to use
 
     @staticmethod
     def create(workers: int) -> list[int]:
@@ -61,17 +69,26 @@ class ConnectionShare:
         """True while no other worker has fewer open connections than this one."""
         return self.counts[self.index] <= min(self.counts)
 
+    @property
+    def away(self) -> bool:
+        # Half of AWAY: connections accepted or closed while away move the count a little.
+        return self.counts[self.index] >= AWAY // 2
+
     def leave(self) -> None:
         """Draining: this worker takes no more connections, so it must not hold the others back."""
-        self.counts[self.index] = 1 << 62
+        self.counts[self.index] = AWAY
         self.wake_others()
+
+    def join(self) -> None:
+        """A replacement worker, now warm, takes its share of connections again. Subtracting (not zeroing)
+        keeps any connection it accepted while every other slot was away counted."""
+        self.counts[self.index] -= AWAY
+        self.wake_others()
+        _wake(self._own_write_fd)
 
     def wake_others(self) -> None:
         for fd in self._others:
-            try:
-                os.write(fd, b"\0")
-            except BlockingIOError:  # its pipe is full of wake-ups it has not read: one more changes nothing
-                pass
+            _wake(fd)
 
     def drain_wakeups(self) -> None:
         try:
@@ -82,3 +99,36 @@ class ConnectionShare:
     def close(self) -> None:
         self.counts.release()
         self._map.close()
+
+
+class ShareTable:
+    """The supervisor's view of a table it created: it keeps every fd for the workers it restarts."""
+
+    def __init__(self, workers: int) -> None:
+        self.fds = ConnectionShare.create(workers)
+        self._map = mmap.mmap(self.fds[0], SLOT * workers)
+        self.counts = memoryview(self._map).cast("q")
+        for write in self.fds[2::2]:
+            os.set_blocking(write, False)
+
+    def vacate(self, index: int) -> None:
+        """A worker died: its slot takes no connections until its replacement joins, and the others, some
+        perhaps waiting for it to catch up, check their turn again."""
+        self.counts[index] = AWAY
+        for write in self.fds[2::2]:
+            _wake(write)
+
+    def close(self) -> None:
+        self.counts.release()
+        self._map.close()
+        for fd in self.fds:
+            os.close(fd)
+
+
+def _wake(fd: int) -> None:
+    try:
+        os.write(fd, b"\0")
+    except BlockingIOError:  # its pipe is full of wake-ups it has not read: one more changes nothing
+        pass
+    except BrokenPipeError:  # nobody reads it any more (the supervisor is gone): nobody to wake
+        pass

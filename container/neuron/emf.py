@@ -44,6 +44,7 @@ QUEUE_DEPTH = "QueueDepth"  # requests waiting for the model, sampled every seco
 IN_FLIGHT = "InFlight"  # requests in the worker (queued or executing), sampled every second
 REQUESTS = "Requests"
 ERRORS = "ServerErrors"  # 5xx answers
+REJECTED = "Rejected"  # of those, 503s of admission: the request would not have been answered within the SLO
 UNITS = {REQUEST_LATENCY: "Milliseconds", INFERENCE_LATENCY: "Milliseconds", BATCH_SIZE: "Count",
          QUEUE_DEPTH: "Count", IN_FLIGHT: "Count", REQUESTS: "Count", ERRORS: "Count"}
 # Per model (what alarms and scaling read) and per worker (to find a slow one).
@@ -111,14 +112,16 @@ class Recorder:
         with self._lock:
             self._window.counts[name] = self._window.counts.get(name, 0) + increment
 
-    def request(self, latency_ms: float, server_error: bool = False) -> None:
-        """One answered inference request: its latency, the request count and a 5xx; one lock for all three."""
+    def request(self, latency_ms: float, server_error: bool = False, rejected: bool = False) -> None:
+        """One answered inference request: its latency, the request count, a 5xx and a refusal; one lock for all."""
         with self._lock:
             self._sample(REQUEST_LATENCY, latency_ms)
             counts = self._window.counts
             counts[REQUESTS] = counts.get(REQUESTS, 0) + 1
             if server_error:
                 counts[ERRORS] = counts.get(ERRORS, 0) + 1
+            if rejected:
+                counts[REJECTED] = counts.get(REJECTED, 0) + 1
 
     def batch(self, rows: int, latency_ms: float) -> None:
         """One executed batch: its rows and its tokenize + model time."""
@@ -135,7 +138,12 @@ class Recorder:
         values.update({name: n for name, n in window.counts.items()})
         if not values:
             return None
-        return record(self.namespace, self.dimensions, values, timestamp_ms)
+        return record(self.namespace, self.dimensions, values, timestamp_ms, units=RECORDED_UNITS)
+
+
+# UNITS is what the stacks read (inferstack/neuron/metrics.py mirrors it, a test holds them equal); Rejected is
+# written beside it, with its unit, until the stacks alarm on it.
+RECORDED_UNITS = {**UNITS, REJECTED: "Count"}
 
 
 def _compact(value: float) -> float | int:

@@ -5,7 +5,8 @@ Built on Starlette (FastAPI's core) without request models; the inference routes
 answered without ASGI (http_server.py calls ``infer`` with the body and a reply callback) and parsed
 once by protocol.py, which keeps the per-request overhead low enough for dynamic batching to pay off.
 Each inference request's latency and outcome also go to the worker's CloudWatch metrics (emf.py),
-when they are on.
+when they are on. A request the batcher would not answer within the SLO is refused at once: 503 with
+Retry-After, counted as rejected (batcher.py, Admission).
 
 In a container packing several models (SERVER_MODELS) each port serves one model's routes;
 readiness and the repository index also cover the other models, through their ready markers.
@@ -27,7 +28,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 import metrics
-from batcher import BatcherClosed, DynamicBatcher
+from batcher import BatcherClosed, DynamicBatcher, Overloaded
 from emf import Recorder
 from protocol import HEADER_LENGTH, MODEL_VERSION, ModelInterface, ProtocolError, parse_json
 from readiness import PackedReadiness
@@ -153,16 +154,22 @@ def build_app(
         started = time.perf_counter()
         state.in_flight += 1
 
-        def finish(status: int, headers: bytes, content: bytes) -> None:
+        def finish(status: int, headers: bytes, content: bytes, rejected: str | None = None) -> None:
             state.in_flight -= 1
             elapsed = time.perf_counter() - started
-            tally.request(route, status, elapsed)
+            tally.request(route, status, elapsed, rejected)
             if recorder is not None:
-                recorder.request(elapsed * 1000.0, status >= 500)
+                recorder.request(elapsed * 1000.0, status >= 500, rejected is not None)
             reply(status, headers, content)
+
+        def refuse(exc: Overloaded) -> None:
+            finish(503, JSON_HEADER + b"retry-after: %d\r\n" % exc.retry_after_s, error_body(str(exc)), exc.reason)
 
         def done(parsed, ok: bool, value) -> None:
             if not ok:
+                if isinstance(value, Overloaded):  # waited past what the SLO allows: refused, not run
+                    refuse(value)
+                    return
                 finish(500, JSON_HEADER, error_body("internal error while running the model"))
                 return
             try:
@@ -177,6 +184,7 @@ def build_app(
             batcher = state.batcher
             if batcher is None or not state.ready:
                 raise ProtocolError(state.not_ready_reason, 503)
+            batcher.admit()  # before parsing: a refusal costs a few microseconds, whatever the body
             parsed = interface.parse(body, header_length)
             payload = state.prepare(parsed.payload)
             batcher.submit(payload, payload.rows, lambda ok, value: done(parsed, ok, value))
@@ -184,6 +192,8 @@ def build_app(
         except ProtocolError as exc:
             log.info("rejected request", extra={"route": route, "status": exc.status, "error": str(exc)})
             finish(exc.status, JSON_HEADER, error_body(str(exc)))
+        except Overloaded as exc:
+            refuse(exc)
         except BatcherClosed as exc:
             finish(503, JSON_HEADER, error_body(str(exc)))
         except Exception:

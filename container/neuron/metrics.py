@@ -30,9 +30,24 @@ BATCHES = Counter(
     "queue delay), drain (shutting down).",
     ["trigger"],
 )
+REJECTED = Counter(
+    "inference_rejected", "Inference requests refused with 503 and Retry-After because they would not have been "
+    "answered within the SLO (SERVER_SLO_MS), by reason: admission (at once), expired (after waiting in the queue).",
+    ["reason"],
+)
+REJECTION_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.01)
+REJECTION_LATENCY = Histogram(
+    "inference_rejection_duration_seconds", "Time from request received to its refusal ready, refused at admission.",
+    buckets=REJECTION_BUCKETS
+)
 QUEUE_DEPTH = Gauge("inference_queue_depth", "Requests waiting for the model.", multiprocess_mode="livesum")
 # Per worker (a pid label with several): the workers of a model share its port least-connections first.
 OPEN_CONNECTIONS = Gauge("inference_open_connections", "Open client connections.", multiprocess_mode="liveall")
+# Each worker reports its own slot's count (the supervisor passes it down): summed over the live workers.
+WORKER_RESTARTS = Gauge(
+    "inference_worker_restarts", "Times the supervisor restarted the live workers in place after they died.",
+    multiprocess_mode="livesum",
+)
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
@@ -61,11 +76,18 @@ class RequestTally:
         self._idle_s = idle_s
         self._samples: dict[str, list[float]] = {}
         self._counts: dict[tuple[str, int], int] = {}
+        self._rejections: list[float] = []  # seconds of each refusal at admission
+        self._expired = 0
         self._timer = None
         self._histograms: dict[str, object] = {}
         self._counters: dict[tuple[str, int], object] = {}
 
-    def request(self, route: str, status: int, seconds: float) -> None:
+    def request(self, route: str, status: int, seconds: float, rejected: str | None = None) -> None:
+        """One answered request; ``rejected``: why it was refused without reaching the model (admission, expired)."""
+        if rejected == "admission":
+            self._rejections.append(seconds)
+        elif rejected is not None:
+            self._expired += 1
         samples = self._samples.get(route)
         if samples is None:
             samples = self._samples[route] = []
@@ -85,6 +107,13 @@ class RequestTally:
             self._timer = None
         samples, self._samples = self._samples, {}
         counts, self._counts = self._counts, {}
+        if self._rejections:
+            rejections, self._rejections = self._rejections, []
+            REJECTED.labels("admission").inc(len(rejections))
+            observe_many(REJECTION_LATENCY, rejections)
+        if self._expired:
+            REJECTED.labels("expired").inc(self._expired)
+            self._expired = 0
         for route, values in samples.items():
             child = self._histograms.get(route)
             if child is None:

@@ -20,7 +20,8 @@ from core_ranges import format_cores, parse_cores, partition
 
 ENV = "SERVER_MODELS"
 REQUIRED = ("name", "port", "visible_cores")
-OPTIONAL = ("workers", "max_batch_size", "max_queue_delay_ms")
+MAX_SLO_MS = 600_000
+OPTIONAL = ("workers", "max_batch_size", "max_queue_delay_ms", "slo_ms")
 # The same bounds as the single-model settings (server_settings.py).
 MAX_WORKERS, MAX_BATCH_SIZE, MAX_QUEUE_DELAY_MS = 64, 1024, 1000
 
@@ -34,6 +35,7 @@ class PackedModel:
     workers: int
     max_batch_size: int
     max_queue_delay_ms: float
+    slo_ms: float | None = None  # its own SLO, which admission answers within (SERVER_SLO_MS otherwise)
 
     def label(self, key: str) -> str:
         return f"{ENV}[{self.index}].{key}"
@@ -73,6 +75,7 @@ def _entry(index: int, raw, *, workers: int, max_batch_size: int, max_queue_dela
         max_queue_delay_ms=_number(
             f"{where}.max_queue_delay_ms", raw.get("max_queue_delay_ms", max_queue_delay_ms), 0, MAX_QUEUE_DELAY_MS
         ),
+        slo_ms=_number(f"{where}.slo_ms", raw["slo_ms"], 1, MAX_SLO_MS) if "slo_ms" in raw else None,
     )
     # The even split over the workers needs no artifact: reject an uneven one now.
     partition(

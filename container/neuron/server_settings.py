@@ -5,18 +5,82 @@ a SettingsError naming the flag and its variable, so serve.py can exit 2 with on
 SERVER_MODELS (--models) packs several models into the container (packing.py); each packed
 model's worker then runs with for_model()'s settings. SERVER_METRICS* and SERVER_NEURON_MONITOR
 shape the CloudWatch metrics the container writes to stdout (emf.py, neuron_monitor.py).
+SERVER_MAX_RESTARTS and SERVER_RESTART_WINDOW_S bound how often the supervisor restarts a worker.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import packing
 from compile_settings import SettingsError, parse_int
 from packing import PackedModel
+
+
+@dataclass(frozen=True)
+class Admission:
+    """What the batcher admits: a request whose estimated time in the batcher is within ``budget_s``."""
+
+    slo_ms: float
+    budget_s: float
+    initial_batch_s: float  # the batch time assumed until the first batch is measured
+
+
+# Of the SLO, the share the batcher may spend (queue and batch): the rest is left to what it does not see
+# (the load balancer, the network, parsing and writing the reply) and to the estimate's error.
+BUDGET_SHARE = 0.8
+# Admission: environment only, no flags. worker.py builds the batcher without them, so the batcher reads them
+# from the environment the worker inherits; from_args reads them too, so a bad value stops serve.py (exit 2)
+# before any worker starts.
+ADMISSION_ENVIRONMENT = {
+    "slo_ms": ("SERVER_SLO_MS", None),  # the model's slo.p99_latency_ms; unset: admission off
+    "admission": ("SERVER_ADMISSION", "on"),  # off: queue everything (benchmark baselines)
+    "initial_batch_ms": ("SERVER_INITIAL_BATCH_MS", "10"),
+}
+
+
+def admission_from_environment(environ: Mapping[str, str] | None = None) -> Admission | None:
+    environ = os.environ if environ is None else environ
+
+    def raw(name: str) -> str | None:
+        env, default = ADMISSION_ENVIRONMENT[name]
+        return environ.get(env) or default
+
+    switch = raw("admission").strip().lower()
+    if switch not in ("on", "off"):
+        raise SettingsError(f"SERVER_ADMISSION: must be on or off, got {raw('admission')!r}")
+    slo_raw = raw("slo_ms")
+    if slo_raw is None:
+        return None
+    slo_ms = _number("SERVER_SLO_MS", slo_raw, 1, 600_000)
+    initial_ms = _number("SERVER_INITIAL_BATCH_MS", raw("initial_batch_ms"), 0, 600_000)
+    if switch == "off":
+        return None
+    return Admission(slo_ms=slo_ms, budget_s=slo_ms * BUDGET_SHARE / 1000.0, initial_batch_s=initial_ms / 1000.0)
+
+
+def _admission_off(environ: Mapping[str, str]) -> bool:
+    return (environ.get("SERVER_ADMISSION") or "on").strip().lower() == "off"
+
+
+def _admission_for(slo_ms: float, current: Admission | None) -> Admission:
+    initial_s = current.initial_batch_s if current is not None else float(
+        os.environ.get("SERVER_INITIAL_BATCH_MS") or ADMISSION_ENVIRONMENT["initial_batch_ms"][1]) / 1000.0
+    return Admission(slo_ms=slo_ms, budget_s=slo_ms * BUDGET_SHARE / 1000.0, initial_batch_s=initial_s)
+
+
+def _number(label: str, raw: str, low: float, high: float) -> float:
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        raise SettingsError(f"{label}: expected a number, got {raw!r}") from None
+    if not low <= value <= high:  # NaN fails too
+        raise SettingsError(f"{label}: must be between {low:g} and {high:g}, got {raw!r}")
+    return value
 
 
 @dataclass(frozen=True)
@@ -40,9 +104,14 @@ class ServerSettings:
     metrics_service: str = "model"  # the Service dimension
     metrics_interval_s: int = 60
     neuron_monitor: Path | None = None  # the executable the supervisor runs, or None (off)
+    # A worker that dies is restarted in place, up to max_restarts times within restart_window_s; one
+    # more death in that window is a crash loop, and the supervisor stops the task. 0: never restart.
+    max_restarts: int = 3
+    restart_window_s: int = 300
     # Benchmarks and tests only: the model replaced by the emulated accelerator (standin_accelerator.py),
     # this many ms per batch. A hidden flag with no environment variable: nothing deployed can set it.
     standin_accelerator_ms: float | None = None
+    admission: Admission | None = None  # SERVER_SLO_MS and SERVER_ADMISSION; None: every request is queued
 
     def packed_model(self, name: str) -> PackedModel:
         for model in self.models:
@@ -70,6 +139,8 @@ ENVIRONMENT = {
     "metrics_service": ("SERVER_METRICS_SERVICE", None),
     "metrics_interval_s": ("SERVER_METRICS_INTERVAL_S", "60"),
     "neuron_monitor": ("SERVER_NEURON_MONITOR", None),
+    "max_restarts": ("SERVER_MAX_RESTARTS", "3"),
+    "restart_window_s": ("SERVER_RESTART_WINDOW_S", "300"),
 }
 # Where aws-neuronx-tools installs neuron-monitor in both Neuron base images.
 DEFAULT_NEURON_MONITOR = Path("/opt/aws/neuron/bin/neuron-monitor")
@@ -173,7 +244,10 @@ def from_args(args: argparse.Namespace, environ: dict[str, str] | None = None) -
         metrics_service=service,
         metrics_interval_s=_int(args, "metrics_interval_s", environ, 1, 3600),
         neuron_monitor=_neuron_monitor(args, environ) if metrics == "emf" else None,
+        max_restarts=_int(args, "max_restarts", environ, 0, 1000),
+        restart_window_s=_int(args, "restart_window_s", environ, 1, 86400),
         standin_accelerator_ms=_standin(getattr(args, "standin_accelerator_ms", None)),
+        admission=admission_from_environment(environ),
     )
 
 
@@ -224,4 +298,13 @@ def for_model(settings: ServerSettings, model: PackedModel) -> ServerSettings:
         max_batch_size=model.max_batch_size,
         max_queue_delay_ms=model.max_queue_delay_ms,
         visible_cores=model.visible_cores,
+        admission=_model_admission(settings.admission, model.slo_ms),
     )
+
+
+def _model_admission(container: Admission | None, slo_ms: float | None) -> Admission | None:
+    """A packed model admits within its own SLO where SERVER_MODELS gives one (SERVER_ADMISSION=off still turns
+    admission off), else as the container's settings say."""
+    if slo_ms is None or _admission_off(os.environ):
+        return container
+    return _admission_for(slo_ms, container)

@@ -7,6 +7,8 @@ warm-up. SIGTERM marks the worker draining (ready = 503), the HTTP server (http_
 accepting connections and waits for in-flight requests, then the batcher finishes its queue, the
 worker writes its last EMF metrics line (emf.py) and the process exits 0.
 A worker of one of several packed models also keeps its ready marker (readiness.py) in step.
+A worker the supervisor started in place of a dead one finds its connection-share slot away and
+joins the share only once warm, so its model's other workers take the connections until then.
 """
 
 from __future__ import annotations
@@ -28,24 +30,31 @@ from connection_share import ConnectionShare
 from http_app import ServerState, build_app
 from http_server import HttpServer
 from protocol import ModelInterface
-from readiness import PackedReadiness
+from readiness import LOAD_FAILED, PackedReadiness
 from server_settings import ServerSettings
 
 log = logging.getLogger("worker")
 
 
 class WorkerReadiness:
-    """This worker's readiness: the routes' ServerState, plus its marker when models are packed."""
+    """This worker's readiness: the routes' ServerState, plus its marker when models are packed, and its
+    place in the connection share when it replaces a dead worker."""
 
-    def __init__(self, state: ServerState, packed: PackedReadiness | None, model: str, index: int) -> None:
-        self.state, self.packed, self.model, self.index = state, packed, model, index
+    def __init__(self, state: ServerState, packed: PackedReadiness | None, model: str, index: int,
+                 share: ConnectionShare | None = None) -> None:
+        self.state, self.packed, self.model, self.index, self.share = state, packed, model, index, share
 
     def ready(self) -> None:
         if self.packed is not None:
             self.packed.mark_ready(self.model, self.index)
         self.state.ready = True
-        if self.state.draining:  # a drain began while the marker was written
+        joined = self.share is not None and self.share.away and not self.state.draining
+        if joined:
+            self.share.join()
+        if self.state.draining:  # a drain began while the marker was written, or the share joined
             self.drain()
+            if joined:  # the drain may have left the share before the join: leave it again
+                self.share.leave()
 
     def drain(self) -> None:
         self.state.draining = True
@@ -98,6 +107,7 @@ def load_model(settings: ServerSettings, metadata: dict, readiness: WorkerReadin
             on_batch=batch_observer(recorder),
             on_send=tally.flush,
             on_delivered=tally.flush,
+            admission=settings.admission,  # a packed model's own SLO (for_model), else SERVER_SLO_MS
         )
         batcher.start()
         state.prepare = runner.prepare
@@ -157,7 +167,8 @@ def run(settings: ServerSettings, metadata: dict, fd: int, packed: PackedReadine
     )
     state = ServerState()
     index = int(os.environ.get("SERVER_WORKER_INDEX", "0"))
-    readiness = WorkerReadiness(state, packed, settings.model_name, index)
+    metrics.WORKER_RESTARTS.set(int(os.environ.get("SERVER_WORKER_RESTARTS", "0")))
+    readiness = WorkerReadiness(state, packed, settings.model_name, index, share)
     publisher = emf_publisher(settings, state, index)
     recorder = publisher.recorder if publisher is not None else None
     failed: list = []
@@ -197,4 +208,4 @@ def run(settings: ServerSettings, metadata: dict, fd: int, packed: PackedReadine
         log.info("worker stopped")
 
     run_loop(serve())
-    return 1 if failed else 0
+    return LOAD_FAILED if failed else 0

@@ -83,7 +83,9 @@ def build_args(model: NeuronEcsModel, neuron_target: str) -> dict[str, str]:
     return args
 
 
-def runtime_environment(model: NeuronEcsModel, neuron_cores: int) -> dict[str, str]:
+def runtime_environment(model: NeuronEcsModel, neuron_cores: int, slo_p99_ms: float | None = None) -> dict[str, str]:
+    """``slo_p99_ms``: the environment's SLO (the capacity plan's); the model's own when not given. The server
+    admits only what it can answer within it (SERVER_SLO_MS) and answers the rest 503 at once."""
     serving = model.serving
     return {
         "MODEL_NAME": model.name,
@@ -93,6 +95,7 @@ def runtime_environment(model: NeuronEcsModel, neuron_cores: int) -> dict[str, s
         "SERVER_MAX_BATCH_SIZE": str(serving.max_batch_size),
         "SERVER_MAX_QUEUE_DELAY_MS": f"{serving.max_queue_delay_ms:g}",
         "SERVER_WARMUP_ITERATIONS": str(serving.warmup_requests),
+        "SERVER_SLO_MS": f"{model.slo.p99_latency_ms if slo_p99_ms is None else slo_p99_ms:g}",
     }
 
 
@@ -125,11 +128,11 @@ def _task(spec: instances.InstanceSpec, args: dict[str, str], environment: dict[
     )
 
 
-def for_instance(model: NeuronEcsModel, instance_type: str) -> NeuronTask:
+def for_instance(model: NeuronEcsModel, instance_type: str, *, slo_p99_ms: float | None = None) -> NeuronTask:
     spec = _inferentia(instance_type, [model])
     target = spec.neuron_generation
     assert target is not None
-    return _task(spec, build_args(model, target), runtime_environment(model, spec.neuron_cores))
+    return _task(spec, build_args(model, target), runtime_environment(model, spec.neuron_cores, slo_p99_ms))
 
 
 # ---------------------------------------------------------------- several models in one task
@@ -208,6 +211,7 @@ def packed_environment(plan: PackedLayout, models: Sequence[NeuronEcsModel]) -> 
             "workers": share.workers,
             "max_batch_size": serving.max_batch_size,
             "max_queue_delay_ms": serving.max_queue_delay_ms,
+            "slo_ms": share.slo_p99_ms,  # admission answers 503 at once to what it could not serve within it
         })
     return {"SERVER_MODELS": _json(served), "NEURON_RT_VISIBLE_CORES": visible_cores(plan.neuron_cores),
             "SERVER_WARMUP_ITERATIONS": str(max(m.serving.warmup_requests for m in models))}

@@ -67,7 +67,9 @@ def test_runtime_environment_follows_the_serving_config(intent):
     task = neuron_task.for_instance(intent, "inf1.xlarge")
     assert dict(task.environment) == {
         "MODEL_NAME": "intent-bert", "PORT": "8080", "NEURON_RT_VISIBLE_CORES": "0-3", "SERVER_WORKERS": "4",
-        "SERVER_MAX_BATCH_SIZE": "16", "SERVER_MAX_QUEUE_DELAY_MS": "1", "SERVER_WARMUP_ITERATIONS": "32"}
+        "SERVER_MAX_BATCH_SIZE": "16", "SERVER_MAX_QUEUE_DELAY_MS": "1", "SERVER_WARMUP_ITERATIONS": "32",
+        "SERVER_SLO_MS": "10"}  # admission answers 503 at once to what it could not serve within the SLO
+    assert neuron_task.for_instance(intent, "inf1.xlarge", slo_p99_ms=25).environment["SERVER_SLO_MS"] == "25"
 
 
 def test_generation_mismatch_is_refused(intent):
@@ -116,9 +118,9 @@ def test_packed_environment_comes_from_the_plans_shares(fleet):
     assert task.visible_cores == "0-3" and task.environment["SERVER_WARMUP_ITERATIONS"] == "32"
     assert json.loads(task.environment["SERVER_MODELS"]) == [
         {"name": "intent-bert", "port": 8080, "visible_cores": "0-2", "workers": 3, "max_batch_size": 16,
-         "max_queue_delay_ms": 1.0},
+         "max_queue_delay_ms": 1.0, "slo_ms": plan.shares[0].slo_p99_ms},
         {"name": "duplicate-bert", "port": 8081, "visible_cores": "3", "workers": 1, "max_batch_size": 24,
-         "max_queue_delay_ms": 5.0}]
+         "max_queue_delay_ms": 5.0, "slo_ms": plan.shares[1].slo_p99_ms}]  # each admits within its own SLO
     assert [s["name"] for s in json.loads(task.environment["SERVER_MODELS"])] == [s.model for s in plan.shares]
     # the same host facts as a dedicated task on that instance type
     dedicated = neuron_task.for_instance(members[0], plan.instance_type)

@@ -82,7 +82,8 @@ class NeuronEcsService(ServiceScope):
                 raise ValueError(f"capacity plan is for {capacity.model}, not {', '.join(m.name for m in models)}")
             (model,) = models
             self.name = model.name
-            self.task = neuron_task.for_instance(model, capacity.instance_type)
+            # The environment's SLO, which the server admits requests within.
+            self.task = neuron_task.for_instance(model, capacity.instance_type, slo_p99_ms=capacity.slo_p99_ms)
             self.served = (serving.dedicated(model, capacity),)
             self.off_hours = tuple(off_hours)
         else:
