@@ -16,6 +16,17 @@ from tests.support.build_once import build_once
 from tests.support.paths import ROOT
 
 
+@pytest.fixture
+def moto_env(monkeypatch):
+    """moto in this process (mock_aws), as account 123456789012 in us-east-1: nothing of the machine's AWS
+    settings leaks in. The emulator patches' and rules' backend-level tests use it."""
+    for key in ("AWS_ENDPOINT_URL", "AWS_PROFILE", "AWS_SESSION_TOKEN", "MOTO_ACCOUNT_ID"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+
+
 # What `make rehearse-images` synthesizes: every image the shipped environments build, each once.
 IMAGE_ENVIRONMENTS = "dev,staging"
 

@@ -6,21 +6,12 @@ from __future__ import annotations
 import json
 
 import boto3
-import pytest
 from moto import mock_aws
 
 from rehearsal import moto_patches
 
 REGION = "us-east-1"
 
-
-@pytest.fixture
-def moto_env(monkeypatch):
-    for key in ("AWS_ENDPOINT_URL", "AWS_PROFILE", "AWS_SESSION_TOKEN", "MOTO_ACCOUNT_ID"):
-        monkeypatch.delenv(key, raising=False)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
 
 
 def parameter(name: str, value: str) -> dict:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 
 import boto3
-import pytest
 from moto import mock_aws
 
 from rehearsal import moto_patches
@@ -16,14 +15,6 @@ FIRST, SECOND = 50_000, 22_530  # the positional catch-all, and a name-derived p
 # The rule, over CloudFormation's order of an update (removed resources deleted in cleanup), as the emulator runs.
 RULES = ("removals-in-cleanup", "listener-rule-priority-in-use")
 
-
-@pytest.fixture
-def moto_env(monkeypatch):
-    for key in ("AWS_ENDPOINT_URL", "AWS_PROFILE", "AWS_SESSION_TOKEN", "MOTO_ACCOUNT_ID"):
-        monkeypatch.delenv(key, raising=False)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
 
 
 def template(vpc: str, subnets: list[str], rules: dict[str, tuple[int, str]]) -> str:

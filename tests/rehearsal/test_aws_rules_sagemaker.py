@@ -20,14 +20,6 @@ ENDPOINT = "dev-bert"
 WORKAROUNDS = ("sagemaker-endpoint-name", "new-values-update-readers")
 
 
-@pytest.fixture
-def moto_env(monkeypatch):
-    for key in ("AWS_ENDPOINT_URL", "AWS_PROFILE", "AWS_SESSION_TOKEN", "MOTO_ACCOUNT_ID"):
-        monkeypatch.delenv(key, raising=False)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
-
 
 def endpoint_stack(instance_type: str = "ml.g4dn.xlarge", *, variant: str = "AllTraffic", image: str = "1") -> str:
     """A dedicated endpoint as TritonEndpoint builds it: Model, EndpointConfig (CloudFormation names both) and the

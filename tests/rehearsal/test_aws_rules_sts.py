@@ -19,14 +19,6 @@ ROLE = "arn:aws:iam::222222222222:role/inferstack-loadtest"
 CODEBUILD_ROLE = "arn:aws:iam::444444444444:role/inferstack-pipeline-LoadTest"
 
 
-@pytest.fixture
-def moto_env(monkeypatch):
-    for key in ("AWS_ENDPOINT_URL", "AWS_PROFILE", "AWS_SESSION_TOKEN", "MOTO_ACCOUNT_ID"):
-        monkeypatch.delenv(key, raising=False)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
-
 
 def assumed(role: str = ROLE, client=None, **params) -> dict:
     """Credentials of `role`, assumed by `client` (default: the account's own keys, so not chained)."""
