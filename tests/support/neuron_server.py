@@ -9,13 +9,17 @@ puts container/neuron/ on sys.path (tests/container/neuron/conftest.py calls it 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -50,6 +54,34 @@ def neuron_monitor_standin(directory: Path) -> Path:
     path.write_text(f'#!/bin/sh\nexec "{PYTHON}" "{NEURON_MONITOR_STANDIN}" "$@"\n')
     path.chmod(0o755)
     return path
+
+
+def open_connections(url: str) -> dict[str, float]:
+    """inference_open_connections per worker pid, as /metrics reports it (this request's connection included)."""
+    text = requests.get(url + "/metrics", timeout=10).text
+    return {pid: float(value) for pid, value in re.findall(r'^inference_open_connections\{pid="(\d+)"\} (\S+)$', text,
+                                                            re.MULTILINE)}
+
+
+@contextlib.contextmanager
+def idle_connections(server, count: int) -> Iterator[dict[str, float]]:
+    """Once the readiness probes' connections are gone, open `count` keep-alive connections to `server`, one request
+    each (so each is accepted before the next opens); yields open_connections then (on one more), closes them."""
+    deadline = time.monotonic() + 60
+    while sum(open_connections(server.url).values()) != 1:  # a worker may not have seen a probe's go yet
+        assert time.monotonic() < deadline, open_connections(server.url)
+        time.sleep(0.05)
+    clients: list[socket.socket] = []
+    try:
+        for _ in range(count):
+            client = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+            client.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert client.recv(4096).startswith(b"HTTP/1.1 200")
+            clients.append(client)
+        yield open_connections(server.url)
+    finally:
+        for client in clients:
+            client.close()
 
 
 def run_script(script: Path, *args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:

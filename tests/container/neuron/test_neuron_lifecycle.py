@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import re
 import signal
-import socket
 import threading
 import time
 
@@ -15,40 +14,18 @@ import requests
 
 from artifact import read_metadata
 
-from tests.support.neuron_server import run_script, SERVE
+from tests.support.neuron_server import SERVE, idle_connections, run_script
 
 TEXT = {"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1], "data": ["in flight"]}]}
-
-
-def open_connections(url: str) -> dict[str, float]:
-    """inference_open_connections per worker pid, as /metrics reports it (this request's connection included)."""
-    text = requests.get(url + "/metrics", timeout=10).text
-    return {pid: float(value) for pid, value in re.findall(r'^inference_open_connections\{pid="(\d+)"\} (\S+)$', text, re.M)}
 
 
 def test_the_workers_of_a_port_take_turns_so_connections_split_evenly(artifact, start_server):
     # The emulated accelerator (a stand-in: no torch) keeps start-up short; balance does not depend on the model.
     server = start_server(artifact, env={"SERVER_WORKERS": "2"}, args=("--standin-accelerator-ms", "1"))
     server.wait_ready()
-    deadline = time.monotonic() + 60
-    # Readiness probes' connections are closed by now, but a worker may not have seen them go yet.
-    while sum(open_connections(server.url).values()) != 1:
-        assert time.monotonic() < deadline, open_connections(server.url)
-        time.sleep(0.05)
-    clients: list[socket.socket] = []
-    try:
-        for _ in range(32):
-            # One request each, so every connection has been accepted before the next one opens.
-            client = socket.create_connection(("127.0.0.1", server.port), timeout=10)
-            client.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n")
-            assert client.recv(4096).startswith(b"HTTP/1.1 200")
-            clients.append(client)
-        counts = open_connections(server.url)  # on a 33rd connection
+    with idle_connections(server, 32) as counts:  # counted on a 33rd connection
         # With one SO_REUSEPORT socket per worker the kernel's hash spread them unevenly (6-10 of 16 each).
         assert len(counts) == 2 and sorted(counts.values()) == [16, 17], counts
-    finally:
-        for client in clients:
-            client.close()
 
 
 def test_warm_up_runs_every_batch_shape_the_batcher_can_form(artifact):

@@ -8,9 +8,7 @@ from __future__ import annotations
 import calendar
 import json
 import os
-import re
 import signal
-import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -25,7 +23,7 @@ from tests.container.neuron.test_neuron_packed import (  # noqa: F401
     server_models,
     tiny_bert_two_labels,
 )
-from tests.support.neuron_server import SERVE, ServerProcess, run_script
+from tests.support.neuron_server import SERVE, ServerProcess, idle_connections, open_connections, run_script
 
 TEXT = {"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1], "data": ["still there?"]}]}
 STANDIN = ("--standin-accelerator-ms", "2")
@@ -62,12 +60,6 @@ def wall(ts: str) -> float:
     """A log entry's ts (UTC, ms) as time.time() reads it."""
     seconds, millis = ts.rstrip("Z").split(".")
     return calendar.timegm(time.strptime(seconds, "%Y-%m-%dT%H:%M:%S")) + int(millis) / 1000
-
-
-def open_connections(url: str) -> dict[str, float]:
-    """inference_open_connections per worker pid, as /metrics reports it (this request's connection included)."""
-    text = requests.get(url + "/metrics", timeout=10).text
-    return {pid: float(value) for pid, value in re.findall(r'^inference_open_connections\{pid="(\d+)"\} (\S+)$', text, re.MULTILINE)}
 
 
 @dataclass
@@ -154,23 +146,9 @@ def test_kill_9_costs_only_that_workers_requests_and_it_comes_back_on_its_cores(
           f"replacement ready {restart_s:.2f} s after the kill (load {ready['load_s']} s, warm-up {ready['warmup_s']} s)")
 
     # Back in the share: new connections split between the two workers again.
-    deadline = time.monotonic() + 60
-    while sum(open_connections(server.url).values()) != 1:
-        assert time.monotonic() < deadline, open_connections(server.url)
-        time.sleep(0.05)
-    clients: list[socket.socket] = []
-    try:
-        for _ in range(8):
-            client = socket.create_connection(("127.0.0.1", server.port), timeout=10)
-            client.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n")
-            assert client.recv(4096).startswith(b"HTTP/1.1 200")
-            clients.append(client)
-        counts = open_connections(server.url)
+    with idle_connections(server, 8) as counts:
         assert set(counts) == {str(replacement["worker_pid"]), str(workers(server)[1]["worker_pid"])}, counts
         assert sorted(counts.values()) == [4, 5], counts
-    finally:
-        for client in clients:
-            client.close()
     assert server.stop() == 0, "\n".join(server.lines)
 
 
