@@ -18,12 +18,14 @@ Steps, each with its own timeout, all within --timeout:
     of these images), then with --skip-load-test a dry run and --apply; what cannot run there is reported with
     the reason.
  7. day two (rehearsal/day_two.py): each production rule moved to its alternate target group and the
-    services' and components' counts set, as ECS and autoscaling do; release N+1 (new digests, a batch size and
-    a fleet's capacity changed) deployed, then read back: production still on the group that served, the
-    counts kept, the new task definition running; `inferstack rollback --env dev` (dry run, --apply) and a
-    deploy: N's digests run again, traffic and counts kept; a fleet member retired (its file and membership
-    removed; `cdk destroy` of its stack from the assembly that has it, then a deploy without it): only its
-    resources are gone.
+    services' and components' counts set, as ECS and autoscaling do, and each endpoint variant registered as a
+    scalable target, as CloudFormation does; release N+1 (new digests, a batch size and a fleet's capacity
+    changed, and with --add-models an autoscaled dedicated endpoint's instance type) deployed, then read back:
+    production still on the group that served, the counts and scalable targets kept, the new task definition
+    running, the endpoint on its new instance type under its name and its target registered again;
+    `inferstack rollback --env dev` (dry run, --apply) and a deploy: N's digests run again, traffic and counts
+    kept; a fleet member retired (its file and membership removed; `cdk destroy` of its stack from the assembly
+    that has it, then a deploy without it): only its resources are gone.
  8. `cdk destroy --app <assembly> 'dev/*' --force` (`--all` finds no stack: they are in a Stage), then every
     resource the stacks ever had must be gone and no stack but CDKToolkit left; CDKToolkit is deleted too and
     what it retains is reported.
@@ -613,6 +615,40 @@ def check_config_change(aws: Aws, outputs_by_stack: dict[str, dict[str, str]], r
             f"{day_two.CHANGED_MODEL} with batch size {day_two.CHANGED_BATCH_SIZE}")
 
 
+def check_instance_type_change(aws: Aws, outputs_by_stack: dict[str, dict[str, str]], live: day_two.LiveState,
+                               result: Result) -> str:
+    """Release N+1 moved RETYPED_MODEL's autoscaled endpoint to RETYPED_TO in that one deploy: InService under its
+    name, its variant on the new type, and its scalable target registered again after day two registered it (the
+    scaling handover deregistered it before the Endpoint's update, which the emulator refuses while it is
+    registered: rule autoscaled-variant-update) with the range, policies and scheduled actions it had."""
+    stack = f"{ENV}-{day_two.RETYPED_MODEL}"
+    name = outputs_by_stack[stack]["EndpointName"]
+    sagemaker, scaling = aws.client("sagemaker"), aws.client("application-autoscaling")
+    endpoint = sagemaker.describe_endpoint(EndpointName=name)
+    variants = {v["VariantName"]: v.get("InstanceType") for v in sagemaker.describe_endpoint_config(
+        EndpointConfigName=endpoint["EndpointConfigName"])["ProductionVariants"]}
+    registered = [t for resource_id, t in live.targets.items() if resource_id.startswith(f"endpoint/{name}/variant/")]
+    problems = [] if endpoint["EndpointStatus"] == "InService" else [f"endpoint {endpoint['EndpointStatus']}"]
+    if len(registered) != 1 or set(variants.values()) != {day_two.RETYPED_TO}:
+        problems.append(f"variants {variants}, {len(registered)} registered as scalable targets on day two")
+    else:
+        (before,) = registered
+        after = day_two.described_target(scaling, before.resource_id)
+        if after is None:
+            problems.append(f"{before.resource_id} not registered again")
+        elif after.registered_at <= before.registered_at:
+            problems.append(f"{before.resource_id} never deregistered, although its instance type changed")
+        elif (after.capacity, after.policies, after.scheduled) != (before.capacity, before.policies, before.scheduled):
+            problems.append(f"{before.resource_id} registered again as {after}, day two registered {before}")
+    result.problems += [f"release N+1: {stack}: {p}" for p in problems]
+    if problems:
+        return f"release N+1: {stack}'s instance-type change read back ({len(problems)} problems)"
+    (target,) = registered
+    return (f"release N+1: {name} InService on {day_two.RETYPED_TO} (variant {', '.join(variants)}) in one deploy; "
+            f"{target.resource_id} registered again as a scalable target ({target.capacity[0]}-{target.capacity[1]}; "
+            f"scaling policies: {len(target.policies)}, scheduled actions: {len(target.scheduled)})")
+
+
 # What a neuron-cores fleet's stack replaces when a member leaves: the task definition (a new revision serving the
 # members left, on the cores re-split among them) and the dashboard (its rows for the member go; moto names a
 # dashboard anew on every update). Its load balancer, listener, the other members' target groups and rules and
@@ -881,15 +917,17 @@ def rehearse(workdir: Path, clock: Clock, result: Result, log: Callable[[str], N
 
         with step(f"cdk deploy '{ENV}/*'") as s:
             resources, outputs_by_stack = deploy(cdk_out, stacks, published, "deploy.log")
+            in_process = (moto_patches.LIVE_VALUE, moto_patches.SCALING_HANDOVER)  # patches run their handlers
             result.custom_resources_not_run = sorted(
                 f"{st.stack_name}/{k} ({r['Type']})" for st in stacks
                 for k, r in st.template.get("Resources", {}).items()
                 if (r["Type"].startswith("Custom::") or r["Type"] == "AWS::CloudFormation::CustomResource")
-                and r["Type"] != moto_patches.LIVE_VALUE)
-            readers = sum(r["Type"] == moto_patches.LIVE_VALUE for st in stacks
-                          for r in st.template.get("Resources", {}).values())
-            result.checks.append(f"{readers} deploy-time readers (Custom::LiveValue) ran their own read function in "
-                                 f"the emulator (patch live-values)")
+                and r["Type"] not in in_process)
+            readers, handovers = (sum(r["Type"] == kind for st in stacks
+                                      for r in st.template.get("Resources", {}).values()) for kind in in_process)
+            result.checks.append(f"{readers} deploy-time readers (Custom::LiveValue) and {handovers} scaling handovers "
+                                 f"(Custom::ScalingHandover) ran their own functions in the emulator (patches "
+                                 f"live-values, scaling-handover)")
             s.detail = f"{len(stacks)} stacks checked against their templates"
             check_load_test(aws, outputs_by_stack, config_dir, result)
             if any(r["Type"] == "AWS::ECS::Service" for st in stacks for r in st.template.get("Resources", {}).values()):
@@ -943,13 +981,17 @@ def rehearse(workdir: Path, clock: Clock, result: Result, log: Callable[[str], N
                     "release membership -> staging repository through the assumed deploy role) ran in full")
 
         # ------------------------------------------------------------------ day two
-        with step("day two: production moved to the alternate target groups, counts scaled (ELB, ECS, SageMaker APIs)") as s:
+        with step("day two: production moved to the alternate target groups, counts scaled, variants registered as "
+                  "scalable targets (ELB, ECS, SageMaker, Application Auto Scaling APIs)") as s:
             live = day_two.shift_and_scale(aws, outputs_by_stack)
+            # Registered here, not at the first deploy: nothing before release N+1 changes an instance type.
+            live.targets = day_two.register_variant_targets(aws, {st.stack_name: st.template for st in stacks})
             s.detail = (f"{len(live.rules)} production rules at 0/100, {len(live.tasks)} services at "
-                        f"{day_two.SCALED_TASKS} tasks, copies {dict(sorted(live.copies.items()))}")
+                        f"{day_two.SCALED_TASKS} tasks, copies {dict(sorted(live.copies.items()))}, "
+                        f"variant targets registered: {len(live.targets)}")
 
         all_resources = dict(resources)
-        with step("release N+1: new digests, batch size and fleet capacity changed; cdk deploy") as s:
+        with step("release N+1: new digests, batch size, fleet capacity and an instance type changed; cdk deploy") as s:
             published_next = publish_images(aws, release_manifest, "N+1")
             result.config_changes += day_two.change_for_next_release(config_dir)
             pin_dev(config_dir, published_next, release_manifest)
@@ -958,6 +1000,13 @@ def rehearse(workdir: Path, clock: Clock, result: Result, log: Callable[[str], N
             all_resources.update(deployed)
             checks, problems = day_two.check_kept(aws, live, "release N+1")
             checks.append(check_config_change(aws, outputs_by_stack, result))
+            if f"{ENV}-{day_two.RETYPED_MODEL}" in outputs_by_stack:
+                checks.append(check_instance_type_change(aws, outputs_by_stack, live, result))
+            else:
+                result.not_run.append(
+                    f"an instance-type change of an autoscaled dedicated endpoint in one deploy: "
+                    f"{day_two.RETYPED_MODEL}, the endpoint release N+1 retypes, is a sample model (--add-models); "
+                    f"tests/stacks/test_instance_type_change.py deploys that change on moto")
             result.checks += checks
             result.problems += problems
             s.detail = f"{len(stacks)} stacks updated; {len(checks)} day-two checks, {len(problems)} failed"

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import re
+import threading
 from collections.abc import Callable, Iterator
 
 from rehearsal.aws_rules import RULES
@@ -22,6 +23,8 @@ MOTO_VERSION = "5.2.5"  # the version these defects were found on; the server re
 
 # The deploy-time reader of inferstack.constructs.live_values (patches live-values, new-values-update-readers).
 LIVE_VALUE = "Custom::LiveValue"
+# inferstack.constructs.scaling_handover's resource type (patch scaling-handover); that module loads the CDK.
+SCALING_HANDOVER = "Custom::ScalingHandover"
 _replace = replace
 
 
@@ -755,12 +758,85 @@ def _deleted_stack_outputs() -> Undo:
     return undo
 
 
-# ----------------------------------------------------------------------------- live-values
+# ----------------------------------------------------------------------------- custom resources run in process
 
-# The emulator's own URL, set by moto_server before it applies the patches: the readers' AWS calls go back to it.
+# The emulator's own URL, set by moto_server before it applies the patches: the handlers' AWS calls go back to it.
 # Unset (moto in-process, mock_aws), boto3's calls are moto's anyway.
 EMULATOR_URL_ENV = "INFERSTACK_EMULATOR_URL"
 
+# A custom resource's handler as the emulator runs it: (its properties, a boto3 client factory acting as the stack's
+# account, "Create" | "Update", its logical id) -> the Data its Lambda would send back.
+InProcessHandler = Callable[[dict, Callable, str, str], dict]
+# Custom resource type -> its handler, while a patch that runs it is applied (live-values, scaling-handover).
+_IN_PROCESS: dict[str, InProcessHandler] = {}
+_in_process_undo: list[Undo] = []
+
+
+def _run_in_process(resource_type: str, handler: InProcessHandler) -> Undo:
+    """Run `resource_type`'s handler in the emulator's process on Create and Update, as CloudFormation runs its
+    Lambda. One create and one update on moto's CustomModel serve every such type (installed with the first,
+    removed with the last): moto has no update for a custom resource at all (its update leaves None as the parsed
+    resource), and would create one by invoking its Lambda in Docker (or, patched, not at all:
+    custom-resources-without-docker). Custom resources of other types keep what they had on an update: their
+    handlers do not run here (the rehearsal reports them as not run)."""
+    import os
+
+    import boto3
+    from moto.cloudformation import cloudformation_backends
+    from moto.cloudformation.custom_model import CustomModel
+    from moto.moto_api._internal import mock_random
+
+    def client_for(account_id: str, region_name: str):
+        def client(service: str):
+            return boto3.client(service, region_name=region_name, endpoint_url=os.environ.get(EMULATOR_URL_ENV),
+                                aws_access_key_id=account_id, aws_secret_access_key="in-process")
+        return client
+
+    if not _IN_PROCESS:
+        if "update_from_cloudformation_json" in CustomModel.__dict__:
+            raise RuntimeError("moto's CustomModel updates itself now: re-check the live-values and scaling-handover "
+                               "patches")
+        original_create = CustomModel.__dict__["create_from_cloudformation_json"].__func__
+
+        def create_from_cloudformation_json(cls, resource_name, cloudformation_json, account_id, region_name,
+                                            **kwargs):
+            kind = kwargs.get("ResourceType")
+            if kind not in _IN_PROCESS:
+                return original_create(cls, resource_name, cloudformation_json, account_id, region_name, **kwargs)
+            resource = cls(region_name, str(mock_random.uuid4()), kwargs["LogicalId"], resource_name)
+            resource.in_process_type = kind
+            cloudformation_backends[account_id][region_name].get_stack(kwargs["StackId"]).add_custom_resource(resource)
+            resource.set_data(_IN_PROCESS[kind](cloudformation_json["Properties"], client_for(account_id, region_name),
+                                                "Create", kwargs["LogicalId"]))
+            return resource
+
+        def update_from_cloudformation_json(cls, original_resource, new_resource_name, cloudformation_json,
+                                            account_id, region_name):
+            kind = getattr(original_resource, "in_process_type", None)
+            if kind in _IN_PROCESS:
+                original_resource.set_data(_IN_PROCESS[kind](cloudformation_json["Properties"],
+                                                             client_for(account_id, region_name), "Update",
+                                                             original_resource.logical_id))
+            return original_resource
+
+        undo_create = _replace(CustomModel, "create_from_cloudformation_json",
+                               classmethod(create_from_cloudformation_json))
+        CustomModel.update_from_cloudformation_json = classmethod(update_from_cloudformation_json)
+
+        def uninstall() -> None:
+            delattr(CustomModel, "update_from_cloudformation_json")
+            undo_create()
+        _in_process_undo.append(uninstall)
+    _IN_PROCESS[resource_type] = handler
+
+    def undo() -> None:
+        del _IN_PROCESS[resource_type]
+        if not _IN_PROCESS:
+            _in_process_undo.pop()()
+    return undo
+
+
+# ----------------------------------------------------------------------------- live-values
 
 def _live_values() -> Undo:
     """A Custom::LiveValue (inferstack.constructs.live_values) reads, at deploy time, the values an update must
@@ -769,50 +845,41 @@ def _live_values() -> Undo:
     reader itself in the emulator's process on Create and Update: the Lambda's own `read`, from the same source
     (inferstack.constructs.live_values_handler), with boto3 clients on this emulator, as the stack's account.
     (What reads a reader that was read again is updated by the patch new-values-update-readers.)"""
-    import os
-
-    import boto3
-    from moto.cloudformation import cloudformation_backends
-    from moto.cloudformation.custom_model import CustomModel
-    from moto.moto_api._internal import mock_random
-
     from inferstack.constructs.live_values_handler import load
 
     read = load()
-    original_create = CustomModel.__dict__["create_from_cloudformation_json"].__func__
+    return _run_in_process(LIVE_VALUE, lambda properties, client, _request, _logical: read(properties["Read"], client))
 
-    def client_for(account_id: str, region_name: str):
-        def client(service: str):
-            return boto3.client(service, region_name=region_name, endpoint_url=os.environ.get(EMULATOR_URL_ENV),
-                                aws_access_key_id=account_id, aws_secret_access_key="live-values")
-        return client
 
-    def create_from_cloudformation_json(cls, resource_name, cloudformation_json, account_id, region_name, **kwargs):
-        if kwargs.get("ResourceType") != LIVE_VALUE:
-            return original_create(cls, resource_name, cloudformation_json, account_id, region_name, **kwargs)
-        resource = cls(region_name, str(mock_random.uuid4()), kwargs["LogicalId"], resource_name)
-        resource.live_value = True
-        cloudformation_backends[account_id][region_name].get_stack(kwargs["StackId"]).add_custom_resource(resource)
-        resource.set_data(read(cloudformation_json["Properties"]["Read"], client_for(account_id, region_name)))
-        return resource
+# ----------------------------------------------------------------------------- scaling-handover
 
-    def update_from_cloudformation_json(cls, original_resource, new_resource_name, cloudformation_json, account_id,
-                                        region_name):
-        # Other custom resources keep what they had: their handlers do not run here (reported as not run).
-        if getattr(original_resource, "live_value", False):
-            original_resource.set_data(read(cloudformation_json["Properties"]["Read"],
-                                            client_for(account_id, region_name)))
-        return original_resource
+# (logical id, request type, what the handler did) of every scaling handover run, while the patch is applied
+SCALING_HANDOVERS: list[tuple[str, str, str]] = []
 
-    if "update_from_cloudformation_json" in CustomModel.__dict__:
-        raise RuntimeError("moto's CustomModel updates itself now: re-check the live-values patch")
-    undo_create = _replace(CustomModel, "create_from_cloudformation_json", classmethod(create_from_cloudformation_json))
-    CustomModel.update_from_cloudformation_json = classmethod(update_from_cloudformation_json)
 
-    def undo() -> None:
-        delattr(CustomModel, "update_from_cloudformation_json")
-        undo_create()
-    return undo
+def _scaling_handover() -> Undo:
+    """A Custom::ScalingHandover (inferstack.constructs.scaling_handover) deregisters an autoscaled variant's
+    scalable target before CloudFormation updates the Endpoint to another instance type, and registers it again
+    after. moto would invoke its Lambda in Docker (or, patched, not at all: custom-resources-without-docker), and
+    the Endpoint's update then meets the registered target (rule autoscaled-variant-update refuses it, as
+    UpdateEndpoint is refused on AWS). Run the handover itself in the emulator's process on Create and Update: the
+    Lambda's own `hand_over`, from the same source (inferstack.constructs.scaling_handover_handler), with boto3
+    clients on this emulator, as the stack's account; each run is recorded and logged."""
+    import sys
+
+    from inferstack.constructs.scaling_handover_handler import load
+
+    hand_over = load()
+    SCALING_HANDOVERS.clear()
+
+    def run(properties: dict, client: Callable, request: str, logical_id: str) -> dict:
+        data = hand_over(properties, client, request)
+        SCALING_HANDOVERS.append((logical_id, request, data["Action"]))
+        print(f"moto patch scaling-handover: {request} {logical_id} ({properties['Target']['ResourceId']}): "
+              f"{data['Action']}", file=sys.stderr, flush=True)
+        return data
+
+    return _run_in_process(SCALING_HANDOVER, run)
 
 
 # ----------------------------------------------------------------------------- task-definition-properties
@@ -942,6 +1009,156 @@ def _ecs_agent_state_changes() -> Undo:
     return lambda: delattr(EC2ContainerServiceResponse, "submit_task_state_change")
 
 
+# ----------------------------------------------------------------------------- sagemaker-replacements-in-cleanup
+
+_cleanup = threading.local()  # .pending: deletions deferred to the end of the stack update in progress, if any
+
+
+def _sagemaker_replacements_in_cleanup() -> Undo:
+    """CloudFormation replaces an AWS::SageMaker::Model or EndpointConfig whose properties change (every property
+    is create-only): it "creates the replacement resource first, changes references from other dependent resources
+    to point to the replacement resource, and then deletes the old resource" ("Understand update behaviors of stack
+    resources",
+    https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/using-cfn-updating-stacks-update-behaviors.html),
+    in the cleanup phase after every update (UPDATE_COMPLETE_CLEANUP_IN_PROGRESS,
+    https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/using-cfn-updating-stacks-monitor-stack.html), so
+    the Endpoint names an existing config throughout. moto's update handlers delete the old one first, at once:
+    until the Endpoint moves, it names a config that is gone, and whatever reads the endpoint's current config
+    during the update (the scaling handover before UpdateEndpoint) fails with `Could not find endpoint
+    configuration`. Create the new one and delete the old one once the stack's update has done everything else.
+    (Rule removals-in-cleanup defers what a template no longer has; a replacement keeps its logical id, so that
+    rule never sees the old physical resource.) When the update fails, the old ones are kept."""
+    from moto.cloudformation.parsing import ResourceMap
+    from moto.sagemaker.models import FakeEndpointConfig, Model
+
+    arns = {Model: lambda resource: resource.arn, FakeEndpointConfig: lambda resource: resource.endpoint_config_arn}
+
+    def deferred(model: type):
+        original = model.__dict__["update_from_cloudformation_json"].__func__
+
+        def update_from_cloudformation_json(cls, original_resource, new_resource_name, cloudformation_json,
+                                            account_id, region_name):
+            pending = getattr(_cleanup, "pending", None)
+            if pending is None:  # not inside a stack update: moto's own
+                return original(cls, original_resource, new_resource_name, cloudformation_json, account_id,
+                                region_name)
+            new = cls.create_from_cloudformation_json(new_resource_name, cloudformation_json, account_id, region_name)
+            old = arns[model](original_resource)
+            pending.append(lambda: cls.delete_from_cloudformation_json(old, cloudformation_json, account_id,
+                                                                       region_name))
+            return new
+        return classmethod(update_from_cloudformation_json)
+
+    original_update = ResourceMap.__dict__["update"]
+
+    def update(self, template: dict, parameters: dict | None = None) -> None:
+        outer = getattr(_cleanup, "pending", None)
+        _cleanup.pending = []
+        try:
+            original_update(self, template, parameters)
+            for delete in _cleanup.pending:
+                delete()
+        finally:
+            _cleanup.pending = outer
+
+    undo = [_replace(model, "update_from_cloudformation_json", deferred(model)) for model in arns]
+    undo.append(_replace(ResourceMap, "update", update))
+
+    def undo_all() -> None:
+        for restore in reversed(undo):
+            restore()
+    return undo_all
+
+
+# ----------------------------------------------------------------------------- updates-in-dependency-order
+
+SUB_REFERENCE = re.compile(r"\$\{([^!}][^}.]*)")  # ${Name} or ${Name.Attribute} in Fn::Sub; ${!Literal} is none
+
+
+def _references(resource: dict) -> set[str]:
+    """The names `resource` depends on (logical ids among them): DependsOn, Ref, Fn::GetAtt, Fn::Sub."""
+    depends = resource.get("DependsOn") or []
+    found = set([depends] if isinstance(depends, str) else depends)
+
+    def walk(value) -> None:
+        if isinstance(value, dict):
+            ref, get_att = value.get("Ref"), value.get("Fn::GetAtt")
+            if isinstance(ref, str):
+                found.add(ref)
+            if isinstance(get_att, list) and get_att:
+                found.add(get_att[0])
+            elif isinstance(get_att, str):
+                found.add(get_att.split(".", 1)[0])
+            sub = value.get("Fn::Sub")
+            text = sub[0] if isinstance(sub, list) and sub else sub
+            if isinstance(text, str):
+                found.update(SUB_REFERENCE.findall(text))
+            for item in value.values():
+                walk(item)
+        elif isinstance(value, list):
+            for item in value:
+                walk(item)
+
+    walk(resource.get("Properties") or {})
+    return found
+
+
+def _updates_in_dependency_order() -> Undo:
+    """CloudFormation updates a resource after what it depends on: "if the properties of resource A use a !Ref to
+    resource B [...] Resource B is updated before resource A", and the same for !GetAtt, !Sub and DependsOn
+    ("DependsOn attribute",
+    https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/aws-attribute-dependson.html). moto updates
+    a stack's changed resources in template order, retrying only those that raise: a resource is updated before one
+    it reads (and reads its old value) or before one it must follow (the scaling handover's restore, which depends
+    on the Endpoint, runs first, finds the old instance type and deregisters the target instead of registering it
+    again). Order the updates so, keeping moto's order among resources that do not depend on each other. Apply it
+    after new-values-update-readers, so that what that patch adds is ordered too."""
+    from moto.cloudformation.parsing import ResourceMap
+
+    original = ResourceMap.__dict__["build_resource_diff"]
+
+    def build_resource_diff(self, other_template, parameters=None):
+        actions = original(self, other_template, parameters)
+        new = other_template["Resources"]
+        pending, ordered = list(actions["Modify"]), []
+        references = {name: _references(new[name]) - {name} for name in pending}
+        while pending:
+            waiting = set(pending)
+            ready = [name for name in pending if not references[name] & waiting]
+            ready = ready or pending  # a cycle CloudFormation would refuse: moto's order, as before
+            ordered += ready
+            pending = [name for name in pending if name not in ready]
+        actions["Modify"] = ordered
+        return actions
+
+    return _replace(ResourceMap, "build_resource_diff", build_resource_diff)
+
+
+# ----------------------------------------------------------------------------- deregister-keeps-policies
+
+def _deregister_keeps_policies() -> Undo:
+    """On AWS, "deregistering a scalable target deletes the scaling policies and the scheduled actions that are
+    associated with it" (DeregisterScalableTarget,
+    https://docs.aws.amazon.com/autoscaling/application/APIReference/API_DeregisterScalableTarget.html). moto's
+    deletes the target only: its policies and scheduled actions stay, so whoever registers it again (the scaling
+    handover after an instance-type change) seems to have put them back whether it did or not. Delete them with the
+    target."""
+    from moto.applicationautoscaling.models import ApplicationAutoscalingBackend
+
+    original = ApplicationAutoscalingBackend.__dict__["deregister_scalable_target"]
+
+    def deregister_scalable_target(self, namespace: str, r_id: str, dimension: str) -> None:
+        original(self, namespace, r_id, dimension)  # raises when there is no such target, as AWS
+        for policy in [p for p in self.policies.values() if (p.service_namespace, p.resource_id,
+                                                             p.scalable_dimension) == (namespace, r_id, dimension)]:
+            self.delete_scaling_policy(policy.policy_name, namespace, r_id, dimension)
+        for action in [a for a in self.scheduled_actions if (a.service_namespace, a.resource_id,
+                                                             a.scalable_dimension) == (namespace, r_id, dimension)]:
+            self.delete_scheduled_action(namespace, action.scheduled_action_name, r_id, dimension)
+
+    return _replace(ApplicationAutoscalingBackend, "deregister_scalable_target", deregister_scalable_target)
+
+
 PATCHES: tuple[Patch, ...] = (
     Patch("account-from-access-key",
           "moto answers every unknown access key as its default account 123456789012 (MOTO_ACCOUNT_ID would "
@@ -1022,6 +1239,11 @@ PATCHES: tuple[Patch, ...] = (
           "moto runs only in Docker: the reader's own read function runs in the emulator's process on Create and "
           "Update",
           _live_values),
+    Patch("scaling-handover",
+          "Custom::ScalingHandover (deregisters an autoscaled variant's scalable target before an instance-type change "
+          "and registers it again after) needs its Lambda, which moto runs only in Docker: the handover's own "
+          "function runs in the emulator's process on Create and Update",
+          _scaling_handover),
     Patch("task-definition-update",
           "an updated AWS::ECS::TaskDefinition registers its revision with the template's PascalCase container "
           "definitions (Image, not image): the revision a service runs after an update names no image",
@@ -1031,6 +1253,20 @@ PATCHES: tuple[Patch, ...] = (
           "re-reads a live value, leaves what references it untouched (moto updates only resources whose template "
           "text changed): the component, endpoint config and ECS service keep naming the old ones",
           _new_values_update_readers),
+    Patch("sagemaker-replacements-in-cleanup",
+          "an update replacing a SageMaker Model or EndpointConfig deletes the old one at once, not in the cleanup "
+          "phase after every update: until the Endpoint moves, it names a config that is gone (DescribeEndpointConfig "
+          "of it fails during the update)",
+          _sagemaker_replacements_in_cleanup),
+    Patch("updates-in-dependency-order",
+          "an update changes a stack's resources in template order (retrying what raises), not after what each "
+          "depends on (DependsOn, Ref, Fn::GetAtt, Fn::Sub): a resource reads the old value of one updated after it, "
+          "and the scaling handover's restore runs before the Endpoint it follows",
+          _updates_in_dependency_order),
+    Patch("deregister-keeps-policies",
+          "DeregisterScalableTarget leaves the target's scaling policies and scheduled actions in place (AWS deletes "
+          "them with it): whoever registers the target again seems to have restored them",
+          _deregister_keeps_policies),
     Patch("sagemaker-inference-components",
           "AWS::SageMaker::InferenceComponent is not modeled (skipped by CloudFormation) and the inference-component "
           "API is not implemented: a fleet member's stack gets no component, promote cannot read what it runs; "

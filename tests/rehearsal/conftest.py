@@ -1,4 +1,5 @@
-"""Fixtures of the image tier (marker image_build: tests/rehearsal/test_image_build.py): dev and staging
+"""moto_env, for the emulator patches' and rules' backend-level tests; and the fixtures of the image tier (marker
+image_build: tests/rehearsal/test_image_build.py): dev and staging
 synthesized by the real CDK CLI (the assets `cdk deploy` would hand to Docker: dev's serving images, which staging
 builds alike, and staging's load-test image), and each image asset rehearsed once per session (shared between
 xdist workers)."""

@@ -17,14 +17,6 @@ from rehearsal import moto_patches
 ACCOUNT, REGION = "111111111111", "us-east-1"
 
 
-@pytest.fixture
-def moto_env(monkeypatch):
-    for key in ("AWS_ENDPOINT_URL", "AWS_PROFILE", "AWS_SESSION_TOKEN", "MOTO_ACCOUNT_ID"):
-        monkeypatch.delenv(key, raising=False)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
-
 
 def test_every_patch_is_named_documented_and_tested_here():
     tested = {name.removeprefix("test_patch_").split("__")[0].replace("_", "-")
@@ -634,6 +626,195 @@ def test_patch_live_values(moto_env):
         assert copies() == "3"  # the reader read again, and the parameter reading it was updated after it
 
 
+# ----------------------------------------------------------------------------- scaling-handover
+
+HANDED_OVER = "dev-retyped"  # an endpoint whose variant is autoscaled, as the handover finds it
+HANDED_OVER_TARGET = {"ServiceNamespace": "sagemaker", "ResourceId": f"endpoint/{HANDED_OVER}/variant/AllTraffic",
+                      "ScalableDimension": "sagemaker:variant:DesiredInstanceCount"}
+TARGET_TRACKING = {"TargetValue": 1596, "PredefinedMetricSpecification": {
+    "PredefinedMetricType": "SageMakerVariantInvocationsPerInstance"}}
+
+
+def _autoscaled_endpoint(instance_type: str) -> None:
+    """`HANDED_OVER` on `instance_type`, its variant a registered scalable target (1-2) with a policy."""
+    sagemaker, scaling = boto3.client("sagemaker"), boto3.client("application-autoscaling")
+    sagemaker.create_model(ModelName="retyped", ExecutionRoleArn="arn:aws:iam::123456789012:role/x",
+                           PrimaryContainer={"Image": "123456789012.dkr.ecr.us-east-1.amazonaws.com/m:1"})
+    sagemaker.create_endpoint_config(EndpointConfigName="retyped", ProductionVariants=[{
+        "VariantName": "AllTraffic", "ModelName": "retyped", "InitialInstanceCount": 1, "InstanceType": instance_type}])
+    sagemaker.create_endpoint(EndpointName=HANDED_OVER, EndpointConfigName="retyped")
+    scaling.register_scalable_target(**HANDED_OVER_TARGET, MinCapacity=1, MaxCapacity=2)
+
+
+def _handover_stack(instance_type: str) -> dict:
+    """A Custom::ScalingHandover asking for `instance_type` (its properties as inferstack renders them)."""
+    return {"Resources": {
+        "Function": {"Type": "AWS::Lambda::Function", "Properties": {
+            "Role": "arn:aws:iam::123456789012:role/handover", "Runtime": "python3.12", "Handler": "index.handler",
+            "Code": {"ZipFile": "def handler(event, context): pass"}}},
+        "Handover": {"Type": moto_patches.SCALING_HANDOVER, "Properties": {
+            "ServiceToken": {"Fn::GetAtt": ["Function", "Arn"]}, "EndpointName": HANDED_OVER,
+            "VariantName": "AllTraffic", "InstanceType": instance_type,
+            "Target": {**HANDED_OVER_TARGET, "MinCapacity": 1, "MaxCapacity": 2},
+            "Policies": [{"PolicyName": "invocations", "PolicyType": "TargetTrackingScaling",
+                          "TargetTrackingScalingPolicyConfiguration": TARGET_TRACKING}]}}}}
+
+
+def _registered() -> list[tuple[int, int]]:
+    targets = boto3.client("application-autoscaling").describe_scalable_targets(
+        ServiceNamespace="sagemaker", ResourceIds=[HANDED_OVER_TARGET["ResourceId"]])["ScalableTargets"]
+    return [(t["MinCapacity"], t["MaxCapacity"]) for t in targets]
+
+
+def test_patch_scaling_handover(moto_env):
+    """The handover runs in moto (its own hand_over) on create and on update: asked for another instance type than
+    the endpoint runs, it deregisters the variant's target; asked for the one it runs, it registers it again."""
+    with mock_aws(config={"lambda": {"use_docker": False}}), moto_patches.applied("custom-resources-without-docker"):
+        boto3.client("iam").create_role(RoleName="handover", AssumeRolePolicyDocument="{}")
+        _autoscaled_endpoint("ml.g4dn.xlarge")
+        boto3.client("cloudformation").create_stack(StackName="plain",
+                                                    TemplateBody=json.dumps(_handover_stack("ml.g4dn.2xlarge")))
+        assert _registered() == [(1, 2)]  # marked created, nothing released: UpdateEndpoint would be refused
+    with mock_aws(config={"lambda": {"use_docker": False}}), moto_patches.applied(
+            "custom-resources-without-docker", "scaling-handover"):
+        boto3.client("iam").create_role(RoleName="handover", AssumeRolePolicyDocument="{}")
+        _autoscaled_endpoint("ml.g4dn.xlarge")
+        cloudformation = boto3.client("cloudformation")
+        cloudformation.create_stack(StackName="patched", TemplateBody=json.dumps(_handover_stack("ml.g4dn.2xlarge")))
+        assert _registered() == []  # released before the endpoint moves
+        cloudformation.update_stack(StackName="patched", TemplateBody=json.dumps(_handover_stack("ml.g4dn.xlarge")))
+        assert _registered() == [(1, 2)]  # the endpoint runs what is asked: registered again, with its policy
+        policies = boto3.client("application-autoscaling").describe_scaling_policies(
+            ServiceNamespace="sagemaker", ResourceId=HANDED_OVER_TARGET["ResourceId"])["ScalingPolicies"]
+        assert [p["PolicyName"] for p in policies] == ["invocations"]
+        assert moto_patches.SCALING_HANDOVERS == [("Handover", "Create", "released"),
+                                                  ("Handover", "Update", "restored")]
+
+
+# ----------------------------------------------------------------------------- sagemaker-replacements-in-cleanup
+
+def _endpoint_on(instance_type: str, image: str) -> dict:
+    template = _endpoint_stack("dev-replaced")
+    template["Resources"]["Model"]["Properties"]["PrimaryContainer"]["Image"] += image
+    template["Resources"]["Config"]["Properties"]["ProductionVariants"][0]["InstanceType"] = instance_type
+    return template
+
+
+def test_patch_sagemaker_replacements_in_cleanup(moto_env):
+    """A new image and instance type replace the endpoint's Model and EndpointConfig: while CloudFormation updates
+    the Endpoint, the config it still names (and that config's model) must exist; after the update, only the new
+    ones do."""
+    from moto.sagemaker.models import FakeEndpoint, sagemaker_backends
+
+    def replaced(*patches: str) -> tuple[list[tuple[bool, bool]], int, int]:
+        """(whether the endpoint's config and its model existed when the Endpoint's update began, configs and
+        models left after the update)"""
+        seen = []
+        with mock_aws(), moto_patches.applied("sagemaker-endpoint-name", "new-values-update-readers", *patches):
+            original = FakeEndpoint.__dict__["update_from_cloudformation_json"].__func__
+
+            def spy(cls, original_resource, new_resource_name, cloudformation_json, account_id, region_name):
+                backend = sagemaker_backends[account_id][region_name]
+                config = backend.endpoint_configs.get(original_resource.endpoint_config_name)
+                seen.append((config is not None, config is not None and
+                             config.production_variants[0]["ModelName"] in backend._models))
+                return original(cls, original_resource, new_resource_name, cloudformation_json, account_id,
+                                region_name)
+
+            undo = moto_patches.replace(FakeEndpoint, "update_from_cloudformation_json", classmethod(spy))
+            try:
+                cloudformation, sagemaker = boto3.client("cloudformation"), boto3.client("sagemaker")
+                cloudformation.create_stack(StackName="s", TemplateBody=json.dumps(_endpoint_on("ml.g4dn.xlarge", "1")))
+                cloudformation.update_stack(StackName="s",
+                                            TemplateBody=json.dumps(_endpoint_on("ml.g4dn.2xlarge", "2")))
+                return (seen, len(sagemaker.list_endpoint_configs()["EndpointConfigs"]),
+                        len(sagemaker.list_models()["Models"]))
+            finally:
+                undo()
+
+    assert replaced() == ([(False, False)], 1, 1)  # deleted before the endpoint moved off them
+    assert replaced("sagemaker-replacements-in-cleanup") == ([(True, True)], 1, 1)  # kept until the cleanup
+
+
+def test_replacements_are_kept_when_the_update_fails(moto_env):
+    """The Endpoint's update refused (rule autoscaled-variant-update): the endpoint still runs its old config."""
+    with mock_aws(), moto_patches.applied("sagemaker-endpoint-name", "new-values-update-readers",
+                                          "sagemaker-replacements-in-cleanup", "autoscaled-variant-update"):
+        cloudformation, sagemaker = boto3.client("cloudformation"), boto3.client("sagemaker")
+        cloudformation.create_stack(StackName="s", TemplateBody=json.dumps(_endpoint_on("ml.g4dn.xlarge", "1")))
+        boto3.client("application-autoscaling").register_scalable_target(
+            ServiceNamespace="sagemaker", ResourceId="endpoint/dev-replaced/variant/AllTraffic",
+            ScalableDimension="sagemaker:variant:DesiredInstanceCount", MinCapacity=1, MaxCapacity=2)
+        with pytest.raises(cloudformation.exceptions.ClientError, match="registered as Application Auto Scaling"):
+            cloudformation.update_stack(StackName="s", TemplateBody=json.dumps(_endpoint_on("ml.g4dn.2xlarge", "2")))
+        config = sagemaker.describe_endpoint(EndpointName="dev-replaced")["EndpointConfigName"]
+        (variant,) = sagemaker.describe_endpoint_config(EndpointConfigName=config)["ProductionVariants"]
+        assert variant["InstanceType"] == "ml.g4dn.xlarge"
+        sagemaker.describe_model(ModelName=variant["ModelName"])
+
+
+# ----------------------------------------------------------------------------- updates-in-dependency-order
+
+def _reader_before_source(version: str) -> dict:
+    """A parameter reading (Ref) another that the same update replaces, listed before it."""
+    return {"Resources": {
+        "Reader": {"Type": "AWS::SSM::Parameter", "Properties": {
+            "Name": "/rehearsal/reader", "Type": "String", "Value": {"Fn::Join": ["-", [{"Ref": "Source"}, version]]}}},
+        "Source": {"Type": "AWS::SSM::Parameter", "Properties": {
+            "Name": f"/rehearsal/source-{version}", "Type": "String", "Value": "v"}}}}
+
+
+def test_patch_updates_in_dependency_order(moto_env):
+    def read_after_update() -> str:
+        cloudformation = boto3.client("cloudformation")
+        cloudformation.create_stack(StackName="s", TemplateBody=json.dumps(_reader_before_source("1")))
+        cloudformation.update_stack(StackName="s", TemplateBody=json.dumps(_reader_before_source("2")))
+        return boto3.client("ssm").get_parameter(Name="/rehearsal/reader")["Parameter"]["Value"]
+
+    with mock_aws():
+        assert read_after_update() == "/rehearsal/source-1-2"  # updated first: it read the replaced name
+    with mock_aws(), moto_patches.applied("updates-in-dependency-order"):
+        assert read_after_update() == "/rehearsal/source-2-2"
+
+
+def test_dependency_order_follows_depends_on_and_sub():
+    from moto.cloudformation.parsing import ResourceMap
+
+    old = {name: {"Type": "AWS::SSM::Parameter", "Properties": {"Value": "1"}} for name in "ABCD"}
+    new = {"A": {"Type": "AWS::SSM::Parameter", "DependsOn": "B", "Properties": {"Value": "2"}},
+           "B": {"Type": "AWS::SSM::Parameter", "Properties": {"Value": {"Fn::Sub": "${C.Value}-${!D}"}}},
+           "C": {"Type": "AWS::SSM::Parameter", "Properties": {"Value": "2"}},
+           "D": {"Type": "AWS::SSM::Parameter", "Properties": {"Value": "2"}}}
+    resource_map = ResourceMap.__new__(ResourceMap)
+    resource_map._resource_json_map = old
+    with moto_patches.applied("updates-in-dependency-order"):
+        modify = ResourceMap.build_resource_diff(resource_map, {"Resources": new})["Modify"]
+    assert modify == ["C", "D", "B", "A"]  # ${!D} is a literal, not a reference
+
+
+# ----------------------------------------------------------------------------- deregister-keeps-policies
+
+def test_patch_deregister_keeps_policies(moto_env):
+    def left_after_deregistering() -> tuple[int, int]:
+        scaling = boto3.client("application-autoscaling")
+        key = HANDED_OVER_TARGET
+        scaling.register_scalable_target(**key, MinCapacity=1, MaxCapacity=2)
+        scaling.put_scaling_policy(**key, PolicyName="invocations", PolicyType="TargetTrackingScaling",
+                                   TargetTrackingScalingPolicyConfiguration=TARGET_TRACKING)
+        scaling.put_scheduled_action(**key, ScheduledActionName="night", Schedule="cron(0 20 ? * MON-FRI *)",
+                                     ScalableTargetAction={"MinCapacity": 1, "MaxCapacity": 1})
+        scaling.deregister_scalable_target(**key)
+        return (len(scaling.describe_scaling_policies(ServiceNamespace="sagemaker")["ScalingPolicies"]),
+                len(scaling.describe_scheduled_actions(ServiceNamespace="sagemaker")["ScheduledActions"]))
+
+    with mock_aws():
+        assert left_after_deregistering() == (1, 1)
+    with mock_aws(), moto_patches.applied("deregister-keeps-policies"):
+        assert left_after_deregistering() == (0, 0)
+        with pytest.raises(Exception, match="No scalable target found"):  # still refused when there is none
+            boto3.client("application-autoscaling").deregister_scalable_target(**HANDED_OVER_TARGET)
+
+
 # ----------------------------------------------------------------------------- change-sets-by-stack
 
 def test_patch_change_sets_by_stack(moto_env):
@@ -836,8 +1017,9 @@ def test_patch_ecs_agent_state_changes(moto_env):
 def test_cli_deploy_rehearsal():
     """The whole rehearsal once, with CI=true (the CDK CLI then prints to stdout, not stderr), on the shipped
     config plus one added model of each kind whose names sort before, between and after the shipped ones: the
-    first deploy, then day two (production moved and counts scaled as ECS and autoscaling do, release N+1,
-    rollback, a fleet member retired), then destroy."""
+    first deploy, then day two (production moved and counts scaled as ECS and autoscaling do, variants registered
+    as scalable targets, release N+1 with an autoscaled endpoint's instance type changed, rollback, a fleet member
+    retired), then destroy."""
     from rehearsal import cli_deploy, day_two
 
     if not (cli_deploy.ROOT / "node_modules" / ".bin" / "cdk").exists():
@@ -851,6 +1033,7 @@ def test_cli_deploy_rehearsal():
     assert result.workarounds and result.unmodeled and not result.leftovers
     assert any("Custom::VpcRestrictDefaultSG" in c for c in result.custom_resources_not_run)
     assert not any("Custom::LiveValue" in c for c in result.custom_resources_not_run)  # they ran
+    assert not any("Custom::ScalingHandover" in c for c in result.custom_resources_not_run)
     # Every added model was deployed and, for Triton, smoked against its own reply (names in any order).
     smoked = {line.split(":", 1)[0] for line in result.tool_lines["smoke"] if ": ok:" in line}
     assert {"a-sentiment", "m-spelling", "bert-large-classifier", "t5-spelling"} <= smoked, smoked
@@ -862,12 +1045,23 @@ def test_cli_deploy_rehearsal():
         kept = [c for c in result.checks if c.startswith(f"after {after}:")]
         assert sum("still forwards 100%" in c for c in kept) >= 4, kept  # intent-pack x3 members, 2 services
         assert any("keeps the 2 tasks" in c for c in kept) and any("copies autoscaling set" in c for c in kept)
+        target = (f"after {after}: endpoint/dev-{day_two.RETYPED_MODEL}/variant/AllTraffic keeps its scalable target "
+                  f"(1-2; scaling policies: 1, scheduled actions: 2)")
+        assert target in kept, kept
     assert any(c.startswith("retire: dev-t5-spelling and its") and "dev-intent-pack lost duplicate-bert's own" in c
                for c in result.checks)
     # release N+1 reordered intent-pack, and its new first member retired: no listener rule priority clashed
     # (the emulator refuses what ELB refuses: rule listener-rule-priority-in-use) and the fleet kept its Url.
     assert any("intent-pack: models ['intent-bert', 'duplicate-bert', 'faq-bert'] -> ['duplicate-bert', 'faq-bert', "
                "'intent-bert']" in c for c in result.config_changes)
+    # release N+1 also moved an autoscaled dedicated endpoint to another instance type, in that one deploy: the
+    # scaling handover released its target before the Endpoint's update (which the emulator refuses otherwise: rule
+    # autoscaled-variant-update) and registered it again after, with its range, policy and scheduled actions.
+    assert f"{day_two.RETYPED_MODEL}: dev capacity.instance_type ml.g4dn.xlarge -> {day_two.RETYPED_TO}" in \
+        result.config_changes
+    assert f"release N+1: dev-{day_two.RETYPED_MODEL} InService on {day_two.RETYPED_TO} (variant AllTraffic) in one " \
+        f"deploy; endpoint/dev-{day_two.RETYPED_MODEL}/variant/AllTraffic registered again as a scalable target " \
+        f"(1-2; scaling policies: 1, scheduled actions: 2)" in result.checks
     # The load-test generators (load_test given to dev in the rehearsal's config copy) deployed and read back.
     assert any(c.startswith("dev-LoadTest: CREATE_COMPLETE, 8/8 outputs") for c in result.checks)
     assert any(c.startswith("dev-LoadTest: cluster, Fargate master and worker") for c in result.checks)

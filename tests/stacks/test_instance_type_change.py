@@ -11,10 +11,13 @@ AWS, and the stack is updated to the same config with another `capacity.instance
 
 What moto cannot do is done here, in the open: the imports come from a stand-in foundation stack exporting the same
 names; the scalable target is registered by hand after the create (moto's CloudFormation does not model
-AWS::ApplicationAutoScaling::*, so on moto it is the handover alone that registers it again after the update);
-three emulator gaps are closed by test-local patches (each says what CloudFormation does that moto does not):
-the handover's Lambda runs in-process (moto runs custom resources in Docker), a replaced EndpointConfig is deleted
-in the cleanup phase, and an update runs its resources in dependency order."""
+AWS::ApplicationAutoScaling::*, so on moto it is the handover alone that registers it again after the update).
+moto's own defects on this path are worked around by the CLI rehearsal's named patches (rehearsal/moto_patches.py,
+each shown failing on plain moto in tests/rehearsal/test_cli_deploy.py): among them, the handover's Lambda runs
+in-process (scaling-handover), a replaced EndpointConfig is deleted in the cleanup phase
+(sagemaker-replacements-in-cleanup), an update runs its resources in dependency order (updates-in-dependency-order)
+and deregistering a target deletes its policy (deregister-keeps-policies), so the policy found after the update is
+the one the handover put back."""
 
 from __future__ import annotations
 
@@ -32,7 +35,6 @@ from moto import mock_aws
 
 from inferstack import config
 from inferstack.constructs.scaling_handover import RESOURCE_TYPE
-from inferstack.constructs.scaling_handover_handler import load
 from rehearsal import moto_patches
 from rehearsal.aws_rules import sagemaker as rules
 from tests.support.paths import CONFIG_DIR
@@ -42,8 +44,11 @@ from tests.support.templates import only, resources
 ENV, MODEL, NEW_TYPE = "staging", "t5-spelling", "ml.g4dn.2xlarge"
 ENDPOINT = f"{ENV}-{MODEL}"
 RESOURCE_ID = rules.variant_resource_id(ENDPOINT, "AllTraffic")
-# moto's own defects on this path, worked around by the CLI rehearsal's named patches.
-WORKAROUNDS = ("sagemaker-endpoint-name", "getatt-of-unmodeled-resource", "new-values-update-readers")
+# moto's own defects on this path, worked around by the CLI rehearsal's named patches (in the order PATCHES has
+# them: updates-in-dependency-order orders what new-values-update-readers adds).
+WORKAROUNDS = ("sagemaker-endpoint-name", "getatt-of-unmodeled-resource", "scaling-handover",
+               "new-values-update-readers", "sagemaker-replacements-in-cleanup", "updates-in-dependency-order",
+               "deregister-keeps-policies")
 
 pytestmark = pytest.mark.filterwarnings("ignore:Tried to parse .* not supported by moto:UserWarning")
 
@@ -129,121 +134,15 @@ def _imports(value) -> Iterator[str]:
             yield from _imports(item)
 
 
-# (logical id, request type, what the handler did), in the order CloudFormation (here: moto) ran them
-HANDED_OVER: list[tuple[str, str, str]] = []
-
-
-def _handover_runs_in_process():
-    """moto creates a custom resource by invoking its Lambda in Docker. CloudFormation invokes it on Create and
-    Update and reads its Data: run the handover's own `hand_over` (the Lambda's source) with boto3 on moto."""
-    from moto.cloudformation import cloudformation_backends
-    from moto.cloudformation.custom_model import CustomModel
-    from moto.moto_api._internal import mock_random
-
-    hand_over = load()
-    original = CustomModel.__dict__["create_from_cloudformation_json"].__func__
-    HANDED_OVER.clear()
-
-    def client(account_id, region_name):
-        return lambda service: boto3.client(service, region_name=region_name)
-
-    def create(cls, resource_name, cloudformation_json, account_id, region_name, **kwargs):
-        if kwargs.get("ResourceType") != RESOURCE_TYPE:
-            return original(cls, resource_name, cloudformation_json, account_id, region_name, **kwargs)
-        resource = cls(region_name, str(mock_random.uuid4()), kwargs["LogicalId"], resource_name)
-        cloudformation_backends[account_id][region_name].get_stack(kwargs["StackId"]).add_custom_resource(resource)
-        data = hand_over(cloudformation_json["Properties"], client(account_id, region_name), "Create")
-        HANDED_OVER.append((kwargs["LogicalId"], "Create", data["Action"]))
-        resource.set_data(data)
-        return resource
-
-    def update(cls, original_resource, new_resource_name, cloudformation_json, account_id, region_name):
-        data = hand_over(cloudformation_json["Properties"], client(account_id, region_name), "Update")
-        HANDED_OVER.append((original_resource.logical_id, "Update", data["Action"]))
-        original_resource.set_data(data)
-        return original_resource
-
-    assert "update_from_cloudformation_json" not in CustomModel.__dict__
-    undo = moto_patches.replace(CustomModel, "create_from_cloudformation_json", classmethod(create))
-    CustomModel.update_from_cloudformation_json = classmethod(update)
-
-    def undo_all() -> None:
-        delattr(CustomModel, "update_from_cloudformation_json")
-        undo()
-    return undo_all
-
-
-def _replaced_endpoint_config_kept_until_cleanup():
-    """moto deletes a replaced EndpointConfig before the Endpoint moves off it; CloudFormation creates the new one
-    and deletes the old in its cleanup phase, after every update (the endpoint names an existing config
-    throughout). Keep the old one (the stack is thrown away after the test)."""
-    from moto.sagemaker.models import FakeEndpointConfig
-
-    def update(cls, original_resource, new_resource_name, cloudformation_json, account_id, region_name):
-        return cls.create_from_cloudformation_json(new_resource_name, cloudformation_json, account_id, region_name)
-
-    return moto_patches.replace(FakeEndpointConfig, "update_from_cloudformation_json", classmethod(update))
-
-
-def _updates_in_dependency_order():
-    """moto updates a stack's resources in template order (retrying what fails); CloudFormation updates a resource
-    after what it depends on (DependsOn, Ref, Fn::GetAtt). Order the updates so."""
-    from moto.cloudformation.parsing import ResourceMap
-
-    original = ResourceMap.__dict__["build_resource_diff"]
-
-    def build_resource_diff(self, other_template, parameters=None):
-        actions = original(self, other_template, parameters)
-        new = other_template["Resources"]
-        pending, ordered = list(actions["Modify"]), []
-        while pending:
-            ready = [n for n in pending if not (_depends_on(new[n]) & (set(pending) - {n}))]
-            assert ready, f"dependency cycle among {pending}"
-            ordered += ready
-            pending = [n for n in pending if n not in ready]
-        actions["Modify"] = ordered
-        return actions
-
-    return moto_patches.replace(ResourceMap, "build_resource_diff", build_resource_diff)
-
-
-def _depends_on(resource: dict) -> set[str]:
-    depends = resource.get("DependsOn") or []
-    found = set([depends] if isinstance(depends, str) else depends)
-
-    def walk(value) -> None:
-        if isinstance(value, dict):
-            if isinstance(value.get("Ref"), str):
-                found.add(value["Ref"])
-            if isinstance(value.get("Fn::GetAtt"), list):
-                found.add(value["Fn::GetAtt"][0])
-            for item in value.values():
-                walk(item)
-        elif isinstance(value, list):
-            for item in value:
-                walk(item)
-
-    walk(resource.get("Properties") or {})
-    return found
-
-
 @contextlib.contextmanager
 def emulator(monkeypatch, account: str) -> Iterator[None]:
     monkeypatch.setenv("MOTO_ACCOUNT_ID", account)
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_ENDPOINT_URL"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    undo = []
     with mock_aws(config={"lambda": {"use_docker": False}}), \
             moto_patches.applied(*WORKAROUNDS, "autoscaled-variant-update"):
-        try:
-            for patch in (_handover_runs_in_process, _replaced_endpoint_config_kept_until_cleanup,
-                          _updates_in_dependency_order):
-                undo.append(patch())
-            yield
-        finally:
-            for restore in reversed(undo):
-                restore()
+        yield
 
 
 def deploy(template: dict) -> None:
@@ -314,7 +213,7 @@ def test_with_the_handover_the_update_deploys_and_scaling_is_registered_again(te
         assert live() == planned(after)  # same name, new instance type, the target and its policy registered
         assert planned(after)["instance_type"] == NEW_TYPE
         release, restore = sorted(resources(after, RESOURCE_TYPE), key=lambda name: "Restore" in name)
-        assert HANDED_OVER == [
+        assert moto_patches.SCALING_HANDOVERS == [  # in the order CloudFormation (here: moto) ran them
             (release, "Create", "no endpoint"), (restore, "Create", "kept"),  # the stack's create: nothing to do
             (release, "Update", "released"),  # before UpdateEndpoint: the target deregistered
             (restore, "Update", "restored"),  # after it: registered again with its policy
