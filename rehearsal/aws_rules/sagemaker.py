@@ -61,8 +61,9 @@ def _autoscaled_variant_update() -> Undo:
     original_create = SageMakerModelBackend.__dict__["create_endpoint"]
     original_update = FakeEndpoint.__dict__["update_from_cloudformation_json"].__func__
 
-    # moto's endpoint keeps no instance type, and its CloudFormation deletes a replaced endpoint config at once
-    # (AWS: in the cleanup phase, after the endpoint moved off it): remember what each variant was created on.
+    # moto's endpoint keeps no instance type, and without the sagemaker-replacements-in-cleanup workaround its
+    # CloudFormation deletes a replaced endpoint config at once (AWS: in the cleanup phase, after the endpoint moved
+    # off it): remember what each variant was created on, so the rule holds either way.
     def create_endpoint(self, endpoint_name, endpoint_config_name, tags):
         endpoint = original_create(self, endpoint_name, endpoint_config_name, tags)
         endpoint.instance_types = {v["VariantName"]: v.get("InstanceType")
