@@ -192,6 +192,15 @@ def locust_processes(mark: str) -> list[psutil.Process]:
     return found
 
 
+def as_from_a_terminal() -> None:
+    """In the command's process before it runs: SIGINT and SIGTERM as a shell's foreground command has them (default
+    dispositions, not blocked), whatever the test runner's process inherited or a library left blocked: a child
+    inherits a blocked or ignored signal, and Python then raises no KeyboardInterrupt."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "Ctrl-C"])
 def test_a_signal_stops_every_locust_process_the_run_started(config_dir, tmp_path, signum):
     mark = uuid.uuid4().hex
@@ -200,7 +209,7 @@ def test_a_signal_stops_every_locust_process_the_run_started(config_dir, tmp_pat
             [sys.executable, "-m", "inferstack", "loadtest", "--model", MODEL, "--env", "dev", "--config-dir",
              str(config_dir), "--target", server.url, "--workers", "2", "--rate", "20", "--steps", "1", "--hold",
              "40", "--out", str(tmp_path / "out")], cwd=ROOT, env={**os.environ, "OPEN_MODEL_MARK": mark},
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=as_from_a_terminal)
         try:
             deadline = time.monotonic() + 60
             while len(locust_processes(mark)) < 3 and time.monotonic() < deadline:

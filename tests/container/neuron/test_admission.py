@@ -21,7 +21,7 @@ from batcher import DynamicBatcher, Overloaded
 from compile_settings import SettingsError
 from server_settings import Admission, admission_from_environment
 
-from tests.container.neuron.test_batching import Clock
+from tests.support.fake_clock import Clock
 
 MAX_ROWS = 4
 BATCH_S = 0.010

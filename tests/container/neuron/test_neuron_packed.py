@@ -22,12 +22,11 @@ import numpy as np
 import pytest
 import requests
 
-from tests.support.build_once import build_once
 from tests.support.emf_schema import assert_valid_emf
-from tests.support.neuron_server import (COMPILE, HEALTHCHECK, LABELS, MAKE_TINY, SEQUENCE_LENGTH, SERVE, ServerProcess,
+from tests.support.neuron_server import (COMPILE, HEALTHCHECK, LABELS, SEQUENCE_LENGTH, SERVE, ServerProcess,
                                          neuron_monitor_standin, reference_logits, run_script)
+from tests.support.packed_models import BETA_LABELS, free_ports, server_models
 
-BETA_LABELS = ("spam", "ham")
 PACK_SERVICE = "test-pack"
 
 
@@ -35,57 +34,9 @@ def text_body(texts: list[str]) -> dict:
     return {"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [len(texts)], "data": texts}]}
 
 
-def free_ports(count: int) -> list[int]:
-    """Ports nothing listens on now (the OS picks them; closed again before the server binds)."""
-    socks = [socket.create_server(("127.0.0.1", 0)) for _ in range(count)]
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
 def metric(text: str, name: str) -> float:
     match = re.search(rf"^{re.escape(name)} (\S+)$", text, re.MULTILINE)
     return float(match.group(1)) if match else 0.0
-
-
-@pytest.fixture(scope="session")
-def tiny_bert_two_labels(tmp_path_factory) -> Path:
-    def build(target: Path) -> None:
-        result = run_script(MAKE_TINY, "--kind", "bert", "--out", str(target / "model"), "--labels", ",".join(BETA_LABELS))
-        assert result.returncode == 0, result.stderr
-
-    return build_once(tmp_path_factory, "tiny-bert-two-labels", build) / "model"
-
-
-@pytest.fixture(scope="session")
-def packed_models(tiny_bert, tiny_bert_two_labels) -> list[dict]:
-    """MODELS: alpha and beta are served; gamma is a pipeline artifact (2 cores per copy) only the
-    core-split rejection uses."""
-    seq = SEQUENCE_LENGTH
-    return [
-        {"name": "alpha", "model": str(tiny_bert), "labels": list(LABELS), "sequence_length": seq, "batch_size": 2},
-        {"name": "beta", "model": str(tiny_bert_two_labels), "labels": list(BETA_LABELS), "sequence_length": seq},
-        {"name": "gamma", "model": str(tiny_bert), "sequence_length": seq, "parallelism": "pipeline", "neuron_cores": 2},
-    ]
-
-
-@pytest.fixture(scope="session")
-def packed_artifact(tmp_path_factory, packed_models) -> Path:
-    def build(target: Path) -> None:
-        models = json.dumps(packed_models)
-        result = run_script(COMPILE, "--backend", "cpu", "--models-json", models, "--out", str(target / "art"))
-        assert result.returncode == 0, result.stderr
-        (target / "stdout.txt").write_text(result.stdout)
-
-    return build_once(tmp_path_factory, "packed-artifact", build) / "art"
-
-
-def server_models(alpha_port: int, beta_port: int) -> list[dict]:
-    return [
-        {"name": "alpha", "port": alpha_port, "visible_cores": "0-1", "workers": 2, "max_queue_delay_ms": 20},
-        {"name": "beta", "port": beta_port, "visible_cores": "2-3"},
-    ]
 
 
 def worker_started(server: ServerProcess, model: str, timeout: float = 30) -> list[dict]:

@@ -16,14 +16,8 @@ from dataclasses import dataclass
 import pytest
 import requests
 
-from tests.container.neuron.test_neuron_packed import (  # noqa: F401
-    free_ports,
-    packed_artifact,
-    packed_models,
-    server_models,
-    tiny_bert_two_labels,
-)
 from tests.support.neuron_server import SERVE, ServerProcess, idle_connections, open_connections, run_script
+from tests.support.packed_models import free_ports, server_models
 
 TEXT = {"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1], "data": ["still there?"]}]}
 STANDIN = ("--standin-accelerator-ms", "2")
