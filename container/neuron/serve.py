@@ -6,6 +6,9 @@ Every flag falls back to its environment variable (PORT, MODEL_NAME, SERVER_WORK
 SERVER_MAX_BATCH_SIZE, SERVER_MAX_QUEUE_DELAY_MS, NEURON_RT_VISIBLE_CORES, ...; see --help).
 With SERVER_MODELS (--models) one container serves several models, each compiled into
 <model-dir>/<name>/ and served on its own port, cores and workers (packing.py).
+SERVER_SLO_MS (or SERVER_MODELS' slo_ms) turns admission on: what could not be answered within the SLO gets
+503 with Retry-After at once (SERVER_ADMISSION=off queues everything). A worker that dies is restarted in
+place, up to SERVER_MAX_RESTARTS in SERVER_RESTART_WINDOW_S (supervisor.py).
 Bad flags or a bad artifact: one line on stderr and exit 2, before anything starts.
 """
 
