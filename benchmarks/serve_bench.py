@@ -19,6 +19,11 @@ the emulated accelerator (--standin-ms per batch, so the model's capacity does n
 the CPUs run), its capacity measured closed-loop, then offered --overload-factor times that as an open
 system (requests sent on schedule whatever the server does, latency counted from when each was due),
 with admission on (SERVER_SLO_MS=--slo-ms) and off (SERVER_ADMISSION=off: the queue grows), side by side.
+Then (e), the pipeline (--pipeline-seconds, 0 skips it): serve.py with --workers workers on the emulated
+accelerator (--pipeline-batch-ms per batch), SERVER_PIPELINE=off (the baseline: one batch at a time) and on,
+started side by side and measured in interleaved rounds with peers.py's client: closed loops at
+--pipeline-concurrency, then each paced at 80 % of what it sustained at the highest level, for the p99; CPU
+per request counts every process of the server (from /proc) over the measured window.
 Prints figures only; the targets are reported, never asserted.
 """
 
@@ -335,6 +340,75 @@ def report_overload(args: argparse.Namespace, result: dict) -> None:
     print("targets with admission on: " + ", ".join(f"{name} {'met' if ok else 'MISSED'}" for name, ok in checks.items()))
 
 
+# -- (e) the pipeline, on the emulated accelerator ----------------------------------------------
+
+PIPELINE_MODES = ("off", "on")  # SERVER_PIPELINE: the baseline first
+PACED_FRACTION = 0.8
+
+
+def run_pipeline(art: Path, args: argparse.Namespace, texts: list[str], path: str) -> dict:
+    """(e): SERVER_PIPELINE off and on, side by side: closed loops in interleaved rounds (the best of each
+    cell), then each mode paced at 80 % of what it sustained at the highest level (peers.py's client: one
+    request due per connection every connections/rate s, latency counted from when it was due)."""
+    import peers  # peers.py imports this module: not at the top
+
+    standin = ("--standin-accelerator-ms", f"{args.pipeline_batch_ms:g}")
+    out: dict = {"batch_s": peers.standin_batch_s(args.pipeline_batch_ms), "cells": {}, "paced": {}}
+    servers: dict[str, peers.Server] = {}
+    try:
+        for mode in PIPELINE_MODES:
+            port = free_port()
+            proc = start_server(art, port, args, {"SERVER_PIPELINE": mode}, extra_args=standin)
+            servers[mode] = peers.Server(mode, proc, port, path, batches=lambda port=port: peers.serve_batches(port))
+        for _ in range(args.rounds):
+            for level in args.pipeline_levels:
+                for mode, server in servers.items():
+                    cell = peers.measure(server, texts, level, args.pipeline_seconds, args.warmup)
+                    if cell.rps > getattr(out["cells"].get((mode, level)), "rps", -1.0):
+                        out["cells"][(mode, level)] = cell
+        top = max(args.pipeline_levels)
+        for mode, server in servers.items():
+            rate = PACED_FRACTION * out["cells"][(mode, top)].rps
+            out["paced"][mode] = (rate, peers.measure(server, texts, top, args.pipeline_seconds, args.warmup, rate=rate))
+    finally:
+        for server in servers.values():
+            server.stop()
+    return out
+
+
+def report_pipeline(args: argparse.Namespace, result: dict) -> None:
+    batch_s = result["batch_s"]
+    limit = args.workers * args.max_batch_size / batch_s
+    bound_ms = 2 * batch_s * 1000 + args.max_queue_delay_ms
+    print(
+        f"\n(e) pipeline: serve.py, {args.workers} worker(s), emulated accelerator {args.pipeline_batch_ms:g} ms per batch "
+        f"of up to {args.max_batch_size} rows (measured {batch_s * 1000:.2f} ms), queue delay {args.max_queue_delay_ms:g} ms; "
+        f"limit {args.workers} x {args.max_batch_size} / batch = {limit:,.0f} req/s; SERVER_PIPELINE off (baseline) and on "
+        f"side by side; closed loops, {args.pipeline_seconds:g}s per cell, best of {args.rounds} interleaved rounds; "
+        f"the generator shares the machine's CPUs; CPU: every process of the server"
+    )
+    print(f"{'pipeline':>8} {'conc':>4} | {'req/s':>7} {'of limit':>8} | {'p50 ms':>7} {'p99 ms':>7} | {'CPU us/req':>10} | "
+          f"{'batch':>5} | errors")
+    cells = result["cells"]
+    for (mode, level), cell in sorted(cells.items(), key=lambda item: (item[0][1], item[0][0])):
+        print(f"{mode:>8} {level:>4} | {cell.rps:>7,.0f} {cell.rps / limit:>8.0%} | {cell.p50_ms:>7.2f} {cell.p99_ms:>7.2f} | "
+              f"{cell.cpu_us:>10.0f} | {cell.batch or 0:>5.1f} | {cell.errors}")
+    top = max(args.pipeline_levels)
+    print(f"paced: {top} connections, each mode offered {PACED_FRACTION:.0%} of what it sustained at {top}, latency from "
+          f"when each request was due")
+    for mode, (rate, cell) in result["paced"].items():
+        print(f"{mode:>8} | offered {rate:>7,.0f} req/s | {cell.rps:>7,.0f} req/s | p50 {cell.p50_ms:.2f} ms p99 "
+              f"{cell.p99_ms:.2f} ms | CPU {cell.cpu_us:.0f} us/req | batch {cell.batch or 0:.1f} | errors {cell.errors}")
+    checks = {
+        f"85% of the limit at {','.join(map(str, args.pipeline_levels))} connections": all(
+            cells[("on", level)].rps >= 0.85 * limit for level in args.pipeline_levels),
+        f"p99 at {PACED_FRACTION:.0%} <= 2 x batch + delay ({bound_ms:.1f} ms)": result["paced"]["on"][1].p99_ms <= bound_ms,
+        "CPU per request no more than off": all(
+            cells[("on", level)].cpu_us <= cells[("off", level)].cpu_us for level in args.pipeline_levels),
+    }
+    print("targets with the pipeline on: " + ", ".join(f"{name} {'met' if ok else 'MISSED'}" for name, ok in checks.items()))
+
+
 # -- (c) the raw model ----------------------------------------------------------------------
 
 
@@ -422,6 +496,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--overload-factor", type=float, default=2.0, help="(d) offers this times the measured capacity")
     parser.add_argument("--slo-ms", type=float, default=100.0, help="(d)'s SLO (SERVER_SLO_MS)")
     parser.add_argument("--standin-ms", type=float, default=25.0, help="(d)'s emulated accelerator time per batch")
+    parser.add_argument("--pipeline-seconds", type=float, default=5.0, help="seconds per cell of (e); 0 skips (e)")
+    parser.add_argument("--pipeline-concurrency", default="32,64", help="(e)'s closed-loop connections")
+    parser.add_argument("--pipeline-batch-ms", type=float, default=3.0, help="(e)'s emulated accelerator time per batch")
     args = parser.parse_args()
     positive = ("sequence_length", "layers", "hidden_size", "attention_heads", "duration", "max_batch_size",
                 "workers", "torch_threads", "rounds", "limit_seconds")
@@ -430,9 +507,10 @@ def parse_args() -> argparse.Namespace:
             parser.error(f"--{name.replace('_', '-')}: must be greater than 0, got {getattr(args, name)}")
     if args.warmup < 0 or args.max_queue_delay_ms < 0:
         parser.error("--warmup and --max-queue-delay-ms: must not be negative")
-    if args.overload_seconds < 0:
-        parser.error(f"--overload-seconds: must not be negative, got {args.overload_seconds}")
-    for name in ("overload_factor", "slo_ms", "standin_ms"):
+    for name in ("overload_seconds", "pipeline_seconds"):
+        if getattr(args, name) < 0:
+            parser.error(f"--{name.replace('_', '-')}: must not be negative, got {getattr(args, name)}")
+    for name in ("overload_factor", "slo_ms", "standin_ms", "pipeline_batch_ms"):
         if not getattr(args, name) > 0:
             parser.error(f"--{name.replace('_', '-')}: must be greater than 0, got {getattr(args, name)}")
     try:
@@ -441,6 +519,12 @@ def parse_args() -> argparse.Namespace:
         args.levels = []
     if not args.levels or min(args.levels) <= 0:
         parser.error(f"--concurrency: a comma-separated list of positive integers, got {args.concurrency!r}")
+    try:
+        args.pipeline_levels = [int(c) for c in args.pipeline_concurrency.split(",")]
+    except ValueError:
+        args.pipeline_levels = []
+    if not args.pipeline_levels or min(args.pipeline_levels) <= 0:
+        parser.error(f"--pipeline-concurrency: a comma-separated list of positive integers, got {args.pipeline_concurrency!r}")
     return args
 
 
@@ -500,10 +584,13 @@ def main() -> int:
                 server.terminate()
                 server.wait(60)
         overload = run_overload(art, args, texts, path) if args.overload_seconds > 0 else None
+        pipeline = run_pipeline(art, args, texts, path) if args.pipeline_seconds > 0 else None
     rows = {level: {"a": best[(level, "a")], "b": best[(level, "b")]} for level in levels}
     report(args, metadata, dims, compute_threads, limits, rows)
     if overload is not None:
         report_overload(args, overload)
+    if pipeline is not None:
+        report_pipeline(args, pipeline)
     return 0
 
 

@@ -13,16 +13,27 @@ everything that queued while the previous batch ran goes into the next one, so b
 
 One inference thread runs the batches, one at a time, which keeps DataParallel (or the CPU's
 threads) fed without contention; it hands each batch's results back to the event loop in one
-callback, which starts the next batch before it delivers the replies. The decisions stay on the
+callback, which starts the next batch before it delivers the replies.
+
+Pipelined (SERVER_PIPELINE, on in the server), the host's work on a batch overlaps the model's on the one
+before: a prepare thread turns a batch's payloads into model inputs (``prepare_batch``: tokenizing,
+stacking) while the inference thread runs the previous batch, and the inference thread starts it as soon
+as that one ends, without waiting for the event loop; the loop writes a batch's replies while the next one
+runs. A batch that leaves while the model is free skips the prepare thread (the inference thread prepares
+it, as unpipelined), so the pipeline costs no extra thread wake-up when there is nothing to overlap. So one
+batch may leave the queue while another runs, but only one that cannot grow any more (full, or draining):
+a batch that is not full still waits for the model to come free, under the rules above. Off, one thread
+prepares and runs each batch in turn, and a batch leaves only when the model is free. The decisions stay on the
 event loop, so the two threads meet twice per batch (a queue put, a loop wake-up) instead of taking
 turns at a condition variable, and at the GIL, per request. The thread also keeps the queue delay's
 time while it waits for work: the event loop's timers (and uvloop's clock) tick in whole
 milliseconds, which for a 1 ms delay sent batches anywhere from at once to 2 ms late.
 
 Admission (SERVER_SLO_MS): a request is queued only if it would be answered within the budget (80 % of
-the SLO): the batches ahead of it and its own (queued rows over the max batch size, rounded up) times the
-batch time (an EWMA of batches as the event loop sees them, sent to answered), plus what is left of the
-batch now running, plus the queue delay. Otherwise submit raises Overloaded at once: a queue bounded by
+the SLO): the batches ahead of it and its own (queued rows over the max batch size, rounded up, plus one
+already sent behind the running batch) times the batch time (an EWMA of batches as the event loop sees
+them, from sent, or from when the one before was answered if later, to answered), plus what is left of
+the batch now running, plus the queue delay. Otherwise submit raises Overloaded at once: a queue bounded by
 the SLO instead of one that grows until every request waits. A request that still waits when its batch
 could no longer finish within the budget (the batch time grew after it was admitted) is failed with
 Overloaded rather than run. Both cost O(1) per request on the event loop.
@@ -86,8 +97,10 @@ _FROM_ENVIRONMENT: Any = object()
 class DynamicBatcher:
     def __init__(
         self,
-        run_batch: Callable[[Sequence[Any]], Sequence[Any]],
+        run_batch: Callable[[Any], Sequence[Any]],
         *,
+        prepare_batch: Callable[[Sequence[Any]], Any] | None = None,
+        pipeline: bool = False,
         max_batch_size: int,
         max_queue_delay_s: float,
         loop: asyncio.AbstractEventLoop,
@@ -99,13 +112,19 @@ class DynamicBatcher:
         execute: Callable[[list[Pending], str], None] | None = None,
         admission: Admission | None = _FROM_ENVIRONMENT,
     ) -> None:
-        """Everything but ``run_batch`` and ``on_batch`` runs on ``loop``; ``on_send`` is told when a batch
-        leaves the queue (its depth changed), ``on_delivered`` when a batch's results have been handed out.
+        """A batch runs as ``run_batch(prepare_batch(payloads))`` (``prepare_batch`` default: the payloads
+        as a list), both off the loop; ``pipeline``: prepare a batch on its own thread while the one before
+        runs (see above; the server turns it on through SERVER_PIPELINE). Everything but ``prepare_batch``,
+        ``run_batch`` and ``on_batch`` runs on ``loop``; ``on_send`` is told when a batch leaves the queue
+        (its depth changed), ``on_delivered`` when a batch's results have been handed out.
         ``clock``, ``call_at`` (the queue-delay timer) and ``execute`` (hand a batch to the model) default
         to time.monotonic and the inference thread's; tests replace them to drive the rules without waiting.
         ``admission``: the budget requests are admitted within (None: all are queued); by default
         SERVER_SLO_MS's, from the environment the worker inherited."""
         self._run_batch = run_batch
+        self._prepare_batch = prepare_batch or list
+        # Batches with the model at once: the one running and, pipelined, the next one being prepared.
+        self._depth = 2 if pipeline else 1
         self._max_rows = max_batch_size
         self._max_delay = max_queue_delay_s
         self._loop = loop
@@ -117,21 +136,32 @@ class DynamicBatcher:
         self._execute = execute or self._to_thread
         self._queue: collections.deque[Pending] = collections.deque()
         self._queued_rows = 0
-        self._busy = False  # a batch is with the model
+        self._running = 0  # batches sent and not yet answered (at most self._depth)
         # Decided as the model comes free: do the queued rows and the rows just answered fit one batch?
         self._wait_for_answered = False
         self._free_since = self._clock()  # when the model last became free
         self._timer: Any = None
         self._closing = False
         self._idle: asyncio.Event | None = None  # set once closing and nothing is left (drain)
+        # The inference thread's: batches (prepared or not), and the timer's wake-ups while it is idle.
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._work, name="inference", daemon=True)
+        self._to_prepare: queue.SimpleQueue = queue.SimpleQueue()  # pipelined: batches sent behind a running one
+        self._threads = [threading.Thread(target=self._work, name="inference", daemon=True)]
+        if pipeline:
+            self._threads.append(threading.Thread(target=self._prepare_work, name="prepare", daemon=True))
         self._admission = admission_from_environment() if admission is _FROM_ENVIRONMENT else admission
         self._batch_s = self._admission.initial_batch_s if self._admission is not None else 0.0
-        self._sent_at = 0.0  # when the running batch left the queue
+        self._sent: collections.deque[float] = collections.deque()  # when each batch with the model left the queue
+        self._answered_at = 0.0  # when the loop last got a batch's results
 
     def start(self) -> None:
-        self._thread.start()
+        for thread in self._threads:
+            thread.start()
+
+    @property
+    def _busy(self) -> bool:
+        """A batch is with the model (running, or prepared to run next)."""
+        return self._running > 0
 
     @property
     def queue_depth(self) -> int:
@@ -148,11 +178,16 @@ class DynamicBatcher:
     def estimate_s(self, rows: int = 1) -> float:
         """When a request of ``rows`` queued now would be answered, from now: the batches ahead of it and
         its own, what is left of the running batch, and the queue delay."""
-        batches = -(-(self._queued_rows + rows) // self._max_rows)
+        batches = -(-(self._queued_rows + rows) // self._max_rows) + max(0, self._running - 1)
         wait = batches * self._batch_s + self._max_delay
         if self._busy:
-            wait += max(0.0, self._batch_s - (self._clock() - self._sent_at))
+            wait += max(0.0, self._batch_s - (self._clock() - self._running_since()))
         return wait
+
+    def _running_since(self) -> float:
+        """When the oldest batch with the model started, as the loop sees it: when it left the queue, or
+        when the batch ahead of it was answered if that was later."""
+        return max(self._sent[0], self._answered_at)
 
     def admit(self, rows: int = 1) -> None:
         """Raise Overloaded if a request of ``rows`` would not be answered within the budget; the HTTP
@@ -180,6 +215,8 @@ class DynamicBatcher:
         self._queued_rows += rows
         if not self._busy:
             self._schedule()
+        elif self._running < self._depth and self._queued_rows >= self._max_rows:
+            self._send(FULL)  # pipelined: prepared while the model runs the batch ahead
 
     def _schedule(self) -> None:
         """The model is free: send a batch now, or set the timer for when the queue delay runs out."""
@@ -210,13 +247,15 @@ class DynamicBatcher:
                 log.exception("delivering a refusal failed")
 
     def _decide(self) -> None:
-        if not self._queue:
+        if not self._queue or self._running >= self._depth:
             return
         if self._queued_rows >= self._max_rows:
             self._send(FULL)
             return
         if self._closing:
             self._send(DRAIN)
+            return
+        if self._busy:  # a batch that can still grow waits for the model to come free
             return
         start = self._queue[0].enqueued
         if self._wait_for_answered:
@@ -242,18 +281,23 @@ class DynamicBatcher:
             batch.append(item)
             rows += item.rows
         self._queued_rows -= rows
-        self._busy = True
-        self._sent_at = self._clock()
+        self._running += 1
+        self._sent.append(self._clock())
         self._execute(batch, trigger)
         self._on_send()
 
     def finished(self, batch: list[Pending], outcome: list[tuple[bool, Any]]) -> None:
         """A batch came back from the model: start the next one, then deliver the results."""
-        self._busy = False
-        self._free_since = self._clock()
-        # The batch as its requests lived it (sent to answered, the hand-offs included), on the loop's clock.
-        self._batch_s += EWMA_WEIGHT * ((self._free_since - self._sent_at) - self._batch_s)
-        self._wait_for_answered = self._queued_rows + sum(item.rows for item in batch) <= self._max_rows
+        now = self._clock()
+        # The batch as its requests lived it (sent, or the batch ahead answered, to answered, the hand-offs
+        # included), on the loop's clock.
+        self._batch_s += EWMA_WEIGHT * ((now - self._running_since()) - self._batch_s)
+        self._sent.popleft()
+        self._answered_at = now
+        self._running -= 1
+        if not self._busy:
+            self._free_since = now
+            self._wait_for_answered = self._queued_rows + sum(item.rows for item in batch) <= self._max_rows
         self._schedule()
         for item, (ok, value) in zip(batch, outcome):
             try:
@@ -268,21 +312,30 @@ class DynamicBatcher:
         """Take no new work, run everything queued (without waiting for fuller batches), stop the thread."""
         self._closing = True
         self._idle = asyncio.Event()
-        if not self._busy:
+        if self._running < self._depth:
             self._schedule()
         if self._busy or self._queue:
             try:
                 await asyncio.wait_for(self._idle.wait(), timeout)
             except asyncio.TimeoutError:
                 log.warning("drain timed out with batches left", extra={"queued": len(self._queue)})
-        self._jobs.put(None)
-        if self._thread.is_alive():
-            await self._loop.run_in_executor(None, self._thread.join, timeout)
+        # Pipelined, the prepare thread passes the stop on to the inference thread, after what it still holds.
+        (self._to_prepare if len(self._threads) > 1 else self._jobs).put(None)
+        for thread in self._threads:
+            if thread.is_alive():
+                await self._loop.run_in_executor(None, thread.join, timeout)
 
     # -- the inference thread -------------------------------------------------------------------
 
     def _to_thread(self, batch: list[Pending], trigger: str) -> None:
-        self._jobs.put((batch, trigger))
+        # A batch sent while the model is free goes straight to the inference thread, which prepares it
+        # itself: a detour through the prepare thread would only add a thread wake-up before the model
+        # starts. One sent behind a running batch is prepared meanwhile, and reaches the inference thread
+        # after that batch (it was sent later), so the batches run in the order they were sent.
+        if self._running > 1:
+            self._to_prepare.put((batch, trigger))
+        else:
+            self._jobs.put((batch, trigger))
 
     def _wake_at(self, when: float, callback: Callable[[], None]) -> _NoCancel:
         """The queue-delay timer: the idle inference thread calls ``callback`` back on the loop at ``when``
@@ -290,6 +343,24 @@ class DynamicBatcher:
         checks the clock and the queue again."""
         self._jobs.put((_WAKE, when, callback))
         return _NoCancel()
+
+    def _prepare(self, batch: list[Pending]) -> tuple[bool, Any, float]:
+        """(ok, the model inputs or the exception, seconds it took)."""
+        started = time.perf_counter()
+        try:
+            return True, self._prepare_batch([item.payload for item in batch]), time.perf_counter() - started
+        except Exception as exc:  # a batch that cannot be prepared fails its requests, never the worker
+            return False, exc, time.perf_counter() - started
+
+    def _prepare_work(self) -> None:
+        """Pipelined: the prepare thread, for batches sent while the model runs the one before."""
+        while True:
+            job = self._to_prepare.get()
+            if job is None:
+                self._jobs.put(None)
+                return
+            batch, trigger = job
+            self._jobs.put((batch, trigger, *self._prepare(batch)))
 
     def _work(self) -> None:
         wake: tuple[float, Callable[[], None]] | None = None
@@ -306,16 +377,22 @@ class DynamicBatcher:
                 wake = (job[1], job[2])
                 continue
             wake = None
-            batch, trigger = job
+            if len(job) == 2:  # not prepared yet: the model is free, so this thread prepares it
+                batch, trigger = job
+                ok, inputs, seconds = self._prepare(batch)
+            else:
+                batch, trigger, ok, inputs, seconds = job
             started = time.perf_counter()
             try:
-                results = self._run_batch([item.payload for item in batch])
+                if not ok:
+                    raise inputs
+                results = self._run_batch(inputs)
                 outcome: list[tuple[bool, Any]] = [(True, result) for result in results]
             except Exception as exc:  # a failed batch fails its requests, never the worker
                 log.exception("batch of %d requests failed", len(batch))
                 outcome = [(False, exc)] * len(batch)
             # Before the replies leave: whoever has read a reply finds its batch in the metrics.
-            self._on_batch(sum(item.rows for item in batch), time.perf_counter() - started, trigger)
+            self._on_batch(sum(item.rows for item in batch), seconds + time.perf_counter() - started, trigger)
             try:
                 self._loop.call_soon_threadsafe(self.finished, batch, outcome)
             except RuntimeError:  # the loop is already closed: nobody is waiting any more

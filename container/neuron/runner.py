@@ -4,7 +4,8 @@ Loaded inside a worker process only (after NEURON_RT_VISIBLE_CORES is set), thro
 Backend interface compile.py used, so cpu, inf1 and inf2 artifacts serve identically.
 Texts are tokenized as each request arrives, on the event loop, when the ASCII WordPiece fast path
 (ascii_wordpiece.py) can answer them, so a batch only waits for its stacking once it leaves the
-queue; other texts are tokenized together, per batch, by the tokenizers library on the inference thread.
+queue; other texts are tokenized together, per batch, by the tokenizers library off the event loop, in the
+batcher's prepare stage (stack), which runs while the model executes the batch before (execute).
 """
 
 from __future__ import annotations
@@ -51,6 +52,15 @@ class TokenRows:
     @property
     def rows(self) -> int:
         return int(self.input_ids.shape[0])
+
+
+@dataclass(frozen=True)
+class Stacked:
+    """A batch as the model takes it: padded ids and mask, and each request's row count, in order."""
+
+    input_ids: np.ndarray
+    attention_mask: np.ndarray
+    rows: tuple[int, ...]
 
 
 class ModelRunner:
@@ -106,7 +116,9 @@ class ModelRunner:
             ids.append(encoded)
         return EncodedRows(ids)
 
-    def _stack(self, requests: Sequence[TextRows | EncodedRows | TokenRows]) -> tuple[np.ndarray, np.ndarray]:
+    def stack(self, requests: Sequence[TextRows | EncodedRows | TokenRows]) -> Stacked:
+        """A batch's model inputs (the batcher's prepare stage, off the event loop): texts not tokenized yet
+        tokenized together, every row padded into the compiled shape."""
         total = sum(r.rows for r in requests)
         padded = self.padded_rows(total)
         ids = np.full((padded, self.sequence_length), self.pad_id, dtype=np.int64)
@@ -132,17 +144,21 @@ class ModelRunner:
                 ids[row : row + n, :width] = request.input_ids
                 mask[row : row + n, :width] = request.attention_mask
                 row += n
-        return ids, mask
+        return Stacked(ids, mask, tuple(r.rows for r in requests))
+
+    def execute(self, stacked: Stacked) -> list[np.ndarray]:
+        """Logits (float32 [rows, labels]) for each request of a stacked batch, in order (the batcher's
+        model stage: the accelerator call, GIL released, and the split)."""
+        logits = self.forward(stacked.input_ids, stacked.attention_mask)
+        out, row = [], 0
+        for rows in stacked.rows:
+            out.append(logits[row : row + rows])
+            row += rows
+        return out
 
     def run(self, requests: Sequence[TextRows | EncodedRows | TokenRows]) -> list[np.ndarray]:
         """Logits (float32 [rows, labels]) for each request, in order."""
-        ids, mask = self._stack(requests)
-        logits = self.forward(ids, mask)
-        out, row = [], 0
-        for request in requests:
-            out.append(logits[row : row + request.rows])
-            row += request.rows
-        return out
+        return self.execute(self.stack(requests))
 
     def warm_up(self, iterations: int, max_batch_size: int) -> None:
         """Run every batch shape the batcher can form before we report ready.

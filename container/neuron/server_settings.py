@@ -112,6 +112,9 @@ class ServerSettings:
     # this many ms per batch. A hidden flag with no environment variable: nothing deployed can set it.
     standin_accelerator_ms: float | None = None
     admission: Admission | None = None  # SERVER_SLO_MS and SERVER_ADMISSION; None: every request is queued
+    # SERVER_PIPELINE: prepare each batch while the model runs the one before (batcher.py); off: one at a time,
+    # the way batches ran before (benchmark baselines).
+    pipeline: bool = True
 
     def packed_model(self, name: str) -> PackedModel:
         for model in self.models:
@@ -141,6 +144,7 @@ ENVIRONMENT = {
     "neuron_monitor": ("SERVER_NEURON_MONITOR", None),
     "max_restarts": ("SERVER_MAX_RESTARTS", "3"),
     "restart_window_s": ("SERVER_RESTART_WINDOW_S", "300"),
+    "pipeline": ("SERVER_PIPELINE", "on"),
 }
 # Where aws-neuronx-tools installs neuron-monitor in both Neuron base images.
 DEFAULT_NEURON_MONITOR = Path("/opt/aws/neuron/bin/neuron-monitor")
@@ -217,6 +221,9 @@ def from_args(args: argparse.Namespace, environ: dict[str, str] | None = None) -
     metrics = _raw(args, "metrics", environ).strip().lower()
     if metrics not in ("emf", "off"):
         raise SettingsError(f"{_label('metrics')}: must be emf or off, got {_raw(args, 'metrics', environ)!r}")
+    pipeline = _raw(args, "pipeline", environ).strip().lower()
+    if pipeline not in ("on", "off"):
+        raise SettingsError(f"{_label('pipeline')}: must be on or off, got {_raw(args, 'pipeline', environ)!r}")
     service = _raw(args, "metrics_service", environ)
     if service is None:
         service = "+".join(m.name for m in models) if models else model_name
@@ -248,6 +255,7 @@ def from_args(args: argparse.Namespace, environ: dict[str, str] | None = None) -
         restart_window_s=_int(args, "restart_window_s", environ, 1, 86400),
         standin_accelerator_ms=_standin(getattr(args, "standin_accelerator_ms", None)),
         admission=admission_from_environment(environ),
+        pipeline=pipeline == "on",
     )
 
 

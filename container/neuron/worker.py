@@ -100,7 +100,9 @@ def load_model(settings: ServerSettings, metadata: dict, readiness: WorkerReadin
         loaded = time.perf_counter()
         runner.warm_up(settings.warmup_iterations, settings.max_batch_size)
         batcher = DynamicBatcher(
-            runner.run,
+            runner.execute,
+            prepare_batch=runner.stack,
+            pipeline=settings.pipeline,  # SERVER_PIPELINE
             max_batch_size=settings.max_batch_size,
             max_queue_delay_s=settings.max_queue_delay_ms / 1000.0,
             loop=loop,

@@ -98,6 +98,7 @@ def test_the_runner_tokenizes_on_arrival_only_when_every_text_qualifies(artifact
     mixed = TextRows(["a plain query", "une requête"])
     assert runner.prepare(mixed) is mixed  # tokenized with the batch, by the library
     # Both kinds stack to the same rows the library alone would give.
-    ids_fast, mask_fast = runner._stack([ascii_only])
-    ids_lib, mask_lib = runner._stack([TextRows(["a plain query", "Another, with punctuation!"])])
-    assert (ids_fast == ids_lib).all() and (mask_fast == mask_lib).all()
+    fast = runner.stack([ascii_only])
+    library = runner.stack([TextRows(["a plain query", "Another, with punctuation!"])])
+    assert (fast.input_ids == library.input_ids).all() and (fast.attention_mask == library.attention_mask).all()
+    assert fast.rows == library.rows == (2,)
