@@ -304,6 +304,9 @@ async def _connection(port, requests, stop_at, latencies, errors, offset, interv
             length = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))
             await reader.readexactly(length)
             latencies.append(clock() - started)
+            if sb.CLOSE.search(head):  # the server closes it after this reply: as a client must, reconnect
+                writer.close()
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
             if not head.startswith(b"HTTP/1.1 200"):
                 errors.append(head.split(b"\r\n", 1)[0].decode(errors="replace"))
     except (OSError, asyncio.IncompleteReadError) as exc:

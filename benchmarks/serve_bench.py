@@ -44,6 +44,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+CLOSE = re.compile(rb"(?i)\r\nconnection: *close\r\n")  # a reply after which the server closes the connection
 NEURON_DIR = ROOT / "container" / "neuron"
 WORDS = (
     "the a film movie plot actor scene great terrible boring brilliant slow funny dark long short story "
@@ -95,7 +96,9 @@ def wait_ready(port: int, proc: subprocess.Popen, path: str, timeout: float = 12
 
 
 def start_server(art: Path, port: int, args: argparse.Namespace, extra_env: dict[str, str] | None = None,
-                 stdout=subprocess.DEVNULL, extra_args: tuple[str, ...] = ()) -> subprocess.Popen:
+                 stdout=subprocess.DEVNULL, extra_args: tuple[str, ...] = (), stderr=None,
+                 cpus: set[int] | None = None) -> subprocess.Popen:
+    """serve.py on ``port``, ready; ``cpus``: the CPUs it (and every worker it starts) may run on."""
     env = {
         **os.environ,
         "SERVER_MAX_BATCH_SIZE": str(args.max_batch_size),
@@ -110,6 +113,8 @@ def start_server(art: Path, port: int, args: argparse.Namespace, extra_env: dict
          *extra_args],
         env=env,
         stdout=stdout,
+        stderr=stderr,
+        preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
     )
     wait_ready(port, proc, "/v2/health/ready")
     if args.workers > 1:
@@ -153,6 +158,9 @@ async def _connection(port: int, requests: list[bytes], stop_at: float, latencie
             length = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))
             await reader.readexactly(length)
             latencies.append(time.perf_counter() - started)
+            if CLOSE.search(head):  # the server closes it after this reply: as a client must, reconnect
+                writer.close()
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
             if not head.startswith(b"HTTP/1.1 200"):
                 errors.append(1)
     finally:
@@ -232,7 +240,10 @@ async def _open_load(port: int, requests: list[bytes], rate: float, seconds: flo
         length = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))
         await reader.readexactly(length)
         results.append((loop.time() - due, int(head[9:12])))
-        idle.append(connection)
+        if CLOSE.search(head):  # the server closes it after this reply: not reused
+            writer.close()
+        else:
+            idle.append(connection)
 
     start = loop.time() + 0.05
     count = int(rate * seconds)

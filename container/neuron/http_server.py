@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 import httptools
 
-from connection_share import ConnectionShare
+from connection_share import AWAY, ConnectionShare
 
 log = logging.getLogger("http")
 
@@ -87,6 +87,7 @@ class HttpServer:
         self._listening = False
         self._sweeper: asyncio.TimerHandle | None = None
         self._closed: asyncio.Event | None = None
+        self._handing_over = 0  # connections told to close after their reply (rebalance), not closed yet
 
     # -- accepting ------------------------------------------------------------------------------
 
@@ -157,7 +158,28 @@ class HttpServer:
         self.connections.add(connection)
         self.on_connections(len(self.connections))
 
+    def rebalance(self) -> bool:
+        """True when this worker holds two or more connections more than the model's least-loaded other
+        worker: the caller closes its connection after the reply (``connection: close``), and the client's
+        next connection goes to a worker with fewer (least-connections accept). Keep-alive connections stay
+        where they were accepted, so without this, the connections that moved to the others while a worker
+        restarted (or that its clients closed) would stay there, and the model's load with them."""
+        share = self.share
+        if share is None:
+            return False
+        mine = share.mine - self._handing_over
+        if mine >= AWAY // 2:  # draining or not yet warm: the accept side handles it
+            return False
+        counts, index = share.counts, share.index
+        fewest = min((counts[i] for i in range(len(counts)) if i != index), default=AWAY)
+        if fewest >= AWAY // 2 or mine <= fewest + 1:
+            return False
+        self._handing_over += 1
+        return True
+
     def closed(self, connection: HttpConnection) -> None:
+        if connection.handed_over:
+            self._handing_over -= 1
         self.connections.discard(connection)
         self.on_connections(len(self.connections))
         if self.share is not None:
@@ -211,6 +233,7 @@ class HttpConnection(asyncio.Protocol):
         self.lost = False
         self.paused = False
         self.idle_since: float | None = None
+        self.handed_over = False  # closed after its reply to even out the workers' connections
         self._header_bytes = 0
         self._disconnected: asyncio.Future | None = None
 
@@ -355,6 +378,8 @@ class HttpConnection(asyncio.Protocol):
         if self.lost:
             return
         keep_alive = request.keep_alive and not self.closing
+        if keep_alive and not self.waiting and self.server.rebalance():  # nothing pipelined behind it is lost
+            keep_alive, self.handed_over = False, True
         head = STATUS_LINES.get(status) or f"HTTP/1.1 {status} Unknown\r\n".encode()
         connection = b"" if keep_alive else b"connection: close\r\n"
         body = b"" if request.method == b"HEAD" else content

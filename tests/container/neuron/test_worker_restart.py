@@ -256,6 +256,65 @@ def test_a_vacated_slot_leaves_the_share_until_its_replacement_joins():
         table.close()
 
 
+def test_a_worker_with_two_more_connections_than_another_hands_the_excess_over_after_their_replies():
+    from connection_share import AWAY, ConnectionShare, ShareTable
+    from http_server import HttpServer
+
+    table = ShareTable(2)
+    try:
+        first, second = (ConnectionShare([os.dup(fd) for fd in table.fds], index) for index in (0, 1))
+        busy = HttpServer(app=None, infer_routes={}, infer=None, max_body_bytes=1, share=first)
+        first.add(5)
+        second.add(2)
+        # 5 against 2: two replies say "connection: close" (5 -> 3), then it keeps the rest.
+        assert [busy.rebalance() for _ in range(4)] == [True, True, False, False]
+        # Within one of each other nothing moves, whichever side asks.
+        assert not HttpServer(app=None, infer_routes={}, infer=None, max_body_bytes=1, share=second).rebalance()
+        table.vacate(1)  # the other worker died: its slot takes no connections, so none are handed to it
+        fresh = HttpServer(app=None, infer_routes={}, infer=None, max_body_bytes=1, share=first)
+        first.add(10)
+        assert not fresh.rebalance()
+        first.leave()  # draining: the accept side has stopped, and replies close anyway
+        second.counts[1] = 0
+        assert first.mine == AWAY and not fresh.rebalance()
+        assert not HttpServer(app=None, infer_routes={}, infer=None, max_body_bytes=1).rebalance()  # one worker
+    finally:
+        table.close()
+
+
+def test_after_a_restart_the_connections_that_moved_to_the_other_worker_come_back_without_a_failed_request(
+        artifact, start_server):
+    server = start_server(artifact, env={**TWO_WORKERS, "SERVER_WARMUP_ITERATIONS": "300"}, args=STANDIN)
+    server.wait_ready()
+    dead, other = workers(server)[0], workers(server)[1]
+    load = Load(server.url, clients=8)
+    try:
+        deadline = time.monotonic() + 30
+        while len(load.results) < 50:
+            assert time.monotonic() < deadline, "the load never got going"
+            time.sleep(0.01)
+        os.kill(dead["worker_pid"], signal.SIGKILL)
+        replacement = restarted(server, dead["worker_pid"])
+        ready = ready_of(server, replacement["worker_pid"])
+        back = wall(ready["ts"])
+        # The clients that lost their connection reconnected to the other worker while the replacement warmed
+        # up: all 8 are there. Handed back with "connection: close" after a reply, they even out again.
+        deadline, counts = time.monotonic() + 20, {}
+        while time.monotonic() < deadline:
+            counts = open_connections(server.url)  # this scrape's connection is on one of them
+            if counts.get(str(replacement["worker_pid"]), 0) >= 3 and counts.get(str(other["worker_pid"]), 0) >= 3:
+                break
+            time.sleep(0.05)
+        else:
+            raise AssertionError(f"the connections never evened out: {counts}")
+        time.sleep(0.3)
+    finally:
+        results = load.stop()
+    after = [r for r in results if r.started > back]
+    assert after and all(r.outcome == 200 for r in after), [(r.outcome, r.body) for r in after if r.outcome != 200]
+    assert server.stop() == 0, "\n".join(server.lines)
+
+
 def test_a_model_stays_ready_while_one_of_its_workers_restarts(tmp_path):
     from readiness import PackedReadiness, restarting_path
 
