@@ -269,3 +269,86 @@ def test_tensorrt_profile_shapes_cover_batch_one_to_max(project):
     (trt,) = decoder.optimization.execution_accelerators.gpu_execution_accelerator
     assert trt.parameters["trt_profile_min_shapes"] == (
         "decoder_input_ids:1x16,encoder_hidden_states:1x32x512,encoder_attention_mask:1x32")
+
+
+# ---------------------------------------------------------------- overload shedding (dynamic_batching.default_queue_policy)
+
+@pytest.mark.parametrize("name, timeout_us, max_queue", [
+    # T = SLO p99 - profiled p99; Q = max(ceil(4 x profiled rate x T), max_batch_size), a backstop
+    ("bert-large-classifier", 150_000, 32),  # 300 - 150 ms; max(ceil(4 x 53.2/s x 0.15 s) = 32, 16)
+    ("t5-spelling", 10_000, 32),  # 50 - 40 ms; max(ceil(4 x 120/s x 0.01 s) = 5, 32)
+])
+def test_queue_policy_is_derived_from_the_slo_and_the_profile(project, name, timeout_us, max_queue):
+    model = project.model(name)
+    assert RepositorySpec.of(model).queue_policy == triton_config.QueuePolicy(
+        timeout_microseconds=timeout_us, max_queue_size=max_queue)
+    rendered = triton_config.render_repository(model)
+    policy = parsed(rendered[model.name]).dynamic_batching.default_queue_policy
+    assert policy.timeout_action == pb.ModelQueuePolicy.REJECT
+    assert (policy.default_timeout_microseconds, policy.max_queue_size) == (timeout_us, max_queue)
+    assert not policy.allow_timeout_override  # a caller cannot wait longer than the SLO allows
+    # Only the entry point sheds: the models a BLS default model calls serve requests already admitted.
+    for folder, text in rendered.items():
+        if folder != model.name:
+            assert not parsed(text).dynamic_batching.HasField("default_queue_policy"), folder
+
+
+def test_queue_policy_text_of_the_shipped_classifier(project):
+    text = triton_config.render_config(project.model("bert-large-classifier"))
+    assert ("dynamic_batching {\n"
+            "  max_queue_delay_microseconds: 2000\n"
+            "  default_queue_policy {\n"
+            "    timeout_action: REJECT\n"
+            "    default_timeout_microseconds: 150000\n"
+            "    max_queue_size: 32\n"
+            "  }\n"
+            "}\n") in text
+
+
+def _with(model, *, slo_ms=None, profile_ms=None, rate=None, delay_us=None, max_batch=None):
+    itype = model.capacity.instance_type
+    point = model.throughput_profile[itype]
+    point = point.model_copy(update={k: v for k, v in (("p99_latency_ms", profile_ms),
+                                                       ("throughput_per_second", rate)) if v is not None})
+    serving = model.serving
+    if delay_us is not None:
+        serving = serving.model_copy(update={"dynamic_batching": serving.dynamic_batching.model_copy(
+            update={"max_queue_delay_microseconds": delay_us})})
+    if max_batch is not None:
+        serving = serving.model_copy(update={"max_batch_size": max_batch})
+    return model.model_copy(update={
+        "slo": model.slo.model_copy(update={"p99_latency_ms": slo_ms or model.slo.p99_latency_ms}),
+        "throughput_profile": {**model.throughput_profile, itype: point}, "serving": serving})
+
+
+def test_queue_policy_follows_its_inputs(project):
+    model = project.model("bert-large-classifier")
+    # A looser SLO: a longer timeout, and a bound that 4x the profiled rate does not reach within it.
+    assert triton_config.queue_policy(_with(model, slo_ms=1150)) == triton_config.QueuePolicy(
+        timeout_microseconds=1_000_000, max_queue_size=213)  # ceil(4 x 53.2)
+    # A faster instance: more arrive within the same timeout before the bound is reached.
+    assert triton_config.queue_policy(_with(model, rate=400)).max_queue_size == 240  # 4 x 400/s x 0.15 s
+    # Never below one full batch.
+    assert triton_config.queue_policy(_with(model, max_batch=64)).max_queue_size == 64
+    # No slack left (the profiled p99 is the SLO): the timeout still outlasts the batcher's own wait.
+    tight = triton_config.queue_policy(_with(model, slo_ms=150, delay_us=5000))
+    assert tight.timeout_microseconds == 6000 and tight.max_queue_size == 16
+
+
+def test_no_queue_policy_without_a_dynamic_batcher(project):
+    model = project.model("bert-large-classifier")
+    model = model.model_copy(update={"serving": model.serving.model_copy(update={"dynamic_batching": None})})
+    assert RepositorySpec.of(model).queue_policy is None
+    assert "queue_policy" not in triton_config.render_config(model)
+
+
+def test_the_queue_policy_reaches_the_image_build(project):
+    """The image's export renders from the JSON build arg: the derived policy travels in it (and a spec from
+    before the policy existed still loads, without one)."""
+    spec = RepositorySpec.of(project.model("bert-large-classifier"))
+    carried = RepositorySpec.model_validate_json(spec.model_dump_json())
+    assert carried.queue_policy == spec.queue_policy is not None
+    assert triton_config.render_config(carried) == triton_config.render_config(project.model("bert-large-classifier"))
+    legacy = spec.model_dump(mode="json")
+    del legacy["queue_policy"]
+    assert RepositorySpec.model_validate(legacy).queue_policy is None

@@ -114,7 +114,8 @@ def test_every_model_is_ready_and_ping_answers_200(name, serve):
 
 @pytest.mark.parametrize("name", model_params())
 def test_only_the_documented_stand_ins_differ_from_the_export(name, serve):
-    """The served copy differs from export.py's repository in instance_group kind only; the TensorRT
+    """The served copy differs from export.py's repository in instance_group kind and the default model's
+    queue policy (conftest.without_queue_policy) only; the TensorRT
     accelerator stays in and the stand-in ignores it on CPU, as the real onnxruntime backend does."""
     served = serve(name)
     onnx_folders = []
@@ -122,12 +123,16 @@ def test_only_the_documented_stand_ins_differ_from_the_export(name, serve):
         want, got = _config(original), _config(served.repository / original.parent.name / "config.pbtxt")
         for group in want.instance_group:
             group.kind = pb.ModelInstanceGroup.KIND_CPU
+        shed = want.dynamic_batching.HasField("default_queue_policy")
+        want.dynamic_batching.ClearField("default_queue_policy")
         assert got == want, original.parent.name
+        assert shed == (original.parent.name == name), original.parent.name
         if got.backend == "onnxruntime":
             onnx_folders.append(got.name)
             (accelerator,) = got.optimization.execution_accelerators.gpu_execution_accelerator
             assert accelerator.name == "tensorrt"
-    assert served.rewrites == [f"{f}: instance_group[0]" for f in sorted(onnx_folders)]
+    assert served.rewrites == [f"{f}: instance_group[0]" for f in sorted(onnx_folders)] + [
+        f"{name}: dynamic_batching.default_queue_policy"]
     log = served.server.log()
     for folder in onnx_folders:
         assert f"{folder} runs on CPU; gpu_execution_accelerator ['tensorrt'] ignored" in log
