@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import random
 import select
@@ -262,12 +263,24 @@ class Publisher:
         return self
 
     def _run(self) -> None:
-        next_flush = time.monotonic() + self.interval_s
-        while not self._stop.wait(min(1.0, self.interval_s)):
-            self.sample()
-            if time.monotonic() >= next_flush:
-                self.flush()
-                next_flush += self.interval_s
+        # Flushes fall on the wall clock's interval boundaries and each record carries its interval's start:
+        # a minute's requests land in the same CloudWatch minute as the load balancer's count of them, which
+        # the 5xx alarm subtracts the rejections from (stamped at the flush, they landed a minute late).
+        interval = self.interval_s
+        next_flush = (math.floor(self._clock() / interval) + 1) * interval
+        every = min(1.0, interval)  # gauges: once a second, or once an interval if that is shorter
+        next_sample = time.monotonic() + every
+        sampled = False
+        while not self._stop.wait(max(0.0, min(next_sample - time.monotonic(), next_flush - self._clock()))):
+            now = self._clock()
+            if time.monotonic() >= next_sample or (now >= next_flush and not sampled):
+                self.sample()  # every record has its gauges, even a first interval shorter than a second
+                sampled = True
+                next_sample = time.monotonic() + every
+            if now >= next_flush:
+                self.flush(next_flush - interval)
+                sampled = False
+                next_flush = (math.floor(now / interval) + 1) * interval
 
     def sample(self) -> None:
         for name, gauge in self.gauges.items():
@@ -276,8 +289,11 @@ class Publisher:
             except Exception:  # a gauge must never take the publisher down
                 continue
 
-    def flush(self) -> None:
-        emf_record = self.recorder.drain(int(self._clock() * 1000))
+    def flush(self, interval_start_s: float | None = None) -> None:
+        """Write the interval's record, stamped with its start (default: the start of the interval now in)."""
+        if interval_start_s is None:
+            interval_start_s = math.floor(self._clock() / self.interval_s) * self.interval_s
+        emf_record = self.recorder.drain(int(round(interval_start_s * 1000)))
         if emf_record is not None:
             self._output.write([emf_record])
 
@@ -285,4 +301,5 @@ class Publisher:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=5)
+        self.sample()  # the last, partial interval has its gauges too
         self.flush()

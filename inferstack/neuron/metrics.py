@@ -30,6 +30,11 @@ SERVING_UNITS = MappingProxyType({
     QUEUE_DEPTH: "Count", IN_FLIGHT: "Count", REQUESTS: "Count", SERVER_ERRORS: "Count",
 })
 SERVING_DIMENSION_SETS = (PER_MODEL, PER_WORKER)
+# Written beside those, under the same dimension sets, only in an interval that refused a request (emf.py's
+# RECORDED_UNITS: no data point, not 0, when none was): of ServerErrors, the 503s of admission, requests the
+# server would not have answered within the SLO. Shedding, not failure: the alarms subtract it from the 5xx.
+REJECTED = "Rejected"
+ADMISSION_UNITS = MappingProxyType({REJECTED: "Count"})
 
 # From neuron-monitor, once per SERVER_METRICS_INTERVAL_S: per model (PER_MODEL) and per task (PER_TASK).
 NEURONCORE_UTILIZATION = "NeuronCoreUtilization"  # one value per NeuronCore in use

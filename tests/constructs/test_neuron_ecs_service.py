@@ -431,15 +431,19 @@ def alarms_by_metric(tpl: Template) -> dict[str, dict]:
 @pytest.mark.parametrize("env", ENVS)
 def test_alarms_thresholds(dedicated, env):
     alarms = alarms_by_metric(template(dedicated, env))
-    assert set(alarms) == {"TargetResponseTime", "RequestCount+HTTPCode_Target_5XX_Count", "UnHealthyHostCount",
-                           "CPUUtilization", "MemoryUtilization", "CapacityProviderReservation",
-                           "NeuronExecutionErrors"}
+    assert set(alarms) == {"TargetResponseTime", "RequestCount+HTTPCode_Target_5XX_Count+Rejected",
+                           "UnHealthyHostCount", "CPUUtilization", "MemoryUtilization", "CapacityProviderReservation",
+                           "NeuronExecutionErrors", "Requests+Rejected"}
     latency = alarms["TargetResponseTime"]
     assert latency["Threshold"] == yaml_model()["slo"]["p99_latency_ms"] / 1000 == 0.01
     assert latency["ExtendedStatistic"] == "p99" and latency["Namespace"] == "AWS/ApplicationELB"
-    errors = alarms["RequestCount+HTTPCode_Target_5XX_Count"]
+    # 5xx less the app's admission rejections (503 shed), clamped at 0 (tests/constructs/test_neuron_shedding.py)
+    errors = alarms["RequestCount+HTTPCode_Target_5XX_Count+Rejected"]
     (expression,) = [m["Expression"] for m in errors["Metrics"] if "Expression" in m]
-    assert expression == "IF(requests > 0, 100 * FILL(errors, 0) / requests, 0)" and errors["Threshold"] == 1
+    assert expression == ("IF(FILL(requests, 0) > 0, 100 * IF(FILL(errors, 0) - FILL(rejected, 0) > 0, "
+                          "FILL(errors, 0) - FILL(rejected, 0), 0) / FILL(requests, 1), 0)") and errors["Threshold"] == 1
+    shedding = alarms["Requests+Rejected"]
+    assert (shedding["Threshold"], shedding["EvaluationPeriods"]) == (1, 15)
     assert (alarms["CPUUtilization"]["Namespace"], alarms["CPUUtilization"]["Threshold"]) == ("AWS/ECS", 90)
     assert (alarms["MemoryUtilization"]["Namespace"], alarms["MemoryUtilization"]["Threshold"]) == ("AWS/ECS", 90)
     unhealthy = alarms["UnHealthyHostCount"]

@@ -153,7 +153,9 @@ def test_image_asset_builds_from_container_triton_with_the_sdk_resolved_base(syn
     assert source["dockerBuildArgs"]["TRITON_BASE_IMAGE"] == expected_base
     assert expected_base.endswith(".dkr.ecr.us-west-2.amazonaws.com/sagemaker-tritonserver:24.09-py3")
     spec = json.loads(source["dockerBuildArgs"]["TRITON_REPOSITORY_SPEC"])
-    assert spec["name"] == "t5-spelling" and set(spec) == {"name", "source", "export", "serving"}
+    assert spec["name"] == "t5-spelling" and set(spec) == {"name", "source", "export", "serving", "queue_policy"}
+    # Of the SLO and the profile only the derived queue policy is baked into the image (see queue_policy).
+    assert spec["queue_policy"] == {"timeout_microseconds": 10_000, "max_queue_size": 32}
     staged = (assets_file.parent / source["directory"]).resolve()
     staged_files = sorted(p.relative_to(staged).as_posix() for p in staged.rglob("*") if p.is_file())
     assert "container/triton/Dockerfile" in staged_files and "inferstack/triton/config.py" in staged_files

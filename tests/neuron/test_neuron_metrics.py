@@ -21,7 +21,8 @@ NEURON_STACKS = ("intent-pack", "intent-bert-inf2")
 # What each metric is written under: the serving metrics per model and per worker, neuron-monitor's per model
 # and per task (dimension keys as sets: a template lists them sorted by name).
 DIMENSION_SETS = {
-    **{name: {frozenset(s) for s in metrics.SERVING_DIMENSION_SETS} for name in metrics.SERVING_UNITS},
+    **{name: {frozenset(s) for s in metrics.SERVING_DIMENSION_SETS}
+       for name in {**metrics.SERVING_UNITS, **metrics.ADMISSION_UNITS}},
     **{name: {frozenset(s) for s in metrics.NEURON_MONITOR_DIMENSION_SETS} for name in metrics.NEURON_MONITOR_UNITS},
 }
 
@@ -99,6 +100,8 @@ def test_alarms_dashboards_and_policies_read_what_the_container_writes(synthesiz
             *{("AWS::CloudWatch::Dashboard", name) for name in (
                 metrics.IN_FLIGHT, metrics.QUEUE_DEPTH, metrics.BATCH_SIZE, metrics.INFERENCE_LATENCY,
                 metrics.NEURONCORE_UTILIZATION, metrics.DEVICE_MEMORY_USED)}} <= read_by
+    # the 5xx and shedding alarms read the app's admission rejections
+    assert ("AWS::CloudWatch::Alarm", metrics.REJECTED) in read_by
     # the task-level NeuronCore graph: Service alone
     assert any(name == metrics.NEURONCORE_UTILIZATION and set(dims) == {metrics.SERVICE}
                for _, name, dims in read)
@@ -149,3 +152,25 @@ def test_dev_fleet_concurrency_targets_worked_out_by_hand(synthesized):
             found[model] = resource["Properties"]["TargetTrackingScalingPolicyConfiguration"]["TargetValue"]
     assert found == pytest.approx({"intent-bert": 3 * 250 * 0.5 * 0.008 / 3,
                                    "duplicate-bert": 1 * 242.5 * 0.5 * 0.020 / 1})
+
+
+def test_rejected_is_what_the_container_writes():
+    """emf.py writes Rejected beside its UNITS (RECORDED_UNITS), so tests/container/neuron/test_metrics_contract.py,
+    which holds UNITS equal to SERVING_UNITS, does not see it: checked here, reading emf.py (standard library only)
+    from its file."""
+    import importlib.util
+    import sys
+
+    from tests.support.paths import ROOT
+
+    spec = importlib.util.spec_from_file_location("_emf_contract", ROOT / "container" / "neuron" / "emf.py")
+    assert spec is not None and spec.loader is not None
+    emf = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = emf  # its dataclasses look their module up there
+    try:
+        spec.loader.exec_module(emf)
+    finally:
+        del sys.modules[spec.name]
+    assert emf.REJECTED == metrics.REJECTED
+    assert {emf.REJECTED: emf.RECORDED_UNITS[emf.REJECTED]} == dict(metrics.ADMISSION_UNITS)
+    assert tuple(map(tuple, emf.DIMENSION_SETS)) == metrics.SERVING_DIMENSION_SETS

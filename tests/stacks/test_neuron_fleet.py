@@ -286,7 +286,7 @@ def test_alarms_per_model_against_its_slo_and_per_task(synthesized, project, env
     groups = target_groups(tpl)
     alternates = target_groups(tpl, alternate=True)
     alarms = [a["Properties"] for a in tpl.find_resources("AWS::CloudWatch::Alarm").values()]
-    assert len(alarms) == 4 * len(MEMBERS) + 3  # latency, 5xx, unhealthy targets, Neuron errors; 3 per task
+    assert len(alarms) == 5 * len(MEMBERS) + 3  # latency, 5xx, unhealthy targets, Neuron errors, shedding; 3 per task
     for share in plan.shares:
         group_id, alternate_id = groups[share.model][0], alternates[share.model][0]
         mine = [a for a in alarms if f'"{group_id}"' in json.dumps(a)]

@@ -1,7 +1,13 @@
 """The CloudWatch metrics the service is judged by, as plain values (inferstack.constructs.cloudwatch_l1): the
 task's (ECS and its capacity provider), each model's at the load balancer (both target groups while a rollout
 shifts traffic), and what the task writes itself (EMF, names in inferstack.neuron.metrics). One definition
-for the alarms, the dashboard and the scaling policies, so they read the same series."""
+for the alarms, the dashboard and the scaling policies, so they read the same series.
+
+The 5xx error rate counts failures only: the load balancer's target 5xx less the server's admission rejections
+(EMF Rejected, 503 + Retry-After for a request it could not answer within the SLO), which are load shed for want
+of capacity, not a broken deploy; the shed share is a metric of its own. The two counts come from two clocks (the
+load balancer's minute, the worker's EMF interval, stamped when it is flushed), so a minute's rejections may land
+in the next minute: the difference is clamped at 0, and the alarms need several breaching minutes in a row."""
 
 from __future__ import annotations
 
@@ -47,13 +53,16 @@ class Metrics:
 
     @functools.cached_property
     def models(self) -> dict[str, dict[str, cwl1.AnyMetric]]:
-        """Per served model, from its target group (and its alternate, with a traffic-shifting rollout)."""
+        """Per served model, from its target group (and its alternate, with a traffic-shifting rollout), the error
+        rate less the model's admission rejections, and (`shed_rate`) those rejections' share of its requests."""
         out = {}
         for index, served in enumerate(self._service.served):
             group = self._service.target_groups[served.name]
             alternate = self._service.alternate_target_groups.get(served.name)
-            out[served.name] = (_target_group_metrics(group) if alternate is None
-                                else _target_group_pair_metrics(group, alternate, index))
+            emf = self.emf[served.name]
+            out[served.name] = (_target_group_metrics(group, emf["rejected"]) if alternate is None
+                                else _target_group_pair_metrics(group, alternate, index, emf["rejected"]))
+            out[served.name]["shed_rate"] = _shed_rate(emf["rejected"], emf["requests"], index)
         return out
 
     @functools.cached_property
@@ -77,6 +86,8 @@ class Metrics:
                 "core_utilization": metric(m.NEURONCORE_UTILIZATION, dims, "Average"),
                 "device_memory": metric(m.DEVICE_MEMORY_USED, dims, "Maximum"),
                 "execution_errors": metric(m.EXECUTION_ERRORS, dims, "Sum"),
+                "requests": metric(m.REQUESTS, dims, "Sum"),  # every answered request, rejections included
+                "rejected": metric(m.REJECTED, dims, "Sum"),
             }
         out[""] = {"core_utilization": metric(m.NEURONCORE_UTILIZATION,
                                               {m.SERVICE: self._service.metrics_service}, "Average")}
@@ -92,13 +103,27 @@ def _alb_metric_factory(tg: elbv2.ApplicationTargetGroup):
     return target_group
 
 
+def _shed_rate(rejected: cwl1.Metric, requests: cwl1.Metric, index: int) -> cwl1.MathExpression:
+    """Rejections as a share of the requests the model's servers answered: both from the same EMF record, so no
+    clock skew. Rejected has no data point in a minute without one: 0. Ids carry the model's index (a fleet's
+    graphs), and differ from the error rate's, which shares a graph with this."""
+    shed, received = f"shed_{index}", f"received_{index}"
+    return cwl1.MathExpression(
+        expression=f"IF(FILL({received}, 0) > 0, 100 * FILL({shed}, 0) / FILL({received}, 1), 0)",
+        using={received: requests, shed: rejected}, label="shed by admission (503), % of requests")
+
+
 def _target_group_pair_metrics(primary: elbv2.ApplicationTargetGroup, alternate: elbv2.ApplicationTargetGroup,
-                               index: int) -> dict[str, cwl1.AnyMetric]:
+                               index: int, rejected: cwl1.Metric) -> dict[str, cwl1.AnyMetric]:
     """A model behind two target groups (ECS native blue/green, linear, canary): the tasks sit in either, and
     in both while a deployment shifts traffic. Counts are summed over the two; latency, error rate and
     unhealthy targets are the worse of the two, so a failing canary alarms (and rolls back) even while it
     takes a small share of the requests. Missing data (an empty group reports nothing) counts as 0. Ids carry
-    the model's index: a fleet's graph may show several models' expressions, and ids must be unique there."""
+    the model's index: a fleet's graph may show several models' expressions, and ids must be unique there.
+
+    The rejections are the model's, not a group's (both fleets write the same dimensions). A group's failures:
+    its 5xx, but no more than the model's failures (both groups' 5xx less every rejection). So shedding alone
+    counts 0 in each group, while a failing canary's 5xx still count in full when the other group sheds."""
     sources = (_alb_metric_factory(primary), _alb_metric_factory(alternate))
 
     def pair(key: str, metric_name: str, statistic: str) -> tuple[tuple[str, cwl1.Metric], ...]:
@@ -114,7 +139,9 @@ def _target_group_pair_metrics(primary: elbv2.ApplicationTargetGroup, alternate:
     errors = pair("errors", "HTTPCode_Target_5XX_Count", "Sum")
     (r1, _), (r2, _) = requests
     (e1, _), (e2, _) = errors
-    rate = "IF(FILL({r}, 0) > 0, 100 * FILL({e}, 0) / FILL({r}, 1), 0)"
+    shed = f"rejected_{index}"
+    failed = _clamped(f"FILL({e1}, 0) + FILL({e2}, 0) - FILL({shed}, 0)")
+    rate = "IF(FILL({r}, 0) > 0, 100 * IF(FILL({e}, 0) < {failed}, FILL({e}, 0), {failed}) / FILL({r}, 1), 0)"
     return {
         "requests": combined("requests (both target groups)", "FILL({}, 0) + FILL({}, 0)", requests),
         "requests_per_task": combined("requests per task (both target groups)", "FILL({}, 0) + FILL({}, 0)",
@@ -124,8 +151,9 @@ def _target_group_pair_metrics(primary: elbv2.ApplicationTargetGroup, alternate:
         "p50": combined("p50 (worse target group)", "MAX([FILL({}, 0), FILL({}, 0)])",
                         pair("p50", "TargetResponseTime", "p50")),
         "error_rate": cwl1.MathExpression(
-            expression=f"MAX([{rate.format(r=r1, e=e1)}, {rate.format(r=r2, e=e2)}])",
-            using=dict(requests + errors), label="target 5xx, % of requests (worse target group)"),
+            expression=f"MAX([{rate.format(r=r1, e=e1, failed=failed)}, {rate.format(r=r2, e=e2, failed=failed)}])",
+            using={**dict(requests + errors), shed: rejected},
+            label="target 5xx less admission rejections, % of requests (worse target group)"),
         "unhealthy": combined("unhealthy targets (worse target group)", "MAX([FILL({}, 0), FILL({}, 0)])",
                               pair("unhealthy", "UnHealthyHostCount", "Maximum")),
         "healthy": combined("healthy targets (both target groups)", "FILL({}, 0) + FILL({}, 0)",
@@ -133,18 +161,26 @@ def _target_group_pair_metrics(primary: elbv2.ApplicationTargetGroup, alternate:
     }
 
 
-def _target_group_metrics(tg: elbv2.ApplicationTargetGroup) -> dict[str, cwl1.AnyMetric]:
+def _clamped(difference: str) -> str:
+    """max(difference, 0), per data point: MAX([...]) takes time series only."""
+    return f"IF({difference} > 0, {difference}, 0)"
+
+
+def _target_group_metrics(tg: elbv2.ApplicationTargetGroup, rejected: cwl1.Metric) -> dict[str, cwl1.AnyMetric]:
     target_group = _alb_metric_factory(tg)
     requests = target_group("RequestCount", "Sum")
+    # No data point in a minute without requests (or rejections): 0, so a quiet minute reads 0 %, not nothing.
+    failed = _clamped("FILL(errors, 0) - FILL(rejected, 0)")
     return {
         "requests": requests,
         "requests_per_task": target_group("RequestCountPerTarget", "Sum"),
         "p99": target_group("TargetResponseTime", "p99"),
         "p50": target_group("TargetResponseTime", "p50"),
         "error_rate": cwl1.MathExpression(
-            expression="IF(requests > 0, 100 * FILL(errors, 0) / requests, 0)",
-            using={"requests": requests, "errors": target_group("HTTPCode_Target_5XX_Count", "Sum")},
-            label="target 5xx, % of requests"),
+            expression=f"IF(FILL(requests, 0) > 0, 100 * {failed} / FILL(requests, 1), 0)",
+            using={"requests": requests, "errors": target_group("HTTPCode_Target_5XX_Count", "Sum"),
+                   "rejected": rejected},
+            label="target 5xx less admission rejections, % of requests"),
         "unhealthy": target_group("UnHealthyHostCount", "Maximum"),
         "healthy": target_group("HealthyHostCount", "Minimum"),
     }

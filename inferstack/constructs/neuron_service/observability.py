@@ -1,5 +1,5 @@
-"""What tells a person (and a deploy) that the service is unwell: per model its SLO, 5xx, readiness and Neuron
-execution-error alarms, per task CPU, memory and capacity shortfall, and one dashboard. L1 resources built from
+"""What tells a person (and a deploy) that the service is unwell: per model its SLO, 5xx, readiness, Neuron
+execution-error and shedding alarms, per task CPU, memory and capacity shortfall, and one dashboard. L1 resources built from
 plain values (inferstack.constructs.cloudwatch_l1): the L2 API costs a jsii round trip per metric, widget and
 call, which dominates synth at fleet scale. The template is the one the L2 wrote (same logical ids, properties
 and dashboard JSON)."""
@@ -21,6 +21,12 @@ from inferstack.constructs.neuron_service.served import ServedModel, health_chec
 # An Inferentia instance boots and joins the cluster in minutes; wanting more capacity than the group
 # delivers for longer than this means launches fail (e.g. InsufficientInstanceCapacity) or max is reached.
 CAPACITY_SHORTFALL_MINUTES = 15
+# Shedding (admission's 503s) is short capacity, not failure: it is kept out of the 5xx rate and alarmed on by
+# itself, notifying only (never a deployment alarm: a spike during a deploy must not roll it back). The
+# scaling policies see the load being shed (the load balancer counts a refused request as one), so they should
+# end it within the time it takes an instance to launch and warm, the capacity shortfall's window; shedding
+# beyond that means scaling did not: the service at capacity.max, launches failing, or targets set too high.
+SHEDDING_MINUTES = CAPACITY_SHORTFALL_MINUTES
 
 
 def _label(service: ServiceScope, served: ServedModel) -> str:
@@ -28,8 +34,10 @@ def _label(service: ServiceScope, served: ServedModel) -> str:
 
 
 def add_alarms(service: ServiceScope, metrics: Metrics, alarm_topic_arn: str) -> dict[str, cw.CfnAlarm]:
-    """Per model: p99 above its SLO, 5xx rate, targets failing readiness. Per task: CPU, memory, capacity
-    shortfall (a fleet's at the strictest of its models' limits). One model keeps the alarm ids it had."""
+    """Per model: p99 above its SLO, 5xx rate (admission rejections excluded), targets failing readiness, Neuron
+    execution errors, shedding (admission rejections above the model's error-rate limit: callers get 503s that
+    often). Per task: CPU, memory, capacity shortfall (a fleet's at the strictest of its models' limits). One
+    model keeps the alarm ids it had."""
     s = metrics.service
     name = service.name
     # A new task fails the readiness check until its models are loaded and warm (the grace period):
@@ -44,7 +52,8 @@ def add_alarms(service: ServiceScope, metrics: Metrics, alarm_topic_arn: str) ->
             "LatencyAlarm": (m["p99"], served.slo_p99_ms / 1000, periods, f"{label}: p99 target response time "
                              f"above the {served.slo_p99_ms:g} ms SLO{either}"),
             "ErrorRateAlarm": (m["error_rate"], limits.error_rate_percent, periods,
-                               f"{label}: target 5xx above {limits.error_rate_percent:g}% of requests{either}"),
+                               f"{label}: target 5xx above {limits.error_rate_percent:g}% of requests{either}, "
+                               f"not counting admission rejections (503 shed for capacity)"),
             "UnhealthyTargetsAlarm": (m["unhealthy"], 0, grace_minutes + periods,
                                       f"{label}: targets failing {served.readiness_path} beyond the warm-up "
                                       f"grace period"),
@@ -52,6 +61,10 @@ def add_alarms(service: ServiceScope, metrics: Metrics, alarm_topic_arn: str) ->
             "NeuronExecutionErrorsAlarm": (metrics.emf[served.name]["execution_errors"], 0, periods,
                                            f"{label}: Neuron runtime execution errors (neuron-monitor) in "
                                            f"{periods} consecutive minutes"),
+            "SheddingAlarm": (m["shed_rate"], limits.error_rate_percent, SHEDDING_MINUTES,
+                              f"{label}: more than {limits.error_rate_percent:g}% of requests shed (503, "
+                              f"admission) for {SHEDDING_MINUTES} minutes: capacity short and scaling has not "
+                              f"caught up (at capacity.max, launches failing, or targets too high)"),
         }
     cpu = min(m.alarms.cpu_percent for m in service.models)
     memory = min(m.alarms.memory_percent for m in service.models)
@@ -78,7 +91,8 @@ def add_alarms(service: ServiceScope, metrics: Metrics, alarm_topic_arn: str) ->
                  **{k: task_level[k] for k in ("CpuAlarm", "MemoryAlarm")},
                  "UnhealthyTargetsAlarm": model_specs["UnhealthyTargetsAlarm"],
                  "CapacityShortfallAlarm": task_level["CapacityShortfallAlarm"],
-                 "NeuronExecutionErrorsAlarm": model_specs["NeuronExecutionErrorsAlarm"]}
+                 "NeuronExecutionErrorsAlarm": model_specs["NeuronExecutionErrorsAlarm"],
+                 "SheddingAlarm": model_specs["SheddingAlarm"]}
         for alarm_id, spec in specs.items():
             add(service, alarm_id, alarm_id, spec)
         return alarms
@@ -125,7 +139,8 @@ def add_dashboard(service: ServiceScope, metrics: Metrics) -> cw.CfnDashboard:
              graph("Requests per task per minute", m["requests_per_task"], left_annotations=[target], width=8),
              graph("Running tasks", s["task_count"], width=8)],
             [graph("Target response time (s)", m["p50"], m["p99"], left_annotations=[slo], width=8),
-             graph("Target 5xx (% of requests)", m["error_rate"], width=8),
+             # the 5xx less shedding, and the shed share beside it
+             graph("Target 5xx (% of requests)", m["error_rate"], m["shed_rate"], width=8),
              graph("Targets", m["healthy"], m["unhealthy"], width=8)],
             serving_row(served, ""),
             [graph("Service CPU and memory (%)", s["cpu"], s["memory"], width=8),
@@ -147,7 +162,7 @@ def add_dashboard(service: ServiceScope, metrics: Metrics) -> cw.CfnDashboard:
                   left_annotations=[target], width=6),
             graph(f"{served.name}: target response time (s)", m["p50"], m["p99"], left_annotations=[slo],
                   width=6),
-            graph(f"{served.name}: target 5xx (% of requests)", m["error_rate"], width=6),
+            graph(f"{served.name}: target 5xx (% of requests)", m["error_rate"], m["shed_rate"], width=6),
             graph(f"{served.name}: targets", m["healthy"], m["unhealthy"], width=6)])
         rows.append(serving_row(served, f"{served.name}: "))
     rows.append([cwl1.alarm_status("Alarms", alarm_arns, width=24)])

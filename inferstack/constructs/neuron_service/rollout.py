@@ -51,8 +51,9 @@ def drop_rolling_parameters(ecs_service: ecs.Ec2Service) -> None:
 def roll_back_on_alarms(service: ServiceScope) -> None:
     """ECS watches these during every deployment (and a blue/green-family bake time) and rolls back when one
     fires (deployment-alarm-failure): each model's SLO alarms, the ones its dashboard row shows. With a
-    traffic-shifting rollout they read both target groups, so a canary's errors count. Sets the service's
-    `deployment_alarms`."""
+    traffic-shifting rollout they read both target groups, so a canary's errors count. The 5xx alarm leaves
+    out admission's 503s and the shedding alarm is not one of these: a traffic spike during a deploy is short
+    capacity, not a broken release. Sets the service's `deployment_alarms`."""
     keys = [(f"{s.name}/" if service.packed else "") + alarm_id
             for s in service.served for alarm_id in ("LatencyAlarm", "ErrorRateAlarm")]
     service.deployment_alarms = [service.alarms[key] for key in keys]
@@ -63,8 +64,9 @@ def roll_back_on_alarms(service: ServiceScope) -> None:
     # cycle from a plain reference there (https://github.com/aws/aws-cdk/blob/v2.275.0/packages/aws-cdk-lib/
     # aws-ecs/README.md#troubleshooting-circular-dependencies). The cycle it means is an alarm on the service's
     # own metric (ServiceName: GetAtt Service.Name) that the service names back. These read only the load
-    # balancer's target-group metrics, resources the service itself depends on, so nothing in them leads back
-    # to the service (tests/constructs/test_neuron_deployment_alarms.py holds that on every template), and their
+    # balancer's target-group metrics, resources the service itself depends on, and the app's EMF Rejected (its
+    # dimensions literals), so nothing in them leads back to the service
+    # (tests/constructs/test_neuron_deployment_alarms.py holds that on every template), and their
     # names stay CloudFormation's: no physical names, no replacement. The info carries no acknowledgement id
     # (addInfo, not addInfoV2), so Annotations.acknowledge_info cannot silence it.
     resource = service.service.node.default_child

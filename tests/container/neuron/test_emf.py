@@ -52,7 +52,7 @@ def test_a_worker_interval_is_one_valid_line_with_its_counts_and_samples():
     (text,) = out.getvalue().splitlines()
     data = json.loads(text)
     assert_valid_emf(data)
-    assert data["_aws"]["Timestamp"] == 1700000000500
+    assert data["_aws"]["Timestamp"] == 1699999980000  # the start of the 60 s interval it covers
     assert data[emf.REQUESTS] == 1000 and data[emf.ERRORS] == 3
     assert len(data[emf.REQUEST_LATENCY]) == emf.MAX_VALUES  # a uniform sample of the 1000, bounded
     assert set(data[emf.REQUEST_LATENCY]) <= {float(i) for i in range(10)}
@@ -65,6 +65,24 @@ def test_a_worker_interval_is_one_valid_line_with_its_counts_and_samples():
                                            emf.BATCH_SIZE)}
     publisher.flush()  # an empty interval writes nothing
     assert len(out.getvalue().splitlines()) == 1
+
+
+def test_records_fall_on_interval_boundaries_stamped_with_the_interval_start():
+    """As the load balancer counts a request in the minute it arrived, a record counts its interval's requests at
+    that interval's start: the alarms subtract one from the other minute by minute."""
+    recorder = emf.Recorder(DIMENSIONS)
+    out = io.StringIO()
+    publisher = emf.Publisher(recorder, {}, interval_s=0.25, stream=out).start()
+    import time
+    deadline = time.monotonic() + 1.2
+    while time.monotonic() < deadline:
+        recorder.count(emf.REQUESTS)
+        time.sleep(0.01)
+    publisher.stop()
+    stamps = [json.loads(t)["_aws"]["Timestamp"] for t in out.getvalue().splitlines()]
+    assert len(stamps) >= 4 and stamps == sorted(set(stamps)), stamps
+    assert all(stamp % 250 == 0 for stamp in stamps), stamps  # whole intervals of the wall clock
+    assert all(b - a == 250 for a, b in zip(stamps, stamps[1:])), stamps  # one record per interval, none skipped
 
 
 def test_reservoir_keeps_a_uniform_sample():
