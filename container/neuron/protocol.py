@@ -221,8 +221,12 @@ class ModelInterface:
         for k, value in enumerate(values):
             if not isinstance(value, str):
                 raise ProtocolError(f"{where}.data[{k}]: expected a string, got {type(value).__name__}")
+            # 400, not 413, as the Triton ensemble's tokenizer step answers these (its Python backend cannot send
+            # a 413): one status per mistake, whichever backend a model is on.
             if len(value) > self.max_text_chars:
-                raise ProtocolError(f"{where}.data[{k}]: text of {len(value)} characters exceeds the limit of {self.max_text_chars}", 413)
+                raise ProtocolError(f"{where}.data[{k}]: text of {len(value)} characters exceeds the limit of {self.max_text_chars}")
+            if not value or value.isspace():  # nothing for the model to read: an answer would be noise
+                raise ProtocolError(f"{where}.data[{k}]: empty text")
             if not value.isascii():
                 try:  # JSON's "\ud800" escapes decode to lone surrogates, which the tokenizer cannot take
                     value.encode("utf-8")

@@ -189,7 +189,10 @@ MALFORMED = [
     ("non-string text", json.dumps(text_body([1, 2])).encode(), {}, 400, "inputs[0].data[0]"),
     ("missing data", json.dumps({"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1]}]}).encode(), {}, 400, "inputs[0].data"),
     ("too many items", json.dumps(text_body(["x"] * (MAX_BATCH + 1))).encode(), {}, 413, "inputs[0].shape"),
-    ("text too long", json.dumps(text_body(["a" * (MAX_TEXT + 1)])).encode(), {}, 413, "inputs[0].data[0]"),
+    ("text too long", json.dumps(text_body(["a" * (MAX_TEXT + 1)])).encode(), {}, 400,
+     f"inputs[0].data[0]: text of {MAX_TEXT + 1} characters exceeds the limit of {MAX_TEXT}"),
+    ("empty text", json.dumps(text_body(["fine", ""])).encode(), {}, 400, "inputs[0].data[1]: empty text"),
+    ("blank text", json.dumps(text_body([" \t\n"])).encode(), {}, 400, "inputs[0].data[0]: empty text"),
     # Valid JSON padded past the body limit, so only the size rule can reject it.
     ("body too large", json.dumps(text_body(["x"])).encode() + b" " * (MAX_BODY + 1), {}, 413, "body"),
     ("token id outside vocab", json.dumps({"inputs": [ids_input([1, 2], [2, 99999])]}).encode(), {}, 400, "inputs[0].data"),
