@@ -30,6 +30,10 @@ measure near the rate of interest.
 127.0.0.1) offering R req/s to the same server for --seconds, as `inferstack loadtest` runs it; prints each
 generator's CPU, what was sent on time and late, the p99 and the verdict. --server-cpus pins the server (and
 --generator-cpus the Locust processes) to CPUs of their own (Linux taskset lists), so neither measures the other.
+--serve-workers W: the target is the serving app instead (container/neuron/serve.py, W workers on the emulated
+accelerator, --batch-ms per batch of up to 16 rows, its SLO --slo-ms: admission on), with serve_bench.py's tiny
+BERT (or --model-dir): the reference workload's server, one intent-bert task of 6 workers, is
+`--peak 16000 --serve-workers 6 --workers 12 --server-cpus 0-5 --generator-cpus 6-15` on a 16-core machine.
 Figures are printed, never asserted.
 """
 
@@ -37,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import math
 import os
 import socket
@@ -253,8 +258,27 @@ def start_server(workdir: Path, port: int, cpus: str | None) -> subprocess.Popen
     return server
 
 
+def start_serving_app(workdir: Path, port: int, args) -> tuple[subprocess.Popen, str, list[dict]]:
+    """serve.py with --serve-workers workers on the emulated accelerator: (process, infer URL, expected outputs)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import serve_bench
+
+    art = args.model_dir or serve_bench.build_artifact(workdir, argparse.Namespace(
+        sequence_length=32, layers=4, hidden_size=256, attention_heads=4))
+    labels = json.loads((art / "metadata.json").read_text())["labels"]
+    settings = argparse.Namespace(max_batch_size=16, max_queue_delay_ms=1.0, workers=args.serve_workers, torch_threads=1)
+    cpus = {c for part in args.server_cpus.split(",") for c in _cpu_range(part)} if args.server_cpus else None
+    server = serve_bench.start_server(art, port, settings, {"SERVER_SLO_MS": f"{args.slo_ms:g}"}, cpus=cpus,
+                                      extra_args=("--standin-accelerator-ms", f"{args.batch_ms:g}"))
+    outputs = [{"name": "logits", "datatype": "FP32", "shape": [1, len(labels)]},
+               {"name": "label", "datatype": "BYTES", "shape": [1]}]
+    return server, f"http://127.0.0.1:{port}/v2/models/model/infer", outputs
+
+
 def peak(args) -> int:
     """The real distributed run at --peak: the figures `inferstack loadtest` would report, and the CPU it took."""
+    if args.serve_workers:
+        return peak_against_serve(args)
     port = free_port()
     where = (f"server on CPUs {args.server_cpus}, " if args.server_cpus else "server unpinned, ") + (
         f"Locust on CPUs {args.generator_cpus}" if args.generator_cpus else "Locust unpinned")
@@ -284,6 +308,43 @@ def peak(args) -> int:
     return 0
 
 
+def peak_against_serve(args) -> int:
+    """--peak with the serving app as the target (--serve-workers)."""
+    port = free_port()
+    limit = args.serve_workers * 16 / (args.batch_ms / 1000)
+    where = (f"server on CPUs {args.server_cpus}, " if args.server_cpus else "server unpinned, ") + (
+        f"Locust on CPUs {args.generator_cpus}" if args.generator_cpus else "Locust unpinned")
+    print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}; serve.py, {args.serve_workers} workers "
+          f"on the emulated accelerator ({args.batch_ms:g} ms per batch of up to 16: limit {limit:,.0f} req/s); "
+          f"{args.workers} Locust workers offering {args.peak:g} req/s for {args.seconds:g} s (open system, SLO "
+          f"{args.slo_ms:g} ms); {where}")
+    with tempfile.TemporaryDirectory(prefix="loadtest-serve-") as scratch:
+        workdir = Path(scratch)
+        server, url, outputs = start_serving_app(workdir, port, args)
+        if args.generator_cpus:
+            os.sched_setaffinity(0, {int(c) for part in args.generator_cpus.split(",") for c in _cpu_range(part)})
+        try:
+            spec = LoadTestSpec(model="model", target=Target(kind="http", url=url), bodies=(BODY,),
+                                outputs=tuple(ExpectedOutput(o["name"], o["datatype"], tuple(o["shape"])) for o in outputs),
+                                steps=(Step(rate=args.peak, seconds=args.seconds),), p99_slo_ms=args.slo_ms)
+            result = runner.run_local(spec, workdir / "out", workers=args.workers,
+                                      on_progress=lambda line: print(f"  {line}", flush=True))
+        finally:
+            server.terminate()  # serve.py drains, and its supervisor stops the workers
+            try:
+                server.wait(60)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait(10)
+    print(report.text(result), end="")
+    (step,) = result.steps
+    workers = [g for g in result.generators if g.name.startswith("worker-")]
+    print(f"\n{args.workers} workers: sent {step.offered:,} ({step.offered / step.seconds:,.0f}/s) of "
+          f"{step.due:,.0f} due, {step.late} late; workers' CPU max {max(g.max_cpu_percent for g in workers):.0f} %, "
+          f"mean {sum(g.mean_cpu_percent for g in workers) / len(workers):.0f} %; verdict {result.verdict}")
+    return 0
+
+
 def _cpu_range(part: str) -> range:
     low, _, high = part.partition("-")
     return range(int(low), int(high or low) + 1)
@@ -301,7 +362,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=8, help="with --peak: Locust workers (default 8)")
     parser.add_argument("--server-cpus", metavar="LIST", help="pin the target server to these CPUs (taskset -c)")
     parser.add_argument("--generator-cpus", metavar="LIST", help="with --peak: pin the Locust processes to these CPUs")
+    parser.add_argument("--serve-workers", type=int, default=0, metavar="W",
+                        help="with --peak: the target is serve.py with W workers on the emulated accelerator")
+    parser.add_argument("--batch-ms", type=float, default=3.0, help="with --serve-workers: emulated time per batch")
+    parser.add_argument("--model-dir", type=Path, help="with --serve-workers: a compiled CPU artifact (default: build one)")
     args = parser.parse_args(argv)
+    if args.serve_workers < 0 or (args.serve_workers and args.peak is None):
+        parser.exit(2, f"{parser.prog}: error: --serve-workers: a positive number of workers, with --peak\n")
+    if not (math.isfinite(args.batch_ms) and args.batch_ms > 0):
+        parser.exit(2, f"{parser.prog}: error: --batch-ms: must be a number > 0, got {args.batch_ms:g}\n")
     for flag, value in (("--rate", args.rate), ("--seconds", args.seconds), ("--slo-ms", args.slo_ms),
                         ("--peak", args.peak if args.peak is not None else 1.0)):
         if not (math.isfinite(value) and value > 0):

@@ -23,7 +23,8 @@ Then (e), the pipeline (--pipeline-seconds, 0 skips it): serve.py with --workers
 accelerator (--pipeline-batch-ms per batch), SERVER_PIPELINE=off (the baseline: one batch at a time) and on,
 started side by side and measured in interleaved rounds with peers.py's client: closed loops at
 --pipeline-concurrency, then each paced at 80 % of what it sustained at the highest level, for the p99; CPU
-per request counts every process of the server (from /proc) over the measured window.
+per request counts every process of the server (from /proc) over the measured window. With two or more CPUs the
+load generator runs on the last one and the servers of (e) on the others (--no-pin: shared).
 Prints figures only; the targets are reported, never asserted.
 """
 
@@ -364,13 +365,18 @@ def run_pipeline(art: Path, args: argparse.Namespace, texts: list[str], path: st
     import peers  # peers.py imports this module: not at the top
 
     standin = ("--standin-accelerator-ms", f"{args.pipeline_batch_ms:g}")
-    out: dict = {"batch_s": peers.standin_batch_s(args.pipeline_batch_ms), "cells": {}, "paced": {}}
+    server_cpus, generator_cpus = cpu_split(not args.no_pin)
+    out: dict = {"batch_s": peers.standin_batch_s(args.pipeline_batch_ms), "cells": {}, "paced": {},
+                 "cpus": (server_cpus, generator_cpus)}
     servers: dict[str, peers.Server] = {}
+    own_cpus = os.sched_getaffinity(0)
     try:
         for mode in PIPELINE_MODES:
             port = free_port()
-            proc = start_server(art, port, args, {"SERVER_PIPELINE": mode}, extra_args=standin)
+            proc = start_server(art, port, args, {"SERVER_PIPELINE": mode}, extra_args=standin, cpus=server_cpus)
             servers[mode] = peers.Server(mode, proc, port, path, batches=lambda port=port: peers.serve_batches(port))
+        if generator_cpus:
+            os.sched_setaffinity(0, generator_cpus)  # the load generator (this process) off the server's CPUs
         for _ in range(args.rounds):
             for level in args.pipeline_levels:
                 for mode, server in servers.items():
@@ -382,13 +388,26 @@ def run_pipeline(art: Path, args: argparse.Namespace, texts: list[str], path: st
             rate = PACED_FRACTION * out["cells"][(mode, top)].rps
             out["paced"][mode] = (rate, peers.measure(server, texts, top, args.pipeline_seconds, args.warmup, rate=rate))
     finally:
+        os.sched_setaffinity(0, own_cpus)
         for server in servers.values():
             server.stop()
     return out
 
 
+def cpu_split(pin: bool) -> tuple[set[int] | None, set[int] | None]:
+    """(the server's CPUs, the load generator's): the last CPU for the generator when there are two or more,
+    so that it never takes a CPU the server is running on; (None, None): shared."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if not pin or len(cpus) < 2:
+        return None, None
+    return set(cpus[:-1]), {cpus[-1]}
+
+
 def report_pipeline(args: argparse.Namespace, result: dict) -> None:
     batch_s = result["batch_s"]
+    server_cpus, generator_cpus = result["cpus"]
+    where = (f"server on CPU {','.join(map(str, sorted(server_cpus)))}, load generator on CPU "
+             f"{','.join(map(str, sorted(generator_cpus)))}" if server_cpus else "the generator shares the server's CPUs")
     limit = args.workers * args.max_batch_size / batch_s
     bound_ms = 2 * batch_s * 1000 + args.max_queue_delay_ms
     print(
@@ -396,7 +415,7 @@ def report_pipeline(args: argparse.Namespace, result: dict) -> None:
         f"of up to {args.max_batch_size} rows (measured {batch_s * 1000:.2f} ms), queue delay {args.max_queue_delay_ms:g} ms; "
         f"limit {args.workers} x {args.max_batch_size} / batch = {limit:,.0f} req/s; SERVER_PIPELINE off (baseline) and on "
         f"side by side; closed loops, {args.pipeline_seconds:g}s per cell, best of {args.rounds} interleaved rounds; "
-        f"the generator shares the machine's CPUs; CPU: every process of the server"
+        f"{where}; CPU: every process of the server"
     )
     print(f"{'pipeline':>8} {'conc':>4} | {'req/s':>7} {'of limit':>8} | {'p50 ms':>7} {'p99 ms':>7} | {'CPU us/req':>10} | "
           f"{'batch':>5} | errors")
@@ -510,6 +529,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--pipeline-seconds", type=float, default=5.0, help="seconds per cell of (e); 0 skips (e)")
     parser.add_argument("--pipeline-concurrency", default="32,64", help="(e)'s closed-loop connections")
     parser.add_argument("--pipeline-batch-ms", type=float, default=3.0, help="(e)'s emulated accelerator time per batch")
+    parser.add_argument("--no-pin", action="store_true", help="(e): let the load generator share the server's CPUs "
+                        "(default: the last CPU is the generator's, the others the server's)")
     args = parser.parse_args()
     positive = ("sequence_length", "layers", "hidden_size", "attention_heads", "duration", "max_batch_size",
                 "workers", "torch_threads", "rounds", "limit_seconds")

@@ -54,14 +54,6 @@ class Outcome:
     failure: str = ""
 
 
-def cpu_split(pin: bool) -> tuple[set[int] | None, set[int] | None]:
-    """(the server's CPUs, the generator's): the last CPU for the generator when there are two or more."""
-    cpus = sorted(os.sched_getaffinity(0))
-    if not pin or len(cpus) < 2:
-        return None, None
-    return set(cpus[:-1]), {cpus[-1]}
-
-
 async def _connection(port: int, index: int, requests: list[bytes], start: float, interval: float, stop_at: float,
                       out: list[Outcome], ended: dict[int, str]) -> None:
     clock = time.perf_counter
@@ -303,7 +295,7 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> int:
     args = parse_args()
-    server_cpus, generator_cpus = cpu_split(not args.no_pin)
+    server_cpus, generator_cpus = sb.cpu_split(not args.no_pin)
     with tempfile.TemporaryDirectory(prefix="worker-crash-") as work:
         ns = argparse.Namespace(sequence_length=32, layers=4, hidden_size=256, attention_heads=4)
         art = args.model_dir or sb.build_artifact(Path(work), ns)

@@ -30,7 +30,8 @@ time while it waits for work: the event loop's timers (and uvloop's clock) tick 
 milliseconds, which for a 1 ms delay sent batches anywhere from at once to 2 ms late.
 
 Admission (SERVER_SLO_MS): a request is queued only if it would be answered within the budget (80 % of
-the SLO): the batches ahead of it and its own (queued rows over the max batch size, rounded up, plus one
+the SLO), or if the model is idle (its batch measures the batch time, so a wrong estimate cannot refuse
+everything for good): the batches ahead of it and its own (queued rows over the max batch size, rounded up, plus one
 already sent behind the running batch) times the batch time (an EWMA of batches as the event loop sees
 them, from sent, or from when the one before was answered if later, to answered), plus what is left of
 the batch now running, plus the queue delay. Otherwise submit raises Overloaded at once: a queue bounded by
@@ -153,6 +154,7 @@ class DynamicBatcher:
         self._batch_s = self._admission.initial_batch_s if self._admission is not None else 0.0
         self._sent: collections.deque[float] = collections.deque()  # when each batch with the model left the queue
         self._answered_at = 0.0  # when the loop last got a batch's results
+        self._measured = False  # a live batch has updated the estimate
 
     def start(self) -> None:
         for thread in self._threads:
@@ -167,6 +169,12 @@ class DynamicBatcher:
     def queue_depth(self) -> int:
         """Requests waiting for the model now."""
         return len(self._queue)
+
+    def assume_batch_s(self, seconds: float) -> None:
+        """Start the estimate from a measured batch time (the warm-up's full batches) instead of the initial
+        setting; ignored once a live batch has been measured."""
+        if self._admission is not None and seconds > 0 and not self._measured:
+            self._batch_s = seconds
 
     @property
     def batch_s(self) -> float:
@@ -194,6 +202,11 @@ class DynamicBatcher:
         handler asks before parsing (rows=1), so a refusal costs no parsing and no tokenizing."""
         admission = self._admission
         if admission is None:
+            return
+        if not self._running and not self._queue:
+            # An idle model takes the request whatever the estimate says: refusing it would leave the estimate
+            # unmeasured, and a stale or too-high one (a batch time above the budget) would refuse everything
+            # for good. Its batch is the measurement that corrects the estimate.
             return
         wait = self.estimate_s(rows)
         if wait > admission.budget_s:
@@ -229,6 +242,8 @@ class DynamicBatcher:
         """The queued requests, oldest first, that could no longer be answered within the budget even if
         their batch left now: failed rather than run, which leaves the model to requests that can."""
         queue, expired = self._queue, []
+        if self._batch_s + self._max_delay > self._admission.budget_s:
+            return expired  # not even a batch of its own fits: the estimate must be measured first (see admit)
         latest = self._clock() + self._batch_s - self._admission.budget_s  # enqueued before this: too late
         while queue and queue[0].enqueued < latest:
             item = queue.popleft()
@@ -292,6 +307,7 @@ class DynamicBatcher:
         # The batch as its requests lived it (sent, or the batch ahead answered, to answered, the hand-offs
         # included), on the loop's clock.
         self._batch_s += EWMA_WEIGHT * ((now - self._running_since()) - self._batch_s)
+        self._measured = True
         self._sent.popleft()
         self._answered_at = now
         self._running -= 1

@@ -11,6 +11,7 @@ batcher's prepare stage (stack), which runs while the model executes the batch b
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -160,8 +161,9 @@ class ModelRunner:
         """Logits (float32 [rows, labels]) for each request, in order."""
         return self.execute(self.stack(requests))
 
-    def warm_up(self, iterations: int, max_batch_size: int) -> None:
-        """Run every batch shape the batcher can form before we report ready.
+    def warm_up(self, iterations: int, max_batch_size: int) -> float:
+        """Run every batch shape the batcher can form before we report ready; returns the median time of a
+        full batch (stacked and executed), where admission's batch-time estimate starts.
 
         Neuron loads its NEFFs on the first call; TorchScript profiles and optimises the graph on
         its first calls, and the first call at each new batch size is slower still (fresh
@@ -174,6 +176,10 @@ class ModelRunner:
                 self.run([TextRows(["warm up"] * rows)])
         full = [TextRows(["warm up"] * max_batch_size)]
         single = [TextRows(["warm up"])]
+        times = []
         for _ in range(max(1, iterations)):
+            started = time.perf_counter()
             self.run(full)
+            times.append(time.perf_counter() - started)
             self.run(single)
+        return sorted(times)[len(times) // 2]

@@ -98,7 +98,7 @@ def load_model(settings: ServerSettings, metadata: dict, readiness: WorkerReadin
 
         runner = ModelRunner(settings.model_dir, metadata, settings.torch_threads, settings.standin_accelerator_ms)
         loaded = time.perf_counter()
-        runner.warm_up(settings.warmup_iterations, settings.max_batch_size)
+        full_batch_s = runner.warm_up(settings.warmup_iterations, settings.max_batch_size)
         batcher = DynamicBatcher(
             runner.execute,
             prepare_batch=runner.stack,
@@ -111,6 +111,7 @@ def load_model(settings: ServerSettings, metadata: dict, readiness: WorkerReadin
             on_delivered=tally.flush,
             admission=settings.admission,  # a packed model's own SLO (for_model), else SERVER_SLO_MS
         )
+        batcher.assume_batch_s(full_batch_s)  # admission starts from this machine's measured batch time
         batcher.start()
         state.prepare = runner.prepare
         state.batcher = batcher

@@ -93,6 +93,35 @@ def test_the_batch_time_is_measured_an_ewma_of_batches_sent_to_answered():
         h.submit("second")
 
 
+def test_an_idle_model_admits_whatever_the_estimate_so_a_batch_time_above_the_budget_cannot_refuse_everything():
+    # The intent-bert case: a 10 ms SLO (8 ms budget) and a 10 ms initial estimate, every request over budget.
+    h = Harness(Admission(slo_ms=10, budget_s=0.008, initial_batch_s=0.010))
+    h.submit("first")  # idle: admitted, and its batch measures the model
+    with pytest.raises(Overloaded):
+        h.submit("behind it")  # 10 ms of the running batch left + its own 10 ms: over budget
+    h.finish_batch(after_s=0.003)
+    h.submit("second")  # idle again
+    h.finish_batch(after_s=0.003)
+    assert h.batcher.batch_s == pytest.approx(0.010 * 0.8 ** 2 + 0.003 * (1 - 0.8 ** 2))
+    for _ in range(8):  # ten 3 ms batches in all: the estimate comes down to 3.8 ms
+        h.submit("x")
+        h.finish_batch(after_s=0.003)
+    assert h.batcher.batch_s == pytest.approx(0.003 + 0.007 * 0.8 ** 10)
+    h.submit("running")
+    h.submit("queued behind it")  # what is left of the running batch + its own: within the 8 ms budget now
+    assert [ok for _, ok, _ in h.answers] == [True] * 10 and h.batcher.queue_depth == 1
+
+
+def test_the_warm_up_measurement_replaces_the_initial_estimate_until_a_live_batch_is_measured():
+    h = Harness()
+    h.batcher.assume_batch_s(0.002)
+    assert h.batcher.batch_s == 0.002
+    h.submit("a")
+    h.finish_batch(after_s=0.004)
+    h.batcher.assume_batch_s(0.050)  # too late: live batches count now
+    assert h.batcher.batch_s == pytest.approx(0.8 * 0.002 + 0.2 * 0.004)
+
+
 def test_the_queue_delay_counts_against_the_budget():
     h = Harness(delay_s=0.025)
     h.submit("a")  # waits for company: 10 ms + 25 ms = 35 ms
