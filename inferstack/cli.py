@@ -179,6 +179,19 @@ def _cmd_loadtest(args: argparse.Namespace) -> int:
         raise Failure(str(exc)) from None
 
 
+def _cmd_invoke(args: argparse.Namespace) -> int:
+    from inferstack.delivery import invoke, stack_outputs
+
+    try:
+        return invoke.run(args)
+    except invoke.InvokeUsageError as exc:
+        raise UsageError(str(exc)) from None
+    except (invoke.InvokeFailure, stack_outputs.StackNotFound, aws_sessions.SessionError) as exc:
+        raise Failure(str(exc)) from None
+    except aws_sessions.AWS_ERRORS as exc:  # the stack lookup: credentials, permissions, throttling
+        raise Failure(f"AWS: {exc}") from None
+
+
 class Failure(Exception):
     """The command ran but what it checks or does failed (exit 1, one line)."""
 
@@ -219,10 +232,11 @@ def build_parser() -> argparse.ArgumentParser:
     release_cmd.set_defaults(func=_cmd_release)
 
     # Imported lazily by their handlers (boto3 clients); the parsers are cheap.
-    from inferstack.delivery import promote, rollback, smoke
+    from inferstack.delivery import invoke, promote, rollback, smoke
     promote.add_parser(commands, _cmd_promote, DEFAULT_CONFIG_DIR)
     rollback.add_parser(commands, _cmd_rollback, DEFAULT_CONFIG_DIR)
     smoke.add_parser(commands, _cmd_smoke, DEFAULT_CONFIG_DIR)
+    invoke.add_parser(commands, _cmd_invoke, DEFAULT_CONFIG_DIR)
     from inferstack.capacity.profile import command as profile_command
     profile_command.add_parser(commands, _cmd_profile, DEFAULT_CONFIG_DIR)
     from inferstack.loadtest import command as loadtest

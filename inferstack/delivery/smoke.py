@@ -1,14 +1,15 @@
-"""`python -m inferstack smoke --env ENV`: after a deploy, send each model a known request over the shared
-protocol (KServe v2 JSON), check the reply's output names, datatypes and shapes against the model's
-interface, and its latency against the model's p99 SLO. One line per model; exit 1 on any failure.
+"""`python -m inferstack smoke --env ENV`: after a deploy, send each model a known text over the text contract
+every model takes (KServe v2 JSON, text_contract.py), check the reply's output names, datatypes and shapes
+against what the contract promises for the model's task, and its latency against the model's p99 SLO. One
+line per model; exit 1 on any failure.
 
 Endpoints come from the serving stacks' outputs: `Url` (Neuron on ECS: POST {Url}/v2/models/<name>/infer;
 a neuron-cores fleet's members through their fleet's stack, POST {Url}{path}/infer with the model's path from
 its `ModelPaths`) or `EndpointName` (Triton on SageMaker: InvokeEndpoint, which hands the body to Triton's
-/invocations), with `InferenceComponentName` for a model on a fleet's shared endpoint. Such a component may
-have scaled to zero: every component is sent one request first, so their cold starts run side by side, and
-each model's first answer is awaited for up to its `slo.cold_start_seconds` while SageMaker answers that it
-has no capacity.
+/invocations and the endpoint's default model, the ensemble that tokenizes the text), with
+`InferenceComponentName` for a model on a fleet's shared endpoint. Such a component may have scaled to zero:
+every component is sent one request first, so their cold starts run side by side, and each model's first
+answer is awaited for up to its `slo.cold_start_seconds` while SageMaker answers that it has no capacity.
 An internal load balancer is reachable only from inside its VPC: `--via auto` (the default) sends those
 requests through the foundation's smoke probe, a Lambda function in the private subnets
 (inferstack/delivery/smoke_probe/), and times them there; `--via direct` calls every URL from here."""
@@ -29,16 +30,14 @@ from pathlib import Path
 import boto3
 import botocore.config
 
-from inferstack.delivery import aws_sessions, stack_outputs
-from inferstack.config import Environment, NeuronEcsModel, TritonSageMakerModel, loader
+from inferstack.delivery import aws_sessions, stack_outputs, text_contract
+from inferstack.delivery.locate import locate
+from inferstack.config import Environment, loader
 from inferstack.loadtest import answer
 from inferstack.loadtest.answer import Output  # what a reply must hold: one check for smoke and load tests
 from inferstack.schema import kinds
 
 SMOKE_TEXT = "inferstack smoke test"
-# Token ids valid in any vocabulary of the shipped models (BERT's "[CLS] hello world [SEP]"; in range for
-# T5 too), padded to the configured sequence length: the check is the interface, not the answer.
-SMOKE_TOKEN_IDS = (101, 7592, 2088, 102)
 DEFAULT_REQUESTS = 5
 VIA = ("auto", "lambda", "direct")
 LATENCY = ("check", "report")
@@ -75,33 +74,22 @@ def probe_for(model) -> Probe:
     return PROBES[kinds.model_kind(model)](model)
 
 
-def _neuron_probe(model: NeuronEcsModel) -> Probe:
-    # container/neuron/README.md: TEXT in, logits [n, labels] and label [n] out.
-    body = {"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1], "data": [SMOKE_TEXT]}]}
-    return Probe(body, (Output("logits", "FP32", (1, len(model.source.labels))), Output("label", "BYTES", (1,))))
+def _text_probe(model) -> Probe:
+    # Every kind takes the text contract (text_contract.py): the Neuron app, and the Triton ensemble each
+    # SageMaker endpoint defaults to, which tokenizes in the server. Smoke sends what an application sends. The
+    # model's name in the text makes each model's request its own: an emulator that answers by request (moto
+    # keys its canned InvokeEndpoint replies by body, not endpoint) tells them apart.
+    return Probe(text_contract.request_body([smoke_text(model)]), text_contract.expected_outputs(model, 1))
 
 
-def _triton_probe(model: TritonSageMakerModel) -> Probe:
-    from inferstack.triton import config as triton_config  # the Triton proto: only Triton models need it
-
-    folder = triton_config.folders(model)[0]  # the default model SageMaker routes /invocations to
-    inputs = []
-    for tensor in folder.inputs:
-        (length,) = tensor.dims
-        ids = list(SMOKE_TOKEN_IDS[:length]) + [0] * max(0, length - len(SMOKE_TOKEN_IDS))
-        data = {"input_ids": ids,
-                "attention_mask": [1 if i < len(SMOKE_TOKEN_IDS) else 0 for i in range(length)]}.get(
-                    tensor.name, [0] * length)
-        inputs.append({"name": tensor.name, "datatype": tensor.type_name.removeprefix("TYPE_"),
-                       "shape": [1, length], "data": data})
-    outputs = tuple(Output(t.name, t.type_name.removeprefix("TYPE_"), (1, *t.dims)) for t in folder.outputs)
-    return Probe({"inputs": inputs}, outputs)
+def smoke_text(model) -> str:
+    return f"{SMOKE_TEXT} of {model.name}"
 
 
 # Each model kind's smoke request: what its serving container's interface takes and promises.
 PROBES: dict[kinds.ModelKind, Callable[..., Probe]] = {
-    kinds.NEURON_ECS: _neuron_probe,
-    kinds.TRITON_SAGEMAKER: _triton_probe,
+    kinds.NEURON_ECS: _text_probe,
+    kinds.TRITON_SAGEMAKER: _text_probe,
 }
 
 
@@ -246,14 +234,10 @@ def smoke_model(session: boto3.Session, env_name: str, environment: Environment,
     one; `lambda_` is the Lambda client to invoke it with (default: one from `session`). `stack`: the stack
     that serves the model when it is not the model's own (a neuron-cores fleet's). `sleep`: time.sleep,
     between the first requests to a component that has no copy yet."""
-    component = None
-    stack = stack or model.name
-    values = stack_outputs.outputs(session.client("cloudformation"), env_name, stack)
-    if kinds.model_kind(model).hosting == "ecs":
-        (base,) = stack_outputs.require(values, ("Url",), env_name, stack)
-        path = (f"/v2/models/{model.name}" if stack == model.name
-                else stack_outputs.model_path(values, env_name, stack, model.name))
-        url = f"{base.rstrip('/')}{path}/infer"
+    where = locate(session.client("cloudformation"), env_name, model, stack)
+    component = where.component
+    if where.url is not None:
+        url = where.url
         probe = probe or ProbeLookup(session.client("cloudformation"), env_name)
         function = None
         if via == "lambda" or (via == "auto" and not model.public_load_balancer(environment)):
@@ -268,10 +252,8 @@ def smoke_model(session: boto3.Session, env_name: str, environment: Environment,
             target = f"{url} via probe {function}"
             send = probe_sender(lambda_ or lambda_client(session, timeout), function, url, timeout)
     else:
-        (endpoint,) = stack_outputs.require(values, (stack_outputs.ENDPOINT_NAME,), env_name, stack)
-        component = values.get(stack_outputs.INFERENCE_COMPONENT_NAME) or None
-        target = f"endpoint {endpoint}" + (f" component {component}" if component else "")
-        send = sagemaker_sender(session, endpoint, timeout, component)
+        target = where.describe()
+        send = sagemaker_sender(session, where.endpoint, timeout, component)
     probe_request = probe_for(model)
     body = json.dumps(probe_request.body).encode()
     # The first request may be a cold start: not timed (a component that scaled to zero: awaited).

@@ -392,20 +392,25 @@ def triton_config(aws, config_copy):
 
 
 BERT_REPLY = {"model_name": "bert-large-classifier", "outputs": [
-    {"name": "logits", "datatype": "FP32", "shape": [1, 2], "data": [0.1, 0.9]}]}
+    {"name": "logits", "datatype": "FP32", "shape": [1, 2], "data": [0.1, 0.9]},
+    {"name": "label", "datatype": "BYTES", "shape": [1], "data": ["positive"]}]}
 T5_REPLY = {"model_name": "t5-spelling", "outputs": [
-    {"name": "output_ids", "datatype": "INT64", "shape": [1, 16], "data": list(range(16))}]}
+    {"name": "TEXT", "datatype": "BYTES", "shape": [1], "data": ["inferstack smoke test"]}]}
 
 
-def test_triton_requests_follow_the_tensor_interface(triton_config):
+def test_every_model_is_sent_the_text_contract_and_its_tasks_outputs_are_expected(triton_config):
+    """Triton models too: their endpoints default to the ensemble that tokenizes in the server, so smoke (and
+    the load tests and profiles built on its request) send what an application sends, not token ids."""
     project = load(triton_config)
-    probe = smoke.probe_for(project.model("bert-large-classifier"))
-    assert [(i["name"], i["datatype"], i["shape"]) for i in probe.body["inputs"]] == [
-        ("input_ids", "INT64", [1, 512]), ("attention_mask", "INT64", [1, 512]), ("token_type_ids", "INT64", [1, 512])]
-    assert probe.body["inputs"][0]["data"][:5] == [101, 7592, 2088, 102, 0]
-    assert [(o.name, o.datatype, o.shape) for o in probe.outputs] == [("logits", "FP32", (1, 2))]
+    for name in ("bert-large-classifier", "t5-spelling", "intent-bert"):
+        assert smoke.probe_for(project.model(name)).body == {"inputs": [
+            {"name": "TEXT", "datatype": "BYTES", "shape": [1], "data": [f"inferstack smoke test of {name}"]}]}
+    bert = smoke.probe_for(project.model("bert-large-classifier"))
+    assert [(o.name, o.datatype, o.shape) for o in bert.outputs] == [("logits", "FP32", (1, 2)), ("label", "BYTES", (1,))]
     t5 = smoke.probe_for(project.model("t5-spelling"))
-    assert [(o.name, o.datatype, o.shape) for o in t5.outputs] == [("output_ids", "INT64", (1, 16))]
+    assert [(o.name, o.datatype, o.shape) for o in t5.outputs] == [("TEXT", "BYTES", (1,))]
+    intent = smoke.probe_for(project.model("intent-bert"))
+    assert [(o.name, o.shape) for o in intent.outputs] == [("logits", (1, 5)), ("label", (1,))]
 
 
 def test_triton_endpoints_pass_with_valid_v2_replies(triton_config, capsys):
@@ -417,7 +422,8 @@ def test_triton_endpoints_pass_with_valid_v2_replies(triton_config, capsys):
 
 
 def test_triton_wrong_reply_fails_and_the_others_still_run(triton_config, capsys):
-    queue_replies({"outputs": [{"name": "logits", "datatype": "FP16", "shape": [1, 2], "data": [0, 1]}]}, T5_REPLY)
+    queue_replies({"outputs": [{"name": "logits", "datatype": "FP16", "shape": [1, 2], "data": [0, 1]},
+                               {"name": "label", "datatype": "BYTES", "shape": [1], "data": ["positive"]}]}, T5_REPLY)
     code, out, _ = smoke_cli(capsys, triton_config, "--model", "bert-large-classifier", "--model", "t5-spelling")
     assert code == 1
     assert out[0] == "bert-large-classifier: FAIL: output logits: datatype FP16, expected FP32"
