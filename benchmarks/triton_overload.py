@@ -144,8 +144,9 @@ def summary(outcomes: list[Outcome], capacity: float, rate: float, slo_s: float)
 
 def serve(install, spec: RepositorySpec, batch_seconds: float, work: Path, load) -> list[Outcome]:
     repository = write_repository(work / "model", spec, batch_seconds)
-    with triton_server.TritonServer(repository, triton_config.server_environment(spec), work_dir=work / "server",
-                                    install=install) as server:
+    # The one sleeping folder is the token-id model alone, served as the default model (no text ensemble).
+    environment = {"SAGEMAKER_TRITON_DEFAULT_MODEL_NAME": NAME, "SAGEMAKER_TRITON_LOG_VERBOSE": "0"}
+    with triton_server.TritonServer(repository, environment, work_dir=work / "server", install=install) as server:
         status, _ = server.invoke(json.loads(BODY))
         assert status == 200, status  # the model answers before it is measured
         return load(server.port)

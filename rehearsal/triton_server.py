@@ -292,6 +292,10 @@ class TritonServer:
     install: TritonInstall | None = None
     startup_timeout: float = 120.0
     extra_env: Mapping[str, str] = field(default_factory=dict)  # e.g. BATCH_LOG_ENV for the stand-in
+    # Tests only: Triton's KServe v2 HTTP front end on a loopback port too, to call any loaded model by name
+    # (/v2/models/<name>/infer). SageMaker cannot reach it: its /invocations goes to the default model only.
+    http_front_end: bool = False
+    http_port: int = 0
     port: int = 0
     command: list[str] = field(default_factory=list)
     process: subprocess.Popen | None = None
@@ -325,6 +329,10 @@ class TritonServer:
         serve = serve_command(model_env, self.repository)  # ServeScriptExit: nothing started
         self.command = [str(install.tritonserver), *serve.args, f"--backend-directory={backends}",
                         f"--cache-directory={install.caches}"]
+        if self.http_front_end:
+            # After the script's --allow-http=false: Triton takes the last value of a flag.
+            self.http_port = self.http_port or free_loopback_port()
+            self.command += ["--allow-http=true", "--http-address=127.0.0.1", f"--http-port={self.http_port}"]
         env = install.process_environment({**container_environment(model_env), **serve.exported, **self.extra_env})
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT, env=env,
@@ -383,6 +391,22 @@ class TritonServer:
             body = body.encode()
         request = urllib.request.Request(self.url + "/invocations", data=body, method="POST",
                                          headers={"Content-Type": content_type})
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as response:
+                return response.status, response.read()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read()
+
+    def infer(self, model: str, body: bytes | str | dict, *, timeout: float = 60.0) -> tuple[int, bytes]:
+        """POST /v2/models/<model>/infer on the HTTP front end (http_front_end=True); (status, body)."""
+        if not self.http_port:
+            raise RuntimeError("started without http_front_end")
+        if isinstance(body, dict):
+            body = json.dumps(body)
+        if isinstance(body, str):
+            body = body.encode()
+        request = urllib.request.Request(f"http://127.0.0.1:{self.http_port}/v2/models/{model}/infer", data=body,
+                                         method="POST", headers={"Content-Type": "application/json"})
         try:
             with urllib.request.urlopen(request, timeout=timeout) as response:
                 return response.status, response.read()

@@ -29,15 +29,20 @@ sys.path.insert(0, str(HERE.parents[1]))
 from inferstack.schema import instances  # noqa: E402
 from inferstack.triton.config import (  # noqa: E402
     VERSION, FolderSpec, RepositoryError, RepositorySpec, check_repository, default_model_name, folders,
-    write_repository,
+    ids_folders, ids_model_name, postprocess_model_name, step_folders, tokenize_model_name, write_repository,
 )
 
 SPEC_ENV = "TRITON_REPOSITORY_SPEC"
 # Only read for backend tensorrt: the instance type the plan will run on (its GPU's compute capability).
 TARGET_ENV = "TRITON_TARGET_INSTANCE_TYPE"
 DEFAULT_TOLERANCE = 1e-3
-TOKENIZER_DIR = "tokenizer"  # <repo>/<default model>/1/tokenizer: inside a version dir, so Triton ignores it
+TOKENIZER_DIR = "tokenizer"  # <repo>/<folder>/1/tokenizer: inside a version dir, so Triton ignores it
 GREEDY_MODEL = HERE / "t5_greedy_model.py"
+TOKENIZE_MODEL = HERE / "tokenize_model.py"
+# <folder>/1/site-packages/tokenizers: the text steps' tokenizers package, which SageMaker's Triton image
+# lacks (tokenize_model.py puts the directory first on sys.path).
+SITE_PACKAGES_DIR = "site-packages"
+POSTPROCESS_MODEL = HERE / "postprocess_model.py"
 GENERATION_FILE = "generation.json"
 # torch's ONNX exporter writes opset 18 natively; lower opsets are converted after its graph
 # optimisation (converting during export fails on T5's reductions).
@@ -312,7 +317,7 @@ def max_abs_diff(got, want) -> float:
 def export_classifier(spec: RepositorySpec, tokenizer, model, work: Path, tolerance: float) -> dict[str, Path]:
     import torch
 
-    (folder,) = folders(spec)
+    (folder,) = ids_folders(spec)
     names = [t.name for t in folder.inputs]
 
     class Classifier(torch.nn.Module):
@@ -396,7 +401,7 @@ def export_seq2seq(spec: RepositorySpec, tokenizer, model, work: Path, tolerance
     import numpy as np
     import torch
 
-    generate_folder, encoder_folder, decoder_folder = folders(spec)
+    generate_folder, encoder_folder, decoder_folder = ids_folders(spec)
     settings = generation_settings(model)
     out_len = spec.export.max_output_length
     encoder, decoder = seq2seq_modules(model)
@@ -462,6 +467,10 @@ def export_repository(spec: RepositorySpec, out: Path, *, tolerance: float,
                       target_instance_type: str | None = None) -> Path:
     """Export, check and write the repository at `out` all at once: everything happens in a staging
     directory beside `out`, renamed into place only when every check passed."""
+    missing_steps = [s.python for s in spec.pipeline or () if s.python is not None and s.python not in spec.step_code]
+    if missing_steps:
+        raise UsageError(f"{SPEC_ENV}: step_code has no text for the pipeline's {', '.join(missing_steps)} "
+                         "(validate reads each step file from the model's folder into the spec)")
     trtexec = None
     if spec.serving.backend == "tensorrt":
         # Decided before the (slow) export: a CPU build host cannot build a plan at all.
@@ -487,15 +496,26 @@ def export_repository(spec: RepositorySpec, out: Path, *, tolerance: float,
                     build_plan(trtexec, model_files[folder.name], plan, folder, spec.serving.max_batch_size)
                     model_files[folder.name] = plan
 
+        model_files[tokenize_model_name(spec)] = TOKENIZE_MODEL
+        model_files[postprocess_model_name(spec)] = POSTPROCESS_MODEL
+        model_files.update(write_step_files(spec, work))
         repository = write_repository(spec, staging / "repository", model_files=model_files)
         default = default_model_name(spec)
-        version_dir = repository / default / VERSION
-        tokenizer.save_pretrained(str(version_dir / TOKENIZER_DIR))
+        version_dir = repository / ids_model_name(spec) / VERSION
+        # The token-id model's copy is for clients that tokenize themselves (TextCodec.from_repository);
+        # the text steps load their own, so each folder stands alone.
+        tokenizer_users = [ids_model_name(spec), tokenize_model_name(spec)]
+        if spec.source.task == "text2text-generation":
+            tokenizer_users.append(postprocess_model_name(spec))
+        for name in tokenizer_users:
+            tokenizer.save_pretrained(str(repository / name / VERSION / TOKENIZER_DIR))
+        for name in tokenizer_users[1:]:
+            vendor_tokenizers(repository / name / VERSION / SITE_PACKAGES_DIR)
         if (work / GENERATION_FILE).exists():
             shutil.copy2(work / GENERATION_FILE, version_dir / GENERATION_FILE)
         check_repository(repository, default_model=default)
         missing = [f"{f.name}/{VERSION}/{f.model_file}" for f in folders(spec)
-                   if not (repository / f.name / VERSION / f.model_file).is_file()]
+                   if f.model_file and not (repository / f.name / VERSION / f.model_file).is_file()]
         if missing:
             raise ExportFailure(f"the repository lacks {', '.join(missing)}")
         if out.exists():
@@ -506,6 +526,28 @@ def export_repository(spec: RepositorySpec, out: Path, *, tolerance: float,
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return out
+
+
+def write_step_files(spec: RepositorySpec, work: Path) -> dict[str, Path]:
+    """The pipeline's Python steps (the user's files, carried in the spec as step_code) as files to copy to
+    <folder>/1/model.py."""
+    found = {}
+    for folder in step_folders(spec):
+        code = spec.step_code[dict(folder.parameters)["step_file"]]
+        path = work / f"{folder.name}.py"
+        path.write_text(code, encoding="utf-8")
+        found[folder.name] = path
+    return found
+
+
+def vendor_tokenizers(target: Path) -> None:
+    """Copy this environment's tokenizers package (the version requirements-export.txt pins, the one the
+    parity checks used) to `target`. Its wheel is abi3 (CPython >= 3.9) manylinux x86_64, so the copy
+    loads in the Triton image's Python as long as the export stage builds for the same architecture."""
+    import tokenizers
+
+    shutil.copytree(Path(tokenizers.__file__).parent, target / "tokenizers",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyi", "py.typed"))
 
 
 def _stderr_for_errors():

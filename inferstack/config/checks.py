@@ -18,6 +18,7 @@ from inferstack.schema.models import (
     CONNECTION_ARN_PATTERN, DEFAULT_SMOKE_ROLE_NAME, Environment, EnvironmentsFile, Fleet, FleetCapacity,
     InferenceComponentFleet, NeuronCoreFleet, NeuronEcsModel, OffHours, TritonSageMakerModel,
 )
+from inferstack.config import pipeline_checks
 from inferstack.config.yaml_source import KeyPath
 
 Finding = tuple[KeyPath, str]
@@ -308,6 +309,11 @@ def _check_triton_startup(model: TritonSageMakerModel) -> Iterator[Finding]:
             f"set serving.container_startup_health_check_timeout_seconds if it starts faster")
 
 
+def _check_triton_file(model: TritonSageMakerModel) -> Iterator[Finding]:
+    yield from _check_triton_startup(model)
+    yield from pipeline_checks.check_wiring(model)
+
+
 def _check_neuron_file(model: NeuronEcsModel) -> Iterator[Finding]:
     yield from _check_neuron_static(model)
     yield from _check_ecs_deployments(model.deployment, model.environments, ())
@@ -402,7 +408,7 @@ class ModelChecks:
 MODEL_CHECKS: dict[kinds.ModelKind, ModelChecks] = {
     kinds.NEURON_ECS: ModelChecks(file=_check_neuron_file, on_instance=_check_neuron_instance,
                                   in_environment=_check_neuron_load_balancer, warnings=_neuron_warnings),
-    kinds.TRITON_SAGEMAKER: ModelChecks(file=_check_triton_startup, on_instance=_check_triton_image,
+    kinds.TRITON_SAGEMAKER: ModelChecks(file=_check_triton_file, on_instance=_check_triton_image,
                                         warnings=_triton_warnings),
 }
 

@@ -14,10 +14,11 @@ from types import MappingProxyType
 
 from pydantic import BaseModel, ValidationError
 
-from inferstack.config import architecture, checks, release_pin
+from inferstack.config import architecture, checks, pipeline_checks, release_pin
 from inferstack.schema import instances, kinds
 from inferstack.schema.kinds import Model
-from inferstack.schema.models import Environment, EnvironmentsFile, Fleet, PipelineSettings, is_production
+from inferstack.schema.models import (Environment, EnvironmentsFile, Fleet, PipelineSettings, TritonSageMakerModel,
+                                      is_production)
 from inferstack.config.problems import ConfigError, Problem
 from inferstack.config.yaml_source import YamlDocument, YamlSyntaxError, parse
 
@@ -142,6 +143,11 @@ def load(config_dir: Path | str, *, releases: bool = True, image_context_root: P
         if env_file:
             for key, message in checks.check_model(model, environments):
                 problems.append(_problem(path, config_dir, doc, key, message))
+        if isinstance(model, TritonSageMakerModel) and model.pipeline:
+            # Also keeps each step file's text on its step: the image build gets it in the repository spec.
+            problems.extend(_problem(path, config_dir, doc, key, message) for key, message in
+                            pipeline_checks.check_files(model, config_dir / model.name,
+                                                        _display(config_dir / model.name, config_dir)))
         family_problems, family_warnings = architecture.check(model, context_root)
         problems.extend(_problem(path, config_dir, doc, key, message) for key, message in family_problems)
         warnings.extend(_problem(path, config_dir, doc, key, f"warning: {message}")

@@ -17,6 +17,7 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationIn
                       model_validator)
 
 from inferstack.schema import families, fargate, instances
+from inferstack.schema.pipeline import MAX_STEPS, PipelineStep
 
 NAME_PATTERN = r"^[a-z][a-z0-9-]{0,38}[a-z0-9]$"
 REGION_PATTERN = r"^[a-z]{2}(-gov)?-[a-z]+-\d$"
@@ -768,6 +769,8 @@ class TritonServing(Frozen):
                          "batch), before the endpoint takes traffic")
     response_cache: bool = Field(False, description="Triton's response cache, for models that see repeated "
                                  "inputs")
+    tokenizer_instances: int = Field(2, ge=1, le=64, description="CPU instances (Python backend) of the text "
+                                     "ensemble's tokenizer step, and of its postprocessing step")
     image_version: str = Field("24.09", pattern=r"^\d{2}\.\d{2}$", description="Triton release, YY.MM")
     container_startup_health_check_timeout_seconds: int | None = Field(
         None, ge=60, le=3600, description="model load, TensorRT engine build and warm-up must fit in it; "
@@ -910,6 +913,10 @@ class TritonSageMakerModel(_ModelBase):
     inference_component: InferenceComponentSpec | None = Field(
         None, description="resources of one copy on a shared endpoint; required where a fleet of kind "
         "sagemaker-inference-components in environments.yaml carries this model")
+    pipeline: tuple[PipelineStep, ...] | None = Field(
+        None, min_length=1, max_length=MAX_STEPS, description="serial steps on the endpoint: the model itself "
+        "(model: self) and the user's Python steps from the model's folder, run in order as the text ensemble's "
+        "steps (inferstack/schema/pipeline.py, docs/how-to/build-a-pipeline.md); omitted: the model alone")
 
     @model_validator(mode="after")
     def _generation_shapes(self) -> "TritonSageMakerModel":

@@ -5,7 +5,26 @@ Pure functions of the config: the stacks use them for the container environment,
 CLI writes a repository skeleton, and the image's export script (container/triton/) imports the same
 code to write the repository it fills with model files.
 
-Interfaces (the tensors a client sends, batch dimension implicit, dims padded to fixed sizes so
+Every repository's default model (what SageMaker routes /invocations to) is the text ensemble
+`<name>-text`: text in, a label or text out, the same contract as the Neuron app:
+
+- `<name>-tokenize` (Python backend, KIND_CPU, serving.tokenizer_instances, dynamic batching): TEXT
+  BYTES [n] -> the token-id model's inputs, padded and truncated to sequence_length as
+  inferstack.triton.client.TextCodec does; rejects an empty text or one over MAX_TEXT_CHARS characters
+  (INVALID_ARG, HTTP 400).
+- `<name>`: the token-id model below, unchanged, still loaded and callable by name.
+- `<name>-postprocess` (Python backend, KIND_CPU): classifier logits -> `label` BYTES [n] (argmax, the
+  model file's labels, and the logits passed on); generated ids -> `text` BYTES [n] (detokenized).
+  The ensemble answers `logits` FP32 [n, labels] and `label` for text-classification, `text` BYTES [n]
+  for text2text-generation (not `TEXT`: see GENERATED).
+  The ensemble and its two Python steps have max_batch_size 0 and TEXT dims [-1], so callers send TEXT
+  as [n], as the Neuron app takes it: with a batching ensemble (dims [1]) Triton 2.51 demands [n, 1] and
+  ignores an input `reshape` when it checks a request's shape, and an ensemble tensor must have the same
+  shape in every step. So the text steps take a request's n texts as they come (no dynamic batching of
+  their own, each request one execute() call), and the token-id model's dynamic batcher, unchanged,
+  batches the requests of many callers; the tokenizer step refuses n above its max_batch_size.
+
+Token-id interfaces (the tensors a client sends, batch dimension implicit, dims padded to fixed sizes so
 TensorRT builds one engine range):
 
 - text-classification: one model folder named after the model.
@@ -24,6 +43,7 @@ TensorRT builds one engine range):
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import shutil
@@ -31,12 +51,15 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
 
 from google.protobuf import text_format
-from pydantic import Field, model_validator
+from pydantic import Field, StringConstraints, model_serializer, model_validator
 from tritonclient.grpc import model_config_pb2 as pb
 
+from inferstack.schema import pipeline as pipeline_schema
 from inferstack.schema.models import Frozen, ModelSource, TritonExport, TritonSageMakerModel, TritonServing
+from inferstack.schema.pipeline import PipelineStep
 
 CONFIG_FILE = "config.pbtxt"
 VERSION = "1"
@@ -46,8 +69,21 @@ TRT_ENGINE_CACHE = "/tmp/triton-trt-cache"
 RESPONSE_CACHE_BYTES = 256 * 1024 * 1024
 # The Python backend's default shared-memory region in SageMaker's serve script.
 SAGEMAKER_DEFAULT_SHM_BYTES = 16 * 1024 * 1024
-
-_BYTES = {pb.TYPE_INT64: 8, pb.TYPE_FP32: 4}
+# The longest text the tokenizer step takes, in characters (the Neuron app's limit too).
+MAX_TEXT_CHARS = 8192
+TEXT = "TEXT"
+LABEL = "label"
+# text2text-generation's output. Not "TEXT": an ensemble's input and output are both ensemble tensors, and
+# with one tensor named TEXT as both, Triton 2.51 loads the ensemble but never answers a request (observed
+# here); names are case-sensitive, and outputs are lower case like logits and label.
+GENERATED = "text"
+# The classifier's logits inside the ensemble, before the postprocessing step passes them on as `logits`.
+RAW_LOGITS = "raw_logits"
+# A BYTES element: a 4-byte length and at most 4 UTF-8 bytes a character.
+_BYTES = {pb.TYPE_INT64: 8, pb.TYPE_FP32: 4, pb.TYPE_STRING: 4 + 4 * MAX_TEXT_CHARS,
+          # a pipeline's Python steps may exchange these too (inferstack/schema/pipeline.py)
+          pb.TYPE_BOOL: 1, pb.TYPE_UINT8: 1, pb.TYPE_INT8: 1, pb.TYPE_INT16: 2, pb.TYPE_INT32: 4, pb.TYPE_FP16: 2,
+          pb.TYPE_FP64: 8}
 
 
 class RepositoryError(ValueError):
@@ -62,7 +98,7 @@ class RepositoryError(ValueError):
 class Tensor:
     name: str
     data_type: int  # a model_config_pb2.DataType value
-    dims: tuple[int, ...]  # without the batch dimension
+    dims: tuple[int, ...]  # without the batch dimension of a batching model; -1: any size
 
     @property
     def type_name(self) -> str:
@@ -70,20 +106,32 @@ class Tensor:
 
 
 @dataclass(frozen=True)
+class Step:
+    """One step of an ensemble: the model it calls and (model tensor, ensemble tensor) pairs."""
+
+    model: str
+    inputs: tuple[tuple[str, str], ...]
+    outputs: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
 class FolderSpec:
     """One model folder of the repository: its interface and what runs it."""
 
     name: str
-    kind: str  # "onnx", "tensorrt" or "python"
+    kind: str  # "onnx", "tensorrt", "python" or "ensemble"
     inputs: tuple[Tensor, ...]
     outputs: tuple[Tensor, ...]
-    model_file: str  # what the export puts in <name>/1/
+    model_file: str  # what the export puts in <name>/1/ ("" for an ensemble: nothing)
     on_gpu: bool
     parameters: tuple[tuple[str, str], ...] = ()
+    steps: tuple[Step, ...] = ()  # ensemble only
+    instances: int | None = None  # None: serving.instance_group.count
+    batching: bool = True  # False: max_batch_size 0, the batch is the first of the dims (-1)
 
 
 class QueuePolicy(Frozen):
-    """The default model's overload shedding: Triton's `dynamic_batching.default_queue_policy` with
+    """The token-id model's overload shedding: Triton's `dynamic_batching.default_queue_policy` with
     timeout_action REJECT. Derived by `queue_policy()` from the SLO and the throughput profile."""
 
     timeout_microseconds: int = Field(ge=1)
@@ -100,6 +148,21 @@ class RepositorySpec(Frozen):
     export: TritonExport
     serving: TritonServing
     queue_policy: QueuePolicy | None = None
+    # The model file's pipeline (steps in the text ensemble) and the text of its Python steps' files (step.python
+    # -> code, read by validate from the model's folder): the image build has no model_configs/ in its context,
+    # and a step's code in the build arg rebuilds the image when it changes. Left out of the JSON when empty, so
+    # a model without a pipeline keeps the spec (and the image) it had.
+    pipeline: tuple[PipelineStep, ...] | None = None
+    step_code: dict[str, Annotated[str, StringConstraints(strip_whitespace=False)]] = Field(default_factory=dict)
+
+    @model_serializer(mode="wrap")
+    def _without_empty_pipeline(self, handler):
+        data = handler(self)
+        if isinstance(data, dict):
+            for key in ("pipeline", "step_code"):
+                if not data.get(key):
+                    data.pop(key, None)
+        return data
 
     @model_validator(mode="after")
     def _generation_shapes(self) -> "RepositorySpec":
@@ -112,8 +175,10 @@ class RepositorySpec(Frozen):
     def of(cls, model: "TritonSageMakerModel | RepositorySpec") -> "RepositorySpec":
         if isinstance(model, RepositorySpec):
             return model
+        steps = model.pipeline or ()
         return cls(name=model.name, source=model.source, export=model.export, serving=model.serving,
-                   queue_policy=queue_policy(model))
+                   queue_policy=queue_policy(model), pipeline=model.pipeline,
+                   step_code={s.python: s.code for s in steps if s.python is not None and s.code is not None})
 
 
 Model = TritonSageMakerModel | RepositorySpec
@@ -125,8 +190,11 @@ QUEUE_BOUND_OVERLOAD = 4
 
 
 def queue_policy(model: TritonSageMakerModel) -> QueuePolicy | None:
-    """Overload shedding for the default model, so that above capacity Triton answers the excess with 503
+    """Overload shedding for the token-id model, so that above capacity Triton answers the excess with 503
     instead of queueing it without bound (None without a dynamic batcher: the policy is one of its fields).
+    The token-id model is where requests queue: the text ensemble's tokenizer step ahead of it is fast and
+    the ensemble itself has no queue, so a timeout there would measure nothing; the ensemble hands the
+    step's rejection to its caller unchanged (503, tests/container/triton/test_overload_shedding.py).
 
     With S the SLO's p99 (`slo.p99_latency_ms`), L the p99 and R the throughput of the model's instances at
     the profiled operating point (`throughput_profile[capacity.instance_type]`: batching delay, execution
@@ -179,12 +247,147 @@ def queue_policy(model: TritonSageMakerModel) -> QueuePolicy | None:
 
 
 def default_model_name(model: Model) -> str:
-    """The folder SageMaker loads and routes /invocations to (SAGEMAKER_TRITON_DEFAULT_MODEL_NAME)."""
+    """The folder SageMaker loads and routes /invocations to (SAGEMAKER_TRITON_DEFAULT_MODEL_NAME): the
+    text ensemble. SageMaker's /invocations reaches only this model on a single-model endpoint."""
+    return f"{model.name}-text"
+
+
+def ids_model_name(model: Model) -> str:
+    """The token-id model: the entry of the GPU part, and where overload is shed (see build_config)."""
     return model.name
 
 
+def tokenize_model_name(model: Model) -> str:
+    return f"{model.name}-tokenize"
+
+
+def postprocess_model_name(model: Model) -> str:
+    return f"{model.name}-postprocess"
+
+
 def folders(model: Model) -> tuple[FolderSpec, ...]:
-    """Every model folder of the repository, the default model first."""
+    """Every model folder of the repository, the default model (the text ensemble) first, then its
+    tokenizer step, the token-id model(s) and the postprocessing step."""
+    model = RepositorySpec.of(model)
+    ids = ids_folders(model)
+    if model.pipeline:
+        return (pipeline_ensemble(model, ids[0]), tokenize_folder(model, ids[0]), *ids,
+                postprocess_folder(model, ids[0]), *step_folders(model))
+    return (text_ensemble(model, ids[0]), tokenize_folder(model, ids[0]), *ids, postprocess_folder(model, ids[0]))
+
+
+# ---------------------------------------------------------------- a model file's pipeline
+
+def step_model_name(model: Model, index: int) -> str:
+    """The folder of the pipeline's Python step at `index` (its position in `pipeline:`)."""
+    return f"{model.name}-step{index}"
+
+
+def _tensor(tensor: pipeline_schema.PipelineTensor, name: str | None = None) -> Tensor:
+    return Tensor(name or tensor.name, pb.DataType.Value(tensor.triton_type), tuple(tensor.dims))
+
+
+def step_folders(model: Model) -> tuple[FolderSpec, ...]:
+    """One Python backend folder per `python:` step: the user's file as <folder>/1/model.py, the declared
+    tensors with the batch as their first dim (max_batch_size 0, as the text steps), on the CPU, with
+    serving.tokenizer_instances instances; `calls` (self: the token-id model) as the JSON parameter `calls`."""
+    model = RepositorySpec.of(model)
+    found = []
+    for index, step in enumerate(model.pipeline or ()):
+        if step.python is None:
+            continue
+        calls = [ids_model_name(model) if c == pipeline_schema.SELF else c for c in step.calls]
+        parameters = [("step_file", step.python)] + ([("calls", json.dumps(calls))] if calls else [])
+        found.append(FolderSpec(
+            step_model_name(model, index), "python", tuple(_tensor(t) for t in step.inputs),
+            tuple(_tensor(t) for t in step.outputs), "model.py", on_gpu=False,
+            instances=model.serving.tokenizer_instances, batching=False, parameters=tuple(parameters)))
+    return tuple(found)
+
+
+def pipeline_ensemble(model: RepositorySpec, ids: FolderSpec) -> FolderSpec:
+    """The text ensemble of a model with a pipeline: its steps in order, `model: self` standing for the text
+    model's own three steps (tokenizer -> token-id model -> postprocessing) with TEXT and its outputs renamed as
+    input_map/output_map say; an output of the model nobody takes is left out of the postprocessing step's
+    output_map. The ensemble answers the last step's outputs. The wiring was checked by validate
+    (inferstack/config/pipeline_checks.py); Triton checks it again when it loads the ensemble."""
+    steps_in = model.pipeline or ()
+    task, labels = model.source.task, model.source.labels
+    base = text_ensemble(model, ids)
+    final = steps_in[-1]
+    answered = {name for name, _ in pipeline_schema.step_outputs(final, task, labels)}
+    taken = {name for step in steps_in for name, _ in pipeline_schema.step_inputs(step)}
+    steps: list[Step] = []
+    for index, step in enumerate(steps_in):
+        if step.python is not None:
+            steps.append(Step(step_model_name(model, index), tuple((t.name, t.name) for t in step.inputs),
+                              tuple((t.name, t.name) for t in step.outputs)))
+            continue
+        text_in = step.input_map.get(TEXT, TEXT)
+        keep = {own.name: name for name, own in pipeline_schema.step_outputs(step, task, labels)
+                if name in taken or (step is final and name in answered)}
+        for inner in base.steps:
+            inputs = tuple((k, text_in if v == TEXT else v) for k, v in inner.inputs)
+            outputs = inner.outputs
+            if inner.model == postprocess_model_name(model):
+                outputs = tuple((k, keep[k]) for k, _ in inner.outputs if k in keep)
+            steps.append(Step(inner.model, inputs, outputs))
+    outputs = tuple(_tensor(t, name) for name, t in pipeline_schema.step_outputs(final, task, labels))
+    return FolderSpec(default_model_name(model), "ensemble", (Tensor(TEXT, pb.TYPE_STRING, (-1,)),), outputs, "",
+                      on_gpu=False, steps=tuple(steps), batching=False)
+
+
+def text_ensemble(model: RepositorySpec, ids: FolderSpec) -> FolderSpec:
+    tokenize, postprocess = tokenize_model_name(model), postprocess_model_name(model)
+    text = Tensor(TEXT, pb.TYPE_STRING, (-1,))
+    feed = tuple((t.name, t.name) for t in ids.inputs)
+    steps = [Step(tokenize, ((TEXT, TEXT),), feed)]
+    if model.source.task == "text-classification":
+        (logits,) = ids.outputs
+        outputs = (unbatched(logits), Tensor(LABEL, pb.TYPE_STRING, (-1,)))
+        # The postprocessing step passes the logits on: with `logits` both an ensemble output and the step's
+        # input, Triton 2.51 answers a request for `label` alone with "unexpected deadlock" (observed here).
+        steps += [Step(ids.name, feed, ((logits.name, RAW_LOGITS),)),
+                  Step(postprocess, ((logits.name, RAW_LOGITS),), ((LABEL, LABEL), (logits.name, logits.name)))]
+    else:
+        (generated,) = ids.outputs
+        outputs = (Tensor(GENERATED, pb.TYPE_STRING, (-1,)),)
+        steps += [Step(ids.name, feed, ((generated.name, generated.name),)),
+                  Step(postprocess, ((generated.name, generated.name),), ((GENERATED, GENERATED),))]
+    return FolderSpec(default_model_name(model), "ensemble", (text,), outputs, "", on_gpu=False,
+                      steps=tuple(steps), batching=False)
+
+
+def unbatched(tensor: Tensor) -> Tensor:
+    """A batching model's tensor as a max_batch_size-0 model declares it: the batch as dim -1."""
+    return Tensor(tensor.name, tensor.data_type, (-1, *tensor.dims))
+
+
+def tokenize_folder(model: RepositorySpec, ids: FolderSpec) -> FolderSpec:
+    return FolderSpec(
+        tokenize_model_name(model), "python", (Tensor(TEXT, pb.TYPE_STRING, (-1,)),),
+        tuple(unbatched(t) for t in ids.inputs), "model.py", on_gpu=False,
+        instances=model.serving.tokenizer_instances, batching=False,
+        parameters=(("sequence_length", str(model.export.sequence_length)),
+                    ("max_text_chars", str(MAX_TEXT_CHARS)),
+                    ("max_batch_size", str(model.serving.max_batch_size))))
+
+
+def postprocess_folder(model: RepositorySpec, ids: FolderSpec) -> FolderSpec:
+    (produced,) = ids.outputs
+    if model.source.task == "text-classification":
+        outputs = (Tensor(LABEL, pb.TYPE_STRING, (-1,)), unbatched(produced))
+        parameters = (("labels", json.dumps(list(model.source.labels))),)
+    else:
+        outputs = (Tensor(GENERATED, pb.TYPE_STRING, (-1,)),)
+        parameters = ()
+    return FolderSpec(postprocess_model_name(model), "python", (unbatched(produced),), outputs, "model.py",
+                      on_gpu=False, instances=model.serving.tokenizer_instances, batching=False,
+                      parameters=parameters)
+
+
+def ids_folders(model: Model) -> tuple[FolderSpec, ...]:
+    """The token-id model's folders, its entry first: what a caller who tokenizes calls, by name."""
     model = RepositorySpec.of(model)
     seq = model.export.sequence_length
     backend = model.serving.backend
@@ -219,30 +422,43 @@ def folders(model: Model) -> tuple[FolderSpec, ...]:
 def build_config(model: Model, folder: FolderSpec) -> pb.ModelConfig:
     model = RepositorySpec.of(model)
     serving = model.serving
-    config = pb.ModelConfig(name=folder.name, max_batch_size=serving.max_batch_size)
+    config = pb.ModelConfig(name=folder.name, max_batch_size=serving.max_batch_size if folder.batching else 0)
     if folder.kind == "onnx":
         config.backend = "onnxruntime"
     elif folder.kind == "tensorrt":
         config.platform = "tensorrt_plan"
+    elif folder.kind == "ensemble":
+        config.platform = "ensemble"
     else:
         config.backend = "python"
-    config.default_model_filename = folder.model_file
+    if folder.model_file:
+        config.default_model_filename = folder.model_file
     for tensor in folder.inputs:
         config.input.add(name=tensor.name, data_type=tensor.data_type, dims=tensor.dims)
     for tensor in folder.outputs:
         config.output.add(name=tensor.name, data_type=tensor.data_type, dims=tensor.dims)
 
+    if folder.kind == "ensemble":
+        # No instances and no batcher of its own: each step queues in its own model.
+        for step in folder.steps:
+            added = config.ensemble_scheduling.step.add(model_name=step.model, model_version=-1)
+            added.input_map.update(dict(step.inputs))
+            added.output_map.update(dict(step.outputs))
+        return config
+
     group = serving.instance_group
     kind = pb.ModelInstanceGroup.KIND_GPU if folder.on_gpu else pb.ModelInstanceGroup.KIND_CPU
-    config.instance_group.add(count=group.count, kind=kind)
+    config.instance_group.add(count=folder.instances or group.count, kind=kind)
 
-    if serving.dynamic_batching is not None:
+    if folder.batching and serving.dynamic_batching is not None:
         batching = serving.dynamic_batching
         config.dynamic_batching.max_queue_delay_microseconds = batching.max_queue_delay_microseconds
         config.dynamic_batching.preferred_batch_size.extend(batching.preferred_batch_sizes)
-        # Shed at the entry only: the models a BLS default model calls run requests it already admitted,
-        # and rejecting one of those mid-generation would waste the work done for it.
-        if model.queue_policy is not None and folder.name == default_model_name(model):
+        # Shed at the token-id model: it is the bottleneck, so its queue is where requests wait (the
+        # tokenizer step ahead of it is fast and the ensemble has no queue), and it is the entry for callers
+        # who send ids. Not in the models its BLS Python model calls (T5): they run requests it already
+        # admitted, and rejecting one of those mid-generation would waste the work done for it.
+        if model.queue_policy is not None and folder.name == ids_model_name(model):
             policy = config.dynamic_batching.default_queue_policy
             policy.timeout_action = pb.ModelQueuePolicy.REJECT
             policy.default_timeout_microseconds = model.queue_policy.timeout_microseconds
@@ -267,7 +483,7 @@ def build_config(model: Model, folder: FolderSpec) -> pb.ModelConfig:
     if serving.warmup and folder.kind != "python":
         _add_warmup(config, folder, serving.max_batch_size)
 
-    if serving.response_cache and folder.name == default_model_name(model):
+    if serving.response_cache and folder.name == ids_model_name(model):
         config.response_cache.enable = True
     for key, value in folder.parameters:
         config.parameters[key].string_value = value
@@ -350,7 +566,7 @@ def server_environment(model: Model) -> dict[str, str]:
     if extra:
         env["SAGEMAKER_TRITON_ADDITIONAL_ARGS"] = " ".join(extra)
     if any(spec.kind == "python" for spec in specs):
-        # Room for the largest batch of the largest tensor the Python model exchanges, twice over.
+        # Room for the largest batch of the largest tensor a Python model exchanges, twice over.
         largest = max(_tensor_bytes(t, model.serving.max_batch_size) for spec in specs
                       for t in (*spec.inputs, *spec.outputs))
         env["SAGEMAKER_TRITON_SHM_DEFAULT_BYTE_SIZE"] = str(max(SAGEMAKER_DEFAULT_SHM_BYTES, 2 * largest))
@@ -358,9 +574,9 @@ def server_environment(model: Model) -> dict[str, str]:
 
 
 def _tensor_bytes(tensor: Tensor, batch: int) -> int:
-    size = batch * _BYTES[tensor.data_type]
+    size = _BYTES[tensor.data_type] * (1 if tensor.dims[:1] == (-1,) else batch)
     for dim in tensor.dims:
-        size *= dim
+        size *= batch if dim == -1 else dim
     return size
 
 

@@ -34,7 +34,7 @@ def estimated_seconds(model: TritonSageMakerModel) -> int:
     millions = model.export.parameters_millions or DEFAULT_PARAMETERS_MILLIONS
     accelerated = [f for f in triton_config.folders(model)
                    if f.kind == "onnx" and f.on_gpu and serving.tensorrt_acceleration is not None]
-    loaded = [f for f in triton_config.folders(model) if f.kind != "python"]
+    loaded = [f for f in triton_config.folders(model) if f.kind not in ("python", "ensemble")]
     share = millions / max(len(loaded), 1)  # the checkpoint is split over its exported graphs
     warmups = len({1, serving.max_batch_size}) if serving.warmup else 0
     seconds = SERVER_START_SECONDS

@@ -161,7 +161,7 @@ def test_member_model_is_the_triton_image_on_the_shared_network(member, fleet):
     assert "ModelName" not in props and props["EnableNetworkIsolation"] is True
     container = props["PrimaryContainer"]
     assert "cdk-hnb659fds-container-assets" in json.dumps(container["Image"])  # the same image asset as before
-    assert container["Environment"]["SAGEMAKER_TRITON_DEFAULT_MODEL_NAME"] == name
+    assert container["Environment"]["SAGEMAKER_TRITON_DEFAULT_MODEL_NAME"] == f"{name}-text"  # the text ensemble
     (sg,) = props["VpcConfig"]["SecurityGroupIds"]
     sg_id = only(fleet, "AWS::EC2::SecurityGroup")[0]
     assert sg == {"Fn::ImportValue": export_of(fleet, {"Fn::GetAtt": [sg_id, "GroupId"]})}

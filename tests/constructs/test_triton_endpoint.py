@@ -64,7 +64,7 @@ def test_model_runs_the_image_asset_with_network_isolation_in_the_vpc(case, proj
     container = props["PrimaryContainer"]
     assert "ModelDataUrl" not in container  # the repository is baked into the image
     assert "cdk-hnb659fds-container-assets" in json.dumps(container["Image"])
-    assert container["Environment"]["SAGEMAKER_TRITON_DEFAULT_MODEL_NAME"] == name
+    assert container["Environment"]["SAGEMAKER_TRITON_DEFAULT_MODEL_NAME"] == f"{name}-text"  # the text ensemble
     assert len(props["VpcConfig"]["Subnets"]) == len(project.environments[env].availability_zones)
     (sg_ref,) = props["VpcConfig"]["SecurityGroupIds"]
     sg = template["Resources"][sg_ref["Fn::GetAtt"][0]]

@@ -64,7 +64,7 @@ def test_the_triton_context_is_the_schema_the_renderer_and_the_export(dev_images
 
 
 @pytest.mark.parametrize("model", TRITON_MODELS)
-def test_triton_image_builds_its_repository_and_imports_only_its_closure(rehearsed, dev_images, model):
+def test_triton_image_builds_its_repository_and_imports_only_its_closure(rehearsed, dev_assembly, dev_images, model):
     built = rehearsed(model)
     report = (built / "report.txt").read_text()
     assert "step container/triton/Dockerfile:" in report and "python container/triton/export.py" in report
@@ -72,9 +72,50 @@ def test_triton_image_builds_its_repository_and_imports_only_its_closure(rehears
     assert {m for m in imports if m.startswith("inferstack")} == TRITON_CLOSURE
     # The serve stage's COPY --from=export put the repository where SageMaker's serve script reads it.
     repository = built / "image-root" / "opt" / "ml" / "model"
-    spec = json.loads(dev_images[model].build_args["TRITON_REPOSITORY_SPEC"])
-    triton_config.check_repository(repository, default_model=spec["name"])
-    assert (repository / spec["name"] / "config.pbtxt").is_file()
+    name = json.loads(dev_images[model].build_args["TRITON_REPOSITORY_SPEC"])["name"]
+    # What SageMaker's serve script loads and /invocations reaches: the text ensemble, named by the Environment
+    # of every SageMaker Model the assembly runs this image in.
+    defaults = default_model_names(dev_assembly, dev_images[model])
+    assert defaults and set(defaults.values()) == {f"{name}-text"}, defaults
+    triton_config.check_repository(repository, default_model=f"{name}-text")
+    folders = sorted(p.name for p in repository.iterdir() if p.is_dir())
+    ids_folders = [name] if model == "bert-large-classifier" else [name, f"{name}-decoder", f"{name}-encoder"]
+    assert folders == sorted([f"{name}-text", f"{name}-tokenize", *ids_folders, f"{name}-postprocess"])
+    ensemble = triton_config.parse_config((repository / f"{name}-text" / "config.pbtxt").read_text())
+    assert ensemble.platform == "ensemble" and ensemble.max_batch_size == 0
+    assert [s.model_name for s in ensemble.ensemble_scheduling.step] == [f"{name}-tokenize", name, f"{name}-postprocess"]
+    assert [i.name for i in ensemble.input] == ["TEXT"]
+    # The text steps: their model.py, the tokenizer, and export.py's copy of the tokenizers package (the
+    # Triton image has none). T5's postprocessing step detokenizes, so it carries both too.
+    tokenizer_steps = [f"{name}-tokenize"] + ([f"{name}-postprocess"] if model == "t5-spelling" else [])
+    for step in (f"{name}-tokenize", f"{name}-postprocess"):
+        version = repository / step / "1"
+        assert (version / "model.py").is_file(), step
+        assert triton_config.parse_config((repository / step / "config.pbtxt").read_text()).backend == "python"
+        if step in tokenizer_steps:
+            assert {"tokenizer.json", "tokenizer_config.json"} <= {p.name for p in (version / "tokenizer").iterdir()}
+            package = version / "site-packages" / "tokenizers"
+            assert (package / "__init__.py").is_file(), step
+            assert list(package.glob("tokenizers*.so")), f"{step}: no compiled tokenizers extension"
+    assert (repository / name / "config.pbtxt").is_file()
+    # The token-id model keeps its tokenizer for callers that tokenize themselves.
+    assert (repository / name / "1" / "tokenizer" / "tokenizer.json").is_file()
+
+
+def default_model_names(assembly: Path, asset: image_build.ImageAsset) -> dict[str, str]:
+    """'<template>/<resource>' -> SAGEMAKER_TRITON_DEFAULT_MODEL_NAME of every AWS::SageMaker::Model container in
+    the assembly (nested ones included) whose image is `asset`."""
+    found = {}
+    for template in sorted(assembly.rglob("*.template.json")):
+        for key, resource in json.loads(template.read_text()).get("Resources", {}).items():
+            if resource.get("Type") != "AWS::SageMaker::Model":
+                continue
+            props = resource["Properties"]
+            for container in ([props["PrimaryContainer"]] if "PrimaryContainer" in props else props.get("Containers", [])):
+                if asset.asset_id in json.dumps(container.get("Image")):
+                    found[f"{template.relative_to(assembly)}/{key}"] = container.get("Environment", {}).get(
+                        "SAGEMAKER_TRITON_DEFAULT_MODEL_NAME")
+    return found
 
 
 # What the load-test image's entrypoint runs of inferstack (task, and the locustfile Locust loads), and all its
@@ -183,7 +224,7 @@ def test_a_distilbert_image_is_rehearsed_with_a_distilbert_stand_in(dev_images, 
                                   tmp_path / "w")
     assert any("distilbert-base-uncased -> a tiny random distilbert (its name)" in line for line in report.stand_ins)
     repository = report.image_root / "opt" / "ml" / "model"
-    triton_config.check_repository(repository, default_model="bert-large-classifier")
+    triton_config.check_repository(repository, default_model="bert-large-classifier-text")
     assert "token_type_ids" not in (repository / "bert-large-classifier" / "config.pbtxt").read_text()
 
 

@@ -43,7 +43,7 @@ from tests.support.tiny_models import varied_t5
 EXPORT = ROOT / "container" / "triton" / "export.py"
 MAKE_TINY = ROOT / "benchmarks" / "make_tiny_model.py"
 ENV = "dev"
-# inferstack.delivery.smoke sends token ids up to 7592 (BERT's "hello"): the tiny vocabularies must hold them.
+# Token ids up to 7592 (BERT's "hello") appear in the tests' requests to the token-id models: the tiny vocabularies must hold them.
 TINY_VOCAB = 8192
 TINY_HIDDEN = 32  # make_tiny_model's default --hidden-size (T5's d_model)
 EOS_SCALE = 30

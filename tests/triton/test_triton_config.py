@@ -3,6 +3,8 @@ script, and the render-triton CLI."""
 
 from __future__ import annotations
 
+import shutil
+
 import subprocess
 import sys
 from pathlib import Path
@@ -33,8 +35,10 @@ TRITON_MODELS = ["bert-large-classifier", "t5-spelling"]
 def test_every_folder_parses_back_with_the_configured_settings(project, name):
     model = project.model(name)
     rendered = triton_config.render_repository(model)
-    assert list(rendered)[0] == model.name  # the default model first
+    assert list(rendered)[0] == f"{model.name}-text"  # the default model (the text ensemble) first
     for folder, text in rendered.items():
+        if folder in (f"{model.name}-text", f"{model.name}-tokenize", f"{model.name}-postprocess"):
+            continue  # test_text_folders
         cfg = parsed(text)
         assert cfg.name == folder
         assert cfg.max_batch_size == model.serving.max_batch_size
@@ -71,7 +75,7 @@ def test_every_folder_parses_back_with_the_configured_settings(project, name):
 
 def test_classifier_signature(project):
     model = project.model("bert-large-classifier")
-    cfg = parsed(triton_config.render_config(model))
+    cfg = parsed(triton_config.render_config(model, folder=triton_config.ids_model_name(model)))
     assert [(i.name, pb.DataType.Name(i.data_type), list(i.dims)) for i in cfg.input] == [
         ("input_ids", "TYPE_INT64", [512]), ("attention_mask", "TYPE_INT64", [512]),
         ("token_type_ids", "TYPE_INT64", [512])]
@@ -85,7 +89,7 @@ def test_classifier_without_token_type_ids_and_with_response_cache(project):
     spec = RepositorySpec.of(model).model_copy(update={
         "export": model.export.model_copy(update={"token_type_ids": False}),
         "serving": model.serving.model_copy(update={"response_cache": True})})
-    cfg = parsed(triton_config.render_config(spec))
+    cfg = parsed(triton_config.render_config(spec, folder=triton_config.ids_model_name(spec)))
     assert [i.name for i in cfg.input] == ["input_ids", "attention_mask"]
     assert cfg.response_cache.enable
     assert "--cache-config=local" in triton_config.server_environment(spec)["SAGEMAKER_TRITON_ADDITIONAL_ARGS"]
@@ -94,8 +98,9 @@ def test_classifier_without_token_type_ids_and_with_response_cache(project):
 def test_generation_interface(project):
     model = project.model("t5-spelling")
     rendered = {name: parsed(text) for name, text in triton_config.render_repository(model).items()}
-    assert list(rendered) == ["t5-spelling", "t5-spelling-encoder", "t5-spelling-decoder"]
-    generate, encoder, decoder = rendered.values()
+    assert list(rendered) == ["t5-spelling-text", "t5-spelling-tokenize", "t5-spelling", "t5-spelling-encoder",
+                              "t5-spelling-decoder", "t5-spelling-postprocess"]
+    generate, encoder, decoder = (rendered[n] for n in ("t5-spelling", "t5-spelling-encoder", "t5-spelling-decoder"))
     assert generate.backend == "python" and not generate.model_warmup
     assert [(i.name, list(i.dims)) for i in generate.input] == [("input_ids", [32]), ("attention_mask", [32])]
     assert [(o.name, list(o.dims)) for o in generate.output] == [("output_ids", [16])]
@@ -105,17 +110,18 @@ def test_generation_interface(project):
     assert [(i.name, list(i.dims)) for i in decoder.input] == [
         ("decoder_input_ids", [16]), ("encoder_hidden_states", [32, 512]), ("encoder_attention_mask", [32])]
     env = triton_config.server_environment(model)
-    assert env["SAGEMAKER_TRITON_DEFAULT_MODEL_NAME"] == "t5-spelling"
-    # explicit model control: the BLS targets must be loaded alongside the default model
+    assert env["SAGEMAKER_TRITON_DEFAULT_MODEL_NAME"] == "t5-spelling-text"
+    # explicit model control: the ensemble's steps and the BLS targets are loaded alongside the default model
     assert env["SAGEMAKER_TRITON_ADDITIONAL_ARGS"].split() == [
-        "--load-model=t5-spelling-encoder", "--load-model=t5-spelling-decoder"]
+        "--load-model=t5-spelling-tokenize", "--load-model=t5-spelling", "--load-model=t5-spelling-encoder",
+        "--load-model=t5-spelling-decoder", "--load-model=t5-spelling-postprocess"]
 
 
 def test_tensorrt_plan_backend(project):
     model = project.model("bert-large-classifier")
     spec = RepositorySpec.of(model).model_copy(update={"serving": model.serving.model_copy(
         update={"backend": "tensorrt", "tensorrt_acceleration": None})})
-    cfg = parsed(triton_config.render_config(spec))
+    cfg = parsed(triton_config.render_config(spec, folder=triton_config.ids_model_name(spec)))
     assert cfg.platform == "tensorrt_plan" and cfg.default_model_filename == "model.plan"
     assert not cfg.optimization.execution_accelerators.gpu_execution_accelerator
 
@@ -124,12 +130,12 @@ def test_no_dynamic_batching_and_no_warmup(project):
     model = project.model("bert-large-classifier")
     spec = RepositorySpec.of(model).model_copy(update={"serving": model.serving.model_copy(
         update={"dynamic_batching": None, "warmup": False})})
-    cfg = parsed(triton_config.render_config(spec))
+    cfg = parsed(triton_config.render_config(spec, folder=triton_config.ids_model_name(spec)))
     assert cfg.WhichOneof("scheduling_choice") is None and not cfg.model_warmup
 
 
 def test_two_scheduling_choices_are_rejected(project):
-    text = triton_config.render_config(project.model("bert-large-classifier")) + "sequence_batching {}\n"
+    text = triton_config.render_config(project.model("bert-large-classifier"), folder=triton_config.ids_model_name(project.model("bert-large-classifier"))) + "sequence_batching {}\n"
     with pytest.raises(RepositoryError, match="another member of oneof"):
         triton_config.parse_config(text)
 
@@ -145,9 +151,10 @@ def test_written_repository_passes_the_serve_script_rules(project, tmp_path):
     model = project.model("t5-spelling")
     out = triton_config.write_repository(model, tmp_path / "repo")
     assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == sorted(
-        f"{name}{suffix}" for name in ("t5-spelling", "t5-spelling-encoder", "t5-spelling-decoder")
+        f"{name}{suffix}" for name in ("t5-spelling-text", "t5-spelling-tokenize", "t5-spelling",
+                                       "t5-spelling-encoder", "t5-spelling-decoder", "t5-spelling-postprocess")
         for suffix in ("", "/1", "/config.pbtxt"))
-    triton_config.check_repository(out, default_model="t5-spelling")
+    triton_config.check_repository(out, default_model="t5-spelling-text")
     assert [p.name for p in tmp_path.iterdir()] == ["repo"]  # no staging directory left
 
 
@@ -196,6 +203,8 @@ def test_config_naming_another_model_is_rejected(two_model_repo):
 
 def test_single_model_needs_no_default(project, tmp_path):
     out = triton_config.write_repository(project.model("bert-large-classifier"), tmp_path / "repo")
+    for folder in ("bert-large-classifier-text", "bert-large-classifier-tokenize", "bert-large-classifier-postprocess"):
+        shutil.rmtree(out / folder)
     triton_config.check_repository(out, default_model=None)
 
 
@@ -260,7 +269,7 @@ def test_cli_requires_out(tmp_path):
 def test_tensorrt_profile_shapes_cover_batch_one_to_max(project):
     """ONNX Runtime's TensorRT options trt_profile_{min,opt,max}_shapes, as Triton's onnxruntime backend
     passes them (https://github.com/triton-inference-server/onnxruntime_backend, "input1:dim1xdimd2...")."""
-    cfg = parsed(triton_config.render_config(project.model("bert-large-classifier")))
+    cfg = parsed(triton_config.render_config(project.model("bert-large-classifier"), folder=triton_config.ids_model_name(project.model("bert-large-classifier"))))
     (trt,) = cfg.optimization.execution_accelerators.gpu_execution_accelerator
     assert trt.parameters["trt_profile_min_shapes"] == "input_ids:1x512,attention_mask:1x512,token_type_ids:1x512"
     assert trt.parameters["trt_profile_max_shapes"] == (
@@ -294,7 +303,7 @@ def test_queue_policy_is_derived_from_the_slo_and_the_profile(project, name, tim
 
 
 def test_queue_policy_text_of_the_shipped_classifier(project):
-    text = triton_config.render_config(project.model("bert-large-classifier"))
+    text = triton_config.render_config(project.model("bert-large-classifier"), folder=triton_config.ids_model_name(project.model("bert-large-classifier")))
     assert ("dynamic_batching {\n"
             "  max_queue_delay_microseconds: 2000\n"
             "  default_queue_policy {\n"
@@ -339,7 +348,7 @@ def test_no_queue_policy_without_a_dynamic_batcher(project):
     model = project.model("bert-large-classifier")
     model = model.model_copy(update={"serving": model.serving.model_copy(update={"dynamic_batching": None})})
     assert RepositorySpec.of(model).queue_policy is None
-    assert "queue_policy" not in triton_config.render_config(model)
+    assert "queue_policy" not in triton_config.render_config(model, folder=triton_config.ids_model_name(model))
 
 
 def test_the_queue_policy_reaches_the_image_build(project):
@@ -348,7 +357,30 @@ def test_the_queue_policy_reaches_the_image_build(project):
     spec = RepositorySpec.of(project.model("bert-large-classifier"))
     carried = RepositorySpec.model_validate_json(spec.model_dump_json())
     assert carried.queue_policy == spec.queue_policy is not None
-    assert triton_config.render_config(carried) == triton_config.render_config(project.model("bert-large-classifier"))
+    assert triton_config.render_config(carried, folder=triton_config.ids_model_name(carried)) == triton_config.render_config(project.model("bert-large-classifier"), folder=triton_config.ids_model_name(project.model("bert-large-classifier")))
     legacy = spec.model_dump(mode="json")
     del legacy["queue_policy"]
     assert RepositorySpec.model_validate(legacy).queue_policy is None
+
+
+@pytest.mark.parametrize("name", TRITON_MODELS)
+def test_text_folders(project, name):
+    """The text ensemble and its Python steps: max_batch_size 0 (TEXT [n]), KIND_CPU, no queue policy."""
+    model = project.model(name)
+    rendered = {f: parsed(t) for f, t in triton_config.render_repository(model).items()}
+    ensemble = rendered[f"{name}-text"]
+    assert ensemble.platform == "ensemble" and ensemble.max_batch_size == 0
+    assert [(i.name, list(i.dims)) for i in ensemble.input] == [("TEXT", [-1])]
+    assert [s.model_name for s in ensemble.ensemble_scheduling.step] == [
+        f"{name}-tokenize", name, f"{name}-postprocess"]
+    outputs = {o.name for o in ensemble.output}
+    assert outputs == ({"logits", "label"} if model.source.task == "text-classification" else {"text"})
+    for step in (f"{name}-tokenize", f"{name}-postprocess"):
+        cfg = rendered[step]
+        assert cfg.backend == "python" and cfg.max_batch_size == 0
+        assert cfg.WhichOneof("scheduling_choice") is None
+        (group,) = cfg.instance_group
+        assert (group.count, group.kind) == (model.serving.tokenizer_instances, pb.ModelInstanceGroup.KIND_CPU)
+    assert rendered[f"{name}-tokenize"].parameters["max_batch_size"].string_value == str(model.serving.max_batch_size)
+    env = triton_config.server_environment(model)
+    assert env["SAGEMAKER_TRITON_DEFAULT_MODEL_NAME"] == f"{name}-text"

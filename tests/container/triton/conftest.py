@@ -44,7 +44,8 @@ def triton_install() -> triton_server.TritonInstall:
 @pytest.fixture(scope="session")
 def serve(tmp_path_factory, contract, triton_install):
     """serve(name) -> Served: one server per model and worker, started on first use, stopped at the end
-    of the session (a failed start is not retried)."""
+    of the session (a failed start is not retried). Besides SageMaker's front end each server has Triton's
+    HTTP front end on loopback (TritonServer.http_front_end), so tests can call the token-id model by name."""
     servers: dict[str, Served] = {}
     failed: dict[str, BaseException] = {}
 
@@ -60,7 +61,7 @@ def serve(tmp_path_factory, contract, triton_install):
             environment = dict(contract[name]["environment"])
             server = triton_server.TritonServer(
                 copy, environment, work_dir=work / "server", install=triton_install,
-                extra_env={triton_server.BATCH_LOG_ENV: str(batch_log)})
+                extra_env={triton_server.BATCH_LOG_ENV: str(batch_log)}, http_front_end=True)
             try:
                 server.start()
             except BaseException as exc:

@@ -115,7 +115,11 @@ def test_repository_passes_check_and_holds_every_model_file(request, which):
     triton_config.check_repository(repo, default_model=spec.name)
     assert sorted(p.name for p in repo.iterdir()) == sorted(f.name for f in triton_config.folders(spec))
     for folder in triton_config.folders(spec):
-        assert (repo / folder.name / "1" / folder.model_file).is_file()
+        # The ensemble has nothing in 1/; the text steps' model.py and tokenizer (with its package) are there.
+        assert folder.kind == "ensemble" or (repo / folder.name / "1" / folder.model_file).is_file()
+        if folder.name.endswith("-tokenize"):
+            assert (repo / folder.name / "1" / "tokenizer" / "tokenizer.json").is_file()
+            assert (repo / folder.name / "1" / "site-packages" / "tokenizers" / "__init__.py").is_file()
         assert (repo / folder.name / "config.pbtxt").read_text() == triton_config.render_config(spec, folder=folder.name)
     # The tokenizer rides inside the default model's version dir, where Triton looks for nothing else.
     assert (repo / spec.name / "1" / "tokenizer" / "tokenizer.json").is_file()
@@ -128,7 +132,15 @@ def test_every_config_parses_with_tritons_proto_and_matches_its_onnx_graph(reque
     onnx_folders = 0
     for folder in sorted(p for p in repo.iterdir() if p.is_dir()):
         config = text_format.Parse((folder / "config.pbtxt").read_text(), pb.ModelConfig())
-        assert config.name == folder.name and config.max_batch_size == SERVING["max_batch_size"]
+        text_folder = folder.name.endswith(("-text", "-tokenize", "-postprocess"))
+        # The text ensemble and its steps take TEXT [n] without a batch dimension (inferstack/triton/config.py).
+        assert config.name == folder.name and config.max_batch_size == (0 if text_folder else SERVING["max_batch_size"])
+        if text_folder:
+            source = {"-tokenize": "tokenize_model.py", "-postprocess": "postprocess_model.py"}
+            for suffix, file in source.items():
+                if folder.name.endswith(suffix):
+                    assert (folder / "1" / "model.py").read_bytes() == (TRITON_DIR / file).read_bytes()
+            continue
         if config.backend == "python":
             assert (folder / "1" / "model.py").read_bytes() == (TRITON_DIR / "t5_greedy_model.py").read_bytes()
             continue
@@ -397,7 +409,7 @@ def test_build_plan_passes_the_configured_shapes_to_trtexec(tmp_path, tiny_bert)
                     "open(next(a for a in sys.argv if a.startswith('--saveEngine=')).split('=', 1)[1], 'w').write('x')\n")
     fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
     spec = bert_spec(tiny_bert, backend="tensorrt", tensorrt_acceleration=None)
-    (folder,) = triton_config.folders(spec)
+    (folder,) = triton_config.ids_folders(spec)
     assert folder.kind == "tensorrt" and folder.model_file == "model.plan"
     triton_export.build_plan(str(fake), tmp_path / "m.onnx", tmp_path / "m.plan", folder, 8)
     argv = json.loads(log.read_text())

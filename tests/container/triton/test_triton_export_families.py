@@ -86,7 +86,7 @@ def test_bert_s_tiny_tokenizer_emits_token_type_ids_as_the_family_table_says(tin
 def test_the_repository_declares_and_the_graph_takes_only_the_familys_inputs(kind, repo):
     model_spec = spec(kind, Path("unused"))
     triton_config.check_repository(repo, default_model=model_spec.name)
-    (folder,) = triton_config.folders(model_spec)
+    (folder,) = triton_config.ids_folders(model_spec)
     assert [t.name for t in folder.inputs] == ["input_ids", "attention_mask"]
     graph = onnx.load(str(repo / model_spec.name / triton_config.VERSION / "model.onnx"))
     assert [i.name for i in graph.graph.input] == ["input_ids", "attention_mask"]
