@@ -1,5 +1,5 @@
 """A triton-sagemaker model's `pipeline:` (inferstack/schema/pipeline.py, inferstack/config/pipeline_checks.py): the
-example of docs/how-to/build-a-pipeline.md (tests/config/pipeline_example/) loads, and every way its wiring, its keys
+example of docs/how-to/build-a-pipeline.md (tests/support/pipeline_example/) loads, and every way its wiring, its keys
 or its step files can be wrong is one line naming the file, the step (pipeline.<i>) and the tensor."""
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from inferstack.triton import config as triton_config
 from tests.support.config_edits import edit_yaml, problems_of
 from tests.support.fuzz import fuzz_examples
 from tests.support.hang_guard import hang_guard
-from tests.support.paths import CONFIG_DIR
+from tests.support.paths import CONFIG_DIR, ROOT
 
 NAME = "bert-large-classifier"
 FILE = f"{NAME}.yaml"
-EXAMPLE = Path(__file__).parent / "pipeline_example"
+EXAMPLE = ROOT / "tests" / "support" / "pipeline_example"
 PIPELINE = yaml.safe_load((EXAMPLE / "pipeline.yaml").read_text())["pipeline"]
 
 

@@ -17,7 +17,7 @@ from moto.sagemakerruntime.models import sagemakerruntime_backends
 
 from inferstack import cli
 from inferstack.delivery import aws_sessions, invoke, stack_outputs, text_contract
-from tests.delivery.test_smoke import FLEET, deploy_url, edit_model, queue_replies
+from tests.support.smoke_stacks import FLEET, deploy_url, edit_model, queue_replies
 from tests.support import aws_fakes
 from tests.support.neuron_server import LABELS, ServerProcess
 from tests.support.threaded_server import JsonHandler, serving
@@ -282,7 +282,7 @@ def test_a_classifier_on_sagemaker_gets_the_contract_body_signed_and_prints_labe
 
 def test_text2text_prints_the_generated_text_and_json_the_raw_reply(triton_config, wire, capsys):
     reply = {"model_name": "t5-spelling", "outputs": [
-        {"name": "TEXT", "datatype": "BYTES", "shape": [1], "data": ["this is spelled right"]}]}
+        {"name": "text", "datatype": "BYTES", "shape": [1], "data": ["this is spelled right"]}]}
     queue_replies(reply)
     code, out, _ = invoke_cli(capsys, triton_config, "t5-spelling", "--text", "ths is speled rigth")
     assert (code, out) == (0, ["this is spelled right"])
@@ -354,7 +354,7 @@ def test_a_component_scaled_to_zero_is_waited_for_then_advised(triton_config, wi
 
 
 def test_service_unavailable_and_throttling_are_tried_again(triton_config, wire, capsys, no_sleep):
-    queue_replies({"outputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1], "data": ["ok"]}]})
+    queue_replies({"outputs": [{"name": "text", "datatype": "BYTES", "shape": [1], "data": ["ok"]}]})
     wire.responses += [aws_error(503, "ServiceUnavailable", "try again"),
                        aws_error(400, "ThrottlingException", "slow down")]
     code, out, _ = invoke_cli(capsys, triton_config, "t5-spelling", "--text", "hi")

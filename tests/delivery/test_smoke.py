@@ -13,7 +13,6 @@ from pathlib import Path
 
 import botocore.exceptions
 import pytest
-import requests
 import yaml
 
 from inferstack import cli
@@ -24,16 +23,7 @@ from tests.support import aws_fakes
 from tests.support.cli import run
 from tests.support.config_edits import without_fleets
 from tests.support.neuron_server import LABELS, ServerProcess
-
-FLEET = "intent-pack"  # the shipped neuron-cores fleet: intent-bert and duplicate-bert
-
-
-def edit_model(config_dir: Path, name: str, change) -> None:
-    path = config_dir / f"{name}.yaml"
-    data = yaml.safe_load(path.read_text())
-    change(data)
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-
+from tests.support.smoke_stacks import FLEET, deploy_url, edit_model, queue_replies
 
 def dev_slo(p99_ms: float):
     """A dev SLO (and profile) loose enough for a shared CI machine, or impossibly tight."""
@@ -67,17 +57,6 @@ def neuron_config(config_copy):
     edit_model(config_copy, "intent-bert", lambda d: d["source"].update(labels=list(LABELS)))
     edit_model(config_copy, "intent-bert", dev_slo(5000))
     return config_copy
-
-
-def deploy_url(url: str, model: str = "intent-bert") -> None:
-    """The stack that serves `model` in dev: the fleet's (its Url, and every member's path) for the shipped
-    fleet's members, else the model's own."""
-    if model in ("intent-bert", "duplicate-bert"):
-        paths = {m: f"/v2/models/{m}" for m in ("intent-bert", "duplicate-bert")}
-        aws_fakes.create_stack(aws_fakes.session("dev"), f"dev-{FLEET}",
-                               {"Url": url, stack_outputs.MODEL_PATHS: stack_outputs.model_paths_value(paths)})
-    else:
-        aws_fakes.create_stack(aws_fakes.session("dev"), f"dev-{model}", {"Url": url})
 
 
 def test_neuron_model_against_the_real_server(aws, server, neuron_config, capsys):
@@ -371,16 +350,6 @@ def test_bad_via_is_one_line_exit_2(capsys):
 
 # ----------------------------------------------------------------------------- Triton: moto sagemaker-runtime
 
-def queue_replies(*bodies: dict | str) -> None:
-    """moto answers InvokeEndpoint from this queue, one entry per distinct request (then repeats it)."""
-    results = [{"Body": b if isinstance(b, str) else json.dumps(b), "ContentType": "application/json"}
-               for b in bodies]
-    response = requests.post("http://motoapi.amazonaws.com/moto-api/static/sagemaker/endpoint-results",
-                             json={"account_id": aws_fakes.ACCOUNTS["dev"], "region": "us-east-1",
-                                   "results": results}, timeout=10)
-    assert response.status_code == 201, response.text
-
-
 @pytest.fixture
 def triton_config(aws, config_copy):
     aws_fakes.with_deploy_roles(config_copy)
@@ -395,7 +364,7 @@ BERT_REPLY = {"model_name": "bert-large-classifier", "outputs": [
     {"name": "logits", "datatype": "FP32", "shape": [1, 2], "data": [0.1, 0.9]},
     {"name": "label", "datatype": "BYTES", "shape": [1], "data": ["positive"]}]}
 T5_REPLY = {"model_name": "t5-spelling", "outputs": [
-    {"name": "TEXT", "datatype": "BYTES", "shape": [1], "data": ["inferstack smoke test"]}]}
+    {"name": "text", "datatype": "BYTES", "shape": [1], "data": ["inferstack smoke test"]}]}
 
 
 def test_every_model_is_sent_the_text_contract_and_its_tasks_outputs_are_expected(triton_config):
@@ -408,7 +377,7 @@ def test_every_model_is_sent_the_text_contract_and_its_tasks_outputs_are_expecte
     bert = smoke.probe_for(project.model("bert-large-classifier"))
     assert [(o.name, o.datatype, o.shape) for o in bert.outputs] == [("logits", "FP32", (1, 2)), ("label", "BYTES", (1,))]
     t5 = smoke.probe_for(project.model("t5-spelling"))
-    assert [(o.name, o.datatype, o.shape) for o in t5.outputs] == [("TEXT", "BYTES", (1,))]
+    assert [(o.name, o.datatype, o.shape) for o in t5.outputs] == [("text", "BYTES", (1,))]
     intent = smoke.probe_for(project.model("intent-bert"))
     assert [(o.name, o.shape) for o in intent.outputs] == [("logits", (1, 5)), ("label", (1,))]
 

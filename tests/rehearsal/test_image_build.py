@@ -30,7 +30,7 @@ TRITON_MODELS = ("bert-large-classifier", "t5-spelling")
 # schema and the renderer (inferstack/triton/image.py BUILD_CONTEXT, kept identical to the Dockerfile's
 # .dockerignore). A change here is a change of the image's contract.
 TRITON_CLOSURE = {"inferstack", "inferstack.schema", "inferstack.schema.families", "inferstack.schema.fargate",
-                  "inferstack.schema.instances", "inferstack.schema.models", "inferstack.triton",
+                  "inferstack.schema.instances", "inferstack.schema.models", "inferstack.schema.pipeline", "inferstack.triton",
                   "inferstack.triton.config"}
 
 
@@ -59,6 +59,7 @@ def test_the_triton_context_is_the_schema_the_renderer_and_the_export(dev_images
     assert [f for f in files if f.startswith("inferstack/")] == [
         "inferstack/__init__.py", "inferstack/schema/__init__.py", "inferstack/schema/families.py",
         "inferstack/schema/fargate.py", "inferstack/schema/instances.py", "inferstack/schema/models.py",
+        "inferstack/schema/pipeline.py",
         "inferstack/triton/__init__.py", "inferstack/triton/config.py"]
     assert "container/triton/export.py" in files and "container/triton/requirements-export.txt" in files
 
@@ -226,6 +227,28 @@ def test_a_distilbert_image_is_rehearsed_with_a_distilbert_stand_in(dev_images, 
     repository = report.image_root / "opt" / "ml" / "model"
     triton_config.check_repository(repository, default_model="bert-large-classifier-text")
     assert "token_type_ids" not in (repository / "bert-large-classifier" / "config.pbtxt").read_text()
+
+
+def test_a_pipeline_image_is_rehearsed_with_the_users_steps_in_its_repository(dev_images, tmp_path):
+    """bert-large-classifier's image built from its file with the example pipeline of docs/how-to/build-a-pipeline.md
+    (tests/support/pipeline_example/): the steps' code travels in the spec, as validate loaded it from the model's
+    folder, and the export writes each step beside the ensemble and the tokenizer step."""
+    from tests.support.pipeline_models import EXAMPLE as example, NAME as name, with_example_pipeline
+
+    model = with_example_pipeline(tmp_path)
+    asset = dev_images[name]
+    spec = json.loads(asset.build_args["TRITON_REPOSITORY_SPEC"])
+    piped = triton_config.RepositorySpec.of(model).model_dump(mode="json")
+    spec.update(pipeline=piped["pipeline"], step_code=piped["step_code"])
+    report = image_build.rehearse(dataclasses.replace(
+        asset, build_args={**asset.build_args, "TRITON_REPOSITORY_SPEC": json.dumps(spec)}), tmp_path / "w")
+    repository = report.image_root / "opt" / "ml" / "model"
+    triton_config.check_repository(repository, default_model=f"{name}-text")
+    assert sorted(p.name for p in repository.iterdir()) == sorted(
+        [f"{name}-text", f"{name}-tokenize", name, f"{name}-postprocess", f"{name}-step0", f"{name}-step2"])
+    for step, source in ((0, "normalize.py"), (2, "reply.py")):
+        assert (repository / f"{name}-step{step}" / "1" / "model.py").read_text() == (example / "steps" / source).read_text()
+    assert (repository / f"{name}-tokenize" / "1" / "tokenizer" / "tokenizer.json").is_file()
 
 
 def test_a_packed_build_that_still_sets_model_source_fails_in_one_line(dev_images, tmp_path):

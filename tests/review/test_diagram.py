@@ -57,7 +57,7 @@ def test_stacks_are_clusters_and_constructs_are_nodes(dev_dot):
     assert found["dev/intent-bert-inf2/Neuron/Service"][0].startswith(r"Service\necs.Ec2Service\nAWS::ECS::Service")
     # An L1 kept at its L2's path (a plain construct holding "Resource") is drawn like that L2.
     assert found["dev/intent-bert-inf2/Neuron/*cloudwatch.CfnAlarm"][0].startswith(
-        r"7 × cloudwatch.CfnAlarm\nAWS::CloudWatch::Alarm\nCapacityShortfallAlarm, ")
+        r"8 × cloudwatch.CfnAlarm\nAWS::CloudWatch::Alarm\nCapacityShortfallAlarm, ")
     assert found["dev/intent-bert-inf2/Neuron/Dashboard"][0] == (
         r"Dashboard\ncloudwatch.CfnDashboard\nAWS::CloudWatch::Dashboard")
     assert dev_dot.count("{") == dev_dot.count("}")

@@ -1,5 +1,5 @@
 """The text ensemble of a model with a `pipeline:` (inferstack/triton/config.py pipeline_ensemble, step_folders): the
-example of docs/how-to/build-a-pipeline.md (tests/config/pipeline_example/) on the shipped classifier, and a
+example of docs/how-to/build-a-pipeline.md (tests/support/pipeline_example/) on the shipped classifier, and a
 pre-step only pipeline on T5."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from inferstack.triton import config as triton_config
 from tests.support.config_edits import edit_yaml
 from tests.support.paths import CONFIG_DIR, ROOT
 
-EXAMPLE = ROOT / "tests" / "config" / "pipeline_example"
+EXAMPLE = ROOT / "tests" / "support" / "pipeline_example"
 NAME = "bert-large-classifier"
 
 

@@ -16,7 +16,9 @@ from batcher import DRAIN, FULL, DynamicBatcher, Overloaded
 from compile_settings import SettingsError
 from server_settings import Admission
 
-from tests.container.neuron.test_batching import DELAY_S, Clock
+from tests.support.fake_clock import Clock
+
+DELAY_S = 0.001  # the queue delay of test_batching.py's harness
 
 WAIT_S = 30  # how long a stage waits for the other before the test fails (never reached when it passes)
 

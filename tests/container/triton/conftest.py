@@ -6,25 +6,7 @@ from __future__ import annotations
 import pytest
 
 from rehearsal import triton_server
-from tests.support.real_triton import build_contract, exported, Served
-
-
-def without_queue_policy(repository) -> list[str]:
-    """Stand-in: drop the queue policy. Still needed: its timeout is sized for the profiled g4dn (T5: 10 ms), the
-    CPU stand-in is far slower, and with any policy Triton 24.09's batcher may wait up to 500 ms for a new arrival
-    before the next batch, so the bursts the contract tests send would be shed. The shedding itself:
-    test_overload_shedding.py."""
-    from google.protobuf import text_format
-    from tritonclient.grpc import model_config_pb2 as pb
-
-    removed = []
-    for path in sorted(repository.glob("*/config.pbtxt")):
-        config = text_format.Parse(path.read_text(encoding="utf-8"), pb.ModelConfig())
-        if config.dynamic_batching.HasField("default_queue_policy"):
-            config.dynamic_batching.ClearField("default_queue_policy")
-            path.write_text(text_format.MessageToString(config), encoding="utf-8")
-            removed.append(f"{path.parent.name}: dynamic_batching.default_queue_policy")
-    return removed
+from tests.support.real_triton import Served, build_contract, exported, without_queue_policy
 
 
 @pytest.fixture(scope="session")

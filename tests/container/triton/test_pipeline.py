@@ -1,6 +1,6 @@
 """A model file's pipeline (inferstack/schema/pipeline.py) on the real tritonserver 2.51, started as SageMaker's serve
 script starts it: the shipped classifier's spec (from the synthesized dev app, as the other real-Triton tests) with the
-example pipeline of docs/how-to/build-a-pipeline.md (tests/config/pipeline_example/): a user pre-step that cleans the
+example pipeline of docs/how-to/build-a-pipeline.md (tests/support/pipeline_example/): a user pre-step that cleans the
 text -> the classifier (tokenizer step, token-id model, postprocessing step) -> a user post-step that answers the
 contract's label and logits and a reply. The repository is written by container/triton/export.py from the spec, the
 steps' code carried in it as the image build gets it (loaded by validate from the model's folder)."""
@@ -8,43 +8,26 @@ steps' code carried in it as the image build gets it (loaded by validate from th
 from __future__ import annotations
 
 import json
-import shutil
 
 import numpy as np
 import pytest
-import yaml
 
-from inferstack import config
 from inferstack.triton import config as triton_config
 from rehearsal import triton_server
-from tests.container.triton.conftest import without_queue_policy
 from tests.support.build_once import build_once
-from tests.support.paths import CONFIG_DIR, ROOT
-from tests.support.real_triton import EXPORT, _run, exported
+from tests.support.pipeline_models import EXAMPLE, with_example_pipeline
+from tests.support.real_triton import without_queue_policy, EXPORT, _run, exported
 
 pytestmark = pytest.mark.real_triton
 
 NAME = "bert-large-classifier"
-EXAMPLE = ROOT / "tests" / "config" / "pipeline_example"
 REPLIES = {"negative": "sorry to hear that: a person will call you", "positive": "thank you!"}
-
-
-def pipeline_model(tmp_path):
-    """The shipped classifier with the example pipeline, loaded by validate's loader from a copy of model_configs/."""
-    configs = tmp_path / "model_configs"
-    shutil.copytree(CONFIG_DIR, configs)
-    shutil.copytree(EXAMPLE / "steps", configs / NAME / "steps")
-    path = configs / f"{NAME}.yaml"
-    data = yaml.safe_load(path.read_text())
-    data.update(yaml.safe_load((EXAMPLE / "pipeline.yaml").read_text()))
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return config.load(configs).model(NAME)
 
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory, contract, triton_install):
     shipped = exported(tmp_path_factory, contract, NAME)  # the tiny checkpoint and the synthesized spec
-    model = pipeline_model(tmp_path_factory.mktemp("pipeline-config"))
+    model = with_example_pipeline(tmp_path_factory.mktemp("pipeline-config"))
     spec = triton_config.RepositorySpec.of(model).model_dump(mode="json")
     spec = {**json.loads(shipped.spec.model_dump_json()), "pipeline": spec["pipeline"], "step_code": spec["step_code"]}
 
@@ -104,7 +87,7 @@ def test_text_in_the_users_answer_out_through_sagemakers_front_end(served):
 
 def test_the_export_refuses_a_spec_without_a_steps_code(tmp_path):
     """A spec whose pipeline names a step file it carries no text for: exit 2 and one line, before any export."""
-    model = pipeline_model(tmp_path)
+    model = with_example_pipeline(tmp_path)
     spec = json.loads(triton_config.RepositorySpec.of(model).model_dump_json())
     del spec["step_code"]["steps/reply.py"]
     result = _run(str(EXPORT), "--out", str(tmp_path / "repository"), env={"TRITON_REPOSITORY_SPEC": json.dumps(spec)})
