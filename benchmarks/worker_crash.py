@@ -81,7 +81,8 @@ async def _connection(port: int, index: int, requests: list[bytes], start: float
             if CLOSE.search(head):  # the server hands this connection over (rebalancing): as an ALB, reconnect
                 writer.close()
                 reader = writer = None
-        except (OSError, asyncio.IncompleteReadError) as exc:
+        # RuntimeError: uvloop's write on a transport the server already closed
+        except (OSError, asyncio.IncompleteReadError, RuntimeError) as exc:
             out.append(Outcome(due, None, 0, index, f"in flight: {type(exc).__name__}"))
             ended[index] = type(exc).__name__
             writer.close()

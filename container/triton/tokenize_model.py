@@ -78,7 +78,7 @@ def texts_of(values: np.ndarray, max_chars: int, max_rows: int) -> list[str]:
                 value = value.decode("utf-8")
             except UnicodeDecodeError as exc:  # only binary tensor data can carry such bytes, not JSON
                 raise TextError(f"inputs[0].data[{k}]: not UTF-8 ({exc.reason} at byte {exc.start})") from None
-        if len(value) == 0:
+        if not value or value.isspace():  # as the Neuron app: nothing for the model to read
             raise TextError(f"inputs[0].data[{k}]: empty text")
         if len(value) > max_chars:
             raise TextError(f"inputs[0].data[{k}]: text of {len(value)} characters exceeds the limit of {max_chars}")

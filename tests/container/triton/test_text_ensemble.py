@@ -86,7 +86,8 @@ def test_text_errors_get_400_and_name_the_field(name, serve):
     prefix = f"in ensemble '{name}-text', "
     limit = shipped(name).serving.max_batch_size
     cases = {
-        "empty": (["fine", ""], f"inputs[0].data[1]: empty text"),
+        "empty": (["fine", ""], "inputs[0].data[1]: empty text"),
+        "blank": ([" \t\n"], "inputs[0].data[0]: empty text"),
         "too long": (["a" * 8193], "inputs[0].data[0]: text of 8193 characters exceeds the limit of 8192"),
         "too many": (["a"] * (limit + 1), f"inputs[0].shape: {limit + 1} items exceed the maximum of {limit} per request"),
         "none": ([], "inputs[0].shape: batch dimension must be at least 1"),
