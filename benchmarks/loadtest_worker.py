@@ -299,13 +299,7 @@ def peak(args) -> int:
             print(f"server counted {served(port) - served_before:,} requests")
         finally:
             runner.stop_groups([server], grace_s=10)
-    print(report.text(result), end="")
-    (step,) = result.steps
-    workers = [g for g in result.generators if g.name.startswith("worker-")]
-    print(f"\n{args.workers} workers: sent {step.offered:,} ({step.offered / step.seconds:,.0f}/s) of "
-          f"{step.due:,.0f} due, {step.late} late; workers' CPU max {max(g.max_cpu_percent for g in workers):.0f} %, "
-          f"mean {sum(g.mean_cpu_percent for g in workers) / len(workers):.0f} %; verdict {result.verdict}")
-    return 0
+    return print_peak(args, result)
 
 
 def peak_against_serve(args) -> int:
@@ -336,6 +330,11 @@ def peak_against_serve(args) -> int:
             except subprocess.TimeoutExpired:
                 server.kill()
                 server.wait(10)
+    return print_peak(args, result)
+
+
+def print_peak(args, result) -> int:
+    """The run's report as `inferstack loadtest` prints it, and what the generators sent and spent."""
     print(report.text(result), end="")
     (step,) = result.steps
     workers = [g for g in result.generators if g.name.startswith("worker-")]
