@@ -280,17 +280,21 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--modes", default=",".join(MODES), help="restart, exit (the baseline), or both")
     parser.add_argument("--no-pin", action="store_true", help="share the CPUs between server and load generator")
     args = parser.parse_args()
+
+    def fail(message: str) -> None:  # one line, as the other benchmarks refuse arguments
+        parser.exit(2, f"{parser.prog}: error: {message}\n")
+
     if args.workers < 2:
-        parser.error("--workers: at least 2 (one dies, another serves)")
+        fail("--workers: at least 2 (one dies, another serves)")
     for name in ("batch_ms", "load", "before", "after", "give_up"):
         if not getattr(args, name) > 0:
-            parser.error(f"--{name.replace('_', '-')}: must be greater than 0, got {getattr(args, name)}")
+            fail(f"--{name.replace('_', '-')}: must be greater than 0, got {getattr(args, name)}")
     if args.connections < 1 or args.max_queue_delay_ms < 0:
-        parser.error("--connections: at least 1; --max-queue-delay-ms: not negative")
+        fail("--connections: at least 1; --max-queue-delay-ms: not negative")
     args.mode_list = [m for m in args.modes.split(",") if m]
     unknown = sorted(set(args.mode_list) - set(MODES))
     if unknown or not args.mode_list:
-        parser.error(f"--modes: a comma-separated list of {', '.join(MODES)}, got {args.modes!r}")
+        fail(f"--modes: a comma-separated list of {', '.join(MODES)}, got {args.modes!r}")
     return args
 
 

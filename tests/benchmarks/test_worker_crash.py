@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from tests.support.neuron_server import run_script
 from tests.support.paths import ROOT
 
@@ -30,3 +32,16 @@ def test_worker_crash_reports_restart_beside_the_exiting_baseline(artifact):
     assert baseline.group(6).startswith("never (server exit code 1)"), out
     assert int(baseline.group(4)) > failed, out
     assert re.search(r"^targets with restart: .*met", out, re.M), out
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--workers", "1"], "--workers: at least 2 (one dies, another serves)"),
+    (["--load", "0"], "--load: must be greater than 0, got 0.0"),
+    (["--before", "nan"], "--before: must be greater than 0, got nan"),
+    (["--connections", "0"], "--connections: at least 1; --max-queue-delay-ms: not negative"),
+    (["--modes", "restart,crash"], "--modes: a comma-separated list of restart, exit, got 'restart,crash'"),
+])
+def test_worker_crash_refuses_a_bad_argument_in_one_line(args, message):
+    result = run_script(WORKER_CRASH, *args, timeout=60)
+    assert result.returncode == 2 and result.stdout == "", result.stdout
+    assert result.stderr.strip().endswith(message) and len(result.stderr.strip().splitlines()) == 1, result.stderr
