@@ -234,6 +234,7 @@ class HttpConnection(asyncio.Protocol):
         self.paused = False
         self.idle_since: float | None = None
         self.handed_over = False  # closed after its reply to even out the workers' connections
+        self.replies = 0
         self._header_bytes = 0
         self._disconnected: asyncio.Future | None = None
 
@@ -378,8 +379,11 @@ class HttpConnection(asyncio.Protocol):
         if self.lost:
             return
         keep_alive = request.keep_alive and not self.closing
-        if keep_alive and not self.waiting and self.server.rebalance():  # nothing pipelined behind it is lost
+        # Only a connection that has answered before: one just accepted came by least-connections, and an imbalance
+        # it sees is a close not yet processed. Nothing pipelined behind it is lost.
+        if keep_alive and self.replies and not self.waiting and self.server.rebalance():
             keep_alive, self.handed_over = False, True
+        self.replies += 1
         head = STATUS_LINES.get(status) or f"HTTP/1.1 {status} Unknown\r\n".encode()
         connection = b"" if keep_alive else b"connection: close\r\n"
         body = b"" if request.method == b"HEAD" else content
