@@ -179,7 +179,7 @@ def wall(ts: str) -> float:
     return calendar.timegm(time.strptime(seconds, "%Y-%m-%dT%H:%M:%S")) + int(millis) / 1000
 
 
-def summarise(run: dict, rate: float) -> dict:
+def summarise(run: dict) -> dict:
     out, kill = run["out"], run["killed_at"]
     ok = [o for o in out if o.status == 200]
     failed = [o for o in out if o.status != 200]
@@ -231,7 +231,7 @@ def run_mode(art: Path, args, mode: str, server_cpus, work: Path) -> dict:
                     proc.wait(60)
                 except subprocess.TimeoutExpired:
                     proc.kill()
-    return {"rate": rate, **summarise(run, rate)}
+    return {"rate": rate, **summarise(run)}
 
 
 def report(args, results: dict, server_cpus, generator_cpus) -> None:
