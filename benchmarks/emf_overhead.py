@@ -1,4 +1,4 @@
-"""What the serving app's CloudWatch metrics (container/neuron/emf.py) cost per request, in one run.
+"""What the serving app's CloudWatch metrics (container/neuron/serving/emf.py) cost per request, in one run.
 
     python benchmarks/emf_overhead.py [--iterations 300000] [--no-server]
 
@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "container" / "neuron"), str(ROOT / "benchmarks")]
+sys.path[:0] = [str(ROOT / "container" / "neuron" / "serving"), str(ROOT / "benchmarks")]
 
 import emf  # noqa: E402
 import serve_bench  # noqa: E402

@@ -30,7 +30,7 @@ measure near the rate of interest.
 127.0.0.1) offering R req/s to the same server for --seconds, as `inferstack loadtest` runs it; prints each
 generator's CPU, what was sent on time and late, the p99 and the verdict. --server-cpus pins the server (and
 --generator-cpus the Locust processes) to CPUs of their own (Linux taskset lists), so neither measures the other.
---serve-workers W: the target is the serving app instead (container/neuron/serve.py, W workers on the emulated
+--serve-workers W: the target is the serving app instead (container/neuron/serving/serve.py, W workers on the emulated
 accelerator, --batch-ms per batch of up to 16 rows, its SLO --slo-ms: admission on), with serve_bench.py's tiny
 BERT (or --model-dir): the reference workload's server, one intent-bert task of 6 workers, is
 `--peak 16000 --serve-workers 6 --workers 12 --server-cpus 0-5 --generator-cpus 6-15` on a 16-core machine.

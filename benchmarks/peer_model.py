@@ -1,6 +1,6 @@
 """The model as benchmarks/peers.py's peers (TorchServe, Triton) run it: the serving app's artifact
 (TorchScript model, tokenizer, metadata), tokenized by the tokenizers library in one call per batch, run
-with one torch thread, or replaced by the emulated accelerator (container/neuron/standin_accelerator.py,
+with one torch thread, or replaced by the emulated accelerator (container/neuron/serving/standin_accelerator.py,
 a stand-in for a NeuronCore). Each batch's size is counted in a small file per process (PEER_STATS_DIR),
 which peers.py reads for the peers' average batch.
 """

@@ -5,7 +5,7 @@
 Two phases, each with the same artifact (the BERT-Mini-sized CPU artifact serve_bench.py builds), tokenizer,
 batching limits (--workers 2, --max-batch-size 16, --max-queue-delay-ms 1) and closed-loop client for every
 server (--concurrency 32,64 connections, one one-text KServe v2 request each at a time):
-  emulated  the model replaced by the emulated accelerator (container/neuron/standin_accelerator.py, a
+  emulated  the model replaced by the emulated accelerator (container/neuron/serving/standin_accelerator.py, a
             stand-in for a NeuronCore: --batch-ms per batch of up to 16 rows, asleep without the GIL), whose
             limit is workers x 16 rows per batch time; then paced runs (an open loop on 64 connections) at
             --paced fractions of what serve.py sustained, for the p99 bound;
@@ -42,7 +42,7 @@ import serve_bench as sb
 from peer_model import read_stats
 
 ROOT = Path(__file__).resolve().parents[1]
-NEURON_DIR = ROOT / "container" / "neuron"
+SERVING_DIR = ROOT / "container" / "neuron" / "serving"
 PEERS_VENV = ROOT / ".venv-peers"  # --peers-venv
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -142,7 +142,9 @@ def baseline_tree(ref: str, work: Path) -> Path:
     archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref, "container/neuron"], check=True,
                              capture_output=True).stdout
     subprocess.run(["tar", "-x", "-C", str(target)], input=archive, check=True)
-    return target / "container" / "neuron" / "serve.py"
+    neuron = target / "container" / "neuron"
+    # serve.py moved into serving/; a ref from before that has it at the top of container/neuron.
+    return next(path for path in (neuron / "serving" / "serve.py", neuron / "serve.py") if path.is_file())
 
 
 def peers_python() -> Path | None:
@@ -167,7 +169,7 @@ def start_torchserve(art: Path, args, standin_ms: float | None, work: Path) -> S
     stats.mkdir()
     (home / "peer.json").write_text(json.dumps({"standin_ms": standin_ms}))
     extra = [art / "model.pt", art / "tokenizer.json", art / "metadata.json", ROOT / "benchmarks" / "peer_model.py",
-             NEURON_DIR / "standin_accelerator.py", home / "peer.json"]
+             SERVING_DIR / "standin_accelerator.py", home / "peer.json"]
     subprocess.run([str(PEERS_VENV / "bin" / "torch-model-archiver"), "--model-name", "model", "--version", "1.0",
                     "--handler", str(ROOT / "benchmarks" / "torchserve_handler.py"),
                     "--extra-files", ",".join(map(str, extra)), "--export-path", str(store)],
@@ -357,7 +359,7 @@ def measure(server: Server, texts, connections: int, duration: float, warmup: fl
 
 def standin_batch_s(batch_ms: float, calls: int = 300) -> float:
     """What one emulated batch really takes here (time.sleep wakes a little late)."""
-    sys.path.insert(0, str(NEURON_DIR))
+    sys.path.insert(0, str(SERVING_DIR))
     import numpy as np
     from standin_accelerator import StandinAccelerator
 
@@ -380,7 +382,7 @@ def run_phase(phase: str, art: Path, texts, args, work: Path) -> dict:
     paced: dict[tuple[str, float], Cell] = {}
     extra: dict = {}
     try:
-        servers.append(start_serve("serve.py", NEURON_DIR / "serve.py", art, args, standin))
+        servers.append(start_serve("serve.py", SERVING_DIR / "serve.py", art, args, standin))
         if phase == "cpu" and args.baseline_ref:
             servers.append(start_serve(f"serve.py@{args.baseline_ref}", baseline_tree(args.baseline_ref, work), art, args, None))
         if phase == "cpu":

@@ -46,7 +46,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 CLOSE = re.compile(rb"(?i)\r\nconnection: *close\r\n")  # a reply after which the server closes the connection
-NEURON_DIR = ROOT / "container" / "neuron"
+COMPILE = ROOT / "container" / "neuron" / "build" / "compile.py"
+SERVE = ROOT / "container" / "neuron" / "serving" / "serve.py"
 WORDS = (
     "the a film movie plot actor scene great terrible boring brilliant slow funny dark long short story "
     "music ending character dialogue camera director script cast moment world love war city night"
@@ -67,7 +68,7 @@ def build_artifact(work: Path, args: argparse.Namespace) -> Path:
     dims = ["--layers", str(args.layers), "--hidden-size", str(args.hidden_size), "--attention-heads", str(args.attention_heads)]
     for cmd in (
         [sys.executable, str(ROOT / "benchmarks" / "make_tiny_model.py"), "--kind", "bert", "--out", str(model), *dims],
-        [sys.executable, str(NEURON_DIR / "compile.py"), "--backend", "cpu", "--model", str(model), "--out", str(art),
+        [sys.executable, str(COMPILE), "--backend", "cpu", "--model", str(model), "--out", str(art),
          "--sequence-length", str(sequence_length), "--batch-size", "1"],
     ):
         subprocess.run(cmd, check=True, capture_output=True)
@@ -110,7 +111,7 @@ def start_server(art: Path, port: int, args: argparse.Namespace, extra_env: dict
         **(extra_env or {}),
     }
     proc = subprocess.Popen(
-        [sys.executable, str(NEURON_DIR / "serve.py"), "--model-dir", str(art), "--port", str(port), "--host", "127.0.0.1",
+        [sys.executable, str(SERVE), "--model-dir", str(art), "--port", str(port), "--host", "127.0.0.1",
          *extra_args],
         env=env,
         stdout=stdout,

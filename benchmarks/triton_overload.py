@@ -36,7 +36,9 @@ sys.path.insert(0, str(ROOT))
 from tritonclient.grpc import model_config_pb2 as pb  # noqa: E402
 
 from inferstack.config import load  # noqa: E402
-from inferstack.schema.models import Capacity, DynamicBatching, InstanceGroup, ProfilePoint, Slo  # noqa: E402
+from inferstack.schema.model_file import Capacity, Slo  # noqa: E402
+from inferstack.schema.throughput import ProfilePoint  # noqa: E402
+from inferstack.schema.triton_sagemaker import DynamicBatching, InstanceGroup  # noqa: E402
 from inferstack.triton import config as triton_config  # noqa: E402
 from inferstack.triton.config import FolderSpec, QueuePolicy, RepositorySpec, Tensor  # noqa: E402
 from rehearsal import triton_server  # noqa: E402

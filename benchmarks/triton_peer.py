@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "benchmarks"), str(ROOT / "container" / "neuron")]
+sys.path[:0] = [str(ROOT / "benchmarks"), str(ROOT / "container" / "neuron" / "serving")]
 
 from peer_model import PeerModel  # noqa: E402
 

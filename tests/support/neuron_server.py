@@ -3,8 +3,9 @@ session and shared between pytest-xdist workers, a file lock in the common base 
 seconds of CPU; the `tiny_bert` and `artifact` fixtures of tests/conftest.py), the container's scripts run by
 this interpreter, and live servers (`ServerProcess`).
 
-The modules next to serve.py import each other by bare name, as they do in the image: `neuron_dir_on_path()`
-puts container/neuron/ on sys.path (tests/container/neuron/conftest.py calls it for the tests there).
+The modules of container/neuron/build/ and serving/ import each other by bare name, as they do in the image:
+`neuron_dirs_on_path()` puts both folders on sys.path (tests/container/neuron/conftest.py calls it for the tests
+there).
 """
 
 from __future__ import annotations
@@ -28,20 +29,24 @@ import requests
 from tests.support.build_once import build_once
 from tests.support.paths import ROOT
 
-NEURON_DIR = ROOT / "container" / "neuron"
-COMPILE = NEURON_DIR / "compile.py"
-SERVE = NEURON_DIR / "serve.py"
-HEALTHCHECK = NEURON_DIR / "healthcheck.py"
+NEURON_DIR = ROOT / "container" / "neuron"  # the image's build context
+BUILD_DIR = NEURON_DIR / "build"  # what `docker build` runs
+SERVING_DIR = NEURON_DIR / "serving"  # what the container runs
+COMPILE = BUILD_DIR / "compile.py"
+SERVE = SERVING_DIR / "serve.py"
+HEALTHCHECK = SERVING_DIR / "healthcheck.py"
 MAKE_TINY = ROOT / "benchmarks" / "make_tiny_model.py"
 PYTHON = sys.executable
 SEQUENCE_LENGTH = 32
 LABELS = ("negative", "neutral", "positive")
 
 
-def neuron_dir_on_path() -> None:
-    """Put container/neuron/ first on sys.path, once: its modules import each other by bare name."""
-    if str(NEURON_DIR) not in sys.path:
-        sys.path.insert(0, str(NEURON_DIR))
+def neuron_dirs_on_path() -> None:
+    """Put container/neuron/'s serving/ and build/ first on sys.path, once: their modules import each other by
+    bare name (serving's from build, as serve.py arranges it in the image)."""
+    for directory in (BUILD_DIR, SERVING_DIR):
+        if str(directory) not in sys.path:
+            sys.path.insert(0, str(directory))
 
 
 NEURON_MONITOR_STANDIN = Path(__file__).with_name("neuron_monitor_standin.py")
@@ -115,7 +120,7 @@ def build_artifact(tmp_path_factory: pytest.TempPathFactory, tiny_bert: Path) ->
 
 def reference_logits(artifact: Path, texts: list[str]):
     """What the artifact computes for these texts, outside the server (a numpy array)."""
-    neuron_dir_on_path()
+    neuron_dirs_on_path()
     import torch
     from backends import load_torchscript
     from tokenizers import Tokenizer

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from tests.support.build_once import build_once
-from tests.support.neuron_server import (COMPILE, LABELS, MAKE_TINY, SEQUENCE_LENGTH, ServerProcess, neuron_dir_on_path,
-                                         run_script)
+from tests.support.neuron_server import (COMPILE, LABELS, MAKE_TINY, SEQUENCE_LENGTH, ServerProcess,
+                                         neuron_dirs_on_path, run_script)
 from tests.support.packed_models import BETA_LABELS
 
-neuron_dir_on_path()
+neuron_dirs_on_path()
 
 
 @pytest.fixture

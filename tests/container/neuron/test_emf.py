@@ -1,5 +1,5 @@
-"""The serving app's CloudWatch metrics (container/neuron/emf.py) and the neuron-monitor converter
-(container/neuron/neuron_monitor_emf.py): valid EMF by the specification's schema, bounded per interval."""
+"""The serving app's CloudWatch metrics (container/neuron/serving/emf.py) and the neuron-monitor converter
+(container/neuron/serving/neuron_monitor_emf.py): valid EMF by the specification's schema, bounded per interval."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import emf
 import neuron_monitor_emf
 
 from tests.support.emf_schema import assert_valid_emf, referenced_members_problems, SCHEMA
-from tests.support.neuron_server import NEURON_DIR
+from tests.support.neuron_server import SERVING_DIR
 
 DIMENSIONS = {"Service": "dev-intent-pack", "Model": "intent-bert", "Worker": "0"}
 
@@ -224,7 +224,7 @@ def test_lines_from_several_processes_on_one_pipe_never_interleave():
     """Two processes write lines close to PIPE_BUF to one pipe at once (as the supervisor and the workers share
     the container's stdout): every line read back is whole."""
     read, write = os.pipe()
-    writers = [subprocess.Popen([sys.executable, "-c", WRITER, str(NEURON_DIR), model], stdout=write)
+    writers = [subprocess.Popen([sys.executable, "-c", WRITER, str(SERVING_DIR), model], stdout=write)
                for model in ("a", "b")]
     os.close(write)
     with os.fdopen(read, "rb") as pipe:

@@ -1,5 +1,5 @@
 """The metrics contract between the serving container and the stacks: inferstack/neuron/metrics.py (what the
-stacks alarm and scale on) says exactly what container/neuron/emf.py and neuron_monitor_emf.py write, and
+stacks alarm and scale on) says exactly what container/neuron/serving/emf.py and neuron_monitor_emf.py write, and
 names the variables server_settings.py reads. A rename on one side alone fails here, not in a dark alarm."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The Neuron images' Dockerfiles: hadolint-clean, pinned, non-root, and wired to compile.py."""
+"""The Neuron images' Dockerfiles: hadolint-clean, pinned, non-root, and wired to build/compile.py and serving/."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 import compile as compile_cli
 
-from tests.support.neuron_server import NEURON_DIR
+from tests.support.neuron_server import NEURON_DIR, SERVING_DIR
 from tests.support.paths import ROOT
 
 # Every Dockerfile under container/ (BuildKit reads Dockerfile.dockerignore beside one: not a Dockerfile).
@@ -72,12 +72,26 @@ def test_compile_step_passes_every_build_arg_to_flags_compile_py_accepts(dockerf
 
 
 @pytest.mark.parametrize("dockerfile", NEURON_DOCKERFILES, ids=lambda p: p.name)
-def test_the_app_and_neuron_monitors_configuration_are_copied_side_by_side(dockerfile: Path):
+def test_the_build_part_is_copied_before_the_compile_and_the_serving_part_after_it(dockerfile: Path):
+    text = dockerfile.read_text()
+    copies = re.findall(r"^COPY (\S+)/ /opt/inferstack/app/(\S+)/$", text, re.MULTILINE)
+    assert copies == [("build", "build"), ("serving", "serving")]
+    compile_step = text.index("/opt/inferstack/app/build/compile.py")
+    assert text.index("COPY build/") < compile_step < text.index("COPY serving/")
+
+
+@pytest.mark.parametrize("dockerfile", NEURON_DOCKERFILES, ids=lambda p: p.name)
+def test_every_script_the_image_runs_is_in_the_part_it_names(dockerfile: Path):
+    scripts = set(re.findall(r"/opt/inferstack/app/(\w+/\w+\.py)", dockerfile.read_text()))
+    assert scripts == {"build/compile.py", "serving/serve.py", "serving/healthcheck.py"}
+    assert all((NEURON_DIR / script).is_file() for script in scripts)
+
+
+@pytest.mark.parametrize("dockerfile", NEURON_DOCKERFILES, ids=lambda p: p.name)
+def test_neuron_monitors_configuration_is_copied_beside_it(dockerfile: Path):
     import neuron_monitor
 
-    (copy,) = re.findall(r"^COPY (.*) /opt/inferstack/app/$", dockerfile.read_text(), re.MULTILINE)
-    assert copy.split() == ["*.py", neuron_monitor.CONFIG_TEMPLATE.name]
-    assert neuron_monitor.CONFIG_TEMPLATE.parent == NEURON_DIR
+    assert neuron_monitor.CONFIG_TEMPLATE.parent == SERVING_DIR
     config = neuron_monitor.render_config(15)
     assert config["period"] == "15s"
     (runtimes,) = config["neuron_runtimes"]

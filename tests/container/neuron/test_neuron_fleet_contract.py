@@ -15,7 +15,7 @@ from inferstack.capacity import packing as fleet_packing
 from inferstack.neuron import task as neuron_task
 from tests.support.paths import CONFIG_DIR
 
-import compile_models  # noqa: E402 (container/neuron/, on the path from tests/container/neuron/conftest.py)
+import compile_models  # noqa: E402 (container/neuron/build/, on the path from tests/container/neuron/conftest.py)
 import packing  # noqa: E402
 import server_settings  # noqa: E402
 

@@ -18,12 +18,18 @@ import argparse
 import os
 import sys
 
-import jsonlog
-from artifact import ArtifactError, read_metadata
-from compile_settings import SettingsError
-from packing import preflight
-from readiness import PackedReadiness
-from server_settings import ServerSettings, add_arguments, for_model, from_args
+# The serving part reads what the build part wrote through its modules (artifact, backends, compile
+# settings): ../build beside this folder, in the image as in the repository. Workers start as this script.
+BUILD_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "build")
+if BUILD_DIR not in sys.path:
+    sys.path.insert(1, BUILD_DIR)
+
+import jsonlog  # noqa: E402 (the imports below need build/ on the path)
+from artifact import ArtifactError, read_metadata  # noqa: E402 (build/)
+from compile_settings import SettingsError  # noqa: E402 (build/)
+from packing import preflight  # noqa: E402 (imports build/'s artifact)
+from readiness import PackedReadiness  # noqa: E402 (after the path to build/)
+from server_settings import ServerSettings, add_arguments, for_model, from_args  # noqa: E402 (imports build/)
 
 
 class UsageError(Exception):

@@ -5,7 +5,7 @@ inference handler with a callback, and the batch that ran it calls back with the
 in one write (status line, headers and body together). Every other route is an ASGI call into the
 Starlette app (http_app.py), its reply buffered and written once too. Under load the per-request
 ASGI machinery, a task per request and a second write() per reply were a third of the worker's CPU
-(container/neuron/README.md, Performance), and the write() pair cost the client a second wake-up per reply.
+(docs/explanation/performance.md), and the write() pair cost the client a second wake-up per reply.
 
 What uvicorn did for the worker and this does instead: keep-alive (75 s idle, longer than the ALB's
 60 s), HTTP/1.1 pipelining (requests answered in order, reading paused while too many wait), 100
