@@ -53,7 +53,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from inferstack.delivery import stack_outputs
+from inferstack.aws import stack_outputs
 from inferstack.loadtest import runner
 from rehearsal import day_two
 
@@ -547,10 +547,10 @@ def seed_reply(aws: Aws, model) -> None:
     moto hands a queued reply to the first request it has not seen and the same reply to that request again,
     whichever endpoint it names: so one model is seeded and smoked at a time, and every reply reaches the
     model it was made for, in any order of names."""
-    from inferstack.delivery import smoke
+    from inferstack.loadtest import probes
 
     outputs = [{"name": o.name, "datatype": o.datatype, "shape": list(o.shape), "data": [0] * _product(o.shape)}
-               for o in smoke.probe_for(model).outputs]
+               for o in probes.probe_for(model).outputs]
     request = urllib.request.Request(f"{aws.endpoint}/moto-api/static/sagemaker/endpoint-results", method="POST",
                                      data=json.dumps({"account_id": aws.account, "region": aws.region, "results": [
                                          {"Body": json.dumps({"model_name": model.name, "outputs": outputs}),
@@ -606,7 +606,7 @@ def check_config_change(aws: Aws, outputs_by_stack: dict[str, dict[str, str]], r
     (service,) = ecs.describe_services(cluster=outputs["ClusterName"], services=[outputs["ServiceName"]])["services"]
     definition = ecs.describe_task_definition(taskDefinition=service["taskDefinition"])["taskDefinition"]
     environment = {e["name"]: e["value"] for c in definition["containerDefinitions"] for e in c.get("environment", [])}
-    # The fleet's serving settings, one entry per model (container/neuron/server_settings.py reads them).
+    # The fleet's serving settings, one entry per model (container/neuron/serving/server_settings.py reads them).
     served = {m["name"]: m for m in json.loads(environment.get("SERVER_MODELS", "[]"))}
     if (served.get(day_two.CHANGED_MODEL) or {}).get("max_batch_size") != day_two.CHANGED_BATCH_SIZE:
         result.problems.append(f"release N+1: {day_two.CHANGED_MODEL}'s batch size {day_two.CHANGED_BATCH_SIZE} not in "
@@ -820,12 +820,320 @@ def remove_bootstrap(aws: Aws, result: Result) -> None:
 
 # ----------------------------------------------------------------------------- the rehearsal
 
+@dataclass
+class Run:
+    """What the steps of one rehearsal share: the scratch directory, the emulator's client, the config copy,
+    and what each step leaves for the next (the release, the published images, the assembly deployed last)."""
+
+    workdir: Path
+    clock: Clock
+    result: Result
+    aws: Aws
+    env: dict[str, str]        # the CLI's environment, pointed at the emulator
+    base_env: dict[str, str]   # without AWS credentials: synth reads no account
+    config_dir: Path
+    account: str
+    region: str
+    release_manifest: dict = field(default_factory=dict)
+    published: dict[str, dict] = field(default_factory=dict)   # release N's images by model
+    cdk_out: Path | None = None                                # the assembly deployed last
+    stacks: list[StackArtifact] = field(default_factory=list)  # its stacks
+    deployed: dict = field(default_factory=dict)               # stack -> logical id -> (type, physical id)
+    outputs_by_stack: dict[str, dict[str, str]] = field(default_factory=dict)
+    all_resources: dict = field(default_factory=dict)          # every resource the stacks ever had
+    live: day_two.LiveState | None = None  # what day two set, as ECS and autoscaling would
+
+    def synth_pinned(self, name: str) -> tuple[Path, list[StackArtifact]]:
+        cdk_out = self.workdir / name
+        code, output = run(["cdk", "synth", "-q", "-c", f"environments={ENV}", "-c",
+                            f"inferstack:config-dir={self.config_dir}", "-o", str(cdk_out)],
+                           env=self.base_env, timeout=self.clock.left(SYNTH_TIMEOUT_S))
+        _require(code, output, f"cdk synth ({name})")
+        stacks = stacks_of(cdk_out)
+        tools = publish_tool_images(self.aws, cdk_out, stacks)  # refuses any other image asset
+        if tools:
+            self.result.checks.append(f"the load-test image, built from the commit (not pinned), published as "
+                                      f"cdk-assets would: {', '.join(tools)}")
+        return cdk_out, stacks
+
+    def deploy(self, cdk_out: Path, stacks: list[StackArtifact], pinned: dict[str, dict], log_name: str):
+        code, output = run(["cdk", "deploy", "--app", str(cdk_out), f"{ENV}/*", "--require-approval", "never",
+                            "--progress", "events"], env=self.env, timeout=self.clock.left(DEPLOY_TIMEOUT_S))
+        (self.workdir / log_name).write_text(output)
+        _require(code, output, f"cdk deploy ({log_name})")
+        deployed = check_stacks(self.aws, stacks, self.result)
+        if self.result.problems:
+            raise RehearsalFailed("deployed stacks do not match their templates: " + "; ".join(self.result.problems))
+        cloudformation = self.aws.client("cloudformation")
+        outputs = {st.stack_name: {o["OutputKey"]: o["OutputValue"] for o in cloudformation.describe_stacks(
+            StackName=st.stack_name)["Stacks"][0].get("Outputs") or []} for st in stacks}
+        check_pinned_images(self.aws, pinned, outputs, self.result)
+        return deployed, outputs
+
+
+# ----------------------------------------------------------------------------- the steps, in order
+# Each takes the run, does its part, and returns the line the report shows beside the step's name; a step that
+# raises is reported failed with the exception's first line, and ends the rehearsal.
+
+def bootstrap_and_release(r: Run) -> str:
+    # Bootstrap (mostly waiting on the CLI) runs beside the first synth (CPU), each in its own process.
+    bootstrap = subprocess.Popen(["cdk", "bootstrap", f"aws://{r.account}/{r.region}"], cwd=ROOT, env=r.env,
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                 start_new_session=True)
+    try:
+        code, output = run(["cdk", "synth", "-q", "-c", f"environments={ENV}", "-c",
+                            f"inferstack:config-dir={r.config_dir}", "-o", str(r.workdir / "cdk.out.release")],
+                           env=r.base_env, timeout=r.clock.left(SYNTH_TIMEOUT_S))
+        _require(code, output, "cdk synth (release)")
+        code, output = run([sys.executable, "-m", "inferstack", "release", "--cdk-out",
+                            str(r.workdir / "cdk.out.release"), "--out", str(r.workdir / "release.json"),
+                            "--config-dir", str(r.config_dir)],
+                           env=r.base_env, timeout=r.clock.left(TOOL_TIMEOUT_S))
+        _require(code, output, "inferstack release")
+        try:
+            boot_output, _ = bootstrap.communicate(timeout=r.clock.left(BOOTSTRAP_TIMEOUT_S))
+        except subprocess.TimeoutExpired:
+            raise RehearsalFailed(f"cdk bootstrap: no result after {BOOTSTRAP_TIMEOUT_S} s") from None
+        _require(bootstrap.returncode, boot_output, "cdk bootstrap")
+    finally:
+        _kill_group(bootstrap)
+    toolkit = r.aws.client("cloudformation").describe_stacks(StackName="CDKToolkit")["Stacks"][0]
+    toolkit_outputs = {o["OutputKey"] for o in toolkit.get("Outputs") or []}
+    if toolkit["StackStatus"] != "CREATE_COMPLETE" or "BootstrapVersion" not in toolkit_outputs:
+        raise RehearsalFailed(f"CDKToolkit: {toolkit['StackStatus']}, outputs {sorted(toolkit_outputs)}")
+    r.release_manifest = json.loads((r.workdir / "release.json").read_text())
+    return f"CDKToolkit CREATE_COMPLETE with {len(toolkit_outputs)} outputs"
+
+
+def publish_and_pin(r: Run) -> str:
+    r.published = publish_images(r.aws, r.release_manifest, "N")
+    if not r.published:
+        raise RehearsalFailed("the release builds no image for dev")
+    point_environments_at_pins(r.config_dir)
+    pin_dev(r.config_dir, r.published, r.release_manifest)
+    return ", ".join(f"{m}@{p['digest'][:19]}" for m, p in sorted(r.published.items()))
+
+
+def synth_pinned(r: Run) -> str:
+    r.cdk_out, r.stacks = r.synth_pinned("cdk.out")
+    return f"{len(r.stacks)} stacks, no image asset"
+
+
+def deploy(r: Run) -> str:
+    from rehearsal import moto_patches
+
+    result, stacks = r.result, r.stacks
+    r.deployed, r.outputs_by_stack = r.deploy(r.cdk_out, stacks, r.published, "deploy.log")
+    r.all_resources = dict(r.deployed)
+    in_process = (moto_patches.LIVE_VALUE, moto_patches.SCALING_HANDOVER)  # patches run their handlers
+    result.custom_resources_not_run = sorted(
+        f"{st.stack_name}/{k} ({res['Type']})" for st in stacks
+        for k, res in st.template.get("Resources", {}).items()
+        if (res["Type"].startswith("Custom::") or res["Type"] == "AWS::CloudFormation::CustomResource")
+        and res["Type"] not in in_process)
+    readers, handovers = (sum(res["Type"] == kind for st in stacks
+                              for res in st.template.get("Resources", {}).values()) for kind in in_process)
+    result.checks.append(f"{readers} deploy-time readers (Custom::LiveValue) and {handovers} scaling handovers "
+                         f"(Custom::ScalingHandover) ran their own functions in the emulator (patches "
+                         f"live-values, scaling-handover)")
+    check_load_test(r.aws, r.outputs_by_stack, r.config_dir, result)
+    if any(res["Type"] == "AWS::ECS::Service" for st in stacks for res in st.template.get("Resources", {}).values()):
+        result.not_run.append(
+            "ECS deployments: moto 5.2.5 models no DeploymentConfiguration (strategy ROLLING / BLUE_GREEN / "
+            "LINEAR / CANARY, bake times, circuit breaker, deployment alarms) and runs no deployment, so no "
+            "rollout, traffic shift or rollback happened; the services keep the target groups, alternate "
+            "target groups and production rules they name (patch ecs-service-load-balancers); the day-two "
+            "steps move the production rules the way a completed blue/green deployment leaves them")
+    return f"{len(stacks)} stacks checked against their templates"
+
+
+def smoke(r: Run) -> str:
+    return smoke_each(r.aws, r.env, r.config_dir, r.clock, r.result)
+
+
+def promote(r: Run) -> str:
+    result, clock, env = r.result, r.clock, r.env
+    args = [sys.executable, "-m", "inferstack", "promote", "--from", ENV, "--to", PROMOTE_TO,
+            "--manifest", str(r.workdir / "release.json"), "--config-dir", str(r.config_dir)]
+    # dev runs load tests in this config, so the gate applies: dev's results bucket (its LoadTest stack's)
+    # holds no run of these images, and promote refuses before it copies anything.
+    code, output = run(args, env=env, timeout=clock.left(TOOL_TIMEOUT_S))
+    gate = [line for line in output.splitlines() if "load test" in line]
+    result.tool_lines["promote (load test gate)"] = gate[-3:]
+    if code != 1 or not any(f"no passing load test in {ENV} of the image promoted" in line for line in gate):
+        result.problems.append(f"promote without load tests: exit {code}, expected the gate's refusal (exit 1): "
+                               f"{gate[-3:] or output.splitlines()[-3:]}")
+    else:
+        result.checks.append(f"promote's load test gate refused: no run of the promoted images in {ENV}'s "
+                             f"results bucket (read through the deployed LoadTest stack's output)")
+    args.append("--skip-load-test")  # the rest of the path: the gate skipped, as the pin then records
+    code, output = run(args, env=env, timeout=clock.left(TOOL_TIMEOUT_S))
+    lines = [line for line in output.splitlines() if line.strip()]
+    result.tool_lines["promote (dry run)"] = lines
+    from inferstack.config import loader
+
+    units = {u.name for u in loader.load(r.config_dir, releases=False).image_units(PROMOTE_TO)}
+    planned = {line.split(":", 1)[0] for line in lines if line.endswith(("(copy)", "(exists)"))}
+    if code != 0 or planned != units:
+        result.problems.append(f"promote dry run: exit {code}, plans {sorted(planned)}, {PROMOTE_TO}'s image "
+                               f"units {sorted(units)}: {lines[-5:]}")
+    code_apply, output = run([*args, "--apply"], env={**env, "AWS_MAX_ATTEMPTS": "1"},
+                             timeout=clock.left(TOOL_TIMEOUT_S))
+    lines = [line for line in output.splitlines() if line.strip()]
+    result.tool_lines["promote --apply"] = lines[-3:]
+    if code_apply == 0:
+        result.checks.append(f"promote --apply copied {len(units)} images and wrote the staging pin")
+    else:
+        result.not_run.append(
+            "promote --apply: moto 5.2.5 does not implement ECR GetDownloadUrlForLayer (and keeps only "
+            "the size of an uploaded layer, not its bytes), so the layer copy cannot run; the dry run "
+            "(outputs -> ECS service/task definition or SageMaker endpoint/config/model -> ECR digest -> "
+            "release membership -> staging repository through the assumed deploy role) ran in full")
+    return f"dry run exit {code}, --apply exit {code_apply}"
+
+
+def day_two_shift_and_scale(r: Run) -> str:
+    live = r.live = day_two.shift_and_scale(r.aws, r.outputs_by_stack)
+    # Registered here, not at the first deploy: nothing before release N+1 changes an instance type.
+    live.targets = day_two.register_variant_targets(r.aws, {st.stack_name: st.template for st in r.stacks})
+    return (f"{len(live.rules)} production rules at 0/100, {len(live.tasks)} services at "
+            f"{day_two.SCALED_TASKS} tasks, copies {dict(sorted(live.copies.items()))}, "
+            f"variant targets registered: {len(live.targets)}")
+
+
+def next_release(r: Run) -> str:
+    result, aws = r.result, r.aws
+    published_next = publish_images(aws, r.release_manifest, "N+1")
+    result.config_changes += day_two.change_for_next_release(r.config_dir)
+    pin_dev(r.config_dir, published_next, r.release_manifest)
+    r.cdk_out, r.stacks = r.synth_pinned("cdk.out.next")
+    r.deployed, r.outputs_by_stack = r.deploy(r.cdk_out, r.stacks, published_next, "deploy-next.log")
+    r.all_resources.update(r.deployed)
+    checks, problems = day_two.check_kept(aws, r.live, "release N+1")
+    checks.append(check_config_change(aws, r.outputs_by_stack, result))
+    if f"{ENV}-{day_two.RETYPED_MODEL}" in r.outputs_by_stack:
+        checks.append(check_instance_type_change(aws, r.outputs_by_stack, r.live, result))
+    else:
+        result.not_run.append(
+            f"an instance-type change of an autoscaled dedicated endpoint in one deploy: "
+            f"{day_two.RETYPED_MODEL}, the endpoint release N+1 retypes, is a sample model (--add-models); "
+            f"tests/stacks/test_instance_type_change.py deploys that change on moto")
+    result.checks += checks
+    result.problems += problems
+    return f"{len(r.stacks)} stacks updated; {len(checks)} day-two checks, {len(problems)} failed"
+
+
+def rollback(r: Run) -> str:
+    result, clock, env = r.result, r.clock, r.env
+    args = [sys.executable, "-m", "inferstack", "rollback", "--env", ENV, "--config-dir", str(r.config_dir)]
+    code, output = run(args, env=env, timeout=clock.left(TOOL_TIMEOUT_S))
+    result.tool_lines["rollback (dry run)"] = [line for line in output.splitlines() if line.strip()]
+    _require(code, output, "inferstack rollback (dry run)")
+    code, output = run([*args, "--apply"], env=env, timeout=clock.left(TOOL_TIMEOUT_S))
+    result.tool_lines["rollback --apply"] = [line for line in output.splitlines() if line.strip()][-3:]
+    _require(code, output, "inferstack rollback --apply")
+    r.cdk_out, r.stacks = r.synth_pinned("cdk.out.rollback")
+    r.deployed, r.outputs_by_stack = r.deploy(r.cdk_out, r.stacks, r.published, "deploy-rollback.log")
+    r.all_resources.update(r.deployed)
+    checks, problems = day_two.check_kept(r.aws, r.live, "rollback")
+    result.checks += checks
+    result.problems += problems
+    return f"release N's digests running again in {len(r.published)} image units"
+
+
+def retire(r: Run) -> str:
+    import yaml
+
+    result, retired_model, retired_member = r.result, day_two.RETIRED_MODEL, day_two.RETIRED_FLEET_MEMBER
+    retired_stack, fleet_stack = f"{ENV}-{retired_model}", f"{ENV}-{day_two.CHANGED_FLEET}"
+    before = {name: dict(logical) for name, logical in r.deployed.items()}
+    fleet_url = r.outputs_by_stack[fleet_stack]["Url"]
+    member_port = (yaml.safe_load((r.config_dir / f"{retired_member}.yaml").read_text())["serving"]
+                   .get("port", 8080))
+    result.config_changes.append(day_two.retire(r.config_dir, retired_model))
+    result.config_changes.append(day_two.retire(r.config_dir, retired_member))
+    retired_out, retired_stacks = r.synth_pinned("cdk.out.retired")
+    if any(st.stack_name == retired_stack for st in retired_stacks):
+        raise RehearsalFailed(f"{retired_stack} is still synthesized after its model was retired")
+    code, output = run(["cdk", "destroy", "--app", str(r.cdk_out), f"{ENV}/{retired_model}", "--force"],
+                       env=r.env, timeout=r.clock.left(DESTROY_TIMEOUT_S))
+    _require(code, output, f"cdk destroy {ENV}/{retired_model}")
+    deployed, r.outputs_by_stack = r.deploy(retired_out, retired_stacks,
+                                            {m: p for m, p in r.published.items() if m != retired_model},
+                                            "deploy-retired.log")
+    r.deployed = deployed
+    check_retired(r.aws, before, deployed, retired_stack, result,
+                  members_left={fleet_stack: (retired_member, member_port)})
+    if r.outputs_by_stack[fleet_stack]["Url"] != fleet_url:
+        result.problems.append(f"retire: {fleet_stack}'s Url moved: {fleet_url} -> "
+                               f"{r.outputs_by_stack[fleet_stack]['Url']}")
+    removed_rules = {physical for logical, (kind, physical) in before[fleet_stack].items()
+                     if kind == "AWS::ElasticLoadBalancingV2::ListenerRule" and logical not in deployed[fleet_stack]}
+    checks, problems = day_two.check_kept(
+        r.aws, r.live, f"retiring {retired_model} and {retired_member}",
+        gone=lambda name: name == retired_stack or name in removed_rules)
+    result.checks += checks
+    result.problems += problems
+    r.cdk_out, r.stacks = retired_out, retired_stacks
+    return (f"{retired_stack} gone with its resources; {fleet_stack} without {retired_member}, at the same "
+            f"Url; {len(retired_stacks)} stacks unchanged otherwise")
+
+
+def destroy(r: Run) -> str:
+    # `--all` selects the top-level stacks only, and every stack here is in a Stage (nested assembly):
+    # `cdk destroy --all` answers "No stack found in the main cloud assembly". Name the stage's stacks.
+    code, output = run(["cdk", "destroy", "--app", str(r.cdk_out), f"{ENV}/*", "--force"], env=r.env,
+                       timeout=r.clock.left(DESTROY_TIMEOUT_S))
+    (r.workdir / "destroy.log").write_text(output)
+    _require(code, output, "cdk destroy")
+    check_destroyed(r.aws, r.all_resources, r.result)
+    neuron = [name for name, logical in r.all_resources.items()
+              if any(t == "AWS::AutoScaling::AutoScalingGroup" for t, _ in logical.values())]
+    r.result.neuron_deletion = (
+        f"{', '.join(neuron)}: deleted at once. moto's CloudFormation does not model "
+        "AWS::ECS::CapacityProvider / ClusterCapacityProviderAssociations (nothing is created, so "
+        "managed termination protection never applies), and it deletes the Auto Scaling group without "
+        "waiting for instances to drain: the hang of aws-cdk issue 18179 cannot show here")
+    return f"{len(r.stacks)} stacks destroyed"
+
+
+def delete_bootstrap(r: Run) -> str:
+    remove_bootstrap(r.aws, r.result)
+    return "no stack left"
+
+
+@dataclass(frozen=True)
+class RehearsalStep:
+    name: str
+    run: Callable[[Run], str]  # returns the step's detail line
+    # When set, problems found so far end the rehearsal after this step: "<count> <stop_on_problems> failed".
+    stop_on_problems: str | None = None
+
+
+STEPS = (
+    RehearsalStep("cdk bootstrap + cdk synth dev (release) + inferstack release", bootstrap_and_release),
+    RehearsalStep("publish dev's images (ECR API, synthetic) and pin them", publish_and_pin),
+    RehearsalStep("cdk synth dev (pinned)", synth_pinned),
+    RehearsalStep(f"cdk deploy '{ENV}/*'", deploy),
+    RehearsalStep("inferstack smoke --env dev, one model at a time", smoke),
+    RehearsalStep(f"inferstack promote --from {ENV} --to {PROMOTE_TO} (gate, dry run, --apply)", promote),
+    # ------------------------------------------------------------------ day two
+    RehearsalStep("day two: production moved to the alternate target groups, counts scaled, variants registered as "
+                  "scalable targets (ELB, ECS, SageMaker, Application Auto Scaling APIs)", day_two_shift_and_scale),
+    RehearsalStep("release N+1: new digests, batch size, fleet capacity and an instance type changed; cdk deploy",
+                  next_release),
+    RehearsalStep(f"inferstack rollback --env {ENV} (dry run, --apply); cdk deploy", rollback),
+    RehearsalStep(f"retire {day_two.RETIRED_MODEL}, and {day_two.RETIRED_FLEET_MEMBER} (the reordered "
+                  f"{day_two.CHANGED_FLEET}'s first): cdk destroy {day_two.RETIRED_MODEL}'s stack, then cdk deploy "
+                  f"without them", retire, stop_on_problems="day-two check(s)"),
+    RehearsalStep(f"cdk destroy '{ENV}/*' --force", destroy),
+    RehearsalStep("delete CDKToolkit", delete_bootstrap, stop_on_problems="check(s)"),
+)
+
+
 def rehearse(workdir: Path, clock: Clock, result: Result, log: Callable[[str], None], ci: bool | None = None,
              add_models: bool = False) -> None:
     from rehearsal import aws_rules, moto_patches
-
-    def step(name: str):
-        return _StepTimer(name, result, log)
 
     base_env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "MOTO_", "CDK_"))}
     base_env.update({"CDK_DISABLE_CLI_TELEMETRY": "true", "CDK_HOME": str(workdir / "cdk-home"),
@@ -843,249 +1151,15 @@ def rehearse(workdir: Path, clock: Clock, result: Result, log: Callable[[str], N
 
     with emulator(workdir, clock) as endpoint:
         aws = Aws(endpoint, account, region)
-        env = aws.env(workdir, ci)
+        r = Run(workdir=workdir, clock=clock, result=result, aws=aws, env=aws.env(workdir, ci), base_env=base_env,
+                config_dir=config_dir, account=account, region=region)
         result.workarounds = [f"{p.name}: {p.defect}" for p in moto_patches.PATCHES]
-        result.rules = [f"{r.name}: {r.defect}" for r in aws_rules.RULES]
-
-        # Bootstrap (mostly waiting on the CLI) runs beside the first synth (CPU), each in its own process.
-        with step("cdk bootstrap + cdk synth dev (release) + inferstack release") as s:
-            bootstrap = subprocess.Popen(["cdk", "bootstrap", f"aws://{account}/{region}"], cwd=ROOT, env=env,
-                                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                         start_new_session=True)
-            try:
-                code, output = run(["cdk", "synth", "-q", "-c", f"environments={ENV}", "-c",
-                                    f"inferstack:config-dir={config_dir}", "-o", str(workdir / "cdk.out.release")],
-                                   env=base_env, timeout=clock.left(SYNTH_TIMEOUT_S))
-                _require(code, output, "cdk synth (release)")
-                code, output = run([sys.executable, "-m", "inferstack", "release", "--cdk-out",
-                                    str(workdir / "cdk.out.release"), "--out", str(workdir / "release.json"),
-                                    "--config-dir", str(config_dir)],
-                                   env=base_env, timeout=clock.left(TOOL_TIMEOUT_S))
-                _require(code, output, "inferstack release")
-                try:
-                    boot_output, _ = bootstrap.communicate(timeout=clock.left(BOOTSTRAP_TIMEOUT_S))
-                except subprocess.TimeoutExpired:
-                    raise RehearsalFailed(f"cdk bootstrap: no result after {BOOTSTRAP_TIMEOUT_S} s") from None
-                _require(bootstrap.returncode, boot_output, "cdk bootstrap")
-            finally:
-                _kill_group(bootstrap)
-            toolkit = aws.client("cloudformation").describe_stacks(StackName="CDKToolkit")["Stacks"][0]
-            toolkit_outputs = {o["OutputKey"] for o in toolkit.get("Outputs") or []}
-            if toolkit["StackStatus"] != "CREATE_COMPLETE" or "BootstrapVersion" not in toolkit_outputs:
-                raise RehearsalFailed(f"CDKToolkit: {toolkit['StackStatus']}, outputs {sorted(toolkit_outputs)}")
-            s.detail = f"CDKToolkit CREATE_COMPLETE with {len(toolkit_outputs)} outputs"
-
-        release_manifest = json.loads((workdir / "release.json").read_text())
-        with step("publish dev's images (ECR API, synthetic) and pin them") as s:
-            published = publish_images(aws, release_manifest, "N")
-            if not published:
-                raise RehearsalFailed("the release builds no image for dev")
-            point_environments_at_pins(config_dir)
-            pin_dev(config_dir, published, release_manifest)
-            s.detail = ", ".join(f"{m}@{p['digest'][:19]}" for m, p in sorted(published.items()))
-
-        def synth_pinned(name: str) -> tuple[Path, list[StackArtifact]]:
-            cdk_out = workdir / name
-            code, output = run(["cdk", "synth", "-q", "-c", f"environments={ENV}", "-c",
-                                f"inferstack:config-dir={config_dir}", "-o", str(cdk_out)],
-                               env=base_env, timeout=clock.left(SYNTH_TIMEOUT_S))
-            _require(code, output, f"cdk synth ({name})")
-            stacks = stacks_of(cdk_out)
-            tools = publish_tool_images(aws, cdk_out, stacks)  # refuses any other image asset
-            if tools:
-                result.checks.append(f"the load-test image, built from the commit (not pinned), published as "
-                                     f"cdk-assets would: {', '.join(tools)}")
-            return cdk_out, stacks
-
-        def deploy(cdk_out: Path, stacks: list[StackArtifact], pinned: dict[str, dict], log_name: str):
-            code, output = run(["cdk", "deploy", "--app", str(cdk_out), f"{ENV}/*", "--require-approval", "never",
-                                "--progress", "events"], env=env, timeout=clock.left(DEPLOY_TIMEOUT_S))
-            (workdir / log_name).write_text(output)
-            _require(code, output, f"cdk deploy ({log_name})")
-            deployed = check_stacks(aws, stacks, result)
-            if result.problems:
-                raise RehearsalFailed("deployed stacks do not match their templates: " + "; ".join(result.problems))
-            cloudformation = aws.client("cloudformation")
-            outputs = {st.stack_name: {o["OutputKey"]: o["OutputValue"] for o in cloudformation.describe_stacks(
-                StackName=st.stack_name)["Stacks"][0].get("Outputs") or []} for st in stacks}
-            check_pinned_images(aws, pinned, outputs, result)
-            return deployed, outputs
-
-        with step("cdk synth dev (pinned)") as s:
-            cdk_out, stacks = synth_pinned("cdk.out")
-            s.detail = f"{len(stacks)} stacks, no image asset"
-
-        with step(f"cdk deploy '{ENV}/*'") as s:
-            resources, outputs_by_stack = deploy(cdk_out, stacks, published, "deploy.log")
-            in_process = (moto_patches.LIVE_VALUE, moto_patches.SCALING_HANDOVER)  # patches run their handlers
-            result.custom_resources_not_run = sorted(
-                f"{st.stack_name}/{k} ({r['Type']})" for st in stacks
-                for k, r in st.template.get("Resources", {}).items()
-                if (r["Type"].startswith("Custom::") or r["Type"] == "AWS::CloudFormation::CustomResource")
-                and r["Type"] not in in_process)
-            readers, handovers = (sum(r["Type"] == kind for st in stacks
-                                      for r in st.template.get("Resources", {}).values()) for kind in in_process)
-            result.checks.append(f"{readers} deploy-time readers (Custom::LiveValue) and {handovers} scaling handovers "
-                                 f"(Custom::ScalingHandover) ran their own functions in the emulator (patches "
-                                 f"live-values, scaling-handover)")
-            s.detail = f"{len(stacks)} stacks checked against their templates"
-            check_load_test(aws, outputs_by_stack, config_dir, result)
-            if any(r["Type"] == "AWS::ECS::Service" for st in stacks for r in st.template.get("Resources", {}).values()):
-                result.not_run.append(
-                    "ECS deployments: moto 5.2.5 models no DeploymentConfiguration (strategy ROLLING / BLUE_GREEN / "
-                    "LINEAR / CANARY, bake times, circuit breaker, deployment alarms) and runs no deployment, so no "
-                    "rollout, traffic shift or rollback happened; the services keep the target groups, alternate "
-                    "target groups and production rules they name (patch ecs-service-load-balancers); the day-two "
-                    "steps move the production rules the way a completed blue/green deployment leaves them")
-
-        with step("inferstack smoke --env dev, one model at a time") as s:
-            s.detail = smoke_each(aws, env, config_dir, clock, result)
-
-        with step(f"inferstack promote --from {ENV} --to {PROMOTE_TO} (gate, dry run, --apply)") as s:
-            args = [sys.executable, "-m", "inferstack", "promote", "--from", ENV, "--to", PROMOTE_TO,
-                    "--manifest", str(workdir / "release.json"), "--config-dir", str(config_dir)]
-            # dev runs load tests in this config, so the gate applies: dev's results bucket (its LoadTest stack's)
-            # holds no run of these images, and promote refuses before it copies anything.
-            code, output = run(args, env=env, timeout=clock.left(TOOL_TIMEOUT_S))
-            gate = [line for line in output.splitlines() if "load test" in line]
-            result.tool_lines["promote (load test gate)"] = gate[-3:]
-            if code != 1 or not any(f"no passing load test in {ENV} of the image promoted" in line for line in gate):
-                result.problems.append(f"promote without load tests: exit {code}, expected the gate's refusal (exit 1): "
-                                       f"{gate[-3:] or output.splitlines()[-3:]}")
-            else:
-                result.checks.append(f"promote's load test gate refused: no run of the promoted images in {ENV}'s "
-                                     f"results bucket (read through the deployed LoadTest stack's output)")
-            args.append("--skip-load-test")  # the rest of the path: the gate skipped, as the pin then records
-            code, output = run(args, env=env, timeout=clock.left(TOOL_TIMEOUT_S))
-            lines = [line for line in output.splitlines() if line.strip()]
-            result.tool_lines["promote (dry run)"] = lines
-            from inferstack.config import loader
-
-            units = {u.name for u in loader.load(config_dir, releases=False).image_units(PROMOTE_TO)}
-            planned = {line.split(":", 1)[0] for line in lines if line.endswith(("(copy)", "(exists)"))}
-            if code != 0 or planned != units:
-                result.problems.append(f"promote dry run: exit {code}, plans {sorted(planned)}, {PROMOTE_TO}'s image "
-                                       f"units {sorted(units)}: {lines[-5:]}")
-            code_apply, output = run([*args, "--apply"], env={**env, "AWS_MAX_ATTEMPTS": "1"},
-                                     timeout=clock.left(TOOL_TIMEOUT_S))
-            lines = [line for line in output.splitlines() if line.strip()]
-            result.tool_lines["promote --apply"] = lines[-3:]
-            s.detail = f"dry run exit {code}, --apply exit {code_apply}"
-            if code_apply == 0:
-                result.checks.append(f"promote --apply copied {len(units)} images and wrote the staging pin")
-            else:
-                result.not_run.append(
-                    "promote --apply: moto 5.2.5 does not implement ECR GetDownloadUrlForLayer (and keeps only "
-                    "the size of an uploaded layer, not its bytes), so the layer copy cannot run; the dry run "
-                    "(outputs -> ECS service/task definition or SageMaker endpoint/config/model -> ECR digest -> "
-                    "release membership -> staging repository through the assumed deploy role) ran in full")
-
-        # ------------------------------------------------------------------ day two
-        with step("day two: production moved to the alternate target groups, counts scaled, variants registered as "
-                  "scalable targets (ELB, ECS, SageMaker, Application Auto Scaling APIs)") as s:
-            live = day_two.shift_and_scale(aws, outputs_by_stack)
-            # Registered here, not at the first deploy: nothing before release N+1 changes an instance type.
-            live.targets = day_two.register_variant_targets(aws, {st.stack_name: st.template for st in stacks})
-            s.detail = (f"{len(live.rules)} production rules at 0/100, {len(live.tasks)} services at "
-                        f"{day_two.SCALED_TASKS} tasks, copies {dict(sorted(live.copies.items()))}, "
-                        f"variant targets registered: {len(live.targets)}")
-
-        all_resources = dict(resources)
-        with step("release N+1: new digests, batch size, fleet capacity and an instance type changed; cdk deploy") as s:
-            published_next = publish_images(aws, release_manifest, "N+1")
-            result.config_changes += day_two.change_for_next_release(config_dir)
-            pin_dev(config_dir, published_next, release_manifest)
-            cdk_out, stacks = synth_pinned("cdk.out.next")
-            deployed, outputs_by_stack = deploy(cdk_out, stacks, published_next, "deploy-next.log")
-            all_resources.update(deployed)
-            checks, problems = day_two.check_kept(aws, live, "release N+1")
-            checks.append(check_config_change(aws, outputs_by_stack, result))
-            if f"{ENV}-{day_two.RETYPED_MODEL}" in outputs_by_stack:
-                checks.append(check_instance_type_change(aws, outputs_by_stack, live, result))
-            else:
-                result.not_run.append(
-                    f"an instance-type change of an autoscaled dedicated endpoint in one deploy: "
-                    f"{day_two.RETYPED_MODEL}, the endpoint release N+1 retypes, is a sample model (--add-models); "
-                    f"tests/stacks/test_instance_type_change.py deploys that change on moto")
-            result.checks += checks
-            result.problems += problems
-            s.detail = f"{len(stacks)} stacks updated; {len(checks)} day-two checks, {len(problems)} failed"
-
-        with step(f"inferstack rollback --env {ENV} (dry run, --apply); cdk deploy") as s:
-            args = [sys.executable, "-m", "inferstack", "rollback", "--env", ENV, "--config-dir", str(config_dir)]
-            code, output = run(args, env=env, timeout=clock.left(TOOL_TIMEOUT_S))
-            result.tool_lines["rollback (dry run)"] = [line for line in output.splitlines() if line.strip()]
-            _require(code, output, "inferstack rollback (dry run)")
-            code, output = run([*args, "--apply"], env=env, timeout=clock.left(TOOL_TIMEOUT_S))
-            result.tool_lines["rollback --apply"] = [line for line in output.splitlines() if line.strip()][-3:]
-            _require(code, output, "inferstack rollback --apply")
-            cdk_out, stacks = synth_pinned("cdk.out.rollback")
-            deployed, outputs_by_stack = deploy(cdk_out, stacks, published, "deploy-rollback.log")
-            all_resources.update(deployed)
-            checks, problems = day_two.check_kept(aws, live, "rollback")
-            result.checks += checks
-            result.problems += problems
-            s.detail = f"release N's digests running again in {len(published)} image units"
-
-        retired_model, retired_member = day_two.RETIRED_MODEL, day_two.RETIRED_FLEET_MEMBER
-        retired_stack, fleet_stack = f"{ENV}-{retired_model}", f"{ENV}-{day_two.CHANGED_FLEET}"
-        with step(f"retire {retired_model}, and {retired_member} (the reordered {day_two.CHANGED_FLEET}'s first): "
-                  f"cdk destroy {retired_model}'s stack, then cdk deploy without them") as s:
-            before = {name: dict(logical) for name, logical in deployed.items()}
-            fleet_url = outputs_by_stack[fleet_stack]["Url"]
-            member_port = (yaml.safe_load((config_dir / f"{retired_member}.yaml").read_text())["serving"]
-                           .get("port", 8080))
-            result.config_changes.append(day_two.retire(config_dir, retired_model))
-            result.config_changes.append(day_two.retire(config_dir, retired_member))
-            retired_out, retired_stacks = synth_pinned("cdk.out.retired")
-            if any(st.stack_name == retired_stack for st in retired_stacks):
-                raise RehearsalFailed(f"{retired_stack} is still synthesized after its model was retired")
-            code, output = run(["cdk", "destroy", "--app", str(cdk_out), f"{ENV}/{retired_model}", "--force"],
-                               env=env, timeout=clock.left(DESTROY_TIMEOUT_S))
-            _require(code, output, f"cdk destroy {ENV}/{retired_model}")
-            deployed, outputs_by_stack = deploy(retired_out, retired_stacks,
-                                                {m: p for m, p in published.items() if m != retired_model},
-                                                "deploy-retired.log")
-            check_retired(aws, before, deployed, retired_stack, result,
-                          members_left={fleet_stack: (retired_member, member_port)})
-            if outputs_by_stack[fleet_stack]["Url"] != fleet_url:
-                result.problems.append(f"retire: {fleet_stack}'s Url moved: {fleet_url} -> "
-                                       f"{outputs_by_stack[fleet_stack]['Url']}")
-            removed_rules = {physical for logical, (kind, physical) in before[fleet_stack].items()
-                             if kind == "AWS::ElasticLoadBalancingV2::ListenerRule" and logical not in deployed[fleet_stack]}
-            checks, problems = day_two.check_kept(
-                aws, live, f"retiring {retired_model} and {retired_member}",
-                gone=lambda name: name == retired_stack or name in removed_rules)
-            result.checks += checks
-            result.problems += problems
-            cdk_out, stacks = retired_out, retired_stacks
-            s.detail = (f"{retired_stack} gone with its resources; {fleet_stack} without {retired_member}, at the same "
-                        f"Url; {len(retired_stacks)} stacks unchanged otherwise")
-        if result.problems:
-            raise RehearsalFailed(f"{len(result.problems)} day-two check(s) failed")
-
-        # `--all` selects the top-level stacks only, and every stack here is in a Stage (nested assembly):
-        # `cdk destroy --all` answers "No stack found in the main cloud assembly". Name the stage's stacks.
-        with step(f"cdk destroy '{ENV}/*' --force") as s:
-            code, output = run(["cdk", "destroy", "--app", str(cdk_out), f"{ENV}/*", "--force"], env=env,
-                               timeout=clock.left(DESTROY_TIMEOUT_S))
-            (workdir / "destroy.log").write_text(output)
-            _require(code, output, "cdk destroy")
-            check_destroyed(aws, all_resources, result)
-            neuron = [name for name, logical in all_resources.items()
-                      if any(t == "AWS::AutoScaling::AutoScalingGroup" for t, _ in logical.values())]
-            result.neuron_deletion = (
-                f"{', '.join(neuron)}: deleted at once. moto's CloudFormation does not model "
-                "AWS::ECS::CapacityProvider / ClusterCapacityProviderAssociations (nothing is created, so "
-                "managed termination protection never applies), and it deletes the Auto Scaling group without "
-                "waiting for instances to drain: the hang of aws-cdk issue 18179 cannot show here")
-            s.detail = f"{len(stacks)} stacks destroyed"
-
-        with step("delete CDKToolkit") as s:
-            remove_bootstrap(aws, result)
-            s.detail = "no stack left"
-        if result.problems:
-            raise RehearsalFailed(f"{len(result.problems)} check(s) failed")
+        result.rules = [f"{rule.name}: {rule.defect}" for rule in aws_rules.RULES]
+        for step in STEPS:
+            with _StepTimer(step.name, result, log) as timed:
+                timed.detail = step.run(r)
+            if step.stop_on_problems and result.problems:
+                raise RehearsalFailed(f"{len(result.problems)} {step.stop_on_problems} failed")
 
 
 def _require(code: int, output: str, what: str) -> None:

@@ -15,8 +15,12 @@ docs/gen/examples.yaml, which is checked against the property's schema; otherwis
 from __future__ import annotations
 
 import argparse
+import functools
+import inspect
+import itertools
 import os
 import pkgutil
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -169,7 +173,7 @@ class ConfigReference:
         description = prop.get("description") or inner.get("description")
         if not description:
             self.page.problems.append(f"{self.page.schema_name}: {dotted}: no description (add one in "
-                                      f"inferstack/schema/models.py)")
+                                      f"the field's module under inferstack/schema/)")
         self._heading(level, f"`{dotted}`", anchor)
         lines = self.page.lines
         if description:
@@ -573,9 +577,90 @@ def _fill_help(parser: argparse.ArgumentParser) -> None:
 # ------------------------------------------------------------------------------------------- the Python API
 
 API_PACKAGES = ("inferstack.constructs",)
+# The constructs that document every argument, as aws-cdk documents every prop: "Required", or "Default: ..."
+# (its @default). Every other construct documents the default of each argument that has one; its required
+# arguments are still described in its prose, to be moved into its `Args:` section and the construct added here.
+DOCUMENTED_IN_FULL = ("TritonEndpoint", "NeuronEcsService")
+# Every construct takes these two before its keyword-only arguments; documenting them is optional.
+CONSTRUCT_POSITIONALS = ("scope", "construct_id")
+
+
+def public_constructs() -> list[type]:
+    """Every public Construct class of the API packages, in module order."""
+    from constructs import Construct  # only the API page needs the CDK loaded
+
+    found = []
+    for package in API_PACKAGES:
+        module = __import__(package, fromlist=["__path__"])
+        for info in sorted(pkgutil.walk_packages(module.__path__, package + "."), key=lambda i: i.name):
+            if any(part.startswith("_") for part in info.name.split(".")):
+                continue
+            namespace = vars(__import__(info.name, fromlist=["__path__"]))
+            found += [value for name, value in namespace.items()
+                      if isinstance(value, type) and issubclass(value, Construct) and not name.startswith("_")
+                      and value.__module__ == info.name]
+    return found
+
+
+def documented_arguments(docstring: str | None) -> dict[str, str]:
+    """A Google-style docstring's `Args:` entries (what mkdocstrings renders as the Parameters table): each
+    argument's name -> its text, continuation lines joined."""
+    entries: dict[str, str] = {}
+    lines = inspect.cleandoc(docstring or "").splitlines()
+    for number, line in enumerate(lines):
+        if line.strip() != "Args:":
+            continue
+        inside = functools.partial(_deeper_or_blank, than=_indent(line))
+        body = [entry for entry in itertools.takewhile(inside, lines[number + 1:]) if entry.strip()]
+        name = ""
+        for entry in body:
+            match = re.fullmatch(r"(\w+)(?: \([^)]*\))?: (.*)", entry.strip())
+            if match and _indent(entry) == _indent(body[0]):   # an entry; deeper lines continue it
+                name = match[1]
+                entries[name] = match[2]
+            elif name:
+                entries[name] += " " + entry.strip()
+    return entries
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip())
+
+
+def _deeper_or_blank(line: str, than: int) -> bool:
+    return not line.strip() or _indent(line) > than
+
+
+def construct_argument_problems(constructs: list[type] | None = None) -> list[str]:
+    """Each construct argument that lacks its documented default, or whose entry contradicts the signature."""
+    problems = []
+    for construct in public_constructs() if constructs is None else constructs:
+        where = f"{construct.__module__}.{construct.__qualname__}"
+        documented = {**documented_arguments(construct.__doc__), **documented_arguments(construct.__init__.__doc__)}
+        parameters = {name: parameter for name, parameter in inspect.signature(construct.__init__).parameters.items()
+                      if parameter.kind is inspect.Parameter.KEYWORD_ONLY}
+        for name in sorted(documented.keys() - parameters.keys() - set(CONSTRUCT_POSITIONALS)):
+            problems.append(f"{where}: documents `{name}`, which it does not take")
+        for name, parameter in parameters.items():
+            text = documented.get(name)
+            optional = parameter.default is not inspect.Parameter.empty
+            if text is None:
+                if optional or construct.__name__ in DOCUMENTED_IN_FULL:
+                    problems.append(f"{where}: `{name}` is not in its docstring's Args: section")
+            elif optional and "Default:" not in text:
+                problems.append(f"{where}: `{name}` has a default, and its Args: entry does not say it "
+                                f"(end it with `Default: ...`)")
+            elif not optional and "Default:" in text:
+                problems.append(f"{where}: `{name}` is required, yet its Args: entry names a default")
+            elif not optional and construct.__name__ in DOCUMENTED_IN_FULL and "Required" not in text:
+                problems.append(f"{where}: `{name}` is required: its Args: entry must say so (`Required.`)")
+    return problems
 
 
 def api_page() -> str:
+    problems = construct_argument_problems()
+    if problems:
+        raise GenerationError("\n".join(problems))
     lines = [
         "# Python API: constructs\n",
         GENERATED.format(source="the modules of inferstack/constructs/ (their docstrings render at build time)")
@@ -583,7 +668,8 @@ def api_page() -> str:
         "The reusable L3 constructs the stacks in `stacks/` wire together. They take typed, keyword-only "
         "arguments and never read files, environment variables, context or AWS. What follows is rendered from "
         "their docstrings by [mkdocstrings](https://mkdocstrings.github.io/) when the site is built; "
-        "[Architecture](../explanation/architecture.md) says how they fit together.\n",
+        "[Architecture](../explanation/architecture.md) says how they fit together. Each construct's table of "
+        "arguments gives every argument's default, or *required*, as aws-cdk documents each prop's `@default`.\n",
     ]
     for package in API_PACKAGES:
         module = __import__(package, fromlist=["__path__"])

@@ -17,7 +17,7 @@ from inferstack.config.yaml_source import KeyPath
 from inferstack.neuron import image as neuron_image
 from inferstack.schema import families, kinds
 from inferstack.schema.kinds import Model
-from inferstack.schema.models import TritonSageMakerModel
+from inferstack.schema.triton_sagemaker import TritonSageMakerModel
 from inferstack.triton import image as triton_image
 
 Finding = tuple[KeyPath, str]
@@ -71,15 +71,27 @@ def resolve(model: Model, root: Path) -> tuple[Resolution, list[Finding]]:
             data, model_type = None, None
         if isinstance(model_type, str) and model_type:
             if source.family is not None and source.family != model_type:
-                problems.append((("source", "family"), (
-                    f"{source.family}, but the checkpoint's {shown} says model_type {model_type}: the export "
-                    f"loads the checkpoint; set source.family: {model_type} or remove it")))
+                problems.append(
+                    (
+                        ("source", "family"),
+                        (
+                            f"{source.family}, but the checkpoint's {shown} says model_type {model_type}: the export "
+                            f"loads the checkpoint; set source.family: {model_type} or remove it"
+                        ),
+                    )
+                )
             return Resolution(model_type, f"the checkpoint's {shown}", ("source", "local_path"), data), problems
     if source.family is not None:
         return Resolution(source.family, "source.family", ("source", "family")), problems
     if source.huggingface_id:
-        return (Resolution(families.from_name(source.huggingface_id),
-                           f"source.huggingface_id {source.huggingface_id}", ("source", "huggingface_id")), problems)
+        return (
+            Resolution(
+                families.from_name(source.huggingface_id),
+                f"source.huggingface_id {source.huggingface_id}",
+                ("source", "huggingface_id"),
+            ),
+            problems,
+        )
     return Resolution(None, f"source.local_path {source.local_path}", ("source", "local_path")), problems
 
 
@@ -90,41 +102,61 @@ def check(model: Model, root: Path = REPOSITORY_ROOT) -> tuple[list[Finding], li
     known = ", ".join(families.FAMILIES)
     family = resolution.family
     if resolution.name is None:
-        warnings.append((resolution.key, (
-            f"cannot tell the model family from {resolution.origin}: set source.family ({known}) so validate "
-            f"can check the task and export against it and the image rehearsal stands in the same architecture")))
+        warnings.append(
+            (
+                resolution.key,
+                (
+                    f"cannot tell the model family from {resolution.origin}: set source.family ({known}) so validate "
+                    f"can check the task and export against it and the image rehearsal stands in the same architecture"
+                ),
+            )
+        )
         return problems, warnings
     if family is None:
         guess = families.close_to(resolution.name) if resolution.key == ("source", "family") else None
         hint = f"; did you mean {guess}?" if guess else ""
-        warnings.append((resolution.key, (
-            f"model family {resolution.name} (from {resolution.origin}) is not one validate knows ({known}){hint}: "
-            f"the task and export.token_type_ids are not checked, and the image rehearsal stands in a "
-            f"{families.default_for_task(model.source.task)}")))
+        warnings.append(
+            (
+                resolution.key,
+                (
+                    f"model family {resolution.name} (from {resolution.origin}) is not one validate knows "
+                    f"({known}){hint}: the task and export.token_type_ids are not checked, and the image "
+                    f"rehearsal stands in a {families.default_for_task(model.source.task)}"
+                ),
+            )
+        )
         return problems, warnings
     where = f"{family.name} (from {resolution.origin})"
     task = model.source.task
     if task not in family.tasks:
         kind = "an encoder-decoder" if family.encoder_decoder else "an encoder-only"
-        problems.append((("source", "task"), (
-            f"{where} is {kind} model for {', '.join(family.tasks)}, not {task}")))
+        problems.append((("source", "task"), (f"{where} is {kind} model for {', '.join(family.tasks)}, not {task}")))
         return problems, warnings
     problems.extend(IMAGES[kinds.model_kind(model)].check_export(model, family, resolution, where))
     return problems, warnings
 
 
-def _check_triton_export(model: TritonSageMakerModel, family: families.Family, resolution: Resolution,
-                         where: str) -> Iterable[Finding]:
+def _check_triton_export(
+    model: TritonSageMakerModel, family: families.Family, resolution: Resolution, where: str
+) -> Iterable[Finding]:
     """The tensors the export declares against what the family takes."""
     task = model.source.task
     if task == families.TEXT_CLASSIFICATION and model.export.token_type_ids and "token_type_ids" not in family.inputs:
-        yield ("export", "token_type_ids"), (
-            f"{where} takes {', '.join(family.inputs)}, not token_type_ids ({family.why}): set "
-            f"export.token_type_ids: false")
+        yield (
+            ("export", "token_type_ids"),
+            (
+                f"{where} takes {', '.join(family.inputs)}, not token_type_ids ({family.why}): set "
+                f"export.token_type_ids: false"
+            ),
+        )
     config = resolution.checkpoint_config or {}
     d_model = config.get("d_model")
-    if task == families.TEXT2TEXT_GENERATION and isinstance(d_model, int) and \
-            model.export.hidden_size is not None and model.export.hidden_size != d_model:
+    if (
+        task == families.TEXT2TEXT_GENERATION
+        and isinstance(d_model, int)
+        and model.export.hidden_size is not None
+        and model.export.hidden_size != d_model
+    ):
         yield ("export", "hidden_size"), f"{model.export.hidden_size}, but {where} has d_model {d_model}"
 
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from pydantic import TypeAdapter
 
-from inferstack.schema.models import EnvironmentsFile, ModelConfig
+from inferstack.schema.environments import EnvironmentsFile
+from inferstack.schema.model_config import ModelConfig
 
 SCHEMAS = {
     "model.schema.json": lambda: TypeAdapter(ModelConfig).json_schema(),

@@ -13,16 +13,19 @@ from pathlib import Path
 from types import MappingProxyType
 
 from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
 
 from inferstack.config import architecture, checks, pipeline_checks, release_pin
-from inferstack.schema import instances, kinds
-from inferstack.schema.kinds import Model
-from inferstack.schema.models import (Environment, EnvironmentsFile, Fleet, PipelineSettings, TritonSageMakerModel,
-                                      is_production)
 from inferstack.config.problems import ConfigError, Problem
 from inferstack.config.yaml_source import YamlDocument, YamlSyntaxError, parse
+from inferstack.schema import instances, kinds
+from inferstack.schema.environments import Environment, EnvironmentsFile, PipelineSettings, is_production
+from inferstack.schema.fleets import Fleet
+from inferstack.schema.kinds import Model
+from inferstack.schema.triton_sagemaker import TritonSageMakerModel
 
 ENVIRONMENTS_FILE = "environments.yaml"
+SchemaT = typing.TypeVar("SchemaT", bound=BaseModel)  # the model _validate returns is the schema it was given
 
 
 @dataclass(frozen=True)
@@ -44,8 +47,11 @@ class ImageUnit:
 def image_unit_names(model_names: Iterable[str], fleets: Mapping[str, Fleet], env_name: str) -> list[str]:
     """The image units of `env_name`, by name, sorted: each neuron-cores fleet deployed there, and each model
     no such fleet carries (an inference-components fleet's members keep their own stacks and images)."""
-    packed = {name: fleet for name, fleet in fleets.items()
-              if kinds.fleet_kind(fleet).serves_members and fleet.deploys_in(env_name)}
+    packed = {
+        name: fleet
+        for name, fleet in fleets.items()
+        if kinds.fleet_kind(fleet).serves_members and fleet.deploys_in(env_name)
+    }
     members = {model for fleet in packed.values() for model in fleet.models}
     return sorted([m for m in model_names if m not in members] + list(packed))
 
@@ -119,8 +125,11 @@ def load(config_dir: Path | str, *, releases: bool = True, image_context_root: P
     env_file = _validate(EnvironmentsFile, env_path, env_doc, problems, config_dir) if env_doc else None
     environments = dict(env_file.environments) if env_file else {}
     if env_file:
-        for key, message in [*checks.check_pipeline(env_file), *checks.check_accounts(env_file),
-                             *checks.check_networks(env_file)]:
+        for key, message in [
+            *checks.check_pipeline(env_file),
+            *checks.check_accounts(env_file),
+            *checks.check_networks(env_file),
+        ]:
             problems.append(_problem(env_path, config_dir, env_doc, key, message))
 
     models: list[tuple[Model, Path, YamlDocument]] = []
@@ -136,8 +145,15 @@ def load(config_dir: Path | str, *, releases: bool = True, image_context_root: P
     warnings: list[Problem] = []
     for model, path, doc in models:
         if model.name in seen:
-            problems.append(_problem(path, config_dir, doc, ("name",),
-                                     f"duplicate model name {model.name!r}, also in {seen[model.name].name}"))
+            problems.append(
+                _problem(
+                    path,
+                    config_dir,
+                    doc,
+                    ("name",),
+                    f"duplicate model name {model.name!r}, also in {seen[model.name].name}",
+                )
+            )
         else:
             seen[model.name] = path
         if env_file:
@@ -145,31 +161,42 @@ def load(config_dir: Path | str, *, releases: bool = True, image_context_root: P
                 problems.append(_problem(path, config_dir, doc, key, message))
         if isinstance(model, TritonSageMakerModel) and model.pipeline:
             # Also keeps each step file's text on its step: the image build gets it in the repository spec.
-            problems.extend(_problem(path, config_dir, doc, key, message) for key, message in
-                            pipeline_checks.check_files(model, config_dir / model.name,
-                                                        _display(config_dir / model.name, config_dir)))
+            problems.extend(
+                _problem(path, config_dir, doc, key, message)
+                for key, message in pipeline_checks.check_files(
+                    model, config_dir / model.name, _display(config_dir / model.name, config_dir)
+                )
+            )
         family_problems, family_warnings = architecture.check(model, context_root)
         problems.extend(_problem(path, config_dir, doc, key, message) for key, message in family_problems)
-        warnings.extend(_problem(path, config_dir, doc, key, f"warning: {message}")
-                        for key, message in family_warnings)
+        warnings.extend(_problem(path, config_dir, doc, key, f"warning: {message}") for key, message in family_warnings)
         if env_file:
-            warnings.extend(_problem(path, config_dir, doc, key, f"warning: {message}")
-                            for key, message in [*checks.model_warnings(env_file, model),
-                                                 *checks.estimate_warnings(env_file, model)])
+            warnings.extend(
+                _problem(path, config_dir, doc, key, f"warning: {message}")
+                for key, message in [
+                    *checks.model_warnings(env_file, model),
+                    *checks.estimate_warnings(env_file, model),
+                ]
+            )
 
     if env_file:
         unique = {model.name: model for model, _, _ in models}
-        warnings.extend(_problem(env_path, config_dir, env_doc, key, f"warning: {message}")
-                        for key, message in [*checks.fleet_warnings(env_file, unique),
-                                             *checks.fleet_estimate_warnings(env_file, unique)])
-        for key, message in [*checks.check_pipeline_capacity(env_file, list(unique.values())),
-                             *(checks.check_fleets(env_file, unique) if all_models_loaded else ())]:
+        warnings.extend(
+            _problem(env_path, config_dir, env_doc, key, f"warning: {message}")
+            for key, message in [
+                *checks.fleet_warnings(env_file, unique),
+                *checks.fleet_estimate_warnings(env_file, unique),
+            ]
+        )
+        for key, message in [
+            *checks.check_pipeline_capacity(env_file, list(unique.values())),
+            *(checks.check_fleets(env_file, unique) if all_models_loaded else ()),
+        ]:
             problems.append(_problem(env_path, config_dir, env_doc, key, message))
 
     pins: dict[str, release_pin.ReleasePin] = {}
     if env_file and releases and not problems:
-        pins = _load_pins(config_dir, env_path, environments, [m for m, _, _ in models], env_file.fleets,
-                          problems)
+        pins = _load_pins(config_dir, env_path, environments, [m for m, _, _ in models], env_file.fleets, problems)
 
     if problems:
         raise ConfigError(problems)
@@ -193,8 +220,14 @@ def pin_path(config_dir: Path, environment: Environment) -> Path | None:
     return config_dir / environment.release.manifest if environment.release else None
 
 
-def _load_pins(config_dir: Path, env_path: Path, environments: dict[str, Environment], models: list[Model],
-               fleets: Mapping[str, Fleet], problems: list[Problem]) -> dict[str, release_pin.ReleasePin]:
+def _load_pins(
+    config_dir: Path,
+    env_path: Path,
+    environments: dict[str, Environment],
+    models: list[Model],
+    fleets: Mapping[str, Fleet],
+    problems: list[Problem],
+) -> dict[str, release_pin.ReleasePin]:
     env_doc = parse(env_path)
     pins = {}
     for env_name, environment in environments.items():
@@ -206,15 +239,15 @@ def _load_pins(config_dir: Path, env_path: Path, environments: dict[str, Environ
             where = ("environments", env_name, "release", "manifest")
             for key, line, message in read_problems:
                 if not key and line is None:  # the file itself is missing or unreadable: point at the reference
-                    problems.append(_problem(env_path, config_dir, env_doc, where,
-                                             f"{_display(path, config_dir)}: {message}"))
+                    problems.append(
+                        _problem(env_path, config_dir, env_doc, where, f"{_display(path, config_dir)}: {message}")
+                    )
                 else:
                     problems.append(Problem(_display(path, config_dir), line, key, message))
             continue
         assert pin is not None
         model_names = [m.name for m in models if m.deploys_in(env_name)]
-        findings = list(release_pin.check(pin, env_name, environment,
-                                          image_unit_names(model_names, fleets, env_name)))
+        findings = list(release_pin.check(pin, env_name, environment, image_unit_names(model_names, fleets, env_name)))
         problems.extend(Problem(_display(path, config_dir), None, key, message) for key, message in findings)
         if not findings:
             pins[env_name] = pin
@@ -229,8 +262,9 @@ def _display(path: Path, config_dir: Path) -> str:
 
 
 def _problem(path: Path, config_dir: Path, doc: YamlDocument | None, key: tuple, message: str) -> Problem:
-    return Problem(_display(path, config_dir), doc.line_of(tuple(key)) if doc else None,
-                   ".".join(str(k) for k in key), message)
+    return Problem(
+        _display(path, config_dir), doc.line_of(tuple(key)) if doc else None, ".".join(str(k) for k in key), message
+    )
 
 
 def _parse(path: Path, problems: list[Problem], config_dir: Path) -> YamlDocument | None:
@@ -250,8 +284,9 @@ def _parse(path: Path, problems: list[Problem], config_dir: Path) -> YamlDocumen
     return doc
 
 
-def _validate(schema: type[BaseModel], path: Path, doc: YamlDocument, problems: list[Problem],
-              config_dir: Path) -> BaseModel | None:
+def _validate(
+    schema: type[SchemaT], path: Path, doc: YamlDocument, problems: list[Problem], config_dir: Path
+) -> SchemaT | None:
     try:
         return schema.model_validate(doc.data)
     except ValidationError as exc:
@@ -262,8 +297,15 @@ def _validate(schema: type[BaseModel], path: Path, doc: YamlDocument, problems: 
             kind = model_kind
             if len(loc) > 2 and loc[0] == "fleets" and loc[2] in kinds.FLEET_KINDS:
                 if loc[3:] == ("models",) and error["type"] == "too_short":
-                    problems.append(_problem(path, config_dir, doc, loc[:2] + loc[3:],
-                                             checks.fleet_too_small(str(loc[1]), str(loc[2]), error)))
+                    problems.append(
+                        _problem(
+                            path,
+                            config_dir,
+                            doc,
+                            loc[:2] + loc[3:],
+                            checks.fleet_too_small(str(loc[1]), str(loc[2]), error),
+                        )
+                    )
                     continue
                 kind = kinds.FLEET_KINDS[loc[2]].member  # a fleet's instances are its members' kind
                 loc = loc[:2] + loc[3:]  # the union's tag, not a key of the file
@@ -271,8 +313,9 @@ def _validate(schema: type[BaseModel], path: Path, doc: YamlDocument, problems: 
         return None
 
 
-def _message(error: dict, schema: type[BaseModel] | None = None, loc: tuple = (),
-             kind: kinds.ModelKind | None = None) -> str:
+def _message(
+    error: ErrorDetails, schema: type[BaseModel] | None = None, loc: tuple = (), kind: kinds.ModelKind | None = None
+) -> str:
     """One line for a pydantic error: with a "did you mean" where a close spelling exists (a key of the
     mapping, a choice of a Literal), and an unknown instance type answered with the types `kind` runs on."""
     error_type = error["type"]
@@ -281,8 +324,9 @@ def _message(error: dict, schema: type[BaseModel] | None = None, loc: tuple = ()
     if error_type == "extra_forbidden":
         allowed = _keys_at(schema, loc[:-1]) if schema is not None and loc else []
         return "unknown key" + checks.did_you_mean(str(loc[-1]) if loc else "", allowed, "; did you mean {!r}?")
-    if isinstance((error.get("ctx") or {}).get("error"), instances.UnknownInstanceType) and \
-            isinstance(error.get("input"), str):
+    if isinstance((error.get("ctx") or {}).get("error"), instances.UnknownInstanceType) and isinstance(
+        error.get("input"), str
+    ):
         if kind is None:
             return instances.unknown_message(error["input"])
         return instances.unknown_message(error["input"], kind.name, kind.accelerator)
@@ -354,12 +398,15 @@ def _load_model(path: Path, problems: list[Problem], config_dir: Path):
     doc = _parse(path, problems, config_dir)
     if doc is None:
         return None
-    kind = doc.data.get("kind")
+    kind = doc.data.get("kind") if isinstance(doc.data, dict) else None  # _parse returns mappings only
     found = kinds.MODEL_KINDS.get(kind) if isinstance(kind, str) else None
     if found is None:
         hint = checks.did_you_mean(kind, kinds.MODEL_KINDS, ", did you mean {!r}?") if isinstance(kind, str) else ""
-        problems.append(_problem(path, config_dir, doc, ("kind",),
-                                 f"must be one of {', '.join(kinds.MODEL_KINDS)}{hint} (got {kind!r})"))
+        problems.append(
+            _problem(
+                path, config_dir, doc, ("kind",), f"must be one of {', '.join(kinds.MODEL_KINDS)}{hint} (got {kind!r})"
+            )
+        )
         return None
     model = _validate(found.schema, path, doc, problems, config_dir)
     return (model, path, doc) if model else None
@@ -367,6 +414,8 @@ def _load_model(path: Path, problems: list[Problem], config_dir: Path):
 
 def not_deployed_note(config_dir: Path, env_name: str, pin_path: Path) -> str:
     """What to add so that `env_name` deploys the pin just written (promote and rollback print it)."""
-    return (f"note: {env_name} does not deploy it yet: add `release: {{manifest: "
-            f"{pin_path.relative_to(config_dir).as_posix()}}}` to environments.{env_name} in "
-            f"{config_dir / ENVIRONMENTS_FILE}")
+    return (
+        f"note: {env_name} does not deploy it yet: add `release: {{manifest: "
+        f"{pin_path.relative_to(config_dir).as_posix()}}}` to environments.{env_name} in "
+        f"{config_dir / ENVIRONMENTS_FILE}"
+    )

@@ -13,7 +13,7 @@ import getpass
 import json
 import os
 import subprocess
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -22,7 +22,7 @@ from pydantic import AfterValidator, AwareDatetime, Field, ValidationError, mode
 from inferstack import atomic_write
 from inferstack.config.problems import Problem
 from inferstack.config.release_pin import ReleasePin
-from inferstack.schema.models import Frozen, Name
+from inferstack.schema.base import Frozen, Name
 
 HISTORY_FORMAT = "inferstack-pin-history/1"
 HISTORY_DIR = "history"
@@ -53,21 +53,24 @@ class HistoryEntry(Frozen):
     promoted_from: Name | None = Field(None, description="promote: the source environment")
     rolled_back_to: int | None = Field(None, ge=1, description="rollback: the entry whose pin was restored")
     at: AwareDatetime = Field(description="when the pin was written (UTC)")
-    by: Annotated[str, AfterValidator(_printable)] = Field(min_length=1, max_length=200,
-                                                           description="git user.email, else $USER")
-    repository_commit: str | None = Field(None, pattern=COMMIT_PATTERN,
-                                          description="git rev-parse HEAD where the tool ran, if in a repository")
+    by: Annotated[str, AfterValidator(_printable)] = Field(
+        min_length=1, max_length=200, description="git user.email, else $USER"
+    )
+    repository_commit: str | None = Field(
+        None, pattern=COMMIT_PATTERN, description="git rev-parse HEAD where the tool ran, if in a repository"
+    )
     pin: ReleasePin
 
     @model_validator(mode="after")
-    def _action_fields(self) -> "HistoryEntry":
+    def _action_fields(self) -> HistoryEntry:
         if self.action == "promote" and (self.promoted_from is None or self.rolled_back_to is not None):
             raise ValueError("a promote entry names promoted_from (and no rolled_back_to)")
         if self.action == "rollback" and (self.rolled_back_to is None or self.promoted_from is not None):
             raise ValueError("a rollback entry names rolled_back_to (and no promoted_from)")
         if self.pin.environment != self.environment:
-            raise ValueError(f"pin.environment is {self.pin.environment!r}, the entry's environment "
-                             f"{self.environment!r}")
+            raise ValueError(
+                f"pin.environment is {self.pin.environment!r}, the entry's environment {self.environment!r}"
+            )
         return self
 
     def describe_action(self) -> str:
@@ -84,8 +87,9 @@ def history_path(pin_path: Path, env_name: str) -> Path:
 def same_images(a: ReleasePin, b: ReleasePin) -> bool:
     """Whether two pins deploy the same images (repository and digest per image unit; tags and provenance
     aside)."""
-    return ({u: (i.repository_uri, i.digest) for u, i in a.images.items()}
-            == {u: (i.repository_uri, i.digest) for u, i in b.images.items()})
+    return {u: (i.repository_uri, i.digest) for u, i in a.images.items()} == {
+        u: (i.repository_uri, i.digest) for u, i in b.images.items()
+    }
 
 
 def _fail(path: Path, line: int | None, key: str, message: str) -> HistoryError:
@@ -106,8 +110,8 @@ def read(path: Path, env_name: str) -> list[HistoryEntry]:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        line = raw[:exc.start].count(b"\n") + 1
-        raise _fail(path, line, "", "not UTF-8 text") from None
+        line_number = raw[: exc.start].count(b"\n") + 1
+        raise _fail(path, line_number, "", "not UTF-8 text") from None
     lines = text.split("\n")
     if lines[-1] == "":
         lines.pop()  # the newline that ends the last entry
@@ -131,13 +135,18 @@ def read(path: Path, env_name: str) -> list[HistoryEntry]:
             errors = exc.errors(include_url=False)
             first = errors[0]
             key = ".".join(str(part) for part in first["loc"] if part != "[key]")
-            message = {"missing": "required field is missing",
-                       "extra_forbidden": "unknown key"}.get(first["type"], first["msg"])
+            message = {"missing": "required field is missing", "extra_forbidden": "unknown key"}.get(
+                first["type"], first["msg"]
+            )
             more = f" (and {len(errors) - 1} more problem(s) on this line)" if len(errors) > 1 else ""
             raise _fail(path, number, key, message + more) from None
         if entry.environment != env_name:
-            raise _fail(path, number, "environment", f"entry is for {entry.environment!r}, but this is the "
-                                                     f"history of {env_name}")
+            raise _fail(
+                path,
+                number,
+                "environment",
+                f"entry is for {entry.environment!r}, but this is the history of {env_name}",
+            )
         if entry.rolled_back_to is not None and entry.rolled_back_to >= number:
             raise _fail(path, number, "rolled_back_to", f"entry {entry.rolled_back_to} is not an earlier entry")
         entries.append(entry)
@@ -146,8 +155,7 @@ def read(path: Path, env_name: str) -> list[HistoryEntry]:
 
 def dump_entry(entry: HistoryEntry) -> str:
     """One line: sorted keys, no whitespace between tokens, ending in a newline."""
-    return json.dumps(entry.model_dump(mode="json", exclude_none=True), sort_keys=True,
-                      separators=(",", ":")) + "\n"
+    return json.dumps(entry.model_dump(mode="json", exclude_none=True), sort_keys=True, separators=(",", ":")) + "\n"
 
 
 def append(path: Path, entry: HistoryEntry) -> int:
@@ -194,11 +202,24 @@ def repository_commit(cwd: Path) -> str | None:
     return commit if commit and len(commit) in (40, 64) and all(c in "0123456789abcdef" for c in commit) else None
 
 
-def new_entry(pin: ReleasePin, *, cwd: Path, promoted_from: str | None = None, rolled_back_to: int | None = None,
-              now: datetime | None = None) -> HistoryEntry:
+def new_entry(
+    pin: ReleasePin,
+    *,
+    cwd: Path,
+    promoted_from: str | None = None,
+    rolled_back_to: int | None = None,
+    now: datetime | None = None,
+) -> HistoryEntry:
     """The entry recording that `pin` was just written, by whoever runs the tool in `cwd`."""
-    at = (now or datetime.now(timezone.utc)).astimezone(timezone.utc).replace(microsecond=0)
-    return HistoryEntry(format=HISTORY_FORMAT, environment=pin.environment,
-                        action="rollback" if rolled_back_to is not None else "promote",
-                        promoted_from=promoted_from, rolled_back_to=rolled_back_to, at=at, by=who(cwd),
-                        repository_commit=repository_commit(cwd), pin=pin)
+    at = (now or datetime.now(UTC)).astimezone(UTC).replace(microsecond=0)
+    return HistoryEntry(
+        format=HISTORY_FORMAT,
+        environment=pin.environment,
+        action="rollback" if rolled_back_to is not None else "promote",
+        promoted_from=promoted_from,
+        rolled_back_to=rolled_back_to,
+        at=at,
+        by=who(cwd),
+        repository_commit=repository_commit(cwd),
+        pin=pin,
+    )

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from inferstack.config.yaml_source import KeyPath
 from inferstack.schema import pipeline as p
-from inferstack.schema.models import TritonSageMakerModel
+from inferstack.schema.triton_sagemaker import TritonSageMakerModel
 
 Finding = tuple[KeyPath, str]
 # The step files travel to the image build inside the TRITON_REPOSITORY_SPEC build arg (so editing one rebuilds
@@ -142,7 +142,7 @@ def _check_contract(model: TritonSageMakerModel, step: p.PipelineStep, index: in
     for want in p.self_outputs(model.source.task, model.source.labels):
         found = answered.get(want.name)
         contract = (f"the {model.source.task} contract that smoke tests, load tests and `inferstack invoke` "
-                    f"read (inferstack/delivery/text_contract.py)")
+                    f"read (inferstack/loadtest/text_contract.py)")
         if found is None:
             key = ("pipeline", index, "model") if step.model is not None else ("pipeline", index, "outputs")
             yield key, f"{want.name}: the last step must answer {want.name} {want.describe()}, {contract}"

@@ -13,13 +13,16 @@ from typing import Literal
 
 from pydantic import Field, ValidationError
 
-from inferstack.schema.models import Environment, Frozen, Name
+from inferstack.schema.base import Frozen, Name
+from inferstack.schema.environments import Environment
 
 PIN_FORMAT = "inferstack-pin/1"
 DIGEST_PATTERN = r"^sha256:[0-9a-f]{64}$"
 # Private ECR only: the pin is what promote copied into the environment's own registry.
-REPOSITORY_URI_PATTERN = (r"^(?P<account>\d{12})\.dkr\.ecr\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(\.cn)?"
-                          r"/(?P<name>[a-z0-9]+(?:[._/-][a-z0-9]+)*)$")
+REPOSITORY_URI_PATTERN = (
+    r"^(?P<account>\d{12})\.dkr\.ecr\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(\.cn)?"
+    r"/(?P<name>[a-z0-9]+(?:[._/-][a-z0-9]+)*)$"
+)
 Finding = tuple[str, str]  # (key path, message)
 # A pin holds one image per model (~300 bytes each); 1 MiB is thousands of models, read in milliseconds.
 MAX_PIN_BYTES = 1024 * 1024
@@ -28,8 +31,9 @@ MAX_PIN_BYTES = 1024 * 1024
 class PinnedImage(Frozen):
     """A serving image by digest. Typed so constructs take it instead of a string they would parse."""
 
-    repository_uri: str = Field(pattern=REPOSITORY_URI_PATTERN,
-                                description="<account>.dkr.ecr.<region>.amazonaws.com/<repository>")
+    repository_uri: str = Field(
+        pattern=REPOSITORY_URI_PATTERN, description="<account>.dkr.ecr.<region>.amazonaws.com/<repository>"
+    )
     digest: str = Field(pattern=DIGEST_PATTERN)
     source_image: str | None = Field(None, description="what the source environment ran (provenance)")
     tag: str | None = Field(None, description="tag promote gave the copy (the CDK asset hash when known)")
@@ -88,8 +92,9 @@ class ReleasePin(Frozen):
     environment: Name
     promoted_from: Name
     release: ReleaseIdentity = ReleaseIdentity()
-    load_test: LoadTestRecord | None = Field(None, description="the load test gate's record; absent where it "
-                                             "did not apply")
+    load_test: LoadTestRecord | None = Field(
+        None, description="the load test gate's record; absent where it did not apply"
+    )
     images: dict[Name, PinnedImage]  # image unit (model or neuron-cores fleet) -> its image
 
     def image_for(self, unit: str) -> PinnedImage | None:
@@ -117,11 +122,12 @@ def read(path: Path) -> tuple[ReleasePin | None, list[tuple[str, int | None, str
     try:
         return ReleasePin.model_validate(data), []
     except ValidationError as exc:
-        problems = []
+        problems: list[tuple[str, int | None, str]] = []
         for error in exc.errors(include_url=False):
             key = ".".join(str(part) for part in error["loc"] if part != "[key]")
-            message = {"missing": "required field is missing",
-                       "extra_forbidden": "unknown key"}.get(error["type"], error["msg"])
+            message = {"missing": "required field is missing", "extra_forbidden": "unknown key"}.get(
+                error["type"], error["msg"]
+            )
             problems.append((key, None, message))
         return None, problems
 
@@ -135,16 +141,30 @@ def check(pin: ReleasePin, env_name: str, environment: Environment, units: Itera
     wanted = sorted(units)
     missing = [m for m in wanted if m not in pin.images]
     if missing:
-        yield "images", (f"no pinned image for {', '.join(missing)}; promote again to cover every dedicated "
-                         f"model and neuron-cores fleet of {env_name}")
+        yield (
+            "images",
+            (
+                f"no pinned image for {', '.join(missing)}; promote again to cover every dedicated "
+                f"model and neuron-cores fleet of {env_name}"
+            ),
+        )
     for name, image in sorted(pin.images.items()):
         if name not in wanted:
-            yield f"images.{name}", (f"unknown model or fleet (a neuron-cores fleet's members are pinned by the "
-                                     f"fleet's name); known: {', '.join(wanted)}")
+            yield (
+                f"images.{name}",
+                (
+                    f"unknown model or fleet (a neuron-cores fleet's members are pinned by the "
+                    f"fleet's name); known: {', '.join(wanted)}"
+                ),
+            )
         elif (image.account, image.region) != (environment.account, environment.region):
-            yield f"images.{name}.repository_uri", (
-                f"image is in {image.account}/{image.region}, but {env_name} deploys to "
-                f"{environment.account}/{environment.region}; promote copies it there")
+            yield (
+                f"images.{name}.repository_uri",
+                (
+                    f"image is in {image.account}/{image.region}, but {env_name} deploys to "
+                    f"{environment.account}/{environment.region}; promote copies it there"
+                ),
+            )
 
 
 def dump(pin: ReleasePin) -> str:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NoReturn
 
 import yaml
 
@@ -79,7 +80,7 @@ class _BoundedLoader(yaml.SafeLoader):
         self._extent: dict[yaml.Node, tuple[int, int]] = {}
         self._node_paths: dict[yaml.Node, KeyPath] = {}
 
-    def _fail(self, message: str, mark: yaml.Mark | None) -> None:
+    def _fail(self, message: str, mark: yaml.Mark | None) -> NoReturn:
         raise _LimitExceeded(message, mark, tuple(self._path))
 
     def compose_node(self, parent, index):
@@ -104,8 +105,10 @@ class _BoundedLoader(yaml.SafeLoader):
                 nodes, levels = extent
                 self._count(nodes, event.start_mark, f"alias *{event.anchor} ({nodes} nodes)")
                 if level + levels - 1 > MAX_DEPTH:
-                    self._fail(f"alias *{event.anchor} nests the document deeper than {MAX_DEPTH} levels "
-                               f"(the limit)", event.start_mark)
+                    self._fail(
+                        f"alias *{event.anchor} nests the document deeper than {MAX_DEPTH} levels (the limit)",
+                        event.start_mark,
+                    )
                 self._deepest = max(self._deepest, level + levels - 1)
             return super().compose_node(parent, index)
         mark = self.peek_event().start_mark
@@ -126,21 +129,27 @@ class _BoundedLoader(yaml.SafeLoader):
     def _count(self, nodes: int, mark: yaml.Mark, what: str) -> None:
         self._nodes += nodes
         if self._nodes > MAX_NODES:
-            self._fail(f"{what} takes the document past {MAX_NODES} nodes (the limit; an alias counts every "
-                       f"node it repeats)", mark)
+            self._fail(
+                f"{what} takes the document past {MAX_NODES} nodes (the limit; an alias counts every node it repeats)",
+                mark,
+            )
 
     def construct_object(self, node, deep=False):
         path = self._node_paths.get(node, ())
         if isinstance(node, yaml.ScalarNode) and node.tag == _INT_TAG and len(node.value) > _MAX_INTEGER_CHARS:
-            raise _LimitExceeded(f"integer of {len(node.value)} characters is out of range (at most "
-                                 f"{MAX_INTEGER})", node.start_mark, path)
+            raise _LimitExceeded(
+                f"integer of {len(node.value)} characters is out of range (at most {MAX_INTEGER})",
+                node.start_mark,
+                path,
+            )
         try:
             data = super().construct_object(node, deep)
         except (ValueError, OverflowError) as exc:  # e.g. 2024-13-01: the timestamp pattern, not a date
             raise _LimitExceeded(f"cannot read {node.value!r:.80}: {exc}", node.start_mark, path) from None
         if type(data) is int and abs(data) > MAX_INTEGER:
-            raise _LimitExceeded(f"integer {node.value:.80} is out of range (at most {MAX_INTEGER})",
-                                 node.start_mark, path)
+            raise _LimitExceeded(
+                f"integer {node.value:.80} is out of range (at most {MAX_INTEGER})", node.start_mark, path
+            )
         return data
 
 
@@ -169,8 +178,9 @@ def parse(path: Path) -> YamlDocument:
         node = loader.get_single_node()
         data = loader.construct_document(node) if node is not None else None
     except yaml.reader.ReaderError as exc:
-        raise YamlSyntaxError(text.count("\n", 0, exc.position) + 1,
-                              f"malformed YAML: character #x{exc.character:04x} is not allowed") from None
+        raise YamlSyntaxError(
+            text.count("\n", 0, exc.position) + 1, f"malformed YAML: character #x{exc.character:04x} is not allowed"
+        ) from None
     except _LimitExceeded as exc:
         raise YamlSyntaxError(exc.mark.line + 1 if exc.mark else None, exc.message, exc.path) from None
     except yaml.MarkedYAMLError as exc:

@@ -4,8 +4,9 @@ asks a model or a fleet for its class: it asks `model_kind(model)` or `fleet_kin
 the descriptor up in a table of its own where a kind needs code of its own (its checks, its planner, its
 constructs). tests/schema/test_kinds.py fails while a registered kind is missing from such a table.
 
-A new kind: its schema class in models.py (and in the ModelConfig or Fleet union there), its registration
-here (and in Model below), and an entry in each table tests/schema/test_kinds.py names."""
+A new kind: its schema class in a module of its own (added to the ModelConfig union in model_config.py, or
+the Fleet union in fleets.py), its registration here (and in Model below), and an entry in each table
+tests/schema/test_kinds.py names."""
 
 from __future__ import annotations
 
@@ -16,13 +17,15 @@ from typing import Literal, TypeVar
 from pydantic import BaseModel
 
 from inferstack.schema import instances
-from inferstack.schema.models import InferenceComponentFleet, NeuronCoreFleet, NeuronEcsModel, TritonSageMakerModel
+from inferstack.schema.fleets import InferenceComponentFleet, NeuronCoreFleet
+from inferstack.schema.neuron_ecs import NeuronEcsModel
+from inferstack.schema.triton_sagemaker import TritonSageMakerModel
 
 # How a model is served, and so where its callers and the delivery tools find it: "ecs", a service behind a
 # load balancer (stack outputs Url, ClusterName, ServiceName; the model has public_load_balancer()); "sagemaker",
 # a SageMaker endpoint (stack output EndpointName, and InferenceComponentName on a fleet's shared endpoint).
 Hosting = Literal["ecs", "sagemaker"]
-# What an off-hours window at min 0 means (config/checks.py): "closed", the window must close the service (max
+# What an off-hours window at min 0 means (config/checks/off_hours.py): "closed", the window must close the service (max
 # 0: ECS scales on requests per target, which no request can raise from zero tasks); "on-demand", a request
 # scales it out again (inference components); None, not allowed (a dedicated real-time SageMaker endpoint keeps
 # at least one instance).

@@ -22,12 +22,9 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+from pydantic import Field, PrivateAttr, field_validator, model_validator
 
-
-class Frozen(BaseModel):
-    # As inferstack.schema.models.Frozen (which imports this module, so it cannot be imported from there).
-    model_config = ConfigDict(frozen=True, extra="forbid", str_strip_whitespace=True, allow_inf_nan=False)
+from inferstack.schema.base import Frozen
 
 # The tensors a step may exchange: Triton's config.pbtxt names (TYPE_*) or KServe v2's (the wire protocol's).
 KSERVE_TO_TRITON = {
@@ -168,7 +165,7 @@ def self_inputs() -> tuple[PipelineTensor, ...]:
 
 
 def self_outputs(task: str, labels: tuple[str, ...]) -> tuple[PipelineTensor, ...]:
-    """What `model: self` answers: the task's text contract (inferstack/delivery/text_contract.py), which the
+    """What `model: self` answers: the task's text contract (inferstack/loadtest/text_contract.py), which the
     endpoint's answer must keep (the last step's outputs include it)."""
     if task == "text2text-generation":
         return (PipelineTensor(name="text", datatype="BYTES", dims=(-1,)),)

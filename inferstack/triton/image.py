@@ -15,11 +15,17 @@ CONTEXT = "container/triton"  # the image's own files, relative to the repositor
 DOCKERFILE = f"{CONTEXT}/Dockerfile"
 # The Triton image builds from the repository root so its export step imports inferstack's renderer
 # (shared code, not a copy). Only what the build uses is in the context, so the image (and with it
-# the endpoint) changes only when the renderer, the config schema or container/triton/ does.
+# the endpoint) changes only when the renderer, the part of the config schema it imports (not environments.yaml's,
+# nor the other model kinds') or container/triton/ does. A module the export starts to import is added here.
 # Kept identical to container/triton/Dockerfile.dockerignore (a test checks).
-BUILD_CONTEXT = ("*", "!inferstack/__init__.py", "!inferstack/schema", "inferstack/schema/kinds.py",
-                 "!inferstack/triton/__init__.py", "!inferstack/triton/config.py", "!container/triton", "**/__pycache__",
-                 "**/*.pyc")
+BUILD_CONTEXT = ("*", "!inferstack/__init__.py", "!inferstack/schema/__init__.py", "!inferstack/schema/base.py",
+                 "!inferstack/schema/deployment.py", "!inferstack/schema/families.py",
+                 "!inferstack/schema/instances.py", "!inferstack/schema/model_file.py",
+                 "!inferstack/schema/off_hours.py", "!inferstack/schema/pipeline.py",
+                 "!inferstack/schema/throughput.py", "!inferstack/schema/triton_sagemaker.py",
+                 "!inferstack/triton/__init__.py", "!inferstack/triton/config.py", "!inferstack/triton/folders.py",
+                 "!inferstack/triton/queue_policy.py", "!inferstack/triton/spec.py", "!container/triton",
+                 "**/__pycache__", "**/*.pyc")
 # What a model file's source.local_path is relative to: the export runs in /build, the repository root
 # reduced to BUILD_CONTEXT.
 LOCAL_PATH_BASE = "."

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 
-from inferstack.schema.models import TritonSageMakerModel
+from inferstack.schema.triton_sagemaker import TritonSageMakerModel
 from inferstack.triton import config as triton_config
 
 MIN_SECONDS, MAX_SECONDS = 60, 3600  # ProductionVariant.ContainerStartupHealthCheckTimeoutInSeconds

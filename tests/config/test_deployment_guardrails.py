@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from inferstack.schema.models import MIN_INSTANCES_FOR_STEPPED_DEPLOYMENT, TritonDeployment
+from inferstack.schema.deployment import MIN_INSTANCES_FOR_STEPPED_DEPLOYMENT
+from inferstack.schema.triton_sagemaker import TritonDeployment
 
 STEPPED = [
     TritonDeployment(strategy="canary", size_percent=10, wait_interval_seconds=600),
@@ -48,7 +49,7 @@ def test_an_off_hours_minimum_counts_as_the_fleet():
     from aws_cdk import aws_logs as logs
 
     from inferstack.constructs.triton_endpoint import TritonEndpoint
-    from inferstack.schema.models import OffHours
+    from inferstack.schema.off_hours import OffHours
     from tests.support.paths import CONFIG_DIR
 
     project = config.load(CONFIG_DIR)

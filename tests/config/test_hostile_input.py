@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from inferstack import config
-from inferstack.capacity import plan_report
+from inferstack.commands import plan_report
 from inferstack.config import yaml_source
 from tests.support.config_edits import edit_yaml, problems_of, set_at
 from tests.support.hang_guard import hang_guard

@@ -6,7 +6,7 @@ import pydantic
 import pytest
 
 from inferstack import config
-from inferstack.schema import models
+from inferstack.schema.neuron_ecs import NeuronCompile
 from inferstack.config import NeuronEcsModel, TritonSageMakerModel
 from tests.support.paths import CONFIG_DIR
 
@@ -61,9 +61,9 @@ def test_environment_overrides_merge_over_model_defaults(project):
 
 
 def test_pipeline_mode_compiler_args():
-    comp = models.NeuronCompile(neuron_generation="inf1", parallelism="pipeline",
+    comp = NeuronCompile(neuron_generation="inf1", parallelism="pipeline",
                                        neuron_cores_per_model=16, cast="matmult")
     assert comp.compiler_args() == ("--fp32-cast=matmult", "--neuroncore-pipeline-cores", "16")
-    inf2 = models.NeuronCompile(neuron_generation="inf2", cast="all", cast_type="fp16",
+    inf2 = NeuronCompile(neuron_generation="inf2", cast="all", cast_type="fp16",
                                        extra_compiler_args=("--optlevel=2",))
     assert inf2.compiler_args() == ("--auto-cast", "all", "--auto-cast-type", "fp16", "--optlevel=2")

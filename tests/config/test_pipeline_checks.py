@@ -147,7 +147,7 @@ CASES = {
     "the contract's output with other dims": (
         _tensor(2, "outputs", 1, dims=[-1, 3]),
         "pipeline.2.outputs.1.name: logits: FP32 [-1, 3], but the text-classification contract that smoke "
-        "tests, load tests and `inferstack invoke` read (inferstack/delivery/text_contract.py) is FP32 [-1, 2]"),
+        "tests, load tests and `inferstack invoke` read (inferstack/loadtest/text_contract.py) is FP32 [-1, 2]"),
     "calls naming no model of the repository": (
         _edit(2, calls=["other-model"]),
         "pipeline.2.calls.0: other-model: no such model in this repository; it has self, bert-large-classifier, "

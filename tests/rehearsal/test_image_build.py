@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -29,9 +31,11 @@ TRITON_MODELS = ("bert-large-classifier", "t5-spelling")
 # What the Triton export may import of inferstack, and all the build context may hold of it: the
 # schema and the renderer (inferstack/triton/image.py BUILD_CONTEXT, kept identical to the Dockerfile's
 # .dockerignore). A change here is a change of the image's contract.
-TRITON_CLOSURE = {"inferstack", "inferstack.schema", "inferstack.schema.families", "inferstack.schema.fargate",
-                  "inferstack.schema.instances", "inferstack.schema.models", "inferstack.schema.pipeline", "inferstack.triton",
-                  "inferstack.triton.config"}
+TRITON_CLOSURE = {"inferstack", "inferstack.schema", "inferstack.schema.base", "inferstack.schema.deployment",
+                  "inferstack.schema.families", "inferstack.schema.instances", "inferstack.schema.model_file",
+                  "inferstack.schema.off_hours", "inferstack.schema.pipeline", "inferstack.schema.throughput",
+                  "inferstack.schema.triton_sagemaker", "inferstack.triton", "inferstack.triton.config",
+                  "inferstack.triton.folders", "inferstack.triton.queue_policy", "inferstack.triton.spec"}
 
 
 def inf1_asset(inf2: image_build.ImageAsset) -> image_build.ImageAsset:
@@ -57,10 +61,12 @@ def test_the_triton_context_is_the_schema_the_renderer_and_the_export(dev_images
     files = image_build.build_context(asset.directory, asset.dockerfile, tmp_path)
     assert image_build.ignore_file(asset.directory, asset.dockerfile).name == "Dockerfile.dockerignore"
     assert [f for f in files if f.startswith("inferstack/")] == [
-        "inferstack/__init__.py", "inferstack/schema/__init__.py", "inferstack/schema/families.py",
-        "inferstack/schema/fargate.py", "inferstack/schema/instances.py", "inferstack/schema/models.py",
-        "inferstack/schema/pipeline.py",
-        "inferstack/triton/__init__.py", "inferstack/triton/config.py"]
+        "inferstack/__init__.py", "inferstack/schema/__init__.py", "inferstack/schema/base.py",
+        "inferstack/schema/deployment.py", "inferstack/schema/families.py", "inferstack/schema/instances.py",
+        "inferstack/schema/model_file.py", "inferstack/schema/off_hours.py", "inferstack/schema/pipeline.py",
+        "inferstack/schema/throughput.py", "inferstack/schema/triton_sagemaker.py",
+        "inferstack/triton/__init__.py", "inferstack/triton/config.py", "inferstack/triton/folders.py",
+        "inferstack/triton/queue_policy.py", "inferstack/triton/spec.py"]
     assert "container/triton/export.py" in files and "container/triton/requirements-export.txt" in files
 
 
@@ -161,10 +167,17 @@ def test_neuron_image_compiles_an_artifact_where_the_entrypoint_reads_it(tmp_pat
     assert f"Dockerfile.{target}" in report and "--backend cpu" in report
     metadata = json.loads((built / "image-root/opt/inferstack/artifact/model/metadata.json").read_text())
     assert metadata["backend"] == "cpu" and metadata["sequence_length"] == 128
-    # The supervisor reads neuron-monitor's configuration beside itself (container/neuron/neuron_monitor.py).
+    # The supervisor reads neuron-monitor's configuration beside itself (container/neuron/serving/neuron_monitor.py),
+    # and serve.py imports build/'s modules from beside its own folder.
     app = built / "image-root/opt/inferstack/app"
-    assert (app / "supervisor.py").is_file() and (app / "neuron_monitor.py").is_file()
-    assert json.loads((app / "neuron-monitor.json").read_text())["neuron_runtimes"]
+    assert (app / "serving/supervisor.py").is_file() and (app / "serving/neuron_monitor.py").is_file()
+    assert json.loads((app / "serving/neuron-monitor.json").read_text())["neuron_runtimes"]
+    assert (app / "build/artifact.py").is_file() and (app / "build/backends.py").is_file()
+    assert not (app / "serving/standin_accelerator.py").exists()
+    # The entrypoint starts from the image's layout alone (no PYTHONPATH): serve.py finds build/ beside serving/.
+    started = subprocess.run([sys.executable, "-E", "-s", str(app / "serving/serve.py"), "--help"], capture_output=True,
+                             text=True, timeout=120, cwd=built)
+    assert started.returncode == 0 and "--model-dir" in started.stdout, started.stderr
 
 
 def entrypoint_model_dir(dockerfile: Path) -> str:

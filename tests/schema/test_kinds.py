@@ -14,18 +14,19 @@ from pydantic import BaseModel
 
 from inferstack import config
 from inferstack.schema import instances, kinds
-from inferstack.schema.models import Fleet, ModelConfig
+from inferstack.schema.fleets import Fleet
+from inferstack.schema.model_config import ModelConfig
 from tests.support.paths import CONFIG_DIR
 
 # What imports every module that may hold a per-kind table: the CDK app and the command line's commands.
 ENTRY_MODULES = ("stacks.app_builder", "inferstack.cli", "inferstack.delivery.smoke", "inferstack.delivery.promote",
-                 "inferstack.capacity.profile.command", "inferstack.capacity.profile.recommender_command",
+                 "inferstack.profile.command", "inferstack.profile.recommender_command",
                  "inferstack.loadtest.command", "inferstack.loadtest.environment_run")
 # The tables there are today; discovery must find at least these (a table it missed would go unchecked).
 KNOWN_TABLES = {
-    "inferstack.config.checks.MODEL_CHECKS", "inferstack.config.checks.FLEET_CHECKS",
+    "inferstack.config.checks.models.MODEL_CHECKS", "inferstack.config.checks.fleets.FLEET_CHECKS",
     "inferstack.config.architecture.IMAGES", "inferstack.capacity.packing.PLANNERS",
-    "inferstack.capacity.plan_report.MEMBER_ROWS", "inferstack.delivery.smoke.PROBES",
+    "inferstack.commands.plan_report.MEMBER_ROWS", "inferstack.loadtest.probes.PROBES",
     "stacks.serving_stack.SERVES", "stacks.fleet_stack.SERVES",
 }
 
