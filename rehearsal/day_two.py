@@ -75,7 +75,7 @@ def shift_and_scale(aws, outputs_by_stack: dict[str, dict[str, str]]) -> LiveSta
     ecs, elbv2, sagemaker = aws.client("ecs"), aws.client("elbv2"), aws.client("sagemaker")
     state = LiveState()
     members = []
-    for stack, outputs in sorted(outputs_by_stack.items()):
+    for _stack, outputs in sorted(outputs_by_stack.items()):
         if "ServiceName" in outputs:
             cluster, service_name = outputs["ClusterName"], outputs["ServiceName"]
             (service,) = ecs.describe_services(cluster=cluster, services=[service_name])["services"]
@@ -85,8 +85,20 @@ def shift_and_scale(aws, outputs_by_stack: dict[str, dict[str, str]]) -> LiveSta
                     continue
                 rule = advanced["productionListenerRule"]
                 primary, alternate = balancer["targetGroupArn"], advanced["alternateTargetGroupArn"]
-                elbv2.modify_rule(RuleArn=rule, Actions=[{"Type": "forward", "ForwardConfig": {"TargetGroups": [
-                    {"TargetGroupArn": primary, "Weight": 0}, {"TargetGroupArn": alternate, "Weight": 100}]}}])
+                elbv2.modify_rule(
+                    RuleArn=rule,
+                    Actions=[
+                        {
+                            "Type": "forward",
+                            "ForwardConfig": {
+                                "TargetGroups": [
+                                    {"TargetGroupArn": primary, "Weight": 0},
+                                    {"TargetGroupArn": alternate, "Weight": 100},
+                                ]
+                            },
+                        }
+                    ],
+                )
                 state.rules[rule] = (alternate, primary)
             ecs.update_service(cluster=cluster, service=service_name, desiredCount=SCALED_TASKS)
             state.tasks[(cluster, service_name)] = SCALED_TASKS
@@ -94,8 +106,9 @@ def shift_and_scale(aws, outputs_by_stack: dict[str, dict[str, str]]) -> LiveSta
             members.append(outputs["InferenceComponentName"])
     for index, component in enumerate(sorted(members)):
         copies = SCALED_COPIES[0] if index == 0 else SCALED_COPIES[1]
-        sagemaker.update_inference_component_runtime_config(InferenceComponentName=component,
-                                                            DesiredRuntimeConfig={"CopyCount": copies})
+        sagemaker.update_inference_component_runtime_config(
+            InferenceComponentName=component, DesiredRuntimeConfig={"CopyCount": copies}
+        )
         state.copies[component] = copies
     return state
 
@@ -108,8 +121,11 @@ def _first_deploy_value(resources: dict, value) -> int:
         return value
     reader, attribute = (value.get("Fn::GetAtt") or [None, None]) if isinstance(value, dict) else (None, None)
     read = ((resources.get(reader) or {}).get("Properties") or {}).get("Read") or {}
-    if resources.get(reader, {}).get("Type") != LIVE_VALUE or read.get("Kind") != "scalable-range" \
-            or attribute not in ("Min", "Max"):
+    if (
+        resources.get(reader, {}).get("Type") != LIVE_VALUE
+        or read.get("Kind") != "scalable-range"
+        or attribute not in ("Min", "Max")
+    ):
         raise ValueError(f"a scalable target's capacity the rehearsal cannot resolve: {value}")
     return int(read["Planned"][0 if attribute == "Min" else 1])
 
@@ -122,9 +138,13 @@ def described_target(scaling, resource_id: str) -> Target | None:
         return None
     policies = scaling.describe_scaling_policies(**key, ResourceId=resource_id)["ScalingPolicies"]
     scheduled = scaling.describe_scheduled_actions(**key, ResourceId=resource_id)["ScheduledActions"]
-    return Target(resource_id, (found[0]["MinCapacity"], found[0]["MaxCapacity"]),
-                  tuple(sorted(p["PolicyName"] for p in policies)),
-                  tuple(sorted(a["ScheduledActionName"] for a in scheduled)), found[0]["CreationTime"])
+    return Target(
+        resource_id,
+        (found[0]["MinCapacity"], found[0]["MaxCapacity"]),
+        tuple(sorted(p["PolicyName"] for p in policies)),
+        tuple(sorted(a["ScheduledActionName"] for a in scheduled)),
+        found[0]["CreationTime"],
+    )
 
 
 def register_variant_targets(aws, templates: dict[str, dict]) -> dict[str, Target]:
@@ -140,8 +160,10 @@ def register_variant_targets(aws, templates: dict[str, dict]) -> dict[str, Targe
         resources = template.get("Resources") or {}
         for logical, resource in sorted(resources.items()):
             properties = resource.get("Properties") or {}
-            if resource["Type"] != "AWS::ApplicationAutoScaling::ScalableTarget" \
-                    or properties.get("ScalableDimension") != VARIANT_DIMENSION:
+            if (
+                resource["Type"] != "AWS::ApplicationAutoScaling::ScalableTarget"
+                or properties.get("ScalableDimension") != VARIANT_DIMENSION
+            ):
                 continue
             key = {k: properties[k] for k in ("ServiceNamespace", "ResourceId", "ScalableDimension")}
             extra = {"RoleARN": properties["RoleARN"]} if isinstance(properties.get("RoleARN"), str) else {}
@@ -151,16 +173,20 @@ def register_variant_targets(aws, templates: dict[str, dict]) -> dict[str, Targe
             scaling.register_scalable_target(**key, MinCapacity=low, MaxCapacity=high, **extra)
             for action in properties.get("ScheduledActions") or []:
                 scaling.put_scheduled_action(**key, **action)
-            for policy in (r.get("Properties") or {} for r in resources.values()
-                           if r["Type"] == "AWS::ApplicationAutoScaling::ScalingPolicy"):
+            for policy in (
+                r.get("Properties") or {}
+                for r in resources.values()
+                if r["Type"] == "AWS::ApplicationAutoScaling::ScalingPolicy"
+            ):
                 if policy.get("ScalingTargetId") == {"Ref": logical}:
                     scaling.put_scaling_policy(**key, **{k: v for k, v in policy.items() if k != "ScalingTargetId"})
             registered[key["ResourceId"]] = described_target(scaling, key["ResourceId"])
     return registered
 
 
-def check_kept(aws, state: LiveState, after: str, gone: Callable[[str], bool] = lambda _name: False
-               ) -> tuple[list[str], list[str]]:
+def check_kept(
+    aws, state: LiveState, after: str, gone: Callable[[str], bool] = lambda _name: False
+) -> tuple[list[str], list[str]]:
     """(checks passed, problems): production still forwards to the group that served before `after`, on every
     production rule (a listener's default action is never reached behind the catch-all rule and ECS does not move
     it: not checked here); desired counts and copies as set; each variant still a scalable target with the range,
@@ -174,8 +200,10 @@ def check_kept(aws, state: LiveState, after: str, gone: Callable[[str], bool] = 
         (found,) = elbv2.describe_rules(RuleArns=[rule])["Rules"]
         weights = {g["TargetGroupArn"]: g.get("Weight") for g in _forward_pair(found["Actions"])}
         if weights.get(serving) == 100 and weights.get(drained) == 0:
-            checks.append(f"after {after}: production rule {rule.rsplit('/', 3)[-3]}/.../{rule.rsplit('/', 1)[-1]} "
-                          f"still forwards 100% to the target group ECS left serving")
+            checks.append(
+                f"after {after}: production rule {rule.rsplit('/', 3)[-3]}/.../{rule.rsplit('/', 1)[-1]} "
+                f"still forwards 100% to the target group ECS left serving"
+            )
         else:
             problems.append(f"after {after}: production rule {rule} moved: weights {weights} (serving {serving})")
     for (cluster, service), desired in sorted(state.tasks.items()):
@@ -183,7 +211,9 @@ def check_kept(aws, state: LiveState, after: str, gone: Callable[[str], bool] = 
         if found["desiredCount"] == desired:
             checks.append(f"after {after}: {service} keeps the {desired} tasks autoscaling set")
         else:
-            problems.append(f"after {after}: {service} desired count {found['desiredCount']}, autoscaling set {desired}")
+            problems.append(
+                f"after {after}: {service} desired count {found['desiredCount']}, autoscaling set {desired}"
+            )
     for component, copies in sorted(state.copies.items()):
         if gone(component):
             continue
@@ -191,8 +221,9 @@ def check_kept(aws, state: LiveState, after: str, gone: Callable[[str], bool] = 
         if found["DesiredCopyCount"] == copies:
             checks.append(f"after {after}: {component} keeps the {copies} copies autoscaling set")
         else:
-            problems.append(f"after {after}: {component} has {found['DesiredCopyCount']} copies, autoscaling set "
-                            f"{copies}")
+            problems.append(
+                f"after {after}: {component} has {found['DesiredCopyCount']} copies, autoscaling set {copies}"
+            )
     scaling = aws.client("application-autoscaling")
     for resource_id, target in sorted(state.targets.items()):
         if gone(resource_id):
@@ -203,13 +234,16 @@ def check_kept(aws, state: LiveState, after: str, gone: Callable[[str], bool] = 
         elif (found.capacity, found.policies, found.scheduled) != (target.capacity, target.policies, target.scheduled):
             problems.append(f"after {after}: {resource_id}'s scalable target is {found}, registered as {target}")
         else:
-            checks.append(f"after {after}: {resource_id} keeps its scalable target ({target.capacity[0]}-"
-                          f"{target.capacity[1]}; scaling policies: {len(target.policies)}, scheduled actions: "
-                          f"{len(target.scheduled)})")
+            checks.append(
+                f"after {after}: {resource_id} keeps its scalable target ({target.capacity[0]}-"
+                f"{target.capacity[1]}; scaling policies: {len(target.policies)}, scheduled actions: "
+                f"{len(target.scheduled)})"
+            )
     return checks, problems
 
 
 # ----------------------------------------------------------------------------- config changes
+
 
 def _load(path: Path) -> dict:
     return yaml.safe_load(path.read_text())
@@ -250,9 +284,11 @@ def change_for_next_release(config_dir: Path) -> list[str]:
         raise ValueError(f"{CHANGED_FLEET} reordered as {order}: {RETIRED_FLEET_MEMBER} should lead it")
     environments["fleets"][CHANGED_FLEET]["models"] = order
     _dump(env_file, environments)
-    changes = [f"{CHANGED_MODEL}: serving.max_batch_size {before} -> {CHANGED_BATCH_SIZE}",
-               f"{CHANGED_FLEET}: dev capacity.max {old_max} -> {CHANGED_FLEET_MAX}",
-               f"{CHANGED_FLEET}: models {members} -> {order}"]
+    changes = [
+        f"{CHANGED_MODEL}: serving.max_batch_size {before} -> {CHANGED_BATCH_SIZE}",
+        f"{CHANGED_FLEET}: dev capacity.max {old_max} -> {CHANGED_FLEET_MAX}",
+        f"{CHANGED_FLEET}: models {members} -> {order}",
+    ]
     if (config_dir / f"{RETYPED_MODEL}.yaml").exists():
         changes.append(change_instance_type(config_dir))
     return changes
@@ -267,8 +303,10 @@ def change_instance_type(config_dir: Path) -> str:
     before = capacity.get("instance_type", model["capacity"]["instance_type"])
     profile = model["throughput_profile"][before]
     model["throughput_profile"][RETYPED_TO] = {
-        "throughput_per_second": profile["throughput_per_second"], "p99_latency_ms": profile["p99_latency_ms"],
-        "source": f"rehearsal estimate: the same single T4 GPU as {before}, so its figures"}
+        "throughput_per_second": profile["throughput_per_second"],
+        "p99_latency_ms": profile["p99_latency_ms"],
+        "source": f"rehearsal estimate: the same single T4 GPU as {before}, so its figures",
+    }
     capacity["instance_type"] = RETYPED_TO
     _dump(path, model)
     return f"{RETYPED_MODEL}: dev capacity.instance_type {before} -> {RETYPED_TO}"
@@ -295,10 +333,10 @@ def retire(config_dir: Path, model: str) -> str:
 # Added by `add_sample_models`: (new name, shipped file it copies, fleet it joins or None). Their names sort
 # before, between and after the shipped models', one of each kind.
 SAMPLE_MODELS = (
-    ("a-sentiment", "bert-large-classifier", None),            # Triton, a dedicated endpoint
-    ("faq-bert", "duplicate-bert", "intent-pack"),              # Neuron, a neuron-cores fleet member
-    ("m-spelling", "t5-spelling", "triton-shared"),             # Triton, an inference component on a fleet
-    ("zz-router", "intent-bert-inf2", None),                    # Neuron, a service of its own
+    ("a-sentiment", "bert-large-classifier", None),  # Triton, a dedicated endpoint
+    ("faq-bert", "duplicate-bert", "intent-pack"),  # Neuron, a neuron-cores fleet member
+    ("m-spelling", "t5-spelling", "triton-shared"),  # Triton, an inference component on a fleet
+    ("zz-router", "intent-bert-inf2", None),  # Neuron, a service of its own
 )
 
 
@@ -325,8 +363,10 @@ def add_sample_models(config_dir: Path) -> list[str]:
         _dump(config_dir / f"{name}.yaml", data)
         if fleet and "serving" in data and "port" in data["serving"]:
             # A neuron-cores member listens on a port of its own in the fleet's task.
-            taken = [(_load(config_dir / f"{m}.yaml").get("serving") or {}).get("port", 8080)
-                     for m in environments["fleets"][fleet]["models"]]
+            taken = [
+                (_load(config_dir / f"{m}.yaml").get("serving") or {}).get("port", 8080)
+                for m in environments["fleets"][fleet]["models"]
+            ]
             data["serving"]["port"] = max(taken) + 1
             _dump(config_dir / f"{name}.yaml", data)
         if fleet:

@@ -43,6 +43,7 @@ def expand(text: str, variables: dict[str, str]) -> str:
         default = match.group(2)
         found = variables.get(name, "")
         return found if found or default is None else default
+
     return _VARIABLE.sub(value, text)
 
 
@@ -72,7 +73,7 @@ def _instruction(text: str, line: int, source: str) -> Instruction:
     rest = rest.strip() + " "
     while (match := _FLAG.match(rest)) is not None:
         flags[match.group(1)] = match.group(2)
-        rest = rest[match.end():]
+        rest = rest[match.end() :]
     if not keyword.isalpha():
         raise DockerfileError(f"{source}:{line}: cannot read instruction {text[:40]!r}")
     return Instruction(keyword.upper(), rest.strip(), flags, line)

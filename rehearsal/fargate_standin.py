@@ -35,6 +35,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
+import shlex
 import shutil
 import signal
 import socket
@@ -44,8 +46,6 @@ import threading
 import time
 import urllib.request
 from collections.abc import Callable, Mapping
-import re
-import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -93,7 +93,7 @@ class Image:
     volumes: Mapping[str, Directory] = field(default_factory=dict)
 
     @classmethod
-    def from_dockerfile(cls, path: Path, paths: Mapping[str, Path]) -> "Image":
+    def from_dockerfile(cls, path: Path, paths: Mapping[str, Path]) -> Image:
         _, stages = df.read(path)
         entrypoint: tuple[str, ...] = ()
         env: dict[str, str] = {}
@@ -115,13 +115,18 @@ class Image:
             elif instruction.keyword == "RUN":
                 created.update(_installed_directories(df.expand(instruction.arguments, env), where))
             elif instruction.keyword == "VOLUME":
-                words = json.loads(instruction.arguments) if instruction.arguments.lstrip().startswith("[") \
+                words = (
+                    json.loads(instruction.arguments)
+                    if instruction.arguments.lstrip().startswith("[")
                     else instruction.words(env)
+                )
                 for volume in words:
                     if volume not in created:
-                        raise StandInError(f"{where}: VOLUME {volume}: the stand-in cannot tell the owner and mode "
-                                           f"the image gives it; create it with `install -d -o UID -g GID -m MODE "
-                                           f"{volume}` in this stage")
+                        raise StandInError(
+                            f"{where}: VOLUME {volume}: the stand-in cannot tell the owner and mode "
+                            f"the image gives it; create it with `install -d -o UID -g GID -m MODE "
+                            f"{volume}` in this stage"
+                        )
                     volumes[volume] = created[volume]
         if not entrypoint:
             raise StandInError(f"{path}: no ENTRYPOINT in JSON form in its last stage")
@@ -135,7 +140,7 @@ class Image:
         for part in value.split(os.pathsep):
             for image_dir, local_dir in sorted(table.items(), key=lambda item: -len(item[0])):
                 if part == image_dir or part.startswith(image_dir.rstrip("/") + "/"):
-                    part = str(local_dir) + part[len(image_dir.rstrip("/")):]
+                    part = str(local_dir) + part[len(image_dir.rstrip("/")) :]
                     break
             parts.append(part)
         return os.pathsep.join(parts)
@@ -146,8 +151,10 @@ def numeric_user(value: str, where: str) -> tuple[int, int]:
     group, is resolved through the image's /etc/passwd, which the stand-in cannot read."""
     uid, _, gid = value.partition(":")
     if not (uid.isdigit() and gid.isdigit()):
-        raise StandInError(f"{where}: user {value!r}: write it as numbers, uid:gid (the stand-in cannot read the "
-                           f"image's /etc/passwd to resolve a name or a uid's group)")
+        raise StandInError(
+            f"{where}: user {value!r}: write it as numbers, uid:gid (the stand-in cannot read the "
+            f"image's /etc/passwd to resolve a name or a uid's group)"
+        )
     return int(uid), int(gid)
 
 
@@ -169,8 +176,10 @@ def _installed_directories(command: str, where: str) -> dict[str, Directory]:
         try:
             directory = Directory(int(options["-o"]), int(options["-g"]), int(options["-m"], 8))
         except (KeyError, ValueError):
-            raise StandInError(f"{where}: install -d without a numeric -o, -g and -m: the stand-in cannot tell the "
-                               f"directory's owner and mode") from None
+            raise StandInError(
+                f"{where}: install -d without a numeric -o, -g and -m: the stand-in cannot tell the "
+                f"directory's owner and mode"
+            ) from None
         found.update({target: directory for target in targets})
     return found
 
@@ -211,8 +220,13 @@ def build_network_shim(out: Path) -> Path:
     if cc is None:
         raise StandInError(f"no C compiler on PATH to build {NETWORK_SHIM_SOURCE.name}")
     out.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run([cc, "-shared", "-fPIC", "-O2", "-o", str(out), str(NETWORK_SHIM_SOURCE), "-ldl"],
-                   check=True, capture_output=True, text=True, timeout=120)
+    subprocess.run(
+        [cc, "-shared", "-fPIC", "-O2", "-o", str(out), str(NETWORK_SHIM_SOURCE), "-ldl"],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     return out
 
 
@@ -234,8 +248,13 @@ class FargateStandIn:
     def __post_init__(self) -> None:
         import boto3
 
-        self._ecs = boto3.client("ecs", endpoint_url=self.endpoint, region_name=self.region,
-                                 aws_access_key_id=self.account, aws_secret_access_key=SECRET)
+        self._ecs = boto3.client(
+            "ecs",
+            endpoint_url=self.endpoint,
+            region_name=self.region,
+            aws_access_key_id=self.account,
+            aws_secret_access_key=SECRET,
+        )
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -243,7 +262,7 @@ class FargateStandIn:
         self.shim = build_network_shim(self.workdir / "task_network.so")
 
     # -- lifecycle
-    def __enter__(self) -> "FargateStandIn":
+    def __enter__(self) -> FargateStandIn:
         self._moto_transition({"progression": "manual", "times": NEVER})
         self._thread = threading.Thread(target=self._watch, name="fargate-standin", daemon=True)
         self._thread.start()
@@ -258,9 +277,12 @@ class FargateStandIn:
         self._moto_transition({"progression": "manual", "times": 1})  # moto's default for ecs::task
 
     def _moto_transition(self, transition: dict) -> None:
-        request = urllib.request.Request(f"{self.endpoint}/moto-api/state-manager/set-transition", method="POST",
-                                         data=json.dumps({"model_name": "ecs::task", "transition": transition}).encode(),
-                                         headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(
+            f"{self.endpoint}/moto-api/state-manager/set-transition",
+            method="POST",
+            data=json.dumps({"model_name": "ecs::task", "transition": transition}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
         with urllib.request.urlopen(request, timeout=10):
             pass
 
@@ -269,7 +291,7 @@ class FargateStandIn:
         while not self._stop.is_set():
             try:
                 self._tick()
-            except Exception as exc:  # noqa: BLE001 - a stand-in failure is reported to the test, not swallowed
+            except Exception as exc:  # a stand-in failure is reported to the test, not swallowed
                 self.errors.append(f"{type(exc).__name__}: {' '.join(str(exc).split())}")
                 self.log(f"stand-in error: {self.errors[-1]}")
             self._stop.wait(self.poll_s)
@@ -282,16 +304,21 @@ class FargateStandIn:
         running = [t for t in self.tasks.values() if not t.reported]
         if not running:
             return
-        described = {t["taskArn"]: t for t in self._ecs.describe_tasks(
-            cluster=self.cluster, tasks=[t.arn for t in running])["tasks"]}
+        described = {
+            t["taskArn"]: t
+            for t in self._ecs.describe_tasks(cluster=self.cluster, tasks=[t.arn for t in running])["tasks"]
+        }
         for task in running:
             _remember_family(task)
             if described.get(task.arn, {}).get("desiredStatus") == "STOPPED" and task.stop_requested_at is None:
                 task.stop_requested_at = time.monotonic()
                 self.log(f"{task.container} {_short(task.arn)}: StopTask -> SIGTERM")
                 _signal(task.process, signal.SIGTERM)
-            if task.stop_requested_at is not None and task.process.poll() is None and \
-                    time.monotonic() - task.stop_requested_at > task.stop_timeout_s:
+            if (
+                task.stop_requested_at is not None
+                and task.process.poll() is None
+                and time.monotonic() - task.stop_requested_at > task.stop_timeout_s
+            ):
                 _signal(task.process, signal.SIGKILL)
             code = task.process.poll()
             if code is not None:
@@ -301,8 +328,14 @@ class FargateStandIn:
         (task,) = self._ecs.describe_tasks(cluster=self.cluster, tasks=[arn])["tasks"]
         definition = self._ecs.describe_task_definition(taskDefinition=task["taskDefinitionArn"])["taskDefinition"]
         (container,) = definition["containerDefinitions"]  # the load test's task definitions hold one each
-        override = next((o for o in (task.get("overrides") or {}).get("containerOverrides") or []
-                         if o.get("name") == container["name"]), {})
+        override = next(
+            (
+                o
+                for o in (task.get("overrides") or {}).get("containerOverrides") or []
+                if o.get("name") == container["name"]
+            ),
+            {},
+        )
         env = {**self.image.env}
         env.update({e["name"]: e["value"] for e in container.get("environment") or []})
         env.update({e["name"]: e["value"] for e in override.get("environment") or []})
@@ -314,21 +347,32 @@ class FargateStandIn:
         published = {m["containerPort"]: free_port() for m in container.get("portMappings") or []}
         scratch = self.workdir / _short(arn)
         scratch.mkdir(parents=True)
-        user = numeric_user(container["user"], f"task definition {definition['family']}") \
-            if container.get("user") else self.image.user
+        user = (
+            numeric_user(container["user"], f"task definition {definition['family']}")
+            if container.get("user")
+            else self.image.user
+        )
         mounts, read_only = self._volumes(definition, container, scratch / "volumes")
         process_env = {key: self.image.local(value, mounts) for key, value in env.items()}
-        process_env.update({
-            "PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"]),
-            # Docker's HOME for a user it finds no passwd entry for (the stand-in reads no /etc/passwd).
-            "HOME": "/", "LANG": "C.UTF-8",
-            "AWS_REGION": self.region, "AWS_DEFAULT_REGION": self.region, "AWS_ENDPOINT_URL": self.endpoint,
-            "AWS_ACCESS_KEY_ID": self.account, "AWS_SECRET_ACCESS_KEY": SECRET, "AWS_EC2_METADATA_DISABLED": "true",
-            "LD_PRELOAD": str(self.shim),
-            PORTS_ENV: ",".join(f"{port}={local}" for port, local in published.items()),
-            ROUTES_ENV: ",".join(f"{t.private_ip}:{port}={local}" for t in self.tasks.values()
-                                 for port, local in t.published.items()),
-        })
+        process_env.update(
+            {
+                "PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"]),
+                # Docker's HOME for a user it finds no passwd entry for (the stand-in reads no /etc/passwd).
+                "HOME": "/",
+                "LANG": "C.UTF-8",
+                "AWS_REGION": self.region,
+                "AWS_DEFAULT_REGION": self.region,
+                "AWS_ENDPOINT_URL": self.endpoint,
+                "AWS_ACCESS_KEY_ID": self.account,
+                "AWS_SECRET_ACCESS_KEY": SECRET,
+                "AWS_EC2_METADATA_DISABLED": "true",
+                "LD_PRELOAD": str(self.shim),
+                PORTS_ENV: ",".join(f"{port}={local}" for port, local in published.items()),
+                ROUTES_ENV: ",".join(
+                    f"{t.private_ip}:{port}={local}" for t in self.tasks.values() for port, local in t.published.items()
+                ),
+            }
+        )
         if "/tmp" in mounts:
             # The container's /tmp is this volume: where tempfile looks first there, it looks first here.
             process_env["TMPDIR"] = str(mounts["/tmp"])
@@ -336,14 +380,32 @@ class FargateStandIn:
         launcher = _launcher(mounts, read_only, bool(container.get("readonlyRootFilesystem")), workdir, user)
         log = scratch / "container.log"
         with open(log, "wb") as out:
-            process = subprocess.Popen([*launcher, *argv], env=process_env, stdout=out, stderr=subprocess.STDOUT,
-                                       stdin=subprocess.DEVNULL, start_new_session=True)
+            process = subprocess.Popen(
+                [*launcher, *argv],
+                env=process_env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         with self._lock:
-            self.tasks[arn] = StandInTask(arn, container["name"], argv, env, private_ip, published, log, process,
-                                          float(container.get("stopTimeout") or DEFAULT_STOP_TIMEOUT_S),
-                                          mounts, user)
-        self.log(f"{container['name']} {_short(arn)}: pid {process.pid}, uid {user[0]}, {' '.join(argv[1:])}, "
-                 f"ENI {private_ip}" + (f", published {published}" if published else ""))
+            self.tasks[arn] = StandInTask(
+                arn,
+                container["name"],
+                argv,
+                env,
+                private_ip,
+                published,
+                log,
+                process,
+                float(container.get("stopTimeout") or DEFAULT_STOP_TIMEOUT_S),
+                mounts,
+                user,
+            )
+        self.log(
+            f"{container['name']} {_short(arn)}: pid {process.pid}, uid {user[0]}, {' '.join(argv[1:])}, "
+            f"ENI {private_ip}" + (f", published {published}" if published else "")
+        )
 
     def _volumes(self, definition: dict, container: dict, root: Path) -> tuple[dict[str, Path], set[str]]:
         """Each mount point's volume as Fargate creates it: (container path -> directory, read-only paths)."""
@@ -354,18 +416,23 @@ class FargateStandIn:
             name, path = point["sourceVolume"], point["containerPath"]
             volume = declared.get(name)
             if volume is None:
-                raise StandInError(f"task definition {definition['family']}: mount point {path} names volume "
-                                   f"{name!r}, which the task definition does not declare")
+                raise StandInError(
+                    f"task definition {definition['family']}: mount point {path} names volume "
+                    f"{name!r}, which the task definition does not declare"
+                )
             unsupported = set(volume) - {"name", "host"} or (volume.get("host") or {}).get("sourcePath")
             if unsupported:
-                raise StandInError(f"task definition {definition['family']}: volume {name!r} is not an empty bind "
-                                   f"mount (the one kind of Fargate volume the stand-in makes)")
+                raise StandInError(
+                    f"task definition {definition['family']}: volume {name!r} is not an empty bind "
+                    f"mount (the one kind of Fargate volume the stand-in makes)"
+                )
             directory = root / name
             if not directory.exists():
                 directory.mkdir(parents=True)
                 owner = self.image.volumes.get(path)
-                uid, gid, mode = (owner.uid, owner.gid, owner.mode) if owner else (*EMPTY_VOLUME_OWNER,
-                                                                                 EMPTY_VOLUME_MODE)
+                uid, gid, mode = (
+                    (owner.uid, owner.gid, owner.mode) if owner else (*EMPTY_VOLUME_OWNER, EMPTY_VOLUME_MODE)
+                )
                 os.chown(directory, uid, gid)
                 os.chmod(directory, mode)
             mounts[path] = directory
@@ -381,9 +448,14 @@ class FargateStandIn:
         # the reason StopTask gave.
         reason = {} if task.stop_requested_at is not None else {"reason": "Essential container in task exited"}
         self._ecs.submit_task_state_change(
-            cluster=self.cluster, task=task.arn, status="STOPPED", **reason,
-            containers=[{"containerName": task.container, "exitCode": code, "status": "STOPPED",
-                         "reason": f"exit code {code}"}])
+            cluster=self.cluster,
+            task=task.arn,
+            status="STOPPED",
+            **reason,
+            containers=[
+                {"containerName": task.container, "exitCode": code, "status": "STOPPED", "reason": f"exit code {code}"}
+            ],
+        )
         task.reported = True
         self.log(f"{task.container} {_short(task.arn)}: exited {code}")
 
@@ -399,8 +471,9 @@ def _private_ip(task: dict) -> str:
     raise StandInError(f"task {task.get('taskArn')} has no ENI address (not an awsvpc task?)")
 
 
-def _launcher(mounts: Mapping[str, Path], read_only: set[str], read_only_root: bool, workdir: str,
-              user: tuple[int, int]) -> list[str]:
+def _launcher(
+    mounts: Mapping[str, Path], read_only: set[str], read_only_root: bool, workdir: str, user: tuple[int, int]
+) -> list[str]:
     """The argv prefix that starts a task's command in a mount namespace of its own: the root file system read-only
     when the task says so (every mount of this machine's but /proc, /sys and /dev, remounted read-only in that
     namespace only), each volume's directory mounted on itself, writable unless its mount point is read-only, and
@@ -410,12 +483,20 @@ def _launcher(mounts: Mapping[str, Path], read_only: set[str], read_only_root: b
         script += [f"mount -o remount,bind,ro {shlex.quote(m)}" for m in _writable_mounts()]
     for path, directory in mounts.items():
         mode = "ro" if path in read_only else "rw"
-        script += [f"mount --bind {shlex.quote(str(directory))} {shlex.quote(str(directory))}",
-                   f"mount -o remount,bind,{mode} {shlex.quote(str(directory))}"]
+        script += [
+            f"mount --bind {shlex.quote(str(directory))} {shlex.quote(str(directory))}",
+            f"mount -o remount,bind,{mode} {shlex.quote(str(directory))}",
+        ]
     script.append(f"cd {shlex.quote(workdir)}")
     uid, gid = user
-    drop = "" if uid == 0 else (f"setpriv --reuid {uid} --regid {gid} --clear-groups --inh-caps +dac_read_search "
-                                f"--ambient-caps +dac_read_search -- ")
+    drop = (
+        ""
+        if uid == 0
+        else (
+            f"setpriv --reuid {uid} --regid {gid} --clear-groups --inh-caps +dac_read_search "
+            f"--ambient-caps +dac_read_search -- "
+        )
+    )
     script.append(f'exec {drop}"$@"')
     return ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", "\n".join(script), "task"]
 
@@ -475,7 +556,7 @@ def _end(task: StandInTask, *, grace_s: float) -> None:
         task.process.wait(timeout=10)
 
 
-def leftover_processes(stand_in: "FargateStandIn") -> list[int]:
+def leftover_processes(stand_in: FargateStandIn) -> list[int]:
     """Process ids of anything the stand-in's tasks started that still runs."""
     import psutil
 

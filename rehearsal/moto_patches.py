@@ -61,10 +61,12 @@ def _account_from_access_key() -> Undo:
     def undo() -> None:
         undo_key()
         iam_models.get_account_id_from = original_account
+
     return undo
 
 
 # ----------------------------------------------------------------------------- kms-key-cloudformation-tags
+
 
 def _kms_key_cloudformation_tags() -> Undo:
     """AWS::KMS::Key's `Tags` are CloudFormation tags ({Key, Value}); moto's handler passes them to its KMS
@@ -86,6 +88,7 @@ def _kms_key_cloudformation_tags() -> Undo:
 
 # ----------------------------------------------------------------------------- change-set-outputs-and-exports
 
+
 def _change_set_outputs_and_exports() -> Undo:
     """The CDK CLI deploys through change sets. moto's ExecuteChangeSet of a CREATE change set applies the
     resources to a stack that was built with an empty template and no view of the region's exports, and
@@ -104,8 +107,13 @@ def _change_set_outputs_and_exports() -> Undo:
         # By name, the newest: the CDK CLI names every deploy's change set `cdk-deploy-change-set`, and an
         # update's must not be taken for the create that came first (moto's own lookup also keeps the last).
         change_set = self.change_sets.get(change_set_name) or next(
-            (c for c in reversed(list(self.change_sets.values())) if c.change_set_name == change_set_name
-             and stack_name in (None, c.stack_name, c.stack_id)), None)
+            (
+                c
+                for c in reversed(list(self.change_sets.values()))
+                if c.change_set_name == change_set_name and stack_name in (None, c.stack_name, c.stack_id)
+            ),
+            None,
+        )
         if change_set is None or change_set.change_set_type != "CREATE":
             # By id: moto's own lookup by name takes the newest change set of that name of ANY stack.
             original(self, change_set.change_set_id if change_set is not None else change_set_name, stack_name)
@@ -143,39 +151,47 @@ def _change_set_outputs_and_exports() -> Undo:
 
 # ----------------------------------------------------------------------------- change-sets-by-stack
 
+
 def _change_sets_by_stack() -> Undo:
     """The CDK CLI names every stack's change set `cdk-deploy-change-set` and calls Describe-, Delete- and
     ExecuteChangeSet with that name and the stack's name. moto looks change sets up by name alone, across every
     stack: on a second deploy (an update) it describes, deletes or executes another stack's change set of that
     name, and the CLI waits on the wrong one for ever. Look the name up among the named stack's change sets
     (the newest), and hand moto its id; no such change set there: ChangeSetNotFound, as AWS answers."""
+    from moto.cloudformation.exceptions import CloudFormationError
     from moto.cloudformation.models import cloudformation_backends
     from moto.cloudformation.responses import CloudFormationResponse
-    from moto.cloudformation.exceptions import CloudFormationError
     from moto.core.responses import EmptyResult
 
     class ChangeSetNotFound(CloudFormationError):
         code = "ChangeSetNotFound"
 
-    originals = {name: CloudFormationResponse.__dict__[name]
-                 for name in ("describe_change_set", "delete_change_set", "execute_change_set")}
+    originals = {
+        name: CloudFormationResponse.__dict__[name]
+        for name in ("describe_change_set", "delete_change_set", "execute_change_set")
+    }
 
     def scoped(original):
         def method(self):
             name, stack = self._get_param("ChangeSetName"), self._get_param("StackName")
             backend = cloudformation_backends[self.current_account][self.region]
             if name and stack and not name.startswith("arn:"):
-                found = [c for c in backend.change_sets.values()
-                         if c.change_set_name == name and stack in (c.stack_name, c.stack_id)]
+                found = [
+                    c
+                    for c in backend.change_sets.values()
+                    if c.change_set_name == name and stack in (c.stack_name, c.stack_id)
+                ]
                 if not found and original is originals["delete_change_set"]:
                     return EmptyResult()  # as AWS: deleting a change set that is not there succeeds
                 if not found:  # as AWS answers (the CLI waits for exactly this after deleting one)
                     raise ChangeSetNotFound(f"ChangeSet [{name}] does not exist")
                 change_set_id = found[-1].change_set_id
                 get_param = self._get_param
-                self._get_param = lambda key, *default: (change_set_id if key == "ChangeSetName"
-                                                         else get_param(key, *default))
+                self._get_param = lambda key, *default: (
+                    change_set_id if key == "ChangeSetName" else get_param(key, *default)
+                )
             return original(self)
+
         return method
 
     undos = [_replace(CloudFormationResponse, name, scoped(original)) for name, original in originals.items()]
@@ -183,10 +199,12 @@ def _change_sets_by_stack() -> Undo:
     def undo() -> None:
         for restore in undos:
             restore()
+
     return undo
 
 
 # ----------------------------------------------------------------------------- ssm-parameter-previous-value
+
 
 def _ssm_parameter_previous_value() -> Undo:
     """A parameter of type AWS::SSM::Parameter::Value<...> (the CDK bootstrap version, the Neuron AMI id) holds
@@ -254,22 +272,25 @@ def _custom_resources_without_docker() -> Undo:
     from moto.cloudformation.custom_model import CustomModel
     from moto.moto_api._internal import mock_random
 
-    original = CustomModel.__dict__["create_from_cloudformation_json"]
-
     def create_from_cloudformation_json(cls, resource_name, cloudformation_json, account_id, region_name, **kwargs):
         get_lambda_backend(account_id, region_name).get_function(cloudformation_json["Properties"]["ServiceToken"])
         resource = cls(region_name, str(mock_random.uuid4()), kwargs["LogicalId"], resource_name)
         cloudformation_backends[account_id][region_name].get_stack(kwargs["StackId"]).add_custom_resource(resource)
         resource.set_data({})
         CUSTOM_RESOURCES_NOT_RUN.append((kwargs["StackId"], kwargs["LogicalId"], kwargs["ResourceType"]))
-        print(f"moto patch custom-resources-without-docker: {kwargs['ResourceType']} {kwargs['LogicalId']} marked "
-              f"created, its Lambda not invoked", file=sys.stderr, flush=True)
+        print(
+            f"moto patch custom-resources-without-docker: {kwargs['ResourceType']} {kwargs['LogicalId']} marked "
+            f"created, its Lambda not invoked",
+            file=sys.stderr,
+            flush=True,
+        )
         return resource
 
     return _replace(CustomModel, "create_from_cloudformation_json", classmethod(create_from_cloudformation_json))
 
 
 # ----------------------------------------------------------------------------- getatt-of-unmodeled-resource
+
 
 class UnmodeledResource:
     """Stands in for a resource moto's CloudFormation skips, when another resource or an output reads it:
@@ -302,14 +323,14 @@ def _getatt_of_unmodeled_resource() -> Undo:
         if value is None:
             resource = (self._resource_json_map or {}).get(key)
             if isinstance(resource, dict) and not resource_class_from_type(resource.get("Type", "")):
-                return UnmodeledResource(self["AWS::StackName"], key,
-                                         self._account_id, self._region_name)
+                return UnmodeledResource(self["AWS::StackName"], key, self._account_id, self._region_name)
         return value
 
     return _replace(ResourceMap, "__getitem__", __getitem__)
 
 
 # ----------------------------------------------------------------------------- target-group-getatt
+
 
 def _target_group_getatt() -> Undo:
     """moto's AWS::ElasticLoadBalancingV2::TargetGroup has no get_cfn_attribute at all: any Fn::GetAtt of
@@ -320,9 +341,12 @@ def _target_group_getatt() -> Undo:
     def get_cfn_attribute(self, attribute_name: str):
         from moto.cloudformation.exceptions import UnformattedGetAttTemplateException
 
-        values = {"TargetGroupFullName": self.arn.split(":")[-1],  # targetgroup/<name>/<id>
-                  "TargetGroupName": self.name, "TargetGroupArn": self.arn,
-                  "LoadBalancerArns": list(self.load_balancer_arns)}
+        values = {
+            "TargetGroupFullName": self.arn.split(":")[-1],  # targetgroup/<name>/<id>
+            "TargetGroupName": self.name,
+            "TargetGroupArn": self.arn,
+            "LoadBalancerArns": list(self.load_balancer_arns),
+        }
         if attribute_name not in values:
             raise UnformattedGetAttTemplateException()
         return values[attribute_name]
@@ -334,6 +358,7 @@ def _target_group_getatt() -> Undo:
 
 
 # ----------------------------------------------------------------------------- listener-forward-config
+
 
 def _listener_forward_config() -> Undo:
     """An AWS::ElasticLoadBalancingV2::Listener whose default action forwards with a ForwardConfig (weighted
@@ -347,12 +372,16 @@ def _listener_forward_config() -> Undo:
 
     def convert_and_validate_properties(self, properties):
         actions = properties["DefaultActions"]
-        weighted = {i: a for i, a in enumerate(actions) if a.get("Type") == "forward" and "TargetGroupArn" not in a
-                    and "ForwardConfig" in a}
+        weighted = {
+            i: a
+            for i, a in enumerate(actions)
+            if a.get("Type") == "forward" and "TargetGroupArn" not in a and "ForwardConfig" in a
+        }
         if not weighted:
             return original(self, properties)
-        converted = original(self, {**properties, "DefaultActions": [a for i, a in enumerate(actions)
-                                                                     if i not in weighted]})
+        converted = original(
+            self, {**properties, "DefaultActions": [a for i, a in enumerate(actions) if i not in weighted]}
+        )
         for index in sorted(weighted):
             converted.insert(index, weighted[index])
         return converted
@@ -361,6 +390,7 @@ def _listener_forward_config() -> Undo:
 
 
 # ----------------------------------------------------------------------------- ecs-service-load-balancers
+
 
 def _api_shape(value):
     """CloudFormation's PascalCase keys as the ECS API's camelCase (TargetGroupArn -> targetGroupArn)."""
@@ -394,6 +424,7 @@ def _ecs_service_load_balancers() -> Undo:
 
 # ----------------------------------------------------------------------------- sagemaker-endpoint-name
 
+
 def _sagemaker_endpoint_name() -> Undo:
     """moto's AWS::SageMaker::Endpoint ignores its EndpointName property (cloudformation_name_type is ""):
     the endpoint gets a generated name, so the stack's EndpointName output names no endpoint and
@@ -404,6 +435,7 @@ def _sagemaker_endpoint_name() -> Undo:
 
 
 # ----------------------------------------------------------------------------- route-table-delete
+
 
 def _route_table_delete() -> Undo:
     """moto's AWS::EC2::RouteTable has no delete: deleting a stack leaves its route tables (with their
@@ -425,6 +457,7 @@ def _route_table_delete() -> Undo:
 
 # ----------------------------------------------------------------------------- deletes-without-a-handler
 
+
 def _deletes_without_a_handler() -> Undo:
     """moto's CloudFormation deletes a resource through the model's `delete` or its class's
     `delete_from_cloudformation_json`; these five types have neither, so a deleted stack leaves them
@@ -440,9 +473,9 @@ def _deletes_without_a_handler() -> Undo:
         NatGateway: lambda self, account, region: self.ec2_backend.delete_nat_gateway(self.id),
         Cluster: lambda self, account, region: ecs_backends[account][region].delete_cluster(self.arn),
         TaskDefinition: lambda self, account, region: ecs_backends[account][region].deregister_task_definition(
-            self.arn),
-        FakeTargetGroup: lambda self, account, region: elbv2_backends[account][region].delete_target_group(
-            self.arn),
+            self.arn
+        ),
+        FakeTargetGroup: lambda self, account, region: elbv2_backends[account][region].delete_target_group(self.arn),
         FakeListenerRule: lambda self, account, region: elbv2_backends[account][region].delete_rule(self.arn),
     }
     for model in deletes:
@@ -454,10 +487,12 @@ def _deletes_without_a_handler() -> Undo:
     def undo() -> None:
         for model in deletes:
             delattr(model, "delete")
+
     return undo
 
 
 # ----------------------------------------------------------------------------- update-removes-unmodeled
+
 
 def _update_removes_unmodeled() -> Undo:
     """A stack update that removes a resource of a type moto's CloudFormation does not model (an alarm, a scaling
@@ -479,6 +514,7 @@ def _update_removes_unmodeled() -> Undo:
 
 # ----------------------------------------------------------------------------- sagemaker-variant-without-model
 
+
 def _sagemaker_variant_without_model() -> Undo:
     """An endpoint that hosts inference components has a production variant that names no model (each
     component names its own). moto's CreateEndpointConfig, through the API or CloudFormation, reads every
@@ -496,24 +532,32 @@ def _sagemaker_variant_without_model() -> Undo:
 
 # ----------------------------------------------------------------------------- task-definition-update
 
+
 def _task_definition_update() -> Undo:
     """moto's AWS::ECS::TaskDefinition create turns the template's container definitions into the ECS API's
     shape (Image -> image, PortMappings -> portMappings); its update registers the revision with the template's
     PascalCase keys as they are: the new revision's containers have no `image`, and DescribeTaskDefinition
     answers nothing ECS would. Shape them as the create does."""
-    from moto.ecs.models import TaskDefinition
     from moto.core.utils import pascal_to_camelcase, remap_nested_keys
+    from moto.ecs.models import TaskDefinition
 
     original = TaskDefinition.__dict__["update_from_cloudformation_json"].__func__
 
-    def update_from_cloudformation_json(cls, original_resource, new_resource_name, cloudformation_json, account_id,
-                                        region_name):
+    def update_from_cloudformation_json(
+        cls, original_resource, new_resource_name, cloudformation_json, account_id, region_name
+    ):
         properties = dict(cloudformation_json.get("Properties") or {})
         for key in ("ContainerDefinitions", "Volumes"):
             if key in properties:
                 properties[key] = remap_nested_keys(properties[key], pascal_to_camelcase)
-        return original(cls, original_resource, new_resource_name, {**cloudformation_json, "Properties": properties},
-                        account_id, region_name)
+        return original(
+            cls,
+            original_resource,
+            new_resource_name,
+            {**cloudformation_json, "Properties": properties},
+            account_id,
+            region_name,
+        )
 
     return _replace(TaskDefinition, "update_from_cloudformation_json", classmethod(update_from_cloudformation_json))
 
@@ -523,8 +567,9 @@ def _task_definition_update() -> Undo:
 # Types CloudFormation replaces on any property change (every property is create-only), so an update gives
 # them a new name or ARN; and the live-value readers, whose answer changes. What references them by Ref or
 # Fn::GetAtt gets a new value, so CloudFormation updates it too.
-NEW_VALUE_ON_UPDATE = frozenset({"AWS::SageMaker::Model", "AWS::SageMaker::EndpointConfig",
-                                 "AWS::ECS::TaskDefinition", LIVE_VALUE})
+NEW_VALUE_ON_UPDATE = frozenset(
+    {"AWS::SageMaker::Model", "AWS::SageMaker::EndpointConfig", "AWS::ECS::TaskDefinition", LIVE_VALUE}
+)
 
 
 def _references_any(value, names: set[str]) -> bool:
@@ -555,8 +600,13 @@ def _new_values_update_readers() -> Undo:
         modify = list(actions["Modify"])
         changed = {name for name in modify if new[name].get("Type") in NEW_VALUE_ON_UPDATE}
         while changed:
-            readers = [name for name in new if name in self._resource_json_map and name not in modify
-                       and _references_any({k: v for k, v in new[name].items() if k != "DependsOn"}, changed)]
+            readers = [
+                name
+                for name in new
+                if name in self._resource_json_map
+                and name not in modify
+                and _references_any({k: v for k, v in new[name].items() if k != "DependsOn"}, changed)
+            ]
             modify += readers
             changed = {name for name in readers if new[name].get("Type") in NEW_VALUE_ON_UPDATE}
         first = [name for name in modify if new[name].get("Type") in NEW_VALUE_ON_UPDATE]
@@ -579,10 +629,11 @@ INFERENCE_COMPONENTS: dict[tuple[str, str], dict[str, dict]] = {}
 def _sagemaker_inference_components() -> Undo:
     """moto 5.2.5 has no SageMaker inference components: its CloudFormation skips
     AWS::SageMaker::InferenceComponent (a fleet member's stack is created without its component), and
-    Create/Describe/List/DeleteInferenceComponent and UpdateInferenceComponentRuntimeConfig are not implemented (promote cannot read what a component
-    runs). Model what the rehearsal needs: a component is created, by CloudFormation or the API, only on an
-    existing endpoint and variant with an existing model (as SageMaker checks), is described and listed, and
-    is deleted with its stack. It is InService at once with its requested copies; nothing runs."""
+    Create/Describe/List/DeleteInferenceComponent and UpdateInferenceComponentRuntimeConfig are not implemented
+    (promote cannot read what a component runs). Model what the rehearsal needs: a component is created, by
+    CloudFormation or the API, only on an existing endpoint and variant with an existing model (as SageMaker
+    checks), is described and listed, and is deleted with its stack. It is InService at once with its requested
+    copies; nothing runs."""
     from moto.cloudformation import parsing
     from moto.core.responses import ActionResult, EmptyResult
     from moto.core.utils import utcnow
@@ -596,29 +647,41 @@ def _sagemaker_inference_components() -> Undo:
         endpoint_name = properties.get("EndpointName")
         endpoint = backend.endpoints.get(endpoint_name)
         if endpoint is None:
-            raise ValidationError(message=f"Could not find endpoint '{arn_formatter('endpoint', str(endpoint_name), account, region)}'.")
+            raise ValidationError(
+                message=f"Could not find endpoint '{arn_formatter('endpoint', str(endpoint_name), account, region)}'."
+            )
         variants = [v["VariantName"] for v in endpoint.production_variants]
         variant = properties.get("VariantName") or variants[0]
         if variant not in variants:
-            raise ValidationError(message=f"Endpoint {endpoint_name} has no variant {variant!r} ({', '.join(variants)}).")
+            raise ValidationError(
+                message=f"Endpoint {endpoint_name} has no variant {variant!r} ({', '.join(variants)})."
+            )
         specification = dict(properties.get("Specification") or {})
         backend.describe_model(specification.get("ModelName"))  # raises for a missing model, as SageMaker does
         store = INFERENCE_COMPONENTS.setdefault((account, region), {})
         if name in store:
-            raise ValidationError(message=f"Cannot create already existing inference component \"{name}\".")
+            raise ValidationError(message=f'Cannot create already existing inference component "{name}".')
         copies = int((properties.get("RuntimeConfig") or {}).get("CopyCount", 1))
         now = utcnow()
         store[name] = {
-            "InferenceComponentName": name, "InferenceComponentArn": arn_formatter("inference-component", name, account, region),
-            "EndpointName": endpoint_name, "EndpointArn": endpoint.arn, "VariantName": variant,
-            "Specification": specification, "RuntimeConfig": {"DesiredCopyCount": copies, "CurrentCopyCount": copies},
-            "InferenceComponentStatus": "InService", "CreationTime": now, "LastModifiedTime": now}
+            "InferenceComponentName": name,
+            "InferenceComponentArn": arn_formatter("inference-component", name, account, region),
+            "EndpointName": endpoint_name,
+            "EndpointArn": endpoint.arn,
+            "VariantName": variant,
+            "Specification": specification,
+            "RuntimeConfig": {"DesiredCopyCount": copies, "CurrentCopyCount": copies},
+            "InferenceComponentStatus": "InService",
+            "CreationTime": now,
+            "LastModifiedTime": now,
+        }
         return store[name]
 
     def described(account: str, region: str, name: str) -> dict:
         found = INFERENCE_COMPONENTS.get((account, region), {}).get(name)
         if found is None:
-            raise ValidationError(message=f"Could not find inference component '{arn_formatter('inference-component', name, account, region)}'.")
+            arn = arn_formatter("inference-component", name, account, region)
+            raise ValidationError(message=f"Could not find inference component '{arn}'.")
         return found
 
     class FakeInferenceComponent:
@@ -639,8 +702,12 @@ def _sagemaker_inference_components() -> Undo:
 
         @classmethod
         def has_cfn_attr(cls, attribute: str) -> bool:
-            return attribute in ("InferenceComponentArn", "InferenceComponentName", "EndpointArn",
-                                 "InferenceComponentStatus")
+            return attribute in (
+                "InferenceComponentArn",
+                "InferenceComponentName",
+                "EndpointArn",
+                "InferenceComponentStatus",
+            )
 
         def get_cfn_attribute(self, attribute: str) -> str:
             from moto.cloudformation.exceptions import UnformattedGetAttTemplateException
@@ -656,8 +723,9 @@ def _sagemaker_inference_components() -> Undo:
             return cls(account_id, region_name, create(account_id, region_name, name, properties))
 
         @classmethod
-        def update_from_cloudformation_json(cls, original_resource, new_resource_name, cloudformation_json,
-                                            account_id, region_name):
+        def update_from_cloudformation_json(
+            cls, original_resource, new_resource_name, cloudformation_json, account_id, region_name
+        ):
             original_resource.delete(account_id, region_name)
             return cls.create_from_cloudformation_json(new_resource_name, cloudformation_json, account_id, region_name)
 
@@ -666,29 +734,56 @@ def _sagemaker_inference_components() -> Undo:
             INFERENCE_COMPONENTS.get((account_id, region_name), {}).pop(resource_name.rsplit("/", 1)[-1], None)
 
         def delete(self, account_id: str, region_name: str) -> None:
-            INFERENCE_COMPONENTS.get((account_id, region_name), {}).pop(self.description["InferenceComponentName"], None)
+            INFERENCE_COMPONENTS.get((account_id, region_name), {}).pop(
+                self.description["InferenceComponentName"], None
+            )
 
         def is_created(self) -> bool:
             return True
 
     def create_inference_component(self) -> ActionResult:
         name = self._get_param("InferenceComponentName")
-        properties = {key: self._get_param(key) for key in ("EndpointName", "VariantName", "Specification",
-                                                             "RuntimeConfig")}
-        return ActionResult({"InferenceComponentArn": create(self.current_account, self.region, name, properties)[
-            "InferenceComponentArn"]})
+        properties = {
+            key: self._get_param(key) for key in ("EndpointName", "VariantName", "Specification", "RuntimeConfig")
+        }
+        return ActionResult(
+            {
+                "InferenceComponentArn": create(self.current_account, self.region, name, properties)[
+                    "InferenceComponentArn"
+                ]
+            }
+        )
 
     def describe_inference_component(self) -> ActionResult:
         return ActionResult(described(self.current_account, self.region, self._get_param("InferenceComponentName")))
 
     def list_inference_components(self) -> ActionResult:
         endpoint = self._get_param("EndpointNameEquals")
-        found = [c for c in INFERENCE_COMPONENTS.get((self.current_account, self.region), {}).values()
-                 if endpoint in (None, c["EndpointName"])]
-        return ActionResult({"InferenceComponents": [
-            {key: c[key] for key in ("InferenceComponentName", "InferenceComponentArn", "EndpointName", "EndpointArn",
-                                     "VariantName", "InferenceComponentStatus", "CreationTime", "LastModifiedTime")}
-            for c in found]})
+        found = [
+            c
+            for c in INFERENCE_COMPONENTS.get((self.current_account, self.region), {}).values()
+            if endpoint in (None, c["EndpointName"])
+        ]
+        return ActionResult(
+            {
+                "InferenceComponents": [
+                    {
+                        key: c[key]
+                        for key in (
+                            "InferenceComponentName",
+                            "InferenceComponentArn",
+                            "EndpointName",
+                            "EndpointArn",
+                            "VariantName",
+                            "InferenceComponentStatus",
+                            "CreationTime",
+                            "LastModifiedTime",
+                        )
+                    }
+                    for c in found
+                ]
+            }
+        )
 
     def delete_inference_component(self) -> ActionResult:
         name = self._get_param("InferenceComponentName")
@@ -704,9 +799,16 @@ def _sagemaker_inference_components() -> Undo:
         component["LastModifiedTime"] = utcnow()
         return ActionResult({"InferenceComponentArn": component["InferenceComponentArn"]})
 
-    handlers = {f.__name__: f for f in (create_inference_component, describe_inference_component,
-                                        list_inference_components, delete_inference_component,
-                                        update_inference_component_runtime_config)}
+    handlers = {
+        f.__name__: f
+        for f in (
+            create_inference_component,
+            describe_inference_component,
+            list_inference_components,
+            delete_inference_component,
+            update_inference_component_runtime_config,
+        )
+    }
     if any(name in SageMakerResponse.__dict__ for name in handlers) or INFERENCE_COMPONENT in parsing.get_model_map():
         raise RuntimeError("moto models inference components now: re-check the sagemaker-inference-components defect")
     original_list = parsing.get_model_list
@@ -729,10 +831,12 @@ def _sagemaker_inference_components() -> Undo:
         for name in handlers:
             delattr(SageMakerResponse, name)
         INFERENCE_COMPONENTS.clear()
+
     return undo
 
 
 # ----------------------------------------------------------------------------- deleted-stack-outputs
+
 
 def _deleted_stack_outputs() -> Undo:
     """moto resolves a stack's outputs and exports each time DescribeStacks serializes them, through its resource
@@ -747,14 +851,17 @@ def _deleted_stack_outputs() -> Undo:
     def deleted(stack) -> bool:
         return str(getattr(stack, "status", "")).startswith("DELETE_COMPLETE")
 
-    undo_outputs = _replace(Stack, "outputs", property(
-        lambda self: None if deleted(self) else original_outputs.fget(self)))
-    undo_exports = _replace(Stack, "exports", property(
-        lambda self: [] if deleted(self) else original_exports.fget(self)))
+    undo_outputs = _replace(
+        Stack, "outputs", property(lambda self: None if deleted(self) else original_outputs.fget(self))
+    )
+    undo_exports = _replace(
+        Stack, "exports", property(lambda self: [] if deleted(self) else original_exports.fget(self))
+    )
 
     def undo() -> None:
         undo_exports()
         undo_outputs()
+
     return undo
 
 
@@ -788,44 +895,64 @@ def _run_in_process(resource_type: str, handler: InProcessHandler) -> Undo:
 
     def client_for(account_id: str, region_name: str):
         def client(service: str):
-            return boto3.client(service, region_name=region_name, endpoint_url=os.environ.get(EMULATOR_URL_ENV),
-                                aws_access_key_id=account_id, aws_secret_access_key="in-process")
+            return boto3.client(
+                service,
+                region_name=region_name,
+                endpoint_url=os.environ.get(EMULATOR_URL_ENV),
+                aws_access_key_id=account_id,
+                aws_secret_access_key="in-process",
+            )
+
         return client
 
     if not _IN_PROCESS:
         if "update_from_cloudformation_json" in CustomModel.__dict__:
-            raise RuntimeError("moto's CustomModel updates itself now: re-check the live-values and scaling-handover "
-                               "patches")
+            raise RuntimeError(
+                "moto's CustomModel updates itself now: re-check the live-values and scaling-handover patches"
+            )
         original_create = CustomModel.__dict__["create_from_cloudformation_json"].__func__
 
-        def create_from_cloudformation_json(cls, resource_name, cloudformation_json, account_id, region_name,
-                                            **kwargs):
+        def create_from_cloudformation_json(cls, resource_name, cloudformation_json, account_id, region_name, **kwargs):
             kind = kwargs.get("ResourceType")
             if kind not in _IN_PROCESS:
                 return original_create(cls, resource_name, cloudformation_json, account_id, region_name, **kwargs)
             resource = cls(region_name, str(mock_random.uuid4()), kwargs["LogicalId"], resource_name)
             resource.in_process_type = kind
             cloudformation_backends[account_id][region_name].get_stack(kwargs["StackId"]).add_custom_resource(resource)
-            resource.set_data(_IN_PROCESS[kind](cloudformation_json["Properties"], client_for(account_id, region_name),
-                                                "Create", kwargs["LogicalId"]))
+            resource.set_data(
+                _IN_PROCESS[kind](
+                    cloudformation_json["Properties"],
+                    client_for(account_id, region_name),
+                    "Create",
+                    kwargs["LogicalId"],
+                )
+            )
             return resource
 
-        def update_from_cloudformation_json(cls, original_resource, new_resource_name, cloudformation_json,
-                                            account_id, region_name):
+        def update_from_cloudformation_json(
+            cls, original_resource, new_resource_name, cloudformation_json, account_id, region_name
+        ):
             kind = getattr(original_resource, "in_process_type", None)
             if kind in _IN_PROCESS:
-                original_resource.set_data(_IN_PROCESS[kind](cloudformation_json["Properties"],
-                                                             client_for(account_id, region_name), "Update",
-                                                             original_resource.logical_id))
+                original_resource.set_data(
+                    _IN_PROCESS[kind](
+                        cloudformation_json["Properties"],
+                        client_for(account_id, region_name),
+                        "Update",
+                        original_resource.logical_id,
+                    )
+                )
             return original_resource
 
-        undo_create = _replace(CustomModel, "create_from_cloudformation_json",
-                               classmethod(create_from_cloudformation_json))
+        undo_create = _replace(
+            CustomModel, "create_from_cloudformation_json", classmethod(create_from_cloudformation_json)
+        )
         CustomModel.update_from_cloudformation_json = classmethod(update_from_cloudformation_json)
 
         def uninstall() -> None:
             delattr(CustomModel, "update_from_cloudformation_json")
             undo_create()
+
         _in_process_undo.append(uninstall)
     _IN_PROCESS[resource_type] = handler
 
@@ -833,10 +960,12 @@ def _run_in_process(resource_type: str, handler: InProcessHandler) -> Undo:
         del _IN_PROCESS[resource_type]
         if not _IN_PROCESS:
             _in_process_undo.pop()()
+
     return undo
 
 
 # ----------------------------------------------------------------------------- live-values
+
 
 def _live_values() -> Undo:
     """A Custom::LiveValue (inferstack.constructs.live_values) reads, at deploy time, the values an update must
@@ -875,8 +1004,12 @@ def _scaling_handover() -> Undo:
     def run(properties: dict, client: Callable, request: str, logical_id: str) -> dict:
         data = hand_over(properties, client, request)
         SCALING_HANDOVERS.append((logical_id, request, data["Action"]))
-        print(f"moto patch scaling-handover: {request} {logical_id} ({properties['Target']['ResourceId']}): "
-              f"{data['Action']}", file=sys.stderr, flush=True)
+        print(
+            f"moto patch scaling-handover: {request} {logical_id} ({properties['Target']['ResourceId']}): "
+            f"{data['Action']}",
+            file=sys.stderr,
+            flush=True,
+        )
         return data
 
     return _run_in_process(SCALING_HANDOVER, run)
@@ -886,10 +1019,17 @@ def _scaling_handover() -> Undo:
 
 # What moto's CloudFormation leaves out when it registers an AWS::ECS::TaskDefinition: template key ->
 # register_task_definition argument.
-TASK_DEFINITION_PROPERTIES = {"NetworkMode": "network_mode", "RequiresCompatibilities": "requires_compatibilities",
-                              "Cpu": "cpu", "TaskRoleArn": "task_role_arn", "ExecutionRoleArn": "execution_role_arn",
-                              "RuntimePlatform": "runtime_platform", "EphemeralStorage": "ephemeral_storage",
-                              "PidMode": "pid_mode", "IpcMode": "ipc_mode"}
+TASK_DEFINITION_PROPERTIES = {
+    "NetworkMode": "network_mode",
+    "RequiresCompatibilities": "requires_compatibilities",
+    "Cpu": "cpu",
+    "TaskRoleArn": "task_role_arn",
+    "ExecutionRoleArn": "execution_role_arn",
+    "RuntimePlatform": "runtime_platform",
+    "EphemeralStorage": "ephemeral_storage",
+    "PidMode": "pid_mode",
+    "IpcMode": "ipc_mode",
+}
 
 
 def _task_definition_properties() -> Undo:
@@ -918,26 +1058,35 @@ def _task_definition_properties() -> Undo:
         def wrapped(cls, *args, **kwargs):
             cloudformation_json = kwargs.get("cloudformation_json") or next(a for a in args if isinstance(a, dict))
             properties = cloudformation_json.get("Properties") or {}
-            pending.arguments = {argument: remap_nested_keys(properties[key], pascal_to_camelcase)
-                                 if isinstance(properties[key], (dict, list)) else properties[key]
-                                 for key, argument in TASK_DEFINITION_PROPERTIES.items() if key in properties}
+            pending.arguments = {
+                argument: remap_nested_keys(properties[key], pascal_to_camelcase)
+                if isinstance(properties[key], (dict, list))
+                else properties[key]
+                for key, argument in TASK_DEFINITION_PROPERTIES.items()
+                if key in properties
+            }
             try:
                 return call(cls, *args, **kwargs)
             finally:
                 pending.arguments = None
+
         return classmethod(wrapped)
 
-    undo = [_replace(EC2ContainerServiceBackend, "register_task_definition", register_task_definition),
-            _replace(TaskDefinition, "create_from_cloudformation_json", with_properties(original_create)),
-            _replace(TaskDefinition, "update_from_cloudformation_json", with_properties(original_update))]
+    undo = [
+        _replace(EC2ContainerServiceBackend, "register_task_definition", register_task_definition),
+        _replace(TaskDefinition, "create_from_cloudformation_json", with_properties(original_create)),
+        _replace(TaskDefinition, "update_from_cloudformation_json", with_properties(original_update)),
+    ]
 
     def undo_all() -> None:
         for restore in reversed(undo):
             restore()
+
     return undo_all
 
 
 # ----------------------------------------------------------------------------- fargate-task-memory
+
 
 def _fargate_task_memory() -> Undo:
     """RunTask of a Fargate task definition whose containers set no memory of their own (Fargate sizes the task:
@@ -954,8 +1103,9 @@ def _fargate_task_memory() -> Undo:
         if all(any(d.get(k) is not None for k in keys) for d in definitions):
             return original(task_definition)
         sized = copy.copy(task_definition)
-        sized.container_definitions = [d if any(d.get(k) is not None for k in keys) else {**d, "memory": 0}
-                                       for d in definitions]
+        sized.container_definitions = [
+            d if any(d.get(k) is not None for k in keys) else {**d, "memory": 0} for d in definitions
+        ]
         return original(sized)
 
     return _replace(EC2ContainerServiceBackend, "_calculate_task_resource_requirements", staticmethod(calculate))
@@ -963,8 +1113,16 @@ def _fargate_task_memory() -> Undo:
 
 # ----------------------------------------------------------------------------- ecs-agent-state-changes
 
-ECS_TASK_STATES = ("PROVISIONING", "PENDING", "ACTIVATING", "RUNNING", "DEACTIVATING", "STOPPING",
-                   "DEPROVISIONING", "STOPPED")
+ECS_TASK_STATES = (
+    "PROVISIONING",
+    "PENDING",
+    "ACTIVATING",
+    "RUNNING",
+    "DEACTIVATING",
+    "STOPPING",
+    "DEPROVISIONING",
+    "STOPPED",
+)
 
 
 def _ecs_agent_state_changes() -> Undo:
@@ -984,8 +1142,11 @@ def _ecs_agent_state_changes() -> Undo:
             raise InvalidParameterException(f"status {status!r} is not a task state")
         cluster = self.ecs_backend._get_cluster(self._get_param("cluster", "default"))
         wanted = self._get_param("task") or ""
-        tasks = [t for arn, t in self.ecs_backend.tasks.get(cluster.name, {}).items()
-                 if wanted in (arn, arn.rsplit("/", 1)[-1])]
+        tasks = [
+            t
+            for arn, t in self.ecs_backend.tasks.get(cluster.name, {}).items()
+            if wanted in (arn, arn.rsplit("/", 1)[-1])
+        ]
         if not tasks:
             raise InvalidParameterException(f"task {wanted} not found in cluster {cluster.name}")
         (task,) = tasks
@@ -1036,17 +1197,19 @@ def _sagemaker_replacements_in_cleanup() -> Undo:
     def deferred(model: type):
         original = model.__dict__["update_from_cloudformation_json"].__func__
 
-        def update_from_cloudformation_json(cls, original_resource, new_resource_name, cloudformation_json,
-                                            account_id, region_name):
+        def update_from_cloudformation_json(
+            cls, original_resource, new_resource_name, cloudformation_json, account_id, region_name
+        ):
             pending = getattr(_cleanup, "pending", None)
             if pending is None:  # not inside a stack update: moto's own
-                return original(cls, original_resource, new_resource_name, cloudformation_json, account_id,
-                                region_name)
+                return original(cls, original_resource, new_resource_name, cloudformation_json, account_id, region_name)
             new = cls.create_from_cloudformation_json(new_resource_name, cloudformation_json, account_id, region_name)
             old = arns[model](original_resource)
-            pending.append(lambda: cls.delete_from_cloudformation_json(old, cloudformation_json, account_id,
-                                                                       region_name))
+            pending.append(
+                lambda: cls.delete_from_cloudformation_json(old, cloudformation_json, account_id, region_name)
+            )
             return new
+
         return classmethod(update_from_cloudformation_json)
 
     original_update = ResourceMap.__dict__["update"]
@@ -1067,6 +1230,7 @@ def _sagemaker_replacements_in_cleanup() -> Undo:
     def undo_all() -> None:
         for restore in reversed(undo):
             restore()
+
     return undo_all
 
 
@@ -1136,6 +1300,7 @@ def _updates_in_dependency_order() -> Undo:
 
 # ----------------------------------------------------------------------------- deregister-keeps-policies
 
+
 def _deregister_keeps_policies() -> Undo:
     """On AWS, "deregistering a scalable target deletes the scaling policies and the scheduled actions that are
     associated with it" (DeregisterScalableTarget,
@@ -1149,142 +1314,204 @@ def _deregister_keeps_policies() -> Undo:
 
     def deregister_scalable_target(self, namespace: str, r_id: str, dimension: str) -> None:
         original(self, namespace, r_id, dimension)  # raises when there is no such target, as AWS
-        for policy in [p for p in self.policies.values() if (p.service_namespace, p.resource_id,
-                                                             p.scalable_dimension) == (namespace, r_id, dimension)]:
+        for policy in [
+            p
+            for p in self.policies.values()
+            if (p.service_namespace, p.resource_id, p.scalable_dimension) == (namespace, r_id, dimension)
+        ]:
             self.delete_scaling_policy(policy.policy_name, namespace, r_id, dimension)
-        for action in [a for a in self.scheduled_actions if (a.service_namespace, a.resource_id,
-                                                             a.scalable_dimension) == (namespace, r_id, dimension)]:
+        for action in [
+            a
+            for a in self.scheduled_actions
+            if (a.service_namespace, a.resource_id, a.scalable_dimension) == (namespace, r_id, dimension)
+        ]:
             self.delete_scheduled_action(namespace, action.scheduled_action_name, r_id, dimension)
 
     return _replace(ApplicationAutoscalingBackend, "deregister_scalable_target", deregister_scalable_target)
 
 
 PATCHES: tuple[Patch, ...] = (
-    Patch("account-from-access-key",
-          "moto answers every unknown access key as its default account 123456789012 (MOTO_ACCOUNT_ID would "
-          "force one account for every caller); the CDK CLI refuses to deploy a stack of 111111111111 then",
-          _account_from_access_key),
-    Patch("kms-key-cloudformation-tags",
-          "AWS::KMS::Key with Tags fails in moto's CloudFormation (KeyError: 'TagKey' in "
-          "kms Key.create_from_cloudformation_json)",
-          _kms_key_cloudformation_tags),
-    Patch("change-set-outputs-and-exports",
-          "a stack created through a change set (how the CDK CLI deploys) gets no outputs and registers no "
-          "exports, and cannot import other stacks' exports: CDKToolkit has no BootstrapVersion output, "
-          "serving stacks fail with `No export named ... found`",
-          _change_set_outputs_and_exports),
-    Patch("change-sets-by-stack",
-          "Describe-, Delete- and ExecuteChangeSet by name (+ stack name, as the CDK CLI calls them) find the newest "
-          "change set of that name of any stack: a second `cdk deploy` waits for ever on another stack's change set",
-          _change_sets_by_stack),
-    Patch("ssm-parameter-previous-value",
-          "an update passing an SSM-typed parameter with UsePreviousValue (how the CDK CLI updates a stack with the "
-          "bootstrap version and the Neuron AMI parameters) reuses the resolved value as the parameter's name: "
-          "ExecuteChangeSet fails with a 500 (AttributeError in parse_ssm_parameter)",
-          _ssm_parameter_previous_value),
-    Patch("template-url-on-loopback",
-          "a TemplateURL on the emulator's own loopback endpoint (http://127.0.0.1:<port>/<bucket>/<key>, what "
-          "the CLI passes with AWS_ENDPOINT_URL) is read as bucket \"127\": NoSuchBucket at CreateChangeSet",
-          _template_url_on_loopback),
-    Patch("custom-resources-without-docker",
-          "a custom resource waits for its provider Lambda, which moto runs only in Docker: without a Docker "
-          "daemon the stack stays CREATE_IN_PROGRESS forever; marked created without running the handler",
-          _custom_resources_without_docker),
-    Patch("getatt-of-unmodeled-resource",
-          "Fn::GetAtt of a resource type moto does not model (CloudWatch alarms read by SageMaker auto-rollback "
-          "and dashboards) fails the stack (`Fn::GetAtt references undefined resource`), and a Ref to one "
-          "drops the property; both now read a marked placeholder (`...-unmodeled`)",
-          _getatt_of_unmodeled_resource),
-    Patch("target-group-getatt",
-          "Fn::GetAtt of an AWS::ElasticLoadBalancingV2::TargetGroup (TargetGroupFullName, read by the request-"
-          "count scaling metric and alarms) fails the stack: AttributeError, moto's FakeTargetGroup has no "
-          "get_cfn_attribute",
-          _target_group_getatt),
-    Patch("listener-forward-config",
-          "AWS::ElasticLoadBalancingV2::Listener with a weighted default action (forward with ForwardConfig, as "
-          "ECS blue/green needs) fails the stack: KeyError: 'TargetGroupArn' in moto's "
-          "ELBv2Backend.convert_and_validate_properties",
-          _listener_forward_config),
-    Patch("ecs-service-load-balancers",
-          "AWS::ECS::Service's LoadBalancers are dropped (moto's handler passes none to CreateService): the "
-          "service names no target group, alternate target group or production listener rule",
-          _ecs_service_load_balancers),
-    Patch("sagemaker-endpoint-name",
-          "AWS::SageMaker::Endpoint's EndpointName property is ignored (a generated name is used), so the stack's "
-          "EndpointName output names no endpoint: DescribeEndpoint / InvokeEndpoint fail",
-          _sagemaker_endpoint_name),
-    Patch("route-table-delete",
-          "AWS::EC2::RouteTable is never deleted with its stack (moto's RouteTable has no delete), so deleting the "
-          "VPC fails with `The vpc ... has dependencies and cannot be deleted`: `cdk destroy` of the foundation fails",
-          _route_table_delete),
-    Patch("deletes-without-a-handler",
-          "AWS::EC2::NatGateway, AWS::ECS::Cluster, AWS::ECS::TaskDefinition, "
-          "AWS::ElasticLoadBalancingV2::TargetGroup and ListenerRule have no CloudFormation delete in moto: they "
-          "outlive their deleted stack, and a rule an update removes stays on its listener",
-          _deletes_without_a_handler),
-    Patch("update-removes-unmodeled",
-          "a stack update removing a resource of a type moto's CloudFormation does not model, which an earlier "
-          "update changed, fails with a 500 (AttributeError: 'NoneType' object has no attribute 'delete')",
-          _update_removes_unmodeled),
-    Patch("sagemaker-variant-without-model",
-          "an AWS::SageMaker::EndpointConfig whose variant names no model (an endpoint for inference components) "
-          "fails in moto's CreateEndpointConfig (KeyError: 'ModelName')",
-          _sagemaker_variant_without_model),
-    Patch("deleted-stack-outputs",
-          "DescribeStacks of a deleted stack (what `cdk destroy` polls) resolves its exported outputs again and so "
-          "creates again the resources they reference: after the destroy, the shared endpoint exists again",
-          _deleted_stack_outputs),
-    Patch("live-values",
-          "Custom::LiveValue (the deploy-time reader of live weights, ranges and copy counts) needs its Lambda, which "
-          "moto runs only in Docker: the reader's own read function runs in the emulator's process on Create and "
-          "Update",
-          _live_values),
-    Patch("scaling-handover",
-          "Custom::ScalingHandover (deregisters an autoscaled variant's scalable target before an instance-type change "
-          "and registers it again after) needs its Lambda, which moto runs only in Docker: the handover's own "
-          "function runs in the emulator's process on Create and Update",
-          _scaling_handover),
-    Patch("task-definition-update",
-          "an updated AWS::ECS::TaskDefinition registers its revision with the template's PascalCase container "
-          "definitions (Image, not image): the revision a service runs after an update names no image",
-          _task_definition_update),
-    Patch("new-values-update-readers",
-          "an update that replaces a SageMaker Model or EndpointConfig or registers a task definition revision, or "
-          "re-reads a live value, leaves what references it untouched (moto updates only resources whose template "
-          "text changed): the component, endpoint config and ECS service keep naming the old ones",
-          _new_values_update_readers),
-    Patch("sagemaker-replacements-in-cleanup",
-          "an update replacing a SageMaker Model or EndpointConfig deletes the old one at once, not in the cleanup "
-          "phase after every update: until the Endpoint moves, it names a config that is gone (DescribeEndpointConfig "
-          "of it fails during the update)",
-          _sagemaker_replacements_in_cleanup),
-    Patch("updates-in-dependency-order",
-          "an update changes a stack's resources in template order (retrying what raises), not after what each "
-          "depends on (DependsOn, Ref, Fn::GetAtt, Fn::Sub): a resource reads the old value of one updated after it, "
-          "and the scaling handover's restore runs before the Endpoint it follows",
-          _updates_in_dependency_order),
-    Patch("deregister-keeps-policies",
-          "DeregisterScalableTarget leaves the target's scaling policies and scheduled actions in place (AWS deletes "
-          "them with it): whoever registers the target again seems to have restored them",
-          _deregister_keeps_policies),
-    Patch("sagemaker-inference-components",
-          "AWS::SageMaker::InferenceComponent is not modeled (skipped by CloudFormation) and the inference-component "
-          "API is not implemented: a fleet member's stack gets no component, promote cannot read what it runs; "
-          "modeled as created on an existing endpoint, variant and model, described, listed and deleted",
-          _sagemaker_inference_components),
-    Patch("task-definition-properties",
-          "AWS::ECS::TaskDefinition is registered without its NetworkMode, RequiresCompatibilities, Cpu, TaskRoleArn, "
-          "ExecutionRoleArn and RuntimePlatform: a Fargate task definition becomes an EC2 one in bridge mode, and "
-          "RunTask gives its tasks no network interface",
-          _task_definition_properties),
-    Patch("fargate-task-memory",
-          "RunTask of a Fargate task definition whose containers set no memory of their own (the task's Memory "
-          "sizes them, as CDK writes it) fails with a 500 (TypeError in _calculate_task_resource_requirements)",
-          _fargate_task_memory),
-    Patch("ecs-agent-state-changes",
-          "SubmitTaskStateChange (how the ECS agent reports a task's end: its containers' exit codes and reasons) "
-          "is not implemented: a task moto runs never stops with the exit code its container had",
-          _ecs_agent_state_changes),
+    Patch(
+        "account-from-access-key",
+        "moto answers every unknown access key as its default account 123456789012 (MOTO_ACCOUNT_ID would "
+        "force one account for every caller); the CDK CLI refuses to deploy a stack of 111111111111 then",
+        _account_from_access_key,
+    ),
+    Patch(
+        "kms-key-cloudformation-tags",
+        "AWS::KMS::Key with Tags fails in moto's CloudFormation (KeyError: 'TagKey' in "
+        "kms Key.create_from_cloudformation_json)",
+        _kms_key_cloudformation_tags,
+    ),
+    Patch(
+        "change-set-outputs-and-exports",
+        "a stack created through a change set (how the CDK CLI deploys) gets no outputs and registers no "
+        "exports, and cannot import other stacks' exports: CDKToolkit has no BootstrapVersion output, "
+        "serving stacks fail with `No export named ... found`",
+        _change_set_outputs_and_exports,
+    ),
+    Patch(
+        "change-sets-by-stack",
+        "Describe-, Delete- and ExecuteChangeSet by name (+ stack name, as the CDK CLI calls them) find the newest "
+        "change set of that name of any stack: a second `cdk deploy` waits for ever on another stack's change set",
+        _change_sets_by_stack,
+    ),
+    Patch(
+        "ssm-parameter-previous-value",
+        "an update passing an SSM-typed parameter with UsePreviousValue (how the CDK CLI updates a stack with the "
+        "bootstrap version and the Neuron AMI parameters) reuses the resolved value as the parameter's name: "
+        "ExecuteChangeSet fails with a 500 (AttributeError in parse_ssm_parameter)",
+        _ssm_parameter_previous_value,
+    ),
+    Patch(
+        "template-url-on-loopback",
+        "a TemplateURL on the emulator's own loopback endpoint (http://127.0.0.1:<port>/<bucket>/<key>, what "
+        'the CLI passes with AWS_ENDPOINT_URL) is read as bucket "127": NoSuchBucket at CreateChangeSet',
+        _template_url_on_loopback,
+    ),
+    Patch(
+        "custom-resources-without-docker",
+        "a custom resource waits for its provider Lambda, which moto runs only in Docker: without a Docker "
+        "daemon the stack stays CREATE_IN_PROGRESS forever; marked created without running the handler",
+        _custom_resources_without_docker,
+    ),
+    Patch(
+        "getatt-of-unmodeled-resource",
+        "Fn::GetAtt of a resource type moto does not model (CloudWatch alarms read by SageMaker auto-rollback "
+        "and dashboards) fails the stack (`Fn::GetAtt references undefined resource`), and a Ref to one "
+        "drops the property; both now read a marked placeholder (`...-unmodeled`)",
+        _getatt_of_unmodeled_resource,
+    ),
+    Patch(
+        "target-group-getatt",
+        "Fn::GetAtt of an AWS::ElasticLoadBalancingV2::TargetGroup (TargetGroupFullName, read by the request-"
+        "count scaling metric and alarms) fails the stack: AttributeError, moto's FakeTargetGroup has no "
+        "get_cfn_attribute",
+        _target_group_getatt,
+    ),
+    Patch(
+        "listener-forward-config",
+        "AWS::ElasticLoadBalancingV2::Listener with a weighted default action (forward with ForwardConfig, as "
+        "ECS blue/green needs) fails the stack: KeyError: 'TargetGroupArn' in moto's "
+        "ELBv2Backend.convert_and_validate_properties",
+        _listener_forward_config,
+    ),
+    Patch(
+        "ecs-service-load-balancers",
+        "AWS::ECS::Service's LoadBalancers are dropped (moto's handler passes none to CreateService): the "
+        "service names no target group, alternate target group or production listener rule",
+        _ecs_service_load_balancers,
+    ),
+    Patch(
+        "sagemaker-endpoint-name",
+        "AWS::SageMaker::Endpoint's EndpointName property is ignored (a generated name is used), so the stack's "
+        "EndpointName output names no endpoint: DescribeEndpoint / InvokeEndpoint fail",
+        _sagemaker_endpoint_name,
+    ),
+    Patch(
+        "route-table-delete",
+        "AWS::EC2::RouteTable is never deleted with its stack (moto's RouteTable has no delete), so deleting the "
+        "VPC fails with `The vpc ... has dependencies and cannot be deleted`: `cdk destroy` of the foundation fails",
+        _route_table_delete,
+    ),
+    Patch(
+        "deletes-without-a-handler",
+        "AWS::EC2::NatGateway, AWS::ECS::Cluster, AWS::ECS::TaskDefinition, "
+        "AWS::ElasticLoadBalancingV2::TargetGroup and ListenerRule have no CloudFormation delete in moto: they "
+        "outlive their deleted stack, and a rule an update removes stays on its listener",
+        _deletes_without_a_handler,
+    ),
+    Patch(
+        "update-removes-unmodeled",
+        "a stack update removing a resource of a type moto's CloudFormation does not model, which an earlier "
+        "update changed, fails with a 500 (AttributeError: 'NoneType' object has no attribute 'delete')",
+        _update_removes_unmodeled,
+    ),
+    Patch(
+        "sagemaker-variant-without-model",
+        "an AWS::SageMaker::EndpointConfig whose variant names no model (an endpoint for inference components) "
+        "fails in moto's CreateEndpointConfig (KeyError: 'ModelName')",
+        _sagemaker_variant_without_model,
+    ),
+    Patch(
+        "deleted-stack-outputs",
+        "DescribeStacks of a deleted stack (what `cdk destroy` polls) resolves its exported outputs again and so "
+        "creates again the resources they reference: after the destroy, the shared endpoint exists again",
+        _deleted_stack_outputs,
+    ),
+    Patch(
+        "live-values",
+        "Custom::LiveValue (the deploy-time reader of live weights, ranges and copy counts) needs its Lambda, which "
+        "moto runs only in Docker: the reader's own read function runs in the emulator's process on Create and "
+        "Update",
+        _live_values,
+    ),
+    Patch(
+        "scaling-handover",
+        "Custom::ScalingHandover (deregisters an autoscaled variant's scalable target before an instance-type change "
+        "and registers it again after) needs its Lambda, which moto runs only in Docker: the handover's own "
+        "function runs in the emulator's process on Create and Update",
+        _scaling_handover,
+    ),
+    Patch(
+        "task-definition-update",
+        "an updated AWS::ECS::TaskDefinition registers its revision with the template's PascalCase container "
+        "definitions (Image, not image): the revision a service runs after an update names no image",
+        _task_definition_update,
+    ),
+    Patch(
+        "new-values-update-readers",
+        "an update that replaces a SageMaker Model or EndpointConfig or registers a task definition revision, or "
+        "re-reads a live value, leaves what references it untouched (moto updates only resources whose template "
+        "text changed): the component, endpoint config and ECS service keep naming the old ones",
+        _new_values_update_readers,
+    ),
+    Patch(
+        "sagemaker-replacements-in-cleanup",
+        "an update replacing a SageMaker Model or EndpointConfig deletes the old one at once, not in the cleanup "
+        "phase after every update: until the Endpoint moves, it names a config that is gone (DescribeEndpointConfig "
+        "of it fails during the update)",
+        _sagemaker_replacements_in_cleanup,
+    ),
+    Patch(
+        "updates-in-dependency-order",
+        "an update changes a stack's resources in template order (retrying what raises), not after what each "
+        "depends on (DependsOn, Ref, Fn::GetAtt, Fn::Sub): a resource reads the old value of one updated after it, "
+        "and the scaling handover's restore runs before the Endpoint it follows",
+        _updates_in_dependency_order,
+    ),
+    Patch(
+        "deregister-keeps-policies",
+        "DeregisterScalableTarget leaves the target's scaling policies and scheduled actions in place (AWS deletes "
+        "them with it): whoever registers the target again seems to have restored them",
+        _deregister_keeps_policies,
+    ),
+    Patch(
+        "sagemaker-inference-components",
+        "AWS::SageMaker::InferenceComponent is not modeled (skipped by CloudFormation) and the inference-component "
+        "API is not implemented: a fleet member's stack gets no component, promote cannot read what it runs; "
+        "modeled as created on an existing endpoint, variant and model, described, listed and deleted",
+        _sagemaker_inference_components,
+    ),
+    Patch(
+        "task-definition-properties",
+        "AWS::ECS::TaskDefinition is registered without its NetworkMode, RequiresCompatibilities, Cpu, TaskRoleArn, "
+        "ExecutionRoleArn and RuntimePlatform: a Fargate task definition becomes an EC2 one in bridge mode, and "
+        "RunTask gives its tasks no network interface",
+        _task_definition_properties,
+    ),
+    Patch(
+        "fargate-task-memory",
+        "RunTask of a Fargate task definition whose containers set no memory of their own (the task's Memory "
+        "sizes them, as CDK writes it) fails with a 500 (TypeError in _calculate_task_resource_requirements)",
+        _fargate_task_memory,
+    ),
+    Patch(
+        "ecs-agent-state-changes",
+        "SubmitTaskStateChange (how the ECS agent reports a task's end: its containers' exit codes and reasons) "
+        "is not implemented: a task moto runs never stops with the exit code its container had",
+        _ecs_agent_state_changes,
+    ),
 )
 # Rules AWS enforces and moto does not (rehearsal/aws_rules.py) are applied after the workarounds.
 BY_NAME = {p.name: p for p in (*PATCHES, *RULES)}
@@ -1295,8 +1522,10 @@ def apply_all(names: list[str] | None = None) -> list[Undo]:
     import moto
 
     if moto.__version__ != MOTO_VERSION:
-        raise RuntimeError(f"moto {moto.__version__}: these patches were written for moto {MOTO_VERSION}; "
-                           f"re-check each defect (tests/rehearsal/test_cli_deploy.py) and update MOTO_VERSION")
+        raise RuntimeError(
+            f"moto {moto.__version__}: these patches were written for moto {MOTO_VERSION}; "
+            f"re-check each defect (tests/rehearsal/test_cli_deploy.py) and update MOTO_VERSION"
+        )
     return [BY_NAME[name].apply() for name in (names or list(BY_NAME))]
 
 

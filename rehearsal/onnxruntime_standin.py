@@ -40,11 +40,14 @@ class TritonPythonModel:
             raise pb_utils.TritonModelException(f"{self.model_name}: the onnxruntime stand-in runs KIND_CPU only")
         if cpu_accelerators:
             raise pb_utils.TritonModelException(
-                f"{self.model_name}: cpu_execution_accelerator {cpu_accelerators} is not available in the stand-in")
+                f"{self.model_name}: cpu_execution_accelerator {cpu_accelerators} is not available in the stand-in"
+            )
         if gpu_accelerators:
-            pb_utils.Logger.log_info(f"onnxruntime stand-in: {self.model_name} runs on CPU; "
-                                     f"gpu_execution_accelerator {gpu_accelerators} ignored, as the real "
-                                     "backend ignores it for KIND_CPU instances")
+            pb_utils.Logger.log_info(
+                f"onnxruntime stand-in: {self.model_name} runs on CPU; "
+                f"gpu_execution_accelerator {gpu_accelerators} ignored, as the real "
+                "backend ignores it for KIND_CPU instances"
+            )
         filename = config.get("default_model_filename") or "model.onnx"
         path = os.path.join(args["model_repository"], args["model_version"], filename)
         options = ort.SessionOptions()
@@ -55,15 +58,18 @@ class TritonPythonModel:
         self.batch_log = os.environ.get(BATCH_LOG_ENV)
 
     def execute(self, requests):
-        feeds = {name: [pb_utils.get_input_tensor_by_name(r, name).as_numpy() for r in requests]
-                 for name in self.inputs}
+        feeds = {
+            name: [pb_utils.get_input_tensor_by_name(r, name).as_numpy() for r in requests] for name in self.inputs
+        }
         sizes = [len(array) for array in feeds[self.inputs[0]]]
         results = self.session.run(self.outputs, {name: np.concatenate(arrays) for name, arrays in feeds.items()})
         self._record(len(requests), sum(sizes))
         responses, start = [], 0
         for size in sizes:
-            tensors = [pb_utils.Tensor(name, np.ascontiguousarray(value[start:start + size]))
-                       for name, value in zip(self.outputs, results)]
+            tensors = [
+                pb_utils.Tensor(name, np.ascontiguousarray(value[start : start + size]))
+                for name, value in zip(self.outputs, results, strict=True)
+            ]
             responses.append(pb_utils.InferenceResponse(output_tensors=tensors))
             start += size
         return responses
@@ -71,8 +77,9 @@ class TritonPythonModel:
     def _record(self, requests, rows):
         if not self.batch_log:
             return
-        line = json.dumps({"model": self.model_name, "instance": self.instance, "requests": requests,
-                           "rows": rows}) + "\n"
+        line = (
+            json.dumps({"model": self.model_name, "instance": self.instance, "requests": requests, "rows": rows}) + "\n"
+        )
         fd = os.open(self.batch_log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             os.write(fd, line.encode())

@@ -76,14 +76,16 @@ class TritonStartError(RuntimeError):
 
 # ---------------------------------------------------------------- the serve script, in Python
 
+
 @dataclass(frozen=True)
 class ServeCommand:
     args: tuple[str, ...]  # after "tritonserver"
     exported: dict[str, str]  # variables the script exports to tritonserver's environment
 
 
-def serve_command(environment: Mapping[str, str], repository: str | Path = CONTAINER_REPOSITORY, *,
-                  gpu_count: int = 0) -> ServeCommand:
+def serve_command(
+    environment: Mapping[str, str], repository: str | Path = CONTAINER_REPOSITORY, *, gpu_count: int = 0
+) -> ServeCommand:
     """The tritonserver argument list SageMaker's r24.09 serve script builds for a container started
     with `environment` (the Model's Environment) and the model repository at `repository`.
 
@@ -117,14 +119,21 @@ def serve_command(environment: Mapping[str, str], repository: str | Path = CONTA
         parts.append(f"--sagemaker-thread-count={env['SAGEMAKER_TRITON_THREAD_COUNT']}")
     # Verbose logging unless the variable says otherwise.
     parts.append(f"--log-verbose={env.get('SAGEMAKER_TRITON_LOG_VERBOSE', 'true')}")
-    for variable, flag in (("SAGEMAKER_TRITON_LOG_INFO", "--log-info"), ("SAGEMAKER_TRITON_LOG_WARNING", "--log-warning"),
-                           ("SAGEMAKER_TRITON_LOG_ERROR", "--log-error")):
+    for variable, flag in (
+        ("SAGEMAKER_TRITON_LOG_INFO", "--log-info"),
+        ("SAGEMAKER_TRITON_LOG_WARNING", "--log-warning"),
+        ("SAGEMAKER_TRITON_LOG_ERROR", "--log-error"),
+    ):
         if variable in env:
             parts.append(f"{flag}={env[variable]}")
-    parts.append("--backend-config=python,shm-default-byte-size="
-                 + env.get("SAGEMAKER_TRITON_SHM_DEFAULT_BYTE_SIZE", DEFAULT_SHM_BYTES))
-    parts.append("--backend-config=python,shm-growth-byte-size="
-                 + env.get("SAGEMAKER_TRITON_SHM_GROWTH_BYTE_SIZE", DEFAULT_SHM_GROWTH_BYTES))
+    parts.append(
+        "--backend-config=python,shm-default-byte-size="
+        + env.get("SAGEMAKER_TRITON_SHM_DEFAULT_BYTE_SIZE", DEFAULT_SHM_BYTES)
+    )
+    parts.append(
+        "--backend-config=python,shm-growth-byte-size="
+        + env.get("SAGEMAKER_TRITON_SHM_GROWTH_BYTE_SIZE", DEFAULT_SHM_GROWTH_BYTES)
+    )
     if "SAGEMAKER_TRITON_TENSORFLOW_VERSION" in env:
         parts.append(f"--backend-config=tensorflow,version={env['SAGEMAKER_TRITON_TENSORFLOW_VERSION']}")
     if "SAGEMAKER_TRITON_MODEL_LOAD_GPU_LIMIT" in env:
@@ -135,33 +144,37 @@ def serve_command(environment: Mapping[str, str], repository: str | Path = CONTA
 
     root = Path(repo)
     if (root / "config.pbtxt").is_file():
-        raise ServeScriptExit("ERROR: Incorrect directory structure. "
-                              "Model directory needs to contain the top level folder")
+        raise ServeScriptExit(
+            "ERROR: Incorrect directory structure. Model directory needs to contain the top level folder"
+        )
     exported: dict[str, str] = {}
     default = env.get("SAGEMAKER_TRITON_DEFAULT_MODEL_NAME")
     if default is not None:
         if not (root / default).is_dir():
-            raise ServeScriptExit(f"ERROR: Directory with provided SAGEMAKER_TRITON_DEFAULT_MODEL_NAME {default} "
-                                  "does not exist")
+            raise ServeScriptExit(
+                f"ERROR: Directory with provided SAGEMAKER_TRITON_DEFAULT_MODEL_NAME {default} does not exist"
+            )
     else:
         # find -mindepth 1 -maxdepth 1 -type d: directories (hidden ones too), not links to them.
         dirs = sorted(p.name for p in root.iterdir() if p.is_dir() and not p.is_symlink()) if root.is_dir() else []
         if not dirs:
             raise ServeScriptExit("ERROR: No model found in model repository")
         if len(dirs) > 1:
-            raise ServeScriptExit("ERROR: More than 1 model directory found in model repository. Either provide a "
-                                  "single directory or set SAGEMAKER_TRITON_DEFAULT_MODEL_NAME to run the ensemble "
-                                  f"backend. Directories found in model repository: {' '.join(dirs)}")
+            raise ServeScriptExit(
+                "ERROR: More than 1 model directory found in model repository. Either provide a "
+                "single directory or set SAGEMAKER_TRITON_DEFAULT_MODEL_NAME to run the ensemble "
+                f"backend. Directories found in model repository: {' '.join(dirs)}"
+            )
         default = dirs[0]
         exported["SAGEMAKER_TRITON_DEFAULT_MODEL_NAME"] = default  # the script exports it
     parts.append(f"--load-model={default}")
 
-    args = ("--allow-sagemaker=true", "--allow-http=false", "--model-control-mode=explicit",
-            *" ".join(parts).split())
+    args = ("--allow-sagemaker=true", "--allow-http=false", "--model-control-mode=explicit", *" ".join(parts).split())
     return ServeCommand(args, exported)
 
 
 # ---------------------------------------------------------------- the CPU copy (stand-in (a))
+
 
 def cpu_copy(repository: Path, target: Path) -> list[str]:
     """Copy `repository` to `target` with every KIND_GPU instance group rewritten to KIND_CPU (and
@@ -187,6 +200,7 @@ def cpu_copy(repository: Path, target: Path) -> list[str]:
 
 # ---------------------------------------------------------------- the side environment
 
+
 @dataclass(frozen=True)
 class TritonInstall:
     """tritonserver and its Python backend from the nvidia-pytriton wheel in a side environment."""
@@ -202,29 +216,49 @@ class TritonInstall:
     loopback_shim: Path
 
     @classmethod
-    def locate(cls, side_env: Path | str = SIDE_ENV) -> "TritonInstall":
+    def locate(cls, side_env: Path | str = SIDE_ENV) -> TritonInstall:
         """FileNotFoundError naming what is missing (create the environment with `make .make/triton`)."""
         side_env = Path(side_env).absolute()
         python = side_env / "bin" / "python"
         if not python.exists():
             raise FileNotFoundError(f"{python} is missing: create the side environment with `make .make/triton`")
         probe = subprocess.run(
-            [str(python), "-c", "import json, sys, sysconfig; print(json.dumps({'purelib': sysconfig.get_paths()"
-             "['purelib'], 'version': '%d.%d' % sys.version_info[:2], 'libdir': sysconfig.get_config_var('LIBDIR')}))"],
-            capture_output=True, text=True, timeout=60, check=True)
+            [
+                str(python),
+                "-c",
+                "import json, sys, sysconfig; print(json.dumps({'purelib': sysconfig.get_paths()"
+                "['purelib'], 'version': '%d.%d' % sys.version_info[:2], "
+                "'libdir': sysconfig.get_config_var('LIBDIR')}))",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
         found = json.loads(probe.stdout)
         site = Path(found["purelib"])
         server = site / "pytriton" / "tritonserver"
         install = cls(
-            side_env=side_env, python_version=found["version"], python_libdir=Path(found["libdir"]),
-            tritonserver=server / "bin" / "tritonserver", python_backend=server / "backends" / "python",
+            side_env=side_env,
+            python_version=found["version"],
+            python_libdir=Path(found["libdir"]),
+            tritonserver=server / "bin" / "tritonserver",
+            python_backend=server / "backends" / "python",
             stub=server / "python_backend_stubs" / found["version"] / "triton_python_backend_stub",
-            libs=site / "nvidia_pytriton.libs", caches=server / "caches", loopback_shim=side_env / LOOPBACK_SHIM)
-        missing = [str(p) for p in (install.tritonserver, install.python_backend / "libtriton_python.so",
-                                    install.stub, install.libs) if not p.exists()]
+            libs=site / "nvidia_pytriton.libs",
+            caches=server / "caches",
+            loopback_shim=side_env / LOOPBACK_SHIM,
+        )
+        missing = [
+            str(p)
+            for p in (install.tritonserver, install.python_backend / "libtriton_python.so", install.stub, install.libs)
+            if not p.exists()
+        ]
         if missing:
-            raise FileNotFoundError(f"not in the side environment (nvidia-pytriton==0.7.0 for Python "
-                                    f"{install.python_version}?): {', '.join(missing)}")
+            raise FileNotFoundError(
+                f"not in the side environment (nvidia-pytriton==0.7.0 for Python "
+                f"{install.python_version}?): {', '.join(missing)}"
+            )
         if not install.loopback_shim.exists():
             build_loopback_shim(install.loopback_shim)
         return install
@@ -255,16 +289,24 @@ class TritonInstall:
 def build_loopback_shim(out: Path, *, compiler: str | None = None) -> Path:
     cc = compiler or shutil.which("cc") or shutil.which("gcc")
     if cc is None:
-        raise FileNotFoundError(f"{out} is missing and no C compiler is on PATH to build it from {LOOPBACK_SHIM_SOURCE}")
+        raise FileNotFoundError(
+            f"{out} is missing and no C compiler is on PATH to build it from {LOOPBACK_SHIM_SOURCE}"
+        )
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = out.with_name(f".{out.name}.{os.getpid()}")
-    subprocess.run([cc, "-shared", "-fPIC", "-O2", "-o", str(partial), str(LOOPBACK_SHIM_SOURCE), "-ldl"],
-                   check=True, capture_output=True, text=True, timeout=120)
+    subprocess.run(
+        [cc, "-shared", "-fPIC", "-O2", "-o", str(partial), str(LOOPBACK_SHIM_SOURCE), "-ldl"],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     partial.replace(out)
     return out
 
 
 # ---------------------------------------------------------------- the server
+
 
 def free_loopback_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -272,7 +314,9 @@ def free_loopback_port() -> int:
         return sock.getsockname()[1]
 
 
-def container_environment(model_environment: Mapping[str, str], base: Mapping[str, str] | None = None) -> dict[str, str]:
+def container_environment(
+    model_environment: Mapping[str, str], base: Mapping[str, str] | None = None
+) -> dict[str, str]:
     """The process environment: ours without any SAGEMAKER_* variable, plus the Model's Environment
     (what SageMaker puts in the container)."""
     base = os.environ if base is None else base
@@ -311,7 +355,7 @@ class TritonServer:
     def log(self) -> str:
         return self.log_path.read_text(encoding="utf-8", errors="replace") if self.log_path.exists() else ""
 
-    def __enter__(self) -> "TritonServer":
+    def __enter__(self) -> TritonServer:
         self.start()
         return self
 
@@ -327,16 +371,21 @@ class TritonServer:
         self.port = self.port or free_loopback_port()
         model_env = {**self.environment, "SAGEMAKER_BIND_TO_PORT": str(self.port)}
         serve = serve_command(model_env, self.repository)  # ServeScriptExit: nothing started
-        self.command = [str(install.tritonserver), *serve.args, f"--backend-directory={backends}",
-                        f"--cache-directory={install.caches}"]
+        self.command = [
+            str(install.tritonserver),
+            *serve.args,
+            f"--backend-directory={backends}",
+            f"--cache-directory={install.caches}",
+        ]
         if self.http_front_end:
             # After the script's --allow-http=false: Triton takes the last value of a flag.
             self.http_port = self.http_port or free_loopback_port()
             self.command += ["--allow-http=true", "--http-address=127.0.0.1", f"--http-port={self.http_port}"]
         env = install.process_environment({**container_environment(model_env), **serve.exported, **self.extra_env})
         with open(self.log_path, "wb") as log:
-            self.process = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                            cwd=self.work_dir, start_new_session=True)
+            self.process = subprocess.Popen(
+                self.command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self.work_dir, start_new_session=True
+            )
         deadline = time.monotonic() + self.startup_timeout
         while True:
             code = self.process.poll()
@@ -382,15 +431,17 @@ class TritonServer:
         except (urllib.error.URLError, OSError):
             return None
 
-    def invoke(self, body: bytes | str | dict, *, content_type: str = "application/json",
-               timeout: float = 60.0) -> tuple[int, bytes]:
+    def invoke(
+        self, body: bytes | str | dict, *, content_type: str = "application/json", timeout: float = 60.0
+    ) -> tuple[int, bytes]:
         """POST /invocations as SageMaker's InvokeEndpoint does; (status, body), also for errors."""
         if isinstance(body, dict):
             body = json.dumps(body)
         if isinstance(body, str):
             body = body.encode()
-        request = urllib.request.Request(self.url + "/invocations", data=body, method="POST",
-                                         headers={"Content-Type": content_type})
+        request = urllib.request.Request(
+            self.url + "/invocations", data=body, method="POST", headers={"Content-Type": content_type}
+        )
         try:
             with urllib.request.urlopen(request, timeout=timeout) as response:
                 return response.status, response.read()
@@ -405,8 +456,12 @@ class TritonServer:
             body = json.dumps(body)
         if isinstance(body, str):
             body = body.encode()
-        request = urllib.request.Request(f"http://127.0.0.1:{self.http_port}/v2/models/{model}/infer", data=body,
-                                         method="POST", headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{self.http_port}/v2/models/{model}/infer",
+            data=body,
+            method="POST",
+            headers={"Content-Type": "application/json"},
+        )
         try:
             with urllib.request.urlopen(request, timeout=timeout) as response:
                 return response.status, response.read()
@@ -421,7 +476,7 @@ class TritonServer:
         lines = self.log().splitlines()
         for index, line in enumerate(lines):
             if line.startswith("| Model ") and "| Status" in line:
-                for row in lines[index + 2:]:
+                for row in lines[index + 2 :]:
                     if not row.startswith("|"):
                         break
                     cells = [c.strip() for c in row.strip("|").split("|")]

@@ -7,9 +7,9 @@ from collections.abc import Mapping, Sequence
 
 import aws_cdk as cdk
 
-from inferstack.constructs import nag
 from inferstack.config import Project
-from inferstack.schema.models import PIPELINE_STACK_NAME
+from inferstack.constructs import nag
+from inferstack.schema.environments import PIPELINE_STACK_NAME
 from stacks.pipeline_stack import PipelineStack
 from stacks.stage import InferenceStage, add_stages
 
@@ -19,8 +19,7 @@ from stacks.stage import InferenceStage, add_stages
 # - no stack trace of each construct's creation in the assembly metadata (a tenth of the assembly at
 #   fleet scale, and synth time); `cdk synth --debug` records them still. Set here, not in cdk.json,
 #   because the CLI warns about the reserved "aws:" keys there.
-POST_CLI_CONTEXT = {"@aws-cdk/core:failSynthOnValidationErrors": True,
-                    "aws:cdk:disable-creation-stack-traces": True}
+POST_CLI_CONTEXT = {"@aws-cdk/core:failSynthOnValidationErrors": True, "aws:cdk:disable-creation-stack-traces": True}
 PIPELINE_STACK_ID = "Pipeline"
 
 
@@ -42,13 +41,21 @@ def pipeline_wanted(project: Project, env_names: Sequence[str], requested: str |
         return False
     missing = [name for name in project.pipeline.stages if name not in env_names]
     if missing and requested == "true":
-        raise PipelineUnavailable(f"-c pipeline=true: the pipeline deploys {', '.join(project.pipeline.stages)}, "
-                                  f"but -c environments leaves out {', '.join(missing)}")
+        raise PipelineUnavailable(
+            f"-c pipeline=true: the pipeline deploys {', '.join(project.pipeline.stages)}, "
+            f"but -c environments leaves out {', '.join(missing)}"
+        )
     return not missing
 
 
-def build(app: cdk.App, project: Project, env_names: Sequence[str], *, pipeline: bool = False,
-          only: Mapping[str, Sequence[str]] | None = None) -> dict[str, InferenceStage]:
+def build(
+    app: cdk.App,
+    project: Project,
+    env_names: Sequence[str],
+    *,
+    pipeline: bool = False,
+    only: Mapping[str, Sequence[str]] | None = None,
+) -> dict[str, InferenceStage]:
     """`only`: build just these models per environment (a synth shard, inferstack/synthesis/shards.py)."""
     if pipeline and only is not None:
         raise ValueError("the pipeline needs every stage: a synth shard cannot build it")
@@ -64,22 +71,33 @@ def add_pipeline(app: cdk.App, project: Project, stages: dict[str, InferenceStag
     if settings is None:
         raise PipelineUnavailable("environments.yaml has no pipeline: block")
     environments = {name: project.environments[name] for name in settings.stages}
-    return PipelineStack(app, PIPELINE_STACK_ID, stack_name=PIPELINE_STACK_NAME, settings=settings,
-                         stages=stages, environments=environments,
-                         base_images=base_images(stages, settings.stages),
-                         description="inferstack CDK pipeline: " + " -> ".join(settings.stages))
+    return PipelineStack(
+        app,
+        PIPELINE_STACK_ID,
+        stack_name=PIPELINE_STACK_NAME,
+        settings=settings,
+        stages=stages,
+        environments=environments,
+        base_images=base_images(stages, settings.stages),
+        description="inferstack CDK pipeline: " + " -> ".join(settings.stages),
+    )
 
 
 def shard_groups(project: Project, env_names: Sequence[str]) -> dict[str, list[list[str]]]:
     """environment -> the model groups a synth shard must keep together there: each fleet's members, served
     by the fleet's one stack (neuron-cores) or holding their components on the fleet's endpoint, whose stack
     and theirs reference each other (inferstack.synthesis.shards.plan_shards, `together`)."""
-    return {env: [list(fleet.models) for fleet in project.fleets.values() if fleet.deploys_in(env)]
-            for env in env_names}
+    return {
+        env: [list(fleet.models) for fleet in project.fleets.values() if fleet.deploys_in(env)] for env in env_names
+    }
 
 
 def base_images(stages: Mapping[str, InferenceStage], env_names: Sequence[str]) -> dict[str, str]:
-    """"<env>/<model>" -> the registry image its serving stack's image asset is built from (ServingStack.base_image:
+    """ "<env>/<model>" -> the registry image its serving stack's image asset is built from (ServingStack.base_image:
     the SageMaker Triton base image of a Triton model)."""
-    return {f"{env_name}/{name}": stack.base_image for env_name in env_names
-            for name, stack in stages[env_name].serving.items() if stack.base_image is not None}
+    return {
+        f"{env_name}/{name}": stack.base_image
+        for env_name in env_names
+        for name, stack in stages[env_name].serving.items()
+        if stack.base_image is not None
+    }

@@ -16,24 +16,36 @@ import aws_cdk as cdk
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
+from inferstack.aws import stack_outputs
 from inferstack.capacity import packing
-from inferstack.constructs.shared_endpoint import SharedEndpoint
 from inferstack.config import Environment
 from inferstack.config.loader import Model
 from inferstack.config.release_pin import PinnedImage
 from inferstack.constructs.neuron_service import ImageBuild, NeuronEcsService
-from inferstack.delivery import stack_outputs
-from inferstack.neuron import deployment as neuron_deployment, image as neuron_image
+from inferstack.constructs.shared_endpoint import SharedEndpoint
+from inferstack.neuron import deployment as neuron_deployment
+from inferstack.neuron import image as neuron_image
 from inferstack.schema import kinds
-from inferstack.schema.models import Fleet
+from inferstack.schema.fleets import Fleet
 from stacks.base import EnvironmentStack
 from stacks.foundation_stack import SharedResources
 
 
 class FleetStack(EnvironmentStack):
-    def __init__(self, scope: Construct, construct_id: str, *, fleet_name: str, fleet: Fleet,
-                 members: Sequence[Model], environment: Environment, env_name: str, shared: SharedResources,
-                 pinned_image: PinnedImage | None = None, **kwargs) -> None:
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        fleet_name: str,
+        fleet: Fleet,
+        members: Sequence[Model],
+        environment: Environment,
+        env_name: str,
+        shared: SharedResources,
+        pinned_image: PinnedImage | None = None,
+        **kwargs,
+    ) -> None:
         """`pinned_image`: a neuron-cores fleet's promoted image (one image holds every member)."""
         super().__init__(scope, construct_id, environment=environment, **kwargs)
         kind = kinds.fleet_kind(fleet)
@@ -49,8 +61,9 @@ class FleetStack(EnvironmentStack):
         self.serves_members = kind.serves_members
         SERVES[kind](self, environment, env_name, shared, pinned_image)
 
-    def _neuron_fleet(self, environment: Environment, env_name: str, shared: SharedResources,
-                      pinned_image: PinnedImage | None) -> None:
+    def _neuron_fleet(
+        self, environment: Environment, env_name: str, shared: SharedResources, pinned_image: PinnedImage | None
+    ) -> None:
         """One NeuronEcsService whose task serves every member on the plan's core ranges and ports, from one
         image: built from container/neuron/ with every member's compile settings (MODELS), or the fleet's
         promoted image (pins name the fleet, not its members)."""
@@ -58,12 +71,20 @@ class FleetStack(EnvironmentStack):
         assert isinstance(plan, packing.NeuronFleetPlan)
         public = {m.name: m.public_load_balancer(environment) for m in members}
         if len(set(public.values())) != 1:
-            raise ValueError(f"fleet {self.fleet_name}: its models share one load balancer but disagree on "
-                             f"load_balancer.public ({', '.join(f'{k}: {v}' for k, v in public.items())})")
-        self.log_group = logs.LogGroup(self, "Logs", encryption_key=shared.key, retention=shared.log_retention,
-                                       removal_policy=shared.removal_policy)
+            raise ValueError(
+                f"fleet {self.fleet_name}: its models share one load balancer but disagree on "
+                f"load_balancer.public ({', '.join(f'{k}: {v}' for k, v in public.items())})"
+            )
+        self.log_group = logs.LogGroup(
+            self,
+            "Logs",
+            encryption_key=shared.key,
+            retention=shared.log_retention,
+            removal_policy=shared.removal_policy,
+        )
         self.neuron = NeuronEcsService(
-            self, "Neuron",
+            self,
+            "Neuron",
             models=members,
             capacity=plan,
             vpc=shared.vpc,
@@ -81,33 +102,58 @@ class FleetStack(EnvironmentStack):
         )
         name, service = self.fleet_name, self.neuron
         cdk.CfnOutput(self, "LogGroupName", value=self.log_group.log_group_name, description=f"{name}: serving logs")
-        cdk.CfnOutput(self, "LoadBalancerDnsName", value=service.load_balancer.load_balancer_dns_name,
-                      description=f"{name}: load balancer DNS name")
+        cdk.CfnOutput(
+            self,
+            "LoadBalancerDnsName",
+            value=service.load_balancer.load_balancer_dns_name,
+            description=f"{name}: load balancer DNS name",
+        )
         cdk.CfnOutput(self, "Url", value=service.url, description=f"{name}: base URL of every model's server")
         cdk.CfnOutput(self, "ClusterName", value=service.cluster.cluster_name, description=f"{name}: ECS cluster")
         cdk.CfnOutput(self, "ServiceName", value=service.service.service_name, description=f"{name}: ECS service")
-        cdk.CfnOutput(self, stack_outputs.MODEL_PATHS, value=stack_outputs.model_paths_value(
-            {served.name: served.path for served in service.served}),
-            description=f"{name}: each model's path under Url (JSON: model -> path)")
+        cdk.CfnOutput(
+            self,
+            stack_outputs.MODEL_PATHS,
+            value=stack_outputs.model_paths_value({served.name: served.path for served in service.served}),
+            description=f"{name}: each model's path under Url (JSON: model -> path)",
+        )
 
-    def _shared_endpoint(self, environment: Environment, env_name: str, shared: SharedResources,
-                         pinned_image: PinnedImage | None) -> None:
+    def _shared_endpoint(
+        self, environment: Environment, env_name: str, shared: SharedResources, pinned_image: PinnedImage | None
+    ) -> None:
         """The endpoint the members' inference components run on (their stacks hold the components and their
         images: a release pins no image for this fleet, `pinned_image` is None)."""
         assert isinstance(self.plan, packing.ComponentFleetPlan)
         # One variant runs every member's container, so they must need the same AMI.
         versions = {m.serving.inference_ami_version for m in self.members}
         if len(versions) != 1:
-            raise ValueError(f"fleet {self.fleet_name}: its members need different serving.inference_ami_version "
-                             f"({', '.join(sorted(str(v) for v in versions))}); one endpoint runs one AMI")
+            raise ValueError(
+                f"fleet {self.fleet_name}: its members need different serving.inference_ami_version "
+                f"({', '.join(sorted(str(v) for v in versions))}); one endpoint runs one AMI"
+            )
         self.shared_endpoint = SharedEndpoint(
-            self, "Endpoint", plan=self.plan, inference_ami_version=versions.pop(), vpc=shared.vpc,
-            subnets=shared.private_subnets, key=shared.key, alarm_topic_arn=shared.alarm_topic.topic_arn,
-            vpc_owner_account=shared.vpc_owner_account)
-        cdk.CfnOutput(self, "EndpointName", value=self.shared_endpoint.endpoint_name,
-                      description=f"fleet {self.fleet_name}: the shared SageMaker endpoint")
-        cdk.CfnOutput(self, "DashboardName", value=self.shared_endpoint.dashboard.ref,
-                      description=f"fleet {self.fleet_name}: CloudWatch dashboard")
+            self,
+            "Endpoint",
+            plan=self.plan,
+            inference_ami_version=versions.pop(),
+            vpc=shared.vpc,
+            subnets=shared.private_subnets,
+            key=shared.key,
+            alarm_topic_arn=shared.alarm_topic.topic_arn,
+            vpc_owner_account=shared.vpc_owner_account,
+        )
+        cdk.CfnOutput(
+            self,
+            "EndpointName",
+            value=self.shared_endpoint.endpoint_name,
+            description=f"fleet {self.fleet_name}: the shared SageMaker endpoint",
+        )
+        cdk.CfnOutput(
+            self,
+            "DashboardName",
+            value=self.shared_endpoint.dashboard.ref,
+            description=f"fleet {self.fleet_name}: CloudWatch dashboard",
+        )
 
 
 # How a fleet's stack serves each fleet kind: its constructs and outputs.

@@ -37,7 +37,7 @@ def imported_modules(source: str, package: str, *, in_strings: bool = True) -> l
             base = node.module or ""
             if node.level:
                 parts = package.split(".")
-                parent = ".".join(parts[:len(parts) - node.level + 1])
+                parent = ".".join(parts[: len(parts) - node.level + 1])
                 base = f"{parent}.{base}" if base else parent
             found.append((node.lineno, base))
             found += [(node.lineno, f"{base}.{alias.name}") for alias in node.names if alias.name != "*"]
@@ -48,8 +48,11 @@ def imported_modules(source: str, package: str, *, in_strings: bool = True) -> l
                     found.append((node.lineno, plain))
                 else:
                     found.append((node.lineno, module))
-                    found += [(node.lineno, f"{module}.{name.split(' as ')[0].strip()}")
-                              for name in names.split(",") if name.strip()]
+                    found += [
+                        (node.lineno, f"{module}.{name.split(' as ')[0].strip()}")
+                        for name in names.split(",")
+                        if name.strip()
+                    ]
     return found
 
 
@@ -58,26 +61,33 @@ def python_files() -> list[Path]:
 
 
 def test_no_test_module_imports_a_test_module_or_a_conftest():
-    offences = [f"{path.relative_to(ROOT)}:{line}: imports {module}"
-                for path in python_files()
-                # this module's own strings are the examples of the test below
-                for line, module in imported_modules(path.read_text(), package_of(path),
-                                                     in_strings=path != Path(__file__).resolve())
-                if is_test_module(module)]
+    offences = [
+        f"{path.relative_to(ROOT)}:{line}: imports {module}"
+        for path in python_files()
+        # this module's own strings are the examples of the test below
+        for line, module in imported_modules(
+            path.read_text(), package_of(path), in_strings=path != Path(__file__).resolve()
+        )
+        if is_test_module(module)
+    ]
     assert offences == [], "move what they share to tests/support/ (or a fixture to a conftest.py):\n" + "\n".join(
-        offences)
+        offences
+    )
 
 
 def test_helpers_live_in_tests_support():
     support = TESTS / "support"
-    misplaced = [str(path.relative_to(ROOT)) for path in python_files()
-                 if not (is_test_module(path.stem) or path.name == "__init__.py") and support not in path.parents]
+    misplaced = [
+        str(path.relative_to(ROOT))
+        for path in python_files()
+        if not (is_test_module(path.stem) or path.name == "__init__.py") and support not in path.parents
+    ]
     assert misplaced == []
     assert [p.name for p in support.glob("*.py") if is_test_module(p.stem)] == []
 
 
 def test_the_check_sees_every_way_of_importing():
-    source = '''
+    source = """
 import tests.cli.test_cli
 from tests.cli import test_cli
 from tests.cli.test_cli import run
@@ -89,7 +99,13 @@ import test_sibling
 CHILD = "import os; from tests.synthesis.test_synth_shards import helper; helper()"
 from tests.support.cli import run
 from tests.support import aws_fakes
-'''
+"""
     flagged = sorted({m for _, m in imported_modules(source, "tests.cli") if is_test_module(m)})
-    assert flagged == ["conftest", "test_sibling", "tests.cli.conftest", "tests.cli.test_cli",
-                       "tests.container.triton.conftest", "tests.synthesis.test_synth_shards"]
+    assert flagged == [
+        "conftest",
+        "test_sibling",
+        "tests.cli.conftest",
+        "tests.cli.test_cli",
+        "tests.container.triton.conftest",
+        "tests.synthesis.test_synth_shards",
+    ]

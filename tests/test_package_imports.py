@@ -121,8 +121,14 @@ def source_modules() -> set[str]:
 def blocked_import(what: str | list[str], env: dict[str, str] | None = None) -> dict:
     """CHILD's report, run in a fresh interpreter from the repository root (rehearsal/ importable there)."""
     env = {**os.environ, **(env or {}), "PYTHONPATH": str(ROOT)}
-    result = subprocess.run([sys.executable, "-c", CHILD, *map(json.dumps, (BLOCKED, OWN_INTERPRETER, what))],
-                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-c", CHILD, *map(json.dumps, (BLOCKED, OWN_INTERPRETER, what))],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     lines = [line for line in result.stdout.splitlines() if line.startswith("RESULT ")]
     assert result.returncode == 0 and lines, result.stdout[-4000:] + result.stderr[-4000:]
     report = json.loads(lines[-1].removeprefix("RESULT "))
@@ -136,8 +142,14 @@ def test_every_inferstack_module_imports_without_moto_docker_or_rehearsal():
     walk = blocked_import("walk")
     assert set(walk["walked"]) == source_modules()
     # The locustfile reads its spec when imported, as Locust's processes give it one.
-    spec = LoadTestSpec(model="m", target=Target(kind="http", url="http://127.0.0.1:9/v2/models/m/infer"),
-                        bodies=({},), outputs=(), steps=(Step(rate=1.0, seconds=1.0),), p99_slo_ms=500.0)
+    spec = LoadTestSpec(
+        model="m",
+        target=Target(kind="http", url="http://127.0.0.1:9/v2/models/m/infer"),
+        bodies=({},),
+        outputs=(),
+        steps=(Step(rate=1.0, seconds=1.0),),
+        p99_slo_ms=500.0,
+    )
     alone = blocked_import(list(OWN_INTERPRETER), env={SPEC_ENV: spec.to_json()})
     assert alone["imported"] == list(OWN_INTERPRETER)
     assert set(walk["imported"]) | set(alone["imported"]) == source_modules()
@@ -153,8 +165,9 @@ def test_no_inferstack_source_imports_moto_docker_or_rehearsal():
                 names = [node.module]
             else:
                 continue
-            found += [f"{path.relative_to(ROOT)}:{node.lineno}: {name}" for name in names
-                      if name.split(".")[0] in BLOCKED]
+            found += [
+                f"{path.relative_to(ROOT)}:{node.lineno}: {name}" for name in names if name.split(".")[0] in BLOCKED
+            ]
     assert found == []
 
 
@@ -190,8 +203,11 @@ def module_level_imports(tree: ast.Module) -> list[tuple[int, str]]:
 def runtime_distributions(requirements: Path) -> set[str]:
     """The distributions requirements.txt installs: those it names and, recursively, what they require (with the
     extras asked for), as installed here; names normalized as PEP 503 does."""
-    todo = [Requirement(line.split("#")[0].strip()) for line in requirements.read_text().splitlines()
-            if line.split("#")[0].strip()]
+    todo = [
+        Requirement(line.split("#")[0].strip())
+        for line in requirements.read_text().splitlines()
+        if line.split("#")[0].strip()
+    ]
     seen: dict[str, set[str]] = {}
     while todo:
         requirement = todo.pop()
@@ -231,5 +247,6 @@ def test_the_import_scan_sees_what_runs_on_load_and_not_what_runs_on_use():
     tree = ast.parse(
         "import a.b\nfrom c import d\nfrom . import e\nif TYPE_CHECKING:\n    import f\nelse:\n    import g\n"
         "try:\n    import h\nexcept ImportError:\n    import i\nclass K:\n    import j\n"
-        "def use():\n    import k\n")
+        "def use():\n    import k\n"
+    )
     assert [module for _, module in module_level_imports(tree)] == ["a", "c", "g", "h", "i", "j"]

@@ -21,9 +21,11 @@ from typing import Sequence
 from inferstack.capacity import pricing, schedule
 from inferstack.capacity.planning import FleetBeyondCount, PlanningError, plan as plan_dedicated, target_in_flight
 from inferstack.schema import instances, kinds
-from inferstack.schema.models import (
-    Environment, Fleet, InferenceComponentFleet, NeuronCoreFleet, NeuronEcsModel, OffHours, TritonSageMakerModel,
-)
+from inferstack.schema.environments import Environment
+from inferstack.schema.fleets import Fleet, InferenceComponentFleet, NeuronCoreFleet
+from inferstack.schema.neuron_ecs import NeuronEcsModel
+from inferstack.schema.off_hours import OffHours
+from inferstack.schema.triton_sagemaker import TritonSageMakerModel
 from inferstack.triton import startup as triton_startup
 
 # Scale-out from zero (SageMaker's documented pattern): a request that finds no copy fails and counts in

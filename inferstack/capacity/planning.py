@@ -11,7 +11,8 @@ import math
 from dataclasses import dataclass
 
 from inferstack.schema.kinds import Model
-from inferstack.schema.models import Environment, Slo
+from inferstack.schema.environments import Environment
+from inferstack.schema.model_file import Slo
 
 
 class PlanningError(ValueError):

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from inferstack.capacity import packing
 from inferstack.schema import kinds
 from inferstack.schema.kinds import Model
-from inferstack.schema.models import RECOMMENDER_METHOD, Fleet, ProfilePoint
+from inferstack.schema.fleets import Fleet
+from inferstack.schema.throughput import RECOMMENDER_METHOD, ProfilePoint
 
 ESTIMATE = "estimate"
 

@@ -13,7 +13,7 @@ import re
 import zoneinfo
 from datetime import datetime, timedelta
 
-from inferstack.schema.models import OffHours
+from inferstack.schema.off_hours import OffHours
 
 REFERENCE_START = datetime(2025, 1, 6)  # a Monday
 REFERENCE_DAYS = 28

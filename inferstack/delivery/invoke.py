@@ -26,13 +26,14 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
-import botocore.config
 import botocore.exceptions
 
+from inferstack.aws import aws_sessions, stack_outputs
+from inferstack.command_line import DEFAULT_CONFIG_DIR, Failure, UsageError
 from inferstack.config import loader
-from inferstack.delivery import aws_sessions, smoke, stack_outputs, text_contract
+from inferstack.delivery import smoke
 from inferstack.delivery.locate import Location, locate
-from inferstack.loadtest import answer
+from inferstack.loadtest import answer, text_contract
 
 DEFAULT_TIMEOUT_S = 10.0
 DEFAULT_RETRIES = 2
@@ -44,11 +45,7 @@ RETRY_STATUSES = (429, 503)
 RETRY_AWS_CODES = ("ServiceUnavailable", "ThrottlingException", "ModelNotReadyException")
 
 
-class InvokeUsageError(Exception):
-    """A bad argument: one line naming it, exit 2."""
-
-
-class InvokeFailure(Exception):
+class InvokeFailure(Failure):
     """The call failed: one line naming what (exit 1)."""
 
 
@@ -188,6 +185,8 @@ def _stderr(line: str) -> None:
 
 
 def _client_config(timeout: float) -> botocore.config.Config:
+    import botocore.config
+
     # botocore retries nothing: this command's own loop is the one bound on the time spent.
     return botocore.config.Config(connect_timeout=timeout, read_timeout=timeout, retries={"total_max_attempts": 1})
 
@@ -195,7 +194,7 @@ def _client_config(timeout: float) -> botocore.config.Config:
 def _project_and_env(args: argparse.Namespace):
     project = loader.load(args.config_dir, releases=False)
     if args.env not in project.environments:
-        raise InvokeUsageError(f"--env: unknown environment {args.env!r}; known: {', '.join(project.environments)}")
+        raise UsageError(f"--env: unknown environment {args.env!r}; known: {', '.join(project.environments)}")
     return project, project.environments[args.env]
 
 
@@ -203,10 +202,10 @@ def _session(args: argparse.Namespace, environment):
     if args.role_arn is not None:
         match = smoke.ROLE_ARN.fullmatch(args.role_arn)
         if match is None:
-            raise InvokeUsageError(f"--role-arn: not an IAM role ARN: {args.role_arn!r}")
+            raise UsageError(f"--role-arn: not an IAM role ARN: {args.role_arn!r}")
         if match.group(1) != environment.account:
-            raise InvokeUsageError(f"--role-arn: {args.role_arn} is in account {match.group(1)}, not {args.env}'s "
-                                   f"account {environment.account}")
+            raise UsageError(f"--role-arn: {args.role_arn} is in account {match.group(1)}, not {args.env}'s "
+                             f"account {environment.account}")
     return aws_sessions.session_for(args.env, environment, purpose="invoke", role_arn=args.role_arn)
 
 
@@ -240,17 +239,17 @@ def invoke_model(args: argparse.Namespace) -> int:
         model = project.model(args.model)
     except KeyError:
         known = ", ".join(sorted(m.name for m in project.models))
-        raise InvokeUsageError(f"unknown model {args.model!r}; known: {known}") from None
+        raise UsageError(f"unknown model {args.model!r}; known: {known}") from None
     deployed = {m.name for m in project.models_in(args.env)}
     if model.name not in deployed:
-        raise InvokeUsageError(f"{model.name} is not deployed in {args.env} (deploy_in of its model file); deployed "
-                               f"there: {', '.join(sorted(deployed))}")
+        raise UsageError(f"{model.name} is not deployed in {args.env} (deploy_in of its model file); deployed "
+                         f"there: {', '.join(sorted(deployed))}")
     texts = args.text or []
     if not texts:
-        raise InvokeUsageError("--text: give at least one text (repeat --text for a batch)")
+        raise UsageError("--text: give at least one text (repeat --text for a batch)")
     for index, text in enumerate(texts):
         if not text.strip():  # the models refuse it too (inputs[0].data[i]: empty text): no call needed
-            raise InvokeUsageError(f"--text #{index + 1}: empty text")
+            raise UsageError(f"--text #{index + 1}: empty text")
     session = _session(args, environment)
     where = locate(session.client("cloudformation", config=_client_config(args.timeout)), args.env, model,
                    _serving_stacks(project, args.env)[model.name])
@@ -276,19 +275,19 @@ def invoke_model(args: argparse.Namespace) -> int:
 
 def run(args: argparse.Namespace) -> int:
     if not (math.isfinite(args.timeout) and args.timeout > 0):
-        raise InvokeUsageError(f"--timeout: must be a number of seconds > 0, got {args.timeout:g}")
+        raise UsageError(f"--timeout: must be a number of seconds > 0, got {args.timeout:g}")
     if not 0 <= args.retries <= MAX_RETRIES:
-        raise InvokeUsageError(f"--retries: must be within 0..{MAX_RETRIES}, got {args.retries}")
+        raise UsageError(f"--retries: must be within 0..{MAX_RETRIES}, got {args.retries}")
     if args.list:
         if args.model is not None or args.text:
-            raise InvokeUsageError("--list: lists every model of --env; give no MODEL nor --text with it")
+            raise UsageError("--list: lists every model of --env; give no MODEL nor --text with it")
         return list_models(args)
     if args.model is None:
-        raise InvokeUsageError("MODEL: name the model to call (or --list to see them)")
+        raise UsageError("MODEL: name the model to call (or --list to see them)")
     return invoke_model(args)
 
 
-def add_parser(commands: argparse._SubParsersAction, handler, default_config_dir: Path) -> None:
+def add_parser(commands: argparse._SubParsersAction) -> None:
     cmd = commands.add_parser("invoke", help="call a deployed model with texts and print its answers "
                                              "(--list: where every model of an environment answers)",
                               description=__doc__.splitlines()[0].split(": ", 1)[1])
@@ -308,5 +307,5 @@ def add_parser(commands: argparse._SubParsersAction, handler, default_config_dir
     cmd.add_argument("--role-arn", metavar="ARN",
                      help="assume this role in the environment's account instead of the environment's "
                           "deploy_role_arn or the ambient credentials")
-    cmd.add_argument("--config-dir", type=Path, default=default_config_dir)
-    cmd.set_defaults(func=handler)
+    cmd.add_argument("--config-dir", type=Path, default=DEFAULT_CONFIG_DIR)
+    cmd.set_defaults(func=run)

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from inferstack.aws import aws_sessions, stack_outputs
 from inferstack.config import Project
 from inferstack.config.release_pin import LoadTestEvidence, LoadTestRecord
-from inferstack.delivery import aws_sessions, stack_outputs
 from inferstack.loadtest import results
 
 # A result file is a few KB; anything far larger is not one (read is bounded).

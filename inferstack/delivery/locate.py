@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from inferstack.delivery import stack_outputs
+from inferstack.aws import stack_outputs
 from inferstack.schema import kinds
 
 URL = "Url"

@@ -16,26 +16,24 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 from pathlib import Path
-
-import boto3
+from typing import TYPE_CHECKING
 
 from inferstack import atomic_write
-from inferstack.delivery import aws_sessions, ecr_images, load_test_gate, release, stack_outputs
+from inferstack.aws import aws_sessions, ecr_images, stack_outputs
+from inferstack.command_line import DEFAULT_CONFIG_DIR, Failure, UsageError
 from inferstack.config import Project, loader, pin_history
-from inferstack.config.loader import ImageUnit
 from inferstack.config.release_pin import PIN_FORMAT, LoadTestRecord, PinnedImage, ReleaseIdentity, ReleasePin, dump
-from inferstack.neuron.task import CONTAINER_NAME
+from inferstack.delivery import load_test_gate, release
+
+if TYPE_CHECKING:
+    import boto3
 
 # Promoted images live in one repository per image unit in each target account: inferstack/<model or fleet>.
 REPOSITORY_PREFIX = "inferstack"
 
 
-class PromoteError(Exception):
+class PromoteError(Failure):
     """The source does not run what is expected, or an image cannot be found or copied; exit 1."""
-
-
-class PromoteUsageError(Exception):
-    """Bad arguments; exit 2."""
 
 
 @dataclass(frozen=True)
@@ -51,58 +49,6 @@ class Step:
         tag = f" as :{self.tag}" if self.tag and self.action == "copy" else ""
         return (f"{self.model}: {self.source.ref.repository_uri}@{self.source.digest} -> "
                 f"{self.target_repository_uri}{tag} ({self.action})")
-
-
-def running_image(session: boto3.Session, env_name: str, unit: ImageUnit) -> str:
-    """The image reference the unit's deployed service (a model's, or a neuron-cores fleet's) runs in
-    `env_name`."""
-    values = stack_outputs.outputs(session.client("cloudformation"), env_name, unit.name)
-    if unit.kind.hosting == "ecs":
-        cluster, service = stack_outputs.require(values, ("ClusterName", "ServiceName"), env_name, unit.name)
-        ecs = session.client("ecs")
-        found = ecs.describe_services(cluster=cluster, services=[service])
-        # A deleted service stays visible for a while as INACTIVE.
-        if not [s for s in found.get("services") or [] if s.get("status") != "INACTIVE"]:
-            raise PromoteError(f"{unit.name}: ECS service {service} not found in cluster {cluster} ({env_name})")
-        task_definition = found["services"][0]["taskDefinition"]
-        containers = ecs.describe_task_definition(taskDefinition=task_definition)["taskDefinition"][
-            "containerDefinitions"]
-        images = [c["image"] for c in containers if c.get("name") == CONTAINER_NAME] or \
-                 ([containers[0]["image"]] if len(containers) == 1 else [])
-        if not images:
-            raise PromoteError(f"{unit.name}: task definition {task_definition} has no container "
-                               f"{CONTAINER_NAME!r}")
-        return images[0]
-    (endpoint,) = stack_outputs.require(values, (stack_outputs.ENDPOINT_NAME,), env_name, unit.name)
-    sagemaker = session.client("sagemaker")
-    component = values.get(stack_outputs.INFERENCE_COMPONENT_NAME)
-    if component:  # on a fleet's shared endpoint, whose variant names no model: the component names it
-        try:
-            specification = sagemaker.describe_inference_component(InferenceComponentName=component)["Specification"]
-        except aws_sessions.AWS_ERRORS as exc:
-            raise PromoteError(f"{unit.name}: SageMaker inference component {component} on endpoint {endpoint} "
-                               f"not found ({env_name}): {' '.join(str(exc).split())}") from None
-        if not specification.get("ModelName"):
-            raise PromoteError(f"{unit.name}: inference component {component} names no SageMaker model")
-        return _model_image(sagemaker, unit.name, specification["ModelName"])
-    try:
-        config_name = sagemaker.describe_endpoint(EndpointName=endpoint)["EndpointConfigName"]
-    except aws_sessions.AWS_ERRORS as exc:
-        raise PromoteError(f"{unit.name}: SageMaker endpoint {endpoint} not found ({env_name}): "
-                           f"{' '.join(str(exc).split())}") from None
-    variants = sagemaker.describe_endpoint_config(EndpointConfigName=config_name)["ProductionVariants"]
-    model_names = sorted({v["ModelName"] for v in variants if v.get("ModelName")})
-    if len(model_names) != 1:
-        raise PromoteError(f"{unit.name}: endpoint {endpoint} serves {len(model_names)} models; expected 1")
-    return _model_image(sagemaker, unit.name, model_names[0])
-
-
-def _model_image(sagemaker, unit: str, model_name: str) -> str:
-    described = sagemaker.describe_model(ModelName=model_name)
-    container = described.get("PrimaryContainer") or (described.get("Containers") or [{}])[0]
-    if not container.get("Image"):
-        raise PromoteError(f"{unit}: SageMaker model {model_name} names no image")
-    return container["Image"]
 
 
 def _check_release(model: str, source_env: str, image: ecr_images.ResolvedImage, manifest: dict,
@@ -131,10 +77,10 @@ def plan(project: Project, source_env: str, target_env: str, sessions: dict[str,
     # The target's units: the pin must cover them (a neuron-cores fleet's are the same in every environment).
     for unit in project.image_units(target_env):
         try:
-            reference = ecr_images.ImageRef.parse(running_image(sessions[source_env], source_env, unit))
+            reference = ecr_images.ImageRef.parse(ecr_images.running_image(sessions[source_env], source_env, unit))
             source_ecr = sessions[source_env].client("ecr", region_name=reference.region)
             image = ecr_images.resolve(source_ecr, reference)
-        except stack_outputs.StackNotFound as exc:
+        except (stack_outputs.StackNotFound, ecr_images.NotRunning) as exc:
             raise PromoteError(str(exc)) from None
         except ecr_images.ImageError as exc:
             raise PromoteError(f"{unit.name}: {exc}") from None
@@ -179,16 +125,16 @@ def run(args: argparse.Namespace) -> int:
     project = loader.load(args.config_dir, releases=False)
     for option, name in (("--from", args.source), ("--to", args.target)):
         if name not in project.environments:
-            raise PromoteUsageError(f"{option}: unknown environment {name!r}; known: "
-                                    f"{', '.join(project.environments)}")
+            raise UsageError(f"{option}: unknown environment {name!r}; known: "
+                             f"{', '.join(project.environments)}")
     if args.source == args.target:
-        raise PromoteUsageError("--from and --to name the same environment")
+        raise UsageError("--from and --to name the same environment")
     manifest, identity = None, ReleaseIdentity()
     if args.manifest is not None:
         try:
             manifest, manifest_sha = release.load(args.manifest)
         except release.ReleaseError as exc:
-            raise PromoteUsageError(str(exc)) from None
+            raise UsageError(str(exc)) from None
         identity = ReleaseIdentity(commit=manifest.get("commit"), config_sha256=manifest.get("config_sha256"),
                                    manifest_sha256=manifest_sha)
     target = project.environments[args.target]
@@ -197,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
     try:  # read first: a corrupt history fails the command before anything is copied or written
         entries = pin_history.read(history, args.target)
     except pin_history.HistoryError as exc:
-        raise PromoteUsageError(str(exc)) from None
+        raise UsageError(str(exc)) from None
     sessions = {name: aws_sessions.session_for(name, project.environments[name], purpose="promote")
                 for name in (args.source, args.target)}
     steps = plan(project, args.source, args.target, sessions, manifest, args.manifest)
@@ -256,7 +202,7 @@ def gate(project: Project, args: argparse.Namespace, steps: list[Step], session:
     return load_test_gate.record(why, findings, skipped=False)
 
 
-def add_parser(commands: argparse._SubParsersAction, handler, default_config_dir: Path) -> None:
+def add_parser(commands: argparse._SubParsersAction) -> None:
     cmd = commands.add_parser("promote", help="copy what one environment runs into the next and pin it",
                               description=__doc__.splitlines()[0].split(": ", 1)[1])
     cmd.add_argument("--from", dest="source", required=True, metavar="ENV", help="environment to read from")
@@ -266,5 +212,5 @@ def add_parser(commands: argparse._SubParsersAction, handler, default_config_dir
     cmd.add_argument("--skip-load-test", action="store_true",
                      help="promote without a passing load test in the source where the gate applies (into an "
                           "environment behind an approval, or from one that runs load tests); recorded in the pin")
-    cmd.add_argument("--config-dir", type=Path, default=default_config_dir)
-    cmd.set_defaults(func=handler)
+    cmd.add_argument("--config-dir", type=Path, default=DEFAULT_CONFIG_DIR)
+    cmd.set_defaults(func=run)

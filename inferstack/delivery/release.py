@@ -5,6 +5,7 @@ so a promotion can prove that what it moves is what was built. Deterministic: sa
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import importlib.metadata
 import json
@@ -15,6 +16,8 @@ from pathlib import Path
 import yaml
 
 import inferstack
+from inferstack import atomic_write
+from inferstack.command_line import DEFAULT_CONFIG_DIR, UsageError
 from inferstack.review import assembly
 
 FORMAT = "inferstack-release/1"
@@ -165,3 +168,30 @@ def model_images(manifest: dict, model: str) -> list[dict]:
         for image in stack.get("images") or []:
             found.setdefault(image.get("asset_id"), image)
     return [found[k] for k in sorted(found, key=str)]
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    cmd = commands.add_parser("release", help="write the release manifest of a synthesized cdk.out")
+    cmd.add_argument("--cdk-out", type=Path, required=True, help="output directory of `cdk synth`")
+    cmd.add_argument("--out", type=Path, required=True, help="manifest file to write (JSON)")
+    cmd.add_argument("--commit", help="git commit to record (default: git rev-parse HEAD)")
+    cmd.add_argument("--config-dir", type=Path, default=DEFAULT_CONFIG_DIR)
+    cmd.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        commit = git_commit(args.commit, Path.cwd())
+        manifest = build(args.cdk_out, args.config_dir, commit)
+    except (ReleaseError, assembly.AssemblyError) as exc:
+        raise UsageError(str(exc)) from None
+    if not args.out.parent.is_dir():
+        raise UsageError(f"--out {args.out}: directory {args.out.parent} does not exist")
+    try:
+        atomic_write.write_text(args.out, dump(manifest))
+    except OSError as exc:
+        raise UsageError(f"--out {args.out}: cannot write: {exc.strerror or exc}") from None
+    images = sum(len(s["images"]) for e in manifest["environments"].values() for s in e["stacks"].values())
+    print(f"wrote {args.out}: commit {commit[:12]}, {len(manifest['environments'])} environments, "
+          f"{images} image assets")
+    return 0

@@ -25,26 +25,25 @@ import argparse
 import re
 from datetime import timezone
 from pathlib import Path
-
-import boto3
+from typing import TYPE_CHECKING
 
 from inferstack import atomic_write
+from inferstack.aws import aws_sessions, ecr_images
+from inferstack.command_line import DEFAULT_CONFIG_DIR, Failure, UsageError
 from inferstack.config import loader, pin_history, release_pin
 from inferstack.config.pin_history import HistoryEntry
 from inferstack.config.release_pin import PinnedImage, ReleasePin
-from inferstack.delivery import aws_sessions, ecr_images
+
+if TYPE_CHECKING:
+    import boto3
 
 INDEX_PATTERN = re.compile(r"^[+-]?\d{1,6}$")
 COMMIT_PREFIX_PATTERN = re.compile(r"^[0-9a-fA-F]{7,64}$")
 GONE = "gone from the registry"
 
 
-class RollbackError(Exception):
+class RollbackError(Failure):
     """The rollback cannot be done as asked (no history, an image gone); exit 1."""
-
-
-class RollbackUsageError(Exception):
-    """Bad arguments or a corrupt history file; exit 2."""
 
 
 def short(digest: str) -> str:
@@ -85,22 +84,22 @@ def resolve_to(text: str, entries: list[HistoryEntry], history: Path) -> int:
     if INDEX_PATTERN.fullmatch(text):
         index = int(text)
         if index == 0 or abs(index) > count:
-            raise RollbackUsageError(f"--to {text}: {history} has {count} entries: 1 (oldest) to {count}, or -1 "
-                                     f"(newest) to -{count}")
+            raise UsageError(f"--to {text}: {history} has {count} entries: 1 (oldest) to {count}, or -1 "
+                             f"(newest) to -{count}")
         return index if index > 0 else count + 1 + index
     if not COMMIT_PREFIX_PATTERN.fullmatch(text):
-        raise RollbackUsageError(f"--to {text!r}: expected a history index (1, 2, ... or -1 for the newest, -2, "
-                                 f"...) or a release commit (at least 7 hex digits)")
+        raise UsageError(f"--to {text!r}: expected a history index (1, 2, ... or -1 for the newest, -2, "
+                         f"...) or a release commit (at least 7 hex digits)")
     prefix = text.lower()
     commits = {e.pin.release.commit.lower() for e in entries if e.pin.release.commit}
     matches = sorted(c for c in commits if c.startswith(prefix))
     if not matches:
         known = ", ".join(sorted(c[:12] for c in commits)) or "none (promoted without --manifest)"
-        raise RollbackUsageError(f"--to {text}: no entry of {history} pins a release with that commit; releases "
-                                 f"there: {known}")
+        raise UsageError(f"--to {text}: no entry of {history} pins a release with that commit; releases "
+                         f"there: {known}")
     if len(matches) > 1:
-        raise RollbackUsageError(f"--to {text}: ambiguous, {len(matches)} releases in {history} start with it: "
-                                 f"{', '.join(c[:12] for c in matches)}; give more digits")
+        raise UsageError(f"--to {text}: ambiguous, {len(matches)} releases in {history} start with it: "
+                         f"{', '.join(c[:12] for c in matches)}; give more digits")
     return max(n for n, e in enumerate(entries, start=1)
                if e.pin.release.commit and e.pin.release.commit.lower() == matches[0])
 
@@ -157,15 +156,15 @@ def run(args: argparse.Namespace) -> int:
     project = loader.load(args.config_dir, releases=False)  # the pin is read here: rollback may fix a bad one
     env_name = args.env
     if env_name not in project.environments:
-        raise RollbackUsageError(f"--env: unknown environment {env_name!r}; known: "
-                                 f"{', '.join(project.environments)}")
+        raise UsageError(f"--env: unknown environment {env_name!r}; known: "
+                         f"{', '.join(project.environments)}")
     environment = project.environments[env_name]
     pin_path = loader.pin_path(project.config_dir, environment) or project.config_dir / "releases" / f"{env_name}.json"
     history = pin_history.history_path(pin_path, env_name)
     try:
         entries = pin_history.read(history, env_name)
     except pin_history.HistoryError as exc:
-        raise RollbackUsageError(str(exc)) from None
+        raise UsageError(str(exc)) from None
     if not entries:
         raise RollbackError(f"{history}: no pin history for {env_name}, so no release to roll back to "
                             f"(`promote --apply` records each pin it writes there)")
@@ -218,7 +217,7 @@ def run(args: argparse.Namespace) -> int:
     if current is not None and pin_history.same_images(current, target.pin):
         print(f"nothing to do: {pin_path} already pins these images")
         return 0
-    config_dir = "" if args.config_dir == args.default_config_dir else f" --config-dir {args.config_dir}"
+    config_dir = "" if args.config_dir == DEFAULT_CONFIG_DIR else f" --config-dir {args.config_dir}"
     if not args.apply:
         print(f"to apply: python -m inferstack rollback --env {env_name} --to {number} --apply{config_dir}")
         return 0
@@ -242,7 +241,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parser(commands: argparse._SubParsersAction, handler, default_config_dir: Path) -> None:
+def add_parser(commands: argparse._SubParsersAction) -> None:
     cmd = commands.add_parser("rollback", help="pin an environment back to a release it ran before",
                               description=__doc__.splitlines()[0].split(": ", 1)[1])
     cmd.add_argument("--env", required=True, metavar="ENV", help="environment to pin back")
@@ -250,5 +249,5 @@ def add_parser(commands: argparse._SubParsersAction, handler, default_config_dir
                      help="history index (1 = oldest entry, -1 = newest, -2 = the one before) or release commit "
                           "(7+ hex digits); default: the release the environment ran before the current one")
     cmd.add_argument("--apply", action="store_true", help="write the pin and record it (default: dry run)")
-    cmd.add_argument("--config-dir", type=Path, default=default_config_dir)
-    cmd.set_defaults(func=handler, default_config_dir=default_config_dir)
+    cmd.add_argument("--config-dir", type=Path, default=DEFAULT_CONFIG_DIR)
+    cmd.set_defaults(func=run)

@@ -24,20 +24,21 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import boto3
-import botocore.config
-
-from inferstack.delivery import aws_sessions, stack_outputs, text_contract
-from inferstack.delivery.locate import locate
+from inferstack.aws import aws_sessions, stack_outputs
+from inferstack.command_line import DEFAULT_CONFIG_DIR, UsageError
 from inferstack.config import Environment, loader
+from inferstack.delivery.locate import locate
 from inferstack.loadtest import answer
 from inferstack.loadtest.answer import Output  # what a reply must hold: one check for smoke and load tests
+from inferstack.loadtest.probes import probe_for
 from inferstack.schema import kinds
 
-SMOKE_TEXT = "inferstack smoke test"
+if TYPE_CHECKING:
+    import boto3
+
 DEFAULT_REQUESTS = 5
 VIA = ("auto", "lambda", "direct")
 LATENCY = ("check", "report")
@@ -61,36 +62,6 @@ class SmokeFailure(Exception):
 
 class NoCapacity(SmokeFailure):
     """An inference component has no copy to answer with yet (scaled to zero; one is on its way)."""
-
-
-@dataclass(frozen=True)
-class Probe:
-    body: dict
-    outputs: tuple[Output, ...]
-
-
-def probe_for(model) -> Probe:
-    """The request a model gets and the outputs its interface promises, for a batch of one."""
-    return PROBES[kinds.model_kind(model)](model)
-
-
-def _text_probe(model) -> Probe:
-    # Every kind takes the text contract (text_contract.py): the Neuron app, and the Triton ensemble each
-    # SageMaker endpoint defaults to, which tokenizes in the server. Smoke sends what an application sends. The
-    # model's name in the text makes each model's request its own: an emulator that answers by request (moto
-    # keys its canned InvokeEndpoint replies by body, not endpoint) tells them apart.
-    return Probe(text_contract.request_body([smoke_text(model)]), text_contract.expected_outputs(model, 1))
-
-
-def smoke_text(model) -> str:
-    return f"{SMOKE_TEXT} of {model.name}"
-
-
-# Each model kind's smoke request: what its serving container's interface takes and promises.
-PROBES: dict[kinds.ModelKind, Callable[..., Probe]] = {
-    kinds.NEURON_ECS: _text_probe,
-    kinds.TRITON_SAGEMAKER: _text_probe,
-}
 
 
 def check_reply(reply: bytes, expected: tuple[Output, ...]) -> None:
@@ -124,6 +95,8 @@ def http_sender(url: str, timeout: float) -> Sender:
 
 def sagemaker_sender(session: boto3.Session, endpoint: str, timeout: float, component: str | None = None) -> Sender:
     """InvokeEndpoint; `component`: the inference component to invoke on a shared endpoint."""
+    import botocore.config
+
     runtime = session.client("sagemaker-runtime", config=botocore.config.Config(
         read_timeout=timeout, connect_timeout=timeout, retries={"max_attempts": 1}))
     target = {"InferenceComponentName": component} if component else {}
@@ -161,6 +134,8 @@ def first_reply(send: Sender, body: bytes, cold_start_s: float, *, sleep: Callab
 
 
 def lambda_client(session: boto3.Session, timeout: float):
+    import botocore.config
+
     return session.client("lambda", config=botocore.config.Config(
         read_timeout=timeout + PROBE_OVERHEAD_S, connect_timeout=timeout, retries={"max_attempts": 1}))
 
@@ -280,26 +255,26 @@ def smoke_model(session: boto3.Session, env_name: str, environment: Environment,
 def run(args: argparse.Namespace) -> int:
     project = loader.load(args.config_dir, releases=False)
     if args.env not in project.environments:
-        raise SmokeUsageError(f"--env: unknown environment {args.env!r}; known: {', '.join(project.environments)}")
+        raise UsageError(f"--env: unknown environment {args.env!r}; known: {', '.join(project.environments)}")
     if args.timeout <= 0 or args.requests < 1:
-        raise SmokeUsageError("--timeout must be > 0 and --requests >= 1")
+        raise UsageError("--timeout must be > 0 and --requests >= 1")
     known = {m.name for m in project.models}
     unknown = [m for m in args.model or () if m not in known]
     if unknown:
-        raise SmokeUsageError(f"--model: unknown model(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        raise UsageError(f"--model: unknown model(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
     deployed = project.models_in(args.env)  # a model file's deploy_in: elsewhere it has no stack to call
     absent = [m for m in args.model or () if m not in {d.name for d in deployed}]
     if absent:
-        raise SmokeUsageError(f"--model: {', '.join(absent)} not deployed in {args.env} (deploy_in of its model "
-                              f"file); deployed there: {', '.join(sorted(d.name for d in deployed))}")
+        raise UsageError(f"--model: {', '.join(absent)} not deployed in {args.env} (deploy_in of its model "
+                         f"file); deployed there: {', '.join(sorted(d.name for d in deployed))}")
     environment = project.environments[args.env]
     if args.role_arn is not None:
         match = ROLE_ARN.fullmatch(args.role_arn)
         if match is None:
-            raise SmokeUsageError(f"--role-arn: not an IAM role ARN: {args.role_arn!r}")
+            raise UsageError(f"--role-arn: not an IAM role ARN: {args.role_arn!r}")
         if match.group(1) != environment.account:
-            raise SmokeUsageError(f"--role-arn: {args.role_arn} is in account {match.group(1)}, not {args.env}'s "
-                                  f"account {environment.account}")
+            raise UsageError(f"--role-arn: {args.role_arn} is in account {match.group(1)}, not {args.env}'s "
+                             f"account {environment.account}")
     session = aws_sessions.session_for(args.env, environment, purpose="smoke", role_arn=args.role_arn)
     probe = ProbeLookup(session.client("cloudformation"), args.env)
     chosen = [m for m in sorted(deployed, key=lambda m: m.name) if not args.model or m.name in args.model]
@@ -345,11 +320,7 @@ def wake_components(session: boto3.Session, env_name: str, models, timeout: floa
     return woken
 
 
-class SmokeUsageError(Exception):
-    pass
-
-
-def add_parser(commands: argparse._SubParsersAction, handler, default_config_dir: Path) -> None:
+def add_parser(commands: argparse._SubParsersAction) -> None:
     cmd = commands.add_parser("smoke", help="call every deployed model once over the shared protocol and "
                                             "check the interface and latency",
                               description=__doc__.splitlines()[0].split(": ", 1)[1])
@@ -368,5 +339,5 @@ def add_parser(commands: argparse._SubParsersAction, handler, default_config_dir
     cmd.add_argument("--role-arn", metavar="ARN",
                      help="assume this role in the environment's account (the pipeline's smoke role) instead of "
                           "the environment's deploy_role_arn or the ambient credentials")
-    cmd.add_argument("--config-dir", type=Path, default=default_config_dir)
-    cmd.set_defaults(func=handler)
+    cmd.add_argument("--config-dir", type=Path, default=DEFAULT_CONFIG_DIR)
+    cmd.set_defaults(func=run)

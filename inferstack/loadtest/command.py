@@ -24,73 +24,47 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import re
 import signal
 import sys
 import tempfile
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from inferstack.capacity import planning
+from inferstack.command_line import DEFAULT_CONFIG_DIR, UsageError
 from inferstack.config import loader
 from inferstack.loadtest import report, runner, shape
 from inferstack.loadtest.results import FAIL, INVALID, PASS
-from inferstack.loadtest.spec import DEFAULT_STEPS, MAX_BODIES, SpecError, Target
+from inferstack.loadtest.spec import DEFAULT_STEPS, MAX_BODIES, SpecError
+from inferstack.loadtest.targets import parse_target
 
 EXIT = {PASS: 0, FAIL: 1, INVALID: 2}
 EXIT_USAGE = 2
 MAX_PAYLOAD_BYTES = 4 * 1024 * 1024
-# SageMaker's EndpointName / InferenceComponentName pattern.
-SAGEMAKER_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
-
-
-class LoadTestUsageError(Exception):
-    """A bad argument: one line naming the flag, exit 2."""
-
-
-def parse_target(value: str, model_name: str, region: str) -> Target:
-    if value.startswith("sagemaker:"):
-        endpoint, _, component = value.removeprefix("sagemaker:").partition("/")
-        for what, name in (("endpoint", endpoint), ("inference component", component)):
-            if (name or what == "endpoint") and not SAGEMAKER_NAME.fullmatch(name):
-                raise LoadTestUsageError(f"--target: {what} name {name!r} is not a SageMaker name "
-                                         f"(letters, digits and hyphens, at most 63)")
-        return Target(kind="sagemaker", endpoint=endpoint, component=component or None, region=region)
-    parts = urlsplit(value)
-    try:
-        parts.port  # noqa: B018 - raises ValueError for a port that is not a number in range
-    except ValueError:
-        raise LoadTestUsageError(f"--target: bad port in {value!r}") from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise LoadTestUsageError(f"--target: {value!r} is neither an http(s) URL nor sagemaker:ENDPOINT[/COMPONENT]")
-    if parts.path in ("", "/"):
-        value = f"{value.rstrip('/')}/v2/models/{model_name}/infer"
-    return Target(kind="http", url=value)
 
 
 def parse_fractions(value: str) -> tuple[float, ...]:
     try:
         fractions = tuple(float(part) for part in value.split(","))
     except ValueError:
-        raise LoadTestUsageError(f"--steps: {value!r} is not a comma-separated list of fractions") from None
+        raise UsageError(f"--steps: {value!r} is not a comma-separated list of fractions") from None
     try:
         shape.check_fractions(fractions)
     except SpecError as exc:
-        raise LoadTestUsageError(f"--{exc}") from None
+        raise UsageError(f"--{exc}") from None
     return fractions
 
 
 def read_payload(path: Path) -> tuple[dict, ...]:
     """A payload file: one request body (a JSON object, KServe v2 for these models) per line; blank lines and
-    lines starting with # are skipped. LoadTestUsageError naming the file and line."""
+    lines starting with # are skipped. UsageError naming the file and line."""
     try:
         if path.stat().st_size > MAX_PAYLOAD_BYTES:
-            raise LoadTestUsageError(f"--payload: {path}: more than {MAX_PAYLOAD_BYTES // (1024 * 1024)} MiB")
+            raise UsageError(f"--payload: {path}: more than {MAX_PAYLOAD_BYTES // (1024 * 1024)} MiB")
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise LoadTestUsageError(f"--payload: {path}: {exc.strerror or exc}") from None
+        raise UsageError(f"--payload: {path}: {exc.strerror or exc}") from None
     except UnicodeDecodeError:
-        raise LoadTestUsageError(f"--payload: {path}: not UTF-8 text") from None
+        raise UsageError(f"--payload: {path}: not UTF-8 text") from None
     bodies = []
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip() or line.lstrip().startswith("#"):
@@ -98,17 +72,17 @@ def read_payload(path: Path) -> tuple[dict, ...]:
         try:
             body = json.loads(line)
         except ValueError as exc:
-            raise LoadTestUsageError(f"--payload: {path}:{number}: not JSON ({exc.args[0].split(':')[0]})") from None
+            raise UsageError(f"--payload: {path}:{number}: not JSON ({exc.args[0].split(':')[0]})") from None
         except RecursionError:
-            raise LoadTestUsageError(f"--payload: {path}:{number}: nested too deeply to be a request") from None
+            raise UsageError(f"--payload: {path}:{number}: nested too deeply to be a request") from None
         if not isinstance(body, dict) or not isinstance(body.get("inputs"), list) or not body["inputs"]:
-            raise LoadTestUsageError(f"--payload: {path}:{number}: a request body is a JSON object with a non-empty "
-                                     f"\"inputs\" list (KServe v2)")
+            raise UsageError(f"--payload: {path}:{number}: a request body is a JSON object with a non-empty "
+                             f"\"inputs\" list (KServe v2)")
         bodies.append(body)
         if len(bodies) > MAX_BODIES:
-            raise LoadTestUsageError(f"--payload: {path}: more than {MAX_BODIES} requests")
+            raise UsageError(f"--payload: {path}: more than {MAX_BODIES} requests")
     if not bodies:
-        raise LoadTestUsageError(f"--payload: {path}: no request in it (one JSON body per line)")
+        raise UsageError(f"--payload: {path}: no request in it (one JSON body per line)")
     return tuple(bodies)
 
 
@@ -118,18 +92,18 @@ def progress(line: str) -> None:
 
 def run_in_environment(args: argparse.Namespace, project, models, fractions: tuple[float, ...]) -> int:
     """Each of `models` tested in turn from inside the environment (module docstring); the worst exit code."""
-    from inferstack.delivery import aws_sessions
+    from inferstack.aws import aws_sessions
     from inferstack.loadtest import environment_run
 
     environment = project.environments[args.env]
     if environment.load_test is None:
-        raise LoadTestUsageError(f"--env: {args.env} has no load_test in environments.yaml (no generators there); "
-                                 f"give --target to run from here")
+        raise UsageError(f"--env: {args.env} has no load_test in environments.yaml (no generators there); "
+                         f"give --target to run from here")
     if args.release is not None:
-        raise LoadTestUsageError("--release: in an environment the release is the image digest the model runs "
-                                 "there, read from it; --release applies to --target runs")
+        raise UsageError("--release: in an environment the release is the image digest the model runs "
+                         "there, read from it; --release applies to --target runs")
     if args.out is not None and args.out.exists() and not args.out.is_dir():
-        raise LoadTestUsageError(f"--out: {args.out} exists and is not a directory")
+        raise UsageError(f"--out: {args.out} exists and is not a directory")
     session = aws_sessions.session_for(args.env, environment, purpose="loadtest", role_arn=args.role_arn)
     worst = 0
     for model in models:
@@ -163,9 +137,9 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     project = loader.load(args.config_dir, releases=False)
     if args.env not in project.environments:
-        raise LoadTestUsageError(f"--env: unknown environment {args.env!r}; known: {', '.join(project.environments)}")
+        raise UsageError(f"--env: unknown environment {args.env!r}; known: {', '.join(project.environments)}")
     if (args.model is None) == (not args.all_models):
-        raise LoadTestUsageError("--model: give one model, or --all-models (environment runs only)")
+        raise UsageError("--model: give one model, or --all-models (environment runs only)")
     deployed = sorted(project.models_in(args.env), key=lambda m: m.name)
     if args.all_models:
         models = deployed
@@ -173,31 +147,31 @@ def _run(args: argparse.Namespace) -> int:
         try:
             models = [project.model(args.model)]
         except KeyError as exc:
-            raise LoadTestUsageError(f"--model: {exc.args[0]}") from None
+            raise UsageError(f"--model: {exc.args[0]}") from None
     model = models[0] if models else None
     for flag, value, low in (("--rate", args.rate, 0.0), ("--hold", args.hold, 0.0), ("--timeout", args.timeout, 0.0)):
         if value is not None and not (math.isfinite(value) and value > low):
-            raise LoadTestUsageError(f"{flag}: must be a number > 0, got {value:g}")
+            raise UsageError(f"{flag}: must be a number > 0, got {value:g}")
     args.instances_given = args.instances
     if args.instances is None:
         args.instances = 1
     if args.instances < 1:
-        raise LoadTestUsageError(f"--instances: must be >= 1, got {args.instances}")
+        raise UsageError(f"--instances: must be >= 1, got {args.instances}")
     if not 0 <= args.workers <= runner.MAX_WORKERS:
-        raise LoadTestUsageError(f"--workers: must be within 0..{runner.MAX_WORKERS}, got {args.workers}")
+        raise UsageError(f"--workers: must be within 0..{runner.MAX_WORKERS}, got {args.workers}")
     fractions = parse_fractions(args.steps)
     args.bodies = read_payload(args.payload) if args.payload is not None else None
     if args.target is None:
         absent = [m.name for m in models if m.name not in {d.name for d in deployed}]
         if absent:
-            raise LoadTestUsageError(f"--model: {', '.join(absent)} not deployed in {args.env} (deploy_in of its "
-                                     f"model file)")
+            raise UsageError(f"--model: {', '.join(absent)} not deployed in {args.env} (deploy_in of its "
+                             f"model file)")
         return run_in_environment(args, project, models, fractions)
     if args.all_models:
-        raise LoadTestUsageError("--all-models: tests an environment's deployed models from inside it; not with "
-                                 "--target")
+        raise UsageError("--all-models: tests an environment's deployed models from inside it; not with "
+                         "--target")
     if args.role_arn is not None:
-        raise LoadTestUsageError("--role-arn: applies to environment runs (no --target)")
+        raise UsageError("--role-arn: applies to environment runs (no --target)")
     environment = project.environments[args.env]
     target = parse_target(args.target, model.name, environment.region)
     try:
@@ -205,12 +179,12 @@ def _run(args: argparse.Namespace) -> int:
                               hold=args.hold, fractions=fractions, release=args.release, timeout_s=args.timeout,
                               bodies=args.bodies)
     except SpecError as exc:
-        raise LoadTestUsageError(str(exc)) from None
+        raise UsageError(str(exc)) from None
     except planning.PlanningError as exc:
-        raise LoadTestUsageError(f"--rate: none given, and no planned rate for {model.name} in {args.env}: "
-                                 f"{exc}") from None
+        raise UsageError(f"--rate: none given, and no planned rate for {model.name} in {args.env}: "
+                         f"{exc}") from None
     if args.out is not None and args.out.exists() and not args.out.is_dir():
-        raise LoadTestUsageError(f"--out: {args.out} exists and is not a directory")
+        raise UsageError(f"--out: {args.out} exists and is not a directory")
     with tempfile.TemporaryDirectory(prefix="inferstack-loadtest-") as scratch:
         out = args.out if args.out is not None else Path(scratch)
         generators = f"{args.workers} worker{'s' * (args.workers > 1)}" if args.workers else "one local generator"
@@ -222,7 +196,7 @@ def _run(args: argparse.Namespace) -> int:
             result = runner.run_local(spec, out, workers=args.workers,
                                       on_progress=None if args.json else progress)
         except OSError as exc:
-            raise LoadTestUsageError(f"--out: cannot write {out}: {exc.strerror or exc}") from None
+            raise UsageError(f"--out: cannot write {out}: {exc.strerror or exc}") from None
         except runner.LoadTestError as exc:
             print(f"loadtest: error: {' '.join(str(exc).split())}", file=sys.stderr)
             return EXIT[INVALID]  # nothing was measured: no verdict
@@ -232,7 +206,7 @@ def _run(args: argparse.Namespace) -> int:
     return EXIT[result.verdict]
 
 
-def add_parser(commands: argparse._SubParsersAction, handler, default_config_dir: Path) -> None:
+def add_parser(commands: argparse._SubParsersAction) -> None:
     cmd = commands.add_parser("loadtest", help="load test one model with Locust, judged against its SLO",
                               description=__doc__.splitlines()[0].split(": ", 1)[1])
     cmd.add_argument("--model", help="a model name from the config")
@@ -263,5 +237,5 @@ def add_parser(commands: argparse._SubParsersAction, handler, default_config_dir
                      help="environment runs: assume this role in the environment's account (the pipeline's load test "
                           "role) instead of its deploy_role_arn or the ambient credentials")
     cmd.add_argument("--json", action="store_true", help="print the result as JSON instead of the report")
-    cmd.add_argument("--config-dir", type=Path, default=default_config_dir)
-    cmd.set_defaults(func=handler)
+    cmd.add_argument("--config-dir", type=Path, default=DEFAULT_CONFIG_DIR)
+    cmd.set_defaults(func=run)

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import boto3
 
+from inferstack.aws import aws_sessions, ecr_images, stack_outputs
 from inferstack.capacity import planning
 from inferstack.config import Project
-from inferstack.delivery import aws_sessions, ecr_images, promote, stack_outputs
 from inferstack.loadtest import fargate, report, results, shape
 from inferstack.loadtest.results import RunResult
 from inferstack.loadtest.spec import SpecError, Target
@@ -40,7 +40,7 @@ def target_in(cloudformation, env_name: str, environment, model, stack: str) -> 
 
 def digest_in(session: boto3.Session, env_name: str, unit) -> str:
     """The image digest the unit (the model's own stack, or its neuron-cores fleet) runs in `env_name`."""
-    reference = ecr_images.ImageRef.parse(promote.running_image(session, env_name, unit))
+    reference = ecr_images.ImageRef.parse(ecr_images.running_image(session, env_name, unit))
     ecr = session.client("ecr", region_name=reference.region)
     return ecr_images.resolve(ecr, reference).digest
 
@@ -73,7 +73,7 @@ def run_model(session: boto3.Session, project: Project, env_name: str, model, *,
         return fargate.run_in_environment(session, env_name, environment, spec, workers=workers, release=digest,
                                           run_id=results.new_run_id(), timeout=spec.seconds + START_AND_UPLOAD_S,
                                           log=log, **fargate_options)
-    except (stack_outputs.StackNotFound, promote.PromoteError, ecr_images.ImageError, SpecError,
+    except (stack_outputs.StackNotFound, ecr_images.NotRunning, ecr_images.ImageError, SpecError,
             planning.PlanningError, fargate.FargateRunError) as exc:
         raise EnvironmentRunError(str(exc)) from None
     except aws_sessions.AWS_ERRORS as exc:

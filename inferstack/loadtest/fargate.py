@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import boto3
 
+from inferstack.aws import aws_sessions, stack_outputs
 from inferstack.config import Environment
-from inferstack.delivery import aws_sessions, stack_outputs
 from inferstack.loadtest import results, runner, task
 from inferstack.loadtest.results import RunResult
 from inferstack.loadtest.runner import SPEC_ENV

@@ -7,9 +7,15 @@ from __future__ import annotations
 import math
 
 from inferstack.capacity import planning
-from inferstack.delivery import smoke
-from inferstack.loadtest.spec import (DEFAULT_ERROR_BUDGET_PERCENT, DEFAULT_STEPS, LoadTestSpec, SpecError, Target,
-                                      stepped)
+from inferstack.loadtest.probes import probe_for
+from inferstack.loadtest.spec import (
+    DEFAULT_ERROR_BUDGET_PERCENT,
+    DEFAULT_STEPS,
+    LoadTestSpec,
+    SpecError,
+    Target,
+    stepped,
+)
 
 
 def planned_rate(model, env_name: str, environment, *, instances: int) -> float:
@@ -58,7 +64,7 @@ def spec_for(model, env_name: str, environment, *, target: Target, instances: in
     if hold is not None and not (math.isfinite(hold) and hold > 0):
         raise SpecError(f"hold: must be a number of seconds > 0, got {hold!r}")
     check_fractions(fractions)
-    probe = smoke.probe_for(model)
+    probe = probe_for(model)
     return LoadTestSpec(
         model=model.name, target=target, bodies=bodies or (probe.body,), outputs=probe.outputs,
         steps=stepped(rate, fractions=fractions, hold_s=hold), p99_slo_ms=model.slo_for(env_name).p99_latency_ms,

@@ -1,6 +1,8 @@
 """`python -m inferstack diff BASE_CDK_OUT HEAD_CDK_OUT`: load both assemblies, diff them, write the
 report (Markdown or JSON) and one diagram per environment. Nothing is written unless both assemblies
-load; each file is written whole (temporary file, then rename)."""
+load and the environments asked for exist; then --out's and --diagrams' directories are created when missing
+(a runbook's `--out review/x.md` works in a fresh checkout), and each file is written whole (temporary file,
+then rename)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,9 @@ import os
 import sys
 from pathlib import Path
 
+from inferstack.command_line import UsageError
 from inferstack.review import assembly, classes, diagram, diff, render_json, render_markdown, schemas
+from inferstack.review.changes import CLASSES
 
 # The report found what --fail-on-replace or --fail-on asked to fail on (usage and input errors are 2).
 EXIT_PROTECTED_REPLACEMENT = 3
@@ -30,7 +34,7 @@ def _fail_on(value: str) -> list[str]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def add_parser(commands: argparse._SubParsersAction, handler) -> None:
+def add_parser(commands: argparse._SubParsersAction) -> None:
     cmd = commands.add_parser("diff", help="offline infrastructure diff of two synthesized cloud assemblies",
                               description="Compare two `cdk synth` outputs (no AWS credentials needed) and report "
                                           "per environment and stack what is added, removed, modified or replaced.")
@@ -42,14 +46,22 @@ def add_parser(commands: argparse._SubParsersAction, handler) -> None:
                           "would be replaced")
     cmd.add_argument("--fail-on", type=_fail_on, action="append", default=[], metavar="CLASS[,CLASS...]",
                      help=f"exit {EXIT_FAIL_ON} when any change has one of these classes, one line per change on "
-                          f"stderr; repeatable; classes: {', '.join(diff.CLASSES)}, or {classes.ANY}")
+                          f"stderr; repeatable; classes: {', '.join(CLASSES)}, or {classes.ANY}")
     cmd.add_argument("--env", action="append", metavar="ENV",
                      help="compare only this environment (repeatable; default: every environment of either side)")
     cmd.add_argument("--out", type=Path, help="write the report to this file (default: standard output)")
     cmd.add_argument("--diagrams", type=Path, metavar="DIR",
                      help="write <env>.dot per environment here, and <env>.svg when graphviz `dot` is on PATH "
                           "(default: next to --out; none when the report goes to standard output)")
-    cmd.set_defaults(func=handler)
+    cmd.set_defaults(func=run_command)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """`run`, its bad input (INPUT_ERRORS: a missing directory, not an assembly, an unwritable --out) a usage error."""
+    try:
+        return run(args)
+    except INPUT_ERRORS as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _write(path: Path, text: str) -> None:
@@ -67,14 +79,18 @@ def _check_directory(path: Path, option: str) -> None:
         raise OutputError(f"{option} {path}: not a directory")
 
 
+def _make_directory(path: Path, option: str) -> None:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"{option} {path}: cannot create: {exc.strerror or exc}") from None
+
+
 def _diagrams(head: assembly.Assembly, report: diff.Report, directory: Path,
               relative_to: Path | None) -> list[dict]:
     """Write <env>.dot (and .svg) per environment of the head. Paths in the returned listing are relative
     to the report's directory when there is one, so links in a posted report keep working."""
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise OutputError(f"--diagrams {directory}: cannot create: {exc.strerror or exc}") from None
+    _make_directory(directory, "--diagrams")
     by_name = {e.name: e for e in report.environments}
     written = []
     for env_name in [n for n in head.environments if n in by_name]:  # --env restricts these too
@@ -97,13 +113,13 @@ def run(args: argparse.Namespace) -> int:
     out: Path | None = args.out
     if out is not None:
         _check_directory(out.parent, "--out")
-        if not out.parent.is_dir():
-            raise OutputError(f"--out {out}: directory {out.parent} does not exist")
     diagrams_dir = args.diagrams or (out.parent if out is not None else None)
     if diagrams_dir is not None:
         _check_directory(diagrams_dir, "--diagrams")
 
     report = diff.diff(base, head, args.env)
+    if out is not None:
+        _make_directory(out.parent, "--out")
     diagrams = (_diagrams(head, report, diagrams_dir, out.parent.resolve() if out else None)
                 if diagrams_dir is not None else None)
     if args.format == "json":
@@ -124,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"{len(protected)} protected resource(s) would be replaced: {names}", file=sys.stderr)
         if args.fail_on_replace:
             status = EXIT_PROTECTED_REPLACEMENT
-    wanted = [c for c in diff.CLASSES if any(c in given for given in args.fail_on)]
+    wanted = [c for c in CLASSES if any(c in given for given in args.fail_on)]
     offending = classes.offending(report, wanted) if wanted else []
     for line in offending:
         print(f"fail-on: {line}", file=sys.stderr)

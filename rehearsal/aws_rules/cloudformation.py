@@ -31,7 +31,7 @@ def _removals_in_cleanup() -> Undo:
                 try:
                     if name in self._parsed_resources:
                         self._delete_resource(self._parsed_resources[name], old[name])
-                except Exception as exc:  # noqa: BLE001 - a dependency still in place: the next pass, as moto does
+                except Exception as exc:  # a dependency still in place: the next pass, as moto does
                     last = exc
                     continue
                 self._parsed_resources.pop(name, None)
@@ -47,8 +47,10 @@ def _removals_in_cleanup() -> Undo:
 
 
 RULES = (
-    Patch("removals-in-cleanup",
-          "a stack update deletes the resources it removes before it creates or updates any (a new resource may take "
-          "a removed one's name or priority); AWS deletes them in the cleanup phase, after the updates",
-          _removals_in_cleanup),
+    Patch(
+        "removals-in-cleanup",
+        "a stack update deletes the resources it removes before it creates or updates any (a new resource may take "
+        "a removed one's name or priority); AWS deletes them in the cleanup phase, after the updates",
+        _removals_in_cleanup,
+    ),
 )

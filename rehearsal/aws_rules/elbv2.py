@@ -30,11 +30,14 @@ def _rule_priority_in_use() -> Undo:
     def update(self, template: dict, parameters: dict | None = None) -> None:
         diff = self.build_resource_diff(template, parameters)
         new = template.get("Resources") or {}
-        held = {(r.listener_arn, int(r.priority)): name for name, r in self._parsed_resources.items()
-                if isinstance(r, FakeListenerRule)}
+        held = {
+            (r.listener_arn, int(r.priority)): name
+            for name, r in self._parsed_resources.items()
+            if isinstance(r, FakeListenerRule)
+        }
         for name in diff["Modify"]:
             current = self._parsed_resources.get(name)
-            wanted = ((new[name].get("Properties") or {}).get("Priority"))
+            wanted = (new[name].get("Properties") or {}).get("Priority")
             if not isinstance(current, FakeListenerRule) or wanted is None or int(wanted) == int(current.priority):
                 continue
             holder = held.get((current.listener_arn, int(wanted)))
@@ -43,8 +46,9 @@ def _rule_priority_in_use() -> Undo:
         return original_update(self, template, parameters)
 
     def update_rule(cls, original_resource, new_resource_name, cloudformation_json, account_id, region_name):
-        rule = original_rule_update(cls, original_resource, new_resource_name, cloudformation_json, account_id,
-                                    region_name)
+        rule = original_rule_update(
+            cls, original_resource, new_resource_name, cloudformation_json, account_id, region_name
+        )
         wanted = (cloudformation_json.get("Properties") or {}).get("Priority")
         if wanted is not None:
             rule.priority = int(wanted)  # checked free when the update started
@@ -56,12 +60,15 @@ def _rule_priority_in_use() -> Undo:
     def undo() -> None:
         undo_rule()
         undo_update()
+
     return undo
 
 
 RULES = (
-    Patch("listener-rule-priority-in-use",
-          "a stack update may move a listener rule to a priority another rule of the listener holds (moto ignores "
-          "a changed Priority and retries failed updates); AWS answers PriorityInUse",
-          _rule_priority_in_use),
+    Patch(
+        "listener-rule-priority-in-use",
+        "a stack update may move a listener rule to a priority another rule of the listener holds (moto ignores "
+        "a changed Priority and retries failed updates); AWS answers PriorityInUse",
+        _rule_priority_in_use,
+    ),
 )

@@ -12,8 +12,9 @@ def variant_resource_id(endpoint_name: str, variant_name: str) -> str:
     return f"endpoint/{endpoint_name}/variant/{variant_name}"
 
 
-def refusal(account_id: str, region_name: str, endpoint_name: str, current: dict[str, str | None],
-            new_config: str) -> str | None:
+def refusal(
+    account_id: str, region_name: str, endpoint_name: str, current: dict[str, str | None], new_config: str
+) -> str | None:
     """Why AWS refuses to move `endpoint_name`, whose variants run `current` (variant name -> instance type), to
     the endpoint config `new_config` (one moto holds), or None: each current variant that is a registered scalable
     target must still be in the new config, with the same instance type."""
@@ -21,12 +22,15 @@ def refusal(account_id: str, region_name: str, endpoint_name: str, current: dict
     from moto.sagemaker.models import sagemaker_backends
 
     scaling = applicationautoscaling_backends[account_id][region_name]
-    new = {v["VariantName"]: v.get("InstanceType")
-           for v in sagemaker_backends[account_id][region_name].endpoint_configs[new_config].production_variants}
+    new = {
+        v["VariantName"]: v.get("InstanceType")
+        for v in sagemaker_backends[account_id][region_name].endpoint_configs[new_config].production_variants
+    }
     refused = []
     for name, instance_type in current.items():
-        if not scaling.describe_scalable_targets("sagemaker", [variant_resource_id(endpoint_name, name)],
-                                                 VARIANT_DIMENSION):
+        if not scaling.describe_scalable_targets(
+            "sagemaker", [variant_resource_id(endpoint_name, name)], VARIANT_DIMENSION
+        ):
             continue
         if name not in new:
             refused.append(f"{name} (removed)")
@@ -34,9 +38,11 @@ def refusal(account_id: str, region_name: str, endpoint_name: str, current: dict
             refused.append(f"{name} ({instance_type} -> {new[name]})")
     if not refused:
         return None
-    return (f"Endpoint {endpoint_name}: the update changes the instance type of, or removes, variant(s) that are "
-            f"registered as Application Auto Scaling scalable targets: {', '.join(refused)}. Deregister the scalable "
-            f"target(s) before the update (DeregisterScalableTarget) and register them again after it.")
+    return (
+        f"Endpoint {endpoint_name}: the update changes the instance type of, or removes, variant(s) that are "
+        f"registered as Application Auto Scaling scalable targets: {', '.join(refused)}. Deregister the scalable "
+        f"target(s) before the update (DeregisterScalableTarget) and register them again after it."
+    )
 
 
 def _autoscaled_variant_update() -> Undo:
@@ -66,34 +72,44 @@ def _autoscaled_variant_update() -> Undo:
     # off it): remember what each variant was created on, so the rule holds either way.
     def create_endpoint(self, endpoint_name, endpoint_config_name, tags):
         endpoint = original_create(self, endpoint_name, endpoint_config_name, tags)
-        endpoint.instance_types = {v["VariantName"]: v.get("InstanceType")
-                                   for v in self.endpoint_configs[endpoint_config_name].production_variants}
+        endpoint.instance_types = {
+            v["VariantName"]: v.get("InstanceType")
+            for v in self.endpoint_configs[endpoint_config_name].production_variants
+        }
         return endpoint
 
-    def update_from_cloudformation_json(cls, original_resource, new_resource_name, cloudformation_json, account_id,
-                                        region_name):
+    def update_from_cloudformation_json(
+        cls, original_resource, new_resource_name, cloudformation_json, account_id, region_name
+    ):
         new_config = (cloudformation_json.get("Properties") or {}).get("EndpointConfigName")
         current = getattr(original_resource, "instance_types", None)
-        why = refusal(account_id, region_name, original_resource.endpoint_name, current, new_config) \
-            if new_config and current is not None else None
+        why = (
+            refusal(account_id, region_name, original_resource.endpoint_name, current, new_config)
+            if new_config and current is not None
+            else None
+        )
         if why:
             raise ValidationError(message=why)
-        return original_update(cls, original_resource, new_resource_name, cloudformation_json, account_id,
-                               region_name)
+        return original_update(cls, original_resource, new_resource_name, cloudformation_json, account_id, region_name)
 
-    undo = [replace(SageMakerModelBackend, "create_endpoint", create_endpoint),
-            replace(FakeEndpoint, "update_from_cloudformation_json", classmethod(update_from_cloudformation_json))]
+    undo = [
+        replace(SageMakerModelBackend, "create_endpoint", create_endpoint),
+        replace(FakeEndpoint, "update_from_cloudformation_json", classmethod(update_from_cloudformation_json)),
+    ]
 
     def undo_all() -> None:
         for restore in reversed(undo):
             restore()
+
     return undo_all
 
 
 RULES: tuple[Patch, ...] = (
-    Patch("autoscaled-variant-update",
-          "an AWS::SageMaker::Endpoint update that changes the instance type of (or removes) a variant registered as "
-          "an Application Auto Scaling scalable target goes through; AWS refuses UpdateEndpoint until the target is "
-          "deregistered (ValidationException)",
-          _autoscaled_variant_update),
+    Patch(
+        "autoscaled-variant-update",
+        "an AWS::SageMaker::Endpoint update that changes the instance type of (or removes) a variant registered as "
+        "an Application Auto Scaling scalable target goes through; AWS refuses UpdateEndpoint until the target is "
+        "deregistered (ValidationException)",
+        _autoscaled_variant_update,
+    ),
 )

@@ -42,9 +42,12 @@ def now() -> datetime.datetime:
 
 def pass_time(endpoint: str, seconds: float) -> None:
     """Move the clock of the emulator at `endpoint` (its server runs this rule) to `seconds` ahead of the wall."""
-    request = urllib.request.Request(f"{endpoint}{CLOCK_PATH}", method="POST",
-                                     data=json.dumps({"offset_seconds": seconds}).encode(),
-                                     headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        f"{endpoint}{CLOCK_PATH}",
+        method="POST",
+        data=json.dumps({"offset_seconds": seconds}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
     with urllib.request.urlopen(request, timeout=10) as answer:
         json.load(answer)
 
@@ -77,11 +80,13 @@ def assumed_role(access_key: str, region: str):
     from moto.utilities.utils import get_partition
 
     # moto keeps an assumed role in the STS backend of the role's account, the account its key acts as.
-    return sts_backends[iam_models.get_account_id_from(access_key)][get_partition(region)] \
-        .get_assumed_role_from_access_key(access_key)
+    return sts_backends[iam_models.get_account_id_from(access_key)][
+        get_partition(region)
+    ].get_assumed_role_from_access_key(access_key)
 
 
 # ----------------------------------------------------------------------------- role-chaining-duration
+
 
 def _role_chaining_duration() -> Undo:
     """AssumeRole made with credentials that are themselves an assumed role's is role chaining, which limits the
@@ -98,8 +103,9 @@ def _role_chaining_duration() -> Undo:
     def assume_role(self):
         duration = self._get_int_param("DurationSeconds", CHAINED_MAX_DURATION_S)
         if duration > CHAINED_MAX_DURATION_S and assumed_role(self.get_access_key(), self.region) is not None:
-            raise STSValidationError("The requested DurationSeconds exceeds the 1 hour session limit for roles "
-                                     "assumed by role chaining.")
+            raise STSValidationError(
+                "The requested DurationSeconds exceeds the 1 hour session limit for roles assumed by role chaining."
+            )
         return original(self)
 
     return replace(TokenResponse, "assume_role", assume_role)
@@ -113,16 +119,36 @@ EXPIRED_MESSAGE = "The security token included in the request is expired"
 def expired_answer(protocol: str) -> tuple[int, str, str, str]:
     """(HTTP status, content type, body, error code) of AWS's answer to expired credentials in `protocol`."""
     if protocol == "rest-xml":  # S3: https://docs.aws.amazon.com/AmazonS3/latest/API/ErrorResponses.html
-        return 400, "application/xml", ("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>ExpiredToken</Code>"
-                                        "<Message>The provided token has expired.</Message></Error>"), "ExpiredToken"
+        return (
+            400,
+            "application/xml",
+            (
+                '<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>ExpiredToken</Code>'
+                "<Message>The provided token has expired.</Message></Error>"
+            ),
+            "ExpiredToken",
+        )
     if protocol == "ec2":  # https://docs.aws.amazon.com/AWSEC2/latest/APIReference/errors-overview.html
-        return 400, "text/xml", ("<Response><Errors><Error><Code>RequestExpired</Code><Message>Request has expired."
-                                 "</Message></Error></Errors><RequestID>0</RequestID></Response>"), "RequestExpired"
+        return (
+            400,
+            "text/xml",
+            (
+                "<Response><Errors><Error><Code>RequestExpired</Code><Message>Request has expired."
+                "</Message></Error></Errors><RequestID>0</RequestID></Response>"
+            ),
+            "RequestExpired",
+        )
     if protocol in ("json", "rest-json"):  # ECS, ECR, SSM, KMS, Logs, SageMaker
-        return 403, "application/x-amz-json-1.1", json.dumps(
-            {"__type": "ExpiredTokenException", "message": EXPIRED_MESSAGE}), "ExpiredTokenException"
-    body = (f"<ErrorResponse><Error><Type>Sender</Type><Code>ExpiredToken</Code><Message>{EXPIRED_MESSAGE}</Message>"
-            f"</Error><RequestId>0</RequestId></ErrorResponse>")
+        return (
+            403,
+            "application/x-amz-json-1.1",
+            json.dumps({"__type": "ExpiredTokenException", "message": EXPIRED_MESSAGE}),
+            "ExpiredTokenException",
+        )
+    body = (
+        f"<ErrorResponse><Error><Type>Sender</Type><Code>ExpiredToken</Code><Message>{EXPIRED_MESSAGE}</Message>"
+        f"</Error><RequestId>0</RequestId></ErrorResponse>"
+    )
     return 403, "text/xml", body, "ExpiredToken"  # query: STS, CloudFormation
 
 
@@ -158,7 +184,7 @@ def _expired_temporary_credentials() -> Undo:
         if role is not None and now() >= role.expiration:
             try:
                 protocol = get_service_model(self.boto3_service_name).protocol
-            except Exception:  # noqa: BLE001 - a service botocore has no model of: the query shape
+            except Exception:  # a service botocore has no model of: the query shape
                 protocol = "query"
             raise ExpiredToken(protocol)
         return original(self, iam_request_cls, resource)
@@ -169,8 +195,10 @@ def _expired_temporary_credentials() -> Undo:
         return 200, {"Content-Type": "application/json"}, json.dumps({"offset_seconds": offset()})
 
     route = "{0}" + CLOCK_PATH
-    undo = [replace(ActionAuthenticatorMixin, "_authenticate_and_authorize_action", authenticate),
-            replace(sts_models, "utcnow", now)]
+    undo = [
+        replace(ActionAuthenticatorMixin, "_authenticate_and_authorize_action", authenticate),
+        replace(sts_models, "utcnow", now),
+    ]
     moto_api_urls.url_paths[route] = clock
 
     def undo_all() -> None:
@@ -178,16 +206,21 @@ def _expired_temporary_credentials() -> Undo:
         for restore in reversed(undo):
             restore()
         set_offset(0)
+
     return undo_all
 
 
 RULES: tuple[Patch, ...] = (
-    Patch("role-chaining-duration",
-          "AssumeRole with an assumed role's credentials (role chaining) and DurationSeconds above 3600 issues the "
-          "longer session; AWS refuses it (ValidationError: 1 hour session limit for role chaining)",
-          _role_chaining_duration),
-    Patch("expired-temporary-credentials",
-          "credentials from AssumeRole keep working after their Expiration; AWS refuses every request signed with "
-          "them (ExpiredToken / ExpiredTokenException)",
-          _expired_temporary_credentials),
+    Patch(
+        "role-chaining-duration",
+        "AssumeRole with an assumed role's credentials (role chaining) and DurationSeconds above 3600 issues the "
+        "longer session; AWS refuses it (ValidationError: 1 hour session limit for role chaining)",
+        _role_chaining_duration,
+    ),
+    Patch(
+        "expired-temporary-credentials",
+        "credentials from AssumeRole keep working after their Expiration; AWS refuses every request signed with "
+        "them (ExpiredToken / ExpiredTokenException)",
+        _expired_temporary_credentials,
+    ),
 )

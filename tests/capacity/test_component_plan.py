@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from inferstack import config
 from inferstack.capacity import packing
-from inferstack.schema.models import FleetCapacity, FleetEnvironmentOverride, OffHours
+from inferstack.schema.fleets import FleetCapacity, FleetEnvironmentOverride
+from inferstack.schema.off_hours import OffHours
 from tests.support.paths import CONFIG_DIR
 
 PROJECT = config.load(CONFIG_DIR)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from inferstack.delivery import ecr_images
+from inferstack.aws import ecr_images
 from rehearsal import moto_patches
 from tests.support import aws_fakes
 from tests.support.promote import COMPONENT_PATCHES, deploy

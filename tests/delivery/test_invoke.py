@@ -1,5 +1,5 @@
 """`invoke` calls a deployed model with the text contract: the Neuron path against the real serving app
-(container/neuron/serve.py with a tiny CPU artifact) over HTTP, its URL from a stand-in for the fleet stack's
+(container/neuron/serving/serve.py with a tiny CPU artifact) over HTTP, its URL from a stand-in for the fleet stack's
 outputs; the SageMaker path as a signed InvokeEndpoint against moto (the body and headers moto received
 asserted), SageMaker's error answers (ModelError, no capacity, ServiceUnavailable) made by botocore's own parser
 from wire responses a before-send hook returns. Every error path ends in one line and a non-zero exit."""
@@ -16,10 +16,12 @@ from botocore.awsrequest import AWSResponse
 from moto.sagemakerruntime.models import sagemakerruntime_backends
 
 from inferstack import cli
-from inferstack.delivery import aws_sessions, invoke, stack_outputs, text_contract
-from tests.support.smoke_stacks import FLEET, deploy_url, edit_model, queue_replies
+from inferstack.aws import aws_sessions, stack_outputs
+from inferstack.delivery import invoke
+from inferstack.loadtest import text_contract
 from tests.support import aws_fakes
 from tests.support.neuron_server import LABELS, ServerProcess
+from tests.support.smoke_stacks import FLEET, deploy_url, edit_model, queue_replies
 from tests.support.threaded_server import JsonHandler, serving
 
 MAX_TEXT = 64  # the test server's SERVER_MAX_TEXT_CHARS: a text past it is refused with the contract's error

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+
 import pytest
 import yaml
 
@@ -16,7 +17,7 @@ from inferstack.config.release_pin import ReleasePin
 from inferstack.loadtest import results
 from tests.support import aws_fakes
 from tests.support.paths import CONFIG_DIR
-from tests.support.promote import MODELS, promote_cli
+from tests.support.promote import promote_cli
 
 PROJECT = load(CONFIG_DIR)
 BUCKET = "dev-loadtest-results"

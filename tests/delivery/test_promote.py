@@ -13,15 +13,14 @@ import pytest
 import yaml
 
 from inferstack import cli
-from inferstack.delivery import ecr_images, promote
+from inferstack.aws import ecr_images
 from inferstack.config import load
 from inferstack.config.release_pin import ReleasePin
 from inferstack.neuron.task import CONTAINER_NAME
-from rehearsal import moto_patches
 from tests.support import aws_fakes
 from tests.support.cli import run
 from tests.support.paths import CONFIG_DIR
-from tests.support.promote import deploy, MODELS, promote_cli, release_manifest, TARGET
+from tests.support.promote import MODELS, TARGET, deploy, promote_cli, release_manifest
 
 PROJECT = load(CONFIG_DIR)
 
@@ -133,7 +132,7 @@ def test_a_component_is_promoted_from_the_model_it_names(dev, capsys):
     assert "ModelName" not in variant
     code, out, err = promote_cli(capsys, config_dir)
     assert code == 0, err
-    assert any(line.startswith(f"t5-spelling: ") and f"@{images['t5-spelling'].digest} -> {TARGET}/t5-spelling"
+    assert any(line.startswith("t5-spelling: ") and f"@{images['t5-spelling'].digest} -> {TARGET}/t5-spelling"
                in line for line in out)
 
 
@@ -153,12 +152,12 @@ def test_a_dedicated_endpoint_is_read_through_its_config_and_its_absence_fails(d
     config_dir, images = dedicated_dev
     sess = aws_fakes.session("dev")
     (unit,) = [u for u in load(config_dir).image_units("dev") if u.name == "bert-large-classifier"]
-    image = promote.running_image(sess, "dev", unit)
+    image = ecr_images.running_image(sess, "dev", unit)
     assert image == images["bert-large-classifier"].uri
     sess.client("sagemaker").delete_endpoint(EndpointName="dev-bert-large-classifier")
-    with pytest.raises(promote.PromoteError, match="bert-large-classifier: SageMaker endpoint "
+    with pytest.raises(ecr_images.NotRunning, match="bert-large-classifier: SageMaker endpoint "
                                                    "dev-bert-large-classifier not found"):
-        promote.running_image(sess, "dev", unit)
+        ecr_images.running_image(sess, "dev", unit)
 
 
 def test_image_missing_from_ecr_fails(dev, capsys):
@@ -229,10 +228,10 @@ def test_the_image_is_read_from_the_container_the_construct_names(dev):
                            taskDefinition=task["taskDefinition"]["taskDefinitionArn"])
 
     run("Sidecar", CONTAINER_NAME)
-    assert promote.running_image(sess, "dev", unit) == served
+    assert ecr_images.running_image(sess, "dev", unit) == served
     run("Sidecar", "Proxy")
-    with pytest.raises(promote.PromoteError, match=f"has no container '{CONTAINER_NAME}'"):
-        promote.running_image(sess, "dev", unit)
+    with pytest.raises(ecr_images.NotRunning, match=f"has no container '{CONTAINER_NAME}'"):
+        ecr_images.running_image(sess, "dev", unit)
 
 
 def test_image_references():

@@ -149,7 +149,7 @@ def test_a_second_rollback_goes_further_back_and_then_refuses(staging3, capsys):
     # Not forth to C, which was just rolled back from: entry 4 stands for entry 2, so before it is A.
     code, out, err = rollback_cli(capsys, s.config_dir, "--apply")
     assert code == 0, err
-    assert out[0].startswith(f"rollback staging to entry 1 of ")
+    assert out[0].startswith("rollback staging to entry 1 of ")
     assert s.pin_path.read_text() == release_pin.dump(s.pins["A"])
     assert [(e.action, e.rolled_back_to) for e in s.entries()] == [
         ("promote", None), ("promote", None), ("promote", None), ("rollback", 2), ("rollback", 1)]

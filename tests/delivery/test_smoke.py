@@ -1,5 +1,5 @@
 """`smoke` finds endpoints from stack outputs and checks interface and latency: the Neuron path against
-the real serving app (container/neuron/serve.py with a tiny CPU artifact) over HTTP, the Triton path
+the real serving app (container/neuron/serving/serve.py with a tiny CPU artifact) over HTTP, the Triton path
 against moto's sagemaker-runtime with configured v2 replies. The path through the in-VPC smoke probe runs
 the probe's real handler in-process (moto 5 executes Lambda code only in Docker) against the same server.
 intent-bert is served by the shipped neuron-cores fleet intent-pack: smoke reaches it through the fleet
@@ -16,14 +16,16 @@ import pytest
 import yaml
 
 from inferstack import cli
-from inferstack.delivery import smoke, stack_outputs
-from inferstack.delivery.smoke_probe import handler as probe_handler
+from inferstack.aws import stack_outputs
 from inferstack.config import load
+from inferstack.delivery import smoke
+from inferstack.delivery.smoke_probe import handler as probe_handler
 from tests.support import aws_fakes
 from tests.support.cli import run
 from tests.support.config_edits import without_fleets
 from tests.support.neuron_server import LABELS, ServerProcess
 from tests.support.smoke_stacks import FLEET, deploy_url, edit_model, queue_replies
+
 
 def dev_slo(p99_ms: float):
     """A dev SLO (and profile) loose enough for a shared CI machine, or impossibly tight."""

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from inferstack import cli, config
 from inferstack.capacity import planning
-from inferstack.delivery import smoke
-from inferstack.loadtest import command, shape
+from inferstack.command_line import UsageError
+from inferstack.loadtest import command, probes, shape, targets
 from inferstack.loadtest.spec import LoadTestSpec, SpecError, Step, Target
 from tests.support.paths import CONFIG_DIR
 
@@ -24,7 +24,7 @@ URL = Target(kind="http", url="http://127.0.0.1:8080/v2/models/intent-bert/infer
 def test_spec_for_uses_smokes_request_the_slo_and_the_planned_rate_times_the_instances():
     model, environment = PROJECT.model("intent-bert"), PROJECT.environments["staging"]
     spec = shape.spec_for(model, "staging", environment, target=URL, instances=3, release="r7")
-    probe = smoke.probe_for(model)
+    probe = probes.probe_for(model)
     assert (spec.bodies, spec.outputs) == ((probe.body,), probe.outputs)
     assert spec.p99_slo_ms == model.slo_for("staging").p99_latency_ms
     full = planning.plan(model, "staging", environment).target_per_instance_per_second * 3
@@ -52,7 +52,7 @@ def test_spec_for_a_triton_model_asks_for_its_default_models_outputs():
     spec = shape.spec_for(model, "dev", PROJECT.environments["dev"], target=URL, rate=12.0, hold=5.0,
                           fractions=(0.5, 1.0))
     assert spec.steps == (Step(rate=6.0, seconds=5.0), Step(rate=12.0, seconds=5.0))
-    assert [o.name for o in spec.outputs] == [o.name for o in smoke.probe_for(model).outputs]
+    assert [o.name for o in spec.outputs] == [o.name for o in probes.probe_for(model).outputs]
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -102,7 +102,7 @@ def test_a_spec_that_cannot_run_is_rejected():
                                            region="eu-west-1")),
 ])
 def test_targets_are_urls_or_sagemaker_endpoints(target, expected):
-    assert command.parse_target(target, "intent-bert", "eu-west-1") == expected
+    assert targets.parse_target(target, "intent-bert", "eu-west-1") == expected
 
 
 @pytest.mark.parametrize("args, message", [
@@ -202,7 +202,7 @@ def test_any_payload_file_is_read_or_refused_in_one_line(tmp_path, content):
     payload.write_bytes(content)
     try:
         bodies = command.read_payload(payload)
-    except command.LoadTestUsageError as exc:
+    except UsageError as exc:
         assert str(exc).startswith(f"--payload: {payload}") and "\n" not in str(exc)
     else:
         assert bodies and all(isinstance(b, dict) and b["inputs"] for b in bodies)

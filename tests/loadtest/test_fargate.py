@@ -98,6 +98,6 @@ def test_max_workers_cannot_exceed_what_a_master_takes():
     """Two constants on purpose: the schema (the bottom layer) cannot import the runner, and the runner, which the
     load-test image carries, should not pull the config schema and pydantic into it."""
     from inferstack.loadtest import runner
-    from inferstack.schema.models import MAX_LOAD_TEST_WORKERS
+    from inferstack.schema.environments import MAX_LOAD_TEST_WORKERS
 
     assert MAX_LOAD_TEST_WORKERS <= runner.MAX_WORKERS

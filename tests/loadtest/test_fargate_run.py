@@ -20,7 +20,7 @@ import botocore.credentials
 import pytest
 
 from inferstack import config
-from inferstack.delivery import aws_sessions, stack_outputs
+from inferstack.aws import aws_sessions, stack_outputs
 from inferstack.loadtest import fargate, results, runner
 from inferstack.loadtest.spec import ExpectedOutput, LoadTestSpec, Step, Target
 from rehearsal import cli_deploy
@@ -297,7 +297,7 @@ def serving(session, tmp_path):
 
     import yaml
 
-    from inferstack.delivery import smoke
+    from inferstack.loadtest import probes
     from tests.support import aws_fakes
 
     config_dir = tmp_path / "model_configs"
@@ -314,7 +314,7 @@ def serving(session, tmp_path):
     answer = json.dumps({"model_name": NEURON_MODEL, "outputs": [
         {"name": o.name, "datatype": o.datatype, "shape": list(o.shape),
          "data": ["label"] * o.shape[-1] if o.datatype == "BYTES" else [0.5] * (o.shape[0] * o.shape[-1])}
-        for o in smoke.probe_for(model).outputs]}).encode()
+        for o in probes.probe_for(model).outputs]}).encode()
 
     class Model(BaseHTTPRequestHandler):
         def do_POST(self):  # noqa: N802 - http.server's naming

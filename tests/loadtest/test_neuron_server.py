@@ -1,5 +1,5 @@
 """The real Locust, distributed (a master and 2 worker processes on 127.0.0.1), against the real Neuron serving
-app (container/neuron/serve.py, CPU backend, a tiny BERT) over real sockets: at a modest rate with a generous
+app (container/neuron/serving/serve.py, CPU backend, a tiny BERT) over real sockets: at a modest rate with a generous
 SLO the model passes, through the CLI (`inferstack loadtest --workers 2`) with the SLO from config; the same
 server with a long batching queue delay (a real server setting: every request waits for a batch to fill) fails
 on its p99, measured from the delay the server adds. An SLO here is generous or impossible, never a race."""
@@ -15,8 +15,7 @@ import pytest
 import yaml
 
 from inferstack import config
-from inferstack.delivery import smoke
-from inferstack.loadtest import runner
+from inferstack.loadtest import probes, runner
 from inferstack.loadtest.results import FAIL, PASS, RunResult
 from inferstack.loadtest.spec import ExpectedOutput, LoadTestSpec, Step, Target
 from tests.support.neuron_server import LABELS, ServerProcess
@@ -88,7 +87,7 @@ def test_the_model_passes_at_a_modest_rate_with_a_generous_slo(servers, config_c
 def test_a_server_made_slow_fails_on_its_p99(servers, tmp_path):
     model = config.load(ROOT / "model_configs").model(MODEL)
     spec = LoadTestSpec(model=MODEL, target=Target(kind="http", url=f"{servers[1].url}/v2/models/{MODEL}/infer"),
-                        bodies=(smoke.probe_for(model).body,),
+                        bodies=(probes.probe_for(model).body,),
                         outputs=(ExpectedOutput("logits", "FP32", (1, len(LABELS))),
                                  ExpectedOutput("label", "BYTES", (1,))),
                         steps=(Step(rate=20, seconds=4),), p99_slo_ms=300.0)

@@ -12,8 +12,9 @@ import pytest
 import yaml
 
 from inferstack import config
+from inferstack.capacity import pricing
+from inferstack.commands import plan_report
 from inferstack.schema import instances
-from inferstack.capacity import plan_report, pricing
 from tests.support.cli import run
 from tests.support.config_edits import mark_measured
 from tests.support.paths import CONFIG_DIR

@@ -12,7 +12,7 @@ import pytest
 from botocore.stub import Stubber
 
 from inferstack import cli, config
-from inferstack.delivery import aws_sessions
+from inferstack.aws import aws_sessions
 from inferstack.loadtest import fargate
 from tests.support.run_results import run, step
 

@@ -18,18 +18,17 @@ import argparse
 import datetime
 from pathlib import Path
 
-from inferstack.capacity.profile import entry as profile_entry
-from inferstack.capacity.profile import measuring, recommendations, recommender_command, writer
-from inferstack.capacity.profile.entry import ProfileEntry
-from inferstack.capacity.profile.errors import ProfileFailure, ProfileUsageError
-from inferstack.capacity.profile.measuring import PROFILE_HEADROOM, PROFILE_STEPS
+from inferstack.command_line import DEFAULT_CONFIG_DIR, UsageError
 from inferstack.loadtest.results import ResultError, RunResult
+from inferstack.profile import entry as profile_entry
+from inferstack.profile import measuring, recommendations, recommender_command, writer
+from inferstack.profile.entry import ProfileEntry
+from inferstack.profile.errors import ProfileFailure
+from inferstack.profile.measuring import PROFILE_HEADROOM, PROFILE_STEPS
 from inferstack.schema import instances
 
-__all__ = ["ProfileFailure", "ProfileUsageError", "add_parser", "run"]
 
-
-def add_parser(commands: argparse._SubParsersAction, handler, default_config_dir: Path) -> None:
+def add_parser(commands: argparse._SubParsersAction) -> None:
     cmd = commands.add_parser("profile", help="measure a model's throughput per instance within its SLO and write "
                               "it into its throughput_profile with its provenance",
                               description=__doc__.splitlines()[0].split(": ", 1)[1],
@@ -38,7 +37,7 @@ def add_parser(commands: argparse._SubParsersAction, handler, default_config_dir
     cmd.add_argument("model", help="a model name from model_configs/")
     cmd.add_argument("--env", required=True, help="environment whose instance type, SLO and (without --target) "
                      "deployed model are measured")
-    cmd.add_argument("--config-dir", type=Path, default=default_config_dir)
+    cmd.add_argument("--config-dir", type=Path, default=DEFAULT_CONFIG_DIR)
     source = cmd.add_mutually_exclusive_group()
     source.add_argument("--target", metavar="URL", help="measure this server (POST URL, a /v2/models/<name>/infer)")
     source.add_argument("--from-result", type=Path, metavar="FILE", help="profile from a load test's result.json")
@@ -76,7 +75,7 @@ def add_parser(commands: argparse._SubParsersAction, handler, default_config_dir
     rec.add_argument("--job-name", help="default: <model>-<env>-<UTC time>")
     rec.add_argument("--print-request", action="store_true", help="print the request (JSON)")
     rec.add_argument("--apply", action="store_true", help="start the job (CreateInferenceRecommendationsJob)")
-    cmd.set_defaults(func=handler)
+    cmd.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace, *, today: datetime.date | None = None) -> int:
@@ -86,12 +85,12 @@ def run(args: argparse.Namespace, *, today: datetime.date | None = None) -> int:
     try:
         model = project.model(args.model)
     except KeyError as exc:
-        raise ProfileUsageError(exc.args[0]) from None
+        raise UsageError(exc.args[0]) from None
     if args.env not in project.environments:
-        raise ProfileUsageError(f"--env: unknown environment {args.env!r}; known: {', '.join(project.environments)}")
+        raise UsageError(f"--env: unknown environment {args.env!r}; known: {', '.join(project.environments)}")
     if not model.deploys_in(args.env):
-        raise ProfileUsageError(f"--env: {model.name} is not deployed in {args.env} (deploy_in: "
-                                f"{', '.join(model.deploy_in or ())}): it has no instance type or SLO there")
+        raise UsageError(f"--env: {model.name} is not deployed in {args.env} (deploy_in: "
+                         f"{', '.join(model.deploy_in or ())}): it has no instance type or SLO there")
     if args.recommender or args.write_payload:
         return recommender_command.run(args, project, model)
     today = today or datetime.datetime.now(datetime.timezone.utc).date()
@@ -104,7 +103,7 @@ def run(args: argparse.Namespace, *, today: datetime.date | None = None) -> int:
     if args.from_result is not None:
         result, location = _read_result(args.from_result), str(args.from_result)
         if result.model != model.name:
-            raise ProfileUsageError(f"--from-result {args.from_result}: a run of {result.model}, not {model.name}")
+            raise UsageError(f"--from-result {args.from_result}: a run of {result.model}, not {model.name}")
         environment = result.environment if result.environment in project.environments else None
     elif args.target is not None:
         result, location = measuring.local(args, project, model, instance_type)
@@ -125,11 +124,11 @@ def _read_result(path: Path) -> RunResult:
     try:
         return RunResult.from_json(path.read_text(encoding="utf-8"), where=str(path))
     except OSError as exc:
-        raise ProfileUsageError(f"--from-result {path}: cannot read: {exc.strerror or exc}") from None
+        raise UsageError(f"--from-result {path}: cannot read: {exc.strerror or exc}") from None
     except UnicodeDecodeError:
-        raise ProfileUsageError(f"--from-result {path}: not UTF-8 text") from None
+        raise UsageError(f"--from-result {path}: not UTF-8 text") from None
     except ResultError as exc:
-        raise ProfileUsageError(str(exc)) from None
+        raise UsageError(str(exc)) from None
 
 
 def _read_recommendations(args, model) -> recommendations.Recommendations:
@@ -138,7 +137,7 @@ def _read_recommendations(args, model) -> recommendations.Recommendations:
         return recommendations.read(args.from_recommendations, env_name=args.env,
                                     slo_p99_ms=model.slo_for(args.env).p99_latency_ms, only=only)
     except recommendations.RecommendationsError as exc:
-        raise ProfileUsageError(f"--from-recommendations {exc}") from None
+        raise UsageError(f"--from-recommendations {exc}") from None
 
 
 def _write(args, project, model, entries: list[ProfileEntry], *, notes: tuple[str, ...] = ()) -> int:

@@ -3,7 +3,7 @@ the target a load test calls, how many instances serve it now, and the SageMaker
 
 from __future__ import annotations
 
-from inferstack.delivery import stack_outputs
+from inferstack.aws import stack_outputs
 from inferstack.loadtest.spec import Target
 from inferstack.schema import kinds
 

@@ -11,13 +11,10 @@ import datetime
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING
 
 from inferstack.capacity import packing, planning, pricing, provenance
+from inferstack.config import Project
 from inferstack.schema import kinds
-
-if TYPE_CHECKING:  # capacity sits below config: the report takes a loaded project, it never loads one
-    from inferstack.config import Project
 
 
 @dataclass(frozen=True)
@@ -303,7 +300,7 @@ def fleets_to_text(fleets: Sequence[FleetRow]) -> str:
             out.append(f"  off hours {window}")
         out.append(f"  ${c.usd_per_instance_hour:g}/h per instance ({c.price_source}); ${c.cost_per_hour_at_peak:,.2f}/h "
                    f"at peak")
-        out.append(f"  $/month       at min     at peak   (without schedules)")
+        out.append("  $/month       at min     at peak   (without schedules)")
         out.append(f"  packed     {c.monthly_at_min:>9,.0f}  {c.monthly_with_off_hours:>10,.0f}   ({c.monthly_at_peak:,.0f})")
         out.append(f"  dedicated  {c.dedicated_monthly_at_min:>9,.0f}  {c.dedicated_monthly_with_off_hours:>10,.0f}   "
                    f"({c.dedicated_monthly_at_peak:,.0f})   {c.dedicated_min_capacity}..{c.dedicated_instances_at_peak} "

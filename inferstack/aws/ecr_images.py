@@ -1,5 +1,6 @@
-"""Private ECR images for promotion: parse an image reference, resolve its digest, and copy an image by
-digest into another account's or region's repository with the ECR API alone (no docker daemon).
+"""Private ECR images for promotion and load tests: the image a deployed unit runs (running_image), parse an
+image reference, resolve its digest, and copy an image by digest into another account's or region's repository
+with the ECR API alone (no docker daemon).
 
 A copy moves the manifest with BatchGetImage/PutImage. ECR accepts a manifest only when the repository
 already holds every blob it names, so missing layers (and the config blob) are streamed across first:
@@ -13,8 +14,17 @@ import re
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import botocore.exceptions
+
+from inferstack.aws import aws_sessions, stack_outputs
+from inferstack.command_line import Failure
+from inferstack.config.loader import ImageUnit
+from inferstack.neuron.task import CONTAINER_NAME
+
+if TYPE_CHECKING:
+    import boto3
 
 IMAGE_PATTERN = re.compile(
     r"^(?P<account>\d{12})\.dkr\.ecr\.(?P<region>[a-z0-9-]+)\.(?P<suffix>amazonaws\.com(?:\.cn)?)"
@@ -27,7 +37,11 @@ MANIFEST_MEDIA_TYPES = ("application/vnd.docker.distribution.manifest.v2+json",
 DOWNLOAD_TIMEOUT_S = 300
 
 
-class ImageError(Exception):
+class NotRunning(Exception):
+    """The unit's service, endpoint or model is not there, or names no image (one line)."""
+
+
+class ImageError(Failure):
     """An image cannot be found, parsed or copied; one line naming it."""
 
 
@@ -187,3 +201,55 @@ def copy(source_ecr, source: ImageRef, digest: str, target_ecr, repository: str,
     except botocore.exceptions.ClientError as exc:
         if _code(exc) != "ImageAlreadyExistsException":
             raise ImageError(f"{repository}: cannot put {digest}: {' '.join(str(exc).split())}") from None
+
+
+def running_image(session: boto3.Session, env_name: str, unit: ImageUnit) -> str:
+    """The image reference the unit's deployed service (a model's, or a neuron-cores fleet's) runs in
+    `env_name`."""
+    values = stack_outputs.outputs(session.client("cloudformation"), env_name, unit.name)
+    if unit.kind.hosting == "ecs":
+        cluster, service = stack_outputs.require(values, ("ClusterName", "ServiceName"), env_name, unit.name)
+        ecs = session.client("ecs")
+        found = ecs.describe_services(cluster=cluster, services=[service])
+        # A deleted service stays visible for a while as INACTIVE.
+        if not [s for s in found.get("services") or [] if s.get("status") != "INACTIVE"]:
+            raise NotRunning(f"{unit.name}: ECS service {service} not found in cluster {cluster} ({env_name})")
+        task_definition = found["services"][0]["taskDefinition"]
+        containers = ecs.describe_task_definition(taskDefinition=task_definition)["taskDefinition"][
+            "containerDefinitions"]
+        images = [c["image"] for c in containers if c.get("name") == CONTAINER_NAME] or \
+                 ([containers[0]["image"]] if len(containers) == 1 else [])
+        if not images:
+            raise NotRunning(f"{unit.name}: task definition {task_definition} has no container "
+                             f"{CONTAINER_NAME!r}")
+        return images[0]
+    (endpoint,) = stack_outputs.require(values, (stack_outputs.ENDPOINT_NAME,), env_name, unit.name)
+    sagemaker = session.client("sagemaker")
+    component = values.get(stack_outputs.INFERENCE_COMPONENT_NAME)
+    if component:  # on a fleet's shared endpoint, whose variant names no model: the component names it
+        try:
+            specification = sagemaker.describe_inference_component(InferenceComponentName=component)["Specification"]
+        except aws_sessions.AWS_ERRORS as exc:
+            raise NotRunning(f"{unit.name}: SageMaker inference component {component} on endpoint {endpoint} "
+                             f"not found ({env_name}): {' '.join(str(exc).split())}") from None
+        if not specification.get("ModelName"):
+            raise NotRunning(f"{unit.name}: inference component {component} names no SageMaker model")
+        return _model_image(sagemaker, unit.name, specification["ModelName"])
+    try:
+        config_name = sagemaker.describe_endpoint(EndpointName=endpoint)["EndpointConfigName"]
+    except aws_sessions.AWS_ERRORS as exc:
+        raise NotRunning(f"{unit.name}: SageMaker endpoint {endpoint} not found ({env_name}): "
+                         f"{' '.join(str(exc).split())}") from None
+    variants = sagemaker.describe_endpoint_config(EndpointConfigName=config_name)["ProductionVariants"]
+    model_names = sorted({v["ModelName"] for v in variants if v.get("ModelName")})
+    if len(model_names) != 1:
+        raise NotRunning(f"{unit.name}: endpoint {endpoint} serves {len(model_names)} models; expected 1")
+    return _model_image(sagemaker, unit.name, model_names[0])
+
+
+def _model_image(sagemaker, unit: str, model_name: str) -> str:
+    described = sagemaker.describe_model(ModelName=model_name)
+    container = described.get("PrimaryContainer") or (described.get("Containers") or [{}])[0]
+    if not container.get("Image"):
+        raise NotRunning(f"{unit}: SageMaker model {model_name} names no image")
+    return container["Image"]

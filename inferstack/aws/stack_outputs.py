@@ -8,6 +8,7 @@ import json
 
 import botocore.exceptions
 
+from inferstack.command_line import Failure
 
 FOUNDATION = "Foundation"  # the stage's shared stack (stacks/stage.py)
 PROBE_FUNCTION_NAME = "SmokeProbeFunctionName"  # output of the foundation: the in-VPC smoke probe
@@ -34,7 +35,7 @@ LOAD_TEST_OUTPUTS = (RESULTS_BUCKET, CLUSTER, MASTER_TASK_DEFINITION, WORKER_TAS
                      WORKER_CONTAINER, MASTER_SECURITY_GROUP, WORKER_SECURITY_GROUP)
 
 
-class StackNotFound(Exception):
+class StackNotFound(Failure):
     pass
 
 

@@ -7,8 +7,10 @@ import datetime
 import json
 
 from inferstack import atomic_write
-from inferstack.capacity.profile import deployed, recommender
-from inferstack.capacity.profile.errors import ProfileFailure, ProfileUsageError
+from inferstack.command_line import UsageError
+from inferstack.loadtest import probes
+from inferstack.profile import deployed, recommender
+from inferstack.profile.errors import ProfileFailure
 from inferstack.schema import instances, kinds
 
 
@@ -17,37 +19,35 @@ def split(text: str) -> list[str]:
 
 
 def run(args, project, model) -> int:
-    from inferstack.delivery import smoke
-
     if kinds.model_kind(model).hosting != "sagemaker":
         sagemaker = ", ".join(k.name for k in kinds.MODEL_KINDS.values() if k.hosting == "sagemaker")
-        raise ProfileUsageError(f"--recommender: {model.name} is a {model.kind} model; Inference Recommender tests "
-                                f"SageMaker models ({sagemaker}): measure it with --target or in the environment")
+        raise UsageError(f"--recommender: {model.name} is a {model.kind} model; Inference Recommender tests "
+                         f"SageMaker models ({sagemaker}): measure it with --target or in the environment")
     if args.write_payload is not None:
         try:
-            atomic_write.write_bytes(args.write_payload, recommender.payload_archive(smoke.probe_for(model).body))
+            atomic_write.write_bytes(args.write_payload, recommender.payload_archive(probes.probe_for(model).body))
         except OSError as exc:
-            raise ProfileUsageError(f"--write-payload {args.write_payload}: cannot write: {exc.strerror or exc}") from None
+            raise UsageError(f"--write-payload {args.write_payload}: cannot write: {exc.strerror or exc}") from None
         print(f"wrote {args.write_payload}: upload it to S3 and pass its s3:// URL as --payload-url")
         if not args.recommender:
             return 0
     if not (args.print_request or args.apply):
-        raise ProfileUsageError("--recommender: say --print-request (show the request) or --apply (start the job)")
+        raise UsageError("--recommender: say --print-request (show the request) or --apply (start the job)")
     missing = [flag for flag, value in (("--role-arn", args.role_arn), ("--payload-url", args.payload_url))
                if not value]
     if missing:
-        raise ProfileUsageError(f"--recommender needs {' and '.join(missing)}")
+        raise UsageError(f"--recommender needs {' and '.join(missing)}")
     types = split(args.instance_types) if args.instance_types else _default_types(model, args.env)
     for itype in types:
         instances.get(itype)  # unknown: a usage error listing the known ones
     fleet = project.fleet_of(model.name, args.env)
     if args.model_name is None and fleet is not None:
-        raise ProfileUsageError(f"--recommender: in {args.env} {model.name} is an inference component on fleet "
-                                f"{fleet}'s endpoint, not a model of its own; use an environment where it has its "
-                                f"own endpoint, or name a SageMaker Model with --model-name")
+        raise UsageError(f"--recommender: in {args.env} {model.name} is an inference component on fleet "
+                         f"{fleet}'s endpoint, not a model of its own; use an environment where it has its "
+                         f"own endpoint, or name a SageMaker Model with --model-name")
     session = None
     if args.model_name is None or args.apply:
-        from inferstack.delivery import aws_sessions
+        from inferstack.aws import aws_sessions
 
         session = aws_sessions.session_for(args.env, project.environments[args.env], purpose="profile")
     model_name = args.model_name or _deployed_model_name(session, model, args.env)
@@ -56,7 +56,7 @@ def run(args, project, model) -> int:
         request = recommender.build(model, args.env, model_name=model_name, role_arn=args.role_arn,
                                     instance_types=types, payload_url=args.payload_url, name=name)
     except recommender.RequestInvalid as exc:
-        raise ProfileUsageError(f"--recommender: the request breaks the SageMaker API's rules: {exc}") from None
+        raise UsageError(f"--recommender: the request breaks the SageMaker API's rules: {exc}") from None
     if args.print_request:
         print(json.dumps(request, indent=2))
     if args.apply:
@@ -73,7 +73,7 @@ def _default_types(model, env_name: str) -> list[str]:
 
 
 def _deployed_model_name(session, model, env_name: str) -> str:
-    from inferstack.delivery import aws_sessions
+    from inferstack.aws import aws_sessions
 
     try:
         return deployed.model_name(session.client("cloudformation"), session.client("sagemaker"), env_name, model.name)
@@ -89,7 +89,7 @@ def start(client, request: dict) -> str:
 
 
 def _start(client, request: dict) -> str:
-    from inferstack.delivery import aws_sessions
+    from inferstack.aws import aws_sessions
 
     try:
         return start(client, request)

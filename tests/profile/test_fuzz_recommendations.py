@@ -1,4 +1,4 @@
-"""Property-based fuzzing of the Inference Recommender reader (inferstack/capacity/profile/recommendations.py):
+"""Property-based fuzzing of the Inference Recommender reader (inferstack/profile/recommendations.py):
 whatever a describe-inference-recommendations-job file holds, `read` either returns entries the schema accepts
 (finite, positive, per instance type of the catalog, the latency under the key of the percentile the job judged
 it at) or raises RecommendationsError whose message is one printable line naming the file, in bounded time.
@@ -17,8 +17,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from inferstack.capacity.profile import recommendations
-from inferstack.capacity.profile.recommendations import RecommendationsError
+from inferstack.profile import recommendations
+from inferstack.profile.recommendations import RecommendationsError
 from inferstack.schema import instances
 from tests.support import recommendations_sample
 from tests.support.fuzz import fuzz_examples, mutate_once, values

@@ -1,5 +1,5 @@
 """End to end: `inferstack profile --target` runs the real Locust (one local process) against the real Neuron
-serving app (container/neuron/serve.py, CPU backend, a tiny BERT) over real sockets, finds the highest step whose
+serving app (container/neuron/serving/serve.py, CPU backend, a tiny BERT) over real sockets, finds the highest step whose
 p99 held the SLO, writes it into the model's throughput_profile with its provenance, and `plan` then sizes the
 model from it. A second run on the same machine lands within TOLERANCE of the first (both figures printed).
 
@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from inferstack import config
-from inferstack.capacity import plan_report
+from inferstack.commands import plan_report
 from tests.support.neuron_server import LABELS, ServerProcess
 from tests.support.paths import ROOT
 

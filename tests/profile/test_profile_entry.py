@@ -7,9 +7,9 @@ import datetime
 
 import pytest
 
-from inferstack.capacity.profile import entry
-from inferstack.capacity.profile.entry import ProfileRefused
 from inferstack.loadtest.results import FAIL, INVALID, PASS
+from inferstack.profile import entry
+from inferstack.profile.entry import ProfileRefused
 from tests.support.run_results import run, step
 
 TODAY = datetime.date(2025, 3, 10)

@@ -5,12 +5,16 @@ credentials are renewed before they expire, so a session outlives them (a load t
 
 from __future__ import annotations
 
-import boto3
-import botocore.credentials
-import botocore.exceptions
-import botocore.session
+from typing import TYPE_CHECKING
 
+import botocore.exceptions
+
+from inferstack.command_line import Failure
 from inferstack.config import Environment
+
+if TYPE_CHECKING:  # boto3 and botocore's credentials load in a command that calls AWS, not in every one
+    import boto3
+    import botocore.credentials
 
 # Read-only errors a user can cause or fix (no credentials, a role they may not assume): one line each.
 AWS_ERRORS = (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError)
@@ -21,7 +25,7 @@ AWS_ERRORS = (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError
 ROLE_SESSION_S = 3600
 
 
-class SessionError(Exception):
+class SessionError(Failure):
     """Credentials for an environment cannot be obtained."""
 
 
@@ -32,17 +36,20 @@ class RenewalError(SessionError, botocore.exceptions.BotoCoreError):
     fmt = "{message}"
 
 
-class _Assumed(botocore.credentials.CredentialProvider):
-    """The one link of a session's credential chain: the role's renewing credentials."""
+ASSUMED_METHOD = "assume-role"
 
-    METHOD = "assume-role"
 
-    def __init__(self, credentials: botocore.credentials.RefreshableCredentials) -> None:
-        super().__init__()
-        self.credentials = credentials
+def _resolver(credentials: botocore.credentials.RefreshableCredentials) -> botocore.credentials.CredentialResolver:
+    """A credential chain of one link: the role's renewing credentials."""
+    import botocore.credentials
 
-    def load(self) -> botocore.credentials.RefreshableCredentials:
-        return self.credentials
+    class Assumed(botocore.credentials.CredentialProvider):
+        METHOD = ASSUMED_METHOD
+
+        def load(self) -> botocore.credentials.RefreshableCredentials:
+            return credentials
+
+    return botocore.credentials.CredentialResolver([Assumed()])
 
 
 def _one_line(exc: Exception) -> str:
@@ -52,6 +59,10 @@ def _one_line(exc: Exception) -> str:
 def session_for(env_name: str, environment: Environment, *, purpose: str,
                 role_arn: str | None = None) -> boto3.Session:
     """`role_arn`: assume this role instead of the environment's deploy_role_arn (the pipeline's smoke role)."""
+    import boto3
+    import botocore.credentials
+    import botocore.session
+
     role_arn = role_arn or environment.deploy_role_arn
     try:
         ambient = boto3.Session(region_name=environment.region)
@@ -81,9 +92,9 @@ def session_for(env_name: str, environment: Environment, *, purpose: str,
     except AWS_ERRORS as exc:
         raise SessionError(f"{env_name}: cannot assume {role_arn}: {_one_line(exc)}") from None
     credentials = botocore.credentials.RefreshableCredentials.create_from_metadata(
-        first, refresh_using=renewed, method=_Assumed.METHOD)
+        first, refresh_using=renewed, method=ASSUMED_METHOD)
     # Every client of the session (one created once and held too) signs each request with credentials it has
     # renewed when due.
     core = botocore.session.Session()
-    core.register_component("credential_provider", botocore.credentials.CredentialResolver([_Assumed(credentials)]))
+    core.register_component("credential_provider", _resolver(credentials))
     return boto3.Session(botocore_session=core, region_name=environment.region)

@@ -12,9 +12,9 @@ import pytest
 import yaml
 
 from inferstack import cli, config
-from inferstack.capacity import plan_report
-from inferstack.capacity.profile import recommendations
-from inferstack.capacity.profile.recommendations import RecommendationsError
+from inferstack.commands import plan_report
+from inferstack.profile import recommendations
+from inferstack.profile.recommendations import RecommendationsError
 from tests.support import recommendations_sample
 from tests.support.config_edits import delete_at, set_at
 from tests.support.recommendations_sample import JOB

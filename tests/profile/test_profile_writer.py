@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from inferstack import config
-from inferstack.capacity.profile import writer
-from inferstack.capacity.profile.writer import WriteRefused
+from inferstack.profile import writer
+from inferstack.profile.writer import WriteRefused
 from tests.support.fuzz import fuzz_examples
 
 MEASURED = {"throughput_per_second": 812.34, "p99_latency_ms": 7.91,

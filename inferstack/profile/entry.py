@@ -9,13 +9,14 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 
+from inferstack.command_line import Failure
 from inferstack.loadtest.results import INVALID, RunResult, StepResult, ms_text
-from inferstack.schema.models import ProfilePoint
+from inferstack.schema.throughput import ProfilePoint
 
 METHOD = "inferstack profile"
 
 
-class ProfileRefused(Exception):
+class ProfileRefused(Failure):
     """The measurement cannot become a profile entry (one line: why, and what to do)."""
 
 

@@ -17,11 +17,8 @@ import re
 import tarfile
 from collections.abc import Sequence
 
-import botocore.session
-import botocore.validate
-
-from inferstack.capacity.profile import latency_thresholds
-from inferstack.schema.models import TritonSageMakerModel
+from inferstack.profile import latency_thresholds
+from inferstack.schema.triton_sagemaker import TritonSageMakerModel
 
 OPERATION = "CreateInferenceRecommendationsJob"
 # The published BERT-large Triton table was measured with 2 initial users, 2 more a minute, for 1,500 s.
@@ -42,6 +39,8 @@ class RequestInvalid(ValueError):
 
 
 def _operation():
+    import botocore.session
+
     return botocore.session.get_session().get_service_model("sagemaker").operation_model(OPERATION)
 
 
@@ -49,6 +48,8 @@ def validate(request: dict) -> None:
     """botocore's ParamValidator (what a client runs before sending: types, required members, minimums), then
     the rules it leaves to the service, read from the same service model (enums, patterns, maximums), and those
     only the API reference states (the latency threshold's percentile per job type)."""
+    import botocore.validate
+
     shape = _operation().input_shape
     try:
         botocore.validate.validate_parameters(request, shape)

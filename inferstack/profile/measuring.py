@@ -9,9 +9,11 @@ import datetime
 import math
 from pathlib import Path
 
-from inferstack.capacity.profile import deployed
-from inferstack.capacity.profile.errors import ProfileFailure, ProfileUsageError
+from inferstack.command_line import UsageError
 from inferstack.loadtest.results import RESULT_FILE, RunResult
+from inferstack.loadtest.targets import parse_target
+from inferstack.profile import deployed
+from inferstack.profile.errors import ProfileFailure
 
 # A profile run offers up to this many times the entry's current figure, in PROFILE_STEPS steps.
 PROFILE_HEADROOM = 1.5
@@ -26,9 +28,9 @@ def default_out(model: str, env_name: str) -> Path:
 def check_load_flags(args) -> None:
     for flag, value in (("--rate", args.rate), ("--hold", args.hold), ("--timeout", args.timeout)):
         if value is not None and not (math.isfinite(value) and value > 0):
-            raise ProfileUsageError(f"{flag}: must be a number > 0, got {value:g}")
+            raise UsageError(f"{flag}: must be a number > 0, got {value:g}")
     if args.instances is not None and args.instances < 1:
-        raise ProfileUsageError(f"--instances: must be >= 1, got {args.instances}")
+        raise UsageError(f"--instances: must be >= 1, got {args.instances}")
 
 
 def profile_rate(model, instance_type: str, instances: int) -> float:
@@ -36,8 +38,8 @@ def profile_rate(model, instance_type: str, instances: int) -> float:
     sustain, so the steps pass the current figure and show where the p99 breaks."""
     point = model.throughput_profile.get(instance_type)
     if point is None:
-        raise ProfileUsageError(f"--rate: no throughput_profile entry for {instance_type} to start from; say how "
-                                f"high to go (req/s across the {instances} instance(s))")
+        raise UsageError(f"--rate: no throughput_profile entry for {instance_type} to start from; say how "
+                         f"high to go (req/s across the {instances} instance(s))")
     return point.throughput_per_second * instances * PROFILE_HEADROOM
 
 
@@ -51,7 +53,7 @@ def _spec(args, project, model, instance_type: str, target, instances: int, *, e
         spec = shape.spec_for(model, args.env, project.environments[args.env], target=target, instances=instances,
                               rate=rate, hold=args.hold, fractions=fractions, release=args.release)
     except SpecError as exc:
-        raise ProfileUsageError(f"--{exc}" if str(exc).startswith("steps") else str(exc)) from None
+        raise UsageError(f"--{exc}" if str(exc).startswith("steps") else str(exc)) from None
     # The entry is for `instance_type`; a run outside the environments records none, so that a later
     # --from-result cannot mistake it for a run in one.
     return dataclasses.replace(spec, instance_type=instance_type, environment=environment)
@@ -68,18 +70,15 @@ def _fractions(text: str) -> tuple[float, ...]:
 
 def local(args, project, model, instance_type: str) -> tuple[RunResult, str]:
     if args.instances is None:
-        raise ProfileUsageError("--instances: with --target, say how many instances serve it (>= 1)")
+        raise UsageError("--instances: with --target, say how many instances serve it (>= 1)")
     try:
-        from inferstack.loadtest import command as loadtest_command, runner
+        from inferstack.loadtest import runner
     except ImportError:
-        raise ProfileUsageError("--target: this build has no local load test engine (inferstack.loadtest.runner); "
-                                "profile from a stored run with --from-result FILE") from None
+        raise UsageError("--target: this build has no local load test engine (inferstack.loadtest.runner); "
+                         "profile from a stored run with --from-result FILE") from None
     if not 0 <= args.workers <= runner.MAX_WORKERS:
-        raise ProfileUsageError(f"--workers: must be within 0..{runner.MAX_WORKERS}, got {args.workers}")
-    try:
-        target = loadtest_command.parse_target(args.target, model.name, project.environments[args.env].region)
-    except loadtest_command.LoadTestUsageError as exc:
-        raise ProfileUsageError(str(exc)) from None
+        raise UsageError(f"--workers: must be within 0..{runner.MAX_WORKERS}, got {args.workers}")
+    target = parse_target(args.target, model.name, project.environments[args.env].region)
     spec = _spec(args, project, model, instance_type, target, args.instances, environment=None)
     out = args.out or default_out(model.name, args.env)
     try:
@@ -90,7 +89,7 @@ def local(args, project, model, instance_type: str) -> tuple[RunResult, str]:
         raise ProfileFailure("stopped by a signal: every Locust process it started was stopped, nothing "
                              "written") from None
     except OSError as exc:
-        raise ProfileUsageError(f"--out: cannot write {out}: {exc.strerror or exc}") from None
+        raise UsageError(f"--out: cannot write {out}: {exc.strerror or exc}") from None
     except runner.LoadTestError as exc:
         raise ProfileFailure(f"the load test did not finish, nothing written: {exc}") from None
     print(f"load test results in {out}/")
@@ -102,18 +101,18 @@ def in_environment(args, project, model, instance_type: str) -> tuple[RunResult,
     before and after the run: autoscaling that moved them makes a per-instance figure meaningless."""
     fleet = project.fleet_of(model.name, args.env)
     if fleet is not None:
-        raise ProfileUsageError(f"--env: fleet {fleet} carries {model.name} in {args.env}: a test of its share of "
-                                f"the fleet's instances is not a per-instance profile; measure it on its own "
-                                f"(--target URL --instances N) or in an environment where it has its own instances")
+        raise UsageError(f"--env: fleet {fleet} carries {model.name} in {args.env}: a test of its share of "
+                         f"the fleet's instances is not a per-instance profile; measure it on its own "
+                         f"(--target URL --instances N) or in an environment where it has its own instances")
     environment = project.environments[args.env]
     if environment.load_test is None:
-        raise ProfileUsageError(f"--env: {args.env} has no load_test: (environments.yaml), so no generators inside "
-                                f"it; measure a server with --target URL --instances N")
+        raise UsageError(f"--env: {args.env} has no load_test: (environments.yaml), so no generators inside "
+                         f"it; measure a server with --target URL --instances N")
     if instance_type != model.capacity_for(args.env).instance_type:
-        raise ProfileUsageError(f"--instance-type: {model.name} runs on {model.capacity_for(args.env).instance_type} "
-                                f"in {args.env}; a run there measures that type")
+        raise UsageError(f"--instance-type: {model.name} runs on {model.capacity_for(args.env).instance_type} "
+                         f"in {args.env}; a run there measures that type")
     release = args.release or _pinned_release(project, args.env)
-    from inferstack.delivery import aws_sessions
+    from inferstack.aws import aws_sessions
     from inferstack.loadtest import fargate
 
     session = aws_sessions.session_for(args.env, environment, purpose="profile")
@@ -121,7 +120,7 @@ def in_environment(args, project, model, instance_type: str) -> tuple[RunResult,
         target, count = deployed.target_and_count(session, args.env, model)
         instances = args.instances or count
         if instances != count:
-            raise ProfileUsageError(f"--instances: {instances}, but {count} serve {model.name} in {args.env} now")
+            raise UsageError(f"--instances: {instances}, but {count} serve {model.name} in {args.env} now")
         spec = _spec(args, project, model, instance_type, target, instances, environment=args.env)
         workers = fargate.workers_for(spec.steps[-1].rate, environment.load_test.per_worker_rps,
                                       environment.load_test.max_workers)
@@ -144,6 +143,6 @@ def _pinned_release(project, env_name: str) -> str:
     pin = project.releases.get(env_name)
     commit = pin.release.commit if pin is not None else None
     if commit is None:
-        raise ProfileUsageError(f"--release: {env_name} deploys no pinned release with a commit; name the release it "
-                                f"runs (it keys the results: <release>/<model>/<run>/)")
+        raise UsageError(f"--release: {env_name} deploys no pinned release with a commit; name the release it "
+                         f"runs (it keys the results: <release>/<model>/<run>/)")
     return commit[:12]

@@ -16,10 +16,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from inferstack.capacity.profile import latency_thresholds
-from inferstack.capacity.profile.entry import ProfileEntry, ProfileRefused, build, ceil_to, floor_to
+from inferstack.profile import latency_thresholds
+from inferstack.profile.entry import ProfileEntry, ProfileRefused, build, ceil_to, floor_to
 from inferstack.schema import instances
-from inferstack.schema.models import RECOMMENDER_METHOD as METHOD
+from inferstack.schema.throughput import RECOMMENDER_METHOD as METHOD
 
 MAX_FILE_BYTES = 16 * 1024 * 1024  # a job lists at most 10 endpoint configurations; real files are a few KB
 # Bounds that keep every figure finite as a float: a million invocations a second, a latency over an hour.

@@ -10,7 +10,7 @@ import pytest
 from moto import mock_aws
 
 from inferstack import config
-from inferstack.delivery import aws_sessions
+from inferstack.aws import aws_sessions
 from rehearsal import moto_patches
 from rehearsal.aws_rules import sts
 from tests.support.paths import CONFIG_DIR

@@ -17,8 +17,9 @@ import pytest
 from botocore.stub import Stubber
 
 from inferstack import cli, config
-from inferstack.capacity.profile import deployed, recommender, recommender_command
-from inferstack.delivery import aws_sessions, smoke
+from inferstack.aws import aws_sessions
+from inferstack.loadtest import probes
+from inferstack.profile import deployed, recommender, recommender_command
 from tests.support.paths import CONFIG_DIR
 
 ROLE = "arn:aws:iam::222222222222:role/inferstack-recommender"
@@ -199,7 +200,7 @@ def test_the_deployed_model_name_is_read_from_the_serving_endpoint():
 
 
 def test_the_payload_archive_holds_the_smoke_request_and_is_deterministic(bert_large):
-    body = smoke.probe_for(bert_large).body
+    body = probes.probe_for(bert_large).body
     archive = recommender.payload_archive(body)
     assert archive == recommender.payload_archive(body)
     with tarfile.open(fileobj=io.BytesIO(gzip.decompress(archive))) as tar:
