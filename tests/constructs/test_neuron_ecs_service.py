@@ -13,11 +13,11 @@ import yaml
 from aws_cdk.assertions import Match, Template
 
 from inferstack import config
-from inferstack.constructs.neuron_service import AMI_PARAMETER
 from inferstack.capacity import packing
-from inferstack.schema.models import OffHours
+from inferstack.constructs.neuron_service import AMI_PARAMETER
+from inferstack.schema.off_hours import OffHours
 from tests.support.config_edits import without_fleets
-from tests.support.neuron_service import build_direct, CERT, PINNED_IDS
+from tests.support.neuron_service import CERT, PINNED_IDS, build_direct
 from tests.support.paths import CONFIG_DIR
 from tests.support.synth import synth
 from tests.support.templates import cfn_lint, image_asset, only
@@ -441,7 +441,8 @@ def test_alarms_thresholds(dedicated, env):
     errors = alarms["RequestCount+HTTPCode_Target_5XX_Count+Rejected"]
     (expression,) = [m["Expression"] for m in errors["Metrics"] if "Expression" in m]
     assert expression == ("IF(FILL(requests, 0) > 0, 100 * IF(FILL(errors, 0) - FILL(rejected, 0) > 0, "
-                          "FILL(errors, 0) - FILL(rejected, 0), 0) / FILL(requests, 1), 0)") and errors["Threshold"] == 1
+                          "FILL(errors, 0) - FILL(rejected, 0), 0) / FILL(requests, 1), 0)")
+    assert errors["Threshold"] == 1
     shedding = alarms["Requests+Rejected"]
     assert (shedding["Threshold"], shedding["EvaluationPeriods"]) == (1, 15)
     assert (alarms["CPUUtilization"]["Namespace"], alarms["CPUUtilization"]["Threshold"]) == ("AWS/ECS", 90)

@@ -19,7 +19,7 @@ from inferstack.capacity import packing, planning
 from inferstack.neuron import deployment as neuron_deployment
 from inferstack.neuron import routing
 from inferstack.neuron.routing import catch_all_priority, rule_priority
-from inferstack.schema.models import Deployment
+from inferstack.schema.deployment import Deployment
 from tests.support.live_values import as_created
 from tests.support.neuron_service import build_direct
 from tests.support.paths import CONFIG_DIR
@@ -116,7 +116,8 @@ def test_every_model_has_an_alternate_target_group_and_a_production_rule(synthes
         rules.append((rule["Properties"]["Priority"], rule["Properties"]["Conditions"]))
     # The first model's rule takes every path, evaluated last; the others their own paths first.
     first, *others = served_models(stack)
-    assert rules == [(catch_all_priority(first), [{"Field": "path-pattern", "PathPatternConfig": {"Values": ["/*"]}}])] + [
+    catch_all = {"Field": "path-pattern", "PathPatternConfig": {"Values": ["/*"]}}
+    assert rules == [(catch_all_priority(first), [catch_all])] + [
         (rule_priority(m), [{"Field": "path-pattern", "PathPatternConfig": {
             "Values": [f"/v2/models/{m}", f"/v2/models/{m}/*"]}}]) for m in others]
     # No fixed response anywhere on the listener: ECS blue/green refuses a mix of forward and other actions.
@@ -221,7 +222,8 @@ def test_a_rolling_deployment_sizes_the_group_to_its_maximum_percent(project_con
     tpl = build_direct(project_config.model("intent-bert"), "inf1.xlarge", rollout=rollout)
     _, service = only(tpl, "AWS::ECS::Service")
     settings = service["Properties"]["DeploymentConfiguration"]
-    assert (settings["Strategy"], settings["MaximumPercent"], settings["MinimumHealthyPercent"]) == ("ROLLING", 125, 100)
+    assert (settings["Strategy"], settings["MaximumPercent"], settings["MinimumHealthyPercent"]) == (
+        "ROLLING", 125, 100)
     _, group = only(tpl, "AWS::AutoScaling::AutoScalingGroup")
     assert group["Properties"]["MaxSize"] == str(math.ceil(3 * 1.25))  # build_direct plans 1..3 tasks
 
@@ -266,7 +268,8 @@ def fleet_rules_and_ports(models, plan, rollout) -> tuple[dict[str, int], dict[s
     tpl = build_direct(models[0], plan.instance_type, models=models, capacity=plan, rollout=rollout)
     rules = {k: r["Properties"]["Priority"]
              for k, r in tpl.find_resources("AWS::ElasticLoadBalancingV2::ListenerRule").items()}
-    groups = {k: g["Properties"]["Port"] for k, g in tpl.find_resources("AWS::ElasticLoadBalancingV2::TargetGroup").items()}
+    groups = {k: g["Properties"]["Port"]
+              for k, g in tpl.find_resources("AWS::ElasticLoadBalancingV2::TargetGroup").items()}
     (task,) = tpl.find_resources("AWS::ECS::TaskDefinition").values()
     (container,) = task["Properties"]["ContainerDefinitions"]
     ports = {m["Name"]: m["ContainerPort"] for m in container["PortMappings"]}

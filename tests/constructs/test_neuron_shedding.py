@@ -15,7 +15,7 @@ from inferstack.capacity import packing
 from inferstack.constructs.neuron_service.observability import SHEDDING_MINUTES
 from inferstack.neuron import deployment as neuron_deployment
 from inferstack.neuron import metrics
-from inferstack.schema.models import Deployment
+from inferstack.schema.deployment import Deployment
 from tests.support.neuron_service import FLEET, build_direct
 from tests.support.paths import CONFIG_DIR
 from tests.support.templates import only

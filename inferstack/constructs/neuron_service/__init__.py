@@ -12,13 +12,15 @@ every strategy rolls back on the models' SLO alarms. The task writes its own Clo
 in inferstack.neuron.metrics) under a Service dimension fixed at synth; dashboards, a Neuron alarm and a
 concurrency scaling policy per model read them.
 
-One construct, NeuronEcsService (service.py), composed of parts that are plain functions on it, so its
-resources keep their construct paths and logical ids: capacity.py (instances, capacity provider, release on
-delete), task.py (task definition, ECS service), rollout.py (deployment settings, rollback alarms),
-load_balancer.py and routing.py (load balancer, listener, target groups, rules), scaling.py (target tracking,
-off-hours windows), metrics.py and observability.py (metrics, alarms, dashboard); served.py holds what they
-share, and scope.py the service as they see it (ServiceScope, NeuronEcsService's base), so that no part imports
-service.py."""
+One construct, NeuronEcsService (service.py), composed of parts that are plain functions creating their
+resources in its scope, so its resources keep their construct paths and logical ids: capacity.py (instances,
+capacity provider, release on delete), task.py (task definition, ECS service), rollout.py (deployment
+settings, rollback alarms), load_balancer.py and routing.py (load balancer, listener, target groups, rules),
+scaling.py (target tracking, off-hours windows), metrics.py and observability.py (metrics, alarms, dashboard).
+Each part receives the read-only ServiceContext (context.py: the served models, the task, the plans) and the
+resources it needs, and returns what it makes (a frozen dataclass, or the one resource), so NeuronEcsService's
+constructor reads as the data flow; served.py holds what the parts and the context share, and no part
+imports service.py."""
 
 from inferstack.constructs.neuron_service.capacity import AMI_PARAMETER
 from inferstack.constructs.neuron_service.served import ImageBuild, NeuronImage, ScheduledWindow, ServedModel

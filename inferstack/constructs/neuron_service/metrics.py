@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import functools
 
+from aws_cdk import aws_ecs as ecs
 from aws_cdk import aws_elasticloadbalancingv2 as elbv2
 
 from inferstack.constructs import cloudwatch_l1 as cwl1
-from inferstack.constructs.neuron_service.scope import ServiceScope
+from inferstack.constructs.neuron_service.context import ServiceContext
+from inferstack.constructs.neuron_service.routing import Routes
 from inferstack.constructs.neuron_service.served import ServedModel
 from inferstack.neuron import metrics as serving_metrics
 
@@ -25,27 +27,32 @@ from inferstack.neuron import metrics as serving_metrics
 METRICS_INTERVAL_SECONDS = 60
 
 
-def model_dimensions(service: ServiceScope, served: ServedModel) -> dict[str, str]:
-    return {serving_metrics.SERVICE: service.metrics_service, serving_metrics.MODEL: served.name}
+def model_dimensions(context: ServiceContext, served: ServedModel) -> dict[str, str]:
+    return {serving_metrics.SERVICE: context.metrics_service, serving_metrics.MODEL: served.name}
 
 
 class Metrics:
-    """Read once the load balancer's target groups exist, each set on first use. Each token-valued name is read
-    once: every read is a jsii round trip, which dominates synth at fleet scale."""
+    """Made once the load balancer's target groups exist (`routes`), each set read on first use. Each
+    token-valued name is read once: every read is a jsii round trip, which dominates synth at fleet scale."""
 
-    def __init__(self, service: ServiceScope) -> None:
-        self._service = service
+    def __init__(self, context: ServiceContext, cluster: ecs.Cluster, ecs_service: ecs.Ec2Service,
+                 capacity_provider: ecs.AsgCapacityProvider, routes: Routes) -> None:
+        self._context = context
+        self._cluster = cluster
+        self._ecs_service = ecs_service
+        self._capacity_provider = capacity_provider
+        self._routes = routes
 
     @functools.cached_property
     def service(self) -> dict[str, cwl1.Metric]:
         """The task's (service, cluster, capacity provider), shared by alarms and dashboard."""
-        cluster_name = self._service.cluster.cluster_name
-        ecs_service = {"ClusterName": cluster_name, "ServiceName": self._service.service.service_name}
+        cluster_name = self._cluster.cluster_name
+        ecs_service = {"ClusterName": cluster_name, "ServiceName": self._ecs_service.service_name}
         return {
             "capacity_reservation": cwl1.Metric(
                 "AWS/ECS/ManagedScaling", "CapacityProviderReservation",
                 {"ClusterName": cluster_name,
-                 "CapacityProviderName": self._service.capacity_provider.capacity_provider_name}, "Minimum"),
+                 "CapacityProviderName": self._capacity_provider.capacity_provider_name}, "Minimum"),
             "cpu": cwl1.Metric("AWS/ECS", "CPUUtilization", ecs_service, "Average"),
             "memory": cwl1.Metric("AWS/ECS", "MemoryUtilization", ecs_service, "Average"),
             "task_count": cwl1.Metric("ECS/ContainerInsights", "RunningTaskCount", ecs_service, "Average"),
@@ -56,9 +63,9 @@ class Metrics:
         """Per served model, from its target group (and its alternate, with a traffic-shifting rollout), the error
         rate less the model's admission rejections, and (`shed_rate`) those rejections' share of its requests."""
         out = {}
-        for index, served in enumerate(self._service.served):
-            group = self._service.target_groups[served.name]
-            alternate = self._service.alternate_target_groups.get(served.name)
+        for index, served in enumerate(self._context.served):
+            group = self._routes.target_groups[served.name]
+            alternate = self._routes.alternate_target_groups.get(served.name)
             emf = self.emf[served.name]
             out[served.name] = (_target_group_metrics(group, emf["rejected"]) if alternate is None
                                 else _target_group_pair_metrics(group, alternate, index, emf["rejected"]))
@@ -75,8 +82,8 @@ class Metrics:
             return cwl1.Metric(namespace, name, dimensions, statistic, METRICS_INTERVAL_SECONDS)
 
         out = {}
-        for served in self._service.served:
-            dims = model_dimensions(self._service, served)
+        for served in self._context.served:
+            dims = model_dimensions(self._context, served)
             out[served.name] = {
                 "in_flight": metric(m.IN_FLIGHT, dims, "Average"),
                 "queue_depth": metric(m.QUEUE_DEPTH, dims, "Average"),
@@ -90,7 +97,7 @@ class Metrics:
                 "rejected": metric(m.REJECTED, dims, "Sum"),
             }
         out[""] = {"core_utilization": metric(m.NEURONCORE_UTILIZATION,
-                                              {m.SERVICE: self._service.metrics_service}, "Average")}
+                                              {m.SERVICE: self._context.metrics_service}, "Average")}
         return out
 
 
@@ -128,7 +135,7 @@ def _target_group_pair_metrics(primary: elbv2.ApplicationTargetGroup, alternate:
 
     def pair(key: str, metric_name: str, statistic: str) -> tuple[tuple[str, cwl1.Metric], ...]:
         return tuple((f"{key}_{index}{suffix}", source(metric_name, statistic))
-                     for suffix, source in zip(("", "_alt"), sources))
+                     for suffix, source in zip(("", "_alt"), sources, strict=True))
 
     def combined(label: str, template: str, *pairs: tuple[tuple[str, cwl1.Metric], ...]) -> cwl1.MathExpression:
         ids = [query_id for p in pairs for query_id, _ in p]

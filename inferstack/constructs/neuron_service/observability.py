@@ -1,21 +1,21 @@
 """What tells a person (and a deploy) that the service is unwell: per model its SLO, 5xx, readiness, Neuron
-execution-error and shedding alarms, per task CPU, memory and capacity shortfall, and one dashboard. L1 resources built from
-plain values (inferstack.constructs.cloudwatch_l1): the L2 API costs a jsii round trip per metric, widget and
+execution-error and shedding alarms, per task CPU, memory and capacity shortfall, and one dashboard. L1 resources
+built from plain values (inferstack.constructs.cloudwatch_l1): the L2 API costs a jsii round trip per metric, widget and
 call, which dominates synth at fleet scale. The template is the one the L2 wrote (same logical ids, properties
 and dashboard JSON)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import aws_cdk as cdk
 from aws_cdk import aws_cloudwatch as cw
 from constructs import Construct
 
 from inferstack.constructs import cloudwatch_l1 as cwl1
+from inferstack.constructs.neuron_service.context import ServiceContext
 from inferstack.constructs.neuron_service.metrics import Metrics
-from inferstack.constructs.neuron_service.scope import ServiceScope
 from inferstack.constructs.neuron_service.served import ServedModel, health_check_grace_seconds, model_scope
 
 # An Inferentia instance boots and joins the cluster in minutes; wanting more capacity than the group
@@ -29,24 +29,25 @@ CAPACITY_SHORTFALL_MINUTES = 15
 SHEDDING_MINUTES = CAPACITY_SHORTFALL_MINUTES
 
 
-def _label(service: ServiceScope, served: ServedModel) -> str:
-    return f"{served.name} ({service.name})" if service.packed else served.name
+def _label(context: ServiceContext, served: ServedModel) -> str:
+    return f"{served.name} ({context.name})" if context.packed else served.name
 
 
-def add_alarms(service: ServiceScope, metrics: Metrics, alarm_topic_arn: str) -> dict[str, cw.CfnAlarm]:
+def add_alarms(scope: Construct, context: ServiceContext, metrics: Metrics,
+               alarm_topic_arn: str) -> dict[str, cw.CfnAlarm]:
     """Per model: p99 above its SLO, 5xx rate (admission rejections excluded), targets failing readiness, Neuron
     execution errors, shedding (admission rejections above the model's error-rate limit: callers get 503s that
     often). Per task: CPU, memory, capacity shortfall (a fleet's at the strictest of its models' limits). One
-    model keeps the alarm ids it had."""
+    model keeps the alarm ids it had. Returns them by key: the alarm's id, under `<model>/` in a fleet."""
     s = metrics.service
-    name = service.name
+    name = context.name
     # A new task fails the readiness check until its models are loaded and warm (the grace period):
     # look past that, or every deploy and scale-out would page.
-    grace_minutes = math.ceil(health_check_grace_seconds(service.models) / 60)
-    either = " in either target group" if service.rollout.shifts_traffic else ""
+    grace_minutes = math.ceil(health_check_grace_seconds(context.models) / 60)
+    either = " in either target group" if context.rollout.shifts_traffic else ""
     per_model: dict[str, dict[str, tuple]] = {}
-    for served in service.served:
-        m, limits, label = metrics.models[served.name], served.model.alarms, _label(service, served)
+    for served in context.served:
+        m, limits, label = metrics.models[served.name], served.model.alarms, _label(context, served)
         periods = limits.evaluation_minutes
         per_model[served.name] = {
             "LatencyAlarm": (m["p99"], served.slo_p99_ms / 1000, periods, f"{label}: p99 target response time "
@@ -66,26 +67,26 @@ def add_alarms(service: ServiceScope, metrics: Metrics, alarm_topic_arn: str) ->
                               f"admission) for {SHEDDING_MINUTES} minutes: capacity short and scaling has not "
                               f"caught up (at capacity.max, launches failing, or targets too high)"),
         }
-    cpu = min(m.alarms.cpu_percent for m in service.models)
-    memory = min(m.alarms.memory_percent for m in service.models)
-    periods = min(m.alarms.evaluation_minutes for m in service.models)
+    cpu = min(m.alarms.cpu_percent for m in context.models)
+    memory = min(m.alarms.memory_percent for m in context.models)
+    periods = min(m.alarms.evaluation_minutes for m in context.models)
     task_level = {
         "CpuAlarm": (s["cpu"], cpu, periods, f"{name}: service CPU above {cpu:g}%"),
         "MemoryAlarm": (s["memory"], memory, periods, f"{name}: service memory above {memory:g}%"),
         "CapacityShortfallAlarm": (s["capacity_reservation"], 100, CAPACITY_SHORTFALL_MINUTES,
-                                   f"{name}: tasks waiting for {service.task.instance_type} capacity for "
+                                   f"{name}: tasks waiting for {context.task.instance_type} capacity for "
                                    f"{CAPACITY_SHORTFALL_MINUTES} minutes (launch failures or the group at "
                                    f"its maximum)"),
     }
     alarms: dict[str, cw.CfnAlarm] = {}
 
-    def add(scope: Construct, key: str, alarm_id: str, spec: tuple) -> None:
+    def add(parent: Construct, key: str, alarm_id: str, spec: tuple) -> None:
         metric, threshold, evaluation, description = spec
-        alarms[key] = cwl1.alarm(scope, alarm_id, metric=metric, threshold=threshold,
+        alarms[key] = cwl1.alarm(parent, alarm_id, metric=metric, threshold=threshold,
                                  evaluation_periods=evaluation, datapoints_to_alarm=evaluation,
                                  description=description, action_arn=alarm_topic_arn)
 
-    if not service.packed:
+    if not context.packed:
         (model_specs,) = per_model.values()
         specs = {**{k: model_specs[k] for k in ("LatencyAlarm", "ErrorRateAlarm")},
                  **{k: task_level[k] for k in ("CpuAlarm", "MemoryAlarm")},
@@ -94,17 +95,20 @@ def add_alarms(service: ServiceScope, metrics: Metrics, alarm_topic_arn: str) ->
                  "NeuronExecutionErrorsAlarm": model_specs["NeuronExecutionErrorsAlarm"],
                  "SheddingAlarm": model_specs["SheddingAlarm"]}
         for alarm_id, spec in specs.items():
-            add(service, alarm_id, alarm_id, spec)
+            add(scope, alarm_id, alarm_id, spec)
         return alarms
-    for served in service.served:
+    for served in context.served:
         for alarm_id, spec in per_model[served.name].items():
-            add(model_scope(service, served), f"{served.name}/{alarm_id}", alarm_id, spec)
+            add(model_scope(scope, served), f"{served.name}/{alarm_id}", alarm_id, spec)
     for alarm_id, spec in task_level.items():
-        add(service, alarm_id, alarm_id, spec)
+        add(scope, alarm_id, alarm_id, spec)
     return alarms
 
 
-def add_dashboard(service: ServiceScope, metrics: Metrics) -> cw.CfnDashboard:
+def add_dashboard(scope: Construct, context: ServiceContext, metrics: Metrics,
+                  alarms: Mapping[str, cw.CfnAlarm]) -> cw.CfnDashboard:
+    """One dashboard: a dedicated model's rows, or a fleet's task row and two rows per model; `alarms`' states
+    at the end."""
     s = metrics.service
     region = cdk.Aws.REGION
 
@@ -129,9 +133,9 @@ def add_dashboard(service: ServiceScope, metrics: Metrics) -> cw.CfnDashboard:
         return (cwl1.Annotation(served.slo_p99_ms / 1000, "p99 SLO"),
                 cwl1.Annotation(served.requests_per_task_per_minute, "scaling target"))
 
-    alarm_arns = [alarm.attr_arn for alarm in service.alarms.values()]
-    if not service.packed:
-        (served,) = service.served
+    alarm_arns = [alarm.attr_arn for alarm in alarms.values()]
+    if not context.packed:
+        (served,) = context.served
         m = metrics.models[served.name]
         slo, target = annotations(served)
         rows = [
@@ -147,14 +151,14 @@ def add_dashboard(service: ServiceScope, metrics: Metrics) -> cw.CfnDashboard:
              graph("NeuronCore utilization, task (%)", metrics.emf[""]["core_utilization"], width=8),
              cwl1.alarm_status("Alarms", alarm_arns, width=8)],
         ]
-        return cwl1.dashboard(service, "Dashboard", rows, start="-PT3H")  # the last three hours
+        return cwl1.dashboard(scope, "Dashboard", rows, start="-PT3H")  # the last three hours
     # A fleet: the task's row, then two rows per model (load balancer, container), then every alarm.
     rows = [[graph("Requests per minute, by model",
-                   *[metrics.models[served.name]["requests"] for served in service.served], width=6),
+                   *[metrics.models[served.name]["requests"] for served in context.served], width=6),
              graph("Running tasks", s["task_count"], width=6),
              graph("Service CPU and memory (%)", s["cpu"], s["memory"], width=6),
              graph("NeuronCore utilization, task (%)", metrics.emf[""]["core_utilization"], width=6)]]
-    for served in service.served:
+    for served in context.served:
         m = metrics.models[served.name]
         slo, target = annotations(served)
         rows.append([
@@ -166,4 +170,4 @@ def add_dashboard(service: ServiceScope, metrics: Metrics) -> cw.CfnDashboard:
             graph(f"{served.name}: targets", m["healthy"], m["unhealthy"], width=6)])
         rows.append(serving_row(served, f"{served.name}: "))
     rows.append([cwl1.alarm_status("Alarms", alarm_arns, width=24)])
-    return cwl1.dashboard(service, "Dashboard", rows, start="-PT3H")
+    return cwl1.dashboard(scope, "Dashboard", rows, start="-PT3H")

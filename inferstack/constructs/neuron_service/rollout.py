@@ -5,10 +5,13 @@ only once observability has made them."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import aws_cdk as cdk
+from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_ecs as ecs
 
-from inferstack.constructs.neuron_service.scope import ServiceScope
+from inferstack.constructs.neuron_service.context import ServiceContext
 from inferstack.neuron.deployment import EcsRollout
 
 
@@ -48,15 +51,16 @@ def drop_rolling_parameters(ecs_service: ecs.Ec2Service) -> None:
         "blue/green-family deployment rolls back on the models' SLO alarms (deployment alarms)")
 
 
-def roll_back_on_alarms(service: ServiceScope) -> None:
+def roll_back_on_alarms(context: ServiceContext, ecs_service: ecs.Ec2Service,
+                        alarms: Mapping[str, cw.CfnAlarm]) -> tuple[cw.CfnAlarm, ...]:
     """ECS watches these during every deployment (and a blue/green-family bake time) and rolls back when one
     fires (deployment-alarm-failure): each model's SLO alarms, the ones its dashboard row shows. With a
     traffic-shifting rollout they read both target groups, so a canary's errors count. The 5xx alarm leaves
     out admission's 503s and the shedding alarm is not one of these: a traffic spike during a deploy is short
-    capacity, not a broken release. Sets the service's `deployment_alarms`."""
-    keys = [(f"{s.name}/" if service.packed else "") + alarm_id
-            for s in service.served for alarm_id in ("LatencyAlarm", "ErrorRateAlarm")]
-    service.deployment_alarms = [service.alarms[key] for key in keys]
+    capacity, not a broken release. `alarms`: observability's, by key. Returns the deployment alarms."""
+    keys = [(f"{s.name}/" if context.packed else "") + alarm_id
+            for s in context.served for alarm_id in ("LatencyAlarm", "ErrorRateAlarm")]
+    deployment_alarms = tuple(alarms[key] for key in keys)
     # Set on the CfnService, not through Ec2Service.enable_deployment_alarms: that adds an info "Deployment alarm
     # (...) may cause a circular dependency error when this stack deploys" for every alarm name that is a token
     # (BaseService.enableDeploymentAlarms in https://github.com/aws/aws-cdk/blob/v2.275.0/packages/aws-cdk-lib/
@@ -69,7 +73,8 @@ def roll_back_on_alarms(service: ServiceScope) -> None:
     # (tests/constructs/test_neuron_deployment_alarms.py holds that on every template), and their
     # names stay CloudFormation's: no physical names, no replacement. The info carries no acknowledgement id
     # (addInfo, not addInfoV2), so Annotations.acknowledge_info cannot silence it.
-    resource = service.service.node.default_child
+    resource = ecs_service.node.default_child
     assert isinstance(resource, ecs.CfnService)
     resource.add_property_override("DeploymentConfiguration.Alarms", {  # ECS API, DeploymentAlarms
-        "AlarmNames": [alarm.ref for alarm in service.deployment_alarms], "Enable": True, "Rollback": True})
+        "AlarmNames": [alarm.ref for alarm in deployment_alarms], "Enable": True, "Rollback": True})
+    return deployment_alarms

@@ -13,7 +13,7 @@ from constructs import Construct
 from inferstack.capacity.packing import NeuronFleetPlan
 from inferstack.capacity.planning import CapacityPlan
 from inferstack.config.release_pin import PinnedImage
-from inferstack.schema.models import NeuronEcsModel
+from inferstack.schema.neuron_ecs import NeuronEcsModel
 
 READINESS_PATH = "/v2/health/ready"  # 200 only after the model is loaded and warmed up
 # Several models in one task: the serving app answers each model's readiness on that model's port.
