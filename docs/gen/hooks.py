@@ -1,5 +1,6 @@
-"""MkDocs hook (mkdocs.yml `hooks:`): the site's one vendored script must be there before a build, or its
-diagrams would silently stay text. `make setup` fetches it (the Makefile's .make/docs target)."""
+"""MkDocs hook (mkdocs.yml `hooks:`): the site's vendored scripts must be there before a build, or its diagrams
+would silently stay text and its search never start from disk. `make setup` fetches them (the Makefile's
+.make/docs and SEARCH_SHIM targets)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 
 from mkdocs.exceptions import PluginError
 
-VENDORED = ("assets/vendor/mermaid.min.js",)
+VENDORED = ("assets/vendor/mermaid.min.js", "assets/vendor/iframe-worker-shim.js")
 
 
 def on_config(config):

@@ -37,26 +37,59 @@ from inferstack.constructs.sagemaker_hosting import (  # noqa: F401 (re-exported
     endpoint_name_for,
 )
 from inferstack.triton import startup as triton_startup
-from inferstack.schema.models import OffHours, TritonDeployment, TritonSageMakerModel
+from inferstack.schema.off_hours import OffHours
+from inferstack.schema.triton_sagemaker import TritonDeployment, TritonSageMakerModel
 from inferstack.constructs import cloudwatch_l1 as cwl1
 from inferstack.capacity.planning import CapacityPlan
 
 
 class TritonEndpoint(Construct):
-    """Exposes `endpoint_name`, `role`, `security_group`, `model`, `endpoint_config`, `endpoint`,
-    `deployment` (the guardrails as applied to this fleet's size), `scalable_target`, `scaling_handover` (what
-    lets an instance-type change deploy while the variant is autoscaled), `alarms` (by name),
-    `rollback_alarms`, `dashboard` and `data_capture_bucket`
-    (alarms and dashboard are L1s: an alarm's name is its `ref`, its ARN `attr_arn`)."""
+    """One model on a SageMaker real-time endpoint running NVIDIA Triton: the Model, its endpoint config and the
+    endpoint with deployment guardrails, autoscaling from the capacity plan, alarms and a dashboard.
+
+    Args:
+        scope: The construct to create the endpoint in.
+        construct_id: The endpoint's id, which its resources' logical ids start from.
+        model: The model file's settings: its serving container, deployment guardrails, scaling cooldowns,
+            alarms and data capture. Required.
+        plan: This model's capacity plan in this environment (inferstack.capacity.planning): the instance type,
+            the instance count range and the invocations-per-instance target; it must be `model`'s. Required.
+        off_hours: The environment's off-hours windows for this model: each schedules a smaller instance range,
+            and the deployment guardrails are sized for the smallest fleet any window allows. Required (may be
+            empty).
+        image_uri: The serving image (built from container/triton/) the SageMaker Model runs. Required.
+        image_repository: The ECR repository holding `image_uri`: the execution role may pull from it. Required.
+        vpc: The VPC the endpoint's instances attach to (no ingress, HTTPS egress only). Required.
+        subnets: The subnets of `vpc` the instances attach to. Required.
+        key: The KMS key of the instances' volumes (on instance types without NVMe instance storage) and of the
+            data capture bucket. Required.
+        alarm_topic_arn: The SNS topic the endpoint's alarms notify. Required.
+        removal_policy: What deleting the stack does to the data capture buckets. Required.
+        log_group: Where the functions that run at deploy time log: the scaling handover's, and with off-hours
+            windows the one that reads the live instance range. Required.
+        vpc_owner_account: The account that owns `vpc` when it is shared with this one (VPC sharing).
+            Default: this stack's account.
+
+    Attributes:
+        endpoint_name: The endpoint's name, from the stack's.
+        role: The SageMaker execution role.
+        security_group: The instances' security group (no ingress).
+        model: The SageMaker Model (network isolation, in the VPC).
+        endpoint_config: The endpoint config with its one variant.
+        endpoint: The endpoint.
+        deployment: The guardrails as applied to the smallest fleet a deploy can meet.
+        scalable_target: The variant's Application Auto Scaling target.
+        scaling_handover: What lets an instance-type change deploy while the variant is autoscaled.
+        alarms: Alarm key -> alarm (an L1: its name is its `ref`, its ARN `attr_arn`).
+        rollback_alarms: The alarms the deployment guardrails roll back on.
+        dashboard: The dashboard (an L1).
+        data_capture_bucket: The data capture bucket, or None without data capture."""
 
     def __init__(self, scope: Construct, construct_id: str, *, model: TritonSageMakerModel, plan: CapacityPlan,
                  off_hours: Sequence[OffHours], image_uri: str, image_repository: ecr.IRepository,
                  vpc: ec2.IVpc, subnets: ec2.SubnetSelection, key: kms.IKey, alarm_topic_arn: str,
                  removal_policy: cdk.RemovalPolicy, log_group: logs.ILogGroup,
                  vpc_owner_account: str | None = None) -> None:
-        """`log_group`: where the function that reads live capacity at deploy time logs (with off-hours windows);
-        `vpc_owner_account`: the account that owns `vpc` when it is shared with this one (VPC sharing); default:
-        this stack's account."""
         super().__init__(scope, construct_id)
         if plan.model != model.name:
             raise ValueError(f"capacity plan is for {plan.model!r}, not {model.name!r}")

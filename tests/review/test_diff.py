@@ -259,8 +259,25 @@ def test_unreadable_manifest_and_missing_template(base, tmp_path):
     _assert_one_line_error(cli_diff(base, missing), str(template), "file not found")
 
 
-def test_out_in_missing_directory(base, tmp_path):
-    _assert_one_line_error(cli_diff(base, base, "--out", str(tmp_path / "no" / "r.md")), str(tmp_path / "no"))
+def test_out_in_a_missing_directory_creates_it(base, tmp_path):
+    # The retire runbook's `--out review/retire.md`, pasted into a checkout that has no review/ yet.
+    out = tmp_path / "review" / "retire.md"
+    result = cli_diff(base, base, "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    assert out.read_text().startswith("#")
+    assert (out.parent / "dev.dot").is_file()       # the diagrams go next to it, as before
+
+
+def test_out_under_a_file_is_a_one_line_error(base, tmp_path):
+    (tmp_path / "a-file").write_text("")
+    _assert_one_line_error(cli_diff(base, base, "--out", str(tmp_path / "a-file" / "sub" / "r.md")),
+                           f"--out {tmp_path / 'a-file' / 'sub'}: cannot create")
+
+
+def test_bad_input_creates_no_directory(base, tmp_path):
+    result = cli_diff(base, base, "--env", "no-such-env", "--out", str(tmp_path / "review" / "r.md"))
+    assert result.returncode == 2 and "no-such-env" in result.stderr
+    assert not (tmp_path / "review").exists()
 
 
 # --- hand-written templates: the serving resources that are not in the app yet ---------------------

@@ -1,8 +1,9 @@
 """Opens the built documentation site in headless Chromium through Selenium and prints, as one JSON object,
-what a reader sees: the home page, a generated reference page reached through the navigation, and a rendered
-diagram. Run by tests/docs/test_site_browser.py with .venv-docs's Python (Selenium lives there, not in .venv):
+what a reader sees: the home page, a generated reference page reached through the navigation, a rendered
+diagram, a search's results, and whether code blocks fit their column; then the same search on the site opened
+from disk. Run by tests/docs/test_site_browser.py with .venv-docs's Python (Selenium lives there, not in .venv):
 
-    .venv-docs/bin/python tests/support/browser_check.py http://127.0.0.1:PORT/
+    .venv-docs/bin/python tests/support/browser_check.py http://127.0.0.1:PORT/ file:///path/to/site/index.html
 
 Debian's chromium and chromedriver (`make browser`), started as this machine's network needs: no background
 networking, no component updates, a fresh profile.
@@ -15,6 +16,7 @@ import sys
 import tempfile
 
 from selenium import webdriver
+from selenium.common.exceptions import TimeoutException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions
@@ -53,7 +55,29 @@ def page_state(browser: webdriver.Chrome) -> dict:
         "nav_active": visible_texts(browser, "nav.md-nav--primary .md-nav__link--active"),
         "toc": visible_texts(browser, "nav.md-nav--secondary .md-nav__link"),
         "code_blocks": len(browser.find_elements(By.CSS_SELECTOR, "article .highlight")),
+        # Code blocks wider than their column (a scroll bar hiding the end of a line, comments included).
+        "code_overflowing": browser.execute_script(
+            "return [...document.querySelectorAll('article pre > code')]"
+            ".filter(c => c.scrollWidth > c.clientWidth + 1).length"),
     }
+
+
+def search(browser: webdriver.Chrome, page: str, query: str) -> dict:
+    """Types `query` into the header's search box, as a reader does, and waits for the results (or not)."""
+    browser.get(page)
+    box = browser.find_element(By.CSS_SELECTOR, "input.md-search__input")
+    box.click()
+    box.send_keys(query)
+
+    def meta(b: webdriver.Chrome) -> str:
+        return b.find_element(By.CSS_SELECTOR, ".md-search-result__meta").text.strip()
+
+    try:
+        WebDriverWait(browser, WAIT_S).until(lambda b: "matching" in meta(b))
+    except TimeoutException:
+        pass   # reported as it stands: "Initializing search" when the search never started
+    return {"meta": meta(browser),
+            "results": visible_texts(browser, ".md-search-result__item .md-search-result__article h1")}
 
 
 def rendered_diagram(browser: webdriver.Chrome) -> dict:
@@ -66,7 +90,17 @@ def rendered_diagram(browser: webdriver.Chrome) -> dict:
     return {"svg": any(n.get("nodeName") == "svg" for n in inside),
             "nodes": sum(1 for c in classes if "node" in c.split()),
             "text": " ".join(n["nodeValue"].strip() for n in inside if n.get("nodeType") == 3 and n["nodeValue"].strip()),
-            "height": browser.find_element(By.CSS_SELECTOR, "div.mermaid").size["height"]}
+            "height": browser.find_element(By.CSS_SELECTOR, "div.mermaid").size["height"],
+            "label_px": _label_px(browser, next(n for n in inside if n.get("nodeName") == "svg"))}
+
+
+def _label_px(browser: webdriver.Chrome, svg: dict) -> float:
+    """The size a label's text is drawn at: mermaid's font size (16 px in its own units) times the scale the
+    page draws the diagram at (its width on screen over its viewBox's)."""
+    attributes = dict(zip(svg.get("attributes", [])[::2], svg.get("attributes", [])[1::2], strict=True))
+    natural_width = float(attributes["viewBox"].split()[2])
+    quad = browser.execute_cdp_cmd("DOM.getBoxModel", {"nodeId": svg["nodeId"]})["model"]["content"]
+    return round(16 * (quad[2] - quad[0]) / natural_width, 1)
 
 
 def _nodes(node: dict):
@@ -75,7 +109,7 @@ def _nodes(node: dict):
         yield from _nodes(child)
 
 
-def main(base: str) -> dict:
+def main(base: str, from_disk: str) -> dict:
     with tempfile.TemporaryDirectory() as profile:
         browser = driver(profile)
         try:
@@ -87,17 +121,21 @@ def main(base: str) -> dict:
             link.click()
             WebDriverWait(browser, WAIT_S).until(expected_conditions.url_contains("reference/model-file"))
             reference = page_state(browser)
-            browser.get(base + "explanation/architecture/")
+            browser.get(base + "explanation/architecture.html")
             # Material renders a ```mermaid block into a closed shadow root that replaces the <pre> holding its
             # source; the page's scripts cannot see inside, the DevTools protocol can (pierce).
             WebDriverWait(browser, WAIT_S).until(
                 lambda b: not b.find_elements(By.CSS_SELECTOR, "pre.mermaid")
                 and b.find_elements(By.CSS_SELECTOR, "div.mermaid"))
             diagram = rendered_diagram(browser)
-            return {"home": home, "reference": reference, "diagram": diagram}
+            browser.get(base + "how-to/retire-a-model.html")
+            wide_code = page_state(browser)
+            return {"home": home, "reference": reference, "diagram": diagram, "wide_code": wide_code,
+                    "search": search(browser, base, "rollback"),
+                    "search_from_disk": search(browser, from_disk, "rollback")}
         finally:
             browser.quit()
 
 
 if __name__ == "__main__":
-    print(json.dumps(main(sys.argv[1])))
+    print(json.dumps(main(sys.argv[1], sys.argv[2])))
