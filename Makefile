@@ -23,9 +23,9 @@ CDK_OUT ?= cdk.out
 # there too), drops that one line and keeps the CLI's exit status; everything else passes through in order.
 QUIET_SYNTH = set -o pipefail; $(CDK) synth --quiet $(1) 2>&1 | { grep --line-buffered -v '^Supply a stack id (' || true; }
 
-.PHONY: setup synth test test-real-triton validate clean constraints rehearse-images rehearse-deploy peers docs \
+.PHONY: setup synth test lint test-real-triton validate clean constraints rehearse-images rehearse-deploy peers docs \
 	docs-build docs-reference browser
-setup: .make/python .make/node .make/checkov .make/images .make/triton .make/docs browser
+setup: .make/python .make/node .make/checkov .make/images .make/triton .make/docs docs/assets/vendor/iframe-worker-shim.js browser
 
 .make/python: requirements.txt requirements-dev.txt constraints.txt
 	@mkdir -p .make
@@ -64,6 +64,12 @@ synth: .make/python .make/node
 
 test: setup
 	$(PYTHON) -m pytest $(PYTEST_ARGS)
+
+# ruff (ruff.toml: lint, import order, format) over the project, mypy (mypy.ini) over inferstack/.
+lint: .make/python
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 
 # The README's deploy path with the real CDK CLI against moto's server (patched: rehearsal/):
 # bootstrap, deploy every dev stack pinned to a release, smoke, promote, destroy; prints a report.
@@ -131,6 +137,18 @@ MERMAID_SHA256 := 581ed7d74bd9048d0e3a91363927d72ef22942d7722546b27f7cc29e35390e
 	cp .cache/docs/package/dist/mermaid.min.js docs/assets/vendor/mermaid.min.js
 	@touch $@
 
+# The search on a page opened from disk (file://) runs in an iframe instead of a web worker, through this shim
+# (mkdocs.yml extra.polyfills, for its offline plugin), which the site serves from its own copy as it does mermaid.
+SEARCH_SHIM := docs/assets/vendor/iframe-worker-shim.js
+IFRAME_WORKER_VERSION := 1.0.4
+IFRAME_WORKER_SHA256 := e8e412dbcfea9b7e31b5ffa288d7b6035915e714c542f4176a0cdbe262fc9609
+$(SEARCH_SHIM):
+	@mkdir -p .cache/docs docs/assets/vendor
+	cd .cache/docs && npm pack --silent iframe-worker@$(IFRAME_WORKER_VERSION) > /dev/null
+	tar -xzf .cache/docs/iframe-worker-$(IFRAME_WORKER_VERSION).tgz -C .cache/docs package/shim/index.js
+	echo "$(IFRAME_WORKER_SHA256)  .cache/docs/package/shim/index.js" | sha256sum --check --quiet
+	cp .cache/docs/package/shim/index.js $@
+
 # A real headless browser for tests/docs/test_site_browser.py: Debian's chromium and its chromedriver, driven
 # by Selenium (requirements-docs.txt). Playwright and Puppeteer download their own browser builds, which this
 # project cannot fetch; Debian's packages come through apt like any other dependency. Installed only when a
@@ -141,10 +159,10 @@ browser:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver > /dev/null; \
 	fi
 
-docs: .make/docs
+docs: .make/docs $(SEARCH_SHIM)
 	$(MKDOCS) serve --dev-addr 127.0.0.1:8000
 
-docs-build: .make/docs
+docs-build: .make/docs $(SEARCH_SHIM)
 	$(MKDOCS) build --strict
 
 # Rewrite the generated reference pages (docs/reference/) after changing the schema models, the CLI's

@@ -31,14 +31,18 @@ def main() -> int:
     names = [n.strip() for n in requested.split(",") if n.strip()] if requested else list(project.environments)
     unknown = [n for n in names if n not in project.environments]
     if unknown:
-        print(f"cdk.json/-c environments: unknown environment(s) {', '.join(unknown)}; "
-              f"known: {', '.join(project.environments)}", file=sys.stderr)
+        print(
+            f"cdk.json/-c environments: unknown environment(s) {', '.join(unknown)}; "
+            f"known: {', '.join(project.environments)}",
+            file=sys.stderr,
+        )
         return 2
 
     pipeline_context = app.node.try_get_context("pipeline")  # "true"/"false" from -c, a bool from cdk.json
     try:
-        with_pipeline = pipeline_wanted(project, names,
-                                        None if pipeline_context is None else str(pipeline_context).lower())
+        with_pipeline = pipeline_wanted(
+            project, names, None if pipeline_context is None else str(pipeline_context).lower()
+        )
     except PipelineUnavailable as exc:
         print(exc, file=sys.stderr)
         return 2
@@ -54,8 +58,13 @@ def main() -> int:
         return synthesize_shard(app, project, shard)
     try:
         deployed = {env: [m.name for m in project.models_in(env)] for env in names}  # a model's deploy_in
-        workers = 1 if with_pipeline else synth_shards.worker_count(
-            app.node.try_get_context("inferstack:synth-workers"), sum(len(m) for m in deployed.values()))
+        workers = (
+            1
+            if with_pipeline
+            else synth_shards.worker_count(
+                app.node.try_get_context("inferstack:synth-workers"), sum(len(m) for m in deployed.values())
+            )
+        )
     except ValueError as exc:
         print(exc, file=sys.stderr)
         return 2
@@ -66,8 +75,9 @@ def main() -> int:
             return synthesize_shard(cdk.App(outdir=str(outdir), post_cli_context=POST_CLI_CONTEXT), project, shard)
 
         try:
-            synth_shards.run_shards(shards, Path(app.outdir), [sys.executable, os.path.abspath(sys.argv[0])],
-                                    synth_here)
+            synth_shards.run_shards(
+                shards, Path(app.outdir), [sys.executable, os.path.abspath(sys.argv[0])], synth_here
+            )
         except synth_shards.ShardFailed as exc:
             return exc.exit_code
         except synth_shards.ShardsDisagree as exc:
@@ -91,8 +101,10 @@ def synthesize(app: cdk.App) -> int:
         if "ValidationFailed" not in str(exc):
             raise
         # The CDK printed each finding above; end with one line instead of a jsii traceback.
-        print("synth failed: unacknowledged cdk-nag/policy findings (listed above; see validation-report.json)",
-              file=sys.stderr)
+        print(
+            "synth failed: unacknowledged cdk-nag/policy findings (listed above; see validation-report.json)",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

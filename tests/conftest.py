@@ -20,8 +20,9 @@ from tests.support.paths import CONFIG_DIR, ROOT
 try:
     from hypothesis import HealthCheck, settings
 
-    settings.register_profile("ci", derandomize=True, database=None, print_blob=True,
-                              suppress_health_check=[HealthCheck.too_slow])
+    settings.register_profile(
+        "ci", derandomize=True, database=None, print_blob=True, suppress_health_check=[HealthCheck.too_slow]
+    )
     settings.register_profile("explore", parent=settings.get_profile("ci"), derandomize=False)
     settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 except ImportError:  # only the fuzz tests need it
@@ -62,6 +63,7 @@ def config_copy(tmp_path: Path) -> Path:
 
 # ----------------------------------------------------------------------------- the synthesized app
 
+
 @pytest.fixture(scope="session")
 def project():
     """The shipped model_configs/, loaded."""
@@ -80,6 +82,7 @@ def synthesized(project, tmp_path_factory):
 
 # ----------------------------------------------------------------------------- the Neuron serving app
 
+
 @pytest.fixture(scope="session")
 def tiny_bert(tmp_path_factory) -> Path:
     """A tiny random BERT checkpoint (benchmarks/make_tiny_model.py), built once per session."""
@@ -90,7 +93,7 @@ def tiny_bert(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def artifact(tmp_path_factory, tiny_bert) -> Path:
-    """tiny_bert compiled for the CPU backend (container/neuron/compile.py), built once per session."""
+    """tiny_bert compiled for the CPU backend (container/neuron/build/compile.py), built once per session."""
     from tests.support import neuron_server
 
     return neuron_server.build_artifact(tmp_path_factory, tiny_bert)

@@ -26,10 +26,21 @@ HERE = Path(__file__).resolve().parent
 # The image and this checkout both keep inferstack/ two levels above this file.
 sys.path.insert(0, str(HERE.parents[1]))
 
-from inferstack.schema import instances  # noqa: E402
-from inferstack.triton.config import (  # noqa: E402
-    VERSION, FolderSpec, RepositoryError, RepositorySpec, check_repository, default_model_name, folders,
-    ids_folders, ids_model_name, postprocess_model_name, step_folders, tokenize_model_name, write_repository,
+from inferstack.schema import instances  # noqa: E402 - after inferstack/ is on the path
+from inferstack.triton.config import (  # noqa: E402 - after inferstack/ is on the path
+    VERSION,
+    FolderSpec,
+    RepositoryError,
+    RepositorySpec,
+    check_repository,
+    default_model_name,
+    folders,
+    ids_folders,
+    ids_model_name,
+    postprocess_model_name,
+    step_folders,
+    tokenize_model_name,
+    write_repository,
 )
 
 SPEC_ENV = "TRITON_REPOSITORY_SPEC"
@@ -69,12 +80,15 @@ class ExportFailure(Exception):
 
 # ---------------------------------------------------------------- input
 
+
 def load_spec(raw: str | None) -> RepositorySpec:
     from pydantic import ValidationError
 
     if raw is None or not raw.strip():
-        raise UsageError(f"{SPEC_ENV} is not set: it carries the model's RepositorySpec JSON "
-                         "(the build arg stacks/serving_stack.py passes)")
+        raise UsageError(
+            f"{SPEC_ENV} is not set: it carries the model's RepositorySpec JSON "
+            "(the build arg stacks/serving_stack.py passes)"
+        )
     try:
         return RepositorySpec.model_validate_json(raw)
     except ValidationError as exc:
@@ -88,8 +102,12 @@ def load_spec(raw: str | None) -> RepositorySpec:
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, type=Path, help="repository to create (absent or empty)")
-    parser.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE,
-                        help="largest max-abs difference between ONNX and PyTorch outputs (default %(default)g)")
+    parser.add_argument(
+        "--tolerance",
+        type=float,
+        default=DEFAULT_TOLERANCE,
+        help="largest max-abs difference between ONNX and PyTorch outputs (default %(default)g)",
+    )
     args = parser.parse_args(argv)
     if not args.tolerance > 0:
         raise UsageError(f"--tolerance: must be > 0, got {args.tolerance:g}")
@@ -100,10 +118,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 # ---------------------------------------------------------------- TensorRT plan decision
 
+
 def target_compute_capability(instance_type: str | None) -> str:
     if not instance_type:
-        raise UsageError(f"{TARGET_ENV} is not set: backend tensorrt builds a plan for one GPU, name the "
-                         "instance type it will run on (e.g. ml.g4dn.xlarge)")
+        raise UsageError(
+            f"{TARGET_ENV} is not set: backend tensorrt builds a plan for one GPU, name the "
+            "instance type it will run on (e.g. ml.g4dn.xlarge)"
+        )
     try:
         spec = instances.get(instance_type)
     except instances.UnknownInstanceType as exc:
@@ -114,21 +135,30 @@ def target_compute_capability(instance_type: str | None) -> str:
 
 
 def gpu_compute_capabilities(nvidia_smi: str) -> list[str]:
-    result = subprocess.run([nvidia_smi, "--query-gpu=compute_cap", "--format=csv,noheader"],
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [nvidia_smi, "--query-gpu=compute_cap", "--format=csv,noheader"], capture_output=True, text=True, timeout=60
+    )
     if result.returncode != 0:
         return []
     return [line.strip() for line in result.stdout.splitlines() if line.strip()]
 
 
-def check_plan_build_host(*, target: str, instance_type: str, nvidia_smi: str | None, trtexec: str | None,
-                          gpus: Callable[[str], list[str]] = gpu_compute_capabilities) -> str:
+def check_plan_build_host(
+    *,
+    target: str,
+    instance_type: str,
+    nvidia_smi: str | None,
+    trtexec: str | None,
+    gpus: Callable[[str], list[str]] = gpu_compute_capabilities,
+) -> str:
     """Return trtexec's path when this host can build a plan for `target` (a compute capability such as
     "7.5"); otherwise ExportFailure. A plan only loads on the GPU architecture (and TensorRT version)
     that built it, so it cannot come from a CPU build host or another GPU."""
-    needs = (f"backend tensorrt builds model.plan with trtexec on a GPU build host matching the target "
-             f"({instance_type}, compute capability {target}); the shipped configs use backend onnx with "
-             "the TensorRT execution accelerator instead")
+    needs = (
+        f"backend tensorrt builds model.plan with trtexec on a GPU build host matching the target "
+        f"({instance_type}, compute capability {target}); the shipped configs use backend onnx with "
+        "the TensorRT execution accelerator instead"
+    )
     if nvidia_smi is None:
         raise ExportFailure(f"{needs}: this host has no nvidia-smi")
     found = gpus(nvidia_smi)
@@ -148,9 +178,15 @@ def build_plan(trtexec: str, onnx_path: Path, plan_path: Path, folder: FolderSpe
 
     # The schema has no precision knob for plans (tensorrt_acceleration is the onnx backend's): FP16,
     # what the T4's tensor cores run fastest.
-    command = [trtexec, f"--onnx={onnx_path}", f"--saveEngine={plan_path}", "--fp16",
-               f"--minShapes={shapes(1)}", f"--optShapes={shapes(max_batch_size)}",
-               f"--maxShapes={shapes(max_batch_size)}"]
+    command = [
+        trtexec,
+        f"--onnx={onnx_path}",
+        f"--saveEngine={plan_path}",
+        "--fp16",
+        f"--minShapes={shapes(1)}",
+        f"--optShapes={shapes(max_batch_size)}",
+        f"--maxShapes={shapes(max_batch_size)}",
+    ]
     print("running", " ".join(command), flush=True)
     result = subprocess.run(command, stdout=sys.stdout, stderr=subprocess.STDOUT)
     if result.returncode != 0 or not plan_path.is_file():
@@ -158,6 +194,7 @@ def build_plan(trtexec: str, onnx_path: Path, plan_path: Path, folder: FolderSpe
 
 
 # ---------------------------------------------------------------- checkpoint
+
 
 def load_checkpoint(spec: RepositorySpec):
     source = spec.source
@@ -183,7 +220,7 @@ def load_checkpoint(spec: RepositorySpec):
         # Eager attention: torch's exporter fails on T5's SDPA path, and the plain matmul/softmax graph
         # is what ONNX Runtime's TensorRT provider takes whole.
         model = auto.from_pretrained(where, attn_implementation="eager", dtype=torch.float32, **kwargs).eval()
-    except Exception as exc:  # noqa: BLE001 - hub, file and config errors all mean "cannot load"
+    except Exception as exc:  # hub, file and config errors all mean "cannot load"
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         raise ExportFailure(f"cannot load a {source.task} model from {where}: {type(exc).__name__}: {first}") from None
     if not getattr(tokenizer, "is_fast", False):
@@ -196,27 +233,30 @@ def load_checkpoint(spec: RepositorySpec):
         if not config.is_encoder_decoder:
             raise UsageError(f"source.task: {where} is not an encoder-decoder model")
         if config.d_model != spec.export.hidden_size:
-            raise UsageError(f"export.hidden_size: {spec.export.hidden_size}, but {where} has d_model "
-                             f"{config.d_model}")
+            raise UsageError(f"export.hidden_size: {spec.export.hidden_size}, but {where} has d_model {config.d_model}")
     else:
         if config.num_labels != len(source.labels):
             raise UsageError(f"source.labels: {len(source.labels)} labels, but {where} has {config.num_labels} outputs")
         max_positions = getattr(config, "max_position_embeddings", None)
         if max_positions and spec.export.sequence_length > max_positions:
-            raise UsageError(f"export.sequence_length: {spec.export.sequence_length} exceeds the "
-                             f"{max_positions} positions of {where}")
+            raise UsageError(
+                f"export.sequence_length: {spec.export.sequence_length} exceeds the "
+                f"{max_positions} positions of {where}"
+            )
         if spec.export.token_type_ids and "token_type_ids" not in tokenizer.model_input_names:
             raise UsageError(f"export.token_type_ids: the tokenizer of {where} does not emit token_type_ids")
     return tokenizer, model
 
 
 def tokenize(tokenizer, spec: RepositorySpec, texts: Sequence[str], names: Sequence[str]):
-    encoded = tokenizer(list(texts), padding="max_length", truncation=True,
-                        max_length=spec.export.sequence_length, return_tensors="pt")
+    encoded = tokenizer(
+        list(texts), padding="max_length", truncation=True, max_length=spec.export.sequence_length, return_tensors="pt"
+    )
     return tuple(encoded[name] for name in names)
 
 
 # ---------------------------------------------------------------- ONNX
+
 
 def export_onnx(module, args: tuple, folder: FolderSpec, path: Path, opset: int) -> None:
     import onnx
@@ -226,22 +266,33 @@ def export_onnx(module, args: tuple, folder: FolderSpec, path: Path, opset: int)
     batch = torch.export.Dim("batch")
     try:
         torch.onnx.export(
-            module, args, str(path), dynamo=True, external_data=False, optimize=True,
+            module,
+            args,
+            str(path),
+            dynamo=True,
+            external_data=False,
+            optimize=True,
             opset_version=max(opset, NATIVE_OPSET),
-            input_names=[t.name for t in folder.inputs], output_names=[t.name for t in folder.outputs],
-            dynamic_shapes=tuple({0: batch} for _ in args))
-    except Exception as exc:  # noqa: BLE001 - the exporter raises many types; the traceback is in the log
+            input_names=[t.name for t in folder.inputs],
+            output_names=[t.name for t in folder.outputs],
+            dynamic_shapes=tuple({0: batch} for _ in args),
+        )
+    except Exception as exc:  # the exporter raises many types; the traceback is in the log
         traceback.print_exc(file=sys.stdout)
-        raise ExportFailure(f"torch.onnx.export failed for {folder.name}: {type(exc).__name__} (traceback above)") from None
+        raise ExportFailure(
+            f"torch.onnx.export failed for {folder.name}: {type(exc).__name__} (traceback above)"
+        ) from None
     model = onnx.load(str(path))
     if opset < NATIVE_OPSET:
         try:
             model = version_converter.convert_version(model, opset)
             _drop_default_noop_with_empty_axes(model)
-        except Exception as exc:  # noqa: BLE001
-            raise ExportFailure(f"{folder.name}: cannot convert the ONNX graph to opset {opset} "
-                                f"(export.onnx_opset; {NATIVE_OPSET} or higher needs no conversion): "
-                                f"{str(exc).splitlines()[0]}") from None
+        except Exception as exc:
+            raise ExportFailure(
+                f"{folder.name}: cannot convert the ONNX graph to opset {opset} "
+                f"(export.onnx_opset; {NATIVE_OPSET} or higher needs no conversion): "
+                f"{str(exc).splitlines()[0]}"
+            ) from None
         onnx.save(model, str(path))
     onnx.checker.check_model(str(path))
     actual = onnx_opset(model)
@@ -314,6 +365,7 @@ def max_abs_diff(got, want) -> float:
 
 # ---------------------------------------------------------------- per task
 
+
 def export_classifier(spec: RepositorySpec, tokenizer, model, work: Path, tolerance: float) -> dict[str, Path]:
     import torch
 
@@ -340,14 +392,19 @@ def export_classifier(spec: RepositorySpec, tokenizer, model, work: Path, tolera
         tensors = tokenize(tokenizer, spec, [CHECK_TEXTS[i] for i in rows], names)
         with torch.inference_mode():
             want = module(*tensors).numpy()
-        (got,) = ort_session.run(["logits"], {n: t.numpy() for n, t in zip(names, tensors)})
+        (got,) = ort_session.run(["logits"], {n: t.numpy() for n, t in zip(names, tensors, strict=True)})
         diff = max_abs_diff(got, want)
         if not diff <= tolerance:  # NaN fails too
-            raise ExportFailure(f"ONNX parity: {folder.name} logits differ from PyTorch by {diff:.3g} at batch "
-                                f"{len(rows)} (tolerance {tolerance:g})")
+            raise ExportFailure(
+                f"ONNX parity: {folder.name} logits differ from PyTorch by {diff:.3g} at batch "
+                f"{len(rows)} (tolerance {tolerance:g})"
+            )
         worst = max(worst, diff)
-    print(f"parity {folder.name}: logits within {worst:.3g} of PyTorch at batch sizes "
-          f"{', '.join(str(len(r)) for r in CHECK_BATCHES)}", flush=True)
+    print(
+        f"parity {folder.name}: logits within {worst:.3g} of PyTorch at batch sizes "
+        f"{', '.join(str(len(r)) for r in CHECK_BATCHES)}",
+        flush=True,
+    )
     return {folder.name: path}
 
 
@@ -388,8 +445,12 @@ def seq2seq_modules(model):
             self.model = model
 
         def logits(self, decoder_input_ids, encoder_hidden_states, encoder_attention_mask):
-            return self.model(encoder_outputs=(encoder_hidden_states,), attention_mask=encoder_attention_mask,
-                              decoder_input_ids=decoder_input_ids, use_cache=False).logits
+            return self.model(
+                encoder_outputs=(encoder_hidden_states,),
+                attention_mask=encoder_attention_mask,
+                decoder_input_ids=decoder_input_ids,
+                use_cache=False,
+            ).logits
 
         def forward(self, decoder_input_ids, encoder_hidden_states, encoder_attention_mask):
             return self.logits(decoder_input_ids, encoder_hidden_states, encoder_attention_mask).argmax(-1)
@@ -409,10 +470,11 @@ def export_seq2seq(spec: RepositorySpec, tokenizer, model, work: Path, tolerance
 
     def decoder_ids_for(ids, mask):
         # Teacher-forced decoder input: the start token and PyTorch's own greedy ids, padded.
-        generated = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=out_len, num_beams=1,
-                                   do_sample=False)[:, :out_len]
+        generated = model.generate(
+            input_ids=ids, attention_mask=mask, max_new_tokens=out_len, num_beams=1, do_sample=False
+        )[:, :out_len]
         padded = torch.full((ids.shape[0], out_len), settings["pad_token_id"], dtype=torch.long)
-        padded[:, :generated.shape[1]] = generated
+        padded[:, : generated.shape[1]] = generated
         return padded
 
     encoder_path = work / f"{encoder_folder.name}.onnx"
@@ -421,8 +483,9 @@ def export_seq2seq(spec: RepositorySpec, tokenizer, model, work: Path, tolerance
         ids, mask = tokenize(tokenizer, spec, CHECK_TEXTS[:2], names)
         export_onnx(encoder, (ids, mask), encoder_folder, encoder_path, spec.export.onnx_opset)
         hidden = encoder(ids, mask)
-        export_onnx(decoder, (decoder_ids_for(ids, mask), hidden, mask), decoder_folder, decoder_path,
-                    spec.export.onnx_opset)
+        export_onnx(
+            decoder, (decoder_ids_for(ids, mask), hidden, mask), decoder_folder, decoder_path, spec.export.onnx_opset
+        )
 
     encoder_session, decoder_session = session(encoder_path), session(decoder_path)
     worst_hidden, worst_gap, flips = 0.0, 0.0, 0
@@ -432,16 +495,24 @@ def export_seq2seq(spec: RepositorySpec, tokenizer, model, work: Path, tolerance
             hidden = encoder(ids, mask)
             decoder_ids = decoder_ids_for(ids, mask)
             logits = decoder.logits(decoder_ids, hidden, mask).numpy()
-        (got_hidden,) = encoder_session.run(["last_hidden_state"], {"input_ids": ids.numpy(),
-                                                                     "attention_mask": mask.numpy()})
+        (got_hidden,) = encoder_session.run(
+            ["last_hidden_state"], {"input_ids": ids.numpy(), "attention_mask": mask.numpy()}
+        )
         diff = max_abs_diff(got_hidden, hidden.numpy())
         if not diff <= tolerance:
-            raise ExportFailure(f"ONNX parity: {encoder_folder.name} last_hidden_state differs from PyTorch by "
-                                f"{diff:.3g} at batch {len(rows)} (tolerance {tolerance:g})")
+            raise ExportFailure(
+                f"ONNX parity: {encoder_folder.name} last_hidden_state differs from PyTorch by "
+                f"{diff:.3g} at batch {len(rows)} (tolerance {tolerance:g})"
+            )
         worst_hidden = max(worst_hidden, diff)
-        (got_ids,) = decoder_session.run(["next_token_ids"], {
-            "decoder_input_ids": decoder_ids.numpy(), "encoder_hidden_states": hidden.numpy(),
-            "encoder_attention_mask": mask.numpy()})
+        (got_ids,) = decoder_session.run(
+            ["next_token_ids"],
+            {
+                "decoder_input_ids": decoder_ids.numpy(),
+                "encoder_hidden_states": hidden.numpy(),
+                "encoder_attention_mask": mask.numpy(),
+            },
+        )
         want_ids = logits.argmax(-1)
         # An id may differ only where PyTorch's logits nearly tie: the gap between PyTorch's best logit
         # and the logit of the id ONNX picked must stay within the tolerance.
@@ -449,13 +520,18 @@ def export_seq2seq(spec: RepositorySpec, tokenizer, model, work: Path, tolerance
         gaps = np.where(got_ids != want_ids, logits.max(-1) - chosen, 0.0)
         gap = float(gaps.max())
         if not gap <= tolerance:
-            raise ExportFailure(f"ONNX parity: {decoder_folder.name} next_token_ids differ from PyTorch's argmax "
-                                f"at {int((got_ids != want_ids).sum())} position(s), logit gap {gap:.3g} at batch "
-                                f"{len(rows)} (tolerance {tolerance:g})")
+            raise ExportFailure(
+                f"ONNX parity: {decoder_folder.name} next_token_ids differ from PyTorch's argmax "
+                f"at {int((got_ids != want_ids).sum())} position(s), logit gap {gap:.3g} at batch "
+                f"{len(rows)} (tolerance {tolerance:g})"
+            )
         worst_gap, flips = max(worst_gap, gap), flips + int((got_ids != want_ids).sum())
-    print(f"parity {encoder_folder.name}: last_hidden_state within {worst_hidden:.3g} of PyTorch; "
-          f"{decoder_folder.name}: next_token_ids equal PyTorch's argmax ({flips} near-tie flips, "
-          f"logit gap {worst_gap:.3g})", flush=True)
+    print(
+        f"parity {encoder_folder.name}: last_hidden_state within {worst_hidden:.3g} of PyTorch; "
+        f"{decoder_folder.name}: next_token_ids equal PyTorch's argmax ({flips} near-tie flips, "
+        f"logit gap {worst_gap:.3g})",
+        flush=True,
+    )
 
     (work / GENERATION_FILE).write_text(json.dumps(settings, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     return {generate_folder.name: GREEDY_MODEL, encoder_folder.name: encoder_path, decoder_folder.name: decoder_path}
@@ -463,20 +539,28 @@ def export_seq2seq(spec: RepositorySpec, tokenizer, model, work: Path, tolerance
 
 # ---------------------------------------------------------------- repository
 
-def export_repository(spec: RepositorySpec, out: Path, *, tolerance: float,
-                      target_instance_type: str | None = None) -> Path:
+
+def export_repository(
+    spec: RepositorySpec, out: Path, *, tolerance: float, target_instance_type: str | None = None
+) -> Path:
     """Export, check and write the repository at `out` all at once: everything happens in a staging
     directory beside `out`, renamed into place only when every check passed."""
     missing_steps = [s.python for s in spec.pipeline or () if s.python is not None and s.python not in spec.step_code]
     if missing_steps:
-        raise UsageError(f"{SPEC_ENV}: step_code has no text for the pipeline's {', '.join(missing_steps)} "
-                         "(validate reads each step file from the model's folder into the spec)")
+        raise UsageError(
+            f"{SPEC_ENV}: step_code has no text for the pipeline's {', '.join(missing_steps)} "
+            "(validate reads each step file from the model's folder into the spec)"
+        )
     trtexec = None
     if spec.serving.backend == "tensorrt":
         # Decided before the (slow) export: a CPU build host cannot build a plan at all.
         target = target_compute_capability(target_instance_type)
-        trtexec = check_plan_build_host(target=target, instance_type=str(target_instance_type),
-                                        nvidia_smi=shutil.which("nvidia-smi"), trtexec=shutil.which("trtexec"))
+        trtexec = check_plan_build_host(
+            target=target,
+            instance_type=str(target_instance_type),
+            nvidia_smi=shutil.which("nvidia-smi"),
+            trtexec=shutil.which("trtexec"),
+        )
 
     out = out.absolute()
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -514,8 +598,11 @@ def export_repository(spec: RepositorySpec, out: Path, *, tolerance: float,
         if (work / GENERATION_FILE).exists():
             shutil.copy2(work / GENERATION_FILE, version_dir / GENERATION_FILE)
         check_repository(repository, default_model=default)
-        missing = [f"{f.name}/{VERSION}/{f.model_file}" for f in folders(spec)
-                   if f.model_file and not (repository / f.name / VERSION / f.model_file).is_file()]
+        missing = [
+            f"{f.name}/{VERSION}/{f.model_file}"
+            for f in folders(spec)
+            if f.model_file and not (repository / f.name / VERSION / f.model_file).is_file()
+        ]
         if missing:
             raise ExportFailure(f"the repository lacks {', '.join(missing)}")
         if out.exists():
@@ -546,8 +633,11 @@ def vendor_tokenizers(target: Path) -> None:
     loads in the Triton image's Python as long as the export stage builds for the same architecture."""
     import tokenizers
 
-    shutil.copytree(Path(tokenizers.__file__).parent, target / "tokenizers",
-                    ignore=shutil.ignore_patterns("__pycache__", "*.pyi", "py.typed"))
+    shutil.copytree(
+        Path(tokenizers.__file__).parent,
+        target / "tokenizers",
+        ignore=shutil.ignore_patterns("__pycache__", "*.pyi", "py.typed"),
+    )
 
 
 def _stderr_for_errors():
@@ -565,8 +655,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = parse_args(argv)
         spec = load_spec(os.environ.get(SPEC_ENV))
-        out = export_repository(spec, args.out, tolerance=args.tolerance,
-                                target_instance_type=os.environ.get(TARGET_ENV) or None)
+        out = export_repository(
+            spec, args.out, tolerance=args.tolerance, target_instance_type=os.environ.get(TARGET_ENV) or None
+        )
     except UsageError as exc:
         print(f"export.py: error: {exc}", file=errors)
         return 2
@@ -577,7 +668,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if exc.code not in (0, None):
             print("export.py: error: bad arguments (usage above); --out is required", file=errors)
         return int(exc.code or 0)
-    except Exception as exc:  # noqa: BLE001 - unexpected: the traceback to the log, one line to stderr
+    except Exception as exc:  # unexpected: the traceback to the log, one line to stderr
         traceback.print_exc(file=sys.stdout)
         print(f"export.py: export failed: {type(exc).__name__}: {exc}".splitlines()[0], file=errors)
         return 1

@@ -69,7 +69,7 @@ class TritonPythonModel:
         result = labels_of(joined, self.labels) if self.tokenizer is None else texts_of(self.tokenizer, joined)
         responses, start = [], 0
         for part in parts:
-            tensors = [pb_utils.Tensor(self.output, result[start:start + len(part)])]
+            tensors = [pb_utils.Tensor(self.output, result[start : start + len(part)])]
             tensors += [pb_utils.Tensor(name, part) for name in self.passed_on]
             responses.append(pb_utils.InferenceResponse(output_tensors=tensors))
             start += len(part)

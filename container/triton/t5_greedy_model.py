@@ -25,9 +25,17 @@ Encode = Callable[[np.ndarray, np.ndarray], np.ndarray]
 Decode = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
 
 
-def greedy_decode(encode: Encode, decode: Decode, input_ids: np.ndarray, attention_mask: np.ndarray, *,
-                  max_output_length: int, decoder_start_token_id: int, eos_token_id: int,
-                  pad_token_id: int) -> np.ndarray:
+def greedy_decode(
+    encode: Encode,
+    decode: Decode,
+    input_ids: np.ndarray,
+    attention_mask: np.ndarray,
+    *,
+    max_output_length: int,
+    decoder_start_token_id: int,
+    eos_token_id: int,
+    pad_token_id: int,
+) -> np.ndarray:
     """Greedy decoding as transformers' generate(num_beams=1, do_sample=False,
     max_new_tokens=max_output_length) does it, without the start token: [batch, max_output_length]
     INT64, a row's ids up to and including end-of-sequence, then the pad token.
@@ -79,25 +87,37 @@ class TritonPythonModel:
         ids = [pb_utils.get_input_tensor_by_name(r, "input_ids").as_numpy() for r in requests]
         masks = [pb_utils.get_input_tensor_by_name(r, "attention_mask").as_numpy() for r in requests]
         try:
-            output = greedy_decode(self._encode, self._decode, np.concatenate(ids), np.concatenate(masks),
-                                   max_output_length=self.max_output_length, **self.settings)
+            output = greedy_decode(
+                self._encode,
+                self._decode,
+                np.concatenate(ids),
+                np.concatenate(masks),
+                max_output_length=self.max_output_length,
+                **self.settings,
+            )
         except BlsError as exc:
             error = pb_utils.TritonError(str(exc))
             return [pb_utils.InferenceResponse(output_tensors=[], error=error) for _ in requests]
         responses, start = [], 0
         for rows in ids:
-            part = output[start:start + len(rows)]
+            part = output[start : start + len(rows)]
             start += len(rows)
             responses.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("output_ids", part)]))
         return responses
 
     def _encode(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
-        return self._call(self.encoder, {"input_ids": input_ids, "attention_mask": attention_mask},
-                          "last_hidden_state")
+        return self._call(self.encoder, {"input_ids": input_ids, "attention_mask": attention_mask}, "last_hidden_state")
 
     def _decode(self, hidden: np.ndarray, attention_mask: np.ndarray, decoder_ids: np.ndarray) -> np.ndarray:
-        return self._call(self.decoder, {"decoder_input_ids": decoder_ids, "encoder_hidden_states": hidden,
-                                         "encoder_attention_mask": attention_mask}, "next_token_ids")
+        return self._call(
+            self.decoder,
+            {
+                "decoder_input_ids": decoder_ids,
+                "encoder_hidden_states": hidden,
+                "encoder_attention_mask": attention_mask,
+            },
+            "next_token_ids",
+        )
 
     def _call(self, model: str, inputs: dict[str, np.ndarray], output: str) -> np.ndarray:
         kwargs = {}
@@ -106,9 +126,11 @@ class TritonPythonModel:
             # model's output tensor could not be read with as_numpy().
             kwargs["preferred_memory"] = pb_utils.PreferredMemory(pb_utils.TRITONSERVER_MEMORY_CPU, 0)
         request = pb_utils.InferenceRequest(
-            model_name=model, requested_output_names=[output],
+            model_name=model,
+            requested_output_names=[output],
             inputs=[pb_utils.Tensor(name, np.ascontiguousarray(value)) for name, value in inputs.items()],
-            **kwargs)
+            **kwargs,
+        )
         response = request.exec()
         if response.has_error():
             raise BlsError(f"{model}: {response.error().message()}")

@@ -1,6 +1,7 @@
 """Triton Python-backend model: the text ensemble's tokenizer step (`<name>-tokenize`, interfaces in
-inferstack/triton/config.py). TEXT BYTES [n] -> the token-id model's inputs, INT64 [n, sequence_length]; an empty text, one over
-max_text_chars characters or a batch outside 1..max_batch_size is refused with INVALID_ARG (HTTP 400).
+inferstack/triton/config.py). TEXT BYTES [n] -> the token-id model's inputs, INT64 [n, sequence_length]; an empty
+text, one over max_text_chars characters or a batch outside 1..max_batch_size is refused with INVALID_ARG
+(HTTP 400).
 
 export.py copies this file to `<repo>/<name>-tokenize/1/model.py` and the checkpoint's tokenizer to
 `1/tokenizer/` beside it. Tokenization is inferstack.triton.client.TextCodec's (padding="max_length",
@@ -32,6 +33,8 @@ def use_vendored_packages(version_dir: str) -> None:
     vendored = os.path.join(version_dir, SITE_PACKAGES_DIR)
     if os.path.isdir(vendored) and vendored not in sys.path:
         sys.path.insert(0, vendored)
+
+
 # The token-id model's inputs and the tokenizer's Encoding attribute each comes from.
 FIELDS = {"input_ids": "ids", "attention_mask": "attention_mask", "token_type_ids": "type_ids"}
 
@@ -58,15 +61,16 @@ def load_tokenizer(tokenizer_dir: str, sequence_length: int):
     if pad_id is None:
         raise ValueError(f"{tokenizer_dir}: the tokenizer defines no pad token")
     tokenizer.enable_truncation(max_length=sequence_length, direction=settings.get("truncation_side", "right"))
-    tokenizer.enable_padding(length=sequence_length, pad_id=pad_id, pad_token=pad_token,
-                             direction=settings.get("padding_side", "right"))
+    tokenizer.enable_padding(
+        length=sequence_length, pad_id=pad_id, pad_token=pad_token, direction=settings.get("padding_side", "right")
+    )
     return tokenizer
 
 
 def texts_of(values: np.ndarray, max_chars: int, max_rows: int) -> list[str]:
     """The request's TEXT elements as str, or TextError for what the contract refuses (the first bad text).
     The ensemble has one input, so it is always `inputs[0]`; K counts the request's own texts. Messages as
-    container/neuron/protocol.py words them."""
+    container/neuron/serving/protocol.py words them."""
     if values.shape[0] < 1:
         raise TextError("inputs[0].shape: batch dimension must be at least 1")
     if values.shape[0] > max_rows:
@@ -88,8 +92,12 @@ def texts_of(values: np.ndarray, max_chars: int, max_rows: int) -> list[str]:
 
 def encode(tokenizer, texts: Sequence[str], names: Sequence[str], sequence_length: int) -> dict[str, np.ndarray]:
     encodings = tokenizer.encode_batch(list(texts))
-    return {name: np.array([getattr(e, FIELDS[name]) for e in encodings], dtype=np.int64).reshape(
-        len(encodings), sequence_length) for name in names}
+    return {
+        name: np.array([getattr(e, FIELDS[name]) for e in encodings], dtype=np.int64).reshape(
+            len(encodings), sequence_length
+        )
+        for name in names
+    }
 
 
 class TritonPythonModel:
@@ -115,19 +123,25 @@ class TritonPythonModel:
         valid: list[tuple[int, list[str]]] = []
         for index, request in enumerate(requests):
             try:
-                valid.append((index, texts_of(pb_utils.get_input_tensor_by_name(request, "TEXT").as_numpy(),
-                                              self.max_chars, self.max_rows)))
+                valid.append(
+                    (
+                        index,
+                        texts_of(
+                            pb_utils.get_input_tensor_by_name(request, "TEXT").as_numpy(), self.max_chars, self.max_rows
+                        ),
+                    )
+                )
             except TextError as exc:
                 responses[index] = pb_utils.InferenceResponse(output_tensors=[], error=invalid_argument(str(exc)))
         if valid:
-            tensors = encode(self.tokenizer, [t for _, texts in valid for t in texts], self.names,
-                             self.sequence_length)
+            tensors = encode(self.tokenizer, [t for _, texts in valid for t in texts], self.names, self.sequence_length)
             start = 0
             for index, texts in valid:
                 rows = slice(start, start + len(texts))
                 start += len(texts)
                 responses[index] = pb_utils.InferenceResponse(
-                    output_tensors=[pb_utils.Tensor(name, tensors[name][rows]) for name in self.names])
+                    output_tensors=[pb_utils.Tensor(name, tensors[name][rows]) for name in self.names]
+                )
         return responses
 
 

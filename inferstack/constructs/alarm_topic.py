@@ -11,13 +11,19 @@ from constructs import Construct
 
 
 class AlarmTopic(Construct):
-    def __init__(self, scope: Construct, construct_id: str, *, existing_topic_arn: str | None,
-                 emails: Sequence[str], key: kms.IKey) -> None:
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        existing_topic_arn: str | None,
+        emails: Sequence[str],
+        key: kms.IKey,
+    ) -> None:
         super().__init__(scope, construct_id)
         if existing_topic_arn:
             self.topic: sns.ITopic = sns.Topic.from_topic_arn(self, "Topic", existing_topic_arn)
         else:
-            self.topic = sns.Topic(self, "Topic", display_name="inferstack alarms", master_key=key,
-                                   enforce_ssl=True)
+            self.topic = sns.Topic(self, "Topic", display_name="inferstack alarms", master_key=key, enforce_ssl=True)
         for email in emails:
             self.topic.add_subscription(subscriptions.EmailSubscription(email))

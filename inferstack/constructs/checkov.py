@@ -16,11 +16,11 @@ MIN_REASON = 20
 # CloudFormation invokes them and waits for the answer during a deploy, and they call only AWS APIs.
 PROVIDER_HANDLER_SKIPS = {
     "CKV_AWS_116": "CloudFormation invokes this CDK provider and waits for its answer; a failure fails the "
-                   "stack operation and shows in its events, so there is no asynchronous event to dead-letter",
+    "stack operation and shows in its events, so there is no asynchronous event to dead-letter",
     "CKV_AWS_117": "this CDK provider calls only AWS APIs on this stack's own resources during a deploy; in the "
-                   "VPC it would need NAT or endpoints for nothing it reaches there",
+    "VPC it would need NAT or endpoints for nothing it reaches there",
     "CKV_AWS_115": "this CDK provider runs only during this stack's deploys, once per custom resource; reserving "
-                   "concurrency would take it from the account's shared pool without bounding anything",
+    "concurrency would take it from the account's shared pool without bounding anything",
 }
 
 

@@ -64,37 +64,71 @@ class Widget:
 
 # ---------------------------------------------------------------------------------------------- alarms
 
-def alarm(scope: Construct, construct_id: str, *, metric: AnyMetric, threshold: float, evaluation_periods: int,
-          datapoints_to_alarm: int, description: str, action_arn: str,
-          comparison_operator: str = "GreaterThanThreshold",
-          treat_missing_data: str = "notBreaching", notify_ok: bool = True) -> cw.CfnAlarm:
+
+def alarm(
+    scope: Construct,
+    construct_id: str,
+    *,
+    metric: AnyMetric,
+    threshold: float,
+    evaluation_periods: int,
+    datapoints_to_alarm: int,
+    description: str,
+    action_arn: str,
+    comparison_operator: str = "GreaterThanThreshold",
+    treat_missing_data: str = "notBreaching",
+    notify_ok: bool = True,
+) -> cw.CfnAlarm:
     """An alarm notifying `action_arn` when it fires and (`notify_ok`) when it clears, at the construct path
     cw.Alarm uses (`<construct_id>/Resource`): the path is part of the logical id's hash. `comparison_operator`
     and `treat_missing_data` take CloudFormation's values. Its name is `.ref` (not `.alarm_name`, which
     is the unset input property), its ARN `.attr_arn`. An alarm that starts a scaling policy must not
     notify it on OK (the policy would run with a value outside its steps): `notify_ok=False`."""
     return cw.CfnAlarm(
-        Construct(scope, construct_id), "Resource",
-        alarm_description=description, comparison_operator=comparison_operator, threshold=threshold,
-        evaluation_periods=evaluation_periods, datapoints_to_alarm=datapoints_to_alarm,
-        treat_missing_data=treat_missing_data, alarm_actions=[action_arn],
-        ok_actions=[action_arn] if notify_ok else None, **alarm_metric_properties(metric))
+        Construct(scope, construct_id),
+        "Resource",
+        alarm_description=description,
+        comparison_operator=comparison_operator,
+        threshold=threshold,
+        evaluation_periods=evaluation_periods,
+        datapoints_to_alarm=datapoints_to_alarm,
+        treat_missing_data=treat_missing_data,
+        alarm_actions=[action_arn],
+        ok_actions=[action_arn] if notify_ok else None,
+        **alarm_metric_properties(metric),
+    )
 
 
 def alarm_metric_properties(metric: AnyMetric) -> dict[str, Any]:
     """CfnAlarm keyword arguments for the metric, as cw.Alarm renders it: a single metric as top-level
     properties, a math expression as a `metrics` list (expression first, then what it uses, hidden)."""
     if isinstance(metric, Metric):
-        return {"namespace": metric.namespace, "metric_name": metric.metric_name,
-                "dimensions": [{"name": name, "value": value} for name, value in _sorted_dimensions(metric)],
-                "period": metric.period_seconds, **_statistic_property(metric.statistic)}
+        return {
+            "namespace": metric.namespace,
+            "metric_name": metric.metric_name,
+            "dimensions": [{"name": name, "value": value} for name, value in _sorted_dimensions(metric)],
+            "period": metric.period_seconds,
+            **_statistic_property(metric.statistic),
+        }
     queries: list[dict[str, Any]] = [
-        {"expression": metric.expression, "id": "expr_1", "label": metric.label, "returnData": True}]
+        {"expression": metric.expression, "id": "expr_1", "label": metric.label, "returnData": True}
+    ]
     for metric_id, used in metric.using.items():
-        queries.append({"id": metric_id, "returnData": False, "metricStat": {
-            "metric": {"namespace": used.namespace, "metricName": used.metric_name,
-                       "dimensions": [{"name": name, "value": value} for name, value in _sorted_dimensions(used)]},
-            "period": used.period_seconds, "stat": used.statistic}})
+        queries.append(
+            {
+                "id": metric_id,
+                "returnData": False,
+                "metricStat": {
+                    "metric": {
+                        "namespace": used.namespace,
+                        "metricName": used.metric_name,
+                        "dimensions": [{"name": name, "value": value} for name, value in _sorted_dimensions(used)],
+                    },
+                    "period": used.period_seconds,
+                    "stat": used.statistic,
+                },
+            }
+        )
     return {"metrics": queries}
 
 
@@ -108,16 +142,27 @@ def _sorted_dimensions(metric: Metric) -> list[tuple[str, str]]:
 
 # ---------------------------------------------------------------------------------------------- dashboards
 
-def dashboard(scope: Construct, construct_id: str, rows: Sequence[Sequence[Widget]], *, start: str | None = None,
-              period_override: str | None = None) -> cw.CfnDashboard:
+
+def dashboard(
+    scope: Construct,
+    construct_id: str,
+    rows: Sequence[Sequence[Widget]],
+    *,
+    start: str | None = None,
+    period_override: str | None = None,
+) -> cw.CfnDashboard:
     """A dashboard at the construct path cw.Dashboard uses (`<construct_id>/Resource`), each of `rows`
     laid out as one cw.Dashboard.add_widgets call would."""
-    return cw.CfnDashboard(Construct(scope, construct_id), "Resource",
-                           dashboard_body=dashboard_body(rows, start=start, period_override=period_override))
+    return cw.CfnDashboard(
+        Construct(scope, construct_id),
+        "Resource",
+        dashboard_body=dashboard_body(rows, start=start, period_override=period_override),
+    )
 
 
-def dashboard_body(rows: Sequence[Sequence[Widget]], *, start: str | None = None,
-                   period_override: str | None = None) -> str:
+def dashboard_body(
+    rows: Sequence[Sequence[Widget]], *, start: str | None = None, period_override: str | None = None
+) -> str:
     body: dict[str, Any] = {}
     if start is not None:
         body["start"] = start
@@ -137,32 +182,55 @@ def _layout(rows: Sequence[Sequence[Widget]]) -> list[dict[str, Any]]:
         for widget in row:
             if x + widget.width > GRID_WIDTH:
                 x, y = 0, row_height
-            placed.append({"type": widget.type, "width": widget.width, "height": widget.height,
-                           "x": x, "y": top + y, "properties": widget.properties})
+            placed.append(
+                {
+                    "type": widget.type,
+                    "width": widget.width,
+                    "height": widget.height,
+                    "x": x,
+                    "y": top + y,
+                    "properties": widget.properties,
+                }
+            )
             row_height = max(row_height, y + widget.height)
             x += widget.width
         top += row_height
     return placed
 
 
-def graph(title: str, left: Sequence[AnyMetric], *, region: str, right: Sequence[AnyMetric] = (),
-          left_annotations: Sequence[Annotation] = (), width: int = 6, height: int = 6) -> Widget:
+def graph(
+    title: str,
+    left: Sequence[AnyMetric],
+    *,
+    region: str,
+    right: Sequence[AnyMetric] = (),
+    left_annotations: Sequence[Annotation] = (),
+    width: int = 6,
+    height: int = 6,
+) -> Widget:
     """cw.GraphWidget (time series)."""
     properties: dict[str, Any] = {"view": "timeSeries", "title": title, "region": region}
     metrics = graph_metrics(left, right)
     if metrics:
         properties["metrics"] = metrics
     if left_annotations:
-        properties["annotations"] = {"horizontal": [
-            {"value": _json_number(a.value), "label": a.label, "yAxis": "left"} for a in left_annotations]}
+        properties["annotations"] = {
+            "horizontal": [
+                {"value": _json_number(a.value), "label": a.label, "yAxis": "left"} for a in left_annotations
+            ]
+        }
     properties["yAxis"] = {}
     return Widget("metric", width, height, properties)
 
 
 def alarm_graph(title: str, alarm_arn: str, *, region: str, width: int = 6, height: int = 6) -> Widget:
     """cw.AlarmWidget: the alarm's metric against its threshold."""
-    return Widget("metric", width, height, {"view": "timeSeries", "title": title, "region": region,
-                                            "annotations": {"alarms": [alarm_arn]}, "yAxis": {}})
+    return Widget(
+        "metric",
+        width,
+        height,
+        {"view": "timeSeries", "title": title, "region": region, "annotations": {"alarms": [alarm_arn]}, "yAxis": {}},
+    )
 
 
 def alarm_status(title: str, alarm_arns: Sequence[str], *, width: int = 6, height: int = 3) -> Widget:
@@ -221,6 +289,6 @@ def _expression_options(expression: MathExpression, axis: str) -> dict[str, Any]
     return options
 
 
-def _json_number(value: float) -> float | int:
+def _json_number(value: float | int) -> float | int:
     """JavaScript writes 30000.0 as 30000."""
     return int(value) if isinstance(value, float) and value.is_integer() else value

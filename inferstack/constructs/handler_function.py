@@ -23,15 +23,33 @@ NO_RESERVED_CONCURRENCY = "CKV_AWS_115"
 OUTSIDE_VPC = "CKV_AWS_117"
 
 
-def handler_function(scope: Construct, construct_id: str, *, code: str, role: iam.IRole, timeout: cdk.Duration,
-                     log_group: logs.ILogGroup, description: str, skips: Mapping[str, str]) -> lambda_.Function:
+def handler_function(
+    scope: Construct,
+    construct_id: str,
+    *,
+    code: str,
+    role: iam.IRole,
+    timeout: cdk.Duration,
+    log_group: logs.ILogGroup,
+    description: str,
+    skips: Mapping[str, str],
+) -> lambda_.Function:
     """`skips`: checkov check id -> why it does not apply to this function (the three above, at least)."""
     if len(code) > MAX_INLINE_CHARS:
         raise ValueError(f"{construct_id}: inline handler is {len(code)} characters, Lambda takes {MAX_INLINE_CHARS}")
     function = lambda_.Function(
-        scope, construct_id, runtime=RUNTIME, architecture=lambda_.Architecture.ARM_64,
-        handler="index.handler", code=lambda_.Code.from_inline(code), role=role, timeout=timeout,
-        memory_size=128, log_group=log_group, description=description)
+        scope,
+        construct_id,
+        runtime=RUNTIME,
+        architecture=lambda_.Architecture.ARM_64,
+        handler="index.handler",
+        code=lambda_.Code.from_inline(code),
+        role=role,
+        timeout=timeout,
+        memory_size=128,
+        log_group=log_group,
+        description=description,
+    )
     resource = function.node.default_child
     assert isinstance(resource, cdk.CfnResource)
     # lambda.Function adds a DependsOn on its role that the Role GetAtt already implies.

@@ -25,9 +25,13 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from inferstack.constructs import nag
+from inferstack.constructs.handler_function import (
+    NO_DEAD_LETTER,
+    NO_RESERVED_CONCURRENCY,
+    OUTSIDE_VPC,
+    handler_function,
+)
 from inferstack.constructs.live_values_handler import HANDLER
-from inferstack.constructs.handler_function import (NO_DEAD_LETTER, NO_RESERVED_CONCURRENCY, OUTSIDE_VPC,
-                                                     handler_function)
 
 RESOURCE_TYPE = "Custom::LiveValue"
 TIMEOUT = cdk.Duration.minutes(2)
@@ -55,7 +59,7 @@ def properties_of(resource: cdk.CfnResource) -> dict:
     Tokens stay tokens, resolved with the template (a reference to another stack becomes its import there).
     Taken when the reader is made, after the serving construct has set them (tests/constructs/test_live_values.py
     holds them equal to the synthesized resource's)."""
-    properties = dict(resource._cfn_properties)  # noqa: SLF001 - jsii's protected member
+    properties = dict(resource._cfn_properties)  # jsii's protected member
     manager = cdk.TagManager.of(resource)
     if manager is not None:
         properties["tags"] = cdk.Lazy.any(_TagsOf(manager))
@@ -68,78 +72,147 @@ class LiveValues(Construct):
 
     def __init__(self, scope: Construct, construct_id: str, *, log_group: logs.ILogGroup) -> None:
         super().__init__(scope, construct_id)
-        self.role = iam.Role(self, "Role", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
-                             description="reads live forward weights, capacity ranges and copy counts at deploy "
-                                         "time, so that an update writes them back unchanged")
-        self.role.add_to_policy(iam.PolicyStatement(
-            sid="WriteLogs", resources=[log_group.log_group_arn], actions=["logs:CreateLogStream", "logs:PutLogEvents"]))
+        self.role = iam.Role(
+            self,
+            "Role",
+            assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
+            description="reads live forward weights, capacity ranges and copy counts at deploy "
+            "time, so that an update writes them back unchanged",
+        )
+        self.role.add_to_policy(
+            iam.PolicyStatement(
+                sid="WriteLogs",
+                resources=[log_group.log_group_arn],
+                actions=["logs:CreateLogStream", "logs:PutLogEvents"],
+            )
+        )
         self._granted: dict[str, list[str]] = {}
         self.function = handler_function(
-            self, "Function", code=HANDLER, role=self.role, timeout=TIMEOUT, log_group=log_group,
-            description="reads the live values a deploy must keep (traffic weights, scaled counts)", skips={
+            self,
+            "Function",
+            code=HANDLER,
+            role=self.role,
+            timeout=TIMEOUT,
+            log_group=log_group,
+            description="reads the live values a deploy must keep (traffic weights, scaled counts)",
+            skips={
                 NO_DEAD_LETTER: "invoked only by CloudFormation as a custom resource, synchronously: a failure fails "
-                                "the stack operation itself; a dead-letter queue only receives failed asynchronous "
-                                "invocations",
+                "the stack operation itself; a dead-letter queue only receives failed asynchronous "
+                "invocations",
                 NO_RESERVED_CONCURRENCY: "runs only during this stack's deploys, once per value it reads; reserved "
-                                         "concurrency would take from the account's shared pool and bound nothing",
+                "concurrency would take from the account's shared pool and bound nothing",
                 OUTSIDE_VPC: "calls only the ELB, Application Auto Scaling and SageMaker read APIs; outside the VPC "
-                             "it needs no NAT route or interface endpoint, and it reaches nothing inside the VPC"})
+                "it needs no NAT route or interface endpoint, and it reaches nothing inside the VPC",
+            },
+        )
 
     # ------------------------------------------------------------------ the three kinds
 
-    def forward_weights(self, construct_id: str, *, resource: cdk.CfnResource, actions_key: str,
-                        load_balancer_arn: str, port: int | str, target_group_arns: tuple[str, str],
-                        planned: tuple[int, int]) -> cdk.CustomResource:
+    def forward_weights(
+        self,
+        construct_id: str,
+        *,
+        resource: cdk.CfnResource,
+        actions_key: str,
+        load_balancer_arn: str,
+        port: int | str,
+        target_group_arns: tuple[str, str],
+        planned: tuple[int, int],
+    ) -> cdk.CustomResource:
         """`resource`'s first action (under `actions_key`: Actions of a rule, DefaultActions of a listener) is a
         forward to (primary, alternate): its weights become the live ones of the rule that forwards to that pair
         on the listener at `port` (a rule ECS moves before the listener's default action), `planned` when none
         does yet. Found by load balancer and port, not by the rule or listener, which depend on the reader."""
-        self._grant("ReadListenerRules", ["elasticloadbalancing:DescribeListeners",
-                                          "elasticloadbalancing:DescribeRules"], ["*"])
-        reader = self._reader(construct_id, resource, {
-            "Kind": FORWARD_WEIGHTS, "LoadBalancerArn": load_balancer_arn, "Port": port,
-            "TargetGroupArns": list(target_group_arns), "Planned": list(planned)})
+        self._grant(
+            "ReadListenerRules", ["elasticloadbalancing:DescribeListeners", "elasticloadbalancing:DescribeRules"], ["*"]
+        )
+        reader = self._reader(
+            construct_id,
+            resource,
+            {
+                "Kind": FORWARD_WEIGHTS,
+                "LoadBalancerArn": load_balancer_arn,
+                "Port": port,
+                "TargetGroupArns": list(target_group_arns),
+                "Planned": list(planned),
+            },
+        )
         for index, key in enumerate(("Primary", "Alternate")):
-            resource.add_property_override(f"{actions_key}.0.ForwardConfig.TargetGroups.{index}.Weight",
-                                           reader.get_att(key))
+            resource.add_property_override(
+                f"{actions_key}.0.ForwardConfig.TargetGroups.{index}.Weight", reader.get_att(key)
+            )
         return reader
 
-    def scalable_range(self, construct_id: str, *, resource: cdk.CfnResource, service_namespace: str,
-                       resource_id: str, scalable_dimension: str, planned: tuple[int, int],
-                       windows: Sequence[tuple[int, int]]) -> cdk.CustomResource:
+    def scalable_range(
+        self,
+        construct_id: str,
+        *,
+        resource: cdk.CfnResource,
+        service_namespace: str,
+        resource_id: str,
+        scalable_dimension: str,
+        planned: tuple[int, int],
+        windows: Sequence[tuple[int, int]],
+    ) -> cdk.CustomResource:
         """`resource` (an AWS::ApplicationAutoScaling::ScalableTarget) keeps the range an off-hours window set
         while that window is in effect (its live range is one of `windows` and not `planned`); otherwise it
         takes `planned`."""
         self._grant("ReadScalableTargets", ["application-autoscaling:DescribeScalableTargets"], ["*"])
-        reader = self._reader(construct_id, resource, {
-            "Kind": SCALABLE_RANGE, "ServiceNamespace": service_namespace, "ResourceId": resource_id,
-            "ScalableDimension": scalable_dimension, "Planned": list(planned),
-            "Windows": [list(window) for window in windows]})
+        reader = self._reader(
+            construct_id,
+            resource,
+            {
+                "Kind": SCALABLE_RANGE,
+                "ServiceNamespace": service_namespace,
+                "ResourceId": resource_id,
+                "ScalableDimension": scalable_dimension,
+                "Planned": list(planned),
+                "Windows": [list(window) for window in windows],
+            },
+        )
         resource.add_property_override("MinCapacity", reader.get_att("Min"))
         resource.add_property_override("MaxCapacity", reader.get_att("Max"))
         return reader
 
-    def window_range(self, construct_id: str, *, target: appscaling.ScalableTarget, planned: tuple[int, int],
-                     windows: Sequence[tuple[int, int]]) -> cdk.CustomResource | None:
+    def window_range(
+        self,
+        construct_id: str,
+        *,
+        target: appscaling.ScalableTarget,
+        planned: tuple[int, int],
+        windows: Sequence[tuple[int, int]],
+    ) -> cdk.CustomResource | None:
         """`scalable_range` for an L2 scalable target and its off-hours windows' ranges; None without windows."""
         if not windows:
             return None
         resource = target.node.default_child
         assert isinstance(resource, appscaling.CfnScalableTarget)
-        return self.scalable_range(construct_id, resource=resource, service_namespace=resource.service_namespace,
-                                   resource_id=resource.resource_id, scalable_dimension=resource.scalable_dimension,
-                                   planned=planned, windows=windows)
+        return self.scalable_range(
+            construct_id,
+            resource=resource,
+            service_namespace=resource.service_namespace,
+            resource_id=resource.resource_id,
+            scalable_dimension=resource.scalable_dimension,
+            planned=planned,
+            windows=windows,
+        )
 
-    def copy_count(self, construct_id: str, *, resource: cdk.CfnResource, component_name: str,
-                   planned: int) -> cdk.CustomResource:
+    def copy_count(
+        self, construct_id: str, *, resource: cdk.CfnResource, component_name: str, planned: int
+    ) -> cdk.CustomResource:
         """`resource` (an AWS::SageMaker::InferenceComponent named `component_name`) keeps its live
         DesiredCopyCount (what autoscaling set, possibly zero); `planned` when it does not exist yet."""
-        component_arn = cdk.Stack.of(self).format_arn(service="sagemaker", resource="inference-component",
-                                                      resource_name=component_name.lower())
-        self._grant("Describe" + "".join(c for c in component_name.title() if c.isalnum()),
-                    ["sagemaker:DescribeInferenceComponent"], [component_arn])
-        reader = self._reader(construct_id, resource, {
-            "Kind": COPY_COUNT, "InferenceComponentName": component_name, "Planned": planned})
+        component_arn = cdk.Stack.of(self).format_arn(
+            service="sagemaker", resource="inference-component", resource_name=component_name.lower()
+        )
+        self._grant(
+            "Describe" + "".join(c for c in component_name.title() if c.isalnum()),
+            ["sagemaker:DescribeInferenceComponent"],
+            [component_arn],
+        )
+        reader = self._reader(
+            construct_id, resource, {"Kind": COPY_COUNT, "InferenceComponentName": component_name, "Planned": planned}
+        )
         resource.add_property_override("RuntimeConfig.CopyCount", reader.get_att("CopyCount"))
         return reader
 
@@ -147,8 +220,12 @@ class LiveValues(Construct):
 
     def _reader(self, construct_id: str, resource: cdk.CfnResource, read: dict) -> cdk.CustomResource:
         reader = cdk.CustomResource(
-            self, construct_id, service_token=self.function.function_arn, resource_type=RESOURCE_TYPE,
-            properties={"Read": read, "Trigger": properties_of(resource)})
+            self,
+            construct_id,
+            service_token=self.function.function_arn,
+            resource_type=RESOURCE_TYPE,
+            properties={"Read": read, "Trigger": properties_of(resource)},
+        )
         # The function's permissions must be in place before it reads.
         reader.node.add_dependency(self.role)
         return reader
@@ -157,9 +234,12 @@ class LiveValues(Construct):
         if sid in self._granted:
             return
         if resources == ["*"] and not any(r == ["*"] for r in self._granted.values()):
-            nag.acknowledge(self.role, "IAM5[Resource::*]",
-                            "elasticloadbalancing:DescribeListeners/DescribeRules and application-autoscaling:"
-                            "DescribeScalableTargets support no resource-level permission (Service Authorization "
-                            "Reference); the function only reads")
+            nag.acknowledge(
+                self.role,
+                "IAM5[Resource::*]",
+                "elasticloadbalancing:DescribeListeners/DescribeRules and application-autoscaling:"
+                "DescribeScalableTargets support no resource-level permission (Service Authorization "
+                "Reference); the function only reads",
+            )
         self._granted[sid] = resources
         self.role.add_to_policy(iam.PolicyStatement(sid=sid, actions=actions, resources=resources))

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 # Inline (under Lambda's 4 KB ZipFile limit). Create and Update read; Delete does nothing (the reader owns
 # nothing). `read(request, client)` is what the emulator's patch runs too (rehearsal).
-HANDLER = '''
+HANDLER = """
 import json, urllib.request
 import boto3
 
@@ -72,11 +72,11 @@ def handler(event, context):
     request = urllib.request.Request(event["ResponseURL"], data=body.encode(), method="PUT",
                                      headers={"Content-Type": ""})
     urllib.request.urlopen(request, timeout=30)
-'''
+"""
 
 
 def load() -> Callable[..., dict]:
     """The handler's `read(request, client=boto3.client)`, executed from the same source the Lambda runs."""
     namespace: dict = {}
-    exec(compile(HANDLER, "live_values_handler.HANDLER", "exec"), namespace)  # noqa: S102 - our own source
+    exec(compile(HANDLER, "live_values_handler.HANDLER", "exec"), namespace)  # our own source
     return namespace["read"]

@@ -1,6 +1,6 @@
 """cdk-nag (v3) wiring: the AwsSolutions pack runs as a CDK policy-validation plugin, so any finding
-that is not acknowledged fails `cdk synth` (app.py overrides the CLI, which would only report it). Acknowledgements go on the smallest construct, one rule
-id at a time, each with a reason a reviewer can accept."""
+that is not acknowledged fails `cdk synth` (app.py overrides the CLI, which would only report it).
+Acknowledgements go on the smallest construct, one rule id at a time, each with a reason a reviewer can accept."""
 
 from __future__ import annotations
 

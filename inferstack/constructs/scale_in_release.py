@@ -21,8 +21,12 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from inferstack.constructs import nag
-from inferstack.constructs.handler_function import (NO_DEAD_LETTER, NO_RESERVED_CONCURRENCY, OUTSIDE_VPC,
-                                                     handler_function)
+from inferstack.constructs.handler_function import (
+    NO_DEAD_LETTER,
+    NO_RESERVED_CONCURRENCY,
+    OUTSIDE_VPC,
+    handler_function,
+)
 
 RESOURCE_TYPE = "Custom::ScaleInProtectionRelease"
 # Long enough to watch the group drain while ECS still manages it; CloudFormation's own group deletion
@@ -32,7 +36,7 @@ TIMEOUT = cdk.Duration.minutes(10)
 # Inline (no asset, under Lambda's 4 KB ZipFile limit): on Delete, release every instance's scale-in
 # protection, stop protecting new ones, scale to zero and wait while time allows; Create and Update do
 # nothing. A group that no longer exists is already released.
-HANDLER = '''
+HANDLER = """
 import json, time, urllib.request
 import boto3
 
@@ -70,53 +74,93 @@ def handler(event, context):
     request = urllib.request.Request(event["ResponseURL"], data=body.encode(), method="PUT",
                                      headers={"Content-Type": ""})
     urllib.request.urlopen(request, timeout=30)
-'''
+"""
 
 
 class ScaleInProtectionRelease(Construct):
     """Exposes `resource` (the custom resource: delete it after the service, before the capacity provider)
     and `function`. `log_group`: where the function logs (it writes there and nowhere else)."""
 
-    def __init__(self, scope: Construct, construct_id: str, *, auto_scaling_group: autoscaling.AutoScalingGroup,
-                 log_group: logs.ILogGroup) -> None:
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        auto_scaling_group: autoscaling.AutoScalingGroup,
+        log_group: logs.ILogGroup,
+    ) -> None:
         super().__init__(scope, construct_id)
         stack = cdk.Stack.of(self)
         group_name = auto_scaling_group.auto_scaling_group_name
         # Group ARNs carry a generated id before the name.
-        group_arn = stack.format_arn(service="autoscaling", resource="autoScalingGroup",
-                                     resource_name=f"*:autoScalingGroupName/{group_name}",
-                                     arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME)
+        group_arn = stack.format_arn(
+            service="autoscaling",
+            resource="autoScalingGroup",
+            resource_name=f"*:autoScalingGroupName/{group_name}",
+            arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME,
+        )
         role = iam.Role(
-            self, "Role", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
+            self,
+            "Role",
+            assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
             description="releases one Auto Scaling group's scale-in protection when its stack is deleted",
-            inline_policies={"Release": iam.PolicyDocument(statements=[
-                iam.PolicyStatement(sid="ReleaseThisGroup", resources=[group_arn], actions=[
-                    "autoscaling:UpdateAutoScalingGroup", "autoscaling:SetInstanceProtection"]),
-                iam.PolicyStatement(sid="DescribeGroups", resources=["*"],
-                                    actions=["autoscaling:DescribeAutoScalingGroups"]),
-                iam.PolicyStatement(sid="WriteLogs", resources=[log_group.log_group_arn],
-                                    actions=["logs:CreateLogStream", "logs:PutLogEvents"]),
-            ])})
-        nag.acknowledge(role, "IAM5[Resource::*]",
-                        "autoscaling:DescribeAutoScalingGroups supports no resource-level permission; the calls "
-                        "that change anything are limited to this one group")
-        nag.acknowledge(role, f"IAM5[Resource::{_rendered(stack, group_arn)}]",
-                        "Auto Scaling group ARNs carry a generated id before the group's name; the name pins "
-                        "this one group")
+            inline_policies={
+                "Release": iam.PolicyDocument(
+                    statements=[
+                        iam.PolicyStatement(
+                            sid="ReleaseThisGroup",
+                            resources=[group_arn],
+                            actions=["autoscaling:UpdateAutoScalingGroup", "autoscaling:SetInstanceProtection"],
+                        ),
+                        iam.PolicyStatement(
+                            sid="DescribeGroups", resources=["*"], actions=["autoscaling:DescribeAutoScalingGroups"]
+                        ),
+                        iam.PolicyStatement(
+                            sid="WriteLogs",
+                            resources=[log_group.log_group_arn],
+                            actions=["logs:CreateLogStream", "logs:PutLogEvents"],
+                        ),
+                    ]
+                )
+            },
+        )
+        nag.acknowledge(
+            role,
+            "IAM5[Resource::*]",
+            "autoscaling:DescribeAutoScalingGroups supports no resource-level permission; the calls "
+            "that change anything are limited to this one group",
+        )
+        nag.acknowledge(
+            role,
+            f"IAM5[Resource::{_rendered(stack, group_arn)}]",
+            "Auto Scaling group ARNs carry a generated id before the group's name; the name pins this one group",
+        )
         self.function = handler_function(
-            self, "Function", code=HANDLER, role=role, timeout=TIMEOUT, log_group=log_group,
-            description="on stack deletion: release scale-in protection and scale the group to zero", skips={
+            self,
+            "Function",
+            code=HANDLER,
+            role=role,
+            timeout=TIMEOUT,
+            log_group=log_group,
+            description="on stack deletion: release scale-in protection and scale the group to zero",
+            skips={
                 NO_DEAD_LETTER: "invoked only by CloudFormation as a custom resource, synchronously: a failure fails "
-                                "the stack operation itself; a dead-letter queue only receives failed asynchronous "
-                                "invocations",
+                "the stack operation itself; a dead-letter queue only receives failed asynchronous "
+                "invocations",
                 NO_RESERVED_CONCURRENCY: "runs once per stack deletion; reserved concurrency would take from the "
-                                         "account's shared pool (Lambda keeps 100 unreserved) and bound nothing that "
-                                         "needs bounding",
+                "account's shared pool (Lambda keeps 100 unreserved) and bound nothing that "
+                "needs bounding",
                 OUTSIDE_VPC: "calls only the Auto Scaling API; outside the VPC it needs no NAT route or interface "
-                             "endpoint, and it reaches no resource inside the VPC"})
+                "endpoint, and it reaches no resource inside the VPC",
+            },
+        )
         self.resource = cdk.CustomResource(
-            self, "Release", service_token=self.function.function_arn, resource_type=RESOURCE_TYPE,
-            properties={"AutoScalingGroupName": group_name})
+            self,
+            "Release",
+            service_token=self.function.function_arn,
+            resource_type=RESOURCE_TYPE,
+            properties={"AutoScalingGroupName": group_name},
+        )
 
 
 def _rendered(stack: cdk.Stack, arn: str) -> str:

@@ -40,8 +40,12 @@ from aws_cdk import aws_sagemaker as sagemaker
 from constructs import Construct
 
 from inferstack.constructs import checkov, nag
-from inferstack.constructs.handler_function import (NO_DEAD_LETTER, NO_RESERVED_CONCURRENCY, OUTSIDE_VPC,
-                                                     handler_function)
+from inferstack.constructs.handler_function import (
+    NO_DEAD_LETTER,
+    NO_RESERVED_CONCURRENCY,
+    OUTSIDE_VPC,
+    handler_function,
+)
 from inferstack.constructs.scaling_handover_handler import HANDLER
 
 RESOURCE_TYPE = "Custom::ScalingHandover"
@@ -50,10 +54,14 @@ TIMEOUT = cdk.Duration.minutes(2)
 # guide, "Auto scaling prerequisites",
 # https://docs.aws.amazon.com/sagemaker/latest/dg/endpoint-auto-scaling-prerequisites.html): the endpoint and its
 # config read, its instance counts set, and the target-tracking alarms written.
-SCALING_ACTIONS = ["application-autoscaling:DescribeScalableTargets",
-                   "application-autoscaling:DeregisterScalableTarget",
-                   "application-autoscaling:RegisterScalableTarget", "application-autoscaling:PutScalingPolicy",
-                   "application-autoscaling:PutScheduledAction", "cloudwatch:DescribeAlarms"]
+SCALING_ACTIONS = [
+    "application-autoscaling:DescribeScalableTargets",
+    "application-autoscaling:DeregisterScalableTarget",
+    "application-autoscaling:RegisterScalableTarget",
+    "application-autoscaling:PutScalingPolicy",
+    "application-autoscaling:PutScheduledAction",
+    "cloudwatch:DescribeAlarms",
+]
 
 
 @jsii.implements(cdk.IStableAnyProducer)
@@ -66,8 +74,9 @@ class _Rendered:
 
     def produce(self) -> object:
         resource = self._resource
-        properties = resource._render_properties(  # noqa: SLF001 - jsii's protected member
-            cdk.Stack.of(resource).resolve(resource._cfn_properties))  # noqa: SLF001
+        properties = resource._render_properties(  # jsii's protected member
+            cdk.Stack.of(resource).resolve(resource._cfn_properties)
+        )
         return {k: v for k, v in properties.items() if k not in self._drop} | self._replace
 
 
@@ -76,9 +85,19 @@ class ScalingHandover(Construct):
     (MinCapacity, MaxCapacity) the template gives `target` (values read live at deploy time included);
     `log_group`: where the function logs."""
 
-    def __init__(self, scope: Construct, construct_id: str, *, endpoint: sagemaker.CfnEndpoint, endpoint_name: str,
-                 variant_name: str, instance_type: str, target: appscaling.ScalableTarget,
-                 capacity_range: tuple[object, object], log_group: logs.ILogGroup) -> None:
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        endpoint: sagemaker.CfnEndpoint,
+        endpoint_name: str,
+        variant_name: str,
+        instance_type: str,
+        target: appscaling.ScalableTarget,
+        capacity_range: tuple[object, object],
+        log_group: logs.ILogGroup,
+    ) -> None:
         super().__init__(scope, construct_id)
         stack = cdk.Stack.of(self)
         target_resource = target.node.default_child
@@ -88,68 +107,125 @@ class ScalingHandover(Construct):
         # CloudFormation names the endpoint configs; a handover reads whichever the endpoint runs.
         configs_arn = stack.format_arn(service="sagemaker", resource="endpoint-config", resource_name="*")
         # Target tracking names its alarms TargetTracking-<resource id>-AlarmHigh-<id> (and -AlarmLow-).
-        alarms_arn = stack.format_arn(service="cloudwatch", resource="alarm",
-                                      resource_name=f"TargetTracking-{resource_id}-*",
-                                      arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME)
+        alarms_arn = stack.format_arn(
+            service="cloudwatch",
+            resource="alarm",
+            resource_name=f"TargetTracking-{resource_id}-*",
+            arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME,
+        )
         role = iam.Role(
-            self, "Role", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
+            self,
+            "Role",
+            assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
             description="deregisters and registers again one endpoint variant's scalable target around an instance-"
-                        "type change",
-            inline_policies={"HandOver": iam.PolicyDocument(statements=[
-                iam.PolicyStatement(sid="ThisEndpoint", resources=[endpoint_arn], actions=[
-                    "sagemaker:DescribeEndpoint", "sagemaker:UpdateEndpointWeightsAndCapacities"]),
-                iam.PolicyStatement(sid="EndpointConfigs", resources=[configs_arn],
-                                    actions=["sagemaker:DescribeEndpointConfig"]),
-                iam.PolicyStatement(sid="ScalableTarget", resources=["*"], actions=list(SCALING_ACTIONS)),
-                iam.PolicyStatement(sid="TargetTrackingAlarms", resources=[alarms_arn],
-                                    actions=["cloudwatch:PutMetricAlarm", "cloudwatch:DeleteAlarms"]),
-                iam.PolicyStatement(sid="WriteLogs", resources=[log_group.log_group_arn],
-                                    actions=["logs:CreateLogStream", "logs:PutLogEvents"]),
-            ])})
-        nag.acknowledge(role, "IAM5[Resource::*]",
-                        "Application Auto Scaling's scalable targets have generated ids (no resource-level permission "
-                        "names one endpoint's), and cloudwatch:DescribeAlarms takes none; the handler calls them for "
-                        "this one variant's target only")
-        nag.acknowledge(role, f"IAM5[Resource::{nag.rendered(stack, configs_arn)}]",
-                        "CloudFormation generates the endpoint configs' names; the handler only describes the one "
-                        "this endpoint runs")
-        nag.acknowledge(role, f"IAM5[Resource::{nag.rendered(stack, alarms_arn)}]",
-                        "target tracking names its alarms after the scalable target with a generated suffix; the "
-                        "prefix pins this variant's")
-        checkov.skip(role, "CKV_AWS_111",
-                     "Application Auto Scaling's scalable targets have generated ids, so its Register/Deregister/Put "
-                     "calls cannot be scoped to one endpoint's; the handler makes them for this variant's target only")
+            "type change",
+            inline_policies={
+                "HandOver": iam.PolicyDocument(
+                    statements=[
+                        iam.PolicyStatement(
+                            sid="ThisEndpoint",
+                            resources=[endpoint_arn],
+                            actions=["sagemaker:DescribeEndpoint", "sagemaker:UpdateEndpointWeightsAndCapacities"],
+                        ),
+                        iam.PolicyStatement(
+                            sid="EndpointConfigs", resources=[configs_arn], actions=["sagemaker:DescribeEndpointConfig"]
+                        ),
+                        iam.PolicyStatement(sid="ScalableTarget", resources=["*"], actions=list(SCALING_ACTIONS)),
+                        iam.PolicyStatement(
+                            sid="TargetTrackingAlarms",
+                            resources=[alarms_arn],
+                            actions=["cloudwatch:PutMetricAlarm", "cloudwatch:DeleteAlarms"],
+                        ),
+                        iam.PolicyStatement(
+                            sid="WriteLogs",
+                            resources=[log_group.log_group_arn],
+                            actions=["logs:CreateLogStream", "logs:PutLogEvents"],
+                        ),
+                    ]
+                )
+            },
+        )
+        nag.acknowledge(
+            role,
+            "IAM5[Resource::*]",
+            "Application Auto Scaling's scalable targets have generated ids (no resource-level permission "
+            "names one endpoint's), and cloudwatch:DescribeAlarms takes none; the handler calls them for "
+            "this one variant's target only",
+        )
+        nag.acknowledge(
+            role,
+            f"IAM5[Resource::{nag.rendered(stack, configs_arn)}]",
+            "CloudFormation generates the endpoint configs' names; the handler only describes the one "
+            "this endpoint runs",
+        )
+        nag.acknowledge(
+            role,
+            f"IAM5[Resource::{nag.rendered(stack, alarms_arn)}]",
+            "target tracking names its alarms after the scalable target with a generated suffix; the "
+            "prefix pins this variant's",
+        )
+        checkov.skip(
+            role,
+            "CKV_AWS_111",
+            "Application Auto Scaling's scalable targets have generated ids, so its Register/Deregister/Put "
+            "calls cannot be scoped to one endpoint's; the handler makes them for this variant's target only",
+        )
         self.function = handler_function(
-            self, "Function", code=HANDLER, role=role, timeout=TIMEOUT, log_group=log_group,
+            self,
+            "Function",
+            code=HANDLER,
+            role=role,
+            timeout=TIMEOUT,
+            log_group=log_group,
             description="deregisters a variant's scalable target before an instance-type change and registers it "
-                        "again after", skips={
+            "again after",
+            skips={
                 NO_DEAD_LETTER: "invoked only by CloudFormation as a custom resource, synchronously: a failure fails "
-                                "the stack operation itself; a dead-letter queue only receives failed asynchronous "
-                                "invocations",
+                "the stack operation itself; a dead-letter queue only receives failed asynchronous "
+                "invocations",
                 NO_RESERVED_CONCURRENCY: "runs only during this stack's deploys, twice at most; reserved concurrency "
-                                         "would take from the account's shared pool and bound nothing",
+                "would take from the account's shared pool and bound nothing",
                 OUTSIDE_VPC: "calls only the SageMaker, Application Auto Scaling and CloudWatch APIs; outside the VPC "
-                             "it needs no NAT route or interface endpoint, and it reaches nothing inside the VPC"})
+                "it needs no NAT route or interface endpoint, and it reaches nothing inside the VPC",
+            },
+        )
 
         policies = [p for p in target.node.find_all() if isinstance(p, appscaling.CfnScalingPolicy)]
         minimum, maximum = capacity_range
         properties = {
-            "EndpointName": endpoint_name, "VariantName": variant_name, "InstanceType": instance_type,
-            "Target": cdk.Lazy.any(_Rendered(target_resource, replace={"MinCapacity": minimum,
-                                                                       "MaxCapacity": maximum})),
+            "EndpointName": endpoint_name,
+            "VariantName": variant_name,
+            "InstanceType": instance_type,
+            "Target": cdk.Lazy.any(
+                _Rendered(target_resource, replace={"MinCapacity": minimum, "MaxCapacity": maximum})
+            ),
             # The policy names its target by Ref; the handler has the target's key itself (and a Ref would make
             # the handover before the Endpoint depend on the target after it).
             "Policies": [cdk.Lazy.any(_Rendered(p, drop=["ScalingTargetId"])) for p in policies],
         }
-        self.release = cdk.CustomResource(self, "Release", service_token=self.function.function_arn,
-                                          resource_type=RESOURCE_TYPE, properties=properties)
+        self.release = cdk.CustomResource(
+            self,
+            "Release",
+            service_token=self.function.function_arn,
+            resource_type=RESOURCE_TYPE,
+            properties=properties,
+        )
         # What the release did, and the range the target had when it deregistered it (kept when registering it
         # again: a range an off-hours window or an operator set survives the instance-type change).
         self.restore = cdk.CustomResource(
-            self, "Restore", service_token=self.function.function_arn, resource_type=RESOURCE_TYPE,
-            properties={**properties, "Released": self.release.get_att_string("Released"),
-                        "ReleasedRange": [self.release.get_att_string("MinCapacity"),
-                                          self.release.get_att_string("MaxCapacity")]})
+            self,
+            "Restore",
+            service_token=self.function.function_arn,
+            resource_type=RESOURCE_TYPE,
+            properties={
+                **properties,
+                "Released": self.release.get_att_string("Released"),
+                "ReleasedRange": [
+                    self.release.get_att_string("MinCapacity"),
+                    self.release.get_att_string("MaxCapacity"),
+                ],
+            },
+        )
         for resource in (self.release, self.restore):
             resource.node.add_dependency(role)  # its permissions before it runs
         endpoint.node.add_dependency(self.release)

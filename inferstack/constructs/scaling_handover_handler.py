@@ -19,7 +19,7 @@ from collections.abc import Callable
 # Delete does nothing: deleting the endpoint deregisters its targets, and the ScalableTarget is CloudFormation's.
 # CloudFormation passes a custom resource's numbers and booleans as strings: `typed` restores the API's types
 # (and a target's Tags, a list of Key/Value in the template, are a map in the API).
-HANDLER = '''
+HANDLER = """
 import json, urllib.request
 import boto3
 
@@ -96,12 +96,12 @@ def handler(event, context):
     request = urllib.request.Request(event["ResponseURL"], data=body.encode(), method="PUT",
                                      headers={"Content-Type": ""})
     urllib.request.urlopen(request, timeout=30)
-'''
+"""
 
 
 def load() -> Callable[..., dict]:
     """The handler's `hand_over(request, client=boto3.client, request_type="Update")`, executed from the same
     source the Lambda runs."""
     namespace: dict = {}
-    exec(compile(HANDLER, "scaling_handover_handler.HANDLER", "exec"), namespace)  # noqa: S102 - our own source
+    exec(compile(HANDLER, "scaling_handover_handler.HANDLER", "exec"), namespace)  # our own source
     return namespace["hand_over"]

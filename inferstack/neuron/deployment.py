@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from inferstack.schema.models import Deployment
+from inferstack.schema.deployment import Deployment
 
 MAX_BAKE_MINUTES = 1440
 # A rolling deployment without a `deployment:`: start the whole new fleet, then stop the old one.
@@ -65,11 +65,16 @@ def rollout(deployment: Deployment | None) -> EcsRollout:
     wait = deployment.wait_interval_seconds // 60
     bake = deployment.termination_wait_seconds // 60
     if deployment.strategy == "canary":
-        return EcsRollout("CANARY", bake_time_minutes=bake, canary_percent=float(deployment.size_percent or 0),
-                          canary_bake_minutes=wait)
+        return EcsRollout(
+            "CANARY",
+            bake_time_minutes=bake,
+            canary_percent=float(deployment.size_percent or 0),
+            canary_bake_minutes=wait,
+        )
     if deployment.strategy == "linear":
-        return EcsRollout("LINEAR", bake_time_minutes=bake, step_percent=float(deployment.size_percent or 0),
-                          step_bake_minutes=wait)
+        return EcsRollout(
+            "LINEAR", bake_time_minutes=bake, step_percent=float(deployment.size_percent or 0), step_bake_minutes=wait
+        )
     if deployment.strategy == "all-at-once":
         # SageMaker bakes wait_interval after the shift, then waits termination_wait before removing the old
         # fleet; ECS has one bake with both fleets up: their sum.
@@ -85,14 +90,28 @@ def problems(deployment: Deployment | None) -> Iterator[tuple[tuple[str, ...], s
     for field in ("wait_interval_seconds", "termination_wait_seconds"):
         value = getattr(deployment, field)
         if value % 60:
-            yield (field,), (f"{value} s: ECS bakes in whole minutes (BakeTimeInMinutes, CanaryBakeTimeInMinutes, "
-                             f"StepBakeTimeInMinutes); use a multiple of 60")
-    if deployment.strategy == "all-at-once" and (deployment.wait_interval_seconds
-                                                 + deployment.termination_wait_seconds) // 60 > MAX_BAKE_MINUTES:
+            yield (
+                (field,),
+                (
+                    f"{value} s: ECS bakes in whole minutes (BakeTimeInMinutes, CanaryBakeTimeInMinutes, "
+                    f"StepBakeTimeInMinutes); use a multiple of 60"
+                ),
+            )
+    if (
+        deployment.strategy == "all-at-once"
+        and (deployment.wait_interval_seconds + deployment.termination_wait_seconds) // 60 > MAX_BAKE_MINUTES
+    ):
         yield ("wait_interval_seconds",), f"ECS bakes at most {MAX_BAKE_MINUTES} minutes"
     if deployment.rollback_size_percent is not None:
-        yield ("rollback_size_percent",), ("ECS rolls a blue/green-family deployment back by moving traffic to the "
-                                           "old fleet, and a rolling one as a new deployment: no rollback batch size")
+        yield (
+            ("rollback_size_percent",),
+            (
+                "ECS rolls a blue/green-family deployment back by moving traffic to the "
+                "old fleet, and a rolling one as a new deployment: no rollback batch size"
+            ),
+        )
     if "maximum_execution_timeout_seconds" in deployment.model_fields_set:
-        yield ("maximum_execution_timeout_seconds",), (
-            "ECS deployments have no overall timeout setting (each stage is bounded by ECS itself)")
+        yield (
+            ("maximum_execution_timeout_seconds",),
+            ("ECS deployments have no overall timeout setting (each stage is bounded by ECS itself)"),
+        )

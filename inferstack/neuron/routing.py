@@ -10,8 +10,9 @@ from collections.abc import Sequence
 # five target groups to a service" (ECS developer guide, at MAX_TARGET_GROUPS_SOURCE). A fleet routes each model
 # to its own target group.
 MAX_TARGET_GROUPS = 5
-MAX_TARGET_GROUPS_SOURCE = ("https://docs.aws.amazon.com/AmazonECS/latest/developerguide/"
-                            "register-multiple-targetgroups.html")
+MAX_TARGET_GROUPS_SOURCE = (
+    "https://docs.aws.amazon.com/AmazonECS/latest/developerguide/register-multiple-targetgroups.html"
+)
 MAX_RULE_PRIORITY = 50_000  # listener rule priorities run 1..50000
 # A rule for a model's own paths takes its priority below CATCH_ALL_FIRST; a catch-all rule (`/*`: a dedicated
 # model's, or a traffic-shifting fleet's first member's) above it, so it is evaluated after every path rule.
@@ -44,12 +45,18 @@ def priority_clashes(models: Sequence[str], *, shifting: bool) -> list[tuple[int
     member's catch-all priority must be its own too."""
     clashes = []
     for kind, priority_of in (("listener rule", rule_priority),) + (
-            (("catch-all rule", catch_all_priority),) if shifting else ()):
+        (("catch-all rule", catch_all_priority),) if shifting else ()
+    ):
         taken: dict[int, str] = {}
         for index, model in enumerate(models):
             priority = priority_of(model)
             other = taken.setdefault(priority, model)
             if other != model:
-                clashes.append((index, f"{model}'s {kind} priority {priority} is also {other}'s "
-                                       f"(priorities come from the names: rename one)"))
+                clashes.append(
+                    (
+                        index,
+                        f"{model}'s {kind} priority {priority} is also {other}'s "
+                        f"(priorities come from the names: rename one)",
+                    )
+                )
     return clashes

@@ -13,7 +13,7 @@ from types import MappingProxyType
 from typing import Protocol
 
 from inferstack.schema import instances
-from inferstack.schema.models import NeuronEcsModel
+from inferstack.schema.neuron_ecs import NeuronEcsModel
 
 # The image's Dockerfile inside container/neuron/, per Neuron generation (the one place that names it).
 DOCKERFILE = "Dockerfile.{neuron_target}"
@@ -107,8 +107,9 @@ def _inferentia(instance_type: str, models: Sequence[NeuronEcsModel]) -> instanc
         raise IncompatibleInstance(f"{instance_type} is not an Inferentia EC2 type")
     for model in models:
         if model.compile.neuron_generation != target:
-            raise IncompatibleInstance(f"{model.name} is compiled for {model.compile.neuron_generation}, "
-                                       f"{instance_type} runs {target}")
+            raise IncompatibleInstance(
+                f"{model.name} is compiled for {model.compile.neuron_generation}, {instance_type} runs {target}"
+            )
     return spec
 
 
@@ -137,6 +138,7 @@ def for_instance(model: NeuronEcsModel, instance_type: str, *, slo_p99_ms: float
 
 # ---------------------------------------------------------------- several models in one task
 
+
 class CoreShare(Protocol):
     """One packed model's part of the task, as inferstack.capacity.packing plans it (this layer sits below
     the planner, so it names only what it reads)."""
@@ -149,6 +151,8 @@ class CoreShare(Protocol):
     def visible_cores(self) -> str: ...
     @property
     def workers(self) -> int: ...
+    @property
+    def slo_p99_ms(self) -> float: ...
 
 
 class PackedLayout(Protocol):
@@ -204,17 +208,22 @@ def packed_environment(plan: PackedLayout, models: Sequence[NeuronEcsModel]) -> 
     served = []
     for share in plan.shares:
         serving = by_name[share.model].serving
-        served.append({
-            "name": share.model,
-            "port": share.port,
-            "visible_cores": share.visible_cores,
-            "workers": share.workers,
-            "max_batch_size": serving.max_batch_size,
-            "max_queue_delay_ms": serving.max_queue_delay_ms,
-            "slo_ms": share.slo_p99_ms,  # admission answers 503 at once to what it could not serve within it
-        })
-    return {"SERVER_MODELS": _json(served), "NEURON_RT_VISIBLE_CORES": visible_cores(plan.neuron_cores),
-            "SERVER_WARMUP_ITERATIONS": str(max(m.serving.warmup_requests for m in models))}
+        served.append(
+            {
+                "name": share.model,
+                "port": share.port,
+                "visible_cores": share.visible_cores,
+                "workers": share.workers,
+                "max_batch_size": serving.max_batch_size,
+                "max_queue_delay_ms": serving.max_queue_delay_ms,
+                "slo_ms": share.slo_p99_ms,  # admission answers 503 at once to what it could not serve within it
+            }
+        )
+    return {
+        "SERVER_MODELS": _json(served),
+        "NEURON_RT_VISIBLE_CORES": visible_cores(plan.neuron_cores),
+        "SERVER_WARMUP_ITERATIONS": str(max(m.serving.warmup_requests for m in models)),
+    }
 
 
 def for_fleet(plan: PackedLayout, models: Sequence[NeuronEcsModel]) -> NeuronTask:
@@ -222,13 +231,16 @@ def for_fleet(plan: PackedLayout, models: Sequence[NeuronEcsModel]) -> NeuronTas
     generation, each served on the plan's core range and port. `models` are the fleet's members."""
     names = [share.model for share in plan.shares]
     if sorted(names) != sorted(m.name for m in models):
-        raise ValueError(f"fleet {plan.fleet}: the plan shares {', '.join(names)}, the models given are "
-                         f"{', '.join(m.name for m in models)}")
+        raise ValueError(
+            f"fleet {plan.fleet}: the plan shares {', '.join(names)}, the models given are "
+            f"{', '.join(m.name for m in models)}"
+        )
     ordered = sorted(models, key=lambda m: names.index(m.name))
     spec = _inferentia(plan.instance_type, ordered)
     target = spec.neuron_generation
     assert target is not None
     if spec.neuron_cores != plan.neuron_cores:
-        raise ValueError(f"fleet {plan.fleet}: planned for {plan.neuron_cores} NeuronCores, "
-                         f"{spec.name} has {spec.neuron_cores}")
+        raise ValueError(
+            f"fleet {plan.fleet}: planned for {plan.neuron_cores} NeuronCores, {spec.name} has {spec.neuron_cores}"
+        )
     return _task(spec, packed_build_args(ordered, target), packed_environment(plan, ordered))

@@ -95,8 +95,9 @@ def _manifest(directory: Path) -> dict:
 
 
 def _artifacts(manifest: dict, kind: str) -> list[tuple[str, dict]]:
-    return sorted((k, a) for k, a in (manifest.get("artifacts") or {}).items()
-                  if isinstance(a, dict) and a.get("type") == kind)
+    return sorted(
+        (k, a) for k, a in (manifest.get("artifacts") or {}).items() if isinstance(a, dict) and a.get("type") == kind
+    )
 
 
 def _region(artifact: dict) -> str | None:
@@ -153,12 +154,17 @@ def _stacks(directory: Path, manifest: dict, prefix: str) -> dict[str, Stack]:
         name = display.split("/", 1)[1] if prefix and display.startswith(prefix + "/") else display
         path = directory / template_file
         template = read_json(path)
-        stacks[name] = Stack(name=name, artifact_id=artifact_id,
-                             stack_name=props.get("stackName") or artifact_id, region=_region(artifact),
-                             template=template, template_path=path,
-                             construct_paths=_construct_paths(directory, artifact, template),
-                             account=_account(artifact),
-                             asset_manifest_path=_asset_manifest_path(directory, manifest, artifact))
+        stacks[name] = Stack(
+            name=name,
+            artifact_id=artifact_id,
+            stack_name=props.get("stackName") or artifact_id,
+            region=_region(artifact),
+            template=template,
+            template_path=path,
+            construct_paths=_construct_paths(directory, artifact, template),
+            account=_account(artifact),
+            asset_manifest_path=_asset_manifest_path(directory, manifest, artifact),
+        )
     return stacks
 
 
@@ -192,8 +198,7 @@ def load(path: Path) -> Assembly:
         directory = path / props.get("directoryName", artifact_id)
         name = props.get("displayName") or artifact_id.removeprefix("assembly-")
         nested = _manifest(directory)
-        environments[name] = Environment(name, directory, _stacks(directory, nested, name),
-                                         _assets(directory, nested))
+        environments[name] = Environment(name, directory, _stacks(directory, nested, name), _assets(directory, nested))
     root_stacks = _stacks(path, manifest, "")
     if root_stacks:
         environments[ROOT_ENVIRONMENT] = Environment(ROOT_ENVIRONMENT, path, root_stacks, _assets(path, manifest))
@@ -202,5 +207,10 @@ def load(path: Path) -> Assembly:
     tree = None
     for _, artifact in _artifacts(manifest, TREE):
         tree = read_json(path / (artifact.get("properties") or {}).get("file", "tree.json")).get("tree")
-    return Assembly(path, dict(sorted(environments.items())), tree,
-                    schema_version=manifest.get("version"), minimum_cli_version=manifest.get("minimumCliVersion"))
+    return Assembly(
+        path,
+        dict(sorted(environments.items())),
+        tree,
+        schema_version=manifest.get("version"),
+        minimum_cli_version=manifest.get("minimumCliVersion"),
+    )

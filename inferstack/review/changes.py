@@ -13,16 +13,30 @@ if TYPE_CHECKING:
 
 # Serving and stateful resources: replacing one drops traffic or data (an inference component: its copies).
 # A VPC is here too: replacing it replaces every subnet, endpoint and service attached to it.
-PROTECTED_TYPES = frozenset({
-    "AWS::SageMaker::Endpoint", "AWS::SageMaker::InferenceComponent", "AWS::ECS::Service",
-    "AWS::ElasticLoadBalancingV2::LoadBalancer",
-    "AWS::AutoScaling::AutoScalingGroup", "AWS::KMS::Key", "AWS::S3::Bucket", "AWS::Logs::LogGroup",
-    "AWS::EC2::VPC",
-})
+PROTECTED_TYPES = frozenset(
+    {
+        "AWS::SageMaker::Endpoint",
+        "AWS::SageMaker::InferenceComponent",
+        "AWS::ECS::Service",
+        "AWS::ElasticLoadBalancingV2::LoadBalancer",
+        "AWS::AutoScaling::AutoScalingGroup",
+        "AWS::KMS::Key",
+        "AWS::S3::Bucket",
+        "AWS::Logs::LogGroup",
+        "AWS::EC2::VPC",
+    }
+)
 
 # Classes of change a CI job can fail on (`--fail-on`); inferstack.review.classes assigns them.
-CLASSES = ("replaces-serving-resource", "interrupts-traffic", "resets-scaled-count", "pauses-autoscaling",
-           "touches-production-rule", "adds", "removes")
+CLASSES = (
+    "replaces-serving-resource",
+    "interrupts-traffic",
+    "resets-scaled-count",
+    "pauses-autoscaling",
+    "touches-production-rule",
+    "adds",
+    "removes",
+)
 
 
 @dataclass
@@ -50,8 +64,13 @@ class AssetUpdate:
     head_hash: str | None
 
     def to_json(self) -> dict:
-        return {"path": self.path, "kind": self.kind, "asset": self.asset, "base_hash": self.base_hash,
-                "head_hash": self.head_hash}
+        return {
+            "path": self.path,
+            "kind": self.kind,
+            "asset": self.asset,
+            "base_hash": self.base_hash,
+            "head_hash": self.head_hash,
+        }
 
 
 @dataclass
@@ -93,12 +112,23 @@ class ResourceChange:
 
     def to_json(self) -> dict:
         return {
-            "stack": self.stack, "logical_id": self.logical_id, "type": self.type, "base_type": self.base_type,
-            "action": self.action, "construct_path": self.construct_path, "protected": self.protected,
-            "categories": self.categories, "classes": self.classes, "class_reasons": self.class_reasons,
-            "kept_by_policy": self.kept_by_policy, "replacement": self.replacement,
-            "replacement_reasons": self.replacement_reasons, "replacing_paths": self.replacing_paths,
-            "replaces": self.replaces, "caused_by": self.caused_by, "changed_paths": self.changed_paths,
+            "stack": self.stack,
+            "logical_id": self.logical_id,
+            "type": self.type,
+            "base_type": self.base_type,
+            "action": self.action,
+            "construct_path": self.construct_path,
+            "protected": self.protected,
+            "categories": self.categories,
+            "classes": self.classes,
+            "class_reasons": self.class_reasons,
+            "kept_by_policy": self.kept_by_policy,
+            "replacement": self.replacement,
+            "replacement_reasons": self.replacement_reasons,
+            "replacing_paths": self.replacing_paths,
+            "replaces": self.replaces,
+            "caused_by": self.caused_by,
+            "changed_paths": self.changed_paths,
             "changes": [c.to_json() for c in self.changes],
             "asset_updates": [a.to_json() for a in self.asset_updates],
         }
@@ -123,12 +153,18 @@ class StackDiff:
     resource_count: int = 0  # resources in its template (the head's; the base's when it is removed)
 
     def to_json(self) -> dict:
-        return {"name": self.name, "stack_name": self.stack_name, "status": self.status,
-                "classes": self.classes, "resource_count": self.resource_count,
-                "counts": counts(self.resources), "class_counts": class_counts(self.resources),
-                "summary": self.summary.to_json() if self.summary else None,
-                "resources": [r.to_json() for r in self.resources],
-                "template_changes": [c.to_json() for c in self.template_changes]}
+        return {
+            "name": self.name,
+            "stack_name": self.stack_name,
+            "status": self.status,
+            "classes": self.classes,
+            "resource_count": self.resource_count,
+            "counts": counts(self.resources),
+            "class_counts": class_counts(self.resources),
+            "summary": self.summary.to_json() if self.summary else None,
+            "resources": [r.to_json() for r in self.resources],
+            "template_changes": [c.to_json() for c in self.template_changes],
+        }
 
 
 @dataclass
@@ -163,22 +199,38 @@ class EnvironmentDiff:
         return {
             "removed_stacks": [s.name for s in self.stacks if s.status == "removed"],
             "deleted": sum(not r.kept_by_policy for r in removed),
-            "kept": [{"stack": r.stack, "logical_id": (r.replaces or {}).get("logical_id", r.logical_id),
-                      "type": r.base_type or r.type, "policy": r.kept_by_policy}
-                     for r in removed if r.kept_by_policy],
+            "kept": [
+                {
+                    "stack": r.stack,
+                    "logical_id": (r.replaces or {}).get("logical_id", r.logical_id),
+                    "type": r.base_type or r.type,
+                    "policy": r.kept_by_policy,
+                }
+                for r in removed
+                if r.kept_by_policy
+            ],
             "ecr_images": ECR_IMAGES_NOTE,
         }
 
     def to_json(self) -> dict:
-        return {"name": self.name, "status": self.status, "note": self.note, "counts": counts(self.resources),
-                "class_counts": class_counts(self.resources), "warnings": self.warnings,
-                "retirement": self.retirement(), "stacks": [s.to_json() for s in self.stacks]}
+        return {
+            "name": self.name,
+            "status": self.status,
+            "note": self.note,
+            "counts": counts(self.resources),
+            "class_counts": class_counts(self.resources),
+            "warnings": self.warnings,
+            "retirement": self.retirement(),
+            "stacks": [s.to_json() for s in self.stacks],
+        }
 
 
 # What retiring a model never deletes: its images are in the CDK bootstrap repository (dev) and in the
 # promoted repositories the release process copies them to; no stack of this app owns an ECR repository.
-ECR_IMAGES_NOTE = ("ECR images are never deleted by a stack removal: they live in the bootstrap and promoted "
-                   "repositories, which no stack here owns")
+ECR_IMAGES_NOTE = (
+    "ECR images are never deleted by a stack removal: they live in the bootstrap and promoted "
+    "repositories, which no stack here owns"
+)
 
 
 @dataclass
@@ -200,11 +252,13 @@ class Report:
 
     def to_json(self) -> dict:
         return {
-            "schema_version": SCHEMA_VERSION, "base": self.base, "head": self.head,
+            "schema_version": SCHEMA_VERSION,
+            "base": self.base,
+            "head": self.head,
             "selected_environments": self.selected,
-            "counts": counts(self.resources), "class_counts": class_counts(self.resources),
-            "protected_replacements": [f"{env}/{r.stack}/{r.logical_id}"
-                                       for env, r in self.protected_replacements()],
+            "counts": counts(self.resources),
+            "class_counts": class_counts(self.resources),
+            "protected_replacements": [f"{env}/{r.stack}/{r.logical_id}" for env, r in self.protected_replacements()],
             "environments_only_in_base": [e.name for e in self.environments if e.status == ONLY_IN_BASE],
             "environments_only_in_head": [e.name for e in self.environments if e.status == ONLY_IN_HEAD],
             "environments": [e.to_json() for e in self.environments],

@@ -57,6 +57,7 @@ TRAFFIC_TYPES = {
 @dataclass
 class _Stack:
     """What one stack's templates (base and head together) say about its load balancing."""
+
     stays: bool  # the stack exists in the head: a removal here is of a resource, not of a retired model
     production_rules: set[str] = field(default_factory=set)
     weighted_listeners: set[str] = field(default_factory=set)  # default action is a weighted forward
@@ -74,12 +75,16 @@ def _targets(value: Any) -> set[str]:
 def _weighted_forward(actions: Any) -> bool:
     """A forward action that splits between two or more target groups (ECS blue/green's production rule)."""
     return isinstance(actions, list) and any(
-        isinstance(a, dict) and isinstance((a.get("ForwardConfig") or {}).get("TargetGroups"), list)
-        and len(a["ForwardConfig"]["TargetGroups"]) >= 2 for a in actions)
+        isinstance(a, dict)
+        and isinstance((a.get("ForwardConfig") or {}).get("TargetGroups"), list)
+        and len(a["ForwardConfig"]["TargetGroups"]) >= 2
+        for a in actions
+    )
 
 
-def _stack_context(templates: Iterable[dict[str, dict]], head: dict[str, dict], base: dict[str, dict],
-                   stays: bool) -> _Stack:
+def _stack_context(
+    templates: Iterable[dict[str, dict]], head: dict[str, dict], base: dict[str, dict], stays: bool
+) -> _Stack:
     context = _Stack(stays, head=head, base=base)
     for resources in templates:
         for logical_id, resource in resources.items():
@@ -114,14 +119,20 @@ def classify(env: EnvironmentDiff, base: Environment, head: Environment) -> None
         stack.classes = {"added": ["adds"], "removed": ["removes"]}.get(stack.status, [])
         base_stack, head_stack = base.stacks.get(stack.name), head.stacks.get(stack.name)
         templates = [s.resources for s in (base_stack, head_stack) if s is not None]
-        context = _stack_context(templates, head_stack.resources if head_stack else {},
-                                 base_stack.resources if base_stack else {}, head_stack is not None)
+        context = _stack_context(
+            templates,
+            head_stack.resources if head_stack else {},
+            base_stack.resources if base_stack else {},
+            head_stack is not None,
+        )
         for change in stack.resources:
             found = _classes(change, context)
             change.classes = [c for c in CLASSES if c in found]
             change.class_reasons = {c: found[c] for c in change.classes}
-            env.warnings += [f"{stack.name}: {change.logical_id}: {refused}"
-                             for refused in _refused_autoscaled_variants(change, context)]
+            env.warnings += [
+                f"{stack.name}: {change.logical_id}: {refused}"
+                for refused in _refused_autoscaled_variants(change, context)
+            ]
     _moved_addresses(env, base, head)
 
 
@@ -166,22 +177,30 @@ def _moved_addresses(env: EnvironmentDiff, base: Environment, head: Environment)
                 server = head_servers.get(model)
                 if server is None:
                     continue  # retired with it
-                how = "replaced" if change.action != "removed" else ("removed with its stack" if stack.status ==
-                                                                     "removed" else "removed")
-                reason = (f"{model} is still served (by {server}) but this {kind} is {how}: its address changes, "
-                          f"and its callers must move to the new one")
+                how = (
+                    "replaced"
+                    if change.action != "removed"
+                    else ("removed with its stack" if stack.status == "removed" else "removed")
+                )
+                reason = (
+                    f"{model} is still served (by {server}) but this {kind} is {how}: its address changes, "
+                    f"and its callers must move to the new one"
+                )
                 if "interrupts-traffic" not in change.classes:
                     change.classes = [c for c in CLASSES if c in {*change.classes, "interrupts-traffic"}]
                 earlier = change.class_reasons.get("interrupts-traffic")
                 change.class_reasons["interrupts-traffic"] = f"{earlier}; {reason}" if earlier else reason
                 if stack.status == "removed" and "interrupts-traffic" not in stack.classes:
                     stack.classes = [c for c in CLASSES if c in {*stack.classes, "interrupts-traffic"}]
-                env.warnings.append(f"{model}'s address changes: the {kind} {stack.name}/{change.logical_id} is "
-                                    f"{how} while {server} serves {model}; move its callers "
-                                    f"(docs/how-to/retire-a-model.md)")
+                env.warnings.append(
+                    f"{model}'s address changes: the {kind} {stack.name}/{change.logical_id} is "
+                    f"{how} while {server} serves {model}; move its callers "
+                    f"(docs/how-to/retire-a-model.md)"
+                )
 
 
 # --- one change ------------------------------------------------------------------------------------
+
 
 def _paths(change: ResourceChange) -> list[str]:
     """Every property path the update writes: changed values, moved asset hashes, and references to
@@ -193,8 +212,9 @@ def _paths(change: ResourceChange) -> list[str]:
 
 def _touched(change: ResourceChange, path: str) -> list[str]:
     """Paths of `change` at `path`, below it, or above it (a whole block added or removed)."""
-    return [p for p in _paths(change)
-            if p == path or p.startswith((path + ".", path + "[")) or path.startswith(p + ".")]
+    return [
+        p for p in _paths(change) if p == path or p.startswith((path + ".", path + "[")) or path.startswith(p + ".")
+    ]
 
 
 def _value(resource: dict | None, *keys: str) -> Any:
@@ -235,7 +255,7 @@ def _classes(change: ResourceChange, stack: _Stack) -> dict[str, str]:
         found["removes"] = "removed" + (f", kept by {change.kept_by_policy}" if change.kept_by_policy else "")
     elif change.action == "added" and not change.replaces:
         found["adds"] = "added"
-    types = {change.type, change.base_type} - {None}
+    types = {t for t in (change.type, change.base_type) if t is not None}
     replaced = change.replacement is not None and change.action != "removed"
     removed_here = change.action == "removed" and stack.stays
     target_group = TARGET_GROUP in types
@@ -268,35 +288,51 @@ def _classes(change: ResourceChange, stack: _Stack) -> dict[str, str]:
 
 # --- an autoscaled variant's instance type ---------------------------------------------------------
 
-def _config_variants(resources: dict[str, dict], endpoint: dict | None) -> dict[str, Any]:
+
+def _config_variants(resources: dict[str, dict], endpoint: dict | None) -> dict[Any, Any]:
     """Variant name -> instance type of the EndpointConfig `endpoint` names by Fn::GetAtt, in `resources`."""
     config = next(iter(_targets(_value(endpoint, "EndpointConfigName"))), None)
-    if (resources.get(config) or {}).get("Type") != ENDPOINT_CONFIG:
+    if config is None or (resources.get(config) or {}).get("Type") != ENDPOINT_CONFIG:
         return {}
-    return {v.get("VariantName"): v.get("InstanceType") for v in _value(resources[config], "ProductionVariants") or []
-            if isinstance(v, dict)}
+    return {
+        v.get("VariantName"): v.get("InstanceType")
+        for v in _value(resources[config], "ProductionVariants") or []
+        if isinstance(v, dict)
+    }
 
 
 def _scalable_variant(resources: dict[str, dict], resource_id: str) -> dict | None:
     """The ScalableTarget registering `resource_id` (endpoint/<name>/variant/<variant>), if the template has one."""
-    return next((r for r in resources.values() if isinstance(r, dict) and r.get("Type") == SCALABLE_TARGET
-                 and _value(r, "ResourceId") == resource_id), None)
+    return next(
+        (
+            r
+            for r in resources.values()
+            if isinstance(r, dict) and r.get("Type") == SCALABLE_TARGET and _value(r, "ResourceId") == resource_id
+        ),
+        None,
+    )
 
 
 def _handed_over(resources: dict[str, dict], endpoint_id: str, resource_id: str) -> bool:
     """The head has a scaling handover for `resource_id` that the Endpoint waits for."""
     depends = (resources.get(endpoint_id) or {}).get("DependsOn") or []
     depends = [depends] if isinstance(depends, str) else depends
-    return any((resources.get(d) or {}).get("Type") == SCALING_HANDOVER
-               and _value(resources[d], "Target", "ResourceId") == resource_id for d in depends)
+    return any(
+        (resources.get(d) or {}).get("Type") == SCALING_HANDOVER
+        and _value(resources[d], "Target", "ResourceId") == resource_id
+        for d in depends
+    )
 
 
 def _autoscaled_variant_changes(change: ResourceChange, stack: _Stack) -> list[tuple[str, bool]]:
     """(what happens, whether a scaling handover deregisters the target first) for each variant of an updated
     Endpoint that is a registered scalable target (a ScalableTarget in the base) and that the new EndpointConfig
     gives another instance type or drops: AWS refuses such an UpdateEndpoint while the target is registered."""
-    if change.type != ENDPOINT or change.action not in ("modified", "asset-update") \
-            or not _touched(change, "Properties.EndpointConfigName"):
+    if (
+        change.type != ENDPOINT
+        or change.action not in ("modified", "asset-update")
+        or not _touched(change, "Properties.EndpointConfigName")
+    ):
         return []
     base_endpoint, head_endpoint = stack.base.get(change.logical_id), stack.head.get(change.logical_id)
     name = _value(head_endpoint, "EndpointName")
@@ -312,12 +348,20 @@ def _autoscaled_variant_changes(change: ResourceChange, stack: _Stack) -> list[t
             continue
         handed_over = _handed_over(stack.head, change.logical_id, resource_id)
         target = _scalable_variant(stack.head, resource_id)
-        what = (f"variant {variant} moves from {instance_type} to {after[variant]}" if variant in after
-                else f"variant {variant} ({instance_type}) is removed")
+        what = (
+            f"variant {variant} moves from {instance_type} to {after[variant]}"
+            if variant in after
+            else f"variant {variant} ({instance_type}) is removed"
+        )
         if not handed_over:
-            found.append((f"{what} while it is a registered scalable target, and no scaling handover deregisters it "
-                          f"first: AWS refuses the UpdateEndpoint and CloudFormation rolls the stack back "
-                          f"({AUTOSCALING_UPDATE_DOC})", False))
+            found.append(
+                (
+                    f"{what} while it is a registered scalable target, and no scaling handover deregisters it "
+                    f"first: AWS refuses the UpdateEndpoint and CloudFormation rolls the stack back "
+                    f"({AUTOSCALING_UPDATE_DOC})",
+                    False,
+                )
+            )
             continue
         low, high = _value(target, "MinCapacity"), _value(target, "MaxCapacity")
         base_target = _scalable_variant(stack.base, resource_id)
@@ -327,12 +371,17 @@ def _autoscaled_variant_changes(change: ResourceChange, stack: _Stack) -> list[t
             then = f"the template's range ({low}-{high}) does not change"
         else:
             then = f"CloudFormation's target then sets the template's new range ({low}-{high})"
-        found.append((f"{what}: the scaling handover deregisters its scalable target (policies and scheduled "
-                      f"actions with it) before UpdateEndpoint; SageMaker starts the new instances at the variant's "
-                      f"current count (RetainAllVariantProperties) and moves traffic to them under the deployment "
-                      f"guardrails, and nothing scales until the update completes; then the target is registered "
-                      f"again with the range it had and the template's policies and schedule, and {then}. The "
-                      f"scaled count is kept, within that range", True))
+        found.append(
+            (
+                f"{what}: the scaling handover deregisters its scalable target (policies and scheduled "
+                f"actions with it) before UpdateEndpoint; SageMaker starts the new instances at the variant's "
+                f"current count (RetainAllVariantProperties) and moves traffic to them under the deployment "
+                f"guardrails, and nothing scales until the update completes; then the target is registered "
+                f"again with the range it had and the template's policies and schedule, and {then}. The "
+                f"scaled count is kept, within that range",
+                True,
+            )
+        )
     return found
 
 
@@ -342,32 +391,47 @@ def _refused_autoscaled_variants(change: ResourceChange, stack: _Stack) -> list[
 
 def _resets(change: ResourceChange, resource: dict | None, resources: dict[str, dict]) -> str | None:
     """Why this update would put an autoscaled count (or range) back to the template's, if it would."""
+
     def fixed(*keys: str) -> bool:  # the head sets it, and not to a value read live at deploy time
         value = _value(resource, *keys)
         return value is not None and not _live(value, resources)
 
     if change.type == SERVICE and _touched(change, "Properties.DesiredCount") and fixed("DesiredCount"):
-        return (f"DesiredCount set to {_value(resource, 'DesiredCount')}: the update sets the service's task "
-                "count, whatever autoscaling had set")
+        return (
+            f"DesiredCount set to {_value(resource, 'DesiredCount')}: the update sets the service's task "
+            "count, whatever autoscaling had set"
+        )
     if change.type == ASG:
         for key in ("DesiredCapacity", "MinSize", "MaxSize"):
             # MinSize/MaxSize as for a scalable target: a literal written back over an off-hours window's range.
             literal_only = key != "DesiredCapacity"
-            if _touched(change, f"Properties.{key}") and fixed(key) and (
-                    not literal_only or _literal(_value(resource, key))):
+            if (
+                _touched(change, f"Properties.{key}")
+                and fixed(key)
+                and (not literal_only or _literal(_value(resource, key)))
+            ):
                 what = "desired capacity" if key == "DesiredCapacity" else "size range"
-                return (f"{key} set to {_value(resource, key)}: the update sets the group's {what}, "
-                        "whatever scaling had set")
+                return (
+                    f"{key} set to {_value(resource, key)}: the update sets the group's {what}, "
+                    "whatever scaling had set"
+                )
     if change.type == ENDPOINT and _touched(change, "Properties.EndpointConfigName"):
         retain = _value(resource, "RetainAllVariantProperties")
-        excluded = {str(v.get("VariantPropertyType"))
-                    for v in _value(resource, "ExcludeRetainedVariantProperties") or [] if isinstance(v, dict)}
+        excluded = {
+            str(v.get("VariantPropertyType"))
+            for v in _value(resource, "ExcludeRetainedVariantProperties") or []
+            if isinstance(v, dict)
+        }
         if retain not in (True, "true", "True"):
-            return ("a new EndpointConfig is applied without RetainAllVariantProperties: true: each variant's "
-                    "instance count goes back to the config's InitialInstanceCount")
+            return (
+                "a new EndpointConfig is applied without RetainAllVariantProperties: true: each variant's "
+                "instance count goes back to the config's InitialInstanceCount"
+            )
         if "DesiredInstanceCount" in excluded:
-            return ("a new EndpointConfig is applied with DesiredInstanceCount excluded from the retained "
-                    "variant properties: the instance count goes back to InitialInstanceCount")
+            return (
+                "a new EndpointConfig is applied with DesiredInstanceCount excluded from the retained "
+                "variant properties: the instance count goes back to InitialInstanceCount"
+            )
     if change.type == COMPONENT:
         copies = _value(resource, "RuntimeConfig", "CopyCount")
         # From the type's CloudFormation resource provider: its update handler sends RuntimeConfig.CopyCount with
@@ -376,8 +440,10 @@ def _resets(change: ResourceChange, resource: dict | None, resources: dict[str, 
         # relies on the same behaviour. That provider is not among the public
         # aws-cloudformation-resource-providers-sagemaker handlers, so no line of it can be cited here.
         if _literal(copies):
-            return (f"RuntimeConfig.CopyCount is the literal {copies}: CloudFormation's handler sends it on "
-                    "every update, so the copy count goes back to it, whatever autoscaling had set")
+            return (
+                f"RuntimeConfig.CopyCount is the literal {copies}: CloudFormation's handler sends it on "
+                "every update, so the copy count goes back to it, whatever autoscaling had set"
+            )
         changed = _touched(change, "Properties.RuntimeConfig.CopyCount")
         if copies is not None and changed and not _live(copies, resources):
             return "RuntimeConfig.CopyCount changes: the update sets the copy count, whatever autoscaling had set"
@@ -385,8 +451,10 @@ def _resets(change: ResourceChange, resource: dict | None, resources: dict[str, 
         for key in ("MinCapacity", "MaxCapacity"):
             value = _value(resource, key)
             if _touched(change, f"Properties.{key}") and _literal(value):
-                return (f"{key} set to {value}: the update registers the template's range again, over the range "
-                        "an off-hours window or an operator set")
+                return (
+                    f"{key} set to {value}: the update registers the template's range again, over the range "
+                    "an off-hours window or an operator set"
+                )
     return None
 
 
@@ -395,8 +463,10 @@ def _production(change: ResourceChange, stack: _Stack, replaced: bool, removed_h
     if RULE in types and change.logical_id in stack.production_rules:
         paths = _touched(change, "Properties.Actions")
         if paths and change.action in ("modified", "asset-update"):
-            return (f"{paths[0]} changes on a production listener rule: CloudFormation writes the template's "
-                    "actions, weights included, over the weights ECS set in its last deployment")
+            return (
+                f"{paths[0]} changes on a production listener rule: CloudFormation writes the template's "
+                "actions, weights included, over the weights ECS set in its last deployment"
+            )
         if replaced:
             return f"production listener rule {_replacement_text(change)}"
         if removed_here:
@@ -405,12 +475,15 @@ def _production(change: ResourceChange, stack: _Stack, replaced: bool, removed_h
     if LISTENER in types and change.logical_id in stack.weighted_listeners and updated:
         paths = _touched(change, "Properties.DefaultActions")
         if paths:
-            return (f"{paths[0]} changes on a listener whose default action is a weighted forward: CloudFormation "
-                    "writes the template's weights")
+            return (
+                f"{paths[0]} changes on a listener whose default action is a weighted forward: CloudFormation "
+                "writes the template's weights"
+            )
     return None
 
 
 # --- --fail-on -------------------------------------------------------------------------------------
+
 
 def parse(values: Iterable[str]) -> list[str]:
     """--fail-on values (each may be comma-separated) -> classes; ValueError naming the valid ones."""
@@ -435,11 +508,15 @@ def offending(report: Report, wanted: Iterable[str]) -> list[str]:
         for stack in env.stacks:
             stack_hits = [c for c in stack.classes if c in wanted]
             if stack_hits:
-                lines.append(f"{env.name}/{stack.name}: stack {stack.status} ({stack.resource_count} resources): "
-                             + ", ".join(stack_hits))
+                lines.append(
+                    f"{env.name}/{stack.name}: stack {stack.status} ({stack.resource_count} resources): "
+                    + ", ".join(stack_hits)
+                )
             for change in stack.resources:
                 hits = [c for c in change.classes if c in wanted and c not in stack.classes]
                 if hits:
-                    lines.append(f"{env.name}/{change.stack}/{change.logical_id} ({change.type}): "
-                                 + "; ".join(f"{c}: {change.class_reasons[c]}" for c in hits))
+                    lines.append(
+                        f"{env.name}/{change.stack}/{change.logical_id} ({change.type}): "
+                        + "; ".join(f"{c}: {change.class_reasons[c]}" for c in hits)
+                    )
     return lines

@@ -11,28 +11,65 @@ from typing import Any
 
 from inferstack.review import classes, schemas, summary
 from inferstack.review.assembly import Assembly, Asset, Environment, Stack
+
 # The report's data model (changes.py), built here. CLASSES, class_counts and counts are not used here: they
-# stay importable from this module for its readers (diff.counts(report.resources)).
-from inferstack.review.changes import (CLASSES, ONLY_IN_BASE, ONLY_IN_HEAD, PROTECTED_TYPES, AssetUpdate,
-                                       EnvironmentDiff, Report, ResourceChange, StackDiff, ValueChange,
-                                       class_counts, counts)
+# stay importable from this module for its readers (diff.counts(report.resources)), re-exported as `x as x`.
+from inferstack.review.changes import CLASSES as CLASSES
+from inferstack.review.changes import (
+    ONLY_IN_BASE,
+    ONLY_IN_HEAD,
+    PROTECTED_TYPES,
+    AssetUpdate,
+    EnvironmentDiff,
+    Report,
+    ResourceChange,
+    StackDiff,
+    ValueChange,
+)
+from inferstack.review.changes import class_counts as class_counts
+from inferstack.review.changes import counts as counts
 from inferstack.review.template import Path, references
 
 IAM_TYPE_PREFIXES = ("AWS::IAM::",)
-IAM_POLICY_TYPES = frozenset({"AWS::S3::BucketPolicy", "AWS::SNS::TopicPolicy", "AWS::SQS::QueuePolicy",
-                              "AWS::Lambda::Permission", "AWS::KMS::Grant"})
+IAM_POLICY_TYPES = frozenset(
+    {
+        "AWS::S3::BucketPolicy",
+        "AWS::SNS::TopicPolicy",
+        "AWS::SQS::QueuePolicy",
+        "AWS::Lambda::Permission",
+        "AWS::KMS::Grant",
+    }
+)
 # Properties that grant or assume permissions wherever they appear (a KMS key policy, a repository policy...).
-IAM_PROPERTIES = frozenset({"KeyPolicy", "PolicyDocument", "Policies", "AssumeRolePolicyDocument",
-                            "ManagedPolicyArns", "PermissionsBoundary", "RepositoryPolicyText"})
+IAM_PROPERTIES = frozenset(
+    {
+        "KeyPolicy",
+        "PolicyDocument",
+        "Policies",
+        "AssumeRolePolicyDocument",
+        "ManagedPolicyArns",
+        "PermissionsBoundary",
+        "RepositoryPolicyText",
+    }
+)
 # Changing which role a resource runs as is an IAM change; a new resource naming its role is not news.
 IAM_ROLE_PROPERTIES = frozenset({"ExecutionRoleArn", "TaskRoleArn", "RoleArn"})
 SECURITY_GROUP_TYPE_PREFIX = "AWS::EC2::SecurityGroup"
-SECURITY_GROUP_PROPERTIES = frozenset({"SecurityGroupIngress", "SecurityGroupEgress", "SecurityGroups",
-                                       "SecurityGroupIds", "VpcSecurityGroupIds"})
+SECURITY_GROUP_PROPERTIES = frozenset(
+    {"SecurityGroupIngress", "SecurityGroupEgress", "SecurityGroups", "SecurityGroupIds", "VpcSecurityGroupIds"}
+)
 SCALING_TYPE_PREFIXES = ("AWS::ApplicationAutoScaling::", "AWS::AutoScaling::")
 SCALING_TYPES = frozenset({"AWS::ECS::CapacityProvider", "AWS::ECS::ClusterCapacityProviderAssociations"})
-SCALING_PROPERTIES = frozenset({"DesiredCount", "CapacityProviderStrategy", "DefaultCapacityProviderStrategy",
-                                "CapacityProviders", "InitialInstanceCount", "ManagedScaling"})
+SCALING_PROPERTIES = frozenset(
+    {
+        "DesiredCount",
+        "CapacityProviderStrategy",
+        "DefaultCapacityProviderStrategy",
+        "CapacityProviders",
+        "InitialInstanceCount",
+        "ManagedScaling",
+    }
+)
 
 # DeletionPolicy / UpdateReplacePolicy values that keep the physical resource when CloudFormation lets go of it.
 RETAINING_POLICIES = ("Retain", "RetainExceptOnCreate")
@@ -54,6 +91,7 @@ def format_path(path: Path) -> str:
 
 
 # --- structural diff -------------------------------------------------------------------------------
+
 
 def _is_intrinsic(value: Any) -> bool:
     if not isinstance(value, dict) or len(value) != 1:
@@ -119,11 +157,13 @@ def _asset_update(path: Path, base: Any, head: Any, assets: dict[str, Asset]) ->
         kind = "file asset (zip)"
     else:
         kind = "file asset"
-    return AssetUpdate(format_path(path), kind, asset.display_name if asset else "",
-                       old[0] if old else None, new[0] if new else None)
+    return AssetUpdate(
+        format_path(path), kind, asset.display_name if asset else "", old[0] if old else None, new[0] if new else None
+    )
 
 
 # --- replacement -----------------------------------------------------------------------------------
+
 
 def _pointer_tokens(pointer: str) -> tuple[str, ...]:
     tokens = tuple(t.replace("~1", "/").replace("~0", "~") for t in pointer.lstrip("/").split("/"))
@@ -140,7 +180,7 @@ def _same_token(a: str | int, b: str | int) -> bool:
 
 def _prefix(short: tuple, long: tuple) -> bool:
     """Does `short` (a pointer or a path) lead to `long`? A pointer's "*" matches any list index."""
-    return len(short) <= len(long) and all(_same_token(a, b) for a, b in zip(short, long))
+    return len(short) <= len(long) and all(_same_token(a, b) for a, b in zip(short, long, strict=False))
 
 
 def _lookup(value: Any, tokens: tuple[str, ...]) -> list[Any]:
@@ -166,8 +206,9 @@ def _replacing(path: Path, pointers: tuple[str, ...], base: dict, head: dict) ->
     return None
 
 
-def _classify_replacement(change: ResourceChange, paths: list[Path], base: dict, head: dict,
-                          region: str | None) -> None:
+def _classify_replacement(
+    change: ResourceChange, paths: list[Path], base: dict, head: dict, region: str | None
+) -> None:
     if change.base_type:
         change.replacement = "always"
         _reason(change, None, f"Type changed from {change.base_type} to {change.type}")
@@ -183,8 +224,9 @@ def _classify_replacement(change: ResourceChange, paths: list[Path], base: dict,
                 break
 
 
-def _mark_replacement(change: ResourceChange, level: str, path: str, pointer: str,
-                      refers_to: str | None = None) -> None:
+def _mark_replacement(
+    change: ResourceChange, level: str, path: str, pointer: str, refers_to: str | None = None
+) -> None:
     if change.replacement != "always":
         change.replacement = level
     if path not in change.replacing_paths:
@@ -200,7 +242,6 @@ def _reason(change: ResourceChange, path: str | None, why: str, refers_to: str |
     reason = {"path": path, "why": why, "refers_to": refers_to}
     if reason not in change.replacement_reasons:
         change.replacement_reasons.append(reason)
-
 
 
 def _cascade(stack: Stack, base_stack: Stack, changes: dict[str, ResourceChange], region: str | None) -> None:
@@ -219,8 +260,9 @@ def _cascade(stack: Stack, base_stack: Stack, changes: dict[str, ResourceChange]
             for path, target in references(resource.get("Properties") or {}, ("Properties",)):
                 if target not in replaced or target == logical_id:
                     continue
-                change = existing or changes.setdefault(logical_id, _new_change(stack, logical_id, resource,
-                                                                                "modified"))
+                change = existing or changes.setdefault(
+                    logical_id, _new_change(stack, logical_id, resource, "modified")
+                )
                 existing = change
                 cause = {"path": format_path(path), "logical_id": target}
                 if cause not in change.caused_by:
@@ -228,8 +270,7 @@ def _cascade(stack: Stack, base_stack: Stack, changes: dict[str, ResourceChange]
                     change.categories = _merge(change.categories, _categories(change, [path], resource))
                     grew = True
                 rules = schemas.rules(change.type, region)
-                for level, pointers in (("always", rules.create_only),
-                                        ("conditional", rules.conditional_create_only)):
+                for level, pointers in (("always", rules.create_only), ("conditional", rules.conditional_create_only)):
                     pointer = _replacing(path, pointers, {}, {})
                     if pointer:
                         before = change.replacement
@@ -254,10 +295,13 @@ def _categories(change: ResourceChange, paths: list[Path], resource: dict) -> li
     if whole:
         paths = [("Properties", key) for key in resource.get("Properties") or {}]
     tokens = {str(t) for p in paths for t in p}
-    types = {change.type, change.base_type} - {None}
+    types = {t for t in (change.type, change.base_type) if t is not None}
     found = []
-    if (any(t.startswith(IAM_TYPE_PREFIXES) or t in IAM_POLICY_TYPES for t in types)
-            or tokens & IAM_PROPERTIES or (not whole and tokens & IAM_ROLE_PROPERTIES)):
+    if (
+        any(t.startswith(IAM_TYPE_PREFIXES) or t in IAM_POLICY_TYPES for t in types)
+        or tokens & IAM_PROPERTIES
+        or (not whole and tokens & IAM_ROLE_PROPERTIES)
+    ):
         found.append("iam")
     if any(t.startswith(SECURITY_GROUP_TYPE_PREFIX) for t in types) or tokens & SECURITY_GROUP_PROPERTIES:
         found.append("security-groups")
@@ -268,15 +312,22 @@ def _categories(change: ResourceChange, paths: list[Path], resource: dict) -> li
 
 # --- stacks and environments -----------------------------------------------------------------------
 
+
 def _new_change(stack: Stack, logical_id: str, resource: dict, action: str) -> ResourceChange:
     type_name = str(resource.get("Type", ""))
-    return ResourceChange(stack=stack.name, logical_id=logical_id, type=type_name, action=action,
-                          construct_path=stack.construct_path(logical_id),
-                          protected=type_name in PROTECTED_TYPES)
+    return ResourceChange(
+        stack=stack.name,
+        logical_id=logical_id,
+        type=type_name,
+        action=action,
+        construct_path=stack.construct_path(logical_id),
+        protected=type_name in PROTECTED_TYPES,
+    )
 
 
-def _diff_resource(base_stack: Stack, head_stack: Stack, logical_id: str,
-                   assets: dict[str, Asset]) -> ResourceChange | None:
+def _diff_resource(
+    base_stack: Stack, head_stack: Stack, logical_id: str, assets: dict[str, Asset]
+) -> ResourceChange | None:
     base, head = _comparable(base_stack.resources[logical_id]), _comparable(head_stack.resources[logical_id])
     leaves = list(_leaf_changes(base, head, ()))
     if not leaves:
@@ -309,7 +360,7 @@ def _whole(stack: Stack, logical_id: str, action: str) -> ResourceChange:
 
 
 def _kept_by(resource: dict, attribute: str) -> str | None:
-    """"DeletionPolicy: Retain" when that policy keeps the resource CloudFormation lets go of. A removal
+    """ "DeletionPolicy: Retain" when that policy keeps the resource CloudFormation lets go of. A removal
     (from the template or with the whole stack) follows DeletionPolicy; the old physical resource of a
     replacement follows UpdateReplacePolicy."""
     policy = resource.get(attribute)
@@ -350,8 +401,15 @@ def _renamed_asset_parameters(base: dict, head: dict) -> list[AssetUpdate]:
         new = head_by_mask.get(_mask_text(key))
         if new is not None and new != key and key not in head["Parameters"]:
             old_hashes, new_hashes = ASSET_HASH.findall(key), ASSET_HASH.findall(new)
-            renamed.append(AssetUpdate(f"Parameters.{new}", "asset parameter", "",
-                                       old_hashes[0] if old_hashes else None, new_hashes[0] if new_hashes else None))
+            renamed.append(
+                AssetUpdate(
+                    f"Parameters.{new}",
+                    "asset parameter",
+                    "",
+                    old_hashes[0] if old_hashes else None,
+                    new_hashes[0] if new_hashes else None,
+                )
+            )
             key = new
         parameters[key] = value
     base["Parameters"] = parameters
@@ -382,12 +440,18 @@ def _diff_stack(base: Stack | None, head: Stack | None, assets: dict[str, Asset]
             change.kept_by_policy = _kept_by(head.resources[change.logical_id], "UpdateReplacePolicy")
     template_changes, template_assets = _template_changes(base.template, head.template)
     if template_assets:
-        changes["(template)"] = ResourceChange(stack=head.name, logical_id="(template)", type="(template)",
-                                               action="asset-update", asset_updates=template_assets)
+        changes["(template)"] = ResourceChange(
+            stack=head.name,
+            logical_id="(template)",
+            type="(template)",
+            action="asset-update",
+            asset_updates=template_assets,
+        )
     resources = sorted(changes.values(), key=lambda c: c.logical_id)
     status = "modified" if resources or template_changes else "unchanged"
-    return StackDiff(head.name, head.stack_name, status, resources, template_changes,
-                     resource_count=len(head.resources))
+    return StackDiff(
+        head.name, head.stack_name, status, resources, template_changes, resource_count=len(head.resources)
+    )
 
 
 def _pair_renamed(changes: dict[str, ResourceChange]) -> None:
@@ -436,23 +500,29 @@ def _pair_moved(stacks: list[StackDiff]) -> None:
 def _export_warnings(env_head: Environment, stacks: list[StackDiff]) -> list[str]:
     """An export whose value changes (its resource is replaced) cannot be updated while another stack
     imports it: CloudFormation fails the deploy. Say so before anyone runs it."""
-    replaced = {(c.stack, c.logical_id) for s in stacks for c in s.resources
-                if c.replacement == "always" and c.action != "removed"}
+    replaced = {
+        (c.stack, c.logical_id)
+        for s in stacks
+        for c in s.resources
+        if c.replacement == "always" and c.action != "removed"
+    }
     imports: dict[str, set[str]] = {}
     for stack in env_head.stacks.values():
-        for path, name in _imports(stack.template, ()):
-            imports.setdefault(name, set()).add(stack.name)
+        for _path, imported in _imports(stack.template, ()):
+            imports.setdefault(imported, set()).add(stack.name)
     warnings = []
     for stack in env_head.stacks.values():
-        for output_id, output in sorted((stack.template.get("Outputs") or {}).items()):
+        for _output_id, output in sorted((stack.template.get("Outputs") or {}).items()):
             name = (output.get("Export") or {}).get("Name")
             if not isinstance(name, str) or not imports.get(name, set()) - {stack.name}:
                 continue
             targets = sorted({t for _, t in references(output.get("Value"), ()) if (stack.name, t) in replaced})
             if targets:
                 importers = ", ".join(sorted(imports[name] - {stack.name}))
-                warnings.append(f"{stack.name}: export {name} changes ({', '.join(targets)} replaced) while "
-                                f"{importers} import(s) it: CloudFormation refuses to update an export in use")
+                warnings.append(
+                    f"{stack.name}: export {name} changes ({', '.join(targets)} replaced) while "
+                    f"{importers} import(s) it: CloudFormation refuses to update an export in use"
+                )
     return warnings
 
 
@@ -471,14 +541,14 @@ def _imports(value: Any, path: Path) -> Iterator[tuple[Path, str]]:
 def diff_environment(name: str, base: Environment | None, head: Environment | None) -> EnvironmentDiff:
     if base is None or head is None:
         return _one_sided(name, base, head)
-    base_stacks = base.stacks if base else {}
-    head_stacks = head.stacks if head else {}
+    base_stacks, head_stacks = base.stacks, head.stacks
     # Hashes are looked up on both sides: the head's manifests name new assets, the base's old ones.
-    assets = {**(base.assets if base else {}), **(head.assets if head else {})}
-    stacks = [_diff_stack(base_stacks.get(s), head_stacks.get(s), assets)
-              for s in sorted(set(base_stacks) | set(head_stacks))]
+    assets = {**base.assets, **head.assets}
+    stacks = [
+        _diff_stack(base_stacks.get(s), head_stacks.get(s), assets) for s in sorted(set(base_stacks) | set(head_stacks))
+    ]
     _pair_moved(stacks)
-    warnings = _export_warnings(head, stacks) if head else []
+    warnings = _export_warnings(head, stacks)
     status = "modified" if any(s.status != "unchanged" for s in stacks) else "unchanged"
     env_diff = EnvironmentDiff(name, status, stacks, warnings)
     classes.classify(env_diff, base, head)
@@ -494,8 +564,10 @@ def _one_sided(name: str, base: Environment | None, head: Environment | None) ->
     env = head or base
     assert env is not None
     status = ONLY_IN_HEAD if base is None else ONLY_IN_BASE
-    stacks = [StackDiff(s.name, s.stack_name, status, resource_count=len(s.resources), summary=summary.summarize(s))
-              for _, s in sorted(env.stacks.items())]
+    stacks = [
+        StackDiff(s.name, s.stack_name, status, resource_count=len(s.resources), summary=summary.summarize(s))
+        for _, s in sorted(env.stacks.items())
+    ]
     return EnvironmentDiff(name, status, stacks)
 
 
@@ -509,9 +581,13 @@ def diff(base: Assembly, head: Assembly, environments: list[str] | None = None) 
     if environments:
         unknown = [e for e in dict.fromkeys(environments) if e not in names]
         if unknown:
-            raise UnknownEnvironment(f"--env {', '.join(unknown)}: in neither assembly; environments: "
-                                     f"{', '.join(names)}")
+            raise UnknownEnvironment(
+                f"--env {', '.join(unknown)}: in neither assembly; environments: {', '.join(names)}"
+            )
         names = [n for n in names if n in environments]
-    return Report(str(base.path), str(head.path),
-                  [diff_environment(n, base.environments.get(n), head.environments.get(n)) for n in names],
-                  selected=sorted(set(environments)) if environments else None)
+    return Report(
+        str(base.path),
+        str(head.path),
+        [diff_environment(n, base.environments.get(n), head.environments.get(n)) for n in names],
+        selected=sorted(set(environments)) if environments else None,
+    )

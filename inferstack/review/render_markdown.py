@@ -8,8 +8,17 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from inferstack.review.changes import (CLASSES, ECR_IMAGES_NOTE, EnvironmentDiff, Report, ResourceChange, StackDiff,
-                                       ValueChange, class_counts, counts)
+from inferstack.review.changes import (
+    CLASSES,
+    ECR_IMAGES_NOTE,
+    EnvironmentDiff,
+    Report,
+    ResourceChange,
+    StackDiff,
+    ValueChange,
+    class_counts,
+    counts,
+)
 from inferstack.review.summary import StackSummary
 
 MAX_VALUE = 80  # characters of a property value shown inline
@@ -20,10 +29,16 @@ MAX_ACTIONS = 40  # IAM actions listed inline in a stack summary; the rest are f
 FLAGGED = tuple(c for c in CLASSES if c not in ("adds", "removes"))
 
 SECTIONS = (
-    ("Protected resources", lambda r: r.protected,
-     "Serving and stateful resources (endpoints, services, load balancers, ASGs, keys, buckets, log groups, VPC)."),
-    ("Replacements", lambda r: r.replacement is not None,
-     "CloudFormation creates a new resource and deletes the old one."),
+    (
+        "Protected resources",
+        lambda r: r.protected,
+        "Serving and stateful resources (endpoints, services, load balancers, ASGs, keys, buckets, log groups, VPC).",
+    ),
+    (
+        "Replacements",
+        lambda r: r.replacement is not None,
+        "CloudFormation creates a new resource and deletes the old one.",
+    ),
     ("IAM", lambda r: "iam" in r.categories, None),
     ("Security groups", lambda r: "security-groups" in r.categories, None),
     ("Scaling", lambda r: "scaling" in r.categories, None),
@@ -37,7 +52,7 @@ def _code(text: Any) -> str:
 
 def _value(value: Any) -> str:
     text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
-    return _code(text if len(text) <= MAX_VALUE else text[:MAX_VALUE - 1] + "…")
+    return _code(text if len(text) <= MAX_VALUE else text[: MAX_VALUE - 1] + "…")
 
 
 def _value_change(change: ValueChange) -> str:
@@ -67,8 +82,11 @@ def _name(r: ResourceChange) -> str:
 
 def _details(r: ResourceChange) -> list[str]:
     lines = [_value_change(c) for c in r.changes]
-    lines += [f"{_code(c['path'])} refers to replaced {_code(c['logical_id'])}" for c in r.caused_by
-              if c["path"] not in r.replacing_paths]
+    lines += [
+        f"{_code(c['path'])} refers to replaced {_code(c['logical_id'])}"
+        for c in r.caused_by
+        if c["path"] not in r.replacing_paths
+    ]
     lines += [f"{_code(a.path)}: {a.kind} {_short(a.base_hash)} → {_short(a.head_hash)}" for a in r.asset_updates]
     return lines
 
@@ -113,8 +131,15 @@ def _entry(r: ResourceChange) -> list[str]:
     details = [] if r.action in ("added", "removed") else _details(r)
     if len(details) <= INLINE_PATHS:
         return [head, *classes] + [f"  - {d}" for d in details]
-    return [head, *classes, f"  <details><summary>{len(details)} changed properties</summary>", "",
-            *[f"  - {d}" for d in details], "", "  </details>"]
+    return [
+        head,
+        *classes,
+        f"  <details><summary>{len(details)} changed properties</summary>",
+        "",
+        *[f"  - {d}" for d in details],
+        "",
+        "  </details>",
+    ]
 
 
 def _fold(summary: str, body: list[str]) -> list[str]:
@@ -131,20 +156,28 @@ def _section(title: str, entries: list[ResourceChange], note: str | None) -> lis
     body = [line for r in direct for line in _entry(r)]
     lines += _fold("show all", body) if len(direct) > FOLD_ENTRIES else body + [""]
     if cascaded:
-        lines += _fold(f"{len(cascaded)} more, because they refer to a replaced resource",
-                       [line for r in cascaded for line in _entry(r)])
+        lines += _fold(
+            f"{len(cascaded)} more, because they refer to a replaced resource",
+            [line for r in cascaded for line in _entry(r)],
+        )
     return lines
 
 
 def _asset_section(entries: list[ResourceChange]) -> list[str]:
-    lines = [f"#### Image/model updates ({len(entries)})", "",
-             "_Only a CDK asset hash moved: a new container image, model artifact or bundled file._", ""]
+    lines = [
+        f"#### Image/model updates ({len(entries)})",
+        "",
+        "_Only a CDK asset hash moved: a new container image, model artifact or bundled file._",
+        "",
+    ]
     for r in entries:
         for a in r.asset_updates:
             asset = f" ({a.asset})" if a.asset else ""
-            lines.append(f"- {_name(r)}: new {a.kind}{asset} at {_code(a.path)}: "
-                         f"{_short(a.base_hash)} → {_short(a.head_hash)}"
-                         + (f" — **{_what(r).strip('*')}**" if r.replacement else ""))
+            lines.append(
+                f"- {_name(r)}: new {a.kind}{asset} at {_code(a.path)}: "
+                f"{_short(a.base_hash)} → {_short(a.head_hash)}"
+                + (f" — **{_what(r).strip('*')}**" if r.replacement else "")
+            )
     return lines + [""]
 
 
@@ -153,10 +186,14 @@ def _classes_section(env: EnvironmentDiff) -> list[str]:
     entries = [r for r in env.resources if any(c in FLAGGED for c in r.classes)]
     if not entries:
         return []
-    lines = [f"#### Change classes ({len(entries)})", "",
-             "_What `--fail-on` matches besides `adds` and `removes`: a serving resource replaced, traffic "
-             "interrupted, an autoscaled count reset to the template's, autoscaling paused for an update, a "
-             "production listener rule rewritten._", ""]
+    lines = [
+        f"#### Change classes ({len(entries)})",
+        "",
+        "_What `--fail-on` matches besides `adds` and `removes`: a serving resource replaced, traffic "
+        "interrupted, an autoscaled count reset to the template's, autoscaling paused for an update, a "
+        "production listener rule rewritten._",
+        "",
+    ]
     body = []
     for r in entries:
         body.append(f"- {_name(r)}: {_what(r)}")
@@ -176,15 +213,19 @@ def _summary(summary: StackSummary | None) -> list[str]:
     if not summary.capacity:
         lines.append("  - capacity: none (no Auto Scaling group, scalable target or endpoint config)")
     if summary.cost:
-        lines.append(f"  - cost: ${summary.cost['usd_per_month_min']:,.0f}–${summary.cost['usd_per_month_max']:,.0f} "
-                     f"a month: {summary.cost_note}")
+        lines.append(
+            f"  - cost: ${summary.cost['usd_per_month_min']:,.0f}–${summary.cost['usd_per_month_max']:,.0f} "
+            f"a month: {summary.cost_note}"
+        )
     else:
         lines.append(f"  - cost: {summary.cost_note}")
     if summary.iam_actions:
         shown = ", ".join(_code(a) for a in summary.iam_actions[:MAX_ACTIONS])
         more = len(summary.iam_actions) - MAX_ACTIONS
-        lines.append(f"  - IAM actions granted ({len(summary.iam_actions)}): {shown}"
-                     + (f" and {more} more (see the JSON report)" if more > 0 else ""))
+        lines.append(
+            f"  - IAM actions granted ({len(summary.iam_actions)}): {shown}"
+            + (f" and {more} more (see the JSON report)" if more > 0 else "")
+        )
     else:
         lines.append("  - IAM actions granted: none")
     if summary.denied_actions:
@@ -195,8 +236,11 @@ def _summary(summary: StackSummary | None) -> list[str]:
 
 
 def _stack_line(stack: StackDiff, what: str = "") -> list[str]:
-    return [f"- {_code(stack.name)} ({_code(stack.stack_name)}), {stack.resource_count} resources"
-            + (f": {what}" if what else ""), *_summary(stack.summary)]
+    return [
+        f"- {_code(stack.name)} ({_code(stack.stack_name)}), {stack.resource_count} resources"
+        + (f": {what}" if what else ""),
+        *_summary(stack.summary),
+    ]
 
 
 def _new_stacks(env: EnvironmentDiff) -> list[str]:
@@ -215,44 +259,61 @@ def _retirement(env: EnvironmentDiff) -> list[str]:
     if retirement is None:
         return []
     kept, deleted = len(retirement["kept"]), retirement["deleted"]
-    lines = [f"#### Removed: what goes and what is kept ({deleted} deleted, {kept} kept)", "",
-             f"_{ECR_IMAGES_NOTE}._", ""]
+    lines = [
+        f"#### Removed: what goes and what is kept ({deleted} deleted, {kept} kept)",
+        "",
+        f"_{ECR_IMAGES_NOTE}._",
+        "",
+    ]
     for stack in (s for s in env.stacks if s.status == "removed"):
         gone = [r for r in stack.resources if r.action == "removed"]
         kept_here = [r for r in gone if r.kept_by_policy]
-        lines += _stack_line(stack, f"stack removed: {len(gone) - len(kept_here)} deleted, "
-                                    f"{len(kept_here)} kept (Retain)")
+        lines += _stack_line(
+            stack, f"stack removed: {len(gone) - len(kept_here)} deleted, {len(kept_here)} kept (Retain)"
+        )
         lines += [f"  - kept (Retain): {_name(r)}: {r.kept_by_policy}" for r in kept_here]
         ecr = [r for r in gone if r.type == "AWS::ECR::Repository" and not r.kept_by_policy]
         lines += [f"  - **deletes ECR repository {_code(r.logical_id)} and its images**" for r in ecr]
-    single = [r for s in env.stacks if s.status != "removed" for r in s.resources
-              if r.action == "removed" or r.replaces]
+    single = [
+        r for s in env.stacks if s.status != "removed" for r in s.resources if r.action == "removed" or r.replaces
+    ]
     if single:
         lines += ["- removed from stacks that stay:"]
         for r in single:
-            name = _name(r) if not r.replaces else f"{_code(r.stack + '/' + r.replaces['logical_id'])} (logical ID " \
-                                                   f"changed to {_code(r.logical_id)})"
+            name = (
+                _name(r)
+                if not r.replaces
+                else f"{_code(r.stack + '/' + r.replaces['logical_id'])} (logical ID changed to {_code(r.logical_id)})"
+            )
             lines.append(f"  - {name}: " + (f"kept (Retain): {r.kept_by_policy}" if r.kept_by_policy else "deleted"))
     return lines + [""]
 
 
 def _one_sided(env: EnvironmentDiff) -> list[str]:
     side = "head" if env.status == "only-in-base" else "base"
-    lines = [f"### {env.note}", "",
-             f"Not compared: its {len(env.stacks)} stack(s) are not counted as "
-             f"{'removed' if side == 'head' else 'added'} and not flagged. Synthesize {_code(env.name)} in the "
-             f"{side} as well to compare it, or leave it out with `--env`.", ""]
+    lines = [
+        f"### {env.note}",
+        "",
+        f"Not compared: its {len(env.stacks)} stack(s) are not counted as "
+        f"{'removed' if side == 'head' else 'added'} and not flagged. Synthesize {_code(env.name)} in the "
+        f"{side} as well to compare it, or leave it out with `--env`.",
+        "",
+    ]
     body = [line for stack in env.stacks for line in _stack_line(stack)]
     return lines + _fold(f"{len(env.stacks)} stack(s) of {env.name}", body)
 
 
 def _table(env: EnvironmentDiff) -> list[str]:
-    lines = ["| Stack | Status | Added | Removed | Modified | Replaced | Image/model updates | Protected |",
-             "|---|---|--:|--:|--:|--:|--:|--:|"]
+    lines = [
+        "| Stack | Status | Added | Removed | Modified | Replaced | Image/model updates | Protected |",
+        "|---|---|--:|--:|--:|--:|--:|--:|",
+    ]
     for stack in env.stacks:
         c = counts(stack.resources)
-        lines.append(f"| {stack.name} | {stack.status} | {c['added']} | {c['removed']} | {c['modified']} | "
-                     f"{c['replaced']} | {c['asset_updates']} | {c['protected']} |")
+        lines.append(
+            f"| {stack.name} | {stack.status} | {c['added']} | {c['removed']} | {c['modified']} | "
+            f"{c['replaced']} | {c['asset_updates']} | {c['protected']} |"
+        )
     return lines + [""]
 
 
@@ -289,17 +350,24 @@ def _environment(env: EnvironmentDiff) -> list[str]:
 
 def render(report: Report, *, diagrams: list[str] | None = None) -> str:
     c = counts(report.resources)
-    lines = ["## Infrastructure diff", "",
-             f"Base {_code(report.base)} → head {_code(report.head)}: {c['added']} added, {c['removed']} removed, "
-             f"{c['modified']} modified, {c['replaced']} replaced, {c['asset_updates']} image/model updates.", ""]
+    lines = [
+        "## Infrastructure diff",
+        "",
+        f"Base {_code(report.base)} → head {_code(report.head)}: {c['added']} added, {c['removed']} removed, "
+        f"{c['modified']} modified, {c['replaced']} replaced, {c['asset_updates']} image/model updates.",
+        "",
+    ]
     classes = class_counts(report.resources)
     lines += ["Change classes: " + ", ".join(f"{_code(k)} {v}" for k, v in classes.items()) + ".", ""]
     if report.selected:
         lines += [f"Environments compared (`--env`): {', '.join(_code(e) for e in report.selected)}.", ""]
     one_sided = report.one_sided()
     if one_sided:
-        lines += ["> [!NOTE]"] + [f"> - {e.note}: not compared, its {len(e.stacks)} stack(s) not counted"
-                                  for e in one_sided] + [""]
+        lines += (
+            ["> [!NOTE]"]
+            + [f"> - {e.note}: not compared, its {len(e.stacks)} stack(s) not counted" for e in one_sided]
+            + [""]
+        )
     protected = report.protected_replacements()
     if protected:
         lines += ["> [!CAUTION]", f"> **{len(protected)} protected resource(s) would be replaced:**"]

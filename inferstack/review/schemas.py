@@ -29,8 +29,10 @@ class ReplacementRules:
 def _schema_root() -> Path:
     spec = importlib.util.find_spec("cfnlint")
     if spec is None or not spec.submodule_search_locations:
-        raise SchemasUnavailable("cfn-lint is not installed: it provides the CloudFormation resource schemas "
-                                 "the diff needs to tell updates from replacements")
+        raise SchemasUnavailable(
+            "cfn-lint is not installed: it provides the CloudFormation resource schemas "
+            "the diff needs to tell updates from replacements"
+        )
     return Path(next(iter(spec.submodule_search_locations))) / "data" / "schemas"
 
 
@@ -57,6 +59,9 @@ def rules(type_name: str, region: str | None = None) -> ReplacementRules:
         path = _schema_path(type_name, candidate)
         if path is not None and path.is_file():
             schema = json.loads(path.read_text())
-            return ReplacementRules(tuple(schema.get("createOnlyProperties") or ()),
-                                    tuple(schema.get("conditionalCreateOnlyProperties") or ()), known=True)
+            return ReplacementRules(
+                tuple(schema.get("createOnlyProperties") or ()),
+                tuple(schema.get("conditionalCreateOnlyProperties") or ()),
+                known=True,
+            )
     return ReplacementRules()

@@ -23,11 +23,16 @@ SCALABLE_TARGET = "AWS::ApplicationAutoScaling::ScalableTarget"
 ENDPOINT = "AWS::SageMaker::Endpoint"
 ENDPOINT_CONFIG = "AWS::SageMaker::EndpointConfig"
 COMPONENT = "AWS::SageMaker::InferenceComponent"
-UNITS = {"ecs:service:DesiredCount": "tasks", "sagemaker:variant:DesiredInstanceCount": "instances",
-         "sagemaker:inference-component:DesiredCopyCount": "copies"}
-KINDS = {"ecs:service:DesiredCount": "ECS service autoscaling",
-         "sagemaker:variant:DesiredInstanceCount": "endpoint variant autoscaling",
-         "sagemaker:inference-component:DesiredCopyCount": "inference component autoscaling"}
+UNITS = {
+    "ecs:service:DesiredCount": "tasks",
+    "sagemaker:variant:DesiredInstanceCount": "instances",
+    "sagemaker:inference-component:DesiredCopyCount": "copies",
+}
+KINDS = {
+    "ecs:service:DesiredCount": "ECS service autoscaling",
+    "sagemaker:variant:DesiredInstanceCount": "endpoint variant autoscaling",
+    "sagemaker:inference-component:DesiredCopyCount": "inference component autoscaling",
+}
 POLICY_TYPES = ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy")
 POLICY_HOLDERS = ("AWS::IAM::Role", "AWS::IAM::User", "AWS::IAM::Group")
 AT_DEPLOY = "(set at deploy)"  # a count that is an intrinsic (e.g. read live by a custom resource)
@@ -58,9 +63,14 @@ class StackSummary:
     cost_note: str = ""
 
     def to_json(self) -> dict:
-        return {"capacity": [asdict(c) for c in self.capacity], "iam_actions": self.iam_actions,
-                "denied_actions": self.denied_actions, "managed_policies": self.managed_policies,
-                "cost": self.cost, "cost_note": self.cost_note}
+        return {
+            "capacity": [asdict(c) for c in self.capacity],
+            "iam_actions": self.iam_actions,
+            "denied_actions": self.denied_actions,
+            "managed_policies": self.managed_policies,
+            "cost": self.cost,
+            "cost_note": self.cost_note,
+        }
 
 
 def _text(value: Any) -> str:
@@ -109,11 +119,13 @@ def _of_type(resources: dict[str, dict], kind: str) -> list[tuple[str, dict]]:
 
 # --- capacity --------------------------------------------------------------------------------------
 
+
 def _asg(resources: dict[str, dict], logical_id: str, resource: dict) -> Capacity:
     props = _props(resource)
     instance_type = None
-    spec = props.get("LaunchTemplate") or ((props.get("MixedInstancesPolicy") or {}).get("LaunchTemplate") or {}
-                                           ).get("LaunchTemplateSpecification")
+    spec = props.get("LaunchTemplate") or ((props.get("MixedInstancesPolicy") or {}).get("LaunchTemplate") or {}).get(
+        "LaunchTemplateSpecification"
+    )
     overrides = ((props.get("MixedInstancesPolicy") or {}).get("LaunchTemplate") or {}).get("Overrides") or []
     if isinstance(spec, dict):
         template = resources.get(_target(spec.get("LaunchTemplateId") or spec.get("LaunchTemplateName")) or "")
@@ -123,33 +135,50 @@ def _asg(resources: dict[str, dict], logical_id: str, resource: dict) -> Capacit
         instance_type = ", ".join(types) or instance_type
     if props.get("LaunchConfigurationName"):
         instance_type = _props(resources.get(_target(props["LaunchConfigurationName"]) or "")).get("InstanceType")
-    return Capacity(logical_id, "EC2 Auto Scaling group", "instances", _count(props.get("MinSize")),
-                    _count(props.get("MaxSize")), _text(instance_type) if instance_type is not None else None)
+    return Capacity(
+        logical_id,
+        "EC2 Auto Scaling group",
+        "instances",
+        _count(props.get("MinSize")),
+        _count(props.get("MaxSize")),
+        _text(instance_type) if instance_type is not None else None,
+    )
 
 
 def _endpoint_variant(resources: dict[str, dict], endpoint_name: str, variant: str) -> tuple[str, dict] | None:
     """(config logical id, production variant) of the endpoint a scalable target names."""
     endpoints = _of_type(resources, ENDPOINT)
-    named = [(k, r) for k, r in endpoints if _text(_props(r).get("EndpointName")) == endpoint_name
-             or endpoint_name in (f"${{{k}}}", f"${{{k}.EndpointName}}")]
+    named = [
+        (k, r)
+        for k, r in endpoints
+        if _text(_props(r).get("EndpointName")) == endpoint_name
+        or endpoint_name in (f"${{{k}}}", f"${{{k}.EndpointName}}")
+    ]
     if not named and len(endpoints) == 1:
         named = endpoints
     for _, endpoint in named[:1]:
         config_id = _target(_props(endpoint).get("EndpointConfigName"))
-        variants = [v for v in _props(resources.get(config_id or "")).get("ProductionVariants") or []
-                    if isinstance(v, dict)]
+        variants = [
+            v for v in _props(resources.get(config_id or "")).get("ProductionVariants") or [] if isinstance(v, dict)
+        ]
         chosen = [v for v in variants if v.get("VariantName") == variant] or variants[:1]
         if chosen and config_id:
             return config_id, chosen[0]
     return None
 
 
-def _scalable_target(resources: dict[str, dict], logical_id: str, resource: dict,
-                     covered: set[tuple[str, str]]) -> Capacity:
+def _scalable_target(
+    resources: dict[str, dict], logical_id: str, resource: dict, covered: set[tuple[str, str]]
+) -> Capacity:
     props = _props(resource)
     dimension = _text(props.get("ScalableDimension"))
-    capacity = Capacity(logical_id, KINDS.get(dimension, "scalable target"), UNITS.get(dimension, dimension),
-                        _count(props.get("MinCapacity")), _count(props.get("MaxCapacity")))
+    capacity = Capacity(
+        logical_id,
+        KINDS.get(dimension, "scalable target"),
+        UNITS.get(dimension, dimension),
+        _count(props.get("MinCapacity")),
+        _count(props.get("MaxCapacity")),
+    )
     resource_id = _text(props.get("ResourceId"))
     parts = resource_id.split("/")
     if dimension == "sagemaker:variant:DesiredInstanceCount" and len(parts) == 4 and parts[0] == "endpoint":
@@ -176,13 +205,21 @@ def _endpoint_configs(resources: dict[str, dict], covered: set[tuple[str, str]])
             instance_type = _text(variant["InstanceType"]) if variant.get("InstanceType") else None
             managed = variant.get("ManagedInstanceScaling") or {}
             if isinstance(managed, dict) and managed.get("Status") == "ENABLED":
-                found.append(Capacity(config_id, "managed instance scaling", "instances",
-                                      _count(managed.get("MinInstanceCount")), _count(managed.get("MaxInstanceCount")),
-                                      instance_type))
+                found.append(
+                    Capacity(
+                        config_id,
+                        "managed instance scaling",
+                        "instances",
+                        _count(managed.get("MinInstanceCount")),
+                        _count(managed.get("MaxInstanceCount")),
+                        instance_type,
+                    )
+                )
             elif instance_type:
                 count = _count(variant.get("InitialInstanceCount"))
-                found.append(Capacity(config_id, "endpoint variant (no autoscaling)", "instances", count, count,
-                                      instance_type))
+                found.append(
+                    Capacity(config_id, "endpoint variant (no autoscaling)", "instances", count, count, instance_type)
+                )
     return found
 
 
@@ -194,6 +231,7 @@ def capacity(resources: dict[str, dict]) -> list[Capacity]:
 
 
 # --- IAM -------------------------------------------------------------------------------------------
+
 
 def _documents(resources: dict[str, dict]) -> list[Any]:
     documents = []
@@ -215,7 +253,9 @@ def _actions(value: Any) -> list[str]:
 
 def iam(resources: dict[str, dict]) -> tuple[list[str], list[str], list[str]]:
     """(granted actions, denied actions, managed policies attached), each deduplicated and sorted."""
-    granted, denied, managed = set(), set(), set()
+    granted: set[str] = set()
+    denied: set[str] = set()
+    managed: set[str] = set()
     for document in _documents(resources):
         statements = (document or {}).get("Statement") if isinstance(document, dict) else None
         for statement in statements if isinstance(statements, list) else [statements]:
@@ -232,6 +272,7 @@ def iam(resources: dict[str, dict]) -> tuple[list[str], list[str], list[str]]:
 
 
 # --- cost ------------------------------------------------------------------------------------------
+
 
 def _cost(found: list[Capacity]) -> tuple[dict | None, str]:
     instances = [c for c in found if c.unit == "instances" and c.instance_type]
@@ -251,9 +292,11 @@ def _cost(found: list[Capacity]) -> tuple[dict | None, str]:
         low += price.usd_per_hour * c.min * pricing.HOURS_PER_MONTH
         high += price.usd_per_hour * c.max * pricing.HOURS_PER_MONTH
         sources.add(f"{price.source}, {price.recorded}")
-    return ({"usd_per_month_min": round(low, 2), "usd_per_month_max": round(high, 2)},
-            f"on-demand list price ({'; '.join(sorted(sources))}) x {pricing.HOURS_PER_MONTH} h at the template's "
-            "min and max instances; environments.yaml price overrides and off-hours windows not applied")
+    return (
+        {"usd_per_month_min": round(low, 2), "usd_per_month_max": round(high, 2)},
+        f"on-demand list price ({'; '.join(sorted(sources))}) x {pricing.HOURS_PER_MONTH} h at the template's "
+        "min and max instances; environments.yaml price overrides and off-hours windows not applied",
+    )
 
 
 def summarize(stack: Stack) -> StackSummary:

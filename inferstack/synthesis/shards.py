@@ -13,6 +13,7 @@ pipeline always synthesizes serially (and its fleet is small: at most 23 models)
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
@@ -23,6 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from inferstack.atomic_write import write_text
 
@@ -37,6 +39,8 @@ MIN_STACKS_PER_SHARD = 2 * STARTUP_STACKS
 MANIFEST = "manifest.json"
 TREE = "tree.json"
 REPORT = "validation-report.json"  # the policy validation report (cdk-nag, CloudFormation Validate)
+# A cloud assembly's JSON (manifest, tree, report), read and merged key by key.
+JsonObject = dict[str, Any]
 
 
 class ShardsDisagree(RuntimeError):
@@ -54,6 +58,7 @@ class ShardFailed(RuntimeError):
 @dataclass(frozen=True)
 class Shard:
     """Which models of which environments one process synthesizes, in synth order."""
+
     models: dict[str, list[str]]  # environment -> model names
 
     def to_json(self) -> str:
@@ -69,10 +74,12 @@ class Shard:
             data = None
         spec = data.get("models") if isinstance(data, dict) else None
         if not isinstance(spec, dict) or not all(
-                isinstance(v, list) and all(isinstance(m, str) for m in v) for v in spec.values()):
-            raise ValueError(f"{SHARD_ENV}: expected {{\"models\": {{env: [model, ...]}}}}, got {text[:80]!r}")
+            isinstance(v, list) and all(isinstance(m, str) for m in v) for v in spec.values()
+        ):
+            raise ValueError(f'{SHARD_ENV}: expected {{"models": {{env: [model, ...]}}}}, got {text[:80]!r}')
         unknown = [e for e in spec if e not in environments] + sorted(
-            {m for names in spec.values() for m in names if m not in models})
+            {m for names in spec.values() for m in names if m not in models}
+        )
         if unknown:
             raise ValueError(f"{SHARD_ENV}: unknown environment or model {', '.join(unknown)}")
         return cls(spec)
@@ -101,9 +108,13 @@ def available_cpus() -> int:
         return os.cpu_count() or 1
 
 
-def plan_shards(env_names: Sequence[str], model_names: Sequence[str] | Mapping[str, Sequence[str]], workers: int,
-                head_start: int = STARTUP_STACKS,
-                together: Mapping[str, Sequence[Sequence[str]]] | None = None) -> list[Shard]:
+def plan_shards(
+    env_names: Sequence[str],
+    model_names: Sequence[str] | Mapping[str, Sequence[str]],
+    workers: int,
+    head_start: int = STARTUP_STACKS,
+    together: Mapping[str, Sequence[Sequence[str]]] | None = None,
+) -> list[Shard]:
     """`workers` contiguous slices (fewer if there are fewer stacks) of the environment-major list of
     serving stacks, sized so all finish together: the first (synthesized in the already started
     process) takes `head_start` more than each other one. `model_names`: the models of every environment,
@@ -135,16 +146,17 @@ def plan_shards(env_names: Sequence[str], model_names: Sequence[str] | Mapping[s
         ends.add(position)
     bounds = sorted({min(e for e in ends if e >= b) if b else 0 for b in bounds})
     shards = []
-    for start, end in zip(bounds, bounds[1:]):
-        models: dict[str, list[str]] = {}
+    for start, end in itertools.pairwise(bounds):
+        held: dict[str, list[str]] = {}
         for env, model in stacks[start:end]:
-            models.setdefault(env, []).append(model)
-        shards.append(Shard(models))
+            held.setdefault(env, []).append(model)
+        shards.append(Shard(held))
     return shards
 
 
-def run_shards(shards: Sequence[Shard], outdir: Path, argv: Sequence[str],
-               synth_here: Callable[[Shard, Path], int]) -> None:
+def run_shards(
+    shards: Sequence[Shard], outdir: Path, argv: Sequence[str], synth_here: Callable[[Shard, Path], int]
+) -> None:
     """Synthesize the first shard in this process with `synth_here(shard, outdir)` (its Python and
     Node.js start-up is already paid) and every other one with `argv` (this app, run again) in parallel,
     then merge them and move the result into `outdir`, its manifest.json last. Raises ShardFailed with the
@@ -153,7 +165,7 @@ def run_shards(shards: Sequence[Shard], outdir: Path, argv: Sequence[str],
     with tempfile.TemporaryDirectory(prefix=".shards-", dir=outdir) as tmp:
         dirs = [Path(tmp) / f"shard-{i}" for i in range(len(shards))]
 
-        def synth_child(index: int) -> subprocess.CompletedProcess:
+        def synth_child(index: int) -> subprocess.CompletedProcess[str]:
             env = {**os.environ, SHARD_ENV: shards[index].to_json(), "CDK_OUTDIR": str(dirs[index])}
             # The CLI's performance counters are one process's; shards would overwrite each other's.
             env.pop("CDK_PERF_COUNTERS_FILE", None)
@@ -216,11 +228,11 @@ def publish(merged: Path, outdir: Path) -> None:
         entry.rename(target)
 
 
-def merge_reports(reports: Sequence[dict]) -> dict:
+def merge_reports(reports: Sequence[JsonObject]) -> JsonObject:
     """One report as a serial synth writes it: per plugin, the shards' findings in shard (so synth)
     order, those of a foundation that several shards built once; failed if it failed in any shard."""
     merged = {k: v for k, v in reports[0].items() if k != "pluginReports"}
-    plugins: dict[str, dict] = {}
+    plugins: dict[str, JsonObject] = {}
     for report in reports:
         for plugin in report.get("pluginReports", []):
             into = plugins.setdefault(plugin["pluginName"], {**plugin, "violations": [], "suppressedViolations": []})
@@ -233,7 +245,7 @@ def merge_reports(reports: Sequence[dict]) -> dict:
     return merged
 
 
-def _finding_key(violation: dict) -> str:
+def _finding_key(violation: JsonObject) -> str:
     """A finding without its stack traces, which name each process's own jsii kernel directory."""
     constructs = [{k: v for k, v in c.items() if k != "stackTraces"} for c in violation.get("violatingConstructs", [])]
     return json.dumps({**violation, "violatingConstructs": constructs}, sort_keys=True)
@@ -244,8 +256,9 @@ def _merge_nested(source: Path, target: Path) -> None:
     for entry in sorted(source.iterdir()):
         if entry.name != MANIFEST:
             _place(entry, target / entry.name)
-    merged = _merge_manifests([json.loads((target / MANIFEST).read_text()),
-                               json.loads((source / MANIFEST).read_text())])
+    merged = _merge_manifests(
+        [json.loads((target / MANIFEST).read_text()), json.loads((source / MANIFEST).read_text())]
+    )
     write_text(target / MANIFEST, json.dumps(merged, indent=2))
 
 
@@ -271,16 +284,21 @@ def _same_content(a: Path, b: Path) -> bool:
     return _without_traces(json.loads(a.read_text())) == _without_traces(json.loads(b.read_text()))
 
 
-def _without_traces(metadata: dict) -> dict:
-    return {path: [{k: v for k, v in entry.items() if k != "trace"} for entry in entries
-                   if entry.get("type") != "aws:cdk:creationStack"]
-            for path, entries in metadata.items()}
+def _without_traces(metadata: JsonObject) -> JsonObject:
+    return {
+        path: [
+            {k: v for k, v in entry.items() if k != "trace"}
+            for entry in entries
+            if entry.get("type") != "aws:cdk:creationStack"
+        ]
+        for path, entries in metadata.items()
+    }
 
 
-def _merge_manifests(manifests: Sequence[dict]) -> dict:
+def _merge_manifests(manifests: Sequence[JsonObject]) -> JsonObject:
     """The first manifest with every other's artifacts added in order (missing ones only) and their
     `missing` context entries combined."""
-    merged = json.loads(json.dumps(manifests[0]))
+    merged: JsonObject = json.loads(json.dumps(manifests[0]))
     artifacts = dict(merged["artifacts"])
     order = list(artifacts)
     for manifest in manifests[1:]:
@@ -300,8 +318,8 @@ def _merge_manifests(manifests: Sequence[dict]) -> dict:
     return merged
 
 
-def _merge_trees(trees: Sequence[dict]) -> dict:
-    merged = json.loads(json.dumps(trees[0]))
+def _merge_trees(trees: Sequence[JsonObject]) -> JsonObject:
+    merged: JsonObject = json.loads(json.dumps(trees[0]))
     for tree in trees[1:]:
         _merge_node(merged["tree"], tree["tree"])
     # Keep the App's children in synth order: the stages, then the Tree construct.
@@ -311,7 +329,7 @@ def _merge_trees(trees: Sequence[dict]) -> dict:
     return merged
 
 
-def _merge_node(into: dict, other: dict) -> None:
+def _merge_node(into: JsonObject, other: JsonObject) -> None:
     for name, child in other.get("children", {}).items():
         if name in into.setdefault("children", {}):
             _merge_node(into["children"][name], child)

@@ -7,10 +7,10 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-from tests.support.neuron_server import LABELS, MAKE_TINY, neuron_dir_on_path, run_script
+from tests.support.neuron_server import LABELS, MAKE_TINY, neuron_dirs_on_path, run_script
 
-neuron_dir_on_path()
-from artifact import source_checksums  # noqa: E402 (container/neuron/artifact.py)
+neuron_dirs_on_path()
+from artifact import source_checksums  # noqa: E402 (container/neuron/build/artifact.py)
 
 
 def test_bert_is_deterministic(tmp_path: Path, tiny_bert: Path):

@@ -29,8 +29,16 @@ def _checkov(paths: list[Path]) -> dict:
     if not CHECKOV.exists():
         pytest.fail(f"{CHECKOV.relative_to(ROOT)} is missing: run `make setup` (target .make/checkov)")
     # --skip-download: offline, no Prisma Cloud guidelines or severities.
-    command = [str(CHECKOV), "--framework", "cloudformation", "--output", "json", "--compact", "--skip-download",
-               *[arg for path in paths for arg in ("--file", str(path))]]
+    command = [
+        str(CHECKOV),
+        "--framework",
+        "cloudformation",
+        "--output",
+        "json",
+        "--compact",
+        "--skip-download",
+        *[arg for path in paths for arg in ("--file", str(path))],
+    ]
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     assert result.returncode in (0, 1), result.stderr[-3000:]  # 1: some check failed
     report = json.loads(result.stdout)
@@ -41,12 +49,15 @@ def _checkov(paths: list[Path]) -> dict:
 
 
 def _findings(results: dict, kind: str) -> list[str]:
-    return sorted(f"{f['check_id']} {f['resource']} ({Path(f['file_path']).name}): {f['check_name']}"
-                  for f in results[kind])
+    return sorted(
+        f"{f['check_id']} {f['resource']} ({Path(f['file_path']).name}): {f['check_name']}" for f in results[kind]
+    )
 
 
 def _every_template(synthesized) -> list[Path]:
-    paths = sorted(synthesized.outdir.glob("*.template.json")) + sorted(synthesized.outdir.glob("assembly-*/*.template.json"))
+    paths = sorted(synthesized.outdir.glob("*.template.json")) + sorted(
+        synthesized.outdir.glob("assembly-*/*.template.json")
+    )
     assert len(paths) == sum(len(stacks) for stacks in synthesized.templates.values()) + len(synthesized.root_templates)
     return paths
 
@@ -55,13 +66,16 @@ def test_checkov_has_no_unacknowledged_failures(synthesized):
     paths = _every_template(synthesized)
     results = _checkov(paths)
     assert _findings(results, "failed_checks") == []
-    scanned = {Path(f["file_abs_path"]).resolve() for kind in ("passed_checks", "skipped_checks")
-               for f in results[kind]}
+    scanned = {
+        Path(f["file_abs_path"]).resolve() for kind in ("passed_checks", "skipped_checks") for f in results[kind]
+    }
     assert scanned == {path.resolve() for path in paths}  # every environment's stacks, the pipeline and its support
     assert len(results["passed_checks"]) > 700
     # Every skip came through checkov.skip: a reason, not checkov's "No comment provided".
-    comments = {f"{f['check_id']} {f['resource']} ({Path(f['file_path']).name})": f["check_result"]["suppress_comment"]
-                for f in results["skipped_checks"]}
+    comments = {
+        f"{f['check_id']} {f['resource']} ({Path(f['file_path']).name})": f["check_result"]["suppress_comment"]
+        for f in results["skipped_checks"]
+    }
     assert {check: comment for check, comment in comments.items() if len(comment.strip()) < checkov.MIN_REASON} == {}
 
 
@@ -76,15 +90,18 @@ def test_checkov_fails_what_the_skips_acknowledge(synthesized, tmp_path):
         path.write_text(json.dumps(template))
         stripped.append(path)
     failed = _checkov(stripped)["failed_checks"]
-    expected = sorted((skip["id"], f"{resource['Type']}.{logical_id}")
-                      for template in synthesized.templates["dev"].values()
-                      for logical_id, resource in template["Resources"].items()
-                      for skip in resource.get("Metadata", {}).get("checkov", {}).get("skip", []))
+    expected = sorted(
+        (skip["id"], f"{resource['Type']}.{logical_id}")
+        for template in synthesized.templates["dev"].values()
+        for logical_id, resource in template["Resources"].items()
+        for skip in resource.get("Metadata", {}).get("checkov", {}).get("skip", [])
+    )
     assert sorted((f["check_id"], f["resource"]) for f in failed) == expected
     assert ("CKV_AWS_2", "AWS::ElasticLoadBalancingV2::Listener.NeuronLoadBalancerListenerE28B7336") in expected
 
 
 # ----------------------------------------------------------------------------- internal TLS
+
 
 @pytest.fixture(scope="module")
 def internal_tls(tmp_path_factory):
@@ -105,22 +122,33 @@ def test_internal_load_balancer_serves_tls_when_a_certificate_is_configured(inte
     assert lb["Properties"]["Scheme"] == "internal"
     _, listener = only(tpl, "AWS::ElasticLoadBalancingV2::Listener")
     assert {k: listener["Properties"][k] for k in ("Protocol", "Port", "Certificates", "SslPolicy")} == {
-        "Protocol": "HTTPS", "Port": 443, "Certificates": [{"CertificateArn": CERT}],
-        "SslPolicy": "ELBSecurityPolicy-TLS13-1-2-2021-06"}
+        "Protocol": "HTTPS",
+        "Port": 443,
+        "Certificates": [{"CertificateArn": CERT}],
+        "SslPolicy": "ELBSecurityPolicy-TLS13-1-2-2021-06",
+    }
     assert "checkov" not in listener.get("Metadata", {})  # nothing to acknowledge
     lb_sg = lb["Properties"]["SecurityGroups"][0]["Fn::GetAtt"][0]
     assert template["Resources"][lb_sg]["Properties"]["SecurityGroupIngress"] == [
-        {"CidrIp": "10.10.0.0/16", "Description": "HTTPS from the VPC", "FromPort": 443, "IpProtocol": "tcp",
-         "ToPort": 443}]
+        {
+            "CidrIp": "10.10.0.0/16",
+            "Description": "HTTPS from the VPC",
+            "FromPort": 443,
+            "IpProtocol": "tcp",
+            "ToPort": 443,
+        }
+    ]
     assert template["Outputs"]["Url"]["Value"]["Fn::Join"][1][0] == "https://"
     results = _checkov(sorted(internal_tls.outdir.glob("assembly-dev/*.template.json")))
     assert _findings(results, "failed_checks") == []
     assert {(f["check_id"], f["resource"]) for f in results["passed_checks"]} >= {
         ("CKV_AWS_2", "AWS::ElasticLoadBalancingV2::Listener.NeuronLoadBalancerListenerE28B7336"),
-        ("CKV_AWS_103", "AWS::ElasticLoadBalancingV2::Listener.NeuronLoadBalancerListenerE28B7336")}
+        ("CKV_AWS_103", "AWS::ElasticLoadBalancingV2::Listener.NeuronLoadBalancerListenerE28B7336"),
+    }
 
 
 # ----------------------------------------------------------------------------- the helper
+
 
 def _bucket() -> s3.CfnBucket:
     return s3.CfnBucket(cdk.Stack(cdk.App(), "Stack"), "Bucket")
@@ -134,8 +162,13 @@ def test_skip_writes_checkov_metadata_and_keeps_other_metadata():
     resource = cdk.assertions.Template.from_stack(cdk.Stack.of(bucket)).to_json()["Resources"]["Bucket"]
     assert resource["Metadata"] == {
         "cfn-lint": {"config": {"ignore_checks": ["W3005"]}},
-        "checkov": {"skip": [{"id": "CKV_AWS_18", "comment": "the bucket receives another bucket's access logs"},
-                             {"id": "CKV_AWS_21", "comment": "objects are written once under unique keys"}]}}
+        "checkov": {
+            "skip": [
+                {"id": "CKV_AWS_18", "comment": "the bucket receives another bucket's access logs"},
+                {"id": "CKV_AWS_21", "comment": "objects are written once under unique keys"},
+            ]
+        },
+    }
 
 
 def test_skip_goes_on_the_l2_constructs_own_resource():
@@ -143,18 +176,22 @@ def test_skip_goes_on_the_l2_constructs_own_resource():
     bucket = s3.Bucket(stack, "Bucket")
     checkov.skip(bucket, "CKV_AWS_21", "objects are written once under unique keys")
     assert bucket.node.default_child.get_metadata("checkov") == {
-        "skip": [{"id": "CKV_AWS_21", "comment": "objects are written once under unique keys"}]}
+        "skip": [{"id": "CKV_AWS_21", "comment": "objects are written once under unique keys"}]
+    }
     with pytest.raises(TypeError, match="no CloudFormation resource"):
         checkov.skip(stack, "CKV_AWS_21", "objects are written once under unique keys")
 
 
-@pytest.mark.parametrize("check_id, reason, message", [
-    ("CKV_AWS_18", "", "needs a real reason"),
-    ("CKV_AWS_18", "log bucket", "needs a real reason"),
-    ("CKV_AWS_18", "                         ", "needs a real reason"),
-    ("AWS-S3-1", "the bucket receives access logs", "one checkov check id"),
-    ("CKV_AWS_18,CKV_AWS_21", "the bucket receives access logs", "one checkov check id"),
-])
+@pytest.mark.parametrize(
+    "check_id, reason, message",
+    [
+        ("CKV_AWS_18", "", "needs a real reason"),
+        ("CKV_AWS_18", "log bucket", "needs a real reason"),
+        ("CKV_AWS_18", "                         ", "needs a real reason"),
+        ("AWS-S3-1", "the bucket receives access logs", "one checkov check id"),
+        ("CKV_AWS_18,CKV_AWS_21", "the bucket receives access logs", "one checkov check id"),
+    ],
+)
 def test_skip_refuses_a_missing_reason_or_a_bad_id(check_id, reason, message):
     with pytest.raises(ValueError, match=message):
         checkov.skip(_bucket(), check_id, reason)

@@ -28,28 +28,47 @@ def _l2(stack: cdk.Stack) -> None:
     errors = cw.Metric(namespace="NS", metric_name="Errors", dimensions_map=dims, statistic="Sum", period=MINUTE)
     p99 = cw.Metric(namespace="NS", metric_name="Latency", dimensions_map=dims, statistic="p99", period=MINUTE)
     average = cw.Metric(namespace="NS", metric_name="Cpu", dimensions_map=dims, statistic="Average", period=MINUTE)
-    rate = cw.MathExpression(expression="100 * errors / requests", label="error %", period=MINUTE,
-                             using_metrics={"requests": requests, "errors": errors})
+    rate = cw.MathExpression(
+        expression="100 * errors / requests",
+        label="error %",
+        period=MINUTE,
+        using_metrics={"requests": requests, "errors": errors},
+    )
     action = cw_actions.SnsAction(topic)
     alarms = []
     for alarm_id, metric, threshold, operator in [
-            ("Latency", p99, 0.25, cw.ComparisonOperator.GREATER_THAN_THRESHOLD),
-            ("Rate", rate, 5.0, cw.ComparisonOperator.GREATER_THAN_THRESHOLD),
-            ("Cpu", average, 90, cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD)]:
-        alarm = cw.Alarm(stack, alarm_id, metric=metric, threshold=threshold, comparison_operator=operator,
-                         evaluation_periods=5, datapoints_to_alarm=3, alarm_description=f"{alarm_id} high",
-                         treat_missing_data=cw.TreatMissingData.NOT_BREACHING)
+        ("Latency", p99, 0.25, cw.ComparisonOperator.GREATER_THAN_THRESHOLD),
+        ("Rate", rate, 5.0, cw.ComparisonOperator.GREATER_THAN_THRESHOLD),
+        ("Cpu", average, 90, cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD),
+    ]:
+        alarm = cw.Alarm(
+            stack,
+            alarm_id,
+            metric=metric,
+            threshold=threshold,
+            comparison_operator=operator,
+            evaluation_periods=5,
+            datapoints_to_alarm=3,
+            alarm_description=f"{alarm_id} high",
+            treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
+        )
         alarm.add_alarm_action(action)
         alarm.add_ok_action(action)
         alarms.append(alarm)
     dashboard = cw.Dashboard(stack, "Dashboard", default_interval=cdk.Duration.hours(3))
     dashboard.add_widgets(cw.TextWidget(markdown='# "quoted" `name` é', width=24, height=1))
     dashboard.add_widgets(
-        cw.GraphWidget(title="Traffic", left=[requests], right=[average], width=10,
-                       left_annotations=[cw.HorizontalAnnotation(value=3000.0, label="target")]),
+        cw.GraphWidget(
+            title="Traffic",
+            left=[requests],
+            right=[average],
+            width=10,
+            left_annotations=[cw.HorizontalAnnotation(value=3000.0, label="target")],
+        ),
         cw.GraphWidget(title="Errors", left=[rate], width=10),
         cw.AlarmWidget(alarm=alarms[0], title="Latency", width=10),  # wraps to a second line
-        cw.AlarmStatusWidget(title="All", alarms=alarms, width=14))
+        cw.AlarmStatusWidget(title="All", alarms=alarms, width=14),
+    )
     dashboard.add_widgets(cw.GraphWidget(title="Latency", left=[p99, average], width=12))
 
 
@@ -62,24 +81,48 @@ def _l1(stack: cdk.Stack) -> None:
     p99 = cwl1.Metric("NS", "Latency", dims, "p99")
     average = cwl1.Metric("NS", "Cpu", dims, "Average")
     rate = cwl1.MathExpression("100 * errors / requests", {"requests": requests, "errors": errors}, "error %")
-    alarms = [cwl1.alarm(stack, alarm_id, metric=metric, threshold=threshold, comparison_operator=operator,
-                         evaluation_periods=5, datapoints_to_alarm=3, description=f"{alarm_id} high",
-                         action_arn=topic_arn)
-              for alarm_id, metric, threshold, operator in [
-                  ("Latency", p99, 0.25, "GreaterThanThreshold"),
-                  ("Rate", rate, 5.0, "GreaterThanThreshold"),
-                  ("Cpu", average, 90, "GreaterThanOrEqualToThreshold")]]
+    alarms = [
+        cwl1.alarm(
+            stack,
+            alarm_id,
+            metric=metric,
+            threshold=threshold,
+            comparison_operator=operator,
+            evaluation_periods=5,
+            datapoints_to_alarm=3,
+            description=f"{alarm_id} high",
+            action_arn=topic_arn,
+        )
+        for alarm_id, metric, threshold, operator in [
+            ("Latency", p99, 0.25, "GreaterThanThreshold"),
+            ("Rate", rate, 5.0, "GreaterThanThreshold"),
+            ("Cpu", average, 90, "GreaterThanOrEqualToThreshold"),
+        ]
+    ]
     region = cdk.Aws.REGION
     arns = [alarm.attr_arn for alarm in alarms]
-    cwl1.dashboard(stack, "Dashboard", [
-        [cwl1.text('# "quoted" `name` é', width=24, height=1)],
-        [cwl1.graph("Traffic", [requests], right=[average], region=region, width=10,
-                    left_annotations=[cwl1.Annotation(3000.0, "target")]),
-         cwl1.graph("Errors", [rate], region=region, width=10),
-         cwl1.alarm_graph("Latency", arns[0], region=region, width=10),
-         cwl1.alarm_status("All", arns, width=14)],
-        [cwl1.graph("Latency", [p99, average], region=region, width=12)],
-    ], start="-PT3H")
+    cwl1.dashboard(
+        stack,
+        "Dashboard",
+        [
+            [cwl1.text('# "quoted" `name` é', width=24, height=1)],
+            [
+                cwl1.graph(
+                    "Traffic",
+                    [requests],
+                    right=[average],
+                    region=region,
+                    width=10,
+                    left_annotations=[cwl1.Annotation(3000.0, "target")],
+                ),
+                cwl1.graph("Errors", [rate], region=region, width=10),
+                cwl1.alarm_graph("Latency", arns[0], region=region, width=10),
+                cwl1.alarm_status("All", arns, width=14),
+            ],
+            [cwl1.graph("Latency", [p99, average], region=region, width=12)],
+        ],
+        start="-PT3H",
+    )
 
 
 def _template(build) -> dict:
@@ -100,8 +143,7 @@ def test_alarms_are_the_l2_alarms(templates):
 
 
 def test_dashboard_is_the_l2_dashboard(templates):
-    l2, l1 = ({k: r for k, r in t["Resources"].items() if r["Type"] == "AWS::CloudWatch::Dashboard"}
-              for t in templates)
+    l2, l1 = ({k: r for k, r in t["Resources"].items() if r["Type"] == "AWS::CloudWatch::Dashboard"} for t in templates)
     assert l1.keys() == l2.keys()
     (logical_id,) = l2
     body = render_dashboard_body(l1[logical_id]["Properties"]["DashboardBody"])
@@ -118,11 +160,16 @@ def test_graph_refuses_a_metric_twice():
 
 def test_statistics_and_numbers():
     assert cwl1.alarm_metric_properties(cwl1.Metric("NS", "M", {"B": "2", "A": "1"}, "p99", 300)) == {
-        "namespace": "NS", "metric_name": "M", "period": 300, "extended_statistic": "p99",
-        "dimensions": [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}]}
+        "namespace": "NS",
+        "metric_name": "M",
+        "period": 300,
+        "extended_statistic": "p99",
+        "dimensions": [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}],
+    }
     assert cwl1.graph_metrics([cwl1.Metric("NS", "M", {}, "Average", 300)]) == [["NS", "M"]]
     assert cwl1.graph(title="t", left=[], region="r", left_annotations=[cwl1.Annotation(2.0, "x")]).properties[
-        "annotations"] == {"horizontal": [{"value": 2, "label": "x", "yAxis": "left"}]}
+        "annotations"
+    ] == {"horizontal": [{"value": 2, "label": "x", "yAxis": "left"}]}
 
 
 def test_render_dashboard_body_reads_joins_as_concatenation():
@@ -135,8 +182,17 @@ def test_render_dashboard_body_reads_joins_as_concatenation():
 def test_an_alarm_that_starts_a_scaling_policy_does_not_notify_it_on_ok():
     stack = cdk.Stack(cdk.App(), "S")
     metric = cwl1.Metric("AWS/SageMaker", "NoCapacityInvocationFailures", {"InferenceComponentName": "c"}, "Sum")
-    alarm = cwl1.alarm(stack, "Wake", metric=metric, threshold=1, evaluation_periods=1, datapoints_to_alarm=1,
-                       description="wake up", action_arn="arn:aws:autoscaling:policy", notify_ok=False)
+    alarm = cwl1.alarm(
+        stack,
+        "Wake",
+        metric=metric,
+        threshold=1,
+        evaluation_periods=1,
+        datapoints_to_alarm=1,
+        description="wake up",
+        action_arn="arn:aws:autoscaling:policy",
+        notify_ok=False,
+    )
     from aws_cdk.assertions import Template
 
     assert alarm.ok_actions is None

@@ -14,7 +14,7 @@ from moto import mock_aws
 
 from inferstack.constructs import live_values_handler
 from rehearsal import moto_patches
-from tests.support.live_values import reader_of, READER_TYPE
+from tests.support.live_values import READER_TYPE, reader_of
 
 REGION = "us-east-1"
 read = live_values_handler.load()
@@ -41,19 +41,26 @@ def folded(value):
 
 def production_rules(template: dict) -> dict[str, dict]:
     """The rules ECS services name as production listener rules (ECS moves their weights)."""
-    named = {balancer["AdvancedConfiguration"]["ProductionListenerRule"]["Ref"]
-             for service in of_type(template, "AWS::ECS::Service").values()
-             for balancer in service["Properties"].get("LoadBalancers", [])
-             if "AdvancedConfiguration" in balancer}
+    named = {
+        balancer["AdvancedConfiguration"]["ProductionListenerRule"]["Ref"]
+        for service in of_type(template, "AWS::ECS::Service").values()
+        for balancer in service["Properties"].get("LoadBalancers", [])
+        if "AdvancedConfiguration" in balancer
+    }
     return {k: template["Resources"][k] for k in named}
 
 
 def test_every_production_rule_and_weighted_listener_writes_the_live_weights(synthesized):
     checked = 0
     for where, template in every_template(synthesized):
-        weighted = {**production_rules(template),
-                    **{k: r for k, r in of_type(template, "AWS::ElasticLoadBalancingV2::Listener").items()
-                       if "ForwardConfig" in r["Properties"]["DefaultActions"][0]}}
+        weighted = {
+            **production_rules(template),
+            **{
+                k: r
+                for k, r in of_type(template, "AWS::ElasticLoadBalancingV2::Listener").items()
+                if "ForwardConfig" in r["Properties"]["DefaultActions"][0]
+            },
+        }
         for logical_id, resource in weighted.items():
             key = "Actions" if "Actions" in resource["Properties"] else "DefaultActions"
             (action,) = resource["Properties"][key]
@@ -65,14 +72,26 @@ def test_every_production_rule_and_weighted_listener_writes_the_live_weights(syn
             assert request["Kind"] == "forward-weights" and request["Planned"] == [100, 0]
             assert request["TargetGroupArns"] == [primary["TargetGroupArn"], alternate["TargetGroupArn"]]
             # Found through the load balancer and port the rule's listener has (not the rule: it reads the reader).
-            listener = (resource if key == "DefaultActions"
-                        else template["Resources"][resource["Properties"]["ListenerArn"]["Ref"]])
+            listener = (
+                resource
+                if key == "DefaultActions"
+                else template["Resources"][resource["Properties"]["ListenerArn"]["Ref"]]
+            )
             assert (request["LoadBalancerArn"], request["Port"]) == (
-                listener["Properties"]["LoadBalancerArn"], listener["Properties"]["Port"])
+                listener["Properties"]["LoadBalancerArn"],
+                listener["Properties"]["Port"],
+            )
             # Whatever else changes on the rule changes the reader first, which reads the weights again.
             trigger = template["Resources"][reader_id]["Properties"]["Trigger"]
-            as_planned = {**resource["Properties"], key: [{**action, "ForwardConfig": {"TargetGroups": [
-                {**primary, "Weight": 100}, {**alternate, "Weight": 0}]}}]}
+            as_planned = {
+                **resource["Properties"],
+                key: [
+                    {
+                        **action,
+                        "ForwardConfig": {"TargetGroups": [{**primary, "Weight": 100}, {**alternate, "Weight": 0}]},
+                    }
+                ],
+            }
             assert folded(trigger) == folded(as_planned), f"{where} {logical_id}"
             checked += 1
     # dev, staging and prod each: intent-pack's two members and its listener, intent-bert-inf2's rule and listener
@@ -84,8 +103,11 @@ def test_ranges_of_targets_with_off_hours_windows_are_read_live(synthesized):
     for where, template in every_template(synthesized):
         for logical_id, target in of_type(template, "AWS::ApplicationAutoScaling::ScalableTarget").items():
             props = target["Properties"]
-            windows = [a["ScalableTargetAction"] for a in props.get("ScheduledActions", [])
-                       if a["ScheduledActionName"].endswith("Start")]
+            windows = [
+                a["ScalableTargetAction"]
+                for a in props.get("ScheduledActions", [])
+                if a["ScheduledActionName"].endswith("Start")
+            ]
             found = reader_of(template, props["MinCapacity"])
             if not windows:  # nothing can be in effect but the planned range
                 assert isinstance(props["MinCapacity"], int) and found is None, f"{where} {logical_id}"
@@ -94,12 +116,17 @@ def test_ranges_of_targets_with_off_hours_windows_are_read_live(synthesized):
             reader_id, attribute, request = found
             assert attribute == "Min" and props["MaxCapacity"] == {"Fn::GetAtt": [reader_id, "Max"]}
             assert request["Windows"] == [[w["MinCapacity"], w["MaxCapacity"]] for w in windows]
-            ends = [a["ScalableTargetAction"] for a in props["ScheduledActions"] if a["ScheduledActionName"].endswith("End")]
+            ends = [
+                a["ScalableTargetAction"] for a in props["ScheduledActions"] if a["ScheduledActionName"].endswith("End")
+            ]
             assert all([e["MinCapacity"], e["MaxCapacity"]] == request["Planned"] for e in ends)
             assert (request["ServiceNamespace"], request["ResourceId"], request["ScalableDimension"]) == (
-                props["ServiceNamespace"], props["ResourceId"], props["ScalableDimension"])
+                props["ServiceNamespace"],
+                props["ResourceId"],
+                props["ScalableDimension"],
+            )
             trigger = template["Resources"][reader_id]["Properties"]["Trigger"]
-            planned = dict(zip(("MinCapacity", "MaxCapacity"), request["Planned"]))
+            planned = dict(zip(("MinCapacity", "MaxCapacity"), request["Planned"], strict=True))
             assert folded(trigger) == folded({**props, **planned}), f"{where} {logical_id}"
             checked += 1
     assert checked >= 2  # intent-pack and intent-bert-inf2 in dev close at night
@@ -114,7 +141,10 @@ def test_inference_components_write_the_live_copy_count(synthesized):
             assert found is not None, f"{where} {logical_id}: an update would reset the copies to the template's"
             reader_id, attribute, request = found
             assert (attribute, request["Kind"], request["InferenceComponentName"]) == (
-                "CopyCount", "copy-count", props["InferenceComponentName"])
+                "CopyCount",
+                "copy-count",
+                props["InferenceComponentName"],
+            )
             trigger = template["Resources"][reader_id]["Properties"]["Trigger"]
             assert folded(trigger)["inferencecomponentname"] == props["InferenceComponentName"]
             assert folded(trigger)["runtimeconfig"] == {"copycount": request["Planned"]}
@@ -137,7 +167,8 @@ def test_counts_autoscaling_owns_are_absent_or_retained(synthesized):
             elif kind == "AWS::AutoScaling::AutoScalingGroup":
                 assert "DesiredCapacity" not in props, f"{where} {logical_id}"
                 assert resource["UpdatePolicy"]["AutoScalingScheduledAction"] == {
-                    "IgnoreUnmodifiedGroupSizeProperties": True}, f"{where} {logical_id}"
+                    "IgnoreUnmodifiedGroupSizeProperties": True
+                }, f"{where} {logical_id}"
             elif kind == "AWS::SageMaker::Endpoint":
                 assert props.get("RetainAllVariantProperties") is True, f"{where} {logical_id}"
                 excluded = {p["VariantPropertyType"] for p in props.get("ExcludeRetainedVariantProperties", [])}
@@ -156,16 +187,29 @@ def test_readers_may_only_read(synthesized):
         function_ids = {r["Properties"]["ServiceToken"]["Fn::GetAtt"][0] for r in readers.values()}
         for function_id in function_ids:
             role_id = template["Resources"][function_id]["Properties"]["Role"]["Fn::GetAtt"][0]
-            policies = [r for r in of_type(template, "AWS::IAM::Policy").values()
-                        if {"Ref": role_id} in r["Properties"]["Roles"]]
-            actions = {a for p in policies for s in p["Properties"]["PolicyDocument"]["Statement"]
-                       for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])}
-            assert all(re.match(r"^(elasticloadbalancing:Describe|application-autoscaling:Describe|"
-                                r"sagemaker:Describe|logs:(CreateLogStream|PutLogEvents)$)", a) for a in actions), \
-                f"{where}: {sorted(actions)}"
+            policies = [
+                r
+                for r in of_type(template, "AWS::IAM::Policy").values()
+                if {"Ref": role_id} in r["Properties"]["Roles"]
+            ]
+            actions = {
+                a
+                for p in policies
+                for s in p["Properties"]["PolicyDocument"]["Statement"]
+                for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])
+            }
+            assert all(
+                re.match(
+                    r"^(elasticloadbalancing:Describe|application-autoscaling:Describe|"
+                    r"sagemaker:Describe|logs:(CreateLogStream|PutLogEvents)$)",
+                    a,
+                )
+                for a in actions
+            ), f"{where}: {sorted(actions)}"
 
 
 # ----------------------------------------------------------------------------- the reader, against moto
+
 
 @pytest.fixture
 def moto(aws):
@@ -182,28 +226,67 @@ def weighted_listener() -> tuple[str, str, str, str]:
     groups, as the stack creates them: (load balancer, rule, primary, alternate)."""
     ec2, elbv2 = client("ec2"), client("elbv2")
     vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
-    subnets = [ec2.create_subnet(VpcId=vpc, CidrBlock=f"10.0.{i}.0/24", AvailabilityZone=f"{REGION}{z}")["Subnet"]["SubnetId"]
-               for i, z in enumerate("ab")]
-    balancer = elbv2.create_load_balancer(Name="lb", Subnets=subnets, Scheme="internal")["LoadBalancers"][0]["LoadBalancerArn"]
-    groups = [elbv2.create_target_group(Name=n, Protocol="HTTP", Port=8080, VpcId=vpc, TargetType="ip")[
-        "TargetGroups"][0]["TargetGroupArn"] for n in ("primary", "alternate")]
-    forward = [{"Type": "forward", "ForwardConfig": {"TargetGroups": [
-        {"TargetGroupArn": groups[0], "Weight": 100}, {"TargetGroupArn": groups[1], "Weight": 0}]}}]
-    listener = elbv2.create_listener(LoadBalancerArn=balancer, Protocol="HTTP", Port=80,
-                                     DefaultActions=forward)["Listeners"][0]["ListenerArn"]
-    rule = elbv2.create_rule(ListenerArn=listener, Priority=50000, Actions=forward, Conditions=[
-        {"Field": "path-pattern", "PathPatternConfig": {"Values": ["/*"]}}])["Rules"][0]["RuleArn"]
+    subnets = [
+        ec2.create_subnet(VpcId=vpc, CidrBlock=f"10.0.{i}.0/24", AvailabilityZone=f"{REGION}{z}")["Subnet"]["SubnetId"]
+        for i, z in enumerate("ab")
+    ]
+    balancer = elbv2.create_load_balancer(Name="lb", Subnets=subnets, Scheme="internal")["LoadBalancers"][0][
+        "LoadBalancerArn"
+    ]
+    groups = [
+        elbv2.create_target_group(Name=n, Protocol="HTTP", Port=8080, VpcId=vpc, TargetType="ip")["TargetGroups"][0][
+            "TargetGroupArn"
+        ]
+        for n in ("primary", "alternate")
+    ]
+    forward = [
+        {
+            "Type": "forward",
+            "ForwardConfig": {
+                "TargetGroups": [
+                    {"TargetGroupArn": groups[0], "Weight": 100},
+                    {"TargetGroupArn": groups[1], "Weight": 0},
+                ]
+            },
+        }
+    ]
+    listener = elbv2.create_listener(LoadBalancerArn=balancer, Protocol="HTTP", Port=80, DefaultActions=forward)[
+        "Listeners"
+    ][0]["ListenerArn"]
+    rule = elbv2.create_rule(
+        ListenerArn=listener,
+        Priority=50000,
+        Actions=forward,
+        Conditions=[{"Field": "path-pattern", "PathPatternConfig": {"Values": ["/*"]}}],
+    )["Rules"][0]["RuleArn"]
     return balancer, rule, groups[0], groups[1]
 
 
 def test_reader_answers_the_weights_ecs_left_on_the_rule_not_the_listeners(moto):
     balancer, rule, primary, alternate = weighted_listener()
-    request = {"Kind": "forward-weights", "LoadBalancerArn": balancer, "Port": 80,
-               "TargetGroupArns": [primary, alternate], "Planned": [100, 0]}
+    request = {
+        "Kind": "forward-weights",
+        "LoadBalancerArn": balancer,
+        "Port": 80,
+        "TargetGroupArns": [primary, alternate],
+        "Planned": [100, 0],
+    }
     assert read(request, client) == {"Primary": 100, "Alternate": 0, "Source": rule}
     # What ECS does after a completed blue/green deployment: production is the alternate target group.
-    client("elbv2").modify_rule(RuleArn=rule, Actions=[{"Type": "forward", "ForwardConfig": {"TargetGroups": [
-        {"TargetGroupArn": primary, "Weight": 0}, {"TargetGroupArn": alternate, "Weight": 100}]}}])
+    client("elbv2").modify_rule(
+        RuleArn=rule,
+        Actions=[
+            {
+                "Type": "forward",
+                "ForwardConfig": {
+                    "TargetGroups": [
+                        {"TargetGroupArn": primary, "Weight": 0},
+                        {"TargetGroupArn": alternate, "Weight": 100},
+                    ]
+                },
+            }
+        ],
+    )
     assert read(request, client) == {"Primary": 0, "Alternate": 100, "Source": rule}
     # Nothing forwards to that pair on another port: the planned weights (a first deploy).
     assert read({**request, "Port": 443}, client) == {"Primary": 100, "Alternate": 0, "Source": "planned"}
@@ -212,16 +295,34 @@ def test_reader_answers_the_weights_ecs_left_on_the_rule_not_the_listeners(moto)
 def test_reader_keeps_a_windows_range_only_while_the_window_is_in_effect(moto):
     scaling, ecs = client("application-autoscaling"), client("ecs")
     ecs.create_cluster(clusterName="cluster")
-    ecs.register_task_definition(family="task", containerDefinitions=[{"name": "Server", "image": "server", "memory": 512}])
+    ecs.register_task_definition(
+        family="task", containerDefinitions=[{"name": "Server", "image": "server", "memory": 512}]
+    )
     ecs.create_service(cluster="cluster", serviceName="svc", taskDefinition="task", desiredCount=1)
-    request = {"Kind": "scalable-range", "ServiceNamespace": "ecs", "ResourceId": "service/cluster/svc",
-               "ScalableDimension": "ecs:service:DesiredCount", "Planned": [1, 3], "Windows": [[0, 0]]}
+    request = {
+        "Kind": "scalable-range",
+        "ServiceNamespace": "ecs",
+        "ResourceId": "service/cluster/svc",
+        "ScalableDimension": "ecs:service:DesiredCount",
+        "Planned": [1, 3],
+        "Windows": [[0, 0]],
+    }
     assert read(request, client) == {"Min": 1, "Max": 3, "Source": "planned"}  # nothing registered yet
-    scaling.register_scalable_target(ServiceNamespace="ecs", ResourceId="service/cluster/svc",
-                                     ScalableDimension="ecs:service:DesiredCount", MinCapacity=0, MaxCapacity=0)
+    scaling.register_scalable_target(
+        ServiceNamespace="ecs",
+        ResourceId="service/cluster/svc",
+        ScalableDimension="ecs:service:DesiredCount",
+        MinCapacity=0,
+        MaxCapacity=0,
+    )
     assert read(request, client) == {"Min": 0, "Max": 0, "Source": "off-hours window in effect"}
-    scaling.register_scalable_target(ServiceNamespace="ecs", ResourceId="service/cluster/svc",
-                                     ScalableDimension="ecs:service:DesiredCount", MinCapacity=2, MaxCapacity=5)
+    scaling.register_scalable_target(
+        ServiceNamespace="ecs",
+        ResourceId="service/cluster/svc",
+        ScalableDimension="ecs:service:DesiredCount",
+        MinCapacity=2,
+        MaxCapacity=5,
+    )
     # An old planned range (the config changed it): the new planned range applies.
     assert read(request, client) == {"Min": 1, "Max": 3, "Source": "planned"}
 
@@ -231,14 +332,26 @@ def test_reader_answers_the_copies_autoscaling_set(moto):
     request = {"Kind": "copy-count", "InferenceComponentName": "dev-t5", "Planned": 1}
     with moto_patches.applied("sagemaker-variant-without-model", "sagemaker-inference-components"):
         assert read(request, client) == {"CopyCount": 1, "Source": "planned"}  # not created yet
-        sagemaker.create_model(ModelName="t5", ExecutionRoleArn="arn:aws:iam::123456789012:role/r",
-                               PrimaryContainer={"Image": "123456789012.dkr.ecr.us-east-1.amazonaws.com/t5@sha256:" + "0" * 64})
-        sagemaker.create_endpoint_config(EndpointConfigName="shared", ProductionVariants=[
-            {"VariantName": "AllTraffic", "InstanceType": "ml.g4dn.xlarge", "InitialInstanceCount": 1}])
+        sagemaker.create_model(
+            ModelName="t5",
+            ExecutionRoleArn="arn:aws:iam::123456789012:role/r",
+            PrimaryContainer={"Image": "123456789012.dkr.ecr.us-east-1.amazonaws.com/t5@sha256:" + "0" * 64},
+        )
+        sagemaker.create_endpoint_config(
+            EndpointConfigName="shared",
+            ProductionVariants=[
+                {"VariantName": "AllTraffic", "InstanceType": "ml.g4dn.xlarge", "InitialInstanceCount": 1}
+            ],
+        )
         sagemaker.create_endpoint(EndpointName="shared", EndpointConfigName="shared")
         sagemaker.create_inference_component(
-            InferenceComponentName="dev-t5", EndpointName="shared", VariantName="AllTraffic",
-            Specification={"ModelName": "t5"}, RuntimeConfig={"CopyCount": 1})
-        sagemaker.update_inference_component_runtime_config(InferenceComponentName="dev-t5",
-                                                            DesiredRuntimeConfig={"CopyCount": 0})  # scaled to zero
+            InferenceComponentName="dev-t5",
+            EndpointName="shared",
+            VariantName="AllTraffic",
+            Specification={"ModelName": "t5"},
+            RuntimeConfig={"CopyCount": 1},
+        )
+        sagemaker.update_inference_component_runtime_config(
+            InferenceComponentName="dev-t5", DesiredRuntimeConfig={"CopyCount": 0}
+        )  # scaled to zero
         assert read(request, client) == {"CopyCount": 0, "Source": "live"}

@@ -66,7 +66,9 @@ def test_role_may_change_only_this_group(resources):
     statements = {s["Sid"]: s for s in policy["PolicyDocument"]["Statement"]}
     assert set(statements) == {"ReleaseThisGroup", "DescribeGroups", "WriteLogs"}
     assert sorted(statements["ReleaseThisGroup"]["Action"]) == [
-        "autoscaling:SetInstanceProtection", "autoscaling:UpdateAutoScalingGroup"]
+        "autoscaling:SetInstanceProtection",
+        "autoscaling:UpdateAutoScalingGroup",
+    ]
     arn = json.dumps(statements["ReleaseThisGroup"]["Resource"])
     assert ":autoScalingGroup:*:autoScalingGroupName/" in arn and ASG_ID in arn
     assert statements["DescribeGroups"]["Action"] == "autoscaling:DescribeAutoScalingGroups"
@@ -79,6 +81,7 @@ def test_inline_handler_fits_lambdas_zipfile_limit():
 
 # ---------------------------------------------------------------- the handler, against moto
 
+
 def _handler_namespace() -> dict:
     namespace: dict = {}
     exec(compile(scale_in_release.HANDLER, "index.py", "exec"), namespace)
@@ -90,11 +93,18 @@ def protected_group(aws):
     ec2 = boto3.client("ec2", region_name="us-east-1")
     client = boto3.client("autoscaling", region_name="us-east-1")
     image = ec2.describe_images()["Images"][0]["ImageId"]
-    ec2.create_launch_template(LaunchTemplateName="neuron-lt", LaunchTemplateData={"ImageId": image,
-                                                                            "InstanceType": "t3.micro"})
+    ec2.create_launch_template(
+        LaunchTemplateName="neuron-lt", LaunchTemplateData={"ImageId": image, "InstanceType": "t3.micro"}
+    )
     client.create_auto_scaling_group(
-        AutoScalingGroupName="neuron", LaunchTemplate={"LaunchTemplateName": "neuron-lt"}, MinSize=2, MaxSize=4,
-        DesiredCapacity=2, NewInstancesProtectedFromScaleIn=True, AvailabilityZones=["us-east-1a"])
+        AutoScalingGroupName="neuron",
+        LaunchTemplate={"LaunchTemplateName": "neuron-lt"},
+        MinSize=2,
+        MaxSize=4,
+        DesiredCapacity=2,
+        NewInstancesProtectedFromScaleIn=True,
+        AvailabilityZones=["us-east-1a"],
+    )
     (group,) = client.describe_auto_scaling_groups(AutoScalingGroupNames=["neuron"])["AutoScalingGroups"]
     assert group["Instances"] and all(i["ProtectedFromScaleIn"] for i in group["Instances"])
     return client
@@ -117,17 +127,23 @@ class _Context:
 
 
 def _event(request_type: str) -> dict:
-    return {"RequestType": request_type, "ResourceProperties": {"AutoScalingGroupName": "neuron"},
-            "ResponseURL": "https://cloudformation-response.example/", "StackId": "stack", "RequestId": "r",
-            "LogicalResourceId": "NeuronScaleInRelease"}
+    return {
+        "RequestType": request_type,
+        "ResourceProperties": {"AutoScalingGroupName": "neuron"},
+        "ResponseURL": "https://cloudformation-response.example/",
+        "StackId": "stack",
+        "RequestId": "r",
+        "LogicalResourceId": "NeuronScaleInRelease",
+    }
 
 
 @pytest.mark.parametrize("request_type", ["Create", "Update", "Delete"])
 def test_handler_answers_cloudformation(protected_group, monkeypatch, request_type):
     namespace = _handler_namespace()
     sent = []
-    monkeypatch.setattr(namespace["urllib"].request, "urlopen",
-                        lambda request, timeout: sent.append(json.loads(request.data)))
+    monkeypatch.setattr(
+        namespace["urllib"].request, "urlopen", lambda request, timeout: sent.append(json.loads(request.data))
+    )
     namespace["handler"](_event(request_type), _Context())
     (response,) = sent
     assert response["Status"] == "SUCCESS" and response["PhysicalResourceId"] == "neuron"
@@ -140,7 +156,8 @@ def test_a_group_emptied_by_its_off_hours_window_is_released(protected_group):
     """At night the window has set the minimum to zero and ECS has drained the group: nothing is left to
     unprotect, and the release still stops protecting new instances."""
     protected_group.put_scheduled_update_group_action(
-        AutoScalingGroupName="neuron", ScheduledActionName="OffHours1Start", Recurrence="0 20 * * MON-FRI", MinSize=0)
+        AutoScalingGroupName="neuron", ScheduledActionName="OffHours1Start", Recurrence="0 20 * * MON-FRI", MinSize=0
+    )
     protected_group.update_auto_scaling_group(AutoScalingGroupName="neuron", MinSize=0, DesiredCapacity=0)
     _handler_namespace()["release"](protected_group, "neuron")
     (group,) = protected_group.describe_auto_scaling_groups(AutoScalingGroupNames=["neuron"])["AutoScalingGroups"]
@@ -150,7 +167,8 @@ def test_a_group_emptied_by_its_off_hours_window_is_released(protected_group):
 def test_a_group_already_gone_is_released(aws, monkeypatch):
     namespace = _handler_namespace()
     sent = []
-    monkeypatch.setattr(namespace["urllib"].request, "urlopen",
-                        lambda request, timeout: sent.append(json.loads(request.data)))
+    monkeypatch.setattr(
+        namespace["urllib"].request, "urlopen", lambda request, timeout: sent.append(json.loads(request.data))
+    )
     namespace["handler"](_event("Delete"), _Context())
     assert sent[0]["Status"] == "SUCCESS", sent

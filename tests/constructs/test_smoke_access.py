@@ -12,10 +12,10 @@ import pytest
 import yaml
 
 from inferstack import config
-from inferstack.delivery import stack_outputs
+from inferstack.aws import stack_outputs
 from inferstack.config import NeuronEcsModel
-from inferstack.schema.models import PIPELINE_STACK_NAME
 from inferstack.constructs.smoke_access import ENI_ACTIONS, PROBE_HANDLER
+from inferstack.schema.environments import PIPELINE_STACK_NAME
 from stacks.stage import smoke_role_for
 from tests.support.paths import CONFIG_DIR
 
@@ -36,7 +36,9 @@ def only(template: dict, resource_type: str, where=lambda key, resource: True) -
 
 
 def smoke_role(template: dict) -> dict:
-    return only(template, "AWS::IAM::Role", lambda k, r: r["Properties"].get("RoleName") == PIPELINE["smoke_role_name"])[1]
+    return only(
+        template, "AWS::IAM::Role", lambda k, r: r["Properties"].get("RoleName") == PIPELINE["smoke_role_name"]
+    )[1]
 
 
 def probe(template: dict) -> tuple[str, dict]:
@@ -50,13 +52,19 @@ def vpc_cidr(env: str) -> str:
 
 # ----------------------------------------------------------------------------- the smoke role
 
+
 @pytest.mark.parametrize("env", ENVS)
 def test_smoke_role_is_named_for_the_pipeline_and_trusts_only_the_pipeline_stacks_roles(synthesized, env):
     role = smoke_role(synthesized.template(env, "Foundation"))
     tooling = PIPELINE["account"]
     assert role["Properties"]["AssumeRolePolicyDocument"]["Statement"] == [
-        {"Action": "sts:AssumeRole", "Effect": "Allow", "Principal": {"AWS": f"arn:aws:iam::{tooling}:root"},
-         "Condition": {"ArnLike": {"aws:PrincipalArn": f"arn:aws:iam::{tooling}:role/{PIPELINE_STACK_NAME}-*"}}}]
+        {
+            "Action": "sts:AssumeRole",
+            "Effect": "Allow",
+            "Principal": {"AWS": f"arn:aws:iam::{tooling}:root"},
+            "Condition": {"ArnLike": {"aws:PrincipalArn": f"arn:aws:iam::{tooling}:role/{PIPELINE_STACK_NAME}-*"}},
+        }
+    ]
     assert "ManagedPolicyArns" not in role["Properties"]
 
 
@@ -64,8 +72,11 @@ def test_the_smoke_steps_run_as_roles_the_trust_condition_admits(synthesized):
     """CloudFormation names a role without RoleName `<stack name>-<logical id>-<suffix>`: the smoke steps'
     CodeBuild roles live in the pipeline stack and set no name, so their names match the condition."""
     pipeline = synthesized.root_templates["Pipeline"]
-    projects = [r for r in pipeline["Resources"].values() if r["Type"] == "AWS::CodeBuild::Project"
-                and "smoke" in json.dumps(r["Properties"].get("Source", {}))]
+    projects = [
+        r
+        for r in pipeline["Resources"].values()
+        if r["Type"] == "AWS::CodeBuild::Project" and "smoke" in json.dumps(r["Properties"].get("Source", {}))
+    ]
     assert len(projects) == len(ENVS)
     for project in projects:
         role_id = project["Properties"]["ServiceRole"]["Fn::GetAtt"][0]
@@ -81,14 +92,27 @@ def test_smoke_role_may_do_exactly_what_smoke_does_in_this_environment(synthesiz
     account, region = ENVIRONMENTS[env]["account"], ENVIRONMENTS[env]["region"]
     probe_id, _ = probe(template)
     assert statements == {
-        "ReadThisEnvironmentsStacks": {"Action": "cloudformation:DescribeStacks", "Effect": "Allow", "Sid": "ReadThisEnvironmentsStacks",
-                                       "Resource": f"arn:aws:cloudformation:{region}:{account}:stack/{env}-*/*"},
-        "InvokeTheProbe": {"Action": "lambda:InvokeFunction", "Effect": "Allow", "Sid": "InvokeTheProbe",
-                           "Resource": {"Fn::GetAtt": [probe_id, "Arn"]}},
-        "InvokeThisEnvironmentsEndpoints": {"Action": "sagemaker:InvokeEndpoint", "Effect": "Allow",
-                                            "Sid": "InvokeThisEnvironmentsEndpoints",
-                                            "Resource": [f"arn:aws:sagemaker:{region}:{account}:endpoint/{env}-*",
-                                                         f"arn:aws:sagemaker:{region}:{account}:inference-component/{env}-*"]},
+        "ReadThisEnvironmentsStacks": {
+            "Action": "cloudformation:DescribeStacks",
+            "Effect": "Allow",
+            "Sid": "ReadThisEnvironmentsStacks",
+            "Resource": f"arn:aws:cloudformation:{region}:{account}:stack/{env}-*/*",
+        },
+        "InvokeTheProbe": {
+            "Action": "lambda:InvokeFunction",
+            "Effect": "Allow",
+            "Sid": "InvokeTheProbe",
+            "Resource": {"Fn::GetAtt": [probe_id, "Arn"]},
+        },
+        "InvokeThisEnvironmentsEndpoints": {
+            "Action": "sagemaker:InvokeEndpoint",
+            "Effect": "Allow",
+            "Sid": "InvokeThisEnvironmentsEndpoints",
+            "Resource": [
+                f"arn:aws:sagemaker:{region}:{account}:endpoint/{env}-*",
+                f"arn:aws:sagemaker:{region}:{account}:inference-component/{env}-*",
+            ],
+        },
     }
 
 
@@ -98,8 +122,11 @@ def test_the_role_scopes_cover_every_stack_and_endpoint_the_environment_deploys(
     stage = synthesized.stages[env]
     for stack in [stage.foundation, *stage.serving.values()]:
         assert stack.stack_name.startswith(f"{env}-")
-    endpoints = [r["Properties"]["EndpointName"] for stack in synthesized.templates[env].values()
-                 for r in resources(stack, "AWS::SageMaker::Endpoint").values()]
+    endpoints = [
+        r["Properties"]["EndpointName"]
+        for stack in synthesized.templates[env].values()
+        for r in resources(stack, "AWS::SageMaker::Endpoint").values()
+    ]
     assert endpoints, "the shipped config has Triton models"
     assert all(name.lower().startswith(f"{env}-") for name in endpoints), endpoints
 
@@ -128,31 +155,37 @@ def test_without_a_pipeline_the_role_trusts_the_environments_own_account(config_
     del data["pipeline"]
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     none = config.load(config_copy)
-    assert {env: (r.name, r.trusted_account, r.trusted_role_prefix) for env in ENVS
-            for r in [smoke_role_for(none, env)]} == {
-        env: ("inferstack-smoke", ENVIRONMENTS[env]["account"], None) for env in ENVS}
+    assert {
+        env: (r.name, r.trusted_account, r.trusted_role_prefix) for env in ENVS for r in [smoke_role_for(none, env)]
+    } == {env: ("inferstack-smoke", ENVIRONMENTS[env]["account"], None) for env in ENVS}
     assert smoke_role_for(partial, "prod").trusted_role_prefix is None
 
 
 # ----------------------------------------------------------------------------- the probe
+
 
 def test_probe_runs_in_the_private_subnets_of_a_created_vpc(synthesized):
     template = synthesized.template("dev", "Foundation")
     _, function = probe(template)
     subnet_ids = {ref["Ref"] for ref in function["Properties"]["VpcConfig"]["SubnetIds"]}
     subnets = resources(template, "AWS::EC2::Subnet")
-    private = {k for k, s in subnets.items()
-               if {"Key": "aws-cdk:subnet-type", "Value": "Private"} in s["Properties"]["Tags"]}
+    private = {
+        k for k, s in subnets.items() if {"Key": "aws-cdk:subnet-type", "Value": "Private"} in s["Properties"]["Tags"]
+    }
     assert subnet_ids == private and len(private) == len(ENVIRONMENTS["dev"]["availability_zones"])
     # inside the VPC range the internal load balancers admit
     for key in private:
         assert ipaddress.ip_network(subnets[key]["Properties"]["CidrBlock"]).subnet_of(
-            ipaddress.ip_network(vpc_cidr("dev")))
+            ipaddress.ip_network(vpc_cidr("dev"))
+        )
 
 
 def test_probe_runs_in_the_imported_private_subnets(synthesized):
     _, function = probe(synthesized.template("prod", "Foundation"))
-    assert function["Properties"]["VpcConfig"]["SubnetIds"] == ENVIRONMENTS["prod"]["network"]["import"]["private_subnet_ids"]
+    assert (
+        function["Properties"]["VpcConfig"]["SubnetIds"]
+        == ENVIRONMENTS["prod"]["network"]["import"]["private_subnet_ids"]
+    )
 
 
 @pytest.mark.parametrize("env", ENVS)
@@ -163,11 +196,15 @@ def test_probe_may_only_call_into_its_vpc(synthesized, env):
     sg = template["Resources"][sg_id]["Properties"]
     assert "SecurityGroupIngress" not in sg
     assert sorted((r["CidrIp"], r["FromPort"], r["ToPort"], r["IpProtocol"]) for r in sg["SecurityGroupEgress"]) == [
-        (vpc_cidr(env), 80, 80, "tcp"), (vpc_cidr(env), 443, 443, "tcp")]
+        (vpc_cidr(env), 80, 80, "tcp"),
+        (vpc_cidr(env), 443, 443, "tcp"),
+    ]
     variables = function["Properties"]["Environment"]["Variables"]
     assert variables["PROBE_ALLOWED_NETWORKS"] == vpc_cidr(env)
     region = ENVIRONMENTS[env]["region"]
-    assert variables["PROBE_ALLOWED_HOST_SUFFIXES"] == {"Fn::Join": ["", [f".{region}.elb.", {"Ref": "AWS::URLSuffix"}]]}
+    assert variables["PROBE_ALLOWED_HOST_SUFFIXES"] == {
+        "Fn::Join": ["", [f".{region}.elb.", {"Ref": "AWS::URLSuffix"}]]
+    }
 
 
 @pytest.mark.parametrize("env", ENVS)
@@ -184,8 +221,11 @@ def test_probe_role_is_inline_least_privilege(synthesized, env):
     assert sorted(statements["VpcNetworkInterfaces"]["Action"]) == sorted(ENI_ACTIONS)
     assert set(statements) == {"WriteOwnLogs", "VpcNetworkInterfaces"}
     # nothing else grants the probe anything
-    assert not [p for p in resources(template, "AWS::IAM::Policy").values()
-                if {"Ref": function["Properties"]["Role"]["Fn::GetAtt"][0]} in p["Properties"]["Roles"]]
+    assert not [
+        p
+        for p in resources(template, "AWS::IAM::Policy").values()
+        if {"Ref": function["Properties"]["Role"]["Fn::GetAtt"][0]} in p["Properties"]["Roles"]
+    ]
     log_group = template["Resources"][log_group_id]["Properties"]
     assert "KmsKeyId" in log_group
 
@@ -195,7 +235,9 @@ def test_probe_code_is_the_packaged_handler_and_nothing_else(synthesized):
     _, function = probe(template)
     assert function["Properties"]["Handler"] == PROBE_HANDLER
     key = function["Properties"]["Code"]["S3Key"]
-    manifest_path = synthesized.outdir / "assembly-dev" / f"{synthesized.stages['dev'].foundation.artifact_id}.assets.json"
+    manifest_path = (
+        synthesized.outdir / "assembly-dev" / f"{synthesized.stages['dev'].foundation.artifact_id}.assets.json"
+    )
     (asset,) = [a for h, a in json.loads(manifest_path.read_text())["files"].items() if key.startswith(h)]
     directory = manifest_path.parent / asset["source"]["path"]
     files = sorted(str(p.relative_to(directory)) for p in Path(directory).rglob("*") if p.is_file())
@@ -205,6 +247,7 @@ def test_probe_code_is_the_packaged_handler_and_nothing_else(synthesized):
 
 
 # ----------------------------------------------------------------------------- load balancers admit the probe
+
 
 @pytest.mark.parametrize("env", ENVS)
 def test_internal_load_balancers_admit_the_probe_by_the_vpc_range(synthesized, project, env):
@@ -222,7 +265,10 @@ def test_internal_load_balancers_admit_the_probe_by_the_vpc_range(synthesized, p
         _, listener = only(template, "AWS::ElasticLoadBalancingV2::Listener")
         port = listener["Properties"]["Port"]
         sg = template["Resources"][lb["Properties"]["SecurityGroups"][0]["Fn::GetAtt"][0]]["Properties"]
-        admitted = [ipaddress.ip_network(r["CidrIp"]) for r in sg["SecurityGroupIngress"]
-                    if r["FromPort"] <= port <= r["ToPort"]]
+        admitted = [
+            ipaddress.ip_network(r["CidrIp"])
+            for r in sg["SecurityGroupIngress"]
+            if r["FromPort"] <= port <= r["ToPort"]
+        ]
         allowed = ipaddress.ip_network(function["Properties"]["Environment"]["Variables"]["PROBE_ALLOWED_NETWORKS"])
         assert any(allowed.subnet_of(net) for net in admitted), (admitted, allowed)

@@ -50,10 +50,13 @@ def dedicated_dev(tmp_path_factory) -> dict[str, dict]:
 
 def test_dev_runs_the_triton_models_on_a_fleet_and_staging_and_prod_on_their_own_endpoints():
     assert [(e, m) for e in ENVS for m in TRITON_MODELS if (e, m) not in CASES] == [
-        ("dev", "bert-large-classifier"), ("dev", "t5-spelling")]
+        ("dev", "bert-large-classifier"),
+        ("dev", "t5-spelling"),
+    ]
 
 
 # ---------------------------------------------------------------- model and image
+
 
 def test_model_runs_the_image_asset_with_network_isolation_in_the_vpc(case, project):
     env, name, template = case
@@ -70,9 +73,13 @@ def test_model_runs_the_image_asset_with_network_isolation_in_the_vpc(case, proj
     sg = template["Resources"][sg_ref["Fn::GetAtt"][0]]
     assert "SecurityGroupIngress" not in sg["Properties"]
     assert [(r["IpProtocol"], r["FromPort"], r["ToPort"]) for r in sg["Properties"]["SecurityGroupEgress"]] == [
-        ("tcp", 443, 443)]
-    ingress = [r for r in resources(template, "AWS::EC2::SecurityGroupIngress").values()
-               if r["Properties"]["GroupId"] == sg_ref]
+        ("tcp", 443, 443)
+    ]
+    ingress = [
+        r
+        for r in resources(template, "AWS::EC2::SecurityGroupIngress").values()
+        if r["Properties"]["GroupId"] == sg_ref
+    ]
     assert ingress == []
 
 
@@ -101,11 +108,13 @@ def test_execution_role_is_least_privilege(case):
     role_id = policy["Properties"]["Roles"][0]["Ref"]
     role = template["Resources"][role_id]
     assert role["Properties"]["AssumeRolePolicyDocument"]["Statement"][0]["Principal"] == {
-        "Service": "sagemaker.amazonaws.com"}
+        "Service": "sagemaker.amazonaws.com"
+    }
     assert "ManagedPolicyArns" not in role["Properties"] and "Policies" not in role["Properties"]
     # the other role is the scaling handover's function's (test_scaling_handover_role_is_least_privilege)
     assert [r for r in resources(template, "AWS::IAM::Role") if r != role_id] == [
-        only(template, "AWS::Lambda::Function")[1]["Properties"]["Role"]["Fn::GetAtt"][0]]
+        only(template, "AWS::Lambda::Function")[1]["Properties"]["Role"]["Fn::GetAtt"][0]
+    ]
 
 
 def test_eni_condition_names_the_vpc_by_its_owners_arn(case, project):
@@ -135,8 +144,9 @@ def test_execution_role_may_describe_exactly_the_rollback_alarms(case):
     describe = statements["RollbackAlarms"]
     assert describe["Action"] == "cloudwatch:DescribeAlarms"
     _, endpoint = only(template, "AWS::SageMaker::Endpoint")
-    rollback = [a["AlarmName"]["Ref"] for a in endpoint["Properties"]["DeploymentConfig"]
-                ["AutoRollbackConfiguration"]["Alarms"]]
+    rollback = [
+        a["AlarmName"]["Ref"] for a in endpoint["Properties"]["DeploymentConfig"]["AutoRollbackConfiguration"]["Alarms"]
+    ]
     assert sorted(r["Fn::GetAtt"][0] for r in describe["Resource"]) == sorted(rollback)
     assert all(r["Fn::GetAtt"][1] == "Arn" for r in describe["Resource"])
 
@@ -159,8 +169,10 @@ def test_image_asset_builds_from_container_triton_with_the_sdk_resolved_base(syn
     staged = (assets_file.parent / source["directory"]).resolve()
     staged_files = sorted(p.relative_to(staged).as_posix() for p in staged.rglob("*") if p.is_file())
     assert "container/triton/Dockerfile" in staged_files and "inferstack/triton/config.py" in staged_files
-    assert not any(f.startswith(("tests/", "model_configs/", "node_modules/", "stacks/", "inferstack/constructs/"))
-                   for f in staged_files)
+    assert not any(
+        f.startswith(("tests/", "model_configs/", "node_modules/", "stacks/", "inferstack/constructs/"))
+        for f in staged_files
+    )
 
 
 def test_build_context_matches_the_dockerfile_ignore_file():
@@ -169,6 +181,7 @@ def test_build_context_matches_the_dockerfile_ignore_file():
 
 
 # ---------------------------------------------------------------- endpoint config
+
 
 def test_endpoint_config_variant_from_config(case, project):
     env, name, template = case
@@ -185,8 +198,10 @@ def test_endpoint_config_variant_from_config(case, project):
     raw = raw_yaml(name)["serving"]
     assert variant["InferenceAmiVersion"] == raw["inference_ami_version"]
     # From the model's size, its TensorRT engines and instance count (inferstack/triton/startup.py)
-    assert variant["ContainerStartupHealthCheckTimeoutInSeconds"] == {
-        "bert-large-classifier": 900, "t5-spelling": 540}[name]
+    assert (
+        variant["ContainerStartupHealthCheckTimeoutInSeconds"]
+        == {"bert-large-classifier": 900, "t5-spelling": 540}[name]
+    )
     assert variant["ModelDataDownloadTimeoutInSeconds"] == model.serving.model_data_download_timeout_seconds
     assert "VolumeSizeInGB" not in variant
 
@@ -195,7 +210,9 @@ def test_data_capture_to_an_encrypted_logged_bucket(synthesized):
     template = synthesized.template("prod", "bert-large-classifier")
     _, cfg = only(template, "AWS::SageMaker::EndpointConfig")
     capture = cfg["Properties"]["DataCaptureConfig"]
-    assert capture["InitialSamplingPercentage"] == raw_yaml("bert-large-classifier")["data_capture"]["sampling_percentage"]
+    assert (
+        capture["InitialSamplingPercentage"] == raw_yaml("bert-large-classifier")["data_capture"]["sampling_percentage"]
+    )
     assert capture["EnableCapture"] is True and "KmsKeyId" in capture
     bucket_id = capture["DestinationS3Uri"]["Fn::Join"][1][1]["Ref"]
     bucket = template["Resources"][bucket_id]["Properties"]
@@ -203,13 +220,17 @@ def test_data_capture_to_an_encrypted_logged_bucket(synthesized):
     assert sse["SSEAlgorithm"] == "aws:kms"
     assert bucket["VersioningConfiguration"]["Status"] == "Enabled"
     assert "LoggingConfiguration" in bucket
-    policies = [p for p in resources(template, "AWS::S3::BucketPolicy").values()
-                if p["Properties"]["Bucket"] == {"Ref": bucket_id}]
+    policies = [
+        p
+        for p in resources(template, "AWS::S3::BucketPolicy").values()
+        if p["Properties"]["Bucket"] == {"Ref": bucket_id}
+    ]
     assert "aws:SecureTransport" in json.dumps(policies)
     Template.from_json(synthesized.template("prod", "t5-spelling")).resource_count_is("AWS::S3::Bucket", 0)
 
 
 # ---------------------------------------------------------------- endpoint and deployment guardrails
+
 
 def test_endpoint_keeps_the_fleet_and_rolls_back_on_alarms(case, project):
     env, name, template = case
@@ -243,16 +264,22 @@ def test_guardrails_per_environment_follow_the_smallest_fleet(synthesized, dedic
     (https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_TrafficRoutingConfig.html): dev and
     staging run one instance at their minimum and deploy blue/green all at once; prod (two or more)
     keeps the configured canary and linear shifts."""
+
     def routing(template: dict) -> str:
-        return only(template, "AWS::SageMaker::Endpoint")[1]["Properties"]["DeploymentConfig"][
-            "BlueGreenUpdatePolicy"]["TrafficRoutingConfiguration"]["Type"]
+        return only(template, "AWS::SageMaker::Endpoint")[1]["Properties"]["DeploymentConfig"]["BlueGreenUpdatePolicy"][
+            "TrafficRoutingConfiguration"
+        ]["Type"]
 
     found = {(env, name): routing(synthesized.template(env, name)) for env, name in CASES}
     found |= {("dev", name): routing(dedicated_dev[name]) for name in TRITON_MODELS}
     assert found == {
-        ("dev", "bert-large-classifier"): "ALL_AT_ONCE", ("dev", "t5-spelling"): "ALL_AT_ONCE",
-        ("staging", "bert-large-classifier"): "ALL_AT_ONCE", ("staging", "t5-spelling"): "ALL_AT_ONCE",
-        ("prod", "bert-large-classifier"): "CANARY", ("prod", "t5-spelling"): "LINEAR"}
+        ("dev", "bert-large-classifier"): "ALL_AT_ONCE",
+        ("dev", "t5-spelling"): "ALL_AT_ONCE",
+        ("staging", "bert-large-classifier"): "ALL_AT_ONCE",
+        ("staging", "t5-spelling"): "ALL_AT_ONCE",
+        ("prod", "bert-large-classifier"): "CANARY",
+        ("prod", "t5-spelling"): "LINEAR",
+    }
     assert synthesized.stages["prod"].serving["t5-spelling"].triton.deployment.strategy == "linear"
 
 
@@ -272,11 +299,16 @@ def test_endpoint_name_is_output(case):
 
 # ---------------------------------------------------------------- autoscaling
 
+
 def test_scaling_target_is_measured_throughput_times_safety_times_60(case, project):
     env, name, template = case
     raw = raw_yaml(name)
-    instance_type = raw.get("environments", {}).get(env, {}).get("capacity", {}).get(
-        "instance_type", raw["capacity"]["instance_type"])
+    instance_type = (
+        raw.get("environments", {})
+        .get(env, {})
+        .get("capacity", {})
+        .get("instance_type", raw["capacity"]["instance_type"])
+    )
     throughput = raw["throughput_profile"][instance_type]["throughput_per_second"]
     envs = yaml.safe_load((CONFIG_DIR / "environments.yaml").read_text())
     safety = envs["environments"][env]["defaults"]["safety_factor"]
@@ -301,7 +333,8 @@ def test_scalable_target_depends_on_the_endpoint_with_planned_capacity(case, pro
     # the service-linked role: never deleted with the stack, so teardown can always deregister
     assert props["RoleARN"].endswith(
         ":role/aws-service-role/sagemaker.application-autoscaling.amazonaws.com/"
-        "AWSServiceRoleForApplicationAutoScaling_SageMakerEndpoint")
+        "AWSServiceRoleForApplicationAutoScaling_SageMakerEndpoint"
+    )
 
 
 def test_off_hours_schedules_only_where_configured(synthesized, dedicated_dev):
@@ -312,25 +345,37 @@ def test_off_hours_schedules_only_where_configured(synthesized, dedicated_dev):
     assert start["ScalableTargetAction"] == {"MinCapacity": raw["min"], "MaxCapacity": raw["max"]}
     assert end["Schedule"] == raw["end"]
     assert end["ScalableTargetAction"] == {"MinCapacity": 1, "MaxCapacity": 2}  # dev's planned capacity
-    _, prod_target = only(synthesized.template("prod", "bert-large-classifier"),
-                          "AWS::ApplicationAutoScaling::ScalableTarget")
+    _, prod_target = only(
+        synthesized.template("prod", "bert-large-classifier"), "AWS::ApplicationAutoScaling::ScalableTarget"
+    )
     assert "ScheduledActions" not in prod_target["Properties"]
 
 
 # ---------------------------------------------------------------- alarms and dashboard
 
+
 def test_alarms_from_the_slo_notify_the_environment_topic(case, project):
     env, name, template = case
     slo_ms = project.model(name).slo_for(env).p99_latency_ms
-    alarms = {a["Properties"].get("MetricName") or "4xx-rate": a["Properties"]
-              for a in resources(template, "AWS::CloudWatch::Alarm").values()}
-    assert set(alarms) == {"ModelLatency", "OverheadLatency", "Invocation5XXErrors", "4xx-rate",
-                           "GPUUtilization", "GPUMemoryUtilization"}
+    alarms = {
+        a["Properties"].get("MetricName") or "4xx-rate": a["Properties"]
+        for a in resources(template, "AWS::CloudWatch::Alarm").values()
+    }
+    assert set(alarms) == {
+        "ModelLatency",
+        "OverheadLatency",
+        "Invocation5XXErrors",
+        "4xx-rate",
+        "GPUUtilization",
+        "GPUMemoryUtilization",
+    }
     latency = alarms["ModelLatency"]
     assert latency["ExtendedStatistic"] == "p99" and latency["Threshold"] == slo_ms * 1000  # microseconds
     assert latency["Namespace"] == "AWS/SageMaker"
     assert {d["Name"]: d["Value"] for d in latency["Dimensions"]} == {
-        "EndpointName": f"{env}-{name}", "VariantName": "AllTraffic"}
+        "EndpointName": f"{env}-{name}",
+        "VariantName": "AllTraffic",
+    }
     assert alarms["OverheadLatency"]["Threshold"] == pytest.approx(slo_ms * 1000 * 0.2)
     assert alarms["Invocation5XXErrors"]["Threshold"] == 1
     for gpu in ("GPUUtilization", "GPUMemoryUtilization"):
@@ -355,6 +400,7 @@ def test_dashboard_without_a_fixed_name(case):
 
 # ---------------------------------------------------------------- what a model change touches
 
+
 @pytest.fixture(scope="module")
 def changed(tmp_path_factory):
     """staging synthesized after two edits: t5-spelling's model and serving settings, bert-large's staging max."""
@@ -378,9 +424,12 @@ def test_changing_the_model_replaces_model_and_config_but_keeps_the_endpoint(syn
     before, after = synthesized.template("staging", "t5-spelling"), changed["t5-spelling"]
     for kind in ("AWS::SageMaker::Model", "AWS::SageMaker::EndpointConfig"):
         assert only(before, kind)[1] != only(after, kind)[1], f"{kind} did not change"
+
     # a new image tag replaces the Model (under a fresh CloudFormation name); the config names the Model
     # by GetAtt, so it is replaced with it
-    image = lambda t: only(t, "AWS::SageMaker::Model")[1]["Properties"]["PrimaryContainer"]["Image"]  # noqa: E731
+    def image(template):
+        return only(template, "AWS::SageMaker::Model")[1]["Properties"]["PrimaryContainer"]["Image"]
+
     assert image(before) != image(after)
     model_id = only(after, "AWS::SageMaker::Model")[0]
     (variant,) = only(after, "AWS::SageMaker::EndpointConfig")[1]["Properties"]["ProductionVariants"]
@@ -390,7 +439,8 @@ def test_changing_the_model_replaces_model_and_config_but_keeps_the_endpoint(syn
     assert new_endpoint_id == old_endpoint_id
     assert new_endpoint["Properties"]["EndpointName"] == old_endpoint["Properties"]["EndpointName"]
     assert only(after, "AWS::ApplicationAutoScaling::ScalableTarget") == only(
-        before, "AWS::ApplicationAutoScaling::ScalableTarget")
+        before, "AWS::ApplicationAutoScaling::ScalableTarget"
+    )
 
 
 def test_capacity_change_does_not_touch_the_image(synthesized, changed):
@@ -425,14 +475,19 @@ def test_scaling_handover_wraps_the_endpoint_update(case, project):
     assert endpoint_id in restore["DependsOn"] and release_id not in restore.get("DependsOn", [])
     assert restore_id in target["DependsOn"] and restore_id in policy["DependsOn"]
     assert restore["Properties"]["Released"] == {"Fn::GetAtt": [release_id, "Released"]}
-    assert restore["Properties"]["ReleasedRange"] == [{"Fn::GetAtt": [release_id, "MinCapacity"]},
-                                                      {"Fn::GetAtt": [release_id, "MaxCapacity"]}]
+    assert restore["Properties"]["ReleasedRange"] == [
+        {"Fn::GetAtt": [release_id, "MinCapacity"]},
+        {"Fn::GetAtt": [release_id, "MaxCapacity"]},
+    ]
     for props in (release["Properties"], restore["Properties"]):
         assert props["EndpointName"] == f"{env}-{name}" and props["VariantName"] == "AllTraffic"
         assert props["InstanceType"] == project.model(name).capacity_for(env).instance_type
         assert props["ServiceToken"] == {"Fn::GetAtt": [only(template, "AWS::Lambda::Function")[0], "Arn"]}
-        assert props["Target"]["ResourceId"] == target["Properties"]["ResourceId"] == \
-            f"endpoint/{env}-{name}/variant/AllTraffic"
+        assert (
+            props["Target"]["ResourceId"]
+            == target["Properties"]["ResourceId"]
+            == f"endpoint/{env}-{name}/variant/AllTraffic"
+        )
 
 
 def test_scaling_handover_carries_the_target_and_policies_as_the_template_has_them(synthesized, dedicated_dev):
@@ -448,8 +503,11 @@ def test_scaling_handover_carries_the_target_and_policies_as_the_template_has_th
         for _, resource in handover(template):
             assert resource["Properties"]["Target"] == target["Properties"]
             assert resource["Properties"]["Policies"] == [expected_policy]
-        windowed += "Fn::GetAtt" in target["Properties"]["MinCapacity"] if isinstance(
-            target["Properties"]["MinCapacity"], dict) else 0
+        windowed += (
+            "Fn::GetAtt" in target["Properties"]["MinCapacity"]
+            if isinstance(target["Properties"]["MinCapacity"], dict)
+            else 0
+        )
     assert windowed == 2  # dev's two models, with their off-hours windows
 
 
@@ -458,19 +516,27 @@ def test_scaling_handover_role_is_least_privilege(case):
     function_id, function = only(template, "AWS::Lambda::Function")
     role = template["Resources"][function["Properties"]["Role"]["Fn::GetAtt"][0]]
     assert role["Properties"]["AssumeRolePolicyDocument"]["Statement"][0]["Principal"] == {
-        "Service": "lambda.amazonaws.com"}
+        "Service": "lambda.amazonaws.com"
+    }
     (document,) = [p["PolicyDocument"] for p in role["Properties"]["Policies"]]
     statements = {s["Sid"]: s for s in document["Statement"]}
     account, region = {"staging": ("222222222222", "us-east-1"), "prod": ("333333333333", "us-west-2")}[env]
     assert statements["ThisEndpoint"]["Resource"] == f"arn:aws:sagemaker:{region}:{account}:endpoint/{env}-{name}"
-    assert statements["EndpointConfigs"] == {"Sid": "EndpointConfigs", "Effect": "Allow", "Action":
-                                             "sagemaker:DescribeEndpointConfig",
-                                             "Resource": f"arn:aws:sagemaker:{region}:{account}:endpoint-config/*"}
+    assert statements["EndpointConfigs"] == {
+        "Sid": "EndpointConfigs",
+        "Effect": "Allow",
+        "Action": "sagemaker:DescribeEndpointConfig",
+        "Resource": f"arn:aws:sagemaker:{region}:{account}:endpoint-config/*",
+    }
     assert statements["TargetTrackingAlarms"]["Resource"] == (
-        f"arn:aws:cloudwatch:{region}:{account}:alarm:TargetTracking-endpoint/{env}-{name}/variant/AllTraffic-*")
+        f"arn:aws:cloudwatch:{region}:{account}:alarm:TargetTracking-endpoint/{env}-{name}/variant/AllTraffic-*"
+    )
     assert statements["ScalableTarget"]["Resource"] == "*"
-    assert not any(a.endswith("*") for s in statements.values()
-                   for a in (s["Action"] if isinstance(s["Action"], list) else [s["Action"]]))
+    assert not any(
+        a.endswith("*")
+        for s in statements.values()
+        for a in (s["Action"] if isinstance(s["Action"], list) else [s["Action"]])
+    )
     assert "Handler" in function["Properties"] and "ZipFile" in function["Properties"]["Code"]
 
 
@@ -478,8 +544,11 @@ def test_scaling_handover_role_is_least_privilege(case):
 
 REGION = "us-east-1"
 HAND_OVER = scaling_handover_handler.load()
-KEY = {"ServiceNamespace": "sagemaker", "ResourceId": "endpoint/staging-t5/variant/AllTraffic",
-       "ScalableDimension": "sagemaker:variant:DesiredInstanceCount"}
+KEY = {
+    "ServiceNamespace": "sagemaker",
+    "ResourceId": "endpoint/staging-t5/variant/AllTraffic",
+    "ScalableDimension": "sagemaker:variant:DesiredInstanceCount",
+}
 
 
 def boto(service: str):
@@ -488,30 +557,63 @@ def boto(service: str):
 
 def request(instance_type: str = "ml.g4dn.xlarge", **extra) -> dict:
     """A handover's properties as CloudFormation passes them to the Lambda: numbers as strings."""
-    return {"EndpointName": "staging-t5", "VariantName": "AllTraffic", "InstanceType": instance_type,
-            "Target": {**KEY, "MinCapacity": "1", "MaxCapacity": "3", "RoleARN": "arn:aws:iam::123456789012:role/x",
-                       "ScheduledActions": [{"ScheduledActionName": "Night", "Schedule": "cron(0 20 * * ? *)",
-                                             "Timezone": "Europe/Berlin",
-                                             "ScalableTargetAction": {"MinCapacity": "1", "MaxCapacity": "1"}}],
-                       "Tags": [{"Key": "inferstack:model", "Value": "t5"}]},
-            "Policies": [{"PolicyName": "Invocations", "PolicyType": "TargetTrackingScaling",
-                          "TargetTrackingScalingPolicyConfiguration": {
-                              "PredefinedMetricSpecification": {
-                                  "PredefinedMetricType": "SageMakerVariantInvocationsPerInstance"},
-                              "TargetValue": "3600", "ScaleInCooldown": "600", "ScaleOutCooldown": "120"}}],
-            **extra}
+    return {
+        "EndpointName": "staging-t5",
+        "VariantName": "AllTraffic",
+        "InstanceType": instance_type,
+        "Target": {
+            **KEY,
+            "MinCapacity": "1",
+            "MaxCapacity": "3",
+            "RoleARN": "arn:aws:iam::123456789012:role/x",
+            "ScheduledActions": [
+                {
+                    "ScheduledActionName": "Night",
+                    "Schedule": "cron(0 20 * * ? *)",
+                    "Timezone": "Europe/Berlin",
+                    "ScalableTargetAction": {"MinCapacity": "1", "MaxCapacity": "1"},
+                }
+            ],
+            "Tags": [{"Key": "inferstack:model", "Value": "t5"}],
+        },
+        "Policies": [
+            {
+                "PolicyName": "Invocations",
+                "PolicyType": "TargetTrackingScaling",
+                "TargetTrackingScalingPolicyConfiguration": {
+                    "PredefinedMetricSpecification": {"PredefinedMetricType": "SageMakerVariantInvocationsPerInstance"},
+                    "TargetValue": "3600",
+                    "ScaleInCooldown": "600",
+                    "ScaleOutCooldown": "120",
+                },
+            }
+        ],
+        **extra,
+    }
 
 
 def endpoint_on(instance_type: str) -> None:
     """The endpoint (re)created on a config of `instance_type` (moto has no UpdateEndpoint)."""
     sagemaker = boto("sagemaker")
     if not sagemaker.list_models()["Models"]:
-        sagemaker.create_model(ModelName="t5", ExecutionRoleArn="arn:aws:iam::123456789012:role/r", PrimaryContainer={
-            "Image": "123456789012.dkr.ecr.us-east-1.amazonaws.com/t5@sha256:" + "0" * 64})
+        sagemaker.create_model(
+            ModelName="t5",
+            ExecutionRoleArn="arn:aws:iam::123456789012:role/r",
+            PrimaryContainer={"Image": "123456789012.dkr.ecr.us-east-1.amazonaws.com/t5@sha256:" + "0" * 64},
+        )
     config = instance_type.replace(".", "-")
     if not any(c["EndpointConfigName"] == config for c in sagemaker.list_endpoint_configs()["EndpointConfigs"]):
-        sagemaker.create_endpoint_config(EndpointConfigName=config, ProductionVariants=[{
-            "VariantName": "AllTraffic", "ModelName": "t5", "InstanceType": instance_type, "InitialInstanceCount": 1}])
+        sagemaker.create_endpoint_config(
+            EndpointConfigName=config,
+            ProductionVariants=[
+                {
+                    "VariantName": "AllTraffic",
+                    "ModelName": "t5",
+                    "InstanceType": instance_type,
+                    "InitialInstanceCount": 1,
+                }
+            ],
+        )
     if sagemaker.list_endpoints()["Endpoints"]:
         sagemaker.delete_endpoint(EndpointName="staging-t5")
     sagemaker.create_endpoint(EndpointName="staging-t5", EndpointConfigName=config)
@@ -520,33 +622,54 @@ def endpoint_on(instance_type: str) -> None:
 def registered() -> dict | None:
     scaling = boto("application-autoscaling")
     (target,) = scaling.describe_scalable_targets(ServiceNamespace="sagemaker", ResourceIds=[KEY["ResourceId"]])[
-        "ScalableTargets"] or [None]
+        "ScalableTargets"
+    ] or [None]
     if target is None:
         return None
     policies = scaling.describe_scaling_policies(ServiceNamespace="sagemaker", ResourceId=KEY["ResourceId"])[
-        "ScalingPolicies"]
+        "ScalingPolicies"
+    ]
     actions = scaling.describe_scheduled_actions(ServiceNamespace="sagemaker", ResourceId=KEY["ResourceId"])[
-        "ScheduledActions"]
-    return {"range": (target["MinCapacity"], target["MaxCapacity"]),
-            "policies": [(p["PolicyName"], p["TargetTrackingScalingPolicyConfiguration"]["TargetValue"],
-                          p["TargetTrackingScalingPolicyConfiguration"]["ScaleInCooldown"]) for p in policies],
-            "actions": [(a["ScheduledActionName"], a["ScalableTargetAction"]) for a in actions]}
+        "ScheduledActions"
+    ]
+    return {
+        "range": (target["MinCapacity"], target["MaxCapacity"]),
+        "policies": [
+            (
+                p["PolicyName"],
+                p["TargetTrackingScalingPolicyConfiguration"]["TargetValue"],
+                p["TargetTrackingScalingPolicyConfiguration"]["ScaleInCooldown"],
+            )
+            for p in policies
+        ],
+        "actions": [(a["ScheduledActionName"], a["ScalableTargetAction"]) for a in actions],
+    }
 
 
 def register_as_cloudformation_did() -> None:
     scaling = boto("application-autoscaling")
     scaling.register_scalable_target(**KEY, MinCapacity=1, MaxCapacity=3)
-    scaling.put_scaling_policy(**KEY, PolicyName="Invocations", PolicyType="TargetTrackingScaling",
-                               TargetTrackingScalingPolicyConfiguration={
-                                   "PredefinedMetricSpecification": {
-                                       "PredefinedMetricType": "SageMakerVariantInvocationsPerInstance"},
-                                   "TargetValue": 3600.0, "ScaleInCooldown": 600, "ScaleOutCooldown": 120})
+    scaling.put_scaling_policy(
+        **KEY,
+        PolicyName="Invocations",
+        PolicyType="TargetTrackingScaling",
+        TargetTrackingScalingPolicyConfiguration={
+            "PredefinedMetricSpecification": {"PredefinedMetricType": "SageMakerVariantInvocationsPerInstance"},
+            "TargetValue": 3600.0,
+            "ScaleInCooldown": 600,
+            "ScaleOutCooldown": 120,
+        },
+    )
 
 
 def test_handover_releases_before_an_instance_type_change_and_restores_after(aws):
     # a new stack: nothing to do (the answer carries the template's range for the restore to read)
-    assert HAND_OVER(request(), boto, "Create") == {"Action": "no endpoint", "Released": "false",
-                                                    "MinCapacity": "1", "MaxCapacity": "3"}
+    assert HAND_OVER(request(), boto, "Create") == {
+        "Action": "no endpoint",
+        "Released": "false",
+        "MinCapacity": "1",
+        "MaxCapacity": "3",
+    }
     endpoint_on("ml.g4dn.xlarge")
     register_as_cloudformation_did()
     boto("application-autoscaling").register_scalable_target(**KEY, MinCapacity=2, MaxCapacity=5)  # set by hand
@@ -556,16 +679,23 @@ def test_handover_releases_before_an_instance_type_change_and_restores_after(aws
     assert registered() == kept
     # before UpdateEndpoint moves it to g4dn.2xlarge: deregistered (on AWS, with its policy and schedule), and the
     # range it had answered
-    assert HAND_OVER(request("ml.g4dn.2xlarge"), boto) == {"Action": "released", "Released": "true",
-                                                           "MinCapacity": "2", "MaxCapacity": "5"}
+    assert HAND_OVER(request("ml.g4dn.2xlarge"), boto) == {
+        "Action": "released",
+        "Released": "true",
+        "MinCapacity": "2",
+        "MaxCapacity": "5",
+    }
     assert registered() is None
     endpoint_on("ml.g4dn.2xlarge")  # what UpdateEndpoint does, now that no target is registered
     # after it: registered again with that range, the template's policy and schedule, the strings CloudFormation
     # passed typed again
     restored = HAND_OVER(request("ml.g4dn.2xlarge", Released="true", ReleasedRange=["2", "5"]), boto)
     assert restored == {"Action": "restored", "Released": "false", "MinCapacity": "2", "MaxCapacity": "5"}
-    assert registered() == {"range": (2, 5), "policies": [("Invocations", 3600.0, 600)],
-                            "actions": [("Night", {"MinCapacity": 1, "MaxCapacity": 1})]}
+    assert registered() == {
+        "range": (2, 5),
+        "policies": [("Invocations", 3600.0, 600)],
+        "actions": [("Night", {"MinCapacity": 1, "MaxCapacity": 1})],
+    }
 
 
 def test_handover_leaves_a_new_stacks_target_to_cloudformation(aws):

@@ -21,8 +21,10 @@ NEURON_STACKS = ("intent-pack", "intent-bert-inf2")
 # What each metric is written under: the serving metrics per model and per worker, neuron-monitor's per model
 # and per task (dimension keys as sets: a template lists them sorted by name).
 DIMENSION_SETS = {
-    **{name: {frozenset(s) for s in metrics.SERVING_DIMENSION_SETS}
-       for name in {**metrics.SERVING_UNITS, **metrics.ADMISSION_UNITS}},
+    **{
+        name: {frozenset(s) for s in metrics.SERVING_DIMENSION_SETS}
+        for name in {**metrics.SERVING_UNITS, **metrics.ADMISSION_UNITS}
+    },
     **{name: {frozenset(s) for s in metrics.NEURON_MONITOR_DIMENSION_SETS} for name in metrics.NEURON_MONITOR_UNITS},
 }
 
@@ -65,16 +67,22 @@ def serving_metrics_read(template: dict) -> Iterator[tuple[str, str, dict[str, s
                 for entry in widget["properties"].get("metrics", []):
                     if entry and entry[0] == metrics.NAMESPACE:
                         names = [x for x in entry[2:] if isinstance(x, str)]
-                        yield f"{logical_id}: {widget['properties']['title']}", entry[1], dict(
-                            zip(names[::2], names[1::2]))
+                        yield (
+                            f"{logical_id}: {widget['properties']['title']}",
+                            entry[1],
+                            dict(zip(names[::2], names[1::2], strict=True)),
+                        )
 
 
 @pytest.mark.parametrize("env", ENVS)
 @pytest.mark.parametrize("stack", NEURON_STACKS)
 def test_the_task_names_its_service_dimension_at_synth(synthesized, env, stack):
     environment = container_environment(synthesized.template(env, stack))
-    assert environment[metrics.METRICS_SERVICE_ENV] == f"{env}-{stack}" == synthesized.stages[env].node.find_child(
-        stack).stack_name  # a literal: the stack's name
+    assert (
+        environment[metrics.METRICS_SERVICE_ENV]
+        == f"{env}-{stack}"
+        == synthesized.stages[env].node.find_child(stack).stack_name
+    )  # a literal: the stack's name
     assert environment[metrics.METRICS_INTERVAL_ENV] == "60"
     assert metrics.METRICS_ENV not in environment  # EMF is the container's default
 
@@ -95,21 +103,35 @@ def test_alarms_dashboards_and_policies_read_what_the_container_writes(synthesiz
     by_type = {logical_id: r["Type"] for logical_id, r in template["Resources"].items()}
     read_by = {(by_type[logical_id], name) for logical_id, name in kinds}
     # at least: a Neuron alarm, the concurrency policy, the dashboard's serving and NeuronCore graphs
-    assert {("AWS::CloudWatch::Alarm", metrics.EXECUTION_ERRORS),
-            ("AWS::ApplicationAutoScaling::ScalingPolicy", metrics.IN_FLIGHT),
-            *{("AWS::CloudWatch::Dashboard", name) for name in (
-                metrics.IN_FLIGHT, metrics.QUEUE_DEPTH, metrics.BATCH_SIZE, metrics.INFERENCE_LATENCY,
-                metrics.NEURONCORE_UTILIZATION, metrics.DEVICE_MEMORY_USED)}} <= read_by
+    assert {
+        ("AWS::CloudWatch::Alarm", metrics.EXECUTION_ERRORS),
+        ("AWS::ApplicationAutoScaling::ScalingPolicy", metrics.IN_FLIGHT),
+        *{
+            ("AWS::CloudWatch::Dashboard", name)
+            for name in (
+                metrics.IN_FLIGHT,
+                metrics.QUEUE_DEPTH,
+                metrics.BATCH_SIZE,
+                metrics.INFERENCE_LATENCY,
+                metrics.NEURONCORE_UTILIZATION,
+                metrics.DEVICE_MEMORY_USED,
+            )
+        },
+    } <= read_by
     # the 5xx and shedding alarms read the app's admission rejections
     assert ("AWS::CloudWatch::Alarm", metrics.REJECTED) in read_by
     # the task-level NeuronCore graph: Service alone
-    assert any(name == metrics.NEURONCORE_UTILIZATION and set(dims) == {metrics.SERVICE}
-               for _, name, dims in read)
+    assert any(name == metrics.NEURONCORE_UTILIZATION and set(dims) == {metrics.SERVICE} for _, name, dims in read)
     # every model has its Neuron alarm and its concurrency policy
-    for resource_type, name in (("AWS::CloudWatch::Alarm", metrics.EXECUTION_ERRORS),
-                                ("AWS::ApplicationAutoScaling::ScalingPolicy", metrics.IN_FLIGHT)):
-        assert {dims[metrics.MODEL] for where, n, dims in read
-                if n == name and by_type[where.split(":")[0]] == resource_type} == models
+    for resource_type, name in (
+        ("AWS::CloudWatch::Alarm", metrics.EXECUTION_ERRORS),
+        ("AWS::ApplicationAutoScaling::ScalingPolicy", metrics.IN_FLIGHT),
+    ):
+        assert {
+            dims[metrics.MODEL]
+            for where, n, dims in read
+            if n == name and by_type[where.split(":")[0]] == resource_type
+        } == models
 
 
 @pytest.mark.parametrize("env", ENVS)
@@ -119,14 +141,17 @@ def test_concurrency_targets_are_the_planners_per_worker(synthesized, project, e
     (planning.target_in_flight: throughput x safety factor x profiled p99) over the model's workers in a task."""
     template = synthesized.template(env, stack)
     if stack in project.fleets:
-        plan = packing.plan_fleet(stack, project.fleets[stack], project.fleet_members(stack), env,
-                                  project.environments[env])
+        plan = packing.plan_fleet(
+            stack, project.fleets[stack], project.fleet_members(stack), env, project.environments[env]
+        )
         assert isinstance(plan, packing.NeuronFleetPlan)
         expected = {s.model: plan.target_in_flight_per_task(s.model) / s.workers for s in plan.shares}
     else:
         model = project.model(stack)
-        expected = {stack: planning.plan(model, env, project.environments[env]).target_in_flight_per_instance
-                    / model.serving.workers}
+        expected = {
+            stack: planning.plan(model, env, project.environments[env]).target_in_flight_per_instance
+            / model.serving.workers
+        }
     found = {}
     for resource in template["Resources"].values():
         if resource["Type"] != "AWS::ApplicationAutoScaling::ScalingPolicy":
@@ -145,13 +170,17 @@ def test_dev_fleet_concurrency_targets_worked_out_by_hand(synthesized):
     (242.5/s), 1 worker, p99 20 ms; safety factor 0.5."""
     found = {}
     for resource in synthesized.template("dev", "intent-pack")["Resources"].values():
-        custom = resource.get("Properties", {}).get("TargetTrackingScalingPolicyConfiguration", {}).get(
-            "CustomizedMetricSpecification", {})
+        custom = (
+            resource.get("Properties", {})
+            .get("TargetTrackingScalingPolicyConfiguration", {})
+            .get("CustomizedMetricSpecification", {})
+        )
         if custom.get("MetricName") == metrics.IN_FLIGHT:
             model = next(d["Value"] for d in custom["Dimensions"] if d["Name"] == metrics.MODEL)
             found[model] = resource["Properties"]["TargetTrackingScalingPolicyConfiguration"]["TargetValue"]
-    assert found == pytest.approx({"intent-bert": 3 * 250 * 0.5 * 0.008 / 3,
-                                   "duplicate-bert": 1 * 242.5 * 0.5 * 0.020 / 1})
+    assert found == pytest.approx(
+        {"intent-bert": 3 * 250 * 0.5 * 0.008 / 3, "duplicate-bert": 1 * 242.5 * 0.5 * 0.020 / 1}
+    )
 
 
 def test_rejected_is_what_the_container_writes():
@@ -163,7 +192,7 @@ def test_rejected_is_what_the_container_writes():
 
     from tests.support.paths import ROOT
 
-    spec = importlib.util.spec_from_file_location("_emf_contract", ROOT / "container" / "neuron" / "emf.py")
+    spec = importlib.util.spec_from_file_location("_emf_contract", ROOT / "container" / "neuron" / "serving" / "emf.py")
     assert spec is not None and spec.loader is not None
     emf = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = emf  # its dataclasses look their module up there

@@ -35,8 +35,12 @@ IMAGE_ENVIRONMENTS = "dev,staging"
 def synth_with_cli(out: Path, env_name: str = IMAGE_ENVIRONMENTS) -> None:
     result = subprocess.run(
         ["cdk", "synth", "--quiet", "-c", f"environments={env_name}", "-o", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
-        env={**os.environ, "CDK_DISABLE_CLI_TELEMETRY": "true"})
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "CDK_DISABLE_CLI_TELEMETRY": "true"},
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -56,6 +60,7 @@ def dev_images(dev_assembly) -> dict[str, image_build.ImageAsset]:
 @pytest.fixture(scope="session")
 def rehearsed(tmp_path_factory, dev_images):
     """Rehearse one image asset once per session: rehearsed(model stack name) -> (report lines, image root)."""
+
     def get(stack: str) -> Path:
         asset = dev_images[stack]
 
@@ -66,4 +71,5 @@ def rehearsed(tmp_path_factory, dev_images):
             (target / "imports.txt").write_text("\n".join(sorted(report.imports)) + "\n")
 
         return build_once(tmp_path_factory, f"image-{asset.asset_id[:16]}", build)
+
     return get

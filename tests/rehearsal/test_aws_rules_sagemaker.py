@@ -20,26 +20,55 @@ ENDPOINT = "dev-bert"
 WORKAROUNDS = ("sagemaker-endpoint-name", "new-values-update-readers")
 
 
-
 def endpoint_stack(instance_type: str = "ml.g4dn.xlarge", *, variant: str = "AllTraffic", image: str = "1") -> str:
     """A dedicated endpoint as TritonEndpoint builds it: Model, EndpointConfig (CloudFormation names both) and the
     Endpoint on it."""
-    return json.dumps({"Resources": {
-        "Model": {"Type": "AWS::SageMaker::Model", "Properties": {
-            "ExecutionRoleArn": "arn:aws:iam::123456789012:role/x",
-            "PrimaryContainer": {"Image": "123456789012.dkr.ecr.us-east-1.amazonaws.com/m@sha256:" + image * 64}}},
-        "Config": {"Type": "AWS::SageMaker::EndpointConfig", "Properties": {"ProductionVariants": [{
-            "ModelName": {"Fn::GetAtt": ["Model", "ModelName"]}, "VariantName": variant,
-            "InitialInstanceCount": 1, "InstanceType": instance_type}]}},
-        "Endpoint": {"Type": "AWS::SageMaker::Endpoint", "Properties": {
-            "EndpointName": ENDPOINT, "EndpointConfigName": {"Fn::GetAtt": ["Config", "EndpointConfigName"]}}}}})
+    return json.dumps(
+        {
+            "Resources": {
+                "Model": {
+                    "Type": "AWS::SageMaker::Model",
+                    "Properties": {
+                        "ExecutionRoleArn": "arn:aws:iam::123456789012:role/x",
+                        "PrimaryContainer": {
+                            "Image": "123456789012.dkr.ecr.us-east-1.amazonaws.com/m@sha256:" + image * 64
+                        },
+                    },
+                },
+                "Config": {
+                    "Type": "AWS::SageMaker::EndpointConfig",
+                    "Properties": {
+                        "ProductionVariants": [
+                            {
+                                "ModelName": {"Fn::GetAtt": ["Model", "ModelName"]},
+                                "VariantName": variant,
+                                "InitialInstanceCount": 1,
+                                "InstanceType": instance_type,
+                            }
+                        ]
+                    },
+                },
+                "Endpoint": {
+                    "Type": "AWS::SageMaker::Endpoint",
+                    "Properties": {
+                        "EndpointName": ENDPOINT,
+                        "EndpointConfigName": {"Fn::GetAtt": ["Config", "EndpointConfigName"]},
+                    },
+                },
+            }
+        }
+    )
 
 
 def register(variant: str = "AllTraffic") -> None:
     """What the stack's AWS::ApplicationAutoScaling::ScalableTarget does on AWS (moto's CloudFormation skips it)."""
     boto3.client("application-autoscaling").register_scalable_target(
-        ServiceNamespace="sagemaker", ResourceId=rules.variant_resource_id(ENDPOINT, variant),
-        ScalableDimension=rules.VARIANT_DIMENSION, MinCapacity=1, MaxCapacity=4)
+        ServiceNamespace="sagemaker",
+        ResourceId=rules.variant_resource_id(ENDPOINT, variant),
+        ScalableDimension=rules.VARIANT_DIMENSION,
+        MinCapacity=1,
+        MaxCapacity=4,
+    )
 
 
 def deployed(stack: str, template: str, *, registered: bool = True) -> None:
@@ -62,6 +91,7 @@ def update(stack: str, template: str) -> None:
 
 # ----------------------------------------------------------------------------- autoscaled-variant-update
 
+
 def test_rule_autoscaled_variant_update(moto_env):
     with mock_aws(), moto_patches.applied(*WORKAROUNDS):
         deployed("plain", endpoint_stack())
@@ -78,7 +108,8 @@ def test_rule_autoscaled_variant_update(moto_env):
             "Endpoint dev-bert: the update changes the instance type of, or removes, variant(s) that are registered "
             "as Application Auto Scaling scalable targets: AllTraffic (ml.g4dn.xlarge -> ml.g4dn.2xlarge). "
             "Deregister the scalable target(s) before the update (DeregisterScalableTarget) and register them "
-            "again after it.")
+            "again after it."
+        )
         # a new variant name removes the autoscaled one: refused too
         with pytest.raises(botocore.exceptions.ClientError, match=r"AllTraffic \(removed\)"):
             update("refused", endpoint_stack("ml.g4dn.2xlarge", variant="G4dn2xlarge"))
@@ -93,15 +124,21 @@ def test_rule_autoscaled_variant_update__accepts_what_aws_accepts(moto_env):
         update("model", endpoint_stack(image="2"))
         assert running() == ("ml.g4dn.xlarge", "AllTraffic")
         # the target deregistered first, as the docs say to: the new instance type goes through
-        scaling.deregister_scalable_target(ServiceNamespace="sagemaker", ScalableDimension=rules.VARIANT_DIMENSION,
-                                           ResourceId=rules.variant_resource_id(ENDPOINT, "AllTraffic"))
+        scaling.deregister_scalable_target(
+            ServiceNamespace="sagemaker",
+            ScalableDimension=rules.VARIANT_DIMENSION,
+            ResourceId=rules.variant_resource_id(ENDPOINT, "AllTraffic"),
+        )
         update("model", endpoint_stack("ml.g4dn.2xlarge", image="2"))
         assert running() == ("ml.g4dn.2xlarge", "AllTraffic")
         register()  # and registered again after
         # an endpoint whose variant is no scalable target changes instance type freely
         boto3.client("cloudformation").delete_stack(StackName="model")
-        scaling.deregister_scalable_target(ServiceNamespace="sagemaker", ScalableDimension=rules.VARIANT_DIMENSION,
-                                           ResourceId=rules.variant_resource_id(ENDPOINT, "AllTraffic"))
+        scaling.deregister_scalable_target(
+            ServiceNamespace="sagemaker",
+            ScalableDimension=rules.VARIANT_DIMENSION,
+            ResourceId=rules.variant_resource_id(ENDPOINT, "AllTraffic"),
+        )
         deployed("unscaled", endpoint_stack(), registered=False)
         update("unscaled", endpoint_stack("ml.g4dn.2xlarge"))
         assert running() == ("ml.g4dn.2xlarge", "AllTraffic")

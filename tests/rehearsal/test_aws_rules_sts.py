@@ -19,7 +19,6 @@ ROLE = "arn:aws:iam::222222222222:role/inferstack-loadtest"
 CODEBUILD_ROLE = "arn:aws:iam::444444444444:role/inferstack-pipeline-LoadTest"
 
 
-
 def assumed(role: str = ROLE, client=None, **params) -> dict:
     """Credentials of `role`, assumed by `client` (default: the account's own keys, so not chained)."""
     client = client or boto3.client("sts", region_name=REGION)
@@ -27,12 +26,16 @@ def assumed(role: str = ROLE, client=None, **params) -> dict:
 
 
 def signed_by(credentials: dict) -> boto3.Session:
-    return boto3.Session(aws_access_key_id=credentials["AccessKeyId"],
-                         aws_secret_access_key=credentials["SecretAccessKey"],
-                         aws_session_token=credentials["SessionToken"], region_name=REGION)
+    return boto3.Session(
+        aws_access_key_id=credentials["AccessKeyId"],
+        aws_secret_access_key=credentials["SecretAccessKey"],
+        aws_session_token=credentials["SessionToken"],
+        region_name=REGION,
+    )
 
 
 # ----------------------------------------------------------------------------- role-chaining-duration
+
 
 def test_rule_role_chaining_duration(moto_env):
     with mock_aws():
@@ -43,16 +46,19 @@ def test_rule_role_chaining_duration(moto_env):
             with pytest.raises(botocore.exceptions.ClientError) as refused:
                 assumed(client=chained, DurationSeconds=7200)
             assert refused.value.response["Error"] == {
-                "Type": "Sender", "Code": "ValidationError",
+                "Type": "Sender",
+                "Code": "ValidationError",
                 "Message": "The requested DurationSeconds exceeds the 1 hour session limit for roles assumed by role "
-                           "chaining."}
+                "chaining.",
+            }
             assert refused.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
             assert assumed(client=chained, DurationSeconds=3600)  # an hour is allowed when chained
-            assert assumed(client=chained)                        # the default is an hour
-            assert assumed(DurationSeconds=43200)                 # from an account's own keys: not chaining
+            assert assumed(client=chained)  # the default is an hour
+            assert assumed(DurationSeconds=43200)  # from an account's own keys: not chaining
 
 
 # ----------------------------------------------------------------------------- expired-temporary-credentials
+
 
 def expire(credentials: dict) -> None:
     """What moto records of these credentials: expired a second ago (nobody waits an hour)."""
@@ -65,17 +71,21 @@ def expire(credentials: dict) -> None:
 def calls(session: boto3.Session) -> dict:
     """One call of each protocol the load test's orchestrator speaks (and EC2's)."""
     return {
-        "sts": lambda: session.client("sts").get_caller_identity(),                 # query
+        "sts": lambda: session.client("sts").get_caller_identity(),  # query
         "cloudformation": lambda: session.client("cloudformation").describe_stacks(),  # query
-        "ecs": lambda: session.client("ecs").list_clusters(),                        # json
+        "ecs": lambda: session.client("ecs").list_clusters(),  # json
         "s3": lambda: session.client("s3").get_object(Bucket="results", Key="r1/result.json"),  # rest-xml
-        "ec2": lambda: session.client("ec2").describe_vpcs(),                        # ec2
+        "ec2": lambda: session.client("ec2").describe_vpcs(),  # ec2
     }
 
 
 REFUSALS = {  # service: (HTTP status, error code), as AWS answers
-    "sts": (403, "ExpiredToken"), "cloudformation": (403, "ExpiredToken"), "ecs": (403, "ExpiredTokenException"),
-    "s3": (400, "ExpiredToken"), "ec2": (400, "RequestExpired")}
+    "sts": (403, "ExpiredToken"),
+    "cloudformation": (403, "ExpiredToken"),
+    "ecs": (403, "ExpiredTokenException"),
+    "s3": (400, "ExpiredToken"),
+    "ec2": (400, "RequestExpired"),
+}
 
 
 def test_rule_expired_temporary_credentials(moto_env):
@@ -106,17 +116,22 @@ def test_rule_expired_temporary_credentials__by_the_emulators_clock(moto_env):
         first = assumed()
         ecs = signed_by(first).client("ecs")
         ecs.list_clusters()
-        answer = requests.post(f"http://motoapi.amazonaws.com{sts.CLOCK_PATH}", json={"offset_seconds": 3540},
-                               timeout=5)
+        answer = requests.post(
+            f"http://motoapi.amazonaws.com{sts.CLOCK_PATH}", json={"offset_seconds": 3540}, timeout=5
+        )
         assert answer.json() == {"offset_seconds": 3540}
         ecs.list_clusters()  # a minute left
         sts.set_offset(3600)
-        with pytest.raises(botocore.exceptions.ClientError, match=r"\(ExpiredTokenException\).*The security token "
-                                                                  r"included in the request is expired"):
+        with pytest.raises(
+            botocore.exceptions.ClientError,
+            match=r"\(ExpiredTokenException\).*The security token "
+            r"included in the request is expired",
+        ):
             ecs.list_clusters()
         later = assumed()
         assert (later["Expiration"] - first["Expiration"]).total_seconds() >= 3600  # issued by the moved clock
         signed_by(later).client("ecs").list_clusters()
         assert requests.get(f"http://motoapi.amazonaws.com{sts.CLOCK_PATH}", timeout=5).json() == {
-            "offset_seconds": 3600}
+            "offset_seconds": 3600
+        }
     assert sts.offset() == 0  # undone with the rule

@@ -65,8 +65,10 @@ def emulator(tmp_path, monkeypatch):
 
 def clients(endpoint: str):
     def client(service: str):
-        return boto3.client(service, endpoint_url=endpoint, region_name=REGION, aws_access_key_id=ACCOUNT,
-                            aws_secret_access_key="test")
+        return boto3.client(
+            service, endpoint_url=endpoint, region_name=REGION, aws_access_key_id=ACCOUNT, aws_secret_access_key="test"
+        )
+
     return client("ecs"), client("ec2")
 
 
@@ -79,21 +81,34 @@ def network(ec2) -> dict:
 
 
 def register(ecs, family: str, code: str, port: int | None = None) -> str:
-    container = {"name": family.capitalize(), "image": "example", "command": [code],
-                 "environment": [{"name": "ROLE", "value": "from the definition"}]}
+    container = {
+        "name": family.capitalize(),
+        "image": "example",
+        "command": [code],
+        "environment": [{"name": "ROLE", "value": "from the definition"}],
+    }
     if port:
         container["portMappings"] = [{"containerPort": port}]
-    return ecs.register_task_definition(family=family, networkMode="awsvpc", requiresCompatibilities=["FARGATE"],
-                                        cpu="256", memory="512", containerDefinitions=[container]
-                                        )["taskDefinition"]["taskDefinitionArn"]
+    return ecs.register_task_definition(
+        family=family,
+        networkMode="awsvpc",
+        requiresCompatibilities=["FARGATE"],
+        cpu="256",
+        memory="512",
+        containerDefinitions=[container],
+    )["taskDefinition"]["taskDefinitionArn"]
 
 
 def run(ecs, definition: str, net: dict, **overrides) -> dict:
     container = ecs.describe_task_definition(taskDefinition=definition)["taskDefinition"]["containerDefinitions"][0]
     environment = [{"name": k, "value": v} for k, v in overrides.items()]
-    return ecs.run_task(cluster=CLUSTER, taskDefinition=definition, launchType="FARGATE", networkConfiguration=net,
-                        overrides={"containerOverrides": [{"name": container["name"], "environment": environment}]}
-                        )["tasks"][0]
+    return ecs.run_task(
+        cluster=CLUSTER,
+        taskDefinition=definition,
+        launchType="FARGATE",
+        networkConfiguration=net,
+        overrides={"containerOverrides": [{"name": container["name"], "environment": environment}]},
+    )["tasks"][0]
 
 
 def eni_ip(task: dict) -> str:
@@ -138,8 +153,9 @@ def test_tasks_run_reach_each_other_on_loopback_and_report_how_they_ended(emulat
 
 def test_an_image_is_read_from_its_dockerfile(tmp_path):
     dockerfile = tmp_path / "Dockerfile"
-    dockerfile.write_text('FROM python:3.12\nENV A=1 \\\n    B=/opt/app/lib\nWORKDIR /tmp\n'
-                          'ENTRYPOINT ["python", "-m", "pkg.task"]\n')
+    dockerfile.write_text(
+        'FROM python:3.12\nENV A=1 \\\n    B=/opt/app/lib\nWORKDIR /tmp\nENTRYPOINT ["python", "-m", "pkg.task"]\n'
+    )
     image = Image.from_dockerfile(dockerfile, {"/opt/app": Path("/checkout")})
     assert image.entrypoint == ("python", "-m", "pkg.task") and image.workdir == "/tmp"
     assert image.env == {"A": "1", "B": "/opt/app/lib"}
@@ -173,12 +189,22 @@ ENTRYPOINT ["python", "-c"]
 
 
 def register_with_scratch(ecs, family: str, code: str, *, read_only_root: bool = True) -> str:
-    container = {"name": family.capitalize(), "image": "example", "command": [code],
-                 "readonlyRootFilesystem": read_only_root,
-                 "mountPoints": [{"sourceVolume": "scratch", "containerPath": "/tmp", "readOnly": False}]}
-    return ecs.register_task_definition(family=family, networkMode="awsvpc", requiresCompatibilities=["FARGATE"],
-                                        cpu="256", memory="512", volumes=[{"name": "scratch", "host": {}}],
-                                        containerDefinitions=[container])["taskDefinition"]["taskDefinitionArn"]
+    container = {
+        "name": family.capitalize(),
+        "image": "example",
+        "command": [code],
+        "readonlyRootFilesystem": read_only_root,
+        "mountPoints": [{"sourceVolume": "scratch", "containerPath": "/tmp", "readOnly": False}],
+    }
+    return ecs.register_task_definition(
+        family=family,
+        networkMode="awsvpc",
+        requiresCompatibilities=["FARGATE"],
+        cpu="256",
+        memory="512",
+        volumes=[{"name": "scratch", "host": {}}],
+        containerDefinitions=[container],
+    )["taskDefinition"]["taskDefinitionArn"]
 
 
 @pytest.mark.parametrize("declared", [True, False], ids=["image-declares-the-volume", "empty-bind-mount"])
@@ -212,12 +238,15 @@ def test_a_task_runs_as_the_image_user_on_fargate_volumes(emulator, tmp_path, de
     assert leftover_processes(stand_in) == []
 
 
-@pytest.mark.parametrize("text, error", [
-    ("USER app\n", "user 'app': write it as numbers, uid:gid"),
-    ("USER 10001\n", "user '10001': write it as numbers, uid:gid"),
-    ('VOLUME ["/data"]\n', "VOLUME /data: the stand-in cannot tell the owner and mode"),
-    ("RUN install -d -m 0700 /data\n", "install -d without a numeric -o, -g and -m"),
-])
+@pytest.mark.parametrize(
+    "text, error",
+    [
+        ("USER app\n", "user 'app': write it as numbers, uid:gid"),
+        ("USER 10001\n", "user '10001': write it as numbers, uid:gid"),
+        ('VOLUME ["/data"]\n', "VOLUME /data: the stand-in cannot tell the owner and mode"),
+        ("RUN install -d -m 0700 /data\n", "install -d without a numeric -o, -g and -m"),
+    ],
+)
 def test_an_image_the_stand_in_cannot_read_exactly_is_refused(tmp_path, text, error):
     dockerfile = tmp_path / "Dockerfile"
     dockerfile.write_text(f'FROM python:3.12\n{text}ENTRYPOINT ["python"]\n')

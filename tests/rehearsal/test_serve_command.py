@@ -23,10 +23,17 @@ def repository(root: Path, *folders: str) -> Path:
 def test_defaults_for_one_named_model(tmp_path):
     repo = repository(tmp_path / "model", "m")
     command = serve_command({"SAGEMAKER_TRITON_DEFAULT_MODEL_NAME": "m"}, repo)
-    assert list(command.args) == [*HEAD, f"--model-repository={repo}/", "--model-namespacing=true",
-                                  "--allow-grpc=false", "--allow-metrics=false", "--log-verbose=true",
-                                  "--backend-config=python,shm-default-byte-size=16777216",
-                                  "--backend-config=python,shm-growth-byte-size=1048576", "--load-model=m"]
+    assert list(command.args) == [
+        *HEAD,
+        f"--model-repository={repo}/",
+        "--model-namespacing=true",
+        "--allow-grpc=false",
+        "--allow-metrics=false",
+        "--log-verbose=true",
+        "--backend-config=python,shm-default-byte-size=16777216",
+        "--backend-config=python,shm-growth-byte-size=1048576",
+        "--load-model=m",
+    ]
     assert command.exported == {}
 
 
@@ -55,20 +62,44 @@ def test_every_variable_in_the_scripts_order(tmp_path):
     }
     command = serve_command(env, repo, gpu_count=2)
     assert list(command.args) == [
-        *HEAD, f"--model-repository={repo}/", "--model-namespacing=false", "--sagemaker-port=9000",
-        "--sagemaker-safe-port-range=9001-9010", "--allow-grpc=true", "--allow-metrics=true", "--metrics-port=9002",
-        "--grpc-port=9003", "--buffer-manager-thread-count=4", "--sagemaker-thread-count=16", "--log-verbose=0",
-        "--log-info=false", "--log-warning=true", "--log-error=true",
+        *HEAD,
+        f"--model-repository={repo}/",
+        "--model-namespacing=false",
+        "--sagemaker-port=9000",
+        "--sagemaker-safe-port-range=9001-9010",
+        "--allow-grpc=true",
+        "--allow-metrics=true",
+        "--metrics-port=9002",
+        "--grpc-port=9003",
+        "--buffer-manager-thread-count=4",
+        "--sagemaker-thread-count=16",
+        "--log-verbose=0",
+        "--log-info=false",
+        "--log-warning=true",
+        "--log-error=true",
         "--backend-config=python,shm-default-byte-size=33554432",
-        "--backend-config=python,shm-growth-byte-size=2097152", "--backend-config=tensorflow,version=2",
-        "--model-load-gpu-limit", "0:0.8", "--model-load-gpu-limit", "1:0.8",
-        "--load-model=m-encoder", "--exit-timeout-secs=5", "--load-model=m"]
+        "--backend-config=python,shm-growth-byte-size=2097152",
+        "--backend-config=tensorflow,version=2",
+        "--model-load-gpu-limit",
+        "0:0.8",
+        "--model-load-gpu-limit",
+        "1:0.8",
+        "--load-model=m-encoder",
+        "--exit-timeout-secs=5",
+        "--load-model=m",
+    ]
 
 
 def test_empty_variables_count_as_unset(tmp_path):
     repo = repository(tmp_path / "model", "m")
-    command = serve_command({"SAGEMAKER_TRITON_DEFAULT_MODEL_NAME": "m", "SAGEMAKER_TRITON_LOG_VERBOSE": "",
-                             "SAGEMAKER_TRITON_ADDITIONAL_ARGS": ""}, repo)
+    command = serve_command(
+        {
+            "SAGEMAKER_TRITON_DEFAULT_MODEL_NAME": "m",
+            "SAGEMAKER_TRITON_LOG_VERBOSE": "",
+            "SAGEMAKER_TRITON_ADDITIONAL_ARGS": "",
+        },
+        repo,
+    )
     assert "--log-verbose=true" in command.args and command.args[-1] == "--load-model=m"
 
 
@@ -80,12 +111,20 @@ def test_the_only_folder_becomes_the_default_model_and_is_exported(tmp_path):
     assert command.exported == {"SAGEMAKER_TRITON_DEFAULT_MODEL_NAME": "only"}
 
 
-@pytest.mark.parametrize("env, folders, message", [
-    ({"SAGEMAKER_TRITON_DEFAULT_MODEL_NAME": "m"}, ("m",), "Incorrect directory structure"),  # + root config
-    ({"SAGEMAKER_TRITON_DEFAULT_MODEL_NAME": "missing"}, ("m",), "SAGEMAKER_TRITON_DEFAULT_MODEL_NAME missing does not exist"),
-    ({}, ("a", "b"), "More than 1 model directory found in model repository.*a b"),
-    ({}, (), "No model found in model repository"),
-], ids=["config-at-root", "default-names-no-folder", "two-folders-no-default", "empty"])
+@pytest.mark.parametrize(
+    "env, folders, message",
+    [
+        ({"SAGEMAKER_TRITON_DEFAULT_MODEL_NAME": "m"}, ("m",), "Incorrect directory structure"),  # + root config
+        (
+            {"SAGEMAKER_TRITON_DEFAULT_MODEL_NAME": "missing"},
+            ("m",),
+            "SAGEMAKER_TRITON_DEFAULT_MODEL_NAME missing does not exist",
+        ),
+        ({}, ("a", "b"), "More than 1 model directory found in model repository.*a b"),
+        ({}, (), "No model found in model repository"),
+    ],
+    ids=["config-at-root", "default-names-no-folder", "two-folders-no-default", "empty"],
+)
 def test_the_scripts_pre_checks(tmp_path, env, folders, message):
     repo = repository(tmp_path / "model", *folders)
     if message.startswith("Incorrect"):
@@ -100,8 +139,10 @@ def test_multi_model_mode_is_not_mirrored(tmp_path):
 
 
 def test_the_container_environment_is_the_models_not_ours():
-    env = container_environment({"SAGEMAKER_TRITON_DEFAULT_MODEL_NAME": "m"},
-                                base={"PATH": "/bin", "SAGEMAKER_TRITON_ADDITIONAL_ARGS": "--leak"})
+    env = container_environment(
+        {"SAGEMAKER_TRITON_DEFAULT_MODEL_NAME": "m"},
+        base={"PATH": "/bin", "SAGEMAKER_TRITON_ADDITIONAL_ARGS": "--leak"},
+    )
     assert env == {"PATH": "/bin", "SAGEMAKER_TRITON_DEFAULT_MODEL_NAME": "m"}
 
 
@@ -111,7 +152,8 @@ def test_cpu_copy_rewrites_only_gpu_instance_groups(tmp_path):
     (repo / "b" / "1").mkdir(parents=True)
     (repo / "a" / "config.pbtxt").write_text(
         'name: "a"\nbackend: "onnxruntime"\ninstance_group { count: 2 kind: KIND_GPU }\n'
-        'optimization { execution_accelerators { gpu_execution_accelerator { name: "tensorrt" } } }\n')
+        'optimization { execution_accelerators { gpu_execution_accelerator { name: "tensorrt" } } }\n'
+    )
     (repo / "b" / "config.pbtxt").write_text('name: "b"\nbackend: "python"\ninstance_group { kind: KIND_CPU }\n')
     rewrites = cpu_copy(repo, tmp_path / "copy")
     assert rewrites == ["a: instance_group[0]"]

@@ -7,7 +7,7 @@ import json
 import pytest
 from aws_cdk import aws_sns as sns
 
-from tests.support.synth import synth, ValidationFailed, violations
+from tests.support.synth import ValidationFailed, synth, violations
 from tests.support.templates import cfn_lint
 
 
@@ -28,12 +28,15 @@ def test_cdk_nag_catches_a_non_compliant_resource(project, tmp_path):
 
 def test_cfn_lint_every_template_is_clean(synthesized):
     # Stage stacks live in assembly-<env>/; the pipeline and its cross-region support stacks at the root.
-    paths = sorted(synthesized.outdir.glob("*.template.json")) + sorted(synthesized.outdir.glob("assembly-*/*.template.json"))
+    paths = sorted(synthesized.outdir.glob("*.template.json")) + sorted(
+        synthesized.outdir.glob("assembly-*/*.template.json")
+    )
     assert len(paths) == sum(len(stacks) for stacks in synthesized.templates.values()) + len(synthesized.root_templates)
     assert "Pipeline" in synthesized.root_templates
     findings = cfn_lint(paths)
-    assert [f"{f['Rule']['Id']} {f['Filename']}: {f['Message']}" for f in findings
-            if f["Level"] in ("Error", "Warning")] == []
+    assert [
+        f"{f['Rule']['Id']} {f['Filename']}: {f['Message']}" for f in findings if f["Level"] in ("Error", "Warning")
+    ] == []
 
 
 def test_cfn_lint_reports_a_broken_template(synthesized, tmp_path):

@@ -22,8 +22,9 @@ def test_created_vpc_has_private_subnets_per_zone_and_nat(dev, synthesized):
     dev.has_resource_properties("AWS::EC2::VPC", {"CidrBlock": "10.10.0.0/16"})
     dev.resource_count_is("AWS::EC2::NatGateway", 1)
     subnets = dev.find_resources("AWS::EC2::Subnet")
-    private = [s for s in subnets.values()
-               if {"Key": "aws-cdk:subnet-type", "Value": "Private"} in s["Properties"]["Tags"]]
+    private = [
+        s for s in subnets.values() if {"Key": "aws-cdk:subnet-type", "Value": "Private"} in s["Properties"]["Tags"]
+    ]
     zones = sorted(s["Properties"]["AvailabilityZone"] for s in private)
     assert zones == ["us-east-1a", "us-east-1b"]
     staging = Template.from_json(synthesized.template("staging", "Foundation"))
@@ -37,10 +38,12 @@ def test_no_subnet_maps_public_ips(dev):
 
 
 def test_vpc_flow_logs_go_to_an_encrypted_log_group(dev):
-    dev.has_resource_properties("AWS::EC2::FlowLog", {"ResourceType": "VPC", "TrafficType": "ALL",
-                                                      "LogDestinationType": "cloud-watch-logs"})
-    dev.has_resource_properties("AWS::Logs::LogGroup", {
-        "KmsKeyId": Match.object_like({"Fn::GetAtt": Match.any_value()}), "RetentionInDays": 14})
+    dev.has_resource_properties(
+        "AWS::EC2::FlowLog", {"ResourceType": "VPC", "TrafficType": "ALL", "LogDestinationType": "cloud-watch-logs"}
+    )
+    dev.has_resource_properties(
+        "AWS::Logs::LogGroup", {"KmsKeyId": Match.object_like({"Fn::GetAtt": Match.any_value()}), "RetentionInDays": 14}
+    )
 
 
 @pytest.mark.parametrize("env", ["dev", "staging"])
@@ -48,8 +51,11 @@ def test_interface_and_gateway_endpoints(synthesized, env):
     template = Template.from_json(synthesized.template(env, "Foundation"))
     endpoints = template.find_resources("AWS::EC2::VPCEndpoint")
     region = {"prod": "us-west-2"}.get(env, "us-east-1")
-    interface = {e["Properties"]["ServiceName"].removeprefix(f"com.amazonaws.{region}.")
-                 for e in endpoints.values() if e["Properties"]["VpcEndpointType"] == "Interface"}
+    interface = {
+        e["Properties"]["ServiceName"].removeprefix(f"com.amazonaws.{region}.")
+        for e in endpoints.values()
+        if e["Properties"]["VpcEndpointType"] == "Interface"
+    }
     assert interface == set(ENDPOINT_SERVICES)
     for endpoint in endpoints.values():
         if endpoint["Properties"]["VpcEndpointType"] == "Interface":
@@ -59,11 +65,15 @@ def test_interface_and_gateway_endpoints(synthesized, env):
 
 
 def test_endpoint_security_group_admits_https_from_the_vpc_only(dev):
-    dev.has_resource_properties("AWS::EC2::SecurityGroup", {
-        "SecurityGroupIngress": [Match.object_like({"FromPort": 443, "ToPort": 443, "IpProtocol": "tcp",
-                                                    "CidrIp": Match.any_value()})],
-        "SecurityGroupEgress": Match.any_value(),
-    })
+    dev.has_resource_properties(
+        "AWS::EC2::SecurityGroup",
+        {
+            "SecurityGroupIngress": [
+                Match.object_like({"FromPort": 443, "ToPort": 443, "IpProtocol": "tcp", "CidrIp": Match.any_value()})
+            ],
+            "SecurityGroupEgress": Match.any_value(),
+        },
+    )
     (sg,) = [g for k, g in dev.find_resources("AWS::EC2::SecurityGroup").items() if k.startswith("NetworkEndpoint")]
     ingress = sg["Properties"]["SecurityGroupIngress"]
     assert all(rule.get("CidrIp") != "0.0.0.0/0" for rule in ingress)
@@ -86,11 +96,20 @@ def test_dev_key_is_destroyed_prod_like_keys_are_retained(synthesized, dev):
 
 def test_created_alarm_topic_is_encrypted_and_tls_only(dev, synthesized):
     dev.has_resource_properties("AWS::SNS::Topic", {"KmsMasterKeyId": Match.any_value()})
-    dev.has_resource_properties("AWS::SNS::TopicPolicy", {"PolicyDocument": {"Statement": Match.array_with([
-        Match.object_like({"Effect": "Deny", "Condition": {"Bool": {"aws:SecureTransport": "false"}}})])}})
+    dev.has_resource_properties(
+        "AWS::SNS::TopicPolicy",
+        {
+            "PolicyDocument": {
+                "Statement": Match.array_with(
+                    [Match.object_like({"Effect": "Deny", "Condition": {"Bool": {"aws:SecureTransport": "false"}}})]
+                )
+            }
+        },
+    )
     staging = Template.from_json(synthesized.template("staging", "Foundation"))
-    staging.has_resource_properties("AWS::SNS::Subscription", {"Protocol": "email",
-                                                               "Endpoint": "ml-platform-alerts@example.com"})
+    staging.has_resource_properties(
+        "AWS::SNS::Subscription", {"Protocol": "email", "Endpoint": "ml-platform-alerts@example.com"}
+    )
 
 
 def test_prod_imports_its_vpc_and_topic(prod):
@@ -109,21 +128,35 @@ def test_prod_leaves_the_shared_vpcs_endpoints_and_routes_to_its_owner(prod):
 
 def test_a_participant_cannot_wire_endpoints_into_a_shared_vpc():
     import aws_cdk as cdk
-    from aws_cdk import aws_kms as kms, aws_logs as logs
+    from aws_cdk import aws_kms as kms
+    from aws_cdk import aws_logs as logs
 
     from inferstack.constructs.network import InferenceNetwork
-    from inferstack.schema.models import Network
+    from inferstack.schema.environments import Network
 
-    network = Network.model_validate({"import": {
-        "vpc_id": "vpc-0a1b2c3d4e5f60718", "vpc_cidr": "10.30.0.0/16", "owner_account": "555555555555",
-        "private_subnet_ids": ["subnet-0a1b2c3d4e5f60001", "subnet-0a1b2c3d4e5f60002"],
-        "private_subnet_route_table_ids": ["rtb-0a1b2c3d4e5f60001", "rtb-0a1b2c3d4e5f60002"],
-        "create_endpoints": True}})
+    network = Network.model_validate(
+        {
+            "import": {
+                "vpc_id": "vpc-0a1b2c3d4e5f60718",
+                "vpc_cidr": "10.30.0.0/16",
+                "owner_account": "555555555555",
+                "private_subnet_ids": ["subnet-0a1b2c3d4e5f60001", "subnet-0a1b2c3d4e5f60002"],
+                "private_subnet_route_table_ids": ["rtb-0a1b2c3d4e5f60001", "rtb-0a1b2c3d4e5f60002"],
+                "create_endpoints": True,
+            }
+        }
+    )
     stack = cdk.Stack(cdk.App(), "Participant", env=cdk.Environment(account="333333333333", region="us-west-2"))
     with pytest.raises(ValueError, match="shared from account 555555555555"):
-        InferenceNetwork(stack, "Network", network=network, availability_zones=["us-west-2a", "us-west-2b"],
-                         key=kms.Key(stack, "Key"), log_retention=logs.RetentionDays.ONE_WEEK,
-                         removal_policy=cdk.RemovalPolicy.DESTROY)
+        InferenceNetwork(
+            stack,
+            "Network",
+            network=network,
+            availability_zones=["us-west-2a", "us-west-2b"],
+            key=kms.Key(stack, "Key"),
+            log_retention=logs.RetentionDays.ONE_WEEK,
+            removal_policy=cdk.RemovalPolicy.DESTROY,
+        )
 
 
 def test_foundation_pins_stateful_logical_ids(synthesized):
@@ -143,14 +176,34 @@ def test_foundation_exports_do_not_depend_on_models(synthesized):
 def test_every_serving_stack_has_an_encrypted_log_group(synthesized, project, env, retention):
     for unit in project.image_units(env):  # each model's own stack, each neuron-cores fleet's
         template = Template.from_json(synthesized.template(env, unit.name))
-        template.has_resource_properties("AWS::Logs::LogGroup", {
-            "RetentionInDays": retention, "KmsKeyId": {"Fn::ImportValue": Match.string_like_regexp("PlatformKey")}})
+        template.has_resource_properties(
+            "AWS::Logs::LogGroup",
+            {"RetentionInDays": retention, "KmsKeyId": {"Fn::ImportValue": Match.string_like_regexp("PlatformKey")}},
+        )
 
 
 def test_stacks_carry_environment_and_model_tags(synthesized):
     template = Template.from_json(synthesized.template("staging", "t5-spelling"))
-    template.has_resource_properties("AWS::Logs::LogGroup", {"Tags": Match.array_with([
-        {"Key": "inferstack:environment", "Value": "staging"}, {"Key": "inferstack:model", "Value": "t5-spelling"}])})
+    template.has_resource_properties(
+        "AWS::Logs::LogGroup",
+        {
+            "Tags": Match.array_with(
+                [
+                    {"Key": "inferstack:environment", "Value": "staging"},
+                    {"Key": "inferstack:model", "Value": "t5-spelling"},
+                ]
+            )
+        },
+    )
     fleet = Template.from_json(synthesized.template("staging", "intent-pack"))
-    fleet.has_resource_properties("AWS::Logs::LogGroup", {"Tags": Match.array_with([
-        {"Key": "inferstack:environment", "Value": "staging"}, {"Key": "inferstack:fleet", "Value": "intent-pack"}])})
+    fleet.has_resource_properties(
+        "AWS::Logs::LogGroup",
+        {
+            "Tags": Match.array_with(
+                [
+                    {"Key": "inferstack:environment", "Value": "staging"},
+                    {"Key": "inferstack:fleet", "Value": "intent-pack"},
+                ]
+            )
+        },
+    )

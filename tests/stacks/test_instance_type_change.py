@@ -46,9 +46,15 @@ ENDPOINT = f"{ENV}-{MODEL}"
 RESOURCE_ID = rules.variant_resource_id(ENDPOINT, "AllTraffic")
 # moto's own defects on this path, worked around by the CLI rehearsal's named patches (in the order PATCHES has
 # them: updates-in-dependency-order orders what new-values-update-readers adds).
-WORKAROUNDS = ("sagemaker-endpoint-name", "getatt-of-unmodeled-resource", "scaling-handover",
-               "new-values-update-readers", "sagemaker-replacements-in-cleanup", "updates-in-dependency-order",
-               "deregister-keeps-policies")
+WORKAROUNDS = (
+    "sagemaker-endpoint-name",
+    "getatt-of-unmodeled-resource",
+    "scaling-handover",
+    "new-values-update-readers",
+    "sagemaker-replacements-in-cleanup",
+    "updates-in-dependency-order",
+    "deregister-keeps-policies",
+)
 
 pytestmark = pytest.mark.filterwarnings("ignore:Tried to parse .* not supported by moto:UserWarning")
 
@@ -62,8 +68,11 @@ def templates(tmp_path_factory) -> tuple[dict, dict]:
     project = config.load(config_dir)
     path = config_dir / f"{MODEL}.yaml"
     data = yaml.safe_load(path.read_text())
-    data["throughput_profile"][NEW_TYPE] = {"throughput_per_second": 150, "p99_latency_ms": 35,
-                                            "source": "estimate for this test"}
+    data["throughput_profile"][NEW_TYPE] = {
+        "throughput_per_second": 150,
+        "p99_latency_ms": 35,
+        "source": "estimate for this test",
+    }
     data["environments"][ENV]["capacity"]["instance_type"] = NEW_TYPE
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     before = synth(project, [ENV], tmp_path_factory.mktemp("before")).templates[ENV][MODEL]
@@ -100,17 +109,22 @@ def test_the_change_moves_the_instance_type_and_keeps_the_endpoint_and_its_logic
 
 # ----------------------------------------------------------------------------- moto, with what it lacks
 
+
 def foundation_stand_in(template: dict) -> dict:
     """A stack exporting every name `template` imports: a VPC and subnets, an SNS topic, a KMS key's ARN (nothing
     here encrypts with it)."""
     names = sorted({value for value in _imports(template)})
-    resources_ = {"Vpc": {"Type": "AWS::EC2::VPC", "Properties": {"CidrBlock": "10.20.0.0/16"}},
-                  "Topic": {"Type": "AWS::SNS::Topic", "Properties": {}}}
+    resources_ = {
+        "Vpc": {"Type": "AWS::EC2::VPC", "Properties": {"CidrBlock": "10.20.0.0/16"}},
+        "Topic": {"Type": "AWS::SNS::Topic", "Properties": {}},
+    }
     outputs = {}
     for index, name in enumerate(names):
         if "Subnet" in name:
-            resources_[f"Subnet{index}"] = {"Type": "AWS::EC2::Subnet", "Properties": {
-                "VpcId": {"Ref": "Vpc"}, "CidrBlock": f"10.20.{index}.0/24"}}
+            resources_[f"Subnet{index}"] = {
+                "Type": "AWS::EC2::Subnet",
+                "Properties": {"VpcId": {"Ref": "Vpc"}, "CidrBlock": f"10.20.{index}.0/24"},
+            }
             value = {"Ref": f"Subnet{index}"}
         elif "Vpc" in name:
             value = {"Ref": "Vpc"}
@@ -140,8 +154,10 @@ def emulator(monkeypatch, account: str) -> Iterator[None]:
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_ENDPOINT_URL"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    with mock_aws(config={"lambda": {"use_docker": False}}), \
-            moto_patches.applied(*WORKAROUNDS, "autoscaled-variant-update"):
+    with (
+        mock_aws(config={"lambda": {"use_docker": False}}),
+        moto_patches.applied(*WORKAROUNDS, "autoscaled-variant-update"),
+    ):
         yield
 
 
@@ -151,44 +167,57 @@ def deploy(template: dict) -> None:
     boto3.client("ssm").put_parameter(Name="/cdk-bootstrap/hnb659fds/version", Value="30", Type="String")
     cloudformation = boto3.client("cloudformation")
     cloudformation.create_stack(StackName=f"{ENV}-Foundation", TemplateBody=json.dumps(foundation_stand_in(template)))
-    cloudformation.create_stack(StackName=ENDPOINT, TemplateBody=json.dumps(template),
-                                Capabilities=["CAPABILITY_IAM", "CAPABILITY_NAMED_IAM"])
+    cloudformation.create_stack(
+        StackName=ENDPOINT, TemplateBody=json.dumps(template), Capabilities=["CAPABILITY_IAM", "CAPABILITY_NAMED_IAM"]
+    )
     _, target = only(template, "AWS::ApplicationAutoScaling::ScalableTarget")
     _, policy = only(template, "AWS::ApplicationAutoScaling::ScalingPolicy")
     props = target["Properties"]
     scaling = boto3.client("application-autoscaling")
     key = {k: props[k] for k in ("ServiceNamespace", "ResourceId", "ScalableDimension")}
-    scaling.register_scalable_target(**key, MinCapacity=props["MinCapacity"], MaxCapacity=props["MaxCapacity"],
-                                     RoleARN=props["RoleARN"])
-    scaling.put_scaling_policy(**key, PolicyName=policy["Properties"]["PolicyName"], PolicyType="TargetTrackingScaling",
-                               TargetTrackingScalingPolicyConfiguration=policy["Properties"][
-                                   "TargetTrackingScalingPolicyConfiguration"])
+    scaling.register_scalable_target(
+        **key, MinCapacity=props["MinCapacity"], MaxCapacity=props["MaxCapacity"], RoleARN=props["RoleARN"]
+    )
+    scaling.put_scaling_policy(
+        **key,
+        PolicyName=policy["Properties"]["PolicyName"],
+        PolicyType="TargetTrackingScaling",
+        TargetTrackingScalingPolicyConfiguration=policy["Properties"]["TargetTrackingScalingPolicyConfiguration"],
+    )
 
 
 def live() -> dict:
     sagemaker, scaling = boto3.client("sagemaker"), boto3.client("application-autoscaling")
     endpoint = sagemaker.describe_endpoint(EndpointName=ENDPOINT)
     (variant,) = sagemaker.describe_endpoint_config(EndpointConfigName=endpoint["EndpointConfigName"])[
-        "ProductionVariants"]
+        "ProductionVariants"
+    ]
     targets = scaling.describe_scalable_targets(ServiceNamespace="sagemaker", ResourceIds=[RESOURCE_ID])[
-        "ScalableTargets"]
+        "ScalableTargets"
+    ]
     policies = scaling.describe_scaling_policies(ServiceNamespace="sagemaker", ResourceId=RESOURCE_ID)[
-        "ScalingPolicies"]
-    return {"status": endpoint["EndpointStatus"], "instance_type": variant["InstanceType"],
-            "variant": variant["VariantName"],
-            "range": [(t["MinCapacity"], t["MaxCapacity"]) for t in targets],
-            "policies": [(p["PolicyName"], p["TargetTrackingScalingPolicyConfiguration"]["TargetValue"])
-                         for p in policies]}
+        "ScalingPolicies"
+    ]
+    return {
+        "status": endpoint["EndpointStatus"],
+        "instance_type": variant["InstanceType"],
+        "variant": variant["VariantName"],
+        "range": [(t["MinCapacity"], t["MaxCapacity"]) for t in targets],
+        "policies": [(p["PolicyName"], p["TargetTrackingScalingPolicyConfiguration"]["TargetValue"]) for p in policies],
+    }
 
 
 def planned(template: dict) -> dict:
     props = only(template, "AWS::ApplicationAutoScaling::ScalableTarget")[1]["Properties"]
     policy = only(template, "AWS::ApplicationAutoScaling::ScalingPolicy")[1]["Properties"]
     (variant,) = only(template, "AWS::SageMaker::EndpointConfig")[1]["Properties"]["ProductionVariants"]
-    return {"status": "InService", "instance_type": variant["InstanceType"], "variant": "AllTraffic",
-            "range": [(props["MinCapacity"], props["MaxCapacity"])],
-            "policies": [(policy["PolicyName"],
-                          policy["TargetTrackingScalingPolicyConfiguration"]["TargetValue"])]}
+    return {
+        "status": "InService",
+        "instance_type": variant["InstanceType"],
+        "variant": "AllTraffic",
+        "range": [(props["MinCapacity"], props["MaxCapacity"])],
+        "policies": [(policy["PolicyName"], policy["TargetTrackingScalingPolicyConfiguration"]["TargetValue"])],
+    }
 
 
 def test_without_the_handover_aws_refuses_the_update(templates, monkeypatch, project):
@@ -197,8 +226,9 @@ def test_without_the_handover_aws_refuses_the_update(templates, monkeypatch, pro
         deploy(before)
         assert live() == planned(before)
         with pytest.raises(botocore.exceptions.ClientError) as refused:
-            boto3.client("cloudformation").update_stack(StackName=ENDPOINT, TemplateBody=json.dumps(after),
-                                                        Capabilities=["CAPABILITY_IAM"])
+            boto3.client("cloudformation").update_stack(
+                StackName=ENDPOINT, TemplateBody=json.dumps(after), Capabilities=["CAPABILITY_IAM"]
+            )
         assert refused.value.response["Error"]["Code"] == "ValidationException"
         assert f"AllTraffic (ml.g4dn.xlarge -> {NEW_TYPE})" in refused.value.response["Error"]["Message"]
 
@@ -208,13 +238,15 @@ def test_with_the_handover_the_update_deploys_and_scaling_is_registered_again(te
     with emulator(monkeypatch, project.environments[ENV].account):
         deploy(before)
         assert live() == planned(before)
-        boto3.client("cloudformation").update_stack(StackName=ENDPOINT, TemplateBody=json.dumps(after),
-                                                    Capabilities=["CAPABILITY_IAM"])
+        boto3.client("cloudformation").update_stack(
+            StackName=ENDPOINT, TemplateBody=json.dumps(after), Capabilities=["CAPABILITY_IAM"]
+        )
         assert live() == planned(after)  # same name, new instance type, the target and its policy registered
         assert planned(after)["instance_type"] == NEW_TYPE
         release, restore = sorted(resources(after, RESOURCE_TYPE), key=lambda name: "Restore" in name)
         assert moto_patches.SCALING_HANDOVERS == [  # in the order CloudFormation (here: moto) ran them
-            (release, "Create", "no endpoint"), (restore, "Create", "kept"),  # the stack's create: nothing to do
+            (release, "Create", "no endpoint"),
+            (restore, "Create", "kept"),  # the stack's create: nothing to do
             (release, "Update", "released"),  # before UpdateEndpoint: the target deregistered
             (restore, "Update", "restored"),  # after it: registered again with its policy
         ]

@@ -13,8 +13,8 @@ import re
 import pytest
 import yaml
 
+from inferstack.aws import stack_outputs
 from inferstack.constructs.load_test import LOCUST_PORT, MASTER_COMMAND, WORKER_COMMAND
-from inferstack.delivery import stack_outputs
 from stacks.load_test_stack import LOAD_TEST_BUILD_CONTEXT, LOAD_TEST_DOCKERFILE
 from tests.support.paths import CONFIG_DIR, ROOT
 
@@ -41,8 +41,11 @@ def only(template: dict, resource_type: str, where=lambda key, resource: True) -
 
 
 def task_definition(template: dict, container: str) -> dict:
-    return only(template, "AWS::ECS::TaskDefinition",
-                lambda k, r: r["Properties"]["ContainerDefinitions"][0]["Name"] == container)[1]["Properties"]
+    return only(
+        template,
+        "AWS::ECS::TaskDefinition",
+        lambda k, r: r["Properties"]["ContainerDefinitions"][0]["Name"] == container,
+    )[1]["Properties"]
 
 
 def output_ref(template: dict, name: str) -> str:
@@ -66,13 +69,17 @@ def template(synthesized, env) -> dict:
 
 # ----------------------------------------------------------------------------- where it exists
 
+
 def test_only_environments_with_load_test_have_the_stack(synthesized):
     assert {env for env, stacks in synthesized.templates.items() if STACK in stacks} == set(WITH_LOAD_TEST)
     for env in WITHOUT_LOAD_TEST:
         assert synthesized.stages[env].load_test is None
-        assert not [key for template in synthesized.templates[env].values()
-                    for key, r in template["Resources"].items()
-                    if "FARGATE" in r.get("Properties", {}).get("RequiresCompatibilities", [])]
+        assert not [
+            key
+            for template in synthesized.templates[env].values()
+            for key, r in template["Resources"].items()
+            if "FARGATE" in r.get("Properties", {}).get("RequiresCompatibilities", [])
+        ]
 
 
 def test_the_stack_is_named_after_its_environment(synthesized, env):
@@ -82,8 +89,9 @@ def test_the_stack_is_named_after_its_environment(synthesized, env):
 
 def test_the_image_asset_is_built_from_the_dockerfile_with_its_ignore_file(synthesized, env):
     stage = synthesized.stages[env]
-    manifest = json.loads(next((synthesized.outdir / f"assembly-{env}").glob(
-        f"{stage.load_test.artifact_id}.assets.json")).read_text())
+    manifest = json.loads(
+        next((synthesized.outdir / f"assembly-{env}").glob(f"{stage.load_test.artifact_id}.assets.json")).read_text()
+    )
     (image,) = manifest["dockerImages"].values()
     assert image["source"]["dockerFile"] == LOAD_TEST_DOCKERFILE and image["source"]["platform"] == "linux/amd64"
     lines = (ROOT / f"{LOAD_TEST_DOCKERFILE}.dockerignore").read_text().splitlines()
@@ -92,16 +100,23 @@ def test_the_image_asset_is_built_from_the_dockerfile_with_its_ignore_file(synth
 
 # ----------------------------------------------------------------------------- nothing runs between tests
 
+
 def test_nothing_runs_until_a_test_starts_tasks(template):
     kinds = {r["Type"] for r in template["Resources"].values()}
-    assert not kinds & {"AWS::ECS::Service", "AWS::ECS::CapacityProvider", "AWS::AutoScaling::AutoScalingGroup",
-                        "AWS::EC2::Instance", "AWS::Lambda::Function"}
+    assert not kinds & {
+        "AWS::ECS::Service",
+        "AWS::ECS::CapacityProvider",
+        "AWS::AutoScaling::AutoScalingGroup",
+        "AWS::EC2::Instance",
+        "AWS::Lambda::Function",
+    }
     _, cluster = only(template, "AWS::ECS::Cluster")
     assert cluster["Properties"]["ClusterSettings"] == [{"Name": "containerInsights", "Value": "enabled"}]
 
 
-@pytest.mark.parametrize("container, command, port", [("Master", MASTER_COMMAND, LOCUST_PORT),
-                                                       ("Worker", WORKER_COMMAND, None)])
+@pytest.mark.parametrize(
+    "container, command, port", [("Master", MASTER_COMMAND, LOCUST_PORT), ("Worker", WORKER_COMMAND, None)]
+)
 def test_task_definitions_are_fargate_sized_from_the_config(template, env, container, command, port):
     settings = ENVIRONMENTS[env]["load_test"]
     definition = task_definition(template, container)
@@ -117,8 +132,11 @@ def test_task_definitions_are_fargate_sized_from_the_config(template, env, conta
     assert spec.get("PortMappings", []) == ([{"ContainerPort": port, "Protocol": "tcp"}] if port else [])
     account, region = ENVIRONMENTS[env]["account"], ENVIRONMENTS[env]["region"]
     # The image asset, tagged with the hash of its context: never a moving tag.
-    assert re.fullmatch(rf"{account}\.dkr\.ecr\.{region}\.\$\{{AWS::URLSuffix\}}/cdk-hnb659fds-container-assets-"
-                        rf"{account}-{region}:[0-9a-f]{{64}}", spec["Image"]["Fn::Sub"]), spec["Image"]
+    assert re.fullmatch(
+        rf"{account}\.dkr\.ecr\.{region}\.\$\{{AWS::URLSuffix\}}/cdk-hnb659fds-container-assets-"
+        rf"{account}-{region}:[0-9a-f]{{64}}",
+        spec["Image"]["Fn::Sub"],
+    ), spec["Image"]
     logs_id, _ = only(template, "AWS::Logs::LogGroup")
     assert spec["LogConfiguration"]["LogDriver"] == "awslogs"
     assert spec["LogConfiguration"]["Options"]["awslogs-group"] == {"Ref": logs_id}
@@ -139,12 +157,20 @@ def test_log_group_is_encrypted_and_kept_as_the_environment_says(template, env):
 
 # ----------------------------------------------------------------------------- network
 
+
 def test_the_master_admits_its_workers_on_locusts_port_and_nothing_else(template):
     master_sg, worker_sg = group_id(template, "MasterSecurityGroup"), group_id(template, "WorkerSecurityGroup")
     ingress = [r["Properties"] for r in resources(template, "AWS::EC2::SecurityGroupIngress").values()]
-    assert ingress == [{"Description": "Locust workers connect to their master", "FromPort": LOCUST_PORT,
-                        "ToPort": LOCUST_PORT, "IpProtocol": "tcp", "GroupId": {"Fn::GetAtt": [master_sg, "GroupId"]},
-                        "SourceSecurityGroupId": {"Fn::GetAtt": [worker_sg, "GroupId"]}}]
+    assert ingress == [
+        {
+            "Description": "Locust workers connect to their master",
+            "FromPort": LOCUST_PORT,
+            "ToPort": LOCUST_PORT,
+            "IpProtocol": "tcp",
+            "GroupId": {"Fn::GetAtt": [master_sg, "GroupId"]},
+            "SourceSecurityGroupId": {"Fn::GetAtt": [worker_sg, "GroupId"]},
+        }
+    ]
     for group in resources(template, "AWS::EC2::SecurityGroup").values():
         assert "SecurityGroupIngress" not in group["Properties"]
 
@@ -154,8 +180,10 @@ def test_egress_is_what_each_side_calls(template, env):
     groups = resources(template, "AWS::EC2::SecurityGroup")
 
     def rules(group: str) -> set[tuple]:
-        return {(r.get("CidrIp"), r["IpProtocol"], r["FromPort"], r["ToPort"])
-                for r in groups[group]["Properties"]["SecurityGroupEgress"]}
+        return {
+            (r.get("CidrIp"), r["IpProtocol"], r["FromPort"], r["ToPort"])
+            for r in groups[group]["Properties"]["SecurityGroupEgress"]
+        }
 
     assert rules(master_sg) == {("0.0.0.0/0", "tcp", 443, 443)}  # S3, ECR, logs: never the model
     cidr = ENVIRONMENTS[env]["network"]["create"]["cidr"]
@@ -172,8 +200,9 @@ def test_the_runs_subnets_are_the_foundations_private_ones(synthesized, env):
     foundation = synthesized.template(env, "Foundation")
     refs = [part["Ref"] for part in foundation["Outputs"][stack_outputs.PRIVATE_SUBNETS]["Value"]["Fn::Join"][1]]
     subnets = resources(foundation, "AWS::EC2::Subnet")
-    private = sorted(k for k, s in subnets.items()
-                     if {"Key": "aws-cdk:subnet-type", "Value": "Private"} in s["Properties"]["Tags"])
+    private = sorted(
+        k for k, s in subnets.items() if {"Key": "aws-cdk:subnet-type", "Value": "Private"} in s["Properties"]["Tags"]
+    )
     assert sorted(refs) == private and len(private) == len(ENVIRONMENTS[env]["availability_zones"])
     assert all(subnets[k]["Properties"]["MapPublicIpOnLaunch"] is False for k in refs)
 
@@ -182,9 +211,11 @@ def test_the_serving_load_balancers_already_admit_the_generators(synthesized, en
     """No rule is added for the generators: every internal load balancer of the environment admits the VPC's
     range on its listener, and the private subnets the generators run in lie inside it."""
     foundation = synthesized.template(env, "Foundation")
-    private = [ipaddress.ip_network(s["Properties"]["CidrBlock"])
-               for s in resources(foundation, "AWS::EC2::Subnet").values()
-               if {"Key": "aws-cdk:subnet-type", "Value": "Private"} in s["Properties"]["Tags"]]
+    private = [
+        ipaddress.ip_network(s["Properties"]["CidrBlock"])
+        for s in resources(foundation, "AWS::EC2::Subnet").values()
+        if {"Key": "aws-cdk:subnet-type", "Value": "Private"} in s["Properties"]["Tags"]
+    ]
     balancers = 0
     for stack, serving in synthesized.templates[env].items():
         for group in resources(serving, "AWS::EC2::SecurityGroup").values():
@@ -198,11 +229,19 @@ def test_the_serving_load_balancers_already_admit_the_generators(synthesized, en
 
 # ----------------------------------------------------------------------------- IAM
 
+
 def _trust(role: dict, account: str, region: str) -> None:
-    assert role["Properties"]["AssumeRolePolicyDocument"]["Statement"] == [{
-        "Action": "sts:AssumeRole", "Effect": "Allow", "Principal": {"Service": "ecs-tasks.amazonaws.com"},
-        "Condition": {"StringEquals": {"aws:SourceAccount": account},
-                      "ArnLike": {"aws:SourceArn": f"arn:aws:ecs:{region}:{account}:*"}}}]
+    assert role["Properties"]["AssumeRolePolicyDocument"]["Statement"] == [
+        {
+            "Action": "sts:AssumeRole",
+            "Effect": "Allow",
+            "Principal": {"Service": "ecs-tasks.amazonaws.com"},
+            "Condition": {
+                "StringEquals": {"aws:SourceAccount": account},
+                "ArnLike": {"aws:SourceArn": f"arn:aws:ecs:{region}:{account}:*"},
+            },
+        }
+    ]
     assert "ManagedPolicyArns" not in role["Properties"]
 
 
@@ -215,14 +254,17 @@ def test_the_master_may_only_write_results(template, env):
     statements = {s["Sid"]: s for s in policy["PolicyDocument"]["Statement"]}
     assert statements["WriteResults"]["Action"] == "s3:PutObject"
     assert statements["WriteResults"]["Resource"] == {
-        "Fn::Join": ["", [{"Fn::GetAtt": [RESULTS_BUCKET_ID, "Arn"]}, "/*"]]}
+        "Fn::Join": ["", [{"Fn::GetAtt": [RESULTS_BUCKET_ID, "Arn"]}, "/*"]]
+    }
     assert sorted(statements["EncryptResults"]["Action"]) == ["kms:Decrypt", "kms:GenerateDataKey"]
     assert statements["EncryptResults"]["Condition"] == {
-        "StringEquals": {"kms:ViaService": f"s3.{region}.amazonaws.com"}}
+        "StringEquals": {"kms:ViaService": f"s3.{region}.amazonaws.com"}
+    }
     assert "Fn::ImportValue" in statements["EncryptResults"]["Resource"]
     assert set(statements) == {"WriteResults", "EncryptResults"}
-    assert not [p for p in resources(template, "AWS::IAM::Policy").values()
-                if {"Ref": role_id} in p["Properties"]["Roles"]]
+    assert not [
+        p for p in resources(template, "AWS::IAM::Policy").values() if {"Ref": role_id} in p["Properties"]["Roles"]
+    ]
 
 
 def test_workers_may_only_invoke_this_environments_endpoints(template, env):
@@ -231,30 +273,46 @@ def test_workers_may_only_invoke_this_environments_endpoints(template, env):
     role = template["Resources"][role_id]
     _trust(role, account, region)
     (policy,) = role["Properties"]["Policies"]
-    assert policy["PolicyDocument"]["Statement"] == [{
-        "Action": "sagemaker:InvokeEndpoint", "Effect": "Allow", "Sid": "InvokeThisEnvironmentsEndpoints",
-        "Resource": [f"arn:aws:sagemaker:{region}:{account}:endpoint/{env}-*",
-                     f"arn:aws:sagemaker:{region}:{account}:inference-component/{env}-*"]}]
+    assert policy["PolicyDocument"]["Statement"] == [
+        {
+            "Action": "sagemaker:InvokeEndpoint",
+            "Effect": "Allow",
+            "Sid": "InvokeThisEnvironmentsEndpoints",
+            "Resource": [
+                f"arn:aws:sagemaker:{region}:{account}:endpoint/{env}-*",
+                f"arn:aws:sagemaker:{region}:{account}:inference-component/{env}-*",
+            ],
+        }
+    ]
 
 
 def test_the_execution_role_pulls_the_image_and_writes_the_logs_only(template, env):
     account, region = ENVIRONMENTS[env]["account"], ENVIRONMENTS[env]["region"]
     role_id = task_definition(template, "Master")["ExecutionRoleArn"]["Fn::GetAtt"][0]
     _trust(template["Resources"][role_id], account, region)
-    (policy,) = [p for p in resources(template, "AWS::IAM::Policy").values()
-                 if {"Ref": role_id} in p["Properties"]["Roles"]]
+    (policy,) = [
+        p for p in resources(template, "AWS::IAM::Policy").values() if {"Ref": role_id} in p["Properties"]["Roles"]
+    ]
     logs_id, _ = only(template, "AWS::Logs::LogGroup")
-    by_resource = {json.dumps(s["Resource"], sort_keys=True): sorted(s["Action"] if isinstance(s["Action"], list)
-                                                                      else [s["Action"]])
-                   for s in policy["Properties"]["PolicyDocument"]["Statement"]}
+    by_resource = {
+        json.dumps(s["Resource"], sort_keys=True): sorted(
+            s["Action"] if isinstance(s["Action"], list) else [s["Action"]]
+        )
+        for s in policy["Properties"]["PolicyDocument"]["Statement"]
+    }
     assert by_resource == {
-        json.dumps(f"arn:aws:ecr:{region}:{account}:repository/cdk-hnb659fds-container-assets-{account}-{region}"):
-            ["ecr:BatchCheckLayerAvailability", "ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer"],
+        json.dumps(f"arn:aws:ecr:{region}:{account}:repository/cdk-hnb659fds-container-assets-{account}-{region}"): [
+            "ecr:BatchCheckLayerAvailability",
+            "ecr:BatchGetImage",
+            "ecr:GetDownloadUrlForLayer",
+        ],
         json.dumps("*"): ["ecr:GetAuthorizationToken"],
-        json.dumps({"Fn::GetAtt": [logs_id, "Arn"]}, sort_keys=True): ["logs:CreateLogStream", "logs:PutLogEvents"]}
+        json.dumps({"Fn::GetAtt": [logs_id, "Arn"]}, sort_keys=True): ["logs:CreateLogStream", "logs:PutLogEvents"],
+    }
 
 
 # ----------------------------------------------------------------------------- results
+
 
 def test_results_bucket_is_encrypted_private_tls_only_versioned_and_expires(template, env):
     bucket = template["Resources"][RESULTS_BUCKET_ID]
@@ -264,28 +322,40 @@ def test_results_bucket_is_encrypted_private_tls_only_versioned_and_expires(temp
     assert encryption["ServerSideEncryptionByDefault"]["SSEAlgorithm"] == "aws:kms"
     assert "Fn::ImportValue" in encryption["ServerSideEncryptionByDefault"]["KMSMasterKeyID"]
     assert properties["PublicAccessBlockConfiguration"] == {
-        "BlockPublicAcls": True, "BlockPublicPolicy": True, "IgnorePublicAcls": True, "RestrictPublicBuckets": True}
+        "BlockPublicAcls": True,
+        "BlockPublicPolicy": True,
+        "IgnorePublicAcls": True,
+        "RestrictPublicBuckets": True,
+    }
     assert properties["VersioningConfiguration"] == {"Status": "Enabled"}
     (rule,) = properties["LifecycleConfiguration"]["Rules"]
     assert rule["ExpirationInDays"] == ENVIRONMENTS[env]["load_test"]["results_retention_days"]
     assert rule["Status"] == "Enabled" and rule["NoncurrentVersionExpiration"]["NoncurrentDays"] >= 1
     logs_bucket = properties["LoggingConfiguration"]["DestinationBucketName"]["Ref"]
     assert template["Resources"][logs_bucket]["Type"] == "AWS::S3::Bucket"
-    (policy,) = [p["Properties"]["PolicyDocument"] for p in resources(template, "AWS::S3::BucketPolicy").values()
-                 if p["Properties"]["Bucket"] == {"Ref": RESULTS_BUCKET_ID}]
-    assert any(s["Effect"] == "Deny" and s["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
-               for s in policy["Statement"])
+    (policy,) = [
+        p["Properties"]["PolicyDocument"]
+        for p in resources(template, "AWS::S3::BucketPolicy").values()
+        if p["Properties"]["Bucket"] == {"Ref": RESULTS_BUCKET_ID}
+    ]
+    assert any(
+        s["Effect"] == "Deny" and s["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+        for s in policy["Statement"]
+    )
     removal = "Retain" if ENVIRONMENTS[env]["defaults"]["retain_stateful_resources"] else "Delete"
     assert bucket["DeletionPolicy"] == removal
 
 
 # ----------------------------------------------------------------------------- outputs
 
+
 def test_outputs_name_what_a_run_starts_from(template):
     assert set(template["Outputs"]) == set(stack_outputs.LOAD_TEST_OUTPUTS)
     assert output_ref(template, stack_outputs.RESULTS_BUCKET) == RESULTS_BUCKET_ID
-    for output, container in ((stack_outputs.MASTER_TASK_DEFINITION, "Master"),
-                              (stack_outputs.WORKER_TASK_DEFINITION, "Worker")):
+    for output, container in (
+        (stack_outputs.MASTER_TASK_DEFINITION, "Master"),
+        (stack_outputs.WORKER_TASK_DEFINITION, "Worker"),
+    ):
         definition = template["Resources"][output_ref(template, output)]
         assert definition["Properties"]["ContainerDefinitions"][0]["Name"] == container
     assert template["Outputs"][stack_outputs.MASTER_CONTAINER]["Value"] == "Master"
@@ -298,9 +368,13 @@ def test_outputs_name_what_a_run_starts_from(template):
 
 # ----------------------------------------------------------------------------- the role a run from outside assumes
 
+
 def _runner_role(template: dict) -> dict:
-    (role,) = [r for r in template["Resources"].values()
-               if r["Type"] == "AWS::IAM::Role" and r["Properties"].get("RoleName") == "inferstack-loadtest"]
+    (role,) = [
+        r
+        for r in template["Resources"].values()
+        if r["Type"] == "AWS::IAM::Role" and r["Properties"].get("RoleName") == "inferstack-loadtest"
+    ]
     return role
 
 
@@ -317,7 +391,9 @@ def test_the_runner_role_trusts_only_the_pipelines_roles_and_starts_only_this_st
     role = _runner_role(template)
     (trust,) = role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
     assert trust["Principal"] == {"AWS": "arn:aws:iam::444444444444:root"}
-    assert trust["Condition"] == {"ArnLike": {"aws:PrincipalArn": "arn:aws:iam::444444444444:role/inferstack-pipeline-*"}}
+    assert trust["Condition"] == {
+        "ArnLike": {"aws:PrincipalArn": "arn:aws:iam::444444444444:role/inferstack-pipeline-*"}
+    }
     statements = _statements(role)
     definitions = [r for r in template["Resources"].values() if r["Type"] == "AWS::ECS::TaskDefinition"]
     families = sorted(d["Properties"]["Family"] for d in definitions)
@@ -329,11 +405,18 @@ def test_the_runner_role_trusts_only_the_pipelines_roles_and_starts_only_this_st
     assert run["Condition"] == {"ArnEquals": {"ecs:cluster": {"Fn::GetAtt": [cluster_id, "Arn"]}}}
     passed = statements["PassTheTasksRoles"]
     assert passed["Condition"] == {"StringEquals": {"iam:PassedToService": "ecs-tasks.amazonaws.com"}}
-    task_roles = {ref for d in definitions for ref in (d["Properties"]["TaskRoleArn"]["Fn::GetAtt"][0],
-                                                        d["Properties"]["ExecutionRoleArn"]["Fn::GetAtt"][0])}
+    task_roles = {
+        ref
+        for d in definitions
+        for ref in (
+            d["Properties"]["TaskRoleArn"]["Fn::GetAtt"][0],
+            d["Properties"]["ExecutionRoleArn"]["Fn::GetAtt"][0],
+        )
+    }
     assert {r["Fn::GetAtt"][0] for r in passed["Resource"]} == task_roles
     actions = {a for s in statements.values() for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])}
-    assert not any(a.startswith(("s3:Put", "s3:Delete", "sagemaker:Invoke", "ecs:Register", "iam:Create")) for a in actions)
+    assert not any(
+        a.startswith(("s3:Put", "s3:Delete", "sagemaker:Invoke", "ecs:Register", "iam:Create")) for a in actions
+    )
     assert statements["FindTheImagesUnderTest"]["Resource"] == "*"
     assert all(a.split(":")[1].startswith("Describe") for a in statements["FindTheImagesUnderTest"]["Action"])
-

@@ -13,9 +13,9 @@ import json
 import pytest
 from aws_cdk.assertions import Template
 
+from inferstack.aws import stack_outputs
 from inferstack.capacity import packing
 from inferstack.neuron.routing import CATCH_ALL_FIRST, MAX_TARGET_GROUPS, catch_all_priority, rule_priority
-from inferstack.delivery import stack_outputs
 from tests.support.live_values import as_created
 from tests.support.neuron_service import FLEET, PINNED_IDS
 from tests.support.templates import image_asset, only
@@ -31,8 +31,9 @@ def template(synthesized, env: str) -> Template:
 
 
 def plan_of(project, env: str) -> packing.NeuronFleetPlan:
-    plan = packing.plan_fleet(FLEET, project.fleets[FLEET], project.fleet_members(FLEET), env,
-                              project.environments[env])
+    plan = packing.plan_fleet(
+        FLEET, project.fleets[FLEET], project.fleet_members(FLEET), env, project.environments[env]
+    )
     assert isinstance(plan, packing.NeuronFleetPlan)
     return plan
 
@@ -52,8 +53,12 @@ def target_groups(tpl: Template, *, alternate: bool = False) -> dict[str, tuple[
     """Model -> (logical id, properties), by the health check path (each model's readiness): the target group
     the service registers with, or (`alternate`) the one ECS's traffic-shifting deployments move it to."""
     _, service = only(tpl, "AWS::ECS::Service")
-    wanted = {(lb.get("AdvancedConfiguration", {}).get("AlternateTargetGroupArn") if alternate
-               else lb["TargetGroupArn"])["Ref"] for lb in service["Properties"]["LoadBalancers"]}
+    wanted = {
+        (lb.get("AdvancedConfiguration", {}).get("AlternateTargetGroupArn") if alternate else lb["TargetGroupArn"])[
+            "Ref"
+        ]
+        for lb in service["Properties"]["LoadBalancers"]
+    }
     found = {}
     for logical_id, group in tpl.find_resources("AWS::ElasticLoadBalancingV2::TargetGroup").items():
         if logical_id in wanted:
@@ -63,6 +68,7 @@ def target_groups(tpl: Template, *, alternate: bool = False) -> dict[str, tuple[
 
 
 # ----------------------------------------------------------------------------- stacks
+
 
 @pytest.mark.parametrize("env", ENVS)
 def test_the_fleet_stack_serves_the_members_which_get_no_stack_of_their_own(synthesized, env):
@@ -76,13 +82,16 @@ def test_the_fleet_stack_serves_the_members_which_get_no_stack_of_their_own(synt
 
 # ----------------------------------------------------------------------------- the packed task
 
+
 def test_dev_task_splits_the_cores_as_worked_out_from_the_yaml(synthesized):
     # dev: inf1.xlarge (4 cores), safety 0.5; intent-bert 1000/s per instance (250 per core) at 400 TPS,
     # duplicate-bert 970/s (242.5 per core) at 100 TPS. Two instances carry both with 2 + 1 cores; the spare
     # core goes to intent-bert (least headroom); 3 copies -> 3 workers (a divisor of 3, at most its 4).
     served = served_models(template(synthesized, "dev"))
     assert [(s["name"], s["port"], s["visible_cores"], s["workers"]) for s in served] == [
-        ("intent-bert", 8080, "0-2", 3), ("duplicate-bert", 8081, "3", 1)]
+        ("intent-bert", 8080, "0-2", 3),
+        ("duplicate-bert", 8081, "3", 1),
+    ]
     assert [(s["max_batch_size"], s["max_queue_delay_ms"]) for s in served] == [(16, 1), (24, 5)]
 
 
@@ -97,7 +106,8 @@ def test_each_model_on_its_own_cores_and_port_as_planned(synthesized, project, e
     tpl = template(synthesized, env)
     served = served_models(tpl)
     assert [(s["name"], s["port"], s["visible_cores"], s["workers"]) for s in served] == [
-        (s.model, s.port, s.visible_cores, s.workers) for s in plan.shares]
+        (s.model, s.port, s.visible_cores, s.workers) for s in plan.shares
+    ]
     ranges = [_cores(s["visible_cores"]) for s in served]
     assert not ranges[0] & ranges[1], "core ranges overlap"
     assert set().union(*ranges) <= set(range(plan.neuron_cores))
@@ -105,31 +115,43 @@ def test_each_model_on_its_own_cores_and_port_as_planned(synthesized, project, e
     assert environment["NEURON_RT_VISIBLE_CORES"] == f"0-{plan.neuron_cores - 1}"  # the task owns the host
     assert "MODEL_NAME" not in environment and "PORT" not in environment  # not beside SERVER_MODELS
     assert container(tpl)["PortMappings"] == [
-        {"ContainerPort": s.port, "Name": s.model, "Protocol": "tcp"} for s in plan.shares]
+        {"ContainerPort": s.port, "Name": s.model, "Protocol": "tcp"} for s in plan.shares
+    ]
     _, service = only(tpl, "AWS::ECS::Service")
     groups = target_groups(tpl)
-    assert sorted((lb["ContainerPort"], lb["TargetGroupArn"]["Ref"]) for lb in service["Properties"]["LoadBalancers"]) \
-        == sorted((s.port, groups[s.model][0]) for s in plan.shares)
+    assert sorted(
+        (lb["ContainerPort"], lb["TargetGroupArn"]["Ref"]) for lb in service["Properties"]["LoadBalancers"]
+    ) == sorted((s.port, groups[s.model][0]) for s in plan.shares)
 
 
 def test_one_image_with_every_member_compiled_for_the_generation(synthesized):
-    sources = {env: image_asset(synthesized.outdir, synthesized.stages[env].fleets[FLEET].artifact_id, env)
-               for env in ENVS}
+    sources = {
+        env: image_asset(synthesized.outdir, synthesized.stages[env].fleets[FLEET].artifact_id, env) for env in ENVS
+    }
     dev = sources["dev"]
     assert dev["dockerFile"] == "Dockerfile.inf1" and dev["platform"] == "linux/amd64"
     assert set(dev["dockerBuildArgs"]) == {"MODELS", "NEURON_TARGET"}  # no MODEL_SOURCE beside MODELS
     assert dev["dockerBuildArgs"]["NEURON_TARGET"] == "inf1"
     models = json.loads(dev["dockerBuildArgs"]["MODELS"])
     assert [m["name"] for m in models] == list(MEMBERS)
-    assert models[1] == {"name": "duplicate-bert", "model": "bert-base-uncased", "revision": None,
-                         "task": "text-classification", "labels": ["distinct", "duplicate"], "batch_size": 6,
-                         "sequence_length": 128, "neuron_cores": 1, "parallelism": "data-parallel",
-                         "compiler_args": ["--fp32-cast=all"]}
+    assert models[1] == {
+        "name": "duplicate-bert",
+        "model": "bert-base-uncased",
+        "revision": None,
+        "task": "text-classification",
+        "labels": ["distinct", "duplicate"],
+        "batch_size": 6,
+        "sequence_length": 128,
+        "neuron_cores": 1,
+        "parallelism": "data-parallel",
+        "compiler_args": ["--fp32-cast=all"],
+    }
     # The same build in every environment (inf1.xlarge in dev, inf1.6xlarge elsewhere): one image promotes.
     assert all(source == dev for source in sources.values())
 
 
 # ----------------------------------------------------------------------------- traffic
+
 
 @pytest.mark.parametrize("env", ENVS)
 def test_two_target_groups_per_model_on_its_port_checking_its_readiness(synthesized, project, env):
@@ -157,9 +179,17 @@ def test_listener_routes_each_models_paths_and_the_first_model_every_other_path(
     (listener_id,) = tpl.find_resources("AWS::ElasticLoadBalancingV2::Listener")
 
     def weighted(model: str) -> list[dict]:
-        return [{"Type": "forward", "ForwardConfig": {"TargetGroups": [
-            {"TargetGroupArn": {"Ref": groups[model][0]}, "Weight": 100},
-            {"TargetGroupArn": {"Ref": alternates[model][0]}, "Weight": 0}]}}]
+        return [
+            {
+                "Type": "forward",
+                "ForwardConfig": {
+                    "TargetGroups": [
+                        {"TargetGroupArn": {"Ref": groups[model][0]}, "Weight": 100},
+                        {"TargetGroupArn": {"Ref": alternates[model][0]}, "Weight": 0},
+                    ]
+                },
+            }
+        ]
 
     routed = {}
     for rule in tpl.find_resources("AWS::ElasticLoadBalancingV2::ListenerRule").values():
@@ -168,8 +198,10 @@ def test_listener_routes_each_models_paths_and_the_first_model_every_other_path(
         (condition,) = props["Conditions"]
         routed[tuple(condition["PathPatternConfig"]["Values"])] = (props["Actions"], props["Priority"])
     first, *others = MEMBERS
-    assert routed == {("/*",): (weighted(first), catch_all_priority(first)),
-                      **{(f"/v2/models/{m}", f"/v2/models/{m}/*"): (weighted(m), rule_priority(m)) for m in others}}
+    assert routed == {
+        ("/*",): (weighted(first), catch_all_priority(first)),
+        **{(f"/v2/models/{m}", f"/v2/models/{m}/*"): (weighted(m), rule_priority(m)) for m in others},
+    }
     assert all(rule_priority(m) < CATCH_ALL_FIRST <= catch_all_priority(first) for m in others)
     _, listener = only(tpl, "AWS::ElasticLoadBalancingV2::Listener")
     assert listener["Properties"]["DefaultActions"] == weighted(first)
@@ -184,6 +216,7 @@ def test_rule_priorities_come_from_the_names_in_two_ranges():
 
 
 # ----------------------------------------------------------------------------- scaling
+
 
 def policies(tpl: Template) -> dict[str, dict]:
     """Model -> its request-count target tracking configuration, by the target groups its metrics name."""
@@ -211,24 +244,39 @@ def test_one_request_count_policy_per_model_with_the_planners_target(synthesized
     tpl = template(synthesized, env)
     _, target = only(tpl, "AWS::ApplicationAutoScaling::ScalableTarget")
     assert (target["Properties"]["MinCapacity"], target["Properties"]["MaxCapacity"]) == (
-        plan.min_capacity, plan.max_capacity)
+        plan.min_capacity,
+        plan.max_capacity,
+    )
     found = policies(tpl)
     assert set(found) == set(MEMBERS)
     groups, alternates = target_groups(tpl), target_groups(tpl, alternate=True)
     for model, tracking in found.items():
         # ALBRequestCountPerTarget follows one target group; the tasks move between two, so the policy sums both
         metrics, expression = request_queries(tracking)
-        assert [(q["MetricStat"]["Metric"]["MetricName"], q["MetricStat"]["Stat"],
-                 q["MetricStat"]["Metric"]["Dimensions"][1]) for q in metrics] == [
-            ("RequestCountPerTarget", "Sum", {"Name": "TargetGroup", "Value": {"Fn::GetAtt": [g, "TargetGroupFullName"]}})
-            for g in (groups[model][0], alternates[model][0])]
+        assert [
+            (
+                q["MetricStat"]["Metric"]["MetricName"],
+                q["MetricStat"]["Stat"],
+                q["MetricStat"]["Metric"]["Dimensions"][1],
+            )
+            for q in metrics
+        ] == [
+            (
+                "RequestCountPerTarget",
+                "Sum",
+                {"Name": "TargetGroup", "Value": {"Fn::GetAtt": [g, "TargetGroupFullName"]}},
+            )
+            for g in (groups[model][0], alternates[model][0])
+        ]
         a, b = (q["Id"] for q in metrics)
         assert expression["Expression"] == f"FILL({a}, 0) + FILL({b}, 0)"
         assert tracking["TargetValue"] == pytest.approx(plan.target_per_task_per_minute(model))
     _, asg = only(tpl, "AWS::AutoScaling::AutoScalingGroup")
     # blue/green and canary start the whole green fleet beside blue: one task per instance, twice the max
     assert (asg["Properties"]["MinSize"], asg["Properties"]["MaxSize"]) == (
-        str(plan.min_capacity), str(plan.max_capacity * 2))
+        str(plan.min_capacity),
+        str(plan.max_capacity * 2),
+    )
 
 
 def test_dev_targets_worked_out_by_hand(synthesized):
@@ -240,25 +288,46 @@ def test_dev_targets_worked_out_by_hand(synthesized):
 
 # ----------------------------------------------------------------------------- off hours
 
+
 def test_dev_closes_at_night_on_the_service_and_the_instances(synthesized, project):
     plan = plan_of(project, "dev")
     tpl = template(synthesized, "dev")
     _, target = only(tpl, "AWS::ApplicationAutoScaling::ScalableTarget")
     assert target["Properties"]["ScheduledActions"] == [
-        {"ScalableTargetAction": {"MinCapacity": 0, "MaxCapacity": 0}, "Schedule": "cron(0 20 ? * MON-FRI *)",
-         "ScheduledActionName": "OffHours1Start", "Timezone": "Europe/Berlin"},
-        {"ScalableTargetAction": {"MinCapacity": plan.min_capacity, "MaxCapacity": plan.max_capacity},
-         "Schedule": "cron(0 7 ? * MON-FRI *)", "ScheduledActionName": "OffHours1End", "Timezone": "Europe/Berlin"}]
+        {
+            "ScalableTargetAction": {"MinCapacity": 0, "MaxCapacity": 0},
+            "Schedule": "cron(0 20 ? * MON-FRI *)",
+            "ScheduledActionName": "OffHours1Start",
+            "Timezone": "Europe/Berlin",
+        },
+        {
+            "ScalableTargetAction": {"MinCapacity": plan.min_capacity, "MaxCapacity": plan.max_capacity},
+            "Schedule": "cron(0 7 ? * MON-FRI *)",
+            "ScheduledActionName": "OffHours1End",
+            "Timezone": "Europe/Berlin",
+        },
+    ]
     asg_id, asg = only(tpl, "AWS::AutoScaling::AutoScalingGroup")
-    actions = sorted((a["Properties"] for a in tpl.find_resources("AWS::AutoScaling::ScheduledAction").values()),
-                     key=lambda a: a["MinSize"])
+    actions = sorted(
+        (a["Properties"] for a in tpl.find_resources("AWS::AutoScaling::ScheduledAction").values()),
+        key=lambda a: a["MinSize"],
+    )
     # The group's minimum follows (ECS never changes it), its maximum stays above zero (or managed scaling
     # could not scale out again), and the desired count stays ECS's.
     assert actions == [
-        {"AutoScalingGroupName": {"Ref": asg_id}, "MinSize": 0, "Recurrence": "0 20 * * MON-FRI",
-         "TimeZone": "Europe/Berlin"},
-        {"AutoScalingGroupName": {"Ref": asg_id}, "MinSize": plan.min_capacity, "Recurrence": "0 7 * * MON-FRI",
-         "TimeZone": "Europe/Berlin"}]
+        {
+            "AutoScalingGroupName": {"Ref": asg_id},
+            "MinSize": 0,
+            "Recurrence": "0 20 * * MON-FRI",
+            "TimeZone": "Europe/Berlin",
+        },
+        {
+            "AutoScalingGroupName": {"Ref": asg_id},
+            "MinSize": plan.min_capacity,
+            "Recurrence": "0 7 * * MON-FRI",
+            "TimeZone": "Europe/Berlin",
+        },
+    ]
     assert int(asg["Properties"]["MaxSize"]) > 0
     # a deploy inside the window does not reset the group to the template's sizes
     assert asg["UpdatePolicy"]["AutoScalingScheduledAction"] == {"IgnoreUnmodifiedGroupSizeProperties": True}
@@ -279,6 +348,7 @@ def test_no_window_no_schedule(synthesized, env):
 
 # ----------------------------------------------------------------------------- observability
 
+
 @pytest.mark.parametrize("env", ENVS)
 def test_alarms_per_model_against_its_slo_and_per_task(synthesized, project, env):
     plan = plan_of(project, env)
@@ -296,25 +366,34 @@ def test_alarms_per_model_against_its_slo_and_per_task(synthesized, project, env
         latency = read["p99"]
         assert latency["AlarmDescription"].startswith(f"{share.model} ({FLEET}): p99 target response time")
         assert latency["Threshold"] == share.slo_p99_ms / 1000
-        stats = [(q["MetricStat"]["Metric"]["MetricName"], q["MetricStat"]["Stat"]) for q in latency["Metrics"]
-                 if "MetricStat" in q]
+        stats = [
+            (q["MetricStat"]["Metric"]["MetricName"], q["MetricStat"]["Stat"])
+            for q in latency["Metrics"]
+            if "MetricStat" in q
+        ]
         assert stats == [("TargetResponseTime", "p99")] * 2
         (expression,) = [q["Expression"] for q in latency["Metrics"] if "Expression" in q]
         assert expression.startswith("MAX([")  # the worse group: a slow canary alarms however little it takes
     task_level = {a["MetricName"] for a in alarms if a.get("Namespace") in ("AWS/ECS", "AWS/ECS/ManagedScaling")}
     assert task_level == {"CPUUtilization", "MemoryUtilization", "CapacityProviderReservation"}
     # intent-bert's SLO is 10 ms, duplicate-bert's 50 ms: each alarm its own
-    assert sorted(a["Threshold"] for a in alarms if "p99 target response time" in a["AlarmDescription"]) == [
-        0.01, 0.05]
+    assert sorted(a["Threshold"] for a in alarms if "p99 target response time" in a["AlarmDescription"]) == [0.01, 0.05]
 
 
 def test_dashboard_has_a_row_per_model(synthesized):
     _, dashboard = only(template(synthesized, "dev"), "AWS::CloudWatch::Dashboard")
     body = json.dumps(dashboard["Properties"]["DashboardBody"])
     for model in MEMBERS:
-        for title in ("requests per task per minute", "target response time (s)", "target 5xx (% of requests)",
-                      "targets", "in flight and queue depth per worker", "batch size (rows)",
-                      "inference latency (ms)", "NeuronCore utilization (%), device memory (bytes)"):
+        for title in (
+            "requests per task per minute",
+            "target response time (s)",
+            "target 5xx (% of requests)",
+            "targets",
+            "in flight and queue depth per worker",
+            "batch size (rows)",
+            "inference latency (ms)",
+            "NeuronCore utilization (%), device memory (bytes)",
+        ):
             assert f"{model}: {title}" in body
     assert "Requests per minute, by model" in body and "RunningTaskCount" in body
     assert "NeuronCore utilization, task (%)" in body
@@ -322,9 +401,16 @@ def test_dashboard_has_a_row_per_model(synthesized):
 
 # ----------------------------------------------------------------------------- outputs
 
+
 def test_outputs_let_smoke_and_promote_reach_every_member(synthesized):
     outputs = synthesized.template("dev", FLEET)["Outputs"]
-    assert {"Url", "LoadBalancerDnsName", "ClusterName", "ServiceName", "LogGroupName",
-            stack_outputs.MODEL_PATHS} <= set(outputs)
+    assert {
+        "Url",
+        "LoadBalancerDnsName",
+        "ClusterName",
+        "ServiceName",
+        "LogGroupName",
+        stack_outputs.MODEL_PATHS,
+    } <= set(outputs)
     assert outputs["ServiceName"]["Value"] == {"Fn::GetAtt": [PINNED_IDS["AWS::ECS::Service"], "Name"]}
     assert json.loads(outputs[stack_outputs.MODEL_PATHS]["Value"]) == {m: f"/v2/models/{m}" for m in MEMBERS}

@@ -38,8 +38,11 @@ def tracking_targets(template: dict) -> list[tuple[str, float]]:
             continue
         custom = config.get("CustomizedMetricSpecification") or {}
         names = {q["MetricStat"]["Metric"]["MetricName"] for q in custom.get("Metrics", []) if "MetricStat" in q}
-        metric = (config.get("PredefinedMetricSpecification") or {}).get("PredefinedMetricType") or \
-            custom.get("MetricName") or (names.pop() if len(names) == 1 else None)
+        metric = (
+            (config.get("PredefinedMetricSpecification") or {}).get("PredefinedMetricType")
+            or custom.get("MetricName")
+            or (names.pop() if len(names) == 1 else None)
+        )
         found.append(("ALBRequestCountPerTarget" if metric in REQUESTS_PER_TARGET else metric, config["TargetValue"]))
     return found
 
@@ -50,8 +53,12 @@ def test_every_model_and_fleet_printed_is_deployed(printed, synthesized):
         dedicated = {r["model"] for r in printed["models"] if r["env"] == env and not r["fleet"]}
         fleets = {f["fleet"] for f in printed["fleets"] if f["env"] == env}
         # a component member keeps its own stack; a neuron-cores member has none
-        components = {m["model"] for f in printed["fleets"] if f["env"] == env
-                      and f["kind"] == "sagemaker-inference-components" for m in f["members"]}
+        components = {
+            m["model"]
+            for f in printed["fleets"]
+            if f["env"] == env and f["kind"] == "sagemaker-inference-components"
+            for m in f["members"]
+        }
         assert deployed == dedicated | fleets | components, env
 
 
@@ -63,8 +70,11 @@ def test_dedicated_models_deploy_the_printed_capacity(printed, synthesized):
         template = as_created(synthesized.template(row["env"], row["model"]))
         (target,) = resources(template, "AWS::ApplicationAutoScaling::ScalableTarget")
         assert (target["MinCapacity"], target["MaxCapacity"]) == (row["instances_min"], row["instances_max"])
-        expected = "ALBRequestCountPerTarget" if row["instance_type"].startswith("inf") else \
-            "SageMakerVariantInvocationsPerInstance"
+        expected = (
+            "ALBRequestCountPerTarget"
+            if row["instance_type"].startswith("inf")
+            else "SageMakerVariantInvocationsPerInstance"
+        )
         assert (expected, pytest.approx(row["scaling_target_per_instance_per_minute"])) in tracking_targets(template)
         if row["instance_type"].startswith("inf"):
             (launch,) = resources(template, "AWS::EC2::LaunchTemplate")
@@ -87,12 +97,19 @@ def test_neuron_fleets_deploy_the_printed_core_split_and_targets(printed, synthe
         environment = {e["Name"]: e["Value"] for e in task["ContainerDefinitions"][0]["Environment"]}
         served = {m["name"]: m for m in json.loads(environment["SERVER_MODELS"])}
         for member in fleet["members"]:
-            assert (served[member["model"]]["port"], served[member["model"]]["visible_cores"],
-                    served[member["model"]]["workers"]) == (member["port"], member["visible_cores"], member["workers"])
-            assert ("ALBRequestCountPerTarget", pytest.approx(member["target_per_minute"])) in tracking_targets(template)
+            assert (
+                served[member["model"]]["port"],
+                served[member["model"]]["visible_cores"],
+                served[member["model"]]["workers"],
+            ) == (member["port"], member["visible_cores"], member["workers"])
+            assert ("ALBRequestCountPerTarget", pytest.approx(member["target_per_minute"])) in tracking_targets(
+                template
+            )
             # each worker reports its own InFlight: the per-task target over the model's workers
-            assert ("InFlight", pytest.approx(member["target_in_flight_per_task"] / member["workers"])) in \
-                tracking_targets(template)
+            assert (
+                "InFlight",
+                pytest.approx(member["target_in_flight_per_task"] / member["workers"]),
+            ) in tracking_targets(template)
         assert len(served) == len(fleet["members"])
         (target,) = resources(template, "AWS::ApplicationAutoScaling::ScalableTarget")
         assert (target["MinCapacity"], target["MaxCapacity"]) == (fleet["instances_min"], fleet["instances_max"])
@@ -107,16 +124,22 @@ def test_component_fleets_deploy_the_printed_instances_and_copies(printed, synth
         variant = endpoint_config["ProductionVariants"][0]
         assert variant["InstanceType"] == fleet["instance_type"]
         scaling = variant["ManagedInstanceScaling"]
-        assert (scaling["MinInstanceCount"], scaling["MaxInstanceCount"]) == (fleet["instances_min"],
-                                                                               fleet["instances_max"])
+        assert (scaling["MinInstanceCount"], scaling["MaxInstanceCount"]) == (
+            fleet["instances_min"],
+            fleet["instances_max"],
+        )
         for member in fleet["members"]:
             member_template = as_created(synthesized.template(fleet["env"], member["model"]))
             (component,) = resources(member_template, "AWS::SageMaker::InferenceComponent")
             resources_needed = component["Specification"]["ComputeResourceRequirements"]
-            assert (resources_needed["NumberOfAcceleratorDevicesRequired"], resources_needed["NumberOfCpuCoresRequired"],
-                    resources_needed["MinMemoryRequiredInMb"]) == (member["accelerators"], member["cpu_cores"],
-                                                                   member["memory_mib"])
+            assert (
+                resources_needed["NumberOfAcceleratorDevicesRequired"],
+                resources_needed["NumberOfCpuCoresRequired"],
+                resources_needed["MinMemoryRequiredInMb"],
+            ) == (member["accelerators"], member["cpu_cores"], member["memory_mib"])
             (target,) = resources(member_template, "AWS::ApplicationAutoScaling::ScalableTarget")
             assert (target["MinCapacity"], target["MaxCapacity"]) == (member["copies_min"], member["copies_max"])
-            assert ("SageMakerInferenceComponentInvocationsPerCopy",
-                    pytest.approx(member["target_per_minute"])) in tracking_targets(member_template)
+            assert (
+                "SageMakerInferenceComponentInvocationsPerCopy",
+                pytest.approx(member["target_per_minute"]),
+            ) in tracking_targets(member_template)

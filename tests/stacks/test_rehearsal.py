@@ -134,8 +134,11 @@ def runnable_copy(template: dict, model_map: dict) -> tuple[dict, list[str]]:
     copied = copy.deepcopy(template)
     resources = copied["Resources"]
     unmodeled = {k for k, r in resources.items() if r["Type"] not in model_map}
-    removed = {k: UNRUNNABLE_REASON for k, r in resources.items()
-               if r["Type"].startswith(UNRUNNABLE_PREFIX) and r["Type"] != moto_patches.LIVE_VALUE}
+    removed = {
+        k: UNRUNNABLE_REASON
+        for k, r in resources.items()
+        if r["Type"].startswith(UNRUNNABLE_PREFIX) and r["Type"] != moto_patches.LIVE_VALUE
+    }
     changed = True
     while changed:
         changed = False
@@ -146,8 +149,9 @@ def runnable_copy(template: dict, model_map: dict) -> tuple[dict, list[str]]:
                 if target in removed:
                     removed[key] = f"references {target}, which was removed"
                 elif target in unmodeled and attribute is not None and not target.startswith("AWS::"):
-                    removed[key] = (f"reads {attribute} of {target} ({resources[target]['Type']}), which moto "
-                                    f"does not model")
+                    removed[key] = (
+                        f"reads {attribute} of {target} ({resources[target]['Type']}), which moto does not model"
+                    )
                 else:
                     continue
                 changed = True
@@ -158,7 +162,9 @@ def runnable_copy(template: dict, model_map: dict) -> tuple[dict, list[str]]:
     for resource in resources.values():
         depends = resource.get("DependsOn")
         if depends:
-            resource["DependsOn"] = [d for d in ([depends] if isinstance(depends, str) else depends) if d not in removed]
+            resource["DependsOn"] = [
+                d for d in ([depends] if isinstance(depends, str) else depends) if d not in removed
+            ]
     for name, output in list(copied.get("Outputs", {}).items()):
         gone = [t for t, _ in references(output) if t in removed]
         if gone:
@@ -195,8 +201,11 @@ def upload_file_assets(outdir: Path, assets_manifest: Path) -> None:
 
 def ssm_parameters(template: dict) -> dict[str, str]:
     """Default SSM path of every SSM-typed parameter."""
-    return {name: p["Default"] for name, p in template.get("Parameters", {}).items()
-            if p["Type"].startswith("AWS::SSM::Parameter::Value")}
+    return {
+        name: p["Default"]
+        for name, p in template.get("Parameters", {}).items()
+        if p["Type"].startswith("AWS::SSM::Parameter::Value")
+    }
 
 
 @pytest.fixture(scope="module")
@@ -214,8 +223,9 @@ def rehearsal(synthesized, project) -> Iterator[Rehearsal]:
         for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
             patch.delenv(name, raising=False)
         with mock_aws(), moto_patches.applied(*MOTO_PATCHES):
-            result = Rehearsal(region=environment.region, stack_names=[s.stack_name for s in stacks],
-                               statuses={}, physical_ids={})
+            result = Rehearsal(
+                region=environment.region, stack_names=[s.stack_name for s in stacks], statuses={}, physical_ids={}
+            )
             # The bootstrap version is what `cdk bootstrap` writes; AWS's public parameters (the Neuron AMI
             # id) ship with moto. Anything else unresolvable fails here, by name.
             ssm = result.client("ssm")
@@ -226,8 +236,9 @@ def rehearsal(synthesized, project) -> Iterator[Rehearsal]:
 
             cloudformation = result.client("cloudformation")
             for stack in stacks:
-                upload_file_assets(synthesized.outdir, synthesized.outdir / f"assembly-{ENV}" /
-                                   f"{stack.artifact_id}.assets.json")
+                upload_file_assets(
+                    synthesized.outdir, synthesized.outdir / f"assembly-{ENV}" / f"{stack.artifact_id}.assets.json"
+                )
                 body, removed = runnable_copy(templates[stack.stack_name], model_map)
                 result.removed[stack.stack_name] = removed
                 for resource in body["Resources"].values():
@@ -238,9 +249,12 @@ def rehearsal(synthesized, project) -> Iterator[Rehearsal]:
                 parameters = [{"ParameterKey": k, "ParameterValue": v} for k, v in ssm_parameters(body).items()]
                 with warnings.catch_warnings(record=True) as caught:
                     warnings.simplefilter("always")
-                    cloudformation.create_stack(StackName=stack.stack_name, TemplateBody=json.dumps(body),
-                                                Parameters=parameters,
-                                                Capabilities=["CAPABILITY_IAM", "CAPABILITY_NAMED_IAM"])
+                    cloudformation.create_stack(
+                        StackName=stack.stack_name,
+                        TemplateBody=json.dumps(body),
+                        Parameters=parameters,
+                        Capabilities=["CAPABILITY_IAM", "CAPABILITY_NAMED_IAM"],
+                    )
                 for warning in caught:
                     message = str(warning.message)
                     if message.startswith("Tried to parse ") and "not supported by moto" in message:
@@ -249,7 +263,8 @@ def rehearsal(synthesized, project) -> Iterator[Rehearsal]:
                 result.statuses[stack.stack_name] = described["StackStatus"]
                 summaries = cloudformation.list_stack_resources(StackName=stack.stack_name)["StackResourceSummaries"]
                 result.physical_ids[stack.stack_name] = {
-                    r["LogicalResourceId"]: (r["ResourceType"], r["PhysicalResourceId"]) for r in summaries}
+                    r["LogicalResourceId"]: (r["ResourceType"], r["PhysicalResourceId"]) for r in summaries
+                }
 
             warnings.warn(RehearsalReport(report(result)), stacklevel=1)
             yield result
@@ -268,8 +283,9 @@ def report(result: Rehearsal) -> str:
 def private_subnets(rehearsal: Rehearsal) -> list[str]:
     ec2 = rehearsal.client("ec2")
     subnets = ec2.describe_subnets(SubnetIds=rehearsal.of_type(f"{ENV}-Foundation", "AWS::EC2::Subnet"))["Subnets"]
-    private = sorted(s["SubnetId"] for s in subnets
-                     if {"Key": "aws-cdk:subnet-type", "Value": "Private"} in s.get("Tags", []))
+    private = sorted(
+        s["SubnetId"] for s in subnets if {"Key": "aws-cdk:subnet-type", "Value": "Private"} in s.get("Tags", [])
+    )
     zones = {s["AvailabilityZone"] for s in subnets}
     assert zones and len(private) == len(zones)  # one private subnet per zone
     return private
@@ -282,8 +298,10 @@ def model_plans(project):
     plans = {}
     for unit in project.image_units(ENV):
         if unit.fleet:
-            plans[unit.name] = (unit.models[0], packing.plan_fleet(unit.name, project.fleets[unit.name],
-                                                                   unit.models, ENV, environment))
+            plans[unit.name] = (
+                unit.models[0],
+                packing.plan_fleet(unit.name, project.fleets[unit.name], unit.models, ENV, environment),
+            )
         else:
             (model,) = unit.models
             plans[unit.name] = (model, planning.plan(model, ENV, environment))
@@ -292,12 +310,14 @@ def model_plans(project):
 
 # ----------------------------------------------------------------------------- the deploy itself
 
+
 def test_every_stack_is_created_foundation_first(rehearsal, project):
     fleets = [f"{ENV}-{f}" for f in project.fleets_in(ENV)]
     assert rehearsal.stack_names[0] == f"{ENV}-Foundation"
     # image units (a model's own stack, a neuron-cores fleet's) and an inference-components fleet's stack
     assert sorted(rehearsal.stack_names[1:]) == sorted(
-        {f"{ENV}-{u.name}" for u in project.image_units(ENV)} | set(fleets))
+        {f"{ENV}-{u.name}" for u in project.image_units(ENV)} | set(fleets)
+    )
     for fleet in fleets:  # before its members
         for member in project.fleets[fleet.removeprefix(f"{ENV}-")].models:
             if f"{ENV}-{member}" in rehearsal.stack_names:
@@ -309,18 +329,24 @@ def test_serving_stacks_import_the_foundation_exports(rehearsal, project):
     cloudformation = rehearsal.client("cloudformation")
     exports = {e["Name"]: e for e in cloudformation.list_exports()["Exports"]}
     # an inference-components fleet's stack exports its endpoint's role and security group to its members
-    exporters = {f"{ENV}-Foundation", *(f"{ENV}-{f}" for f in project.fleets_in(ENV)
-                                        if project.fleets[f].kind == "sagemaker-inference-components")}
+    exporters = {
+        f"{ENV}-Foundation",
+        *(f"{ENV}-{f}" for f in project.fleets_in(ENV) if project.fleets[f].kind == "sagemaker-inference-components"),
+    }
     assert exports and {e["ExportingStackId"].split("/")[1] for e in exports.values()} == exporters
     vpc_ids = rehearsal.of_type(f"{ENV}-Foundation", "AWS::EC2::VPC")
-    assert [e["Value"] for e in exports.values() if "NetworkVpc" in e["Name"] and e["Value"].startswith("vpc-")] == vpc_ids
+    assert [
+        e["Value"] for e in exports.values() if "NetworkVpc" in e["Name"] and e["Value"].startswith("vpc-")
+    ] == vpc_ids
 
 
 def test_moto_skipped_exactly_the_types_its_model_map_lacks(rehearsal):
     # The printed list is derived from get_model_map(); moto's own warnings must agree with it.
     assert rehearsal.moto_skipped == set(rehearsal.unmodeled)
-    assert "AWS::ApplicationAutoScaling::ScalableTarget" in rehearsal.unmodeled or \
-        "AWS::ApplicationAutoScaling::ScalableTarget" in get_model_map()
+    assert (
+        "AWS::ApplicationAutoScaling::ScalableTarget" in rehearsal.unmodeled
+        or "AWS::ApplicationAutoScaling::ScalableTarget" in get_model_map()
+    )
     removed = [r for rs in rehearsal.removed.values() for r in rs]
     assert any("Custom::VpcRestrictDefaultSG" in r for r in removed)
 
@@ -332,6 +358,7 @@ def test_unmodeled_resources_were_not_created(rehearsal):
 
 
 # ----------------------------------------------------------------------------- foundation
+
 
 def test_foundation_network_key_and_logs(rehearsal, project):
     environment = project.environments[ENV]
@@ -351,12 +378,14 @@ def test_foundation_network_key_and_logs(rehearsal, project):
 
     logs = rehearsal.client("logs")
     for name in rehearsal.of_type(foundation, "AWS::Logs::LogGroup"):
-        (group,) = [g for g in logs.describe_log_groups(logGroupNamePrefix=name)["logGroups"]
-                    if g["logGroupName"] == name]
+        (group,) = [
+            g for g in logs.describe_log_groups(logGroupNamePrefix=name)["logGroups"] if g["logGroupName"] == name
+        ]
         assert group["retentionInDays"] == environment.defaults.log_retention_days
 
 
 # ----------------------------------------------------------------------------- serving
+
 
 def _model_in_the_vpc(rehearsal: Rehearsal, project, sagemaker, stack: str) -> dict:
     (model_id,) = rehearsal.of_type(stack, "AWS::SageMaker::Model")
@@ -365,7 +394,8 @@ def _model_in_the_vpc(rehearsal: Rehearsal, project, sagemaker, stack: str) -> d
     # arrived through Fn::ImportValue from the foundation's exports
     assert sorted(described_model["VpcConfig"]["Subnets"]) == private_subnets(rehearsal)
     assert described_model["PrimaryContainer"]["Image"].startswith(
-        f"{project.environments[ENV].account}.dkr.ecr.{rehearsal.region}.amazonaws.com/cdk-hnb659fds-container-assets-")
+        f"{project.environments[ENV].account}.dkr.ecr.{rehearsal.region}.amazonaws.com/cdk-hnb659fds-container-assets-"
+    )
     return described_model
 
 
@@ -389,8 +419,9 @@ def test_sagemaker_endpoints_carry_the_planned_variant(rehearsal, project):
         described_model = _model_in_the_vpc(rehearsal, project, sagemaker, stack)
         assert variant["ModelName"] == described_model["ModelName"]
         checked += 1
-    assert checked == sum(isinstance(m, TritonSageMakerModel) and project.fleet_of(m.name, ENV) is None
-                          for m in project.models)
+    assert checked == sum(
+        isinstance(m, TritonSageMakerModel) and project.fleet_of(m.name, ENV) is None for m in project.models
+    )
 
 
 def test_fleet_members_are_components_on_the_shared_endpoint(rehearsal, project):
@@ -400,21 +431,28 @@ def test_fleet_members_are_components_on_the_shared_endpoint(rehearsal, project)
     fleets = [f for f in project.fleets_in(ENV) if project.fleets[f].kind == "sagemaker-inference-components"]
     assert fleets
     for fleet in fleets:
-        plan = packing.plan_fleet(fleet, project.fleets[fleet], project.fleet_members(fleet), ENV,
-                                  project.environments[ENV])
+        plan = packing.plan_fleet(
+            fleet, project.fleets[fleet], project.fleet_members(fleet), ENV, project.environments[ENV]
+        )
         (endpoint_id,) = rehearsal.of_type(f"{ENV}-{fleet}", "AWS::SageMaker::Endpoint")
         endpoint = sagemaker.describe_endpoint(EndpointName=endpoint_id.rsplit("/", 1)[-1])
         (variant,) = sagemaker.describe_endpoint_config(EndpointConfigName=endpoint["EndpointConfigName"])[
-            "ProductionVariants"]
+            "ProductionVariants"
+        ]
         assert "ModelName" not in variant
-        assert (variant["InstanceType"], variant["InitialInstanceCount"]) == (plan.instance_type, plan.initial_instances)
+        assert (variant["InstanceType"], variant["InitialInstanceCount"]) == (
+            plan.instance_type,
+            plan.initial_instances,
+        )
         for name in project.fleets[fleet].models:
             stack = f"{ENV}-{name}"
             (component_arn,) = rehearsal.of_type(stack, moto_patches.INFERENCE_COMPONENT)
             component = sagemaker.describe_inference_component(InferenceComponentName=component_arn.rsplit("/", 1)[-1])
             assert component["EndpointName"] == endpoint["EndpointName"]
-            assert component["Specification"]["ModelName"] == _model_in_the_vpc(rehearsal, project, sagemaker, stack)[
-                "ModelName"]
+            assert (
+                component["Specification"]["ModelName"]
+                == _model_in_the_vpc(rehearsal, project, sagemaker, stack)["ModelName"]
+            )
             assert component["RuntimeConfig"]["DesiredCopyCount"] == plan.share(name).initial_copies
 
 
@@ -434,13 +472,15 @@ def test_ecs_service_runs_the_neuron_task_on_its_cluster(rehearsal, project):
         (container,) = definition["containerDefinitions"]
         spec = instances.get(plan.instance_type)
         assert container["linuxParameters"]["devices"] == [
-            {"hostPath": path, "containerPath": path, "permissions": ["read", "write"]} for path in spec.device_paths]
+            {"hostPath": path, "containerPath": path, "permissions": ["read", "write"]} for path in spec.device_paths
+        ]
         # moto keeps a task definition's containers (not its compatibilities or placement constraints)
         environment = {e["name"]: e["value"] for e in container["environment"]}
         if isinstance(plan, packing.NeuronFleetPlan):  # every member on its own cores and port
             served = json.loads(environment["SERVER_MODELS"])
             assert [(s["name"], s["port"], s["visible_cores"]) for s in served] == [
-                (s.model, s.port, s.visible_cores) for s in plan.shares]
+                (s.model, s.port, s.visible_cores) for s in plan.shares
+            ]
             assert sorted(p["containerPort"] for p in container["portMappings"]) == [s.port for s in plan.shares]
         else:
             assert environment["MODEL_NAME"] == name
@@ -450,11 +490,14 @@ def test_ecs_service_runs_the_neuron_task_on_its_cluster(rehearsal, project):
         (group,) = autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[group_name])["AutoScalingGroups"]
         assert (group["MinSize"], group["MaxSize"]) == (plan.min_capacity, plan.max_capacity * 2)
         launch = rehearsal.client("ec2").describe_launch_template_versions(
-            LaunchTemplateId=group["LaunchTemplate"]["LaunchTemplateId"])["LaunchTemplateVersions"][0]
+            LaunchTemplateId=group["LaunchTemplate"]["LaunchTemplateId"]
+        )["LaunchTemplateVersions"][0]
         assert launch["LaunchTemplateData"]["InstanceType"] == plan.instance_type
         # the AMI is whatever the AL2023 Neuron SSM parameter resolved to at deploy
-        assert launch["LaunchTemplateData"]["ImageId"] == rehearsal.ssm_values[
-            "/aws/service/ecs/optimized-ami/amazon-linux-2023/neuron/recommended/image_id"]
+        assert (
+            launch["LaunchTemplateData"]["ImageId"]
+            == rehearsal.ssm_values["/aws/service/ecs/optimized-ami/amazon-linux-2023/neuron/recommended/image_id"]
+        )
         checked += 1
     assert checked == sum(isinstance(m, NeuronEcsModel) for m, _ in model_plans(project).values()) > 0
 
@@ -471,8 +514,10 @@ def test_groups_follow_their_off_hours_windows(rehearsal, project):
             continue
         windows = plan.windows if isinstance(plan, packing.NeuronFleetPlan) else model.off_hours_for(ENV)
         (group_name,) = rehearsal.of_type(f"{ENV}-{name}", "AWS::AutoScaling::AutoScalingGroup")
-        expected[group_name] = sorted([(schedule.unix_recurrence(w.start), w.min) for w in windows]
-                                      + [(schedule.unix_recurrence(w.end), plan.min_capacity) for w in windows])
+        expected[group_name] = sorted(
+            [(schedule.unix_recurrence(w.start), w.min) for w in windows]
+            + [(schedule.unix_recurrence(w.end), plan.min_capacity) for w in windows]
+        )
     assert sum(bool(actions) for actions in expected.values()) >= 1
     held: dict[str, list] = {}
     for action in autoscaling.describe_scheduled_actions()["ScheduledUpdateGroupActions"]:
@@ -498,21 +543,32 @@ def test_load_balancer_is_internal_with_the_readiness_health_check(rehearsal, pr
         assert balancer["Scheme"] == "internal"
         group_arns = rehearsal.of_type(stack, "AWS::ElasticLoadBalancingV2::TargetGroup")
         groups = elbv2.describe_target_groups(TargetGroupArns=group_arns)["TargetGroups"]
-        served = ([(s.model, s.port, f"/v2/models/{s.model}/ready") for s in plan.shares] if fleet
-                  else [(name, model.serving.port, "/v2/health/ready")])
+        served = (
+            [(s.model, s.port, f"/v2/models/{s.model}/ready") for s in plan.shares]
+            if fleet
+            else [(name, model.serving.port, "/v2/health/ready")]
+        )
         assert sorted((g["Port"], g["HealthCheckPath"]) for g in groups) == sorted(
-            (port, path) for _, port, path in served for _ in range(2 if shifting else 1))
+            (port, path) for _, port, path in served for _ in range(2 if shifting else 1)
+        )
         (listener_arn,) = rehearsal.of_type(stack, "AWS::ElasticLoadBalancingV2::Listener")
         rules = [r for r in elbv2.describe_rules(ListenerArn=listener_arn)["Rules"] if not r["IsDefault"]]
         port_of = {g["TargetGroupArn"]: g["Port"] for g in groups}
-        routed = {tuple(sorted(c["Values"] if "Values" in c else c["PathPatternConfig"]["Values"])):
-                  sorted(port_of[t["TargetGroupArn"]] for a in r["Actions"]
-                         for t in (a["ForwardConfig"]["TargetGroups"] if "ForwardConfig" in a else [a]))
-                  for r in rules for c in r["Conditions"]}
+        routed = {
+            tuple(sorted(c["Values"] if "Values" in c else c["PathPatternConfig"]["Values"])): sorted(
+                port_of[t["TargetGroupArn"]]
+                for a in r["Actions"]
+                for t in (a["ForwardConfig"]["TargetGroups"] if "ForwardConfig" in a else [a])
+            )
+            for r in rules
+            for c in r["Conditions"]
+        }
         if shifting:
             (first, first_port, _), *others = served
-            assert routed == {("/*",): [first_port] * 2, **{
-                (f"/v2/models/{m}", f"/v2/models/{m}/*"): [port] * 2 for m, port, _ in others}}
+            assert routed == {
+                ("/*",): [first_port] * 2,
+                **{(f"/v2/models/{m}", f"/v2/models/{m}/*"): [port] * 2 for m, port, _ in others},
+            }
         elif fleet:
             assert routed == {(f"/v2/models/{m}", f"/v2/models/{m}/*"): [port] for m, port, _ in served}
         else:
@@ -530,17 +586,23 @@ def test_services_name_their_target_groups_and_production_rules(rehearsal, proje
             continue
         stack = f"{ENV}-{name}"
         fleet = isinstance(plan, packing.NeuronFleetPlan)
-        shifting = neuron_deployment.rollout((project.fleets[name] if fleet else model).deployment_for(ENV)
-                                             ).shifts_traffic
+        shifting = neuron_deployment.rollout(
+            (project.fleets[name] if fleet else model).deployment_for(ENV)
+        ).shifts_traffic
         (cluster,) = rehearsal.of_type(stack, "AWS::ECS::Cluster")
         (service_id,) = rehearsal.of_type(stack, "AWS::ECS::Service")
         (service,) = ecs.describe_services(cluster=cluster, services=[service_id])["services"]
-        groups = {g["TargetGroupArn"]: g["Port"] for g in elbv2.describe_target_groups(
-            TargetGroupArns=rehearsal.of_type(stack, "AWS::ElasticLoadBalancingV2::TargetGroup"))["TargetGroups"]}
+        groups = {
+            g["TargetGroupArn"]: g["Port"]
+            for g in elbv2.describe_target_groups(
+                TargetGroupArns=rehearsal.of_type(stack, "AWS::ElasticLoadBalancingV2::TargetGroup")
+            )["TargetGroups"]
+        }
         ports = [s.port for s in plan.shares] if fleet else [model.serving.port]
         balancers = service["loadBalancers"]
         assert sorted((lb["containerPort"], groups[lb["targetGroupArn"]]) for lb in balancers) == [
-            (p, p) for p in sorted(ports)]
+            (p, p) for p in sorted(ports)
+        ]
         if not shifting:
             assert not any("advancedConfiguration" in lb for lb in balancers)
             continue
@@ -553,7 +615,9 @@ def test_services_name_their_target_groups_and_production_rules(rehearsal, proje
             assert advanced["alternateTargetGroupArn"] != lb["targetGroupArn"]
             (action,) = rules[advanced["productionListenerRule"]]["Actions"]
             assert [(t["TargetGroupArn"], t["Weight"]) for t in action["ForwardConfig"]["TargetGroups"]] == [
-                (lb["targetGroupArn"], 100), (advanced["alternateTargetGroupArn"], 0)]
+                (lb["targetGroupArn"], 100),
+                (advanced["alternateTargetGroupArn"], 0),
+            ]
             role = iam.get_role(RoleName=advanced["roleArn"].split("/")[-1])["Role"]
             assert role["RoleName"] in role_names
             assert role["AssumeRolePolicyDocument"]["Statement"][0]["Principal"] == {"Service": "ecs.amazonaws.com"}

@@ -75,8 +75,9 @@ def dissolve_neuron_fleet(configs: Path) -> None:
 
 def keep_stateful_resources(configs: Path) -> None:
     """dev as staging and prod run: `retain_stateful_resources: true` (log groups, buckets, keys are Retain)."""
-    _edit_environments(configs, lambda data: data["environments"]["dev"]["defaults"].update(
-        retain_stateful_resources=True))
+    _edit_environments(
+        configs, lambda data: data["environments"]["dev"]["defaults"].update(retain_stateful_resources=True)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -116,6 +117,7 @@ def kept_model_retired(tmp_path_factory) -> Path:
 
 # ------------------------------------------------------------------------------------------ the assemblies
 
+
 def stack_files(outdir: Path, env: str = "dev") -> dict[str, dict[str, bytes]]:
     """Stack id ("Foundation", a model, a fleet) -> its template and asset manifest files, as bytes."""
     nested = outdir / f"assembly-{env}"
@@ -152,11 +154,15 @@ def exports_only_imported_by(outdir: Path, exporter: str, importer: str) -> dict
     imported = {name: set(_import_names(template(outdir, name))) for name in stacks if name != exporter}
     others = set().union(*(names for name, names in imported.items() if name != importer))
     outputs = template(outdir, exporter).get("Outputs", {})
-    return {key: out["Export"]["Name"] for key, out in outputs.items()
-            if "Export" in out and out["Export"]["Name"] in imported[importer] - others}
+    return {
+        key: out["Export"]["Name"]
+        for key, out in outputs.items()
+        if "Export" in out and out["Export"]["Name"] in imported[importer] - others
+    }
 
 
 # ------------------------------------------------------------------------------------------ the templates
+
 
 def test_removing_a_model_file_removes_its_stack_and_nothing_else(base, model_retired):
     before, after = stack_files(base), stack_files(model_retired)
@@ -188,19 +194,29 @@ def test_retiring_a_fleet_member_removes_its_stack_and_only_its_exports_from_the
 
 
 def test_retiring_one_of_two_neuron_fleet_members_leaves_the_other_where_its_callers_find_it(
-        base, neuron_member_retired):
+    base, neuron_member_retired
+):
     """The fleet keeps its stack, load balancer, listener and the remaining member's target groups and production
     rule (same logical ids, same properties); only the member's own resources go, and no stack is added."""
     before, after = stack_files(base), stack_files(neuron_member_retired)
     assert set(after) == set(before)
     old, new = template(base, NEURON_FLEET)["Resources"], template(neuron_member_retired, NEURON_FLEET)["Resources"]
-    member, port = NEURON_MEMBER.replace("-", ""), "8081"  # its own resources, and the security groups' rules on its port
-    assert set(old) - set(new) and all(member in k or (old[k]["Type"] in ("AWS::EC2::SecurityGroupIngress",
-                                                                           "AWS::EC2::SecurityGroupEgress")
-                                                       and port in k) for k in set(old) - set(new))
+    member, port = (
+        NEURON_MEMBER.replace("-", ""),
+        "8081",
+    )  # its own resources, and the security groups' rules on its port
+    assert set(old) - set(new) and all(
+        member in k
+        or (old[k]["Type"] in ("AWS::EC2::SecurityGroupIngress", "AWS::EC2::SecurityGroupEgress") and port in k)
+        for k in set(old) - set(new)
+    )
     assert set(new) <= set(old)  # nothing new: no replacement, no new address
-    kept_types = ("AWS::ElasticLoadBalancingV2::LoadBalancer", "AWS::ElasticLoadBalancingV2::Listener",
-                  "AWS::ElasticLoadBalancingV2::TargetGroup", "AWS::ElasticLoadBalancingV2::ListenerRule")
+    kept_types = (
+        "AWS::ElasticLoadBalancingV2::LoadBalancer",
+        "AWS::ElasticLoadBalancingV2::Listener",
+        "AWS::ElasticLoadBalancingV2::TargetGroup",
+        "AWS::ElasticLoadBalancingV2::ListenerRule",
+    )
     kept = [k for k, r in new.items() if r["Type"] in kept_types]
     assert len(kept) == 2 + 3  # load balancer, listener; the remaining member's two target groups and its rule
     assert all(new[k] == old[k] for k in kept if new[k]["Type"] != "AWS::ElasticLoadBalancingV2::Listener")
@@ -210,6 +226,7 @@ def test_retiring_one_of_two_neuron_fleet_members_leaves_the_other_where_its_cal
 
 
 # ------------------------------------------------------------------------------------------ inferstack diff
+
 
 def diff_json(base_dir: Path, head_dir: Path) -> dict:
     result = run("-m", "inferstack", "diff", str(base_dir), str(head_dir), "--format", "json")
@@ -228,16 +245,29 @@ def _removed_alone(dev: dict, removed: str, base_dir: Path) -> dict:
     """The removed stack's entry, after checking every other stack is unchanged and the counts add up."""
     stacks = {s["name"]: s for s in dev["stacks"]}
     assert {n: s["status"] for n, s in stacks.items() if n != removed} == {
-        n: "unchanged" for n in stack_files(base_dir) if n != removed}
+        n: "unchanged" for n in stack_files(base_dir) if n != removed
+    }
     stack = stacks[removed]
     resources = template(base_dir, removed)["Resources"]
     assert (stack["status"], stack["classes"], stack["stack_name"]) == ("removed", ["removes"], f"dev-{removed}")
     assert stack["counts"]["removed"] == stack["resource_count"] == len(resources) == dev["counts"]["removed"]
-    assert dev["counts"] | {"removed": 0} == {"added": 0, "removed": 0, "modified": 0, "replaced": 0,
-                                              "asset_updates": 0, "protected": dev["counts"]["protected"]}
-    assert dev["class_counts"] == {"replaces-serving-resource": 0, "interrupts-traffic": 0, "resets-scaled-count": 0,
-                                   "pauses-autoscaling": 0, "touches-production-rule": 0, "adds": 0,
-                                   "removes": len(resources)}
+    assert dev["counts"] | {"removed": 0} == {
+        "added": 0,
+        "removed": 0,
+        "modified": 0,
+        "replaced": 0,
+        "asset_updates": 0,
+        "protected": dev["counts"]["protected"],
+    }
+    assert dev["class_counts"] == {
+        "replaces-serving-resource": 0,
+        "interrupts-traffic": 0,
+        "resets-scaled-count": 0,
+        "pauses-autoscaling": 0,
+        "touches-production-rule": 0,
+        "adds": 0,
+        "removes": len(resources),
+    }
     assert dev["retirement"]["removed_stacks"] == [removed]
     return stack
 
@@ -257,8 +287,10 @@ def test_diff_reports_the_retired_stack_removed_and_its_log_group_deleted_in_dev
     assert "ECR images are never deleted by a stack removal" in dev["retirement"]["ecr_images"]
     markdown = diff_markdown(base, head)
     assert f"| {removed} | removed | 0 | {len(resources)} |" in markdown
-    assert (f"- `{removed}` (`dev-{removed}`), {len(resources)} resources: stack removed: {len(resources)} "
-            f"deleted, 0 kept (Retain)") in markdown
+    assert (
+        f"- `{removed}` (`dev-{removed}`), {len(resources)} resources: stack removed: {len(resources)} "
+        f"deleted, 0 kept (Retain)"
+    ) in markdown
 
 
 def test_diff_lists_what_a_retirement_keeps_by_policy(kept_base, kept_model_retired):
@@ -268,10 +300,13 @@ def test_diff_lists_what_a_retirement_keeps_by_policy(kept_base, kept_model_reti
     retained = {k: r for k, r in resources.items() if r.get("DeletionPolicy") in ("Retain", "RetainExceptOnCreate")}
     # with retain_stateful_resources: true, the model's log group and its load balancer's access-log bucket
     assert sorted((r["Type"], r["DeletionPolicy"]) for r in retained.values()) == [
-        ("AWS::Logs::LogGroup", "Retain"), ("AWS::S3::Bucket", "Retain")]
+        ("AWS::Logs::LogGroup", "Retain"),
+        ("AWS::S3::Bucket", "Retain"),
+    ]
     assert dev["retirement"]["kept"] == [
         {"stack": MODEL, "logical_id": k, "type": r["Type"], "policy": f"DeletionPolicy: {r['DeletionPolicy']}"}
-        for k, r in sorted(retained.items())]
+        for k, r in sorted(retained.items())
+    ]
     assert dev["retirement"]["deleted"] == len(resources) - len(retained)
     markdown = diff_markdown(kept_base, kept_model_retired)
     (log_group,) = [k for k, r in retained.items() if r["Type"] == "AWS::Logs::LogGroup"]
@@ -282,8 +317,11 @@ def test_diff_lists_what_a_retirement_keeps_by_policy(kept_base, kept_model_reti
 def test_diff_fails_a_ci_job_on_a_retirement_when_asked(base, member_retired):
     result = run("-m", "inferstack", "diff", str(base), str(member_retired), "--fail-on", "removes")
     assert result.returncode == 3, result.stderr
-    assert [line for line in result.stderr.splitlines() if line.startswith("fail-on:")] == [
-        line for line in result.stderr.splitlines() if line.startswith(f"fail-on: dev/{MEMBER}")] != []
+    assert (
+        [line for line in result.stderr.splitlines() if line.startswith("fail-on:")]
+        == [line for line in result.stderr.splitlines() if line.startswith(f"fail-on: dev/{MEMBER}")]
+        != []
+    )
 
 
 def test_diff_says_loudly_when_a_model_that_still_serves_changes_address(base, neuron_fleet_dissolved):
@@ -295,8 +333,9 @@ def test_diff_says_loudly_when_a_model_that_still_serves_changes_address(base, n
     assert stacks[NEURON_FLEET]["status"] == "removed"
     assert stacks[NEURON_FLEET]["classes"] == ["interrupts-traffic", "removes"]
     assert {stacks[m]["status"] for m in (NEURON_MEMBER, NEURON_REMAINING)} == {"added"}
-    (balancer,) = [r for r in stacks[NEURON_FLEET]["resources"]
-                   if r["type"] == "AWS::ElasticLoadBalancingV2::LoadBalancer"]
+    (balancer,) = [
+        r for r in stacks[NEURON_FLEET]["resources"] if r["type"] == "AWS::ElasticLoadBalancingV2::LoadBalancer"
+    ]
     assert "interrupts-traffic" in balancer["classes"]
     assert "is still served (by" in balancer["class_reasons"]["interrupts-traffic"]
     assert dev["class_counts"]["interrupts-traffic"] >= 1
@@ -312,6 +351,7 @@ def test_diff_of_a_member_retired_from_a_neuron_fleet_moves_no_address(base, neu
     stacks = {s["name"]: s for s in dev["stacks"]}
     assert stacks[NEURON_FLEET]["status"] == "modified"
     assert not [w for w in dev["warnings"] if "address changes" in w]
-    balancers = [r for r in stacks[NEURON_FLEET]["resources"]
-                 if r["type"] == "AWS::ElasticLoadBalancingV2::LoadBalancer"]
+    balancers = [
+        r for r in stacks[NEURON_FLEET]["resources"] if r["type"] == "AWS::ElasticLoadBalancingV2::LoadBalancer"
+    ]
     assert balancers == []  # the load balancer is not even touched

@@ -23,7 +23,8 @@ def test_environment_matches_snapshot(synthesized, env):
         path.write_text(current)
     assert path.exists(), f"no snapshot {path.name}; create it with UPDATE_SNAPSHOTS=1"
     assert current == path.read_text(), (
-        f"{env} infrastructure changed; review the diff and refresh with UPDATE_SNAPSHOTS=1")
+        f"{env} infrastructure changed; review the diff and refresh with UPDATE_SNAPSHOTS=1"
+    )
 
 
 def test_normalise_hides_asset_hashes_only():

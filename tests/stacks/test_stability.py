@@ -32,5 +32,6 @@ def test_synthesized_fixture_covers_every_environment_and_model(project, synthes
         # components fleet's holds the shared endpoint; its members keep their own); the load-test stack where
         # the environment has load_test
         load_test = {"LoadTest"} if project.environments[env].load_test else set()
-        assert set(stacks) == ({"Foundation", *project.fleets_in(env)} | {u.name for u in project.image_units(env)}
-                               | load_test), env
+        assert set(stacks) == (
+            {"Foundation", *project.fleets_in(env)} | {u.name for u in project.image_units(env)} | load_test
+        ), env

@@ -9,7 +9,7 @@ from pathlib import Path
 import requests
 import yaml
 
-from inferstack.delivery import stack_outputs
+from inferstack.aws import stack_outputs
 from tests.support import aws_fakes
 
 FLEET = "intent-pack"  # the shipped neuron-cores fleet: intent-bert and duplicate-bert

@@ -27,8 +27,9 @@ def _env() -> dict[str, str]:
 
 
 def _run(command: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          env=env or _env(), timeout=300)
+    return subprocess.run(
+        command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env or _env(), timeout=300
+    )
 
 
 def test_make_synth_drops_the_cli_hint_and_synthesizes_every_top_level_stack(tmp_path):
@@ -41,24 +42,33 @@ def test_make_synth_drops_the_cli_hint_and_synthesizes_every_top_level_stack(tmp
     # What is synthesized is unchanged: the two top-level stacks the hint listed, and every environment.
     artifacts = json.loads((outdir / "manifest.json").read_text())["artifacts"]
     assert sorted(a.get("displayName", k) for k, a in artifacts.items() if a["type"] == "aws:cloudformation:stack") == [
-        "Pipeline", "cross-region-stack-444444444444:us-west-2"]
+        "Pipeline",
+        "cross-region-stack-444444444444:us-west-2",
+    ]
     assert sorted(k for k, a in artifacts.items() if a["type"] == "cdk:cloud-assembly") == [
-        "assembly-dev", "assembly-prod", "assembly-staging"]
+        "assembly-dev",
+        "assembly-prod",
+        "assembly-staging",
+    ]
     # The CLI itself still prints the hint for that assembly: the Makefile is what keeps it out.
     direct = _run(["node_modules/.bin/cdk", "synth", "--quiet", "--app", str(outdir)])
     assert direct.returncode == 0, direct.stdout[-3000:]
-    assert ("Supply a stack id (Pipeline, cross-region-stack-444444444444:us-west-2) to display its template."
-            in direct.stdout.splitlines())
+    assert (
+        "Supply a stack id (Pipeline, cross-region-stack-444444444444:us-west-2) to display its template."
+        in direct.stdout.splitlines()
+    )
 
 
 def test_make_synth_keeps_a_failing_synth_failing_with_its_messages(tmp_path):
     # A stand-in CLI that fails, printing the hint on both streams (CI=true sends the CLI's messages to stdout).
     fake = tmp_path / "cdk"
-    fake.write_text("#!/bin/sh\n"
-                    f"echo '{HINT}Pipeline) to display its template.'\n"
-                    "echo 'synth failed: model_configs/intent-bert.yaml:12: compile.neuron_generation: ...' >&2\n"
-                    f"echo '{HINT}) to display its template.' >&2\n"
-                    "exit 3\n")
+    fake.write_text(
+        "#!/bin/sh\n"
+        f"echo '{HINT}Pipeline) to display its template.'\n"
+        "echo 'synth failed: model_configs/intent-bert.yaml:12: compile.neuron_generation: ...' >&2\n"
+        f"echo '{HINT}) to display its template.' >&2\n"
+        "exit 3\n"
+    )
     fake.chmod(0o755)
     result = _run([*MAKE, f"CDK={fake}", f"CDK_OUT={tmp_path / 'out'}"])
     assert result.returncode != 0

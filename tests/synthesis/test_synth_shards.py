@@ -42,13 +42,16 @@ def test_every_stack_lands_in_exactly_one_shard(workers, head_start):
     assert all(s.models for s in shards)
 
 
-@pytest.mark.parametrize(("stacks", "workers", "sizes"), [
-    (300, 2, [170, 130]),  # the first shard's process is already started: it takes `head_start` more
-    (300, 3, [126, 87, 87]),
-    (81, 2, [60, 21]),
-    (50, 2, [45, 5]),
-    (12, 2, [11, 1]),  # asked for two: the head start shrinks so that the second gets a stack
-])
+@pytest.mark.parametrize(
+    ("stacks", "workers", "sizes"),
+    [
+        (300, 2, [170, 130]),  # the first shard's process is already started: it takes `head_start` more
+        (300, 3, [126, 87, 87]),
+        (81, 2, [60, 21]),
+        (50, 2, [45, 5]),
+        (12, 2, [11, 1]),  # asked for two: the head start shrinks so that the second gets a stack
+    ],
+)
 def test_the_first_shard_takes_the_start_up_of_the_others_in_stacks(stacks, workers, sizes):
     shards = plan_shards(["dev"], [f"m{i}" for i in range(stacks)], workers, head_start=40)
     assert [len(s.models["dev"]) for s in shards] == sizes
@@ -111,10 +114,12 @@ def test_worker_count_auto_keeps_small_fleets_in_one_process():
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity API on this platform")
 def test_auto_counts_the_cpus_this_process_may_use_not_the_machines():
     # Under `taskset` or a container's cpuset, os.cpu_count() still reports every CPU of the machine.
-    child = ("import os\n"
-             "os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})\n"
-             "from inferstack.synthesis import shards as synth_shards\n"
-             "print(synth_shards.available_cpus(), synth_shards.worker_count('auto', stacks=10_000))")
+    child = (
+        "import os\n"
+        "os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})\n"
+        "from inferstack.synthesis import shards as synth_shards\n"
+        "print(synth_shards.available_cpus(), synth_shards.worker_count('auto', stacks=10_000))"
+    )
     result = subprocess.run([sys.executable, "-c", child], cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["1", "1"]
@@ -130,7 +135,7 @@ def test_worker_count_rejects_anything_but_a_positive_integer_or_auto(bad):
 def test_shard_round_trips_and_rejects_malformed_specs():
     shard = Shard({"dev": ["a"], "prod": []})
     assert Shard.from_json(shard.to_json(), ENVS, MODELS) == shard
-    for bad in ('{"models": ["a"]}', '{"models": {"dev": "a"}}', '[]', '{"models": {"dev": [1]}}', "{not json"):
+    for bad in ('{"models": ["a"]}', '{"models": {"dev": "a"}}', "[]", '{"models": {"dev": [1]}}', "{not json"):
         with pytest.raises(ValueError, match=rf"^{synth_shards.SHARD_ENV}: expected"):
             Shard.from_json(bad, ENVS, MODELS)
     with pytest.raises(ValueError, match=r"unknown environment or model qa, zz$"):
@@ -189,9 +194,11 @@ def test_disagreeing_shards_fail_the_synth_and_leave_the_output_alone(tmp_path):
         shard_assembly(outdir, "dev", {"Foundation": "F", "a": "A"})
         return 0
 
-    child = (f"import os, sys; from pathlib import Path; sys.path.insert(0, {str(ROOT)!r});"
-             "from tests.support.shards import shard_assembly;"
-             "shard_assembly(Path(os.environ['CDK_OUTDIR']), 'dev', {'Foundation': 'F-different', 'b': 'B'})")
+    child = (
+        f"import os, sys; from pathlib import Path; sys.path.insert(0, {str(ROOT)!r});"
+        "from tests.support.shards import shard_assembly;"
+        "shard_assembly(Path(os.environ['CDK_OUTDIR']), 'dev', {'Foundation': 'F-different', 'b': 'B'})"
+    )
     with pytest.raises(synth_shards.ShardsDisagree):
         run_shards(plan_shards(["dev"], ["a", "b"], 2, head_start=0), out, [sys.executable, "-c", child], synth_here)
     assert sorted(p.name for p in out.iterdir()) == ["manifest.json"]
@@ -203,10 +210,23 @@ def test_merged_report_keeps_each_finding_once_and_any_failure():
     same_elsewhere = {**finding, "violatingConstructs": [{"constructPath": "dev/Foundation/X", "stackTraces": ["k2"]}]}
     other = {"ruleName": "R2", "violatingConstructs": [{"constructPath": "dev/a/Y"}]}
     reports = [
-        {"version": "55.0.0", "pluginReports": [{"pluginName": "P", "conclusion": "success", "violations": [],
-                                                 "suppressedViolations": [finding]}]},
-        {"version": "55.0.0", "pluginReports": [{"pluginName": "P", "conclusion": "failure", "violations": [other],
-                                                 "suppressedViolations": [same_elsewhere]}]},
+        {
+            "version": "55.0.0",
+            "pluginReports": [
+                {"pluginName": "P", "conclusion": "success", "violations": [], "suppressedViolations": [finding]}
+            ],
+        },
+        {
+            "version": "55.0.0",
+            "pluginReports": [
+                {
+                    "pluginName": "P",
+                    "conclusion": "failure",
+                    "violations": [other],
+                    "suppressedViolations": [same_elsewhere],
+                }
+            ],
+        },
     ]
     merged = merge_reports(reports)["pluginReports"]
     assert [p["conclusion"] for p in merged] == ["failure"]
@@ -242,10 +262,15 @@ def _normalized(outdir: Path) -> dict[str, object]:
             files[name] = synth_shards._without_traces(json.loads(path.read_text()))
         elif name == synth_shards.REPORT:
             report = json.loads(path.read_text())
-            files[name] = [(p["pluginName"], p["conclusion"],
-                            sorted(synth_shards._finding_key(v) for v in p["violations"]),
-                            sorted(synth_shards._finding_key(v) for v in p["suppressedViolations"]))
-                           for p in report["pluginReports"]]
+            files[name] = [
+                (
+                    p["pluginName"],
+                    p["conclusion"],
+                    sorted(synth_shards._finding_key(v) for v in p["violations"]),
+                    sorted(synth_shards._finding_key(v) for v in p["suppressedViolations"]),
+                )
+                for p in report["pluginReports"]
+            ]
         else:
             files[name] = path.read_bytes()
     return files

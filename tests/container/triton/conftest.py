@@ -42,8 +42,13 @@ def serve(tmp_path_factory, contract, triton_install):
             batch_log = work / "batches.jsonl"
             environment = dict(contract[name]["environment"])
             server = triton_server.TritonServer(
-                copy, environment, work_dir=work / "server", install=triton_install,
-                extra_env={triton_server.BATCH_LOG_ENV: str(batch_log)}, http_front_end=True)
+                copy,
+                environment,
+                work_dir=work / "server",
+                install=triton_install,
+                extra_env={triton_server.BATCH_LOG_ENV: str(batch_log)},
+                http_front_end=True,
+            )
             try:
                 server.start()
             except BaseException as exc:

@@ -20,9 +20,15 @@ MODEL = "bert-large-classifier"
 
 def test_locust_measures_the_real_triton_through_invocations(serve, tmp_path):
     served = serve(MODEL)
-    spec = shape.spec_for(shipped(MODEL), ENV, PROJECT.environments[ENV],
-                          target=Target(kind="http", url=served.server.url + "/invocations"),
-                          rate=20.0, hold=3.0, fractions=(0.5, 1.0))
+    spec = shape.spec_for(
+        shipped(MODEL),
+        ENV,
+        PROJECT.environments[ENV],
+        target=Target(kind="http", url=served.server.url + "/invocations"),
+        rate=20.0,
+        hold=3.0,
+        fractions=(0.5, 1.0),
+    )
     # 500 ms paces each user at 1 req/s: short steps then count many intervals, not a fraction of a 4 s one.
     spec = dataclasses.replace(spec, p99_slo_ms=500.0)
     result = runner.run_local(spec, tmp_path)

@@ -41,7 +41,9 @@ def spec(policy: QueuePolicy | None | str = "derived") -> RepositorySpec:
 
 
 def overload(tmp_path, install, served_spec: RepositorySpec) -> dict:
-    outcomes = bench.serve(install, served_spec, BATCH_SECONDS, tmp_path, lambda port: bench.offer(port, OFFERED, COUNT))
+    outcomes = bench.serve(
+        install, served_spec, BATCH_SECONDS, tmp_path, lambda port: bench.offer(port, OFFERED, COUNT)
+    )
     return bench.summary(outcomes, CAPACITY, OFFERED, SLO_MS / 1000)
 
 
@@ -71,8 +73,11 @@ def test_the_earlier_derivation_sheds_below_capacity(tmp_path, triton_install):
     """Q = ceil(rate x T) = 7 is reached at 2x: a request refused at a full queue does not wake Triton's batcher,
     which then sleeps up to 500 ms with the instance idle (see queue_policy). Its goodput was 34-56 % in most runs
     here (the floor above fails for it) but 81 % in one: a race, so only the cause is asserted, the goodput printed."""
-    seen = overload(tmp_path, triton_install, spec(QueuePolicy(timeout_microseconds=350_000,
-                                                               max_queue_size=math.ceil(CAPACITY * 0.35))))
+    seen = overload(
+        tmp_path,
+        triton_install,
+        spec(QueuePolicy(timeout_microseconds=350_000, max_queue_size=math.ceil(CAPACITY * 0.35))),
+    )
     print("with the earlier derivation:", seen)
     assert any("Exceeds maximum queue size" in m for m in seen["messages"]), seen
 

@@ -16,7 +16,7 @@ from inferstack.triton import config as triton_config
 from rehearsal import triton_server
 from tests.support.build_once import build_once
 from tests.support.pipeline_models import EXAMPLE, with_example_pipeline
-from tests.support.real_triton import without_queue_policy, EXPORT, _run, exported
+from tests.support.real_triton import EXPORT, _run, exported, without_queue_policy
 
 pytestmark = pytest.mark.real_triton
 
@@ -32,8 +32,9 @@ def served(tmp_path_factory, contract, triton_install):
     spec = {**json.loads(shipped.spec.model_dump_json()), "pipeline": spec["pipeline"], "step_code": spec["step_code"]}
 
     def build(target):
-        result = _run(str(EXPORT), "--out", str(target / "repository"),
-                      env={"TRITON_REPOSITORY_SPEC": json.dumps(spec)})
+        result = _run(
+            str(EXPORT), "--out", str(target / "repository"), env={"TRITON_REPOSITORY_SPEC": json.dumps(spec)}
+        )
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr
 
     repository = build_once(tmp_path_factory, "real-triton-pipeline", build) / "repository"
@@ -42,8 +43,9 @@ def served(tmp_path_factory, contract, triton_install):
     triton_server.cpu_copy(repository, copy)
     without_queue_policy(copy)
     environment = {**contract[NAME]["environment"], **triton_config.server_environment(model)}
-    server = triton_server.TritonServer(copy, environment, work_dir=work / "server", install=triton_install,
-                                        http_front_end=True)
+    server = triton_server.TritonServer(
+        copy, environment, work_dir=work / "server", install=triton_install, http_front_end=True
+    )
     server.start()
     try:
         yield server, repository, model
@@ -54,10 +56,12 @@ def served(tmp_path_factory, contract, triton_install):
 def test_the_export_writes_the_users_steps_beside_the_ensemble_and_the_tokenizer(served):
     _, repository, model = served
     folders = sorted(p.name for p in repository.iterdir())
-    assert folders == sorted([f"{NAME}-text", f"{NAME}-tokenize", NAME, f"{NAME}-postprocess", f"{NAME}-step0",
-                              f"{NAME}-step2"])
-    assert (repository / f"{NAME}-step0" / "1" / "model.py").read_text() == \
-        (EXAMPLE / "steps" / "normalize.py").read_text()
+    assert folders == sorted(
+        [f"{NAME}-text", f"{NAME}-tokenize", NAME, f"{NAME}-postprocess", f"{NAME}-step0", f"{NAME}-step2"]
+    )
+    assert (repository / f"{NAME}-step0" / "1" / "model.py").read_text() == (
+        EXAMPLE / "steps" / "normalize.py"
+    ).read_text()
     assert (repository / f"{NAME}-step2" / "1" / "model.py").read_text() == (EXAMPLE / "steps" / "reply.py").read_text()
     assert (repository / f"{NAME}-tokenize" / "1" / "tokenizer" / "tokenizer.json").is_file()
     assert (repository / f"{NAME}-text" / "config.pbtxt").read_text() == triton_config.render_config(model)
@@ -78,8 +82,9 @@ def test_text_in_the_users_answer_out_through_sagemakers_front_end(served):
     assert labels == [model.source.labels[i] for i in logits.argmax(axis=1)]
     assert outputs["reply"]["data"] == [REPLIES[label] for label in labels]
     # The pre-step ran: the same text with other whitespace gets the same logits.
-    status, again = server.invoke({"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1],
-                                               "data": ["hello world"]}]})
+    status, again = server.invoke(
+        {"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1], "data": ["hello world"]}]}
+    )
     assert status == 200
     again_logits = {o["name"]: o for o in json.loads(again)["outputs"]}["logits"]["data"]
     np.testing.assert_array_equal(np.array(again_logits, dtype=np.float32), logits[0])
@@ -92,7 +97,9 @@ def test_the_export_refuses_a_spec_without_a_steps_code(tmp_path):
     del spec["step_code"]["steps/reply.py"]
     result = _run(str(EXPORT), "--out", str(tmp_path / "repository"), env={"TRITON_REPOSITORY_SPEC": json.dumps(spec)})
     assert result.returncode == 2
-    assert result.stderr.strip() == ("export.py: error: TRITON_REPOSITORY_SPEC: step_code has no text for the "
-                                     "pipeline's steps/reply.py (validate reads each step file from the model's "
-                                     "folder into the spec)")
+    assert result.stderr.strip() == (
+        "export.py: error: TRITON_REPOSITORY_SPEC: step_code has no text for the "
+        "pipeline's steps/reply.py (validate reads each step file from the model's "
+        "folder into the spec)"
+    )
     assert not (tmp_path / "repository").exists()

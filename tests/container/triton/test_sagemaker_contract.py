@@ -26,15 +26,23 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as pb
 
 from inferstack.delivery import smoke
-from inferstack.triton import client as triton_client, config as triton_config
+from inferstack.triton import client as triton_client
+from inferstack.triton import config as triton_config
 from rehearsal import triton_server
-from tests.support.real_triton import ENV, exported, model_params, PROJECT, shipped, TRITON_MODELS
+from tests.support.real_triton import ENV, PROJECT, TRITON_MODELS, exported, model_params, shipped
 from tests.support.tiny_models import greedy_reference
 
 pytestmark = pytest.mark.real_triton
 
-TEXTS = ["hello world", "speling mistaks here", "x", "the quick brown fox jumps", "abc def ghi jkl mno", "zz",
-         "a b c d e f g h i j k l m n o p q r s t u v w x y z " * 4]
+TEXTS = [
+    "hello world",
+    "speling mistaks here",
+    "x",
+    "the quick brown fox jumps",
+    "abc def ghi jkl mno",
+    "zz",
+    "a b c d e f g h i j k l m n o p q r s t u v w x y z " * 4,
+]
 
 
 def _config(path: Path) -> pb.ModelConfig:
@@ -50,8 +58,9 @@ def _invoke(served, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[s
 
 
 def _onnx_session(repository: Path, folder: str) -> ort.InferenceSession:
-    return ort.InferenceSession(str(repository / folder / triton_config.VERSION / "model.onnx"),
-                                providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(
+        str(repository / folder / triton_config.VERSION / "model.onnx"), providers=["CPUExecutionProvider"]
+    )
 
 
 def _expected_greedy(served, tensors: dict[str, np.ndarray]) -> np.ndarray:
@@ -71,6 +80,7 @@ def _reference(served, tensors: dict[str, np.ndarray]) -> tuple[str, np.ndarray]
 
 # ---------------------------------------------------------------- the contract as synthesized
 
+
 def test_every_triton_model_is_covered():
     assert TRITON_MODELS == ["bert-large-classifier", "t5-spelling"]
 
@@ -85,13 +95,20 @@ def test_serve_command_from_the_synthesized_environment(name, contract, tmp_path
     repo = f"{export.repository}/"
     extra = environment.get("SAGEMAKER_TRITON_ADDITIONAL_ARGS", "").split()
     assert list(command.args) == [
-        "--allow-sagemaker=true", "--allow-http=false", "--model-control-mode=explicit",
-        f"--model-repository={repo}", "--model-namespacing=true", "--allow-grpc=false", "--allow-metrics=false",
+        "--allow-sagemaker=true",
+        "--allow-http=false",
+        "--model-control-mode=explicit",
+        f"--model-repository={repo}",
+        "--model-namespacing=true",
+        "--allow-grpc=false",
+        "--allow-metrics=false",
         f"--log-verbose={environment['SAGEMAKER_TRITON_LOG_VERBOSE']}",
         "--backend-config=python,shm-default-byte-size="
         + environment.get("SAGEMAKER_TRITON_SHM_DEFAULT_BYTE_SIZE", "16777216"),
         "--backend-config=python,shm-growth-byte-size=1048576",
-        *extra, f"--load-model={name}-text"]
+        *extra,
+        f"--load-model={name}-text",
+    ]
     assert command.exported == {}
     # Every folder the repository holds is loaded: the default model by the script, the rest by the
     # Environment's additional args (the script loads nothing else in explicit mode).
@@ -101,6 +118,7 @@ def test_serve_command_from_the_synthesized_environment(name, contract, tmp_path
 
 # ---------------------------------------------------------------- start-up and readiness
 
+
 @pytest.mark.parametrize("name", model_params())
 def test_every_model_is_ready_and_ping_answers_200(name, serve):
     served = serve(name)
@@ -109,8 +127,11 @@ def test_every_model_is_ready_and_ping_answers_200(name, serve):
     assert served.server.model_states() == {folder: "READY" for folder in folders}
     # Loopback only: the front end asked for 0.0.0.0, the shim bound 127.0.0.1.
     port = f"{served.server.port:04X}"
-    listening = [line.split()[1] for line in Path("/proc/net/tcp").read_text().splitlines()[1:]
-                 if line.split()[1].endswith(f":{port}") and line.split()[3] == "0A"]
+    listening = [
+        line.split()[1]
+        for line in Path("/proc/net/tcp").read_text().splitlines()[1:]
+        if line.split()[1].endswith(f":{port}") and line.split()[3] == "0A"
+    ]
     assert listening == [f"0100007F:{port}"]
 
 
@@ -135,13 +156,15 @@ def test_only_the_documented_stand_ins_differ_from_the_export(name, serve):
             (accelerator,) = got.optimization.execution_accelerators.gpu_execution_accelerator
             assert accelerator.name == "tensorrt"
     assert served.rewrites == [f"{f}: instance_group[0]" for f in sorted(onnx_folders)] + [
-        f"{name}: dynamic_batching.default_queue_policy"]
+        f"{name}: dynamic_batching.default_queue_policy"
+    ]
     log = served.server.log()
     for folder in onnx_folders:
         assert f"{folder} runs on CPU; gpu_execution_accelerator ['tensorrt'] ignored" in log
 
 
 # ---------------------------------------------------------------- /invocations
+
 
 @pytest.mark.parametrize("name", model_params("text-classification"))
 def test_classifier_answers_what_onnxruntime_computes_on_the_exported_graph(name, serve):
@@ -215,13 +238,15 @@ def test_malformed_requests_get_an_error_status_and_the_server_keeps_serving(nam
     }
     answers = {what: served.server.infer(name, body) for what, (body, _) in bodies.items()}
     assert {what: status for what, (status, _) in answers.items()} == {
-        what: status for what, (_, status) in bodies.items()}, answers
+        what: status for what, (_, status) in bodies.items()
+    }, answers
     for what, (_, reply) in answers.items():
         assert isinstance(json.loads(reply).get("error"), str), what
     assert served.server.ping() == 200
 
 
 # ---------------------------------------------------------------- inferstack.delivery.smoke against the server
+
 
 class _SageMakerRuntimeFront:
     """The only part of SageMaker in front of the container: InvokeEndpoint's
@@ -231,7 +256,7 @@ class _SageMakerRuntimeFront:
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802 - http.server's naming
+            def do_POST(self):  # http.server's naming
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 outer.paths.append(self.path)
                 outer.components.append(self.headers.get("X-Amzn-SageMaker-Inference-Component"))
@@ -270,7 +295,7 @@ def test_smoke_probe_passes_over_http_and_through_boto3_invoke_endpoint(name, se
     import boto3
 
     fleet = PROJECT.fleet_of(name, ENV)
-    endpoint = f"{ENV}-{fleet or name}"  # stack names: inferstack.delivery.stack_outputs.stack_name
+    endpoint = f"{ENV}-{fleet or name}"  # stack names: inferstack.aws.stack_outputs.stack_name
     component = f"{ENV}-{name}" if fleet else None
 
     served = serve(name)
@@ -279,8 +304,12 @@ def test_smoke_probe_passes_over_http_and_through_boto3_invoke_endpoint(name, se
     reply, _ = smoke.http_sender(served.server.url + "/invocations", 30)(body)
     smoke.check_reply(reply, probe.outputs)
 
-    for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                       "AWS_SESSION_TOKEN": "testing", "AWS_DEFAULT_REGION": "us-east-1"}.items():
+    for key, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_SESSION_TOKEN": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
         monkeypatch.setenv(key, value)
     with _SageMakerRuntimeFront(served.server) as front:
         monkeypatch.setenv("AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME", front.url)
@@ -300,6 +329,7 @@ def test_smoke_probe_passes_over_http_and_through_boto3_invoke_endpoint(name, se
 
 # ---------------------------------------------------------------- what the stand-ins and the contract guard
 
+
 @pytest.mark.parametrize("name", model_params("text2text-generation"))
 def test_without_the_environments_load_args_t5_cannot_answer(name, serve, tmp_path_factory, triton_install):
     """The serve script loads only the default model: without SAGEMAKER_TRITON_ADDITIONAL_ARGS Triton still
@@ -307,10 +337,13 @@ def test_without_the_environments_load_args_t5_cannot_answer(name, serve, tmp_pa
     Python model's BLS calls find no encoder."""
     served = serve(name)
     environment = {k: v for k, v in served.environment.items() if k != "SAGEMAKER_TRITON_ADDITIONAL_ARGS"}
-    with triton_server.TritonServer(served.repository, environment, work_dir=tmp_path_factory.mktemp("no-bls"),
-                                    install=triton_install) as server:
+    with triton_server.TritonServer(
+        served.repository, environment, work_dir=tmp_path_factory.mktemp("no-bls"), install=triton_install
+    ) as server:
         assert server.ping() == 200
-        assert server.model_states() == {f"{name}{part}": "READY" for part in ("-text", "-tokenize", "", "-postprocess")}
+        assert server.model_states() == {
+            f"{name}{part}": "READY" for part in ("-text", "-tokenize", "", "-postprocess")
+        }
         status, reply = server.invoke({"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1], "data": ["hi"]}]})
         assert status >= 400 and f"{name}-encoder" in json.loads(reply)["error"]
 
@@ -319,9 +352,13 @@ def test_without_the_environments_load_args_t5_cannot_answer(name, serve, tmp_pa
 def test_the_unmodified_repository_needs_a_gpu(name, contract, tmp_path_factory, triton_install):
     """Why stand-in (a) exists: export.py's repository as is (KIND_GPU) does not start here."""
     export = exported(tmp_path_factory, contract, name)
-    server = triton_server.TritonServer(export.repository, contract[name]["environment"],
-                                        work_dir=tmp_path_factory.mktemp("gpu-repo"), install=triton_install,
-                                        startup_timeout=60)
+    server = triton_server.TritonServer(
+        export.repository,
+        contract[name]["environment"],
+        work_dir=tmp_path_factory.mktemp("gpu-repo"),
+        install=triton_install,
+        startup_timeout=60,
+    )
     with pytest.raises(triton_server.TritonStartError) as failure:
         server.start()
     server.stop()

@@ -19,8 +19,14 @@ from tests.support.real_triton import model_params, shipped
 pytestmark = pytest.mark.real_triton
 
 # Mixed lengths: one character, short, and over the sequence length (truncated).
-TEXTS = ["hello world", "x", "speling mistaks here", "a b c d e f g h i j k l m n o p q r s t u v w x y z " * 30,
-         "the quick brown fox", "zz top"]
+TEXTS = [
+    "hello world",
+    "x",
+    "speling mistaks here",
+    "a b c d e f g h i j k l m n o p q r s t u v w x y z " * 30,
+    "the quick brown fox",
+    "zz top",
+]
 
 
 def text_body(texts, shape=None, outputs=()):
@@ -89,7 +95,10 @@ def test_text_errors_get_400_and_name_the_field(name, serve):
         "empty": (["fine", ""], "inputs[0].data[1]: empty text"),
         "blank": ([" \t\n"], "inputs[0].data[0]: empty text"),
         "too long": (["a" * 8193], "inputs[0].data[0]: text of 8193 characters exceeds the limit of 8192"),
-        "too many": (["a"] * (limit + 1), f"inputs[0].shape: {limit + 1} items exceed the maximum of {limit} per request"),
+        "too many": (
+            ["a"] * (limit + 1),
+            f"inputs[0].shape: {limit + 1} items exceed the maximum of {limit} per request",
+        ),
         "none": ([], "inputs[0].shape: batch dimension must be at least 1"),
     }
     for what, (texts, message) in cases.items():
@@ -107,18 +116,49 @@ def test_what_tritons_front_end_answers_for_bad_requests(name, serve):
     model = f"{name}-text"
     text = text_body(["a", "b"])["inputs"][0]
     cases = {
-        "[n, 1]": ({"inputs": [{**text, "shape": [2, 1]}]}, 400,
-                   f"[request id: <id_unknown>] unexpected shape for input 'TEXT' for model '{model}'. Expected [-1], got [2,1]. "),
-        "data does not fill the shape": ({"inputs": [{**text, "shape": [3]}]}, 400,
-                                         f"[request id: <id_unknown>] expected 3 string elements for inference input 'TEXT' for model '{model}', got 2"),
-        "unknown input": ({"inputs": [{**text, "name": "nope"}]}, 400, f"unexpected inference input 'nope' for model '{model}'"),
-        "wrong datatype": ({"inputs": [{**text, "datatype": "INT64", "data": [1, 2]}]}, 400,
-                           f"[request id: <id_unknown>] inference input 'TEXT' data-type is 'INT64', but model '{model}' expects 'BYTES'"),
-        "unknown output": ({"inputs": [text], "outputs": [{"name": "nope"}]}, 400, f"unexpected inference output 'nope' for model '{model}'"),
-        "a number in data": ({"inputs": [{**text, "data": ["a", 5]}]}, 500,
-                             "Unable to parse JSON bytes array: attempt to access JSON non-string as string"),
-        "not JSON": (b"{this is not json", 500, "failed to parse the request JSON buffer: Missing a name for object member. at 1"),
-        "no inputs": ({"outputs": []}, 500, "Unable to parse 'inputs': attempt to access non-existing object member 'inputs'"),
+        "[n, 1]": (
+            {"inputs": [{**text, "shape": [2, 1]}]},
+            400,
+            f"[request id: <id_unknown>] unexpected shape for input 'TEXT' for model '{model}'. "
+            "Expected [-1], got [2,1]. ",
+        ),
+        "data does not fill the shape": (
+            {"inputs": [{**text, "shape": [3]}]},
+            400,
+            "[request id: <id_unknown>] expected 3 string elements for inference input 'TEXT' "
+            f"for model '{model}', got 2",
+        ),
+        "unknown input": (
+            {"inputs": [{**text, "name": "nope"}]},
+            400,
+            f"unexpected inference input 'nope' for model '{model}'",
+        ),
+        "wrong datatype": (
+            {"inputs": [{**text, "datatype": "INT64", "data": [1, 2]}]},
+            400,
+            "[request id: <id_unknown>] inference input 'TEXT' data-type is 'INT64', "
+            f"but model '{model}' expects 'BYTES'",
+        ),
+        "unknown output": (
+            {"inputs": [text], "outputs": [{"name": "nope"}]},
+            400,
+            f"unexpected inference output 'nope' for model '{model}'",
+        ),
+        "a number in data": (
+            {"inputs": [{**text, "data": ["a", 5]}]},
+            500,
+            "Unable to parse JSON bytes array: attempt to access JSON non-string as string",
+        ),
+        "not JSON": (
+            b"{this is not json",
+            500,
+            "failed to parse the request JSON buffer: Missing a name for object member. at 1",
+        ),
+        "no inputs": (
+            {"outputs": []},
+            500,
+            "Unable to parse 'inputs': attempt to access non-existing object member 'inputs'",
+        ),
     }
     for what, (body, status, message) in cases.items():
         got_status, reply = served.server.invoke(body)
@@ -130,9 +170,12 @@ def test_what_tritons_front_end_answers_for_bad_requests(name, serve):
 def test_sagemakers_front_end_reaches_only_the_ensemble(name, serve):
     """/invocations is the default model's; the multi-model route answers 404 on a single-model endpoint."""
     served = serve(name)
-    request = urllib.request.Request(f"{served.server.url}/models/{name}/invoke", method="POST",
-                                     data=json.dumps(text_body(["a"])).encode(),
-                                     headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        f"{served.server.url}/models/{name}/invoke",
+        method="POST",
+        data=json.dumps(text_body(["a"])).encode(),
+        headers={"Content-Type": "application/json"},
+    )
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(request, timeout=30)
     assert refused.value.code == 404

@@ -21,10 +21,11 @@ from google.protobuf import json_format, text_format
 from transformers import AutoModelForSeq2SeqLM, AutoModelForSequenceClassification, AutoTokenizer
 from tritonclient.grpc import model_config_pb2 as pb
 
-from inferstack.triton import client as triton_client, config as triton_config
+from inferstack.triton import client as triton_client
+from inferstack.triton import config as triton_config
 from inferstack.triton.config import RepositorySpec
 from tests.support.build_once import build_once
-from tests.support.neuron_server import LABELS, MAKE_TINY, run_script, SEQUENCE_LENGTH
+from tests.support.neuron_server import LABELS, SEQUENCE_LENGTH, run_script
 from tests.support.paths import ROOT
 from tests.support.tiny_models import greedy_reference, varied_t5
 
@@ -32,33 +33,54 @@ TRITON_DIR = ROOT / "container" / "triton"
 EXPORT = TRITON_DIR / "export.py"
 sys.path.insert(0, str(TRITON_DIR))
 
-import export as triton_export  # noqa: E402
-import t5_greedy_model  # noqa: E402
+import export as triton_export  # noqa: E402 - after container/triton/ is on the path
+import t5_greedy_model  # noqa: E402 - after container/triton/ is on the path
 
 MAX_OUTPUT_LENGTH = 12
 T5_HIDDEN = 32  # make_tiny_model's default --hidden-size
-TEXTS = ["hello world", "speling mistaks here", "x", "the quick brown fox jumps", "abc def ghi jkl mno", "zz",
-         "a b c d e f g h i j k l m n o p q r s t u v w x y z " * 4]
+TEXTS = [
+    "hello world",
+    "speling mistaks here",
+    "x",
+    "the quick brown fox jumps",
+    "abc def ghi jkl mno",
+    "zz",
+    "a b c d e f g h i j k l m n o p q r s t u v w x y z " * 4,
+]
 ONNX_TYPES = {pb.TYPE_INT64: onnx.TensorProto.INT64, pb.TYPE_FP32: onnx.TensorProto.FLOAT}
-SERVING = {"backend": "onnx", "tensorrt_acceleration": {"precision": "FP16"}, "max_batch_size": 8,
-           "dynamic_batching": {"max_queue_delay_microseconds": 100}, "instance_group": {"kind": "KIND_GPU"}}
+SERVING = {
+    "backend": "onnx",
+    "tensorrt_acceleration": {"precision": "FP16"},
+    "max_batch_size": 8,
+    "dynamic_batching": {"max_queue_delay_microseconds": 100},
+    "instance_group": {"kind": "KIND_GPU"},
+}
 
 
 def bert_spec(model_dir: Path, **serving) -> RepositorySpec:
-    return RepositorySpec.model_validate({
-        "name": "tiny-bert",
-        "source": {"local_path": str(model_dir), "task": "text-classification", "labels": list(LABELS)},
-        "export": {"sequence_length": SEQUENCE_LENGTH, "token_type_ids": True},
-        "serving": {**SERVING, **serving}})
+    return RepositorySpec.model_validate(
+        {
+            "name": "tiny-bert",
+            "source": {"local_path": str(model_dir), "task": "text-classification", "labels": list(LABELS)},
+            "export": {"sequence_length": SEQUENCE_LENGTH, "token_type_ids": True},
+            "serving": {**SERVING, **serving},
+        }
+    )
 
 
 def t5_spec(model_dir: Path) -> RepositorySpec:
-    return RepositorySpec.model_validate({
-        "name": "tiny-t5",
-        "source": {"local_path": str(model_dir), "task": "text2text-generation"},
-        "export": {"sequence_length": SEQUENCE_LENGTH, "max_output_length": MAX_OUTPUT_LENGTH,
-                   "hidden_size": T5_HIDDEN},
-        "serving": SERVING})
+    return RepositorySpec.model_validate(
+        {
+            "name": "tiny-t5",
+            "source": {"local_path": str(model_dir), "task": "text2text-generation"},
+            "export": {
+                "sequence_length": SEQUENCE_LENGTH,
+                "max_output_length": MAX_OUTPUT_LENGTH,
+                "hidden_size": T5_HIDDEN,
+            },
+            "serving": SERVING,
+        }
+    )
 
 
 def run_export(spec: RepositorySpec | str | None, out: Path, *args: str, env: dict | None = None):
@@ -70,11 +92,13 @@ def run_export(spec: RepositorySpec | str | None, out: Path, *args: str, env: di
 
 # ---------------------------------------------------------------- fixtures (built once per session)
 
+
 @pytest.fixture(scope="session")
 def tiny_t5(tmp_path_factory) -> Path:
     """make_tiny_model's T5 with its weights scaled up: the random init alone repeats one token forever;
     scaled, rows differ and some end with end-of-sequence at different steps, so the greedy test sees
     early stops, padding and full-length rows."""
+
     def build(target: Path) -> None:
         varied_t5(target, eos_scale=3)
 
@@ -101,17 +125,23 @@ def t5_repo(tmp_path_factory, tiny_t5) -> Path:
 
 
 def sessions(repo: Path) -> dict[str, ort.InferenceSession]:
-    return {p.parent.parent.name: ort.InferenceSession(str(p), providers=["CPUExecutionProvider"])
-            for p in repo.glob(f"*/{triton_config.VERSION}/model.onnx")}
+    return {
+        p.parent.parent.name: ort.InferenceSession(str(p), providers=["CPUExecutionProvider"])
+        for p in repo.glob(f"*/{triton_config.VERSION}/model.onnx")
+    }
 
 
 # ---------------------------------------------------------------- the written repositories
 
+
 @pytest.mark.parametrize("which", ["bert", "t5"])
 def test_repository_passes_check_and_holds_every_model_file(request, which):
     repo = request.getfixturevalue(f"{which}_repo")
-    spec = bert_spec(request.getfixturevalue("tiny_bert")) if which == "bert" else t5_spec(
-        request.getfixturevalue("tiny_t5"))
+    spec = (
+        bert_spec(request.getfixturevalue("tiny_bert"))
+        if which == "bert"
+        else t5_spec(request.getfixturevalue("tiny_t5"))
+    )
     triton_config.check_repository(repo, default_model=spec.name)
     assert sorted(p.name for p in repo.iterdir()) == sorted(f.name for f in triton_config.folders(spec))
     for folder in triton_config.folders(spec):
@@ -120,7 +150,9 @@ def test_repository_passes_check_and_holds_every_model_file(request, which):
         if folder.name.endswith("-tokenize"):
             assert (repo / folder.name / "1" / "tokenizer" / "tokenizer.json").is_file()
             assert (repo / folder.name / "1" / "site-packages" / "tokenizers" / "__init__.py").is_file()
-        assert (repo / folder.name / "config.pbtxt").read_text() == triton_config.render_config(spec, folder=folder.name)
+        assert (repo / folder.name / "config.pbtxt").read_text() == triton_config.render_config(
+            spec, folder=folder.name
+        )
     # The tokenizer rides inside the default model's version dir, where Triton looks for nothing else.
     assert (repo / spec.name / "1" / "tokenizer" / "tokenizer.json").is_file()
     assert not list(repo.parent.glob(".repository.*"))  # no staging left beside it
@@ -149,7 +181,7 @@ def test_every_config_parses_with_tritons_proto_and_matches_its_onnx_graph(reque
         assert triton_export.onnx_opset(graph) == 17  # the schema's default export.onnx_opset
         for declared, actual in ((config.input, graph.graph.input), (config.output, graph.graph.output)):
             assert [t.name for t in declared] == [v.name for v in actual]
-            for tensor, value in zip(declared, actual):
+            for tensor, value in zip(declared, actual, strict=True):
                 shape = value.type.tensor_type.shape.dim
                 assert value.type.tensor_type.elem_type == ONNX_TYPES[tensor.data_type], tensor.name
                 assert shape[0].dim_param and not shape[0].dim_value, f"{tensor.name}: batch axis not dynamic"
@@ -159,6 +191,7 @@ def test_every_config_parses_with_tritons_proto_and_matches_its_onnx_graph(reque
 
 
 # ---------------------------------------------------------------- numbers
+
 
 def test_bert_onnx_matches_pytorch_at_batch_1_and_more(bert_repo, tiny_bert):
     assert "parity tiny-bert: logits within" in (bert_repo.parent / "export.log").read_text()
@@ -185,21 +218,31 @@ def test_t5_greedy_decoding_over_the_onnx_graphs_equals_generate(t5_repo, tiny_t
     encoder, decoder = found["tiny-t5-encoder"], found["tiny-t5-decoder"]
     settings = t5_greedy_model.read_generation_settings(str(t5_repo / "tiny-t5" / "1"))
     model = AutoModelForSeq2SeqLM.from_pretrained(tiny_t5).eval()
-    assert settings == {"decoder_start_token_id": model.config.decoder_start_token_id,
-                        "eos_token_id": model.generation_config.eos_token_id,
-                        "pad_token_id": model.generation_config.pad_token_id}
+    assert settings == {
+        "decoder_start_token_id": model.config.decoder_start_token_id,
+        "eos_token_id": model.generation_config.eos_token_id,
+        "pad_token_id": model.generation_config.pad_token_id,
+    }
 
     def encode(ids, mask):
         return encoder.run(["last_hidden_state"], {"input_ids": ids, "attention_mask": mask})[0]
 
     def decode(hidden, mask, decoder_ids):
-        return decoder.run(["next_token_ids"], {"decoder_input_ids": decoder_ids, "encoder_hidden_states": hidden,
-                                                "encoder_attention_mask": mask})[0]
+        return decoder.run(
+            ["next_token_ids"],
+            {"decoder_input_ids": decoder_ids, "encoder_hidden_states": hidden, "encoder_attention_mask": mask},
+        )[0]
 
     for texts in (TEXTS[:1], TEXTS):
         tensors = codec.encode(texts)
-        got = t5_greedy_model.greedy_decode(encode, decode, tensors["input_ids"], tensors["attention_mask"],
-                                            max_output_length=MAX_OUTPUT_LENGTH, **settings)
+        got = t5_greedy_model.greedy_decode(
+            encode,
+            decode,
+            tensors["input_ids"],
+            tensors["attention_mask"],
+            max_output_length=MAX_OUTPUT_LENGTH,
+            **settings,
+        )
         want = expected_greedy(model, tensors)
         assert got.dtype == np.int64 and got.shape == (len(texts), MAX_OUTPUT_LENGTH)
         np.testing.assert_array_equal(got, want)
@@ -248,7 +291,7 @@ class FakeTriton:
                 outer.calls.append((self.model_name, self.inputs[0].as_numpy().shape[0], self.preferred_memory))
                 feeds = {t.name(): t.as_numpy() for t in self.inputs}
                 arrays = outer.models[self.model_name].run(self.outputs, feeds)
-                return Response([Tensor(n, a) for n, a in zip(self.outputs, arrays)])
+                return Response([Tensor(n, a) for n, a in zip(self.outputs, arrays, strict=True)])
 
         self.Tensor, self.InferenceRequest, self.InferenceResponse = Tensor, InferenceRequest, Response
         self.TritonError = lambda message: types.SimpleNamespace(message=lambda: message)
@@ -274,8 +317,7 @@ def test_python_model_glue_splits_batched_requests_back(t5_repo, tiny_t5, monkey
     model = t5_greedy_model.TritonPythonModel()
     # Triton hands the config over as JSON with the proto's own field names (string_value, not stringValue).
     model_config = json_format.MessageToJson(config, preserving_proto_field_name=True)
-    model.initialize({"model_config": model_config, "model_repository": str(folder),
-                      "model_version": "1"})
+    model.initialize({"model_config": model_config, "model_repository": str(folder), "model_version": "1"})
     codec = triton_client.TextCodec.from_repository(folder)
     parts = [TEXTS[:2], TEXTS[2:3], TEXTS[3:]]
     requests = []
@@ -295,15 +337,19 @@ def test_python_model_glue_splits_batched_requests_back(t5_repo, tiny_t5, monkey
 
 # ---------------------------------------------------------------- client helper
 
+
 def test_client_encodes_to_the_configured_shapes_like_transformers(bert_repo, t5_repo):
-    for folder, names in ((bert_repo / "tiny-bert", ["input_ids", "attention_mask", "token_type_ids"]),
-                          (t5_repo / "tiny-t5", ["input_ids", "attention_mask"])):
+    for folder, names in (
+        (bert_repo / "tiny-bert", ["input_ids", "attention_mask", "token_type_ids"]),
+        (t5_repo / "tiny-t5", ["input_ids", "attention_mask"]),
+    ):
         codec = triton_client.TextCodec.from_repository(folder)
         tensors = codec.encode(TEXTS)
         assert list(tensors) == names
         assert all(a.shape == (len(TEXTS), SEQUENCE_LENGTH) and a.dtype == np.int64 for a in tensors.values())
         reference = AutoTokenizer.from_pretrained(folder / "1" / "tokenizer")(
-            TEXTS, padding="max_length", truncation=True, max_length=SEQUENCE_LENGTH, return_tensors="np")
+            TEXTS, padding="max_length", truncation=True, max_length=SEQUENCE_LENGTH, return_tensors="np"
+        )
         for name in names:
             np.testing.assert_array_equal(tensors[name], reference[name])
 
@@ -313,10 +359,16 @@ def test_request_body_and_response_round_trip(bert_repo):
     body = triton_client.request_body(codec.encode(TEXTS[:2]), outputs=["logits"])
     json.dumps(body)  # plain JSON
     assert [(t["name"], t["shape"], t["datatype"]) for t in body["inputs"]] == [
-        (n, [2, SEQUENCE_LENGTH], "INT64") for n in ("input_ids", "attention_mask", "token_type_ids")]
+        (n, [2, SEQUENCE_LENGTH], "INT64") for n in ("input_ids", "attention_mask", "token_type_ids")
+    ]
     assert len(body["inputs"][0]["data"]) == 2 * SEQUENCE_LENGTH and body["outputs"] == [{"name": "logits"}]
-    reply = json.dumps({"model_name": "tiny-bert", "model_version": "1", "outputs": [
-        {"name": "logits", "datatype": "FP32", "shape": [2, 3], "data": [0.5, 1, 2, 3, 4, 5]}]})
+    reply = json.dumps(
+        {
+            "model_name": "tiny-bert",
+            "model_version": "1",
+            "outputs": [{"name": "logits", "datatype": "FP32", "shape": [2, 3], "data": [0.5, 1, 2, 3, 4, 5]}],
+        }
+    )
     logits = triton_client.parse_response(reply.encode())["logits"]
     assert logits.dtype == np.float32 and logits.shape == (2, 3) and logits[1, 2] == 5
     with pytest.raises(triton_client.TritonResponseError, match="server error: unexpected shape"):
@@ -326,6 +378,7 @@ def test_request_body_and_response_round_trip(bert_repo):
 
 
 # ---------------------------------------------------------------- rejections: one line, nothing written
+
 
 def assert_rejected(result, out: Path, code: int, *needles: str) -> str:
     assert result.returncode == code, result.stdout[-2000:] + result.stderr
@@ -338,14 +391,25 @@ def assert_rejected(result, out: Path, code: int, *needles: str) -> str:
     return err
 
 
-@pytest.mark.parametrize("raw, needle", [
-    (None, "TRITON_REPOSITORY_SPEC is not set"),
-    ("{not json", "TRITON_REPOSITORY_SPEC: Invalid JSON"),
-    ('{"name": "x"}', "TRITON_REPOSITORY_SPEC: source: Field required"),
-    (json.dumps({"name": "t5", "source": {"huggingface_id": "t5-small", "task": "text2text-generation"},
-                 "export": {}, "serving": {"backend": "onnx"}}),
-     "text2text-generation needs export.max_output_length"),
-])
+@pytest.mark.parametrize(
+    "raw, needle",
+    [
+        (None, "TRITON_REPOSITORY_SPEC is not set"),
+        ("{not json", "TRITON_REPOSITORY_SPEC: Invalid JSON"),
+        ('{"name": "x"}', "TRITON_REPOSITORY_SPEC: source: Field required"),
+        (
+            json.dumps(
+                {
+                    "name": "t5",
+                    "source": {"huggingface_id": "t5-small", "task": "text2text-generation"},
+                    "export": {},
+                    "serving": {"backend": "onnx"},
+                }
+            ),
+            "text2text-generation needs export.max_output_length",
+        ),
+    ],
+)
 def test_bad_spec_exits_2_with_one_line(tmp_path, raw, needle):
     out = tmp_path / "out" / "repository"
     out.parent.mkdir()
@@ -355,8 +419,9 @@ def test_bad_spec_exits_2_with_one_line(tmp_path, raw, needle):
 def test_missing_local_model_and_non_empty_out_exit_2(tmp_path, tiny_bert):
     out = tmp_path / "out" / "repository"
     out.parent.mkdir()
-    spec = bert_spec(tiny_bert).model_copy(update={"source": bert_spec(tiny_bert).source.model_copy(
-        update={"local_path": str(tmp_path / "nowhere")})})
+    spec = bert_spec(tiny_bert).model_copy(
+        update={"source": bert_spec(tiny_bert).source.model_copy(update={"local_path": str(tmp_path / "nowhere")})}
+    )
     assert_rejected(run_export(spec, out), out, 2, "source.local_path:", "nowhere")
     out.mkdir()
     (out / "keep").write_text("x")
@@ -367,13 +432,18 @@ def test_missing_local_model_and_non_empty_out_exit_2(tmp_path, tiny_bert):
 def test_parity_failure_fails_the_build_and_writes_nothing(tmp_path, tiny_bert):
     out = tmp_path / "out" / "repository"
     out.parent.mkdir()
-    err = assert_rejected(run_export(bert_spec(tiny_bert), out, "--tolerance", "1e-30"), out, 1,
-                          "export.py: export failed: ONNX parity: tiny-bert logits differ from PyTorch by",
-                          "tolerance 1e-30")
+    err = assert_rejected(
+        run_export(bert_spec(tiny_bert), out, "--tolerance", "1e-30"),
+        out,
+        1,
+        "export.py: export failed: ONNX parity: tiny-bert logits differ from PyTorch by",
+        "tolerance 1e-30",
+    )
     assert "batch 1" in err
 
 
 # ---------------------------------------------------------------- TensorRT plans
+
 
 def test_plan_needs_a_gpu_build_host_matching_the_target():
     check = triton_export.check_plan_build_host
@@ -405,8 +475,10 @@ def test_plan_target_comes_from_the_instance_catalog():
 def test_build_plan_passes_the_configured_shapes_to_trtexec(tmp_path, tiny_bert):
     log = tmp_path / "argv.json"
     fake = tmp_path / "trtexec"
-    fake.write_text(f"#!{sys.executable}\nimport json, sys\njson.dump(sys.argv[1:], open({str(log)!r}, 'w'))\n"
-                    "open(next(a for a in sys.argv if a.startswith('--saveEngine=')).split('=', 1)[1], 'w').write('x')\n")
+    fake.write_text(
+        f"#!{sys.executable}\nimport json, sys\njson.dump(sys.argv[1:], open({str(log)!r}, 'w'))\n"
+        "open(next(a for a in sys.argv if a.startswith('--saveEngine=')).split('=', 1)[1], 'w').write('x')\n"
+    )
     fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
     spec = bert_spec(tiny_bert, backend="tensorrt", tensorrt_acceleration=None)
     (folder,) = triton_config.ids_folders(spec)
@@ -424,13 +496,16 @@ def test_tensorrt_backend_on_a_cpu_build_host_fails_before_exporting(tmp_path, t
     out.parent.mkdir()
     spec = bert_spec(tiny_bert, backend="tensorrt", tensorrt_acceleration=None)
     env = {"TRITON_TARGET_INSTANCE_TYPE": "ml.g4dn.xlarge", "PATH": "/usr/bin:/bin"}  # no nvidia-smi here
-    assert_rejected(run_export(spec, out, env=env), out, 1, "GPU build host matching the target",
-                    "compute capability 7.5")
-    assert_rejected(run_export(spec, out, env={"TRITON_TARGET_INSTANCE_TYPE": ""}), out, 2,
-                    "TRITON_TARGET_INSTANCE_TYPE is not set")
+    assert_rejected(
+        run_export(spec, out, env=env), out, 1, "GPU build host matching the target", "compute capability 7.5"
+    )
+    assert_rejected(
+        run_export(spec, out, env={"TRITON_TARGET_INSTANCE_TYPE": ""}), out, 2, "TRITON_TARGET_INSTANCE_TYPE is not set"
+    )
 
 
 # ---------------------------------------------------------------- the image's export stage
+
 
 def test_export_requirements_pin_what_these_tests_ran_with():
     from importlib import metadata

@@ -16,7 +16,8 @@ import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 from inferstack.schema import families
-from inferstack.triton import client as triton_client, config as triton_config
+from inferstack.triton import client as triton_client
+from inferstack.triton import config as triton_config
 from inferstack.triton.config import RepositorySpec
 from tests.support.build_once import build_once
 from tests.support.neuron_server import LABELS, MAKE_TINY, run_script
@@ -29,12 +30,19 @@ KINDS = ("distilbert", "roberta")
 
 
 def spec(kind: str, model_dir: Path, *, token_type_ids: bool = False) -> RepositorySpec:
-    return RepositorySpec.model_validate({
-        "name": f"tiny-{kind}",
-        "source": {"local_path": str(model_dir), "task": "text-classification", "labels": list(LABELS),
-                   "family": kind},
-        "export": {"sequence_length": SEQUENCE_LENGTH, "token_type_ids": token_type_ids},
-        "serving": {"backend": "onnx", "max_batch_size": 8, "instance_group": {"kind": "KIND_GPU"}}})
+    return RepositorySpec.model_validate(
+        {
+            "name": f"tiny-{kind}",
+            "source": {
+                "local_path": str(model_dir),
+                "task": "text-classification",
+                "labels": list(LABELS),
+                "family": kind,
+            },
+            "export": {"sequence_length": SEQUENCE_LENGTH, "token_type_ids": token_type_ids},
+            "serving": {"backend": "onnx", "max_batch_size": 8, "instance_group": {"kind": "KIND_GPU"}},
+        }
+    )
 
 
 def export(model_spec: RepositorySpec, out: Path):
@@ -95,8 +103,9 @@ def test_the_repository_declares_and_the_graph_takes_only_the_familys_inputs(kin
 
 def test_onnx_logits_equal_pytorch_through_the_clients_codec(kind, repo, tiny):
     codec = triton_client.TextCodec.from_repository(repo / f"tiny-{kind}")
-    session = ort.InferenceSession(str(repo / f"tiny-{kind}" / triton_config.VERSION / "model.onnx"),
-                                   providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(
+        str(repo / f"tiny-{kind}" / triton_config.VERSION / "model.onnx"), providers=["CPUExecutionProvider"]
+    )
     model = AutoModelForSequenceClassification.from_pretrained(tiny).eval()
     for texts in (TEXTS[:1], TEXTS):
         tensors = codec.encode(texts)
@@ -112,6 +121,7 @@ def test_onnx_logits_equal_pytorch_through_the_clients_codec(kind, repo, tiny):
 def test_token_type_ids_copied_from_a_bert_file_fail_the_export_in_one_line(kind, tiny, tmp_path):
     result = export(spec(kind, tiny, token_type_ids=True), tmp_path / "repository")
     assert result.returncode == 2
-    assert result.stderr.strip() == (f"export.py: error: export.token_type_ids: the tokenizer of {tiny} does not "
-                                     f"emit token_type_ids")
+    assert result.stderr.strip() == (
+        f"export.py: error: export.token_type_ids: the tokenizer of {tiny} does not emit token_type_ids"
+    )
     assert not (tmp_path / "repository").exists()
