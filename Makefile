@@ -62,7 +62,7 @@ validate: setup
 synth: .make/python .make/node
 	@$(call QUIET_SYNTH,-o $(CDK_OUT))
 
-test: setup
+test: setup lint
 	$(PYTHON) -m pytest $(PYTEST_ARGS)
 
 # ruff (ruff.toml: lint, import order, format) over the project, mypy (mypy.ini) over inferstack/.

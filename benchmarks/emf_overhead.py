@@ -28,8 +28,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "container" / "neuron" / "serving"), str(ROOT / "benchmarks")]
 
-import emf  # noqa: E402
-import serve_bench  # noqa: E402
+import emf  # noqa: E402 - after sys.path is set
+import serve_bench  # noqa: E402 - after sys.path is set
 
 VALUES = [random.Random(5).lognormvariate(1.5, 0.6) for _ in range(4096)]  # latencies in ms, a few to tens
 MASK = len(VALUES) - 1
@@ -74,23 +74,27 @@ def recorder_figures(iterations: int, repeats: int) -> dict:
     """Best of `repeats` for each loop (the least disturbed by the rest of the machine)."""
     sys.setswitchinterval(0.0005)  # as the worker sets it
     calls = {
-        "request(latency) per request": lambda recorder: (lambda v: recorder.request(v, False)),
-        "batch(rows, latency) per batch": lambda recorder: (lambda v: recorder.batch(8, v)),
-        "observe(name, value)": lambda recorder: (lambda v: recorder.observe(emf.REQUEST_LATENCY, v)),
-        "count(name)": lambda recorder: (lambda v: recorder.count(emf.REQUESTS)),
+        "request(latency) per request": lambda recorder: lambda v: recorder.request(v, False),
+        "batch(rows, latency) per batch": lambda recorder: lambda v: recorder.batch(8, v),
+        "observe(name, value)": lambda recorder: lambda v: recorder.observe(emf.REQUEST_LATENCY, v),
+        "count(name)": lambda recorder: lambda v: recorder.count(emf.REQUESTS),
     }
-    noop = lambda v: None  # noqa: E731  the call itself, without recording
-    figures: dict = {"baseline": min(loop_ns(None, iterations) for _ in range(repeats)),
-                     "no-op call": min(loop_ns(noop, iterations) for _ in range(repeats))}
+    noop = lambda v: None  # noqa: E731 - the call itself, without recording
+    figures: dict = {
+        "baseline": min(loop_ns(None, iterations) for _ in range(repeats)),
+        "no-op call": min(loop_ns(noop, iterations) for _ in range(repeats)),
+    }
     for name, make in calls.items():
         figures[name] = min(loop_ns(make(emf.Recorder(DIMENSIONS)), iterations) for _ in range(repeats))
     shared = emf.Recorder(DIMENSIONS)
     figures["2 threads: baseline"] = min(threaded_ns(lambda: None, iterations, 2) for _ in range(repeats))
     figures["2 threads: no-op call"] = min(threaded_ns(lambda: noop, iterations, 2) for _ in range(repeats))
     figures["2 threads: request(latency), one recorder"] = min(
-        threaded_ns(lambda: calls["request(latency) per request"](shared), iterations, 2) for _ in range(repeats))
+        threaded_ns(lambda: calls["request(latency) per request"](shared), iterations, 2) for _ in range(repeats)
+    )
     figures["2 threads: observe(name, value), one recorder"] = min(
-        threaded_ns(lambda: calls["observe(name, value)"](shared), iterations, 2) for _ in range(repeats))
+        threaded_ns(lambda: calls["observe(name, value)"](shared), iterations, 2) for _ in range(repeats)
+    )
     figures["flush"] = flush_us(repeats)
     return figures
 
@@ -124,8 +128,13 @@ def server_figures(args: argparse.Namespace) -> dict:
         ports = {mode: serve_bench.free_port() for mode in ("emf", "off")}
         stdout = open(Path(work) / "emf-stdout.txt", "w")
         servers = {
-            "emf": serve_bench.start_server(art, ports["emf"], args, {
-                "SERVER_METRICS": "emf", "SERVER_METRICS_INTERVAL_S": str(args.interval_s)}, stdout=stdout),
+            "emf": serve_bench.start_server(
+                art,
+                ports["emf"],
+                args,
+                {"SERVER_METRICS": "emf", "SERVER_METRICS_INTERVAL_S": str(args.interval_s)},
+                stdout=stdout,
+            ),
             "off": serve_bench.start_server(art, ports["off"], args, {"SERVER_METRICS": "off"}),
         }
         rounds: dict[str, list[dict]] = {"emf": [], "off": []}
@@ -153,8 +162,12 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iterations", type=int, default=300_000, help="per recorder loop")
     parser.add_argument("--repeats", type=int, default=5, help="each recorder loop; the best is reported")
-    parser.add_argument("--server", action=argparse.BooleanOptionalAction, default=True,
-                        help="also measure serve.py with SERVER_METRICS=emf against off")
+    parser.add_argument(
+        "--server",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also measure serve.py with SERVER_METRICS=emf against off",
+    )
     parser.add_argument("--model-dir", type=Path, help="a compiled CPU artifact (default: build serve_bench's)")
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--duration", type=float, default=5.0, help="seconds measured per round and mode")
@@ -177,14 +190,23 @@ def main() -> int:
     load_before = os.getloadavg()[0]
     figures = recorder_figures(args.iterations, args.repeats)
     server = server_figures(args) if args.server else None
-    print(f"machine: {os.cpu_count()} CPUs; python {sys.version.split()[0]}; load average before {load_before:.2f}, "
-          f"after {os.getloadavg()[0]:.2f} (other work on the machine skews every figure)")
-    print(f"(1) recorder: {args.iterations:,} iterations per loop, best of {args.repeats}; "
-          "cost = loop with the call - loop with a no-op call")
+    print(
+        f"machine: {os.cpu_count()} CPUs; python {sys.version.split()[0]}; load average before {load_before:.2f}, "
+        f"after {os.getloadavg()[0]:.2f} (other work on the machine skews every figure)"
+    )
+    print(
+        f"(1) recorder: {args.iterations:,} iterations per loop, best of {args.repeats}; "
+        "cost = loop with the call - loop with a no-op call"
+    )
     one, two = figures["no-op call"], figures["2 threads: no-op call"]
     print(f"  {'loop alone':<48} {figures['baseline']:>7.0f} ns/iteration")
     print(f"  {'loop with a no-op call (baseline)':<48} {one:>7.0f} ns/iteration")
-    for name in ("request(latency) per request", "batch(rows, latency) per batch", "observe(name, value)", "count(name)"):
+    for name in (
+        "request(latency) per request",
+        "batch(rows, latency) per batch",
+        "observe(name, value)",
+        "count(name)",
+    ):
         print(f"  {name:<48} {figures[name]:>7.0f} ns/iteration, cost {figures[name] - one:>5.0f} ns")
     print(f"  {'2 threads: loop with a no-op call (baseline)':<48} {two:>7.0f} ns/iteration")
     for name in ("2 threads: request(latency), one recorder", "2 threads: observe(name, value), one recorder"):
@@ -195,9 +217,11 @@ def main() -> int:
     print(f"  per request, at worst one batch each: {per_request_ns:,.0f} ns")
     if server is None:
         return 0
-    print(f"\n(2) serve.py, {args.workers} workers x 1 torch thread, max batch 16, queue delay 1 ms; "
-          f"{args.concurrency} connections, {args.duration:g} s per round after {args.warmup:g} s, "
-          f"{args.rounds} interleaved rounds; EMF at a {args.interval_s} s interval")
+    print(
+        f"\n(2) serve.py, {args.workers} workers x 1 torch thread, max batch 16, queue delay 1 ms; "
+        f"{args.concurrency} connections, {args.duration:g} s per round after {args.warmup:g} s, "
+        f"{args.rounds} interleaved rounds; EMF at a {args.interval_s} s interval"
+    )
     print(f"  {'mode':<4} | {'req/s per round':<28} | {'best':>6} | {'median':>6} | p50 ms | p99 ms (best round)")
     best = {}
     for mode in ("emf", "off"):
@@ -206,14 +230,20 @@ def main() -> int:
         best[mode] = top["rps"]
         per_round = ", ".join(f"{r['rps']:,.0f}" for r in rounds)
         median = statistics.median(r["rps"] for r in rounds)
-        print(f"  {mode:<4} | {per_round:<28} | {top['rps']:>6,.0f} | {median:>6,.0f} | {top['p50_ms']:>6.2f} | "
-              f"{top['p99_ms']:>6.2f}")
+        print(
+            f"  {mode:<4} | {per_round:<28} | {top['rps']:>6,.0f} | {median:>6,.0f} | {top['p50_ms']:>6.2f} | "
+            f"{top['p99_ms']:>6.2f}"
+        )
     print(f"  emf / off: {best['emf'] / best['off']:.3f} (best rounds)")
     budget_ns = 1e9 * (os.cpu_count() or 1) / best["emf"]
-    print(f"  recording per request: {per_request_ns:,.0f} ns of the {budget_ns / 1000:,.0f} us of CPU the machine "
-          f"spends per request at {best['emf']:,.0f} req/s ({per_request_ns / budget_ns:.3%})")
-    print(f"  EMF server: {server['emf_lines']} lines; Requests counted {server['counted']:,}, "
-          f"answered {server['answered']:,}")
+    print(
+        f"  recording per request: {per_request_ns:,.0f} ns of the {budget_ns / 1000:,.0f} us of CPU the machine "
+        f"spends per request at {best['emf']:,.0f} req/s ({per_request_ns / budget_ns:.3%})"
+    )
+    print(
+        f"  EMF server: {server['emf_lines']} lines; Requests counted {server['counted']:,}, "
+        f"answered {server['answered']:,}"
+    )
     return 0
 
 

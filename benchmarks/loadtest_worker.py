@@ -57,8 +57,8 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from inferstack.loadtest import report, runner  # noqa: E402 (after the path)
-from inferstack.loadtest.spec import ExpectedOutput, LoadTestSpec, Step, Target  # noqa: E402
+from inferstack.loadtest import report, runner  # noqa: E402 - after sys.path is set
+from inferstack.loadtest.spec import ExpectedOutput, LoadTestSpec, Step, Target  # noqa: E402 - after sys.path is set
 
 REFERENCE_PEAK = 16_000  # req/s: the reference workload's peak (model_configs/intent-bert.yaml)
 # The closed-loop pacing the open model replaced (inferstack/loadtest/pacing.py before it): users of one request in
@@ -68,11 +68,13 @@ OLD_HEADROOM = 0.5
 
 WARMUP_S = 3.0
 SATURATED = 0.9  # of one core: Locust's CPU warning threshold
-OUTPUTS = [{"name": "logits", "datatype": "FP32", "shape": [1, 3], "data": [0.1, 0.2, 0.7]},
-           {"name": "label", "datatype": "BYTES", "shape": [1], "data": ["positive"]}]
+OUTPUTS = [
+    {"name": "logits", "datatype": "FP32", "shape": [1, 3], "data": [0.1, 0.2, 0.7]},
+    {"name": "label", "datatype": "BYTES", "shape": [1], "data": ["positive"]},
+]
 BODY = {"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1], "data": ["inferstack load test"]}]}
 
-SERVER = r'''
+SERVER = r"""
 import asyncio, json, sys, uvloop
 REPLY = json.dumps({"model_name": "m", "outputs": %(outputs)s}).encode()
 OK = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %%d\r\n\r\n" %% len(REPLY) + REPLY
@@ -106,9 +108,9 @@ async def main():
     print("ready", flush=True)
     await server.serve_forever()
 uvloop.run(main())
-''' % {"outputs": repr(OUTPUTS)}
+""" % {"outputs": repr(OUTPUTS)}  # noqa: UP031 - a template of Python code: with str.format its braces would need doubling
 
-STOCK = r'''
+STOCK = r"""
 import json, os
 from locust import FastHttpUser, HttpUser, constant_throughput, task
 BODY = json.dumps(%(body)r).encode()
@@ -119,9 +121,9 @@ class Stock(Base):
     @task
     def infer(self):
         self.client.post("/v2/models/m/infer", data=BODY, headers={"Content-Type": "application/json"})
-''' % {"body": BODY}
+""" % {"body": BODY}  # noqa: UP031 - a template of Python code: with str.format its braces would need doubling
 
-STOCK_SAGEMAKER = r'''
+STOCK_SAGEMAKER = r"""
 import json, os
 import boto3, botocore.config
 from locust import User, constant_throughput, task
@@ -134,9 +136,9 @@ class Stock(User):
     def invoke(self):
         CLIENT.invoke_endpoint(EndpointName="m", ContentType="application/json", Accept="application/json",
                                Body=BODY)["Body"].read()
-''' % {"body": BODY}
+""" % {"body": BODY}  # noqa: UP031 - a template of Python code: with str.format its braces would need doubling
 
-RAW = r'''
+RAW = r"""
 import json, socket, sys, time
 port, rate = int(sys.argv[1]), float(sys.argv[2])
 body = json.dumps(%(body)r).encode()
@@ -161,7 +163,7 @@ while True:
         time.sleep(delay)
     else:
         due = time.monotonic()
-''' % {"body": BODY}
+""" % {"body": BODY}  # noqa: UP031 - a template of Python code: with str.format its braces would need doubling
 
 
 def free_port() -> int:
@@ -187,14 +189,14 @@ def cpu_seconds(process: psutil.Process) -> float:
 
 def measure(name: str, args: list[str], env: dict[str, str], port: int, seconds: float, workdir: Path) -> dict:
     """Start a client, let it warm up, then count what the server answered and what the client spent."""
-    log = open(workdir / f"{name}.log", "wb")  # noqa: SIM115 - closed below
-    process = subprocess.Popen(args, env=env, cwd=workdir, stdout=log, stderr=subprocess.STDOUT,
-                               start_new_session=True)
+    log = open(workdir / f"{name}.log", "wb")  # closed below
+    process = subprocess.Popen(args, env=env, cwd=workdir, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         time.sleep(WARMUP_S)
         if process.poll() is not None:
-            raise SystemExit(f"{name}: exited {process.returncode}: "
-                             f"{(workdir / f'{name}.log').read_text(errors='replace')[-1500:]}")
+            raise SystemExit(
+                f"{name}: exited {process.returncode}: {(workdir / f'{name}.log').read_text(errors='replace')[-1500:]}"
+            )
         watched = psutil.Process(process.pid)
         cpu0, count0, t0 = cpu_seconds(watched), served(port), time.monotonic()
         time.sleep(seconds)
@@ -203,20 +205,34 @@ def measure(name: str, args: list[str], env: dict[str, str], port: int, seconds:
         runner.stop_groups([process], grace_s=10)
         log.close()
     requests = count1 - count0
-    return {"name": name, "rate": requests / (t1 - t0), "cpu_percent": 100 * (cpu1 - cpu0) / (t1 - t0),
-            "us_per_request": 1e6 * (cpu1 - cpu0) / requests if requests else math.inf}
+    return {
+        "name": name,
+        "rate": requests / (t1 - t0),
+        "cpu_percent": 100 * (cpu1 - cpu0) / (t1 - t0),
+        "us_per_request": 1e6 * (cpu1 - cpu0) / requests if requests else math.inf,
+    }
 
 
 def fake_aws(port: int) -> dict[str, str]:
     """boto3 pointed at the local server, with credentials it signs with (the server does not check them)."""
-    return {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "AKIDBENCHMARK",
-            "AWS_SECRET_ACCESS_KEY": "benchmark", "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}
+    return {
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+        "AWS_ACCESS_KEY_ID": "AKIDBENCHMARK",
+        "AWS_SECRET_ACCESS_KEY": "benchmark",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
 
 
 def spec_for(target: Target, rate: float, slo_ms: float, seconds: float) -> LoadTestSpec:
-    return LoadTestSpec(model="m", target=target, bodies=(BODY,),
-                        outputs=tuple(ExpectedOutput(o["name"], o["datatype"], tuple(o["shape"])) for o in OUTPUTS),
-                        steps=(Step(rate=rate, seconds=seconds),), p99_slo_ms=slo_ms)
+    return LoadTestSpec(
+        model="m",
+        target=target,
+        bodies=(BODY,),
+        outputs=tuple(ExpectedOutput(o["name"], o["datatype"], tuple(o["shape"])) for o in OUTPUTS),
+        steps=(Step(rate=rate, seconds=seconds),),
+        p99_slo_ms=slo_ms,
+    )
 
 
 def old_pace(rate: float, slo_ms: float) -> tuple[int, float]:
@@ -226,8 +242,11 @@ def old_pace(rate: float, slo_ms: float) -> tuple[int, float]:
 
 
 def inferstack_client(port: int, rate: float, slo_ms: float, seconds: float, workdir: Path, kind: str = "http"):
-    target = (Target(kind="http", url=f"http://127.0.0.1:{port}/v2/models/m/infer") if kind == "http"
-              else Target(kind="sagemaker", endpoint="m", region="us-east-1"))
+    target = (
+        Target(kind="http", url=f"http://127.0.0.1:{port}/v2/models/m/infer")
+        if kind == "http"
+        else Target(kind="sagemaker", endpoint="m", region="us-east-1")
+    )
     spec = spec_for(target, rate, slo_ms, WARMUP_S + seconds + 30)
     env = runner.locust_environment(spec, workdir / "out")
     if kind == "sagemaker":
@@ -240,18 +259,37 @@ def stock_client(port: int, rate: float, slo_ms: float, client: str, workdir: Pa
     users, per_user = old_pace(rate, slo_ms)
     locustfile = workdir / f"stock_{client}_locustfile.py"
     locustfile.write_text(STOCK_SAGEMAKER if client == "boto3" else STOCK)
-    env = {**os.environ, "BENCH_CLIENT": client, "BENCH_HOST": f"http://127.0.0.1:{port}",
-           "BENCH_PER_USER": str(per_user), **(fake_aws(port) if client == "boto3" else {})}
-    args = [sys.executable, "-m", "locust", "-f", str(locustfile), "--headless", "--only-summary",
-            "-u", str(users), "-r", str(4 * users), "--exit-code-on-error", "0"]
+    env = {
+        **os.environ,
+        "BENCH_CLIENT": client,
+        "BENCH_HOST": f"http://127.0.0.1:{port}",
+        "BENCH_PER_USER": str(per_user),
+        **(fake_aws(port) if client == "boto3" else {}),
+    }
+    args = [
+        sys.executable,
+        "-m",
+        "locust",
+        "-f",
+        str(locustfile),
+        "--headless",
+        "--only-summary",
+        "-u",
+        str(users),
+        "-r",
+        str(4 * users),
+        "--exit-code-on-error",
+        "0",
+    ]
     return args, env
 
 
 def start_server(workdir: Path, port: int, cpus: str | None) -> subprocess.Popen:
     (workdir / "server.py").write_text(SERVER)
     pin = ["taskset", "-c", cpus] if cpus else []
-    server = subprocess.Popen([*pin, sys.executable, str(workdir / "server.py"), str(port)], stdout=subprocess.PIPE,
-                              start_new_session=True)
+    server = subprocess.Popen(
+        [*pin, sys.executable, str(workdir / "server.py"), str(port)], stdout=subprocess.PIPE, start_new_session=True
+    )
     if server.stdout.readline().strip() != b"ready":
         runner.stop_groups([server], grace_s=10)
         raise SystemExit("the target server did not start")
@@ -263,15 +301,26 @@ def start_serving_app(workdir: Path, port: int, args) -> tuple[subprocess.Popen,
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import serve_bench
 
-    art = args.model_dir or serve_bench.build_artifact(workdir, argparse.Namespace(
-        sequence_length=32, layers=4, hidden_size=256, attention_heads=4))
+    art = args.model_dir or serve_bench.build_artifact(
+        workdir, argparse.Namespace(sequence_length=32, layers=4, hidden_size=256, attention_heads=4)
+    )
     labels = json.loads((art / "metadata.json").read_text())["labels"]
-    settings = argparse.Namespace(max_batch_size=16, max_queue_delay_ms=1.0, workers=args.serve_workers, torch_threads=1)
+    settings = argparse.Namespace(
+        max_batch_size=16, max_queue_delay_ms=1.0, workers=args.serve_workers, torch_threads=1
+    )
     cpus = {c for part in args.server_cpus.split(",") for c in _cpu_range(part)} if args.server_cpus else None
-    server = serve_bench.start_server(art, port, settings, {"SERVER_SLO_MS": f"{args.slo_ms:g}"}, cpus=cpus,
-                                      extra_args=("--standin-accelerator-ms", f"{args.batch_ms:g}"))
-    outputs = [{"name": "logits", "datatype": "FP32", "shape": [1, len(labels)]},
-               {"name": "label", "datatype": "BYTES", "shape": [1]}]
+    server = serve_bench.start_server(
+        art,
+        port,
+        settings,
+        {"SERVER_SLO_MS": f"{args.slo_ms:g}"},
+        cpus=cpus,
+        extra_args=("--standin-accelerator-ms", f"{args.batch_ms:g}"),
+    )
+    outputs = [
+        {"name": "logits", "datatype": "FP32", "shape": [1, len(labels)]},
+        {"name": "label", "datatype": "BYTES", "shape": [1]},
+    ]
     return server, f"http://127.0.0.1:{port}/v2/models/model/infer", outputs
 
 
@@ -281,21 +330,30 @@ def peak(args) -> int:
         return peak_against_serve(args)
     port = free_port()
     where = (f"server on CPUs {args.server_cpus}, " if args.server_cpus else "server unpinned, ") + (
-        f"Locust on CPUs {args.generator_cpus}" if args.generator_cpus else "Locust unpinned")
-    print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}; {args.workers} workers offering "
-          f"{args.peak:g} req/s for {args.seconds:g} s (open system, SLO {args.slo_ms:g} ms); {where}")
+        f"Locust on CPUs {args.generator_cpus}" if args.generator_cpus else "Locust unpinned"
+    )
+    print(
+        f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}; {args.workers} workers offering "
+        f"{args.peak:g} req/s for {args.seconds:g} s (open system, SLO {args.slo_ms:g} ms); {where}"
+    )
     with tempfile.TemporaryDirectory(prefix="loadtest-peak-") as scratch:
         workdir = Path(scratch)
         server = start_server(workdir, port, args.server_cpus)
         if args.generator_cpus:
-            os.sched_setaffinity(0, {int(c) for part in args.generator_cpus.split(",")
-                                     for c in _cpu_range(part)})  # inherited by the Locust processes
+            os.sched_setaffinity(
+                0, {int(c) for part in args.generator_cpus.split(",") for c in _cpu_range(part)}
+            )  # inherited by the Locust processes
         try:
-            spec = spec_for(Target(kind="http", url=f"http://127.0.0.1:{port}/v2/models/m/infer"), args.peak,
-                            args.slo_ms, args.seconds)
+            spec = spec_for(
+                Target(kind="http", url=f"http://127.0.0.1:{port}/v2/models/m/infer"),
+                args.peak,
+                args.slo_ms,
+                args.seconds,
+            )
             served_before = served(port)
-            result = runner.run_local(spec, workdir / "out", workers=args.workers,
-                                      on_progress=lambda line: print(f"  {line}", flush=True))
+            result = runner.run_local(
+                spec, workdir / "out", workers=args.workers, on_progress=lambda line: print(f"  {line}", flush=True)
+            )
             print(f"server counted {served(port) - served_before:,} requests")
         finally:
             runner.stop_groups([server], grace_s=10)
@@ -307,22 +365,32 @@ def peak_against_serve(args) -> int:
     port = free_port()
     limit = args.serve_workers * 16 / (args.batch_ms / 1000)
     where = (f"server on CPUs {args.server_cpus}, " if args.server_cpus else "server unpinned, ") + (
-        f"Locust on CPUs {args.generator_cpus}" if args.generator_cpus else "Locust unpinned")
-    print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}; serve.py, {args.serve_workers} workers "
-          f"on the emulated accelerator ({args.batch_ms:g} ms per batch of up to 16: limit {limit:,.0f} req/s); "
-          f"{args.workers} Locust workers offering {args.peak:g} req/s for {args.seconds:g} s (open system, SLO "
-          f"{args.slo_ms:g} ms); {where}")
+        f"Locust on CPUs {args.generator_cpus}" if args.generator_cpus else "Locust unpinned"
+    )
+    print(
+        f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}; "
+        f"serve.py, {args.serve_workers} workers "
+        f"on the emulated accelerator ({args.batch_ms:g} ms per batch of up to 16: limit {limit:,.0f} req/s); "
+        f"{args.workers} Locust workers offering {args.peak:g} req/s for {args.seconds:g} s (open system, SLO "
+        f"{args.slo_ms:g} ms); {where}"
+    )
     with tempfile.TemporaryDirectory(prefix="loadtest-serve-") as scratch:
         workdir = Path(scratch)
         server, url, outputs = start_serving_app(workdir, port, args)
         if args.generator_cpus:
             os.sched_setaffinity(0, {int(c) for part in args.generator_cpus.split(",") for c in _cpu_range(part)})
         try:
-            spec = LoadTestSpec(model="model", target=Target(kind="http", url=url), bodies=(BODY,),
-                                outputs=tuple(ExpectedOutput(o["name"], o["datatype"], tuple(o["shape"])) for o in outputs),
-                                steps=(Step(rate=args.peak, seconds=args.seconds),), p99_slo_ms=args.slo_ms)
-            result = runner.run_local(spec, workdir / "out", workers=args.workers,
-                                      on_progress=lambda line: print(f"  {line}", flush=True))
+            spec = LoadTestSpec(
+                model="model",
+                target=Target(kind="http", url=url),
+                bodies=(BODY,),
+                outputs=tuple(ExpectedOutput(o["name"], o["datatype"], tuple(o["shape"])) for o in outputs),
+                steps=(Step(rate=args.peak, seconds=args.seconds),),
+                p99_slo_ms=args.slo_ms,
+            )
+            result = runner.run_local(
+                spec, workdir / "out", workers=args.workers, on_progress=lambda line: print(f"  {line}", flush=True)
+            )
         finally:
             server.terminate()  # serve.py drains, and its supervisor stops the workers
             try:
@@ -338,9 +406,11 @@ def print_peak(args, result) -> int:
     print(report.text(result), end="")
     (step,) = result.steps
     workers = [g for g in result.generators if g.name.startswith("worker-")]
-    print(f"\n{args.workers} workers: sent {step.offered:,} ({step.offered / step.seconds:,.0f}/s) of "
-          f"{step.due:,.0f} due, {step.late} late; workers' CPU max {max(g.max_cpu_percent for g in workers):.0f} %, "
-          f"mean {sum(g.mean_cpu_percent for g in workers) / len(workers):.0f} %; verdict {result.verdict}")
+    print(
+        f"\n{args.workers} workers: sent {step.offered:,} ({step.offered / step.seconds:,.0f}/s) of "
+        f"{step.due:,.0f} due, {step.late} late; workers' CPU max {max(g.max_cpu_percent for g in workers):.0f} %, "
+        f"mean {sum(g.mean_cpu_percent for g in workers) / len(workers):.0f} %; verdict {result.verdict}"
+    )
     return 0
 
 
@@ -351,27 +421,41 @@ def _cpu_range(part: str) -> range:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rate", type=float, default=2000.0,
-                        help="requests a second each client sends (default 2000)")
+    parser.add_argument("--rate", type=float, default=2000.0, help="requests a second each client sends (default 2000)")
     parser.add_argument("--seconds", type=float, default=10.0, help="measured seconds per client (default 10)")
-    parser.add_argument("--slo-ms", type=float, default=10.0,
-                        help="the p99 SLO: (a)'s late threshold and (b)'s closed-loop pacing (default 10)")
+    parser.add_argument(
+        "--slo-ms",
+        type=float,
+        default=10.0,
+        help="the p99 SLO: (a)'s late threshold and (b)'s closed-loop pacing (default 10)",
+    )
     parser.add_argument("--no-verify", action="store_true", help="skip (a) at the rate its CPU cost allows")
     parser.add_argument("--peak", type=float, metavar="R", help="instead: a distributed run offering R req/s")
     parser.add_argument("--workers", type=int, default=8, help="with --peak: Locust workers (default 8)")
     parser.add_argument("--server-cpus", metavar="LIST", help="pin the target server to these CPUs (taskset -c)")
     parser.add_argument("--generator-cpus", metavar="LIST", help="with --peak: pin the Locust processes to these CPUs")
-    parser.add_argument("--serve-workers", type=int, default=0, metavar="W",
-                        help="with --peak: the target is serve.py with W workers on the emulated accelerator")
+    parser.add_argument(
+        "--serve-workers",
+        type=int,
+        default=0,
+        metavar="W",
+        help="with --peak: the target is serve.py with W workers on the emulated accelerator",
+    )
     parser.add_argument("--batch-ms", type=float, default=3.0, help="with --serve-workers: emulated time per batch")
-    parser.add_argument("--model-dir", type=Path, help="with --serve-workers: a compiled CPU artifact (default: build one)")
+    parser.add_argument(
+        "--model-dir", type=Path, help="with --serve-workers: a compiled CPU artifact (default: build one)"
+    )
     args = parser.parse_args(argv)
     if args.serve_workers < 0 or (args.serve_workers and args.peak is None):
         parser.exit(2, f"{parser.prog}: error: --serve-workers: a positive number of workers, with --peak\n")
     if not (math.isfinite(args.batch_ms) and args.batch_ms > 0):
         parser.exit(2, f"{parser.prog}: error: --batch-ms: must be a number > 0, got {args.batch_ms:g}\n")
-    for flag, value in (("--rate", args.rate), ("--seconds", args.seconds), ("--slo-ms", args.slo_ms),
-                        ("--peak", args.peak if args.peak is not None else 1.0)):
+    for flag, value in (
+        ("--rate", args.rate),
+        ("--seconds", args.seconds),
+        ("--slo-ms", args.slo_ms),
+        ("--peak", args.peak if args.peak is not None else 1.0),
+    ):
         if not (math.isfinite(value) and value > 0):
             parser.exit(2, f"{parser.prog}: error: {flag}: must be a number > 0, got {value:g}\n")
     if not 1 <= args.workers <= runner.MAX_WORKERS:
@@ -380,62 +464,117 @@ def main(argv: list[str] | None = None) -> int:
         return peak(args)
 
     users, per_user = old_pace(args.rate, args.slo_ms)
-    print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}; each client at {args.rate:g} "
-          f"req/s ((a) open, one scheduling user; (b) closed loop, {users} users x {per_user:g}/s), "
-          f"{args.seconds:g} s measured after {WARMUP_S:g} s")
+    print(
+        f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}; each client at {args.rate:g} "
+        f"req/s ((a) open, one scheduling user; (b) closed loop, {users} users x {per_user:g}/s), "
+        f"{args.seconds:g} s measured after {WARMUP_S:g} s"
+    )
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="loadtest-bench-") as scratch:
         workdir = Path(scratch)
         server = start_server(workdir, port, args.server_cpus)
         try:
             rows = [
-                measure("(a) inferstack locustfile", *inferstack_client(port, args.rate, args.slo_ms, args.seconds,
-                                                                        workdir), port, args.seconds, workdir),
-                measure("(b) stock FastHttpUser", *stock_client(port, args.rate, args.slo_ms, "fast", workdir),
-                        port, args.seconds, workdir),
-                measure("(c) stock HttpUser", *stock_client(port, args.rate, args.slo_ms, "requests", workdir),
-                        port, args.seconds, workdir),
-                measure("(d) raw socket floor", [sys.executable, "-c", RAW, str(port), str(args.rate)],
-                        dict(os.environ), port, args.seconds, workdir),
-                measure("(e) locustfile, SageMaker", *inferstack_client(port, args.rate, args.slo_ms, args.seconds,
-                                                                         workdir, kind="sagemaker"),
-                        port, args.seconds, workdir),
-                measure("(f) stock boto3 User", *stock_client(port, args.rate, args.slo_ms, "boto3", workdir),
-                        port, args.seconds, workdir),
+                measure(
+                    "(a) inferstack locustfile",
+                    *inferstack_client(port, args.rate, args.slo_ms, args.seconds, workdir),
+                    port,
+                    args.seconds,
+                    workdir,
+                ),
+                measure(
+                    "(b) stock FastHttpUser",
+                    *stock_client(port, args.rate, args.slo_ms, "fast", workdir),
+                    port,
+                    args.seconds,
+                    workdir,
+                ),
+                measure(
+                    "(c) stock HttpUser",
+                    *stock_client(port, args.rate, args.slo_ms, "requests", workdir),
+                    port,
+                    args.seconds,
+                    workdir,
+                ),
+                measure(
+                    "(d) raw socket floor",
+                    [sys.executable, "-c", RAW, str(port), str(args.rate)],
+                    dict(os.environ),
+                    port,
+                    args.seconds,
+                    workdir,
+                ),
+                measure(
+                    "(e) locustfile, SageMaker",
+                    *inferstack_client(port, args.rate, args.slo_ms, args.seconds, workdir, kind="sagemaker"),
+                    port,
+                    args.seconds,
+                    workdir,
+                ),
+                measure(
+                    "(f) stock boto3 User",
+                    *stock_client(port, args.rate, args.slo_ms, "boto3", workdir),
+                    port,
+                    args.seconds,
+                    workdir,
+                ),
             ]
             print(f"\n{'client':<28} {'req/s':>8} {'CPU %':>6} {'us/req':>7} {'req/s at 90 % CPU':>18}")
             for row in rows:
                 allows = SATURATED * 1e6 / row["us_per_request"]
-                print(f"{row['name']:<28} {row['rate']:>8.1f} {row['cpu_percent']:>6.1f} "
-                      f"{row['us_per_request']:>7.0f} {allows:>18,.0f}")
+                print(
+                    f"{row['name']:<28} {row['rate']:>8.1f} {row['cpu_percent']:>6.1f} "
+                    f"{row['us_per_request']:>7.0f} {allows:>18,.0f}"
+                )
             ours = rows[0]
-            print(f"\n(a) costs {ours['us_per_request'] / rows[1]['us_per_request']:.2f}x stock FastHttpUser's CPU "
-                  f"per request, {ours['us_per_request'] / rows[2]['us_per_request']:.2f}x HttpUser's, "
-                  f"{ours['us_per_request'] / rows[3]['us_per_request']:.1f}x the raw floor's")
-            print(f"(e) costs {rows[4]['us_per_request'] / rows[5]['us_per_request']:.2f}x boto3's invoke_endpoint "
-                  f"(f) per request, {rows[4]['us_per_request'] / ours['us_per_request']:.2f}x the HTTP user (a)")
+            print(
+                f"\n(a) costs {ours['us_per_request'] / rows[1]['us_per_request']:.2f}x stock FastHttpUser's CPU "
+                f"per request, {ours['us_per_request'] / rows[2]['us_per_request']:.2f}x HttpUser's, "
+                f"{ours['us_per_request'] / rows[3]['us_per_request']:.1f}x the raw floor's"
+            )
+            print(
+                f"(e) costs {rows[4]['us_per_request'] / rows[5]['us_per_request']:.2f}x boto3's invoke_endpoint "
+                f"(f) per request, {rows[4]['us_per_request'] / ours['us_per_request']:.2f}x the HTTP user (a)"
+            )
             if not args.no_verify:
                 print()
                 sustained = {}
                 for row, client in ((rows[0], "a"), (rows[1], "b"), (rows[4], "e")):
                     target = math.floor(SATURATED * 1e6 / row["us_per_request"] / 100) * 100
-                    made = (inferstack_client(port, target, args.slo_ms, args.seconds, workdir) if client == "a"
-                            else inferstack_client(port, target, args.slo_ms, args.seconds, workdir, kind="sagemaker")
-                            if client == "e" else stock_client(port, target, args.slo_ms, "fast", workdir))
+                    made = (
+                        inferstack_client(port, target, args.slo_ms, args.seconds, workdir)
+                        if client == "a"
+                        else inferstack_client(port, target, args.slo_ms, args.seconds, workdir, kind="sagemaker")
+                        if client == "e"
+                        else stock_client(port, target, args.slo_ms, "fast", workdir)
+                    )
                     check = measure(f"({client}) at {target}", *made, port, args.seconds, workdir)
-                    verdict = ("sustained" if check["rate"] >= 0.95 * target and check["cpu_percent"] < 100 * SATURATED
-                               else "NOT sustained")
-                    print(f"{row['name']} offered {target:,} req/s: answered {check['rate']:,.0f} req/s at "
-                          f"{check['cpu_percent']:.0f} % CPU ({check['us_per_request']:.0f} us/req): {verdict}")
+                    verdict = (
+                        "sustained"
+                        if check["rate"] >= 0.95 * target and check["cpu_percent"] < 100 * SATURATED
+                        else "NOT sustained"
+                    )
+                    print(
+                        f"{row['name']} offered {target:,} req/s: answered {check['rate']:,.0f} req/s at "
+                        f"{check['cpu_percent']:.0f} % CPU ({check['us_per_request']:.0f} us/req): {verdict}"
+                    )
                     sustained[client] = check["rate"] if verdict == "sustained" else None
-                for row, client, name in ((rows[0], "a", "open model (a)"), (rows[1], "b", "closed loop (b)"),
-                                          (rows[4], "e", "SageMaker (e)")):
+                for row, client, name in (
+                    (rows[0], "a", "open model (a)"),
+                    (rows[1], "b", "closed loop (b)"),
+                    (rows[4], "e", "SageMaker (e)"),
+                ):
                     allows = SATURATED * 1e6 / row["us_per_request"]
                     rate = sustained.get(client)
-                    print(f"reference peak {REFERENCE_PEAK:,} req/s with {name}: {math.ceil(REFERENCE_PEAK / allows)} "
-                          f"workers at the {allows:,.0f} req/s its cost allows at 90 % of a core"
-                          + (f"; {math.ceil(REFERENCE_PEAK / rate)} at the {rate:,.0f} req/s one sustained" if rate
-                             else "; that rate was not sustained when run"))
+                    print(
+                        f"reference peak {REFERENCE_PEAK:,} req/s with {name}: {math.ceil(REFERENCE_PEAK / allows)} "
+                        f"workers at the {allows:,.0f} req/s its cost allows at 90 % of a core"
+                        + (
+                            f"; {math.ceil(REFERENCE_PEAK / rate)} at the {rate:,.0f} req/s one sustained"
+                            if rate
+                            else "; that rate was not sustained when run"
+                        )
+                    )
         finally:
             runner.stop_groups([server], grace_s=10)
     return 0

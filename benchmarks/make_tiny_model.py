@@ -84,8 +84,16 @@ def build_roberta_tokenizer(vocab_size: int):
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     tok.post_processor = processors.RobertaProcessing(("</s>", vocab["</s>"]), ("<s>", vocab["<s>"]))
-    return RobertaTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", sep_token="</s>",
-                                cls_token="<s>", unk_token="<unk>", pad_token="<pad>", mask_token="<mask>")
+    return RobertaTokenizerFast(
+        tokenizer_object=tok,
+        bos_token="<s>",
+        eos_token="</s>",
+        sep_token="</s>",
+        cls_token="<s>",
+        unk_token="<unk>",
+        pad_token="<pad>",
+        mask_token="<mask>",
+    )
 
 
 def build_t5_tokenizer(vocab_size: int):
@@ -119,15 +127,31 @@ def build_tokenizer(kind: str, vocab_size: int):
     return build_t5_tokenizer(vocab_size)
 
 
-def build_model(kind: str, vocab_size: int, labels: tuple[str, ...], layers: int, hidden: int, max_len: int, heads: int | None = None):
+def build_model(
+    kind: str,
+    vocab_size: int,
+    labels: tuple[str, ...],
+    layers: int,
+    hidden: int,
+    max_len: int,
+    heads: int | None = None,
+):
     import torch
-    from transformers import (BertConfig, BertForSequenceClassification, DistilBertConfig,
-                              DistilBertForSequenceClassification, RobertaConfig, RobertaForSequenceClassification,
-                              T5Config, T5ForConditionalGeneration)
+    from transformers import (
+        BertConfig,
+        BertForSequenceClassification,
+        DistilBertConfig,
+        DistilBertForSequenceClassification,
+        RobertaConfig,
+        RobertaForSequenceClassification,
+        T5Config,
+        T5ForConditionalGeneration,
+    )
 
     torch.manual_seed(0)
-    classifier = dict(num_labels=len(labels), id2label=dict(enumerate(labels)),
-                      label2id={label: i for i, label in enumerate(labels)})
+    classifier = dict(
+        num_labels=len(labels), id2label=dict(enumerate(labels)), label2id={label: i for i, label in enumerate(labels)}
+    )
     if kind == "bert":
         config = BertConfig(
             vocab_size=vocab_size,
@@ -140,16 +164,33 @@ def build_model(kind: str, vocab_size: int, labels: tuple[str, ...], layers: int
         )
         return BertForSequenceClassification(config).eval()
     if kind == "distilbert":
-        config = DistilBertConfig(vocab_size=vocab_size, dim=hidden, n_layers=layers, n_heads=heads or max(1, hidden // 16),
-                                  hidden_dim=hidden * 4, max_position_embeddings=max_len, pad_token_id=0, **classifier)
+        config = DistilBertConfig(
+            vocab_size=vocab_size,
+            dim=hidden,
+            n_layers=layers,
+            n_heads=heads or max(1, hidden // 16),
+            hidden_dim=hidden * 4,
+            max_position_embeddings=max_len,
+            pad_token_id=0,
+            **classifier,
+        )
         return DistilBertForSequenceClassification(config).eval()
     if kind == "roberta":
         # As real RoBERTa checkpoints: positions start after the pad id (1), so max_len tokens need max_len + 2
         # position embeddings (roberta-base: 514 for 512), and one token type.
-        config = RobertaConfig(vocab_size=vocab_size, hidden_size=hidden, num_hidden_layers=layers,
-                               num_attention_heads=heads or max(1, hidden // 16), intermediate_size=hidden * 4,
-                               max_position_embeddings=max_len + 2, type_vocab_size=1, pad_token_id=1,
-                               bos_token_id=0, eos_token_id=2, **classifier)
+        config = RobertaConfig(
+            vocab_size=vocab_size,
+            hidden_size=hidden,
+            num_hidden_layers=layers,
+            num_attention_heads=heads or max(1, hidden // 16),
+            intermediate_size=hidden * 4,
+            max_position_embeddings=max_len + 2,
+            type_vocab_size=1,
+            pad_token_id=1,
+            bos_token_id=0,
+            eos_token_id=2,
+            **classifier,
+        )
         return RobertaForSequenceClassification(config).eval()
     config = T5Config(
         vocab_size=vocab_size,
@@ -175,7 +216,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--hidden-size", type=int, default=32)
     parser.add_argument(
-        "--attention-heads", type=int, default=None, help="classifiers: attention heads (default hidden size / 16; BERT-Tiny has 2)"
+        "--attention-heads",
+        type=int,
+        default=None,
+        help="classifiers: attention heads (default hidden size / 16; BERT-Tiny has 2)",
     )
     parser.add_argument("--max-position", type=int, default=512)
     args = parser.parse_args(argv)

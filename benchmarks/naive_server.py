@@ -42,7 +42,12 @@ def build_app(model_dir: Path) -> FastAPI:
             "model_name": name,
             "outputs": [
                 {"name": "logits", "datatype": "FP32", "shape": list(logits.shape), "data": logits.flatten().tolist()},
-                {"name": "label", "datatype": "BYTES", "shape": [len(encodings)], "data": [labels[i] for i in logits.argmax(1).tolist()]},
+                {
+                    "name": "label",
+                    "datatype": "BYTES",
+                    "shape": [len(encodings)],
+                    "data": [labels[i] for i in logits.argmax(1).tolist()],
+                },
             ],
         }
 

@@ -57,9 +57,14 @@ class PeerModel:
 
     def reply(self, logits_row: np.ndarray) -> dict:
         values = [float(v) for v in logits_row]
-        return {"model_name": "model", "model_version": "1", "outputs": [
-            {"name": "logits", "datatype": "FP32", "shape": [1, len(values)], "data": values},
-            {"name": "label", "datatype": "BYTES", "shape": [1], "data": [self.labels[int(np.argmax(logits_row))]]}]}
+        return {
+            "model_name": "model",
+            "model_version": "1",
+            "outputs": [
+                {"name": "logits", "datatype": "FP32", "shape": [1, len(values)], "data": values},
+                {"name": "label", "datatype": "BYTES", "shape": [1], "data": [self.labels[int(np.argmax(logits_row))]]},
+            ],
+        }
 
 
 def read_stats(stats_dir: str) -> tuple[int, int]:

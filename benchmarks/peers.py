@@ -34,9 +34,9 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import serve_bench as sb
 from peer_model import read_stats
@@ -116,9 +116,14 @@ def serve_batches(port: int) -> tuple[float, float]:
 
 def start_serve(name: str, serve_py: Path, art: Path, args, standin_ms: float | None) -> Server:
     port = sb.free_port()
-    env = {**os.environ, "SERVER_MAX_BATCH_SIZE": str(args.max_batch_size),
-           "SERVER_MAX_QUEUE_DELAY_MS": str(args.max_queue_delay_ms), "SERVER_WORKERS": str(args.workers),
-           "SERVER_TORCH_THREADS": "1", "SERVER_LOG_LEVEL": "warning"}
+    env = {
+        **os.environ,
+        "SERVER_MAX_BATCH_SIZE": str(args.max_batch_size),
+        "SERVER_MAX_QUEUE_DELAY_MS": str(args.max_queue_delay_ms),
+        "SERVER_WORKERS": str(args.workers),
+        "SERVER_TORCH_THREADS": "1",
+        "SERVER_LOG_LEVEL": "warning",
+    }
     command = [sys.executable, str(serve_py), "--model-dir", str(art), "--port", str(port), "--host", "127.0.0.1"]
     if standin_ms is not None:
         command += ["--standin-accelerator-ms", str(standin_ms)]
@@ -139,8 +144,9 @@ def baseline_tree(ref: str, work: Path) -> Path:
     """container/neuron as it was at ``ref`` (git archive), for --baseline-ref."""
     target = work / "baseline"
     target.mkdir()
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref, "container/neuron"], check=True,
-                             capture_output=True).stdout
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", ref, "container/neuron"], check=True, capture_output=True
+    ).stdout
     subprocess.run(["tar", "-x", "-C", str(target)], input=archive, check=True)
     neuron = target / "container" / "neuron"
     # serve.py moved into serving/; a ref from before that has it at the top of container/neuron.
@@ -168,34 +174,104 @@ def start_torchserve(art: Path, args, standin_ms: float | None, work: Path) -> S
     store.mkdir()
     stats.mkdir()
     (home / "peer.json").write_text(json.dumps({"standin_ms": standin_ms}))
-    extra = [art / "model.pt", art / "tokenizer.json", art / "metadata.json", ROOT / "benchmarks" / "peer_model.py",
-             SERVING_DIR / "standin_accelerator.py", home / "peer.json"]
-    subprocess.run([str(PEERS_VENV / "bin" / "torch-model-archiver"), "--model-name", "model", "--version", "1.0",
-                    "--handler", str(ROOT / "benchmarks" / "torchserve_handler.py"),
-                    "--extra-files", ",".join(map(str, extra)), "--export-path", str(store)],
-                   check=True, capture_output=True)
+    extra = [
+        art / "model.pt",
+        art / "tokenizer.json",
+        art / "metadata.json",
+        ROOT / "benchmarks" / "peer_model.py",
+        SERVING_DIR / "standin_accelerator.py",
+        home / "peer.json",
+    ]
+    subprocess.run(
+        [
+            str(PEERS_VENV / "bin" / "torch-model-archiver"),
+            "--model-name",
+            "model",
+            "--version",
+            "1.0",
+            "--handler",
+            str(ROOT / "benchmarks" / "torchserve_handler.py"),
+            "--extra-files",
+            ",".join(map(str, extra)),
+            "--export-path",
+            str(store),
+        ],
+        check=True,
+        capture_output=True,
+    )
     port, management, metrics = sb.free_port(), sb.free_port(), sb.free_port()
-    registration = {"model": {"1.0": {"defaultVersion": True, "marName": "model.mar", "minWorkers": args.workers,
-                                      "maxWorkers": args.workers, "batchSize": args.max_batch_size,
-                                      "maxBatchDelay": max(1, round(args.max_queue_delay_ms)), "responseTimeout": 120}}}
+    registration = {
+        "model": {
+            "1.0": {
+                "defaultVersion": True,
+                "marName": "model.mar",
+                "minWorkers": args.workers,
+                "maxWorkers": args.workers,
+                "batchSize": args.max_batch_size,
+                "maxBatchDelay": max(1, round(args.max_queue_delay_ms)),
+                "responseTimeout": 120,
+            }
+        }
+    }
     # Logs at WARN, as serve.py runs here: TorchServe's default logs every request (access log, the workers'
     # "Backend received inference" lines) and wrote 20 MB a minute in this benchmark.
     (home / "log4j2.xml").write_text(LOG4J2)
-    (home / "config.properties").write_text("\n".join([
-        f"vmargs=-Xmx1g -XX:+UseContainerSupport -Dlog4j.configurationFile=file://{home / 'log4j2.xml'}",
-        f"inference_address=http://127.0.0.1:{port}", f"management_address=http://127.0.0.1:{management}",
-        f"metrics_address=http://127.0.0.1:{metrics}", f"model_store={store}", "load_models=model.mar",
-        f"models={json.dumps(registration)}", f"default_workers_per_model={args.workers}",
-        "disable_token_authorization=true", "install_py_dep_per_model=false", "metrics_mode=prometheus",
-        "disable_system_metrics=true", "async_logging=true", "job_queue_size=1000", ""]))
-    env = {**os.environ, "PATH": f"{PEERS_VENV / 'bin'}:{os.environ['PATH']}", "LOG_LOCATION": str(home / "logs"),
-           "METRICS_LOCATION": str(home / "logs"), "PEER_STATS_DIR": str(stats), "TS_DISABLE_TOKEN_AUTHORIZATION": "true"}
-    proc = subprocess.Popen([str(PEERS_VENV / "bin" / "torchserve"), "--start", "--foreground", "--ncs",
-                             "--ts-config", str(home / "config.properties"), "--model-store", str(store),
-                             "--disable-token-auth"],
-                            cwd=home, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    server = Server("torchserve", proc, port, "/predictions/model", batches=lambda: read_stats(str(stats)),
-                    workdir=home, own_group=True)
+    (home / "config.properties").write_text(
+        "\n".join(
+            [
+                f"vmargs=-Xmx1g -XX:+UseContainerSupport -Dlog4j.configurationFile=file://{home / 'log4j2.xml'}",
+                f"inference_address=http://127.0.0.1:{port}",
+                f"management_address=http://127.0.0.1:{management}",
+                f"metrics_address=http://127.0.0.1:{metrics}",
+                f"model_store={store}",
+                "load_models=model.mar",
+                f"models={json.dumps(registration)}",
+                f"default_workers_per_model={args.workers}",
+                "disable_token_authorization=true",
+                "install_py_dep_per_model=false",
+                "metrics_mode=prometheus",
+                "disable_system_metrics=true",
+                "async_logging=true",
+                "job_queue_size=1000",
+                "",
+            ]
+        )
+    )
+    env = {
+        **os.environ,
+        "PATH": f"{PEERS_VENV / 'bin'}:{os.environ['PATH']}",
+        "LOG_LOCATION": str(home / "logs"),
+        "METRICS_LOCATION": str(home / "logs"),
+        "PEER_STATS_DIR": str(stats),
+        "TS_DISABLE_TOKEN_AUTHORIZATION": "true",
+    }
+    proc = subprocess.Popen(
+        [
+            str(PEERS_VENV / "bin" / "torchserve"),
+            "--start",
+            "--foreground",
+            "--ncs",
+            "--ts-config",
+            str(home / "config.properties"),
+            "--model-store",
+            str(store),
+            "--disable-token-auth",
+        ],
+        cwd=home,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    server = Server(
+        "torchserve",
+        proc,
+        port,
+        "/predictions/model",
+        batches=lambda: read_stats(str(stats)),
+        workdir=home,
+        own_group=True,
+    )
     try:
         sb.wait_ready(port, proc, "/ping", timeout=240)
         wait_for_workers(port, management, args.workers)
@@ -240,22 +316,43 @@ def start_triton(art: Path, args, standin_ms: float | None, work: Path) -> Serve
         return missing_env()
     stats = Path(tempfile.mkdtemp(prefix="triton-stats-", dir=work))
     port = sb.free_port()
-    command = [str(python), str(ROOT / "benchmarks" / "triton_peer.py"), "--artifact", str(art), "--port", str(port),
-               "--workers", str(args.workers), "--max-batch-size", str(args.max_batch_size),
-               "--max-queue-delay-ms", str(args.max_queue_delay_ms)]
+    command = [
+        str(python),
+        str(ROOT / "benchmarks" / "triton_peer.py"),
+        "--artifact",
+        str(art),
+        "--port",
+        str(port),
+        "--workers",
+        str(args.workers),
+        "--max-batch-size",
+        str(args.max_batch_size),
+        "--max-queue-delay-ms",
+        str(args.max_queue_delay_ms),
+    ]
     if standin_ms is not None:
         command += ["--standin-ms", str(standin_ms)]
     # The Python backend's stub must embed this environment's interpreter: its libpython first on
     # LD_LIBRARY_PATH (else the OS's libpython3.X, whose stdlib does not match), its bin/ first on PATH
     # (where the stub finds its prefix), as rehearsal/triton_server.py runs it.
-    libdir = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_config_var('LIBDIR'))"],
-                            capture_output=True, text=True, check=True).stdout.strip()
-    env = {**os.environ, "PEER_STATS_DIR": str(stats), "PATH": f"{PEERS_VENV / 'bin'}:{os.environ['PATH']}",
-           "LD_LIBRARY_PATH": ":".join(filter(None, [libdir, os.environ.get("LD_LIBRARY_PATH")]))}
+    libdir = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_config_var('LIBDIR'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    env = {
+        **os.environ,
+        "PEER_STATS_DIR": str(stats),
+        "PATH": f"{PEERS_VENV / 'bin'}:{os.environ['PATH']}",
+        "LD_LIBRARY_PATH": ":".join(filter(None, [libdir, os.environ.get("LD_LIBRARY_PATH")])),
+    }
     env.pop("PYTHONHOME", None)
     log = open(work / f"triton-{port}.log", "w")
     proc = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    server = Server("triton", proc, port, "/v2/models/model/infer", batches=lambda: read_stats(str(stats)), own_group=True)
+    server = Server(
+        "triton", proc, port, "/v2/models/model/infer", batches=lambda: read_stats(str(stats)), own_group=True
+    )
     try:
         sb.wait_ready(port, proc, "/v2/models/model/ready", timeout=240)
     except SystemExit as exc:
@@ -273,7 +370,10 @@ def request_bytes(path: str, texts: list[str]) -> list[bytes]:
     out = []
     for text in texts:
         body = json.dumps({"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1, 1], "data": [text]}]}).encode()
-        head = f"POST {path} HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        head = (
+            f"POST {path} HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        )
         out.append(head.encode() + body)
     return out
 
@@ -322,8 +422,9 @@ async def _load(port, requests, connections, duration, rate):
     errors: list[str] = []
     stop_at = time.perf_counter() + duration
     interval = connections / rate if rate else None
-    await asyncio.gather(*(_connection(port, requests, stop_at, latencies, errors, k * 7, interval)
-                           for k in range(connections)))
+    await asyncio.gather(
+        *(_connection(port, requests, stop_at, latencies, errors, k * 7, interval) for k in range(connections))
+    )
     return latencies, errors
 
 
@@ -352,9 +453,14 @@ def measure(server: Server, texts, connections: int, duration: float, warmup: fl
         batch = (batches1[1] - batches0[1]) / max(1.0, batches1[0] - batches0[0])
     latencies.sort()
     answered = max(1, len(latencies))
-    return Cell(rps=len(latencies) / elapsed, p50_ms=1000 * latencies[len(latencies) // 2] if latencies else float("nan"),
-                p99_ms=1000 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))] if latencies else float("nan"),
-                errors=len(errors), cpu_us=1e6 * cpu / answered, batch=batch)
+    return Cell(
+        rps=len(latencies) / elapsed,
+        p50_ms=1000 * latencies[len(latencies) // 2] if latencies else float("nan"),
+        p99_ms=1000 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))] if latencies else float("nan"),
+        errors=len(errors),
+        cpu_us=1e6 * cpu / answered,
+        batch=batch,
+    )
 
 
 def standin_batch_s(batch_ms: float, calls: int = 300) -> float:
@@ -384,7 +490,9 @@ def run_phase(phase: str, art: Path, texts, args, work: Path) -> dict:
     try:
         servers.append(start_serve("serve.py", SERVING_DIR / "serve.py", art, args, standin))
         if phase == "cpu" and args.baseline_ref:
-            servers.append(start_serve(f"serve.py@{args.baseline_ref}", baseline_tree(args.baseline_ref, work), art, args, None))
+            servers.append(
+                start_serve(f"serve.py@{args.baseline_ref}", baseline_tree(args.baseline_ref, work), art, args, None)
+            )
         if phase == "cpu":
             servers.append(start_naive(art))
         for name, start in (("torchserve", start_torchserve), ("triton", start_triton)):
@@ -408,9 +516,12 @@ def run_phase(phase: str, art: Path, texts, args, work: Path) -> dict:
                     if best is None or cell.rps > best.rps:
                         results[(server.name, level)] = cell
                     results[(server.name, level)].rounds = rounds
-                    print(f"[{phase}] round {round_ + 1} {server.name:<22} conc {level:>3}: {cell.rps:>7,.0f} req/s "
-                          f"p50 {cell.p50_ms:6.2f} p99 {cell.p99_ms:7.2f} cpu {cell.cpu_us:5.0f} us/req "
-                          f"batch {cell.batch or 0:4.1f} err {cell.errors}", flush=True)
+                    print(
+                        f"[{phase}] round {round_ + 1} {server.name:<22} conc {level:>3}: {cell.rps:>7,.0f} req/s "
+                        f"p50 {cell.p50_ms:6.2f} p99 {cell.p99_ms:7.2f} cpu {cell.cpu_us:5.0f} us/req "
+                        f"batch {cell.batch or 0:4.1f} err {cell.errors}",
+                        flush=True,
+                    )
         if phase == "emulated" and args.paced:
             top = max(args.levels)
             sustained = results[("serve.py", top)].rps
@@ -419,9 +530,12 @@ def run_phase(phase: str, art: Path, texts, args, work: Path) -> dict:
                 for server in servers:
                     cell = measure(server, texts, top, args.duration, args.warmup, rate=rate)
                     paced[(server.name, fraction)] = cell
-                    print(f"[{phase}] paced {fraction:.0%} of {sustained:,.0f} ({rate:,.0f} req/s) {server.name:<12}: "
-                          f"{cell.rps:>7,.0f} req/s p50 {cell.p50_ms:6.2f} p99 {cell.p99_ms:7.2f} "
-                          f"cpu {cell.cpu_us:5.0f} us/req batch {cell.batch or 0:4.1f} err {cell.errors}", flush=True)
+                    print(
+                        f"[{phase}] paced {fraction:.0%} of {sustained:,.0f} ({rate:,.0f} req/s) {server.name:<12}: "
+                        f"{cell.rps:>7,.0f} req/s p50 {cell.p50_ms:6.2f} p99 {cell.p99_ms:7.2f} "
+                        f"cpu {cell.cpu_us:5.0f} us/req batch {cell.batch or 0:4.1f} err {cell.errors}",
+                        flush=True,
+                    )
             extra["sustained"] = sustained
     finally:
         for server in servers:
@@ -434,15 +548,19 @@ def run_phase(phase: str, art: Path, texts, args, work: Path) -> dict:
 
 def table(phase: str, data: dict, levels: list[int], reference: float | None, reference_name: str) -> None:
     print(f"\n{phase}: best of the rounds per cell (rounds' req/s in brackets); {reference_name}")
-    print(f"{'server':<22} {'conc':>4} | {'req/s':>7} {'of ref':>6} | {'p50 ms':>7} {'p99 ms':>7} | {'CPU us/req':>10} "
-          f"| {'batch':>5} | {'errors':>6} | rounds")
+    print(
+        f"{'server':<22} {'conc':>4} | {'req/s':>7} {'of ref':>6} | {'p50 ms':>7} {'p99 ms':>7} | {'CPU us/req':>10} "
+        f"| {'batch':>5} | {'errors':>6} | rounds"
+    )
     for name in data["servers"]:
         for level in levels:
             cell = data["results"][(name, level)]
             share = f"{cell.rps / reference:>6.0%}" if reference else f"{'':>6}"
             batch = f"{cell.batch:5.1f}" if cell.batch is not None else f"{'-':>5}"
-            print(f"{name:<22} {level:>4} | {cell.rps:>7,.0f} {share} | {cell.p50_ms:>7.2f} {cell.p99_ms:>7.2f} | "
-                  f"{cell.cpu_us:>10,.0f} | {batch} | {cell.errors:>6} | " + ", ".join(f"{r:,.0f}" for r in cell.rounds))
+            print(
+                f"{name:<22} {level:>4} | {cell.rps:>7,.0f} {share} | {cell.p50_ms:>7.2f} {cell.p99_ms:>7.2f} | "
+                f"{cell.cpu_us:>10,.0f} | {batch} | {cell.errors:>6} | " + ", ".join(f"{r:,.0f}" for r in cell.rounds)
+            )
     for name, why in data["skipped"].items():
         print(f"{name:<22} {why}")
 
@@ -452,25 +570,40 @@ def verdict(label: str, ok: bool, detail: str) -> None:
 
 
 def report(args, phases: dict, limit: dict) -> None:
-    print(f"\nmachine: {os.cpu_count()} CPUs; python {sys.version.split()[0]}; load average before "
-          f"{args.load_before[0]:.2f} / {args.load_before[1]:.2f} / {args.load_before[2]:.2f}, after "
-          + " / ".join(f"{v:.2f}" for v in os.getloadavg()) + " (1/5/15 min; other work on the machine skews every figure)")
-    print(f"settings: workers={args.workers} max_batch_size={args.max_batch_size} max_queue_delay_ms={args.max_queue_delay_ms} "
-          f"connections={','.join(map(str, args.levels))} duration={args.duration:g}s warmup={args.warmup:g}s rounds={args.rounds}")
+    print(
+        f"\nmachine: {os.cpu_count()} CPUs; python {sys.version.split()[0]}; load average before "
+        f"{args.load_before[0]:.2f} / {args.load_before[1]:.2f} / {args.load_before[2]:.2f}, after "
+        + " / ".join(f"{v:.2f}" for v in os.getloadavg())
+        + " (1/5/15 min; other work on the machine skews every figure)"
+    )
+    print(
+        f"settings: workers={args.workers} max_batch_size={args.max_batch_size} "
+        f"max_queue_delay_ms={args.max_queue_delay_ms} "
+        f"connections={','.join(map(str, args.levels))} "
+        f"duration={args.duration:g}s warmup={args.warmup:g}s rounds={args.rounds}"
+    )
     if "emulated" in phases:
         data = phases["emulated"]
         bound = 2 * args.batch_ms + args.max_queue_delay_ms
-        print(f"\nemulated accelerator: {args.batch_ms:g} ms per batch of up to {args.max_batch_size} rows "
-              f"(measured {limit['batch_s'] * 1000:.2f} ms); limit {args.workers} x {args.max_batch_size} / batch = "
-              f"{limit['limit']:,.0f} req/s (nominal {args.workers * args.max_batch_size / args.batch_ms * 1000:,.0f})")
+        print(
+            f"\nemulated accelerator: {args.batch_ms:g} ms per batch of up to {args.max_batch_size} rows "
+            f"(measured {limit['batch_s'] * 1000:.2f} ms); limit {args.workers} x {args.max_batch_size} / batch = "
+            f"{limit['limit']:,.0f} req/s (nominal {args.workers * args.max_batch_size / args.batch_ms * 1000:,.0f})"
+        )
         table("emulated", data, args.levels, limit["limit"], "'of ref' = share of the emulated limit")
         if data["paced"]:
-            print(f"\npaced (open loop, {max(args.levels)} connections; latency from each request's due time), "
-                  f"fractions of serve.py's {data['sustained']:,.0f} req/s:")
+            print(
+                f"\npaced (open loop, {max(args.levels)} connections; latency from each request's due time), "
+                f"fractions of serve.py's {data['sustained']:,.0f} req/s:"
+            )
             for (name, fraction), cell in data["paced"].items():
-                print(f"  {name:<12} {fraction:>4.0%} offered {fraction * data['sustained']:>7,.0f}: {cell.rps:>7,.0f} req/s "
-                      f"p50 {cell.p50_ms:6.2f} p99 {cell.p99_ms:7.2f} CPU {cell.cpu_us:5.0f} us/req batch {cell.batch or 0:4.1f} "
-                      f"errors {cell.errors}")
+                print(
+                    f"  {name:<12} {fraction:>4.0%} offered {fraction * data['sustained']:>7,.0f}: "
+                    f"{cell.rps:>7,.0f} req/s "
+                    f"p50 {cell.p50_ms:6.2f} p99 {cell.p99_ms:7.2f} CPU {cell.cpu_us:5.0f} us/req "
+                    f"batch {cell.batch or 0:4.1f} "
+                    f"errors {cell.errors}"
+                )
         print("\ngoals (emulated accelerator):")
         serve = {level: data["results"][("serve.py", level)] for level in args.levels}
         for level in args.levels:
@@ -478,37 +611,53 @@ def report(args, phases: dict, limit: dict) -> None:
             verdict(f">= 70% of the limit at {level} connections", share >= 0.7, f"{share:.0%}")
         for (name, fraction), cell in data["paced"].items():
             if name == "serve.py":
-                verdict(f"p99 <= 2 x batch + delay ({bound:g} ms) at {fraction:.0%} of sustained", cell.p99_ms <= bound,
-                        f"{cell.p99_ms:.2f} ms")
+                verdict(
+                    f"p99 <= 2 x batch + delay ({bound:g} ms) at {fraction:.0%} of sustained",
+                    cell.p99_ms <= bound,
+                    f"{cell.p99_ms:.2f} ms",
+                )
         if ("torchserve", args.levels[0]) in data["results"]:
             for level in args.levels:
                 ts = data["results"][("torchserve", level)]
                 ratio = serve[level].rps / ts.rps
-                verdict(f">= 1.5x TorchServe at {level} connections, p99 no higher", ratio >= 1.5 and serve[level].p99_ms <= ts.p99_ms,
-                        f"{ratio:.2f}x, p99 {serve[level].p99_ms:.2f} vs {ts.p99_ms:.2f} ms")
+                verdict(
+                    f">= 1.5x TorchServe at {level} connections, p99 no higher",
+                    ratio >= 1.5 and serve[level].p99_ms <= ts.p99_ms,
+                    f"{ratio:.2f}x, p99 {serve[level].p99_ms:.2f} vs {ts.p99_ms:.2f} ms",
+                )
         else:
             print("  (TorchServe skipped: no ratio)")
         worst = max(cell.cpu_us for cell in serve.values())
-        verdict("CPU per request <= 100 us (every serve.py process, tokenization included)", worst <= 100,
-                ", ".join(f"{serve[level].cpu_us:.0f} us at {level}" for level in args.levels))
+        verdict(
+            "CPU per request <= 100 us (every serve.py process, tokenization included)",
+            worst <= 100,
+            ", ".join(f"{serve[level].cpu_us:.0f} us at {level}" for level in args.levels),
+        )
     if "cpu" in phases:
         data = phases["cpu"]
-        print(f"\nCPU model: the raw model's limit {data['raw']:,.0f} seq/s ({args.workers} processes x 1 torch thread, best batch)")
+        print(
+            f"\nCPU model: the raw model's limit {data['raw']:,.0f} seq/s "
+            f"({args.workers} processes x 1 torch thread, best batch)"
+        )
         table("cpu", data, args.levels, data["raw"], "'of ref' = share of the raw model's limit")
         print("\ngoals (CPU model: nothing lost):")
         serve = {level: data["results"][("serve.py", level)] for level in args.levels}
         for other in data["servers"][1:]:
             for level in args.levels:
                 cell = data["results"][(other, level)]
-                print(f"  serve.py / {other} at {level}: {serve[level].rps / cell.rps:.2f}x req/s, "
-                      f"p99 {serve[level].p99_ms:.2f} vs {cell.p99_ms:.2f} ms")
+                print(
+                    f"  serve.py / {other} at {level}: {serve[level].rps / cell.rps:.2f}x req/s, "
+                    f"p99 {serve[level].p99_ms:.2f} vs {cell.p99_ms:.2f} ms"
+                )
         for level in args.levels:
             print(f"  serve.py at {level}: {serve[level].rps / data['raw']:.0%} of the raw model's limit")
 
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model-dir", type=Path, help="a compiled CPU artifact (default: build serve_bench.py's BERT-Mini)")
+    parser.add_argument(
+        "--model-dir", type=Path, help="a compiled CPU artifact (default: build serve_bench.py's BERT-Mini)"
+    )
     parser.add_argument("--phases", default="emulated,cpu")
     parser.add_argument("--peers", default="torchserve,triton")
     parser.add_argument("--concurrency", default="32,64")
@@ -519,7 +668,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--max-batch-size", type=int, default=16)
     parser.add_argument("--max-queue-delay-ms", type=float, default=1.0)
     parser.add_argument("--batch-ms", type=float, default=3.0, help="the emulated accelerator's time per batch")
-    parser.add_argument("--paced", default="0.5,0.8", help="fractions of serve.py's sustained rate for paced runs ('' for none)")
+    parser.add_argument(
+        "--paced", default="0.5,0.8", help="fractions of serve.py's sustained rate for paced runs ('' for none)"
+    )
     parser.add_argument("--baseline-ref", help="also run serve.py as it was at this git commit (CPU phase)")
     parser.add_argument("--peers-venv", type=Path, default=PEERS_VENV, help="the peers' side environment")
     parser.add_argument("--limit-seconds", type=float, default=1.0)

@@ -65,11 +65,30 @@ def sample_texts(count: int, seed: int = 7) -> list[str]:
 def build_artifact(work: Path, args: argparse.Namespace) -> Path:
     model, art = work / "tiny-bert", work / "artifact"
     sequence_length = args.sequence_length
-    dims = ["--layers", str(args.layers), "--hidden-size", str(args.hidden_size), "--attention-heads", str(args.attention_heads)]
+    dims = [
+        "--layers",
+        str(args.layers),
+        "--hidden-size",
+        str(args.hidden_size),
+        "--attention-heads",
+        str(args.attention_heads),
+    ]
     for cmd in (
         [sys.executable, str(ROOT / "benchmarks" / "make_tiny_model.py"), "--kind", "bert", "--out", str(model), *dims],
-        [sys.executable, str(COMPILE), "--backend", "cpu", "--model", str(model), "--out", str(art),
-         "--sequence-length", str(sequence_length), "--batch-size", "1"],
+        [
+            sys.executable,
+            str(COMPILE),
+            "--backend",
+            "cpu",
+            "--model",
+            str(model),
+            "--out",
+            str(art),
+            "--sequence-length",
+            str(sequence_length),
+            "--batch-size",
+            "1",
+        ],
     ):
         subprocess.run(cmd, check=True, capture_output=True)
     return art
@@ -97,9 +116,16 @@ def wait_ready(port: int, proc: subprocess.Popen, path: str, timeout: float = 12
     raise SystemExit("server never became ready")
 
 
-def start_server(art: Path, port: int, args: argparse.Namespace, extra_env: dict[str, str] | None = None,
-                 stdout=subprocess.DEVNULL, extra_args: tuple[str, ...] = (), stderr=None,
-                 cpus: set[int] | None = None) -> subprocess.Popen:
+def start_server(
+    art: Path,
+    port: int,
+    args: argparse.Namespace,
+    extra_env: dict[str, str] | None = None,
+    stdout=subprocess.DEVNULL,
+    extra_args: tuple[str, ...] = (),
+    stderr=None,
+    cpus: set[int] | None = None,
+) -> subprocess.Popen:
     """serve.py on ``port``, ready; ``cpus``: the CPUs it (and every worker it starts) may run on."""
     env = {
         **os.environ,
@@ -111,8 +137,7 @@ def start_server(art: Path, port: int, args: argparse.Namespace, extra_env: dict
         **(extra_env or {}),
     }
     proc = subprocess.Popen(
-        [sys.executable, str(SERVE), "--model-dir", str(art), "--port", str(port), "--host", "127.0.0.1",
-         *extra_args],
+        [sys.executable, str(SERVE), "--model-dir", str(art), "--port", str(port), "--host", "127.0.0.1", *extra_args],
         env=env,
         stdout=stdout,
         stderr=stderr,
@@ -126,8 +151,16 @@ def start_server(art: Path, port: int, args: argparse.Namespace, extra_env: dict
 
 def start_baseline(art: Path, port: int, threads: int) -> subprocess.Popen:
     proc = subprocess.Popen(
-        [sys.executable, str(ROOT / "benchmarks" / "naive_server.py"), "--model-dir", str(art), "--port", str(port),
-         "--torch-threads", str(threads)],
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "naive_server.py"),
+            "--model-dir",
+            str(art),
+            "--port",
+            str(port),
+            "--torch-threads",
+            str(threads),
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -142,12 +175,17 @@ def request_bytes(path: str, texts: list[str]) -> list[bytes]:
     out = []
     for text in texts:
         body = json.dumps({"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1], "data": [text]}]}).encode()
-        head = f"POST {path} HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        head = (
+            f"POST {path} HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        )
         out.append(head.encode() + body)
     return out
 
 
-async def _connection(port: int, requests: list[bytes], stop_at: float, latencies: list[float], errors: list[int], offset: int):
+async def _connection(
+    port: int, requests: list[bytes], stop_at: float, latencies: list[float], errors: list[int], offset: int
+):
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     i = offset
     try:
@@ -262,8 +300,12 @@ async def _open_load(port: int, requests: list[bytes], rate: float, seconds: flo
     for _, writer in idle:
         writer.close()
     lag.sort()
-    return {"sent": count, "results": results, "unanswered": len(pending),
-            "late_p99_ms": 1000 * lag[min(len(lag) - 1, int(0.99 * len(lag)))] if lag else 0.0}
+    return {
+        "sent": count,
+        "results": results,
+        "unanswered": len(pending),
+        "late_p99_ms": 1000 * lag[min(len(lag) - 1, int(0.99 * len(lag)))] if lag else 0.0,
+    }
 
 
 def rejection_stats(port: int) -> tuple[float, float, float]:
@@ -275,9 +317,11 @@ def rejection_stats(port: int) -> tuple[float, float, float]:
         match = re.search(pattern, text, re.M)
         return float(match.group(1)) if match else 0.0
 
-    return (value(r"^inference_rejection_duration_seconds_count (\S+)"),
-            value(r"^inference_rejection_duration_seconds_sum (\S+)"),
-            value(r'^inference_rejection_duration_seconds_bucket\{le="0\.001"\} (\S+)'))
+    return (
+        value(r"^inference_rejection_duration_seconds_count (\S+)"),
+        value(r"^inference_rejection_duration_seconds_sum (\S+)"),
+        value(r'^inference_rejection_duration_seconds_bucket\{le="0\.001"\} (\S+)'),
+    )
 
 
 def overload_phase(port: int, path: str, texts: list[str], rate: float, seconds: float, slo_ms: float) -> dict:
@@ -304,8 +348,10 @@ def run_overload(art: Path, args: argparse.Namespace, texts: list[str], path: st
     """(d): capacity measured closed-loop (admission off), then the open load with admission on and off."""
     settings = argparse.Namespace(**{**vars(args), "workers": 1})
     standin = ("--standin-accelerator-ms", f"{args.standin_ms:g}")
-    modes = {"on": {"SERVER_SLO_MS": f"{args.slo_ms:g}"},
-             "off": {"SERVER_SLO_MS": f"{args.slo_ms:g}", "SERVER_ADMISSION": "off"}}
+    modes = {
+        "on": {"SERVER_SLO_MS": f"{args.slo_ms:g}"},
+        "off": {"SERVER_SLO_MS": f"{args.slo_ms:g}", "SERVER_ADMISSION": "off"},
+    }
     out: dict = {}
     for mode in ("off", "on"):  # off first: it measures the capacity both are offered twice of
         port = free_port()
@@ -333,8 +379,10 @@ def report_overload(args: argparse.Namespace, result: dict) -> None:
         f"from when each request was due; the generator shares the machine's CPUs"
     )
     print(
-        f"{'admission':>9} | {'sent':>6} {'ok':>6} {'503':>6} {'other':>5} {'lost':>5} | {'goodput/s':>9} {'of cap':>6} | "
-        f"{'ok p50 ms':>9} {'ok p99 ms':>9} {'SLO':>5} | {'503 server us':>13} {'<=1ms':>6} | {'late p99':>8} {'gen':>4}"
+        f"{'admission':>9} | {'sent':>6} {'ok':>6} {'503':>6} {'other':>5} {'lost':>5} | "
+        f"{'goodput/s':>9} {'of cap':>6} | "
+        f"{'ok p50 ms':>9} {'ok p99 ms':>9} {'SLO':>5} | {'503 server us':>13} {'<=1ms':>6} | "
+        f"{'late p99':>8} {'gen':>4}"
     )
     for mode in ("on", "off"):
         r = result[mode]
@@ -350,7 +398,9 @@ def report_overload(args: argparse.Namespace, result: dict) -> None:
         "admitted p99 within the SLO": on["ok_p99_ms"] <= args.slo_ms,
         "refusals within 1 ms of server time": on["rejected"] > 0 and on["server_reject_1ms"] >= 0.99,
     }
-    print("targets with admission on: " + ", ".join(f"{name} {'met' if ok else 'MISSED'}" for name, ok in checks.items()))
+    print(
+        "targets with admission on: " + ", ".join(f"{name} {'met' if ok else 'MISSED'}" for name, ok in checks.items())
+    )
 
 
 # -- (e) the pipeline, on the emulated accelerator ----------------------------------------------
@@ -367,8 +417,12 @@ def run_pipeline(art: Path, args: argparse.Namespace, texts: list[str], path: st
 
     standin = ("--standin-accelerator-ms", f"{args.pipeline_batch_ms:g}")
     server_cpus, generator_cpus = cpu_split(not args.no_pin)
-    out: dict = {"batch_s": peers.standin_batch_s(args.pipeline_batch_ms), "cells": {}, "paced": {},
-                 "cpus": (server_cpus, generator_cpus)}
+    out: dict = {
+        "batch_s": peers.standin_batch_s(args.pipeline_batch_ms),
+        "cells": {},
+        "paced": {},
+        "cpus": (server_cpus, generator_cpus),
+    }
     servers: dict[str, peers.Server] = {}
     own_cpus = os.sched_getaffinity(0)
     try:
@@ -387,7 +441,10 @@ def run_pipeline(art: Path, args: argparse.Namespace, texts: list[str], path: st
         top = max(args.pipeline_levels)
         for mode, server in servers.items():
             rate = PACED_FRACTION * out["cells"][(mode, top)].rps
-            out["paced"][mode] = (rate, peers.measure(server, texts, top, args.pipeline_seconds, args.warmup, rate=rate))
+            out["paced"][mode] = (
+                rate,
+                peers.measure(server, texts, top, args.pipeline_seconds, args.warmup, rate=rate),
+            )
     finally:
         os.sched_setaffinity(0, own_cpus)
         for server in servers.values():
@@ -407,37 +464,60 @@ def cpu_split(pin: bool) -> tuple[set[int] | None, set[int] | None]:
 def report_pipeline(args: argparse.Namespace, result: dict) -> None:
     batch_s = result["batch_s"]
     server_cpus, generator_cpus = result["cpus"]
-    where = (f"server on CPU {','.join(map(str, sorted(server_cpus)))}, load generator on CPU "
-             f"{','.join(map(str, sorted(generator_cpus)))}" if server_cpus else "the generator shares the server's CPUs")
+    where = (
+        f"server on CPU {','.join(map(str, sorted(server_cpus)))}, load generator on CPU "
+        f"{','.join(map(str, sorted(generator_cpus)))}"
+        if server_cpus
+        else "the generator shares the server's CPUs"
+    )
     limit = args.workers * args.max_batch_size / batch_s
     bound_ms = 2 * batch_s * 1000 + args.max_queue_delay_ms
     print(
-        f"\n(e) pipeline: serve.py, {args.workers} worker(s), emulated accelerator {args.pipeline_batch_ms:g} ms per batch "
-        f"of up to {args.max_batch_size} rows (measured {batch_s * 1000:.2f} ms), queue delay {args.max_queue_delay_ms:g} ms; "
-        f"limit {args.workers} x {args.max_batch_size} / batch = {limit:,.0f} req/s; SERVER_PIPELINE off (baseline) and on "
+        f"\n(e) pipeline: serve.py, {args.workers} worker(s), "
+        f"emulated accelerator {args.pipeline_batch_ms:g} ms per batch "
+        f"of up to {args.max_batch_size} rows (measured {batch_s * 1000:.2f} ms), "
+        f"queue delay {args.max_queue_delay_ms:g} ms; "
+        f"limit {args.workers} x {args.max_batch_size} / batch = {limit:,.0f} req/s; "
+        f"SERVER_PIPELINE off (baseline) and on "
         f"side by side; closed loops, {args.pipeline_seconds:g}s per cell, best of {args.rounds} interleaved rounds; "
         f"{where}; CPU: every process of the server"
     )
-    print(f"{'pipeline':>8} {'conc':>4} | {'req/s':>7} {'of limit':>8} | {'p50 ms':>7} {'p99 ms':>7} | {'CPU us/req':>10} | "
-          f"{'batch':>5} | errors")
+    print(
+        f"{'pipeline':>8} {'conc':>4} | {'req/s':>7} {'of limit':>8} | {'p50 ms':>7} {'p99 ms':>7} | "
+        f"{'CPU us/req':>10} | "
+        f"{'batch':>5} | errors"
+    )
     cells = result["cells"]
     for (mode, level), cell in sorted(cells.items(), key=lambda item: (item[0][1], item[0][0])):
-        print(f"{mode:>8} {level:>4} | {cell.rps:>7,.0f} {cell.rps / limit:>8.0%} | {cell.p50_ms:>7.2f} {cell.p99_ms:>7.2f} | "
-              f"{cell.cpu_us:>10.0f} | {cell.batch or 0:>5.1f} | {cell.errors}")
+        print(
+            f"{mode:>8} {level:>4} | {cell.rps:>7,.0f} {cell.rps / limit:>8.0%} | "
+            f"{cell.p50_ms:>7.2f} {cell.p99_ms:>7.2f} | "
+            f"{cell.cpu_us:>10.0f} | {cell.batch or 0:>5.1f} | {cell.errors}"
+        )
     top = max(args.pipeline_levels)
-    print(f"paced: {top} connections, each mode offered {PACED_FRACTION:.0%} of what it sustained at {top}, latency from "
-          f"when each request was due")
+    print(
+        f"paced: {top} connections, each mode offered {PACED_FRACTION:.0%} of what it sustained at {top}, latency from "
+        f"when each request was due"
+    )
     for mode, (rate, cell) in result["paced"].items():
-        print(f"{mode:>8} | offered {rate:>7,.0f} req/s | {cell.rps:>7,.0f} req/s | p50 {cell.p50_ms:.2f} ms p99 "
-              f"{cell.p99_ms:.2f} ms | CPU {cell.cpu_us:.0f} us/req | batch {cell.batch or 0:.1f} | errors {cell.errors}")
+        print(
+            f"{mode:>8} | offered {rate:>7,.0f} req/s | {cell.rps:>7,.0f} req/s | p50 {cell.p50_ms:.2f} ms p99 "
+            f"{cell.p99_ms:.2f} ms | CPU {cell.cpu_us:.0f} us/req | batch {cell.batch or 0:.1f} | errors {cell.errors}"
+        )
     checks = {
         f"85% of the limit at {','.join(map(str, args.pipeline_levels))} connections": all(
-            cells[("on", level)].rps >= 0.85 * limit for level in args.pipeline_levels),
-        f"p99 at {PACED_FRACTION:.0%} <= 2 x batch + delay ({bound_ms:.1f} ms)": result["paced"]["on"][1].p99_ms <= bound_ms,
+            cells[("on", level)].rps >= 0.85 * limit for level in args.pipeline_levels
+        ),
+        f"p99 at {PACED_FRACTION:.0%} <= 2 x batch + delay ({bound_ms:.1f} ms)": result["paced"]["on"][1].p99_ms
+        <= bound_ms,
         "CPU per request no more than off": all(
-            cells[("on", level)].cpu_us <= cells[("off", level)].cpu_us for level in args.pipeline_levels),
+            cells[("on", level)].cpu_us <= cells[("off", level)].cpu_us for level in args.pipeline_levels
+        ),
     }
-    print("targets with the pipeline on: " + ", ".join(f"{name} {'met' if ok else 'MISSED'}" for name, ok in checks.items()))
+    print(
+        "targets with the pipeline on: "
+        + ", ".join(f"{name} {'met' if ok else 'MISSED'}" for name, ok in checks.items())
+    )
 
 
 # -- (c) the raw model ----------------------------------------------------------------------
@@ -458,7 +538,9 @@ def _raw_inputs(art: Path, texts: list[str], size: int):
     return ids, mask
 
 
-def _raw_process(art: Path, texts: list[str], threads: int, batch_sizes: list[int], seconds: float, barrier, results) -> None:
+def _raw_process(
+    art: Path, texts: list[str], threads: int, batch_sizes: list[int], seconds: float, barrier, results
+) -> None:
     """One copy of the model, as a serve.py worker holds it: measure every batch size in step
     with the other copies (the barrier), so the copies compete for the cores as workers do."""
     import torch
@@ -483,7 +565,9 @@ def _raw_process(art: Path, texts: list[str], threads: int, batch_sizes: list[in
     results.put(out)
 
 
-def raw_model_limit(art: Path, texts: list[str], processes: int, threads: int, batch_sizes: list[int], seconds: float) -> dict[int, float]:
+def raw_model_limit(
+    art: Path, texts: list[str], processes: int, threads: int, batch_sizes: list[int], seconds: float
+) -> dict[int, float]:
     """Sequences per second of ``processes`` model copies with ``threads`` torch threads each, per batch size."""
     import multiprocessing
 
@@ -523,18 +607,38 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--torch-threads", type=int, default=1, help="per worker of (a) and per process of (c)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; the best of each is reported")
     parser.add_argument("--limit-seconds", type=float, default=1.0, help="seconds (c) runs each batch size per round")
-    parser.add_argument("--overload-seconds", type=float, default=5.0, help="seconds of (d)'s open load per mode; 0 skips (d)")
-    parser.add_argument("--overload-factor", type=float, default=2.0, help="(d) offers this times the measured capacity")
+    parser.add_argument(
+        "--overload-seconds", type=float, default=5.0, help="seconds of (d)'s open load per mode; 0 skips (d)"
+    )
+    parser.add_argument(
+        "--overload-factor", type=float, default=2.0, help="(d) offers this times the measured capacity"
+    )
     parser.add_argument("--slo-ms", type=float, default=100.0, help="(d)'s SLO (SERVER_SLO_MS)")
     parser.add_argument("--standin-ms", type=float, default=25.0, help="(d)'s emulated accelerator time per batch")
     parser.add_argument("--pipeline-seconds", type=float, default=5.0, help="seconds per cell of (e); 0 skips (e)")
     parser.add_argument("--pipeline-concurrency", default="32,64", help="(e)'s closed-loop connections")
-    parser.add_argument("--pipeline-batch-ms", type=float, default=3.0, help="(e)'s emulated accelerator time per batch")
-    parser.add_argument("--no-pin", action="store_true", help="(e): let the load generator share the server's CPUs "
-                        "(default: the last CPU is the generator's, the others the server's)")
+    parser.add_argument(
+        "--pipeline-batch-ms", type=float, default=3.0, help="(e)'s emulated accelerator time per batch"
+    )
+    parser.add_argument(
+        "--no-pin",
+        action="store_true",
+        help="(e): let the load generator share the server's CPUs "
+        "(default: the last CPU is the generator's, the others the server's)",
+    )
     args = parser.parse_args()
-    positive = ("sequence_length", "layers", "hidden_size", "attention_heads", "duration", "max_batch_size",
-                "workers", "torch_threads", "rounds", "limit_seconds")
+    positive = (
+        "sequence_length",
+        "layers",
+        "hidden_size",
+        "attention_heads",
+        "duration",
+        "max_batch_size",
+        "workers",
+        "torch_threads",
+        "rounds",
+        "limit_seconds",
+    )
     for name in positive:
         if getattr(args, name) <= 0:
             parser.error(f"--{name.replace('_', '-')}: must be greater than 0, got {getattr(args, name)}")
@@ -557,7 +661,9 @@ def parse_args() -> argparse.Namespace:
     except ValueError:
         args.pipeline_levels = []
     if not args.pipeline_levels or min(args.pipeline_levels) <= 0:
-        parser.error(f"--pipeline-concurrency: a comma-separated list of positive integers, got {args.pipeline_concurrency!r}")
+        parser.error(
+            f"--pipeline-concurrency: a comma-separated list of positive integers, got {args.pipeline_concurrency!r}"
+        )
     return args
 
 
@@ -638,7 +744,8 @@ def report(args, metadata, dims, threads, limits, rows) -> None:
         f"{args.load_before[0]:.2f}, after {os.getloadavg()[0]:.2f} (other work on the machine skews every figure)"
     )
     print(
-        f"model: BERT ({dims}; {metadata['model_source']}), cpu backend, sequence length {metadata['sequence_length']}, "
+        f"model: BERT ({dims}; {metadata['model_source']}), cpu backend, "
+        f"sequence length {metadata['sequence_length']}, "
         f"compiled batch {metadata['batch_size']}, {len(metadata['labels'])} labels"
     )
     print(
@@ -667,7 +774,8 @@ def report(args, metadata, dims, threads, limits, rows) -> None:
     for level, row in rows.items():
         a, b = row["a"], row["b"]
         print(
-            f"{level:>4} | {a['rps']:>9,.0f} {a['p50_ms']:>7.2f} {a['p99_ms']:>7.2f} {a['avg_batch']:>5.1f} {a['client_cpu']:>4.2f} | "
+            f"{level:>4} | {a['rps']:>9,.0f} {a['p50_ms']:>7.2f} {a['p99_ms']:>7.2f} {a['avg_batch']:>5.1f} "
+            f"{a['client_cpu']:>4.2f} | "
             f"{b['rps']:>9,.0f} {b['p50_ms']:>7.2f} {b['p99_ms']:>7.2f} {b['threads']:>3} {b['client_cpu']:>4.2f} | "
             f"{a['rps'] / b['rps']:>5.2f} {a['rps'] / limit:>5.0%} | {a['errors']}/{b['errors']}"
         )
@@ -681,7 +789,9 @@ def report(args, metadata, dims, threads, limits, rows) -> None:
             "p99 no worse": a["p99_ms"] <= b["p99_ms"],
             "70% of limit": a["rps"] >= 0.7 * limit,
         }
-        print(f"  concurrency {level}: " + ", ".join(f"{name} {'met' if ok else 'MISSED'}" for name, ok in checks.items()))
+        print(
+            f"  concurrency {level}: " + ", ".join(f"{name} {'met' if ok else 'MISSED'}" for name, ok in checks.items())
+        )
 
 
 if __name__ == "__main__":

@@ -31,14 +31,23 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 # What the synthesizer adds to every stack by itself.
 SYNTHESIZER_PARAMETERS = {"BootstrapVersion"}
-RESOURCE_ATTRIBUTES = ("DependsOn", "Metadata", "Condition", "DeletionPolicy", "UpdateReplacePolicy",
-                       "UpdatePolicy", "CreationPolicy")
+RESOURCE_ATTRIBUTES = (
+    "DependsOn",
+    "Metadata",
+    "Condition",
+    "DeletionPolicy",
+    "UpdateReplacePolicy",
+    "UpdatePolicy",
+    "CreationPolicy",
+)
 SYNTHESIZER_RULES = {"CheckBootstrapVersion"}
 ACKNOWLEDGED = "aws:cdk:acknowledged-rules"
 LOGICAL_ID = "aws:cdk:logicalId"
 PROVIDER = "aws:cdk:is-custom-resource-handler-customResourceProvider"
-USAGE = ("usage: synth_floor.py [--templates] SOURCE_ASSEMBLY [PART/PARTS] | --check SOURCE FLOOR "
-         "(an assembly is a directory with a manifest.json; PART counts from 0)")
+USAGE = (
+    "usage: synth_floor.py [--templates] SOURCE_ASSEMBLY [PART/PARTS] | --check SOURCE FLOOR "
+    "(an assembly is a directory with a manifest.json; PART counts from 0)"
+)
 
 
 def stacks_of(assembly: Path) -> list[tuple[str, dict, Path]]:
@@ -50,8 +59,11 @@ def stacks_of(assembly: Path) -> list[tuple[str, dict, Path]]:
             continue
         nested = assembly / artifact["properties"]["directoryName"]
         inner = json.loads((nested / "manifest.json").read_text())
-        found += [(artifact["properties"]["displayName"], a, nested) for a in inner["artifacts"].values()
-                  if a["type"] == "aws:cloudformation:stack"]
+        found += [
+            (artifact["properties"]["displayName"], a, nested)
+            for a in inner["artifacts"].values()
+            if a["type"] == "aws:cloudformation:stack"
+        ]
     return found
 
 
@@ -71,16 +83,20 @@ def build(source: Path, part: int = 0, parts: int = 1, *, whole_templates: bool 
     stacks = stacks_of(source)
     # CfnInclude reads its template file when constructed: the files are not needed for app.synth().
     with tempfile.TemporaryDirectory(prefix="synth-floor-") as scratch:
-        for stage_name, artifact, nested in stacks[part * len(stacks) // parts:(part + 1) * len(stacks) // parts]:
+        for stage_name, artifact, nested in stacks[part * len(stacks) // parts : (part + 1) * len(stacks) // parts]:
             _, account, region = artifact["environment"].rsplit("/", 2)
             if stage_name not in stages:
                 stages[stage_name] = cdk.Stage(app, stage_name, env=cdk.Environment(account=account, region=region))
             stage = stages[stage_name]
             props = artifact["properties"]
             template = template_of(artifact, nested)
-            stack = cdk.Stack(stage, artifact["displayName"].split("/")[-1], stack_name=props["stackName"],
-                              description=template.get("Description"),
-                              termination_protection=props.get("terminationProtection", False))
+            stack = cdk.Stack(
+                stage,
+                artifact["displayName"].split("/")[-1],
+                stack_name=props["stackName"],
+                description=template.get("Description"),
+                termination_protection=props.get("terminationProtection", False),
+            )
             metadata = _metadata(nested, artifact)
             if whole_templates:
                 _include(stack, template, Path(scratch) / f"{props['stackName']}.json", metadata)
@@ -104,12 +120,22 @@ def _add_resources(stack, template: dict, metadata: dict) -> None:
         resources[logical_id] = element
     for name, parameter in template.get("Parameters", {}).items():
         if name not in SYNTHESIZER_PARAMETERS:
-            cdk.CfnParameter(stack, name, type=parameter["Type"], default=parameter.get("Default"),
-                             description=parameter.get("Description")).override_logical_id(name)
+            cdk.CfnParameter(
+                stack,
+                name,
+                type=parameter["Type"],
+                default=parameter.get("Default"),
+                description=parameter.get("Description"),
+            ).override_logical_id(name)
     for name, output in template.get("Outputs", {}).items():
         export = output.get("Export", {}).get("Name")
-        cdk.CfnOutput(stack, name, value=cdk.Token.as_string(output["Value"]), export_name=export,
-                      description=output.get("Description")).override_logical_id(name)
+        cdk.CfnOutput(
+            stack,
+            name,
+            value=cdk.Token.as_string(output["Value"]),
+            export_name=export,
+            description=output.get("Description"),
+        ).override_logical_id(name)
     _acknowledge(metadata, resources.get)
 
 
@@ -144,9 +170,12 @@ def _include(stack, template: dict, path: Path, metadata: dict) -> None:
         if resource.get("Type") == "AWS::IAM::Role":
             validations = cdk.Validations.of(resource_of(logical_id))
             for arn in resource.get("Properties", {}).get("ManagedPolicyArns", []):
-                validations.acknowledge(cdk.Acknowledgment(
-                    id=f"AwsSolutions::AwsSolutions-IAM4[Policy::{_nag_text(arn)}]",
-                    reason="an untyped CfnResource in the source app, which cdk-nag does not check"))
+                validations.acknowledge(
+                    cdk.Acknowledgment(
+                        id=f"AwsSolutions::AwsSolutions-IAM4[Policy::{_nag_text(arn)}]",
+                        reason="an untyped CfnResource in the source app, which cdk-nag does not check",
+                    )
+                )
 
 
 def _nag_text(value) -> str:
@@ -171,8 +200,12 @@ def _metadata(nested: Path, artifact: dict) -> dict:
 def _under(metadata: dict, entry_type: str) -> list[str]:
     """Logical ids of the resources under the constructs carrying metadata `entry_type`."""
     marked = [path for path, entries in metadata.items() if any(e["type"] == entry_type for e in entries)]
-    return [entry["data"] for path, entries in metadata.items() for entry in entries
-            if entry["type"] == LOGICAL_ID and any(_within(path, m) for m in marked)]
+    return [
+        entry["data"]
+        for path, entries in metadata.items()
+        for entry in entries
+        if entry["type"] == LOGICAL_ID and any(_within(path, m) for m in marked)
+    ]
 
 
 def _within(path: str, scope: str) -> bool:
@@ -185,8 +218,12 @@ def _acknowledge(metadata: dict, resource_of) -> None:
     `resource_of`: logical id -> the floor's construct for it (None where it has none)."""
     import aws_cdk as cdk
 
-    paths = {entries_path: entry["data"] for entries_path, entries in metadata.items() for entry in entries
-             if entry["type"] == LOGICAL_ID}
+    paths = {
+        entries_path: entry["data"]
+        for entries_path, entries in metadata.items()
+        for entry in entries
+        if entry["type"] == LOGICAL_ID
+    }
     for ack_path, entries in metadata.items():
         for entry in entries:
             if entry["type"] != ACKNOWLEDGED:
@@ -202,10 +239,16 @@ def _acknowledge(metadata: dict, resource_of) -> None:
 def differing_templates(source: Path, *floors: Path) -> list[str]:
     """Templates of `source` that the `floors` (one assembly per part) do not reproduce exactly (missing
     ones included)."""
-    built = {artifact["displayName"]: template_of(artifact, nested)
-             for floor in floors for _, artifact, nested in stacks_of(floor)}
-    return [artifact["displayName"] for _, artifact, nested in stacks_of(source)
-            if built.get(artifact["displayName"]) != template_of(artifact, nested)]
+    built = {
+        artifact["displayName"]: template_of(artifact, nested)
+        for floor in floors
+        for _, artifact, nested in stacks_of(floor)
+    }
+    return [
+        artifact["displayName"]
+        for _, artifact, nested in stacks_of(source)
+        if built.get(artifact["displayName"]) != template_of(artifact, nested)
+    ]
 
 
 def main(argv: list[str]) -> int:

@@ -38,6 +38,8 @@ from pathlib import Path
 
 import yaml
 
+# The benchmarks beside this one, flat on the path (ruff would sort them in with the third-party ones).
+# isort: split
 import synth_floor
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -132,14 +134,30 @@ def floor(count: int, workdir: Path, source: Path, via: str, cpus: set[int] | No
     """The same templates as `source` (an assembly of `count` models) from the floor app, its stacks
     split between `kind.parts` processes run side by side (their outputs are not merged: a lower bound)."""
     parts = kind.parts
-    outdirs = [workdir / f"cdk.out-{count}-{kind.mode.replace(' ', '-').replace(':', '')}-{part}"
-               for part in range(parts)]
+    outdirs = [
+        workdir / f"cdk.out-{count}-{kind.mode.replace(' ', '-').replace(':', '')}-{part}" for part in range(parts)
+    ]
     flags = ["--templates"] if kind.templates else []
     start = time.perf_counter()
     with ThreadPoolExecutor(parts) as pool:
-        runs = list(pool.map(lambda part: run_app(
-            [sys.executable, str(ROOT / "benchmarks" / "synth_floor.py"), *flags, str(source), f"{part}/{parts}"],
-            {}, outdirs[part], via, cpus), range(parts)))
+        runs = list(
+            pool.map(
+                lambda part: run_app(
+                    [
+                        sys.executable,
+                        str(ROOT / "benchmarks" / "synth_floor.py"),
+                        *flags,
+                        str(source),
+                        f"{part}/{parts}",
+                    ],
+                    {},
+                    outdirs[part],
+                    via,
+                    cpus,
+                ),
+                range(parts),
+            )
+        )
     seconds = time.perf_counter() - start
     differ = synth_floor.differing_templates(source, *outdirs)
     if differ:
@@ -148,25 +166,39 @@ def floor(count: int, workdir: Path, source: Path, via: str, cpus: set[int] | No
     return measure(kind.mode, count, seconds, sum(peak for _, peak, _ in runs), *outdirs)
 
 
-def run_app(app: list[str], context: dict[str, str], outdir: Path, via: str,
-            cpus: set[int] | None) -> tuple[float, float, str]:
+def run_app(
+    app: list[str], context: dict[str, str], outdir: Path, via: str, cpus: set[int] | None
+) -> tuple[float, float, str]:
     """Synthesize `app` into `outdir` with the CDK CLI (`via` "cli") or as the CLI runs it (cdk.json's
     context in CDK_CONTEXT_JSON). Returns the wall time, the process tree's peak memory (MiB) and what it
     printed (stdout and stderr together: with CI=true the CLI prints on stdout)."""
-    env = {**os.environ, "CDK_DISABLE_CLI_TELEMETRY": "true",
-           "PATH": os.pathsep.join([str(ROOT / "node_modules" / ".bin"), str(Path(sys.executable).parent),
-                                    os.environ["PATH"]])}
+    env = {
+        **os.environ,
+        "CDK_DISABLE_CLI_TELEMETRY": "true",
+        "PATH": os.pathsep.join(
+            [str(ROOT / "node_modules" / ".bin"), str(Path(sys.executable).parent), os.environ["PATH"]]
+        ),
+    }
     if via == "cli":
         command = ["cdk", "synth", "--quiet", "--output", str(outdir), "--app", subprocess.list2cmdline(app)]
         for key, value in context.items():
             command += ["--context", f"{key}={value}"]
     else:
         command = app
-        env |= {"CDK_OUTDIR": str(outdir), "CDK_CONTEXT_JSON": json.dumps(
-            json.loads((ROOT / "cdk.json").read_text())["context"] | context)}
+        env |= {
+            "CDK_OUTDIR": str(outdir),
+            "CDK_CONTEXT_JSON": json.dumps(json.loads((ROOT / "cdk.json").read_text())["context"] | context),
+        }
     start = time.perf_counter()
-    proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
+    proc = subprocess.Popen(
+        command,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
+    )
     peak = 0
     done = threading.Event()
 
@@ -192,49 +224,83 @@ def measure(mode: str, count: int, seconds: float, peak_mib: float, *outdirs: Pa
     sizes, resources, parameters, outputs, over = [], [], [], [], []
     for path in templates:
         template = json.loads(path.read_text())
-        figures = {"resources": len(template.get("Resources", {})), "template_bytes": path.stat().st_size,
-                   "parameters": len(template.get("Parameters", {})), "outputs": len(template.get("Outputs", {}))}
+        figures = {
+            "resources": len(template.get("Resources", {})),
+            "template_bytes": path.stat().st_size,
+            "parameters": len(template.get("Parameters", {})),
+            "outputs": len(template.get("Outputs", {})),
+        }
         over += [f"{path.name}: {k} {v} > {LIMITS[k]}" for k, v in figures.items() if v > LIMITS[k]]
         sizes.append(figures["template_bytes"])
         resources.append(figures["resources"])
         parameters.append(figures["parameters"])
         outputs.append(figures["outputs"])
-    return Result(mode, count, seconds, peak_mib, len(templates), max(resources), max(sizes) / 1024,
-                  max(parameters), max(outputs), over)
+    return Result(
+        mode,
+        count,
+        seconds,
+        peak_mib,
+        len(templates),
+        max(resources),
+        max(sizes) / 1024,
+        max(parameters),
+        max(outputs),
+        over,
+    )
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--counts", type=int, nargs="+", default=[1, 10, 100, 300])
-    parser.add_argument("--workers", nargs="+", default=["1", "auto"],
-                        help="inferstack:synth-workers values to compare (1 = one process, the baseline)")
-    parser.add_argument("--via", choices=["cli", "app"], default="cli",
-                        help="cli: `cdk synth` (the default); app: app.py alone, as the CLI runs it")
-    parser.add_argument("--floor", action="store_true",
-                        help="also synthesize each N's templates at two floors (synth_floor.py): as raw "
-                             "CfnResources, and one CfnInclude per template (in one process and one per CPU)")
+    parser.add_argument(
+        "--workers",
+        nargs="+",
+        default=["1", "auto"],
+        help="inferstack:synth-workers values to compare (1 = one process, the baseline)",
+    )
+    parser.add_argument(
+        "--via",
+        choices=["cli", "app"],
+        default="cli",
+        help="cli: `cdk synth` (the default); app: app.py alone, as the CLI runs it",
+    )
+    parser.add_argument(
+        "--floor",
+        action="store_true",
+        help="also synthesize each N's templates at two floors (synth_floor.py): as raw "
+        "CfnResources, and one CfnInclude per template (in one process and one per CPU)",
+    )
     parser.add_argument("--cpus", type=int, help="run on this many of the CPUs this process may use")
     args = parser.parse_args()
     if any(c < 1 for c in args.counts):
         parser.error("--counts: every N must be at least 1")
     allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
     if args.cpus is not None and (allowed is None or not 1 <= args.cpus <= len(allowed)):
-        parser.error(f"--cpus: expected 1 to {len(allowed) if allowed else 'the CPUs'} "
-                     f"(the CPUs this process may use), got {args.cpus}")
-    cpus = set(allowed[:args.cpus]) if args.cpus else None
+        parser.error(
+            f"--cpus: expected 1 to {len(allowed) if allowed else 'the CPUs'} "
+            f"(the CPUs this process may use), got {args.cpus}"
+        )
+    cpus = set(allowed[: args.cpus]) if args.cpus else None
     floor_kinds = floors(len(cpus or allowed or [])) if args.floor else []
 
-    print(f"cpus: {len(cpus or allowed or []) or os.cpu_count()}; via {args.via}; "
-          f"load average before: {os.getloadavg()[0]:.2f}")
-    print(f"{'models':>6} {'mode':>16} {'stacks':>6} {'wall s':>8} {'x N=1':>6} {'peak MiB':>9} {'max res':>7} "
-          f"{'max KiB':>8} {'max par':>7} {'max out':>7}  limits")
+    print(
+        f"cpus: {len(cpus or allowed or []) or os.cpu_count()}; via {args.via}; "
+        f"load average before: {os.getloadavg()[0]:.2f}"
+    )
+    print(
+        f"{'models':>6} {'mode':>16} {'stacks':>6} {'wall s':>8} {'x N=1':>6} {'peak MiB':>9} {'max res':>7} "
+        f"{'max KiB':>8} {'max par':>7} {'max out':>7}  limits"
+    )
     baselines: dict[str, float] = {}
 
     def show(r: Result, baseline: str) -> None:
         baselines.setdefault(baseline, r.seconds)
-        print(f"{r.models:>6} {r.mode:>16} {r.stacks:>6} {r.seconds:>8.1f} {r.seconds / baselines[baseline]:>6.2f} "
-              f"{r.peak_rss_mib:>9.0f} {r.max_resources:>7} {r.max_template_kib:>8.1f} "
-              f"{r.max_parameters:>7} {r.max_outputs:>7}  {'; '.join(r.over_limits) or 'OK'}", flush=True)
+        print(
+            f"{r.models:>6} {r.mode:>16} {r.stacks:>6} {r.seconds:>8.1f} {r.seconds / baselines[baseline]:>6.2f} "
+            f"{r.peak_rss_mib:>9.0f} {r.max_resources:>7} {r.max_template_kib:>8.1f} "
+            f"{r.max_parameters:>7} {r.max_outputs:>7}  {'; '.join(r.over_limits) or 'OK'}",
+            flush=True,
+        )
 
     with tempfile.TemporaryDirectory() as tmp:
         for count in args.counts:

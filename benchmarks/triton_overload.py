@@ -33,24 +33,25 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tritonclient.grpc import model_config_pb2 as pb  # noqa: E402
+from tritonclient.grpc import model_config_pb2 as pb  # noqa: E402 - after sys.path is set
 
-from inferstack.config import load  # noqa: E402
-from inferstack.schema.model_file import Capacity, Slo  # noqa: E402
-from inferstack.schema.throughput import ProfilePoint  # noqa: E402
-from inferstack.schema.triton_sagemaker import DynamicBatching, InstanceGroup  # noqa: E402
-from inferstack.triton import config as triton_config  # noqa: E402
-from inferstack.triton.config import FolderSpec, QueuePolicy, RepositorySpec, Tensor  # noqa: E402
-from rehearsal import triton_server  # noqa: E402
+from inferstack.config import load  # noqa: E402 - after sys.path is set
+from inferstack.schema.model_file import Capacity, Slo  # noqa: E402 - after sys.path is set
+from inferstack.schema.throughput import ProfilePoint  # noqa: E402 - after sys.path is set
+from inferstack.schema.triton_sagemaker import DynamicBatching, InstanceGroup  # noqa: E402 - after sys.path is set
+from inferstack.triton import config as triton_config  # noqa: E402 - after sys.path is set
+from inferstack.triton.config import FolderSpec, QueuePolicy, RepositorySpec, Tensor  # noqa: E402 - after sys.path is set
+from rehearsal import triton_server  # noqa: E402 - after sys.path is set
 
 NAME = "sleepy"
 BODY = json.dumps({"inputs": [{"name": "x", "shape": [1, 1], "datatype": "FP32", "data": [1.0]}]})
-FOLDER = FolderSpec(NAME, "python", (Tensor("x", pb.TYPE_FP32, (1,)),), (Tensor("y", pb.TYPE_FP32, (1,)),),
-                    "model.py", on_gpu=False)
+FOLDER = FolderSpec(
+    NAME, "python", (Tensor("x", pb.TYPE_FP32, (1,)),), (Tensor("y", pb.TYPE_FP32, (1,)),), "model.py", on_gpu=False
+)
 
 
 def model_py(batch_seconds: float) -> str:
-    return f'''
+    return f"""
 import time
 
 import triton_python_backend_utils as pb_utils
@@ -61,7 +62,7 @@ class TritonPythonModel:
         time.sleep({batch_seconds})
         return [pb_utils.InferenceResponse([pb_utils.Tensor("y", pb_utils.get_input_tensor_by_name(r, "x").as_numpy())])
                 for r in requests]
-'''
+"""
 
 
 def sleepy_model(capacity: float, slo_ms: float, profile_p99_ms: float):
@@ -70,17 +71,29 @@ def sleepy_model(capacity: float, slo_ms: float, profile_p99_ms: float):
     free instance whatever is queued the moment it arrives, so at this rate batches hold one request anyway."""
     model = next(m for m in load(ROOT / "model_configs").models if m.name == "bert-large-classifier")
     itype = model.capacity.instance_type
-    return model.model_copy(update={
-        "name": NAME,
-        "slo": Slo(p99_latency_ms=slo_ms, peak_tps=capacity),
-        "throughput_profile": {itype: ProfilePoint(throughput_per_second=capacity, p99_latency_ms=profile_p99_ms,
-                                                   source="a model that sleeps a fixed time per batch")},
-        "capacity": Capacity(instance_type=itype, min=1, max=1),
-        "serving": model.serving.model_copy(update={
-            "tensorrt_acceleration": None, "max_batch_size": 1, "warmup": False,
-            "dynamic_batching": DynamicBatching(max_queue_delay_microseconds=0),
-            "instance_group": InstanceGroup(count=1, kind="KIND_CPU")}),
-    })
+    return model.model_copy(
+        update={
+            "name": NAME,
+            "slo": Slo(p99_latency_ms=slo_ms, peak_tps=capacity),
+            "throughput_profile": {
+                itype: ProfilePoint(
+                    throughput_per_second=capacity,
+                    p99_latency_ms=profile_p99_ms,
+                    source="a model that sleeps a fixed time per batch",
+                )
+            },
+            "capacity": Capacity(instance_type=itype, min=1, max=1),
+            "serving": model.serving.model_copy(
+                update={
+                    "tensorrt_acceleration": None,
+                    "max_batch_size": 1,
+                    "warmup": False,
+                    "dynamic_batching": DynamicBatching(max_queue_delay_microseconds=0),
+                    "instance_group": InstanceGroup(count=1, kind="KIND_CPU"),
+                }
+            ),
+        }
+    )
 
 
 def write_repository(root: Path, spec: RepositorySpec, batch_seconds: float) -> Path:
@@ -134,14 +147,21 @@ def summary(outcomes: list[Outcome], capacity: float, rate: float, slo_s: float)
     ok = [o.latency for o in outcomes if o.status == 200]
     good = [i / rate + o.latency for i, o in enumerate(outcomes) if o.status == 200 and o.latency <= slo_s]
     rejected = [o for o in outcomes if o.status != 200]
-    return {"offered": len(outcomes), "served": len(ok), "within_slo": len(good), "rejected": len(rejected),
-            "goodput": len(good) / (capacity * max([len(outcomes) / rate, *good])),
-            "statuses": sorted({o.status for o in rejected}),
-            "messages": sorted({json.loads(o.body).get("error", "") if o.body.startswith(b"{") else o.body.decode()
-                                for o in rejected}),
-            "served_p50": quantile(ok, 0.5), "served_p99": quantile(ok, 0.99),
-            "rejected_p50": quantile([o.latency for o in rejected], 0.5),
-            "rejected_max": max((o.latency for o in rejected), default=None)}
+    return {
+        "offered": len(outcomes),
+        "served": len(ok),
+        "within_slo": len(good),
+        "rejected": len(rejected),
+        "goodput": len(good) / (capacity * max([len(outcomes) / rate, *good])),
+        "statuses": sorted({o.status for o in rejected}),
+        "messages": sorted(
+            {json.loads(o.body).get("error", "") if o.body.startswith(b"{") else o.body.decode() for o in rejected}
+        ),
+        "served_p50": quantile(ok, 0.5),
+        "served_p99": quantile(ok, 0.99),
+        "rejected_p50": quantile([o.latency for o in rejected], 0.5),
+        "rejected_max": max((o.latency for o in rejected), default=None),
+    }
 
 
 def serve(install, spec: RepositorySpec, batch_seconds: float, work: Path, load) -> list[Outcome]:
@@ -160,6 +180,7 @@ def positive(kind):
         if not value > 0:
             raise argparse.ArgumentTypeError(f"must be greater than 0, got {text}")
         return value
+
     return parse
 
 
@@ -185,37 +206,64 @@ def main(argv: list[str] | None = None) -> int:
     model = sleepy_model(capacity, args.slo_ms, args.profile_p99_ms)
     derived = RepositorySpec.of(model)
     timeout_s = derived.queue_policy.timeout_microseconds / 1e6
-    earlier = derived.model_copy(update={"queue_policy": QueuePolicy(
-        timeout_microseconds=derived.queue_policy.timeout_microseconds, max_queue_size=max(1, math.ceil(capacity * timeout_s)))})
+    earlier = derived.model_copy(
+        update={
+            "queue_policy": QueuePolicy(
+                timeout_microseconds=derived.queue_policy.timeout_microseconds,
+                max_queue_size=max(1, math.ceil(capacity * timeout_s)),
+            )
+        }
+    )
     rows = [("policy", derived), ("bound", earlier), ("baseline", derived.model_copy(update={"queue_policy": None}))]
     install = triton_server.TritonInstall.locate()
-    print(f"tritonserver 2.51 (real), model sleeping {args.batch_ms:g} ms a request, one instance: capacity "
-          f"{capacity:g} req/s; SLO p99 {args.slo_ms:g} ms, profiled p99 {args.profile_p99_ms:g} ms")
-    print(f"offered {rate:g} req/s ({args.factor:g}x) open-loop for {args.seconds:g} s ({count} requests); load generator "
-          f"on this machine ({os.cpu_count()} cores, shared with tritonserver and whatever else runs); latencies from "
-          f"when each request was due")
-    print(f"{'':>9} | {'timeout':>7} {'queue':>5} | {'offered':>7} {'served':>6} {'in SLO':>6} {'503':>4} {'other':>5} | "
-          f"{'goodput':>7} | {'p50 ms':>6} {'p99 ms':>6} | {'503 p50':>7} {'503 max':>7}")
+    print(
+        f"tritonserver 2.51 (real), model sleeping {args.batch_ms:g} ms a request, one instance: capacity "
+        f"{capacity:g} req/s; SLO p99 {args.slo_ms:g} ms, profiled p99 {args.profile_p99_ms:g} ms"
+    )
+    print(
+        f"offered {rate:g} req/s ({args.factor:g}x) open-loop for {args.seconds:g} s ({count} requests); "
+        f"load generator "
+        f"on this machine ({os.cpu_count()} cores, shared with tritonserver and whatever else runs); latencies from "
+        f"when each request was due"
+    )
+    print(
+        f"{'':>9} | {'timeout':>7} {'queue':>5} | {'offered':>7} {'served':>6} {'in SLO':>6} {'503':>4} {'other':>5} | "
+        f"{'goodput':>7} | {'p50 ms':>6} {'p99 ms':>6} | {'503 p50':>7} {'503 max':>7}"
+    )
     with tempfile.TemporaryDirectory(prefix="triton-overload-") as tmp:
         for label, spec in rows:
-            outcomes = serve(install, spec, args.batch_ms / 1000, Path(tmp) / label,
-                             lambda port: offer(port, rate, count))
+            outcomes = serve(
+                install, spec, args.batch_ms / 1000, Path(tmp) / label, lambda port: offer(port, rate, count)
+            )
             s = summary(outcomes, capacity, rate, args.slo_ms / 1000)
             policy = spec.queue_policy
             other = sum(1 for o in outcomes if o.status not in (200, 503))
-            print(f"{label:>9} | {policy.timeout_microseconds / 1000 if policy else '-':>7} "
-                  f"{policy.max_queue_size if policy else '-':>5} | {s['offered']:>7} {s['served']:>6} "
-                  f"{s['within_slo']:>6} {s['rejected'] - other:>4} {other:>5} | {s['goodput']:>7.0%} | {ms(s['served_p50']):>6} "
-                  f"{ms(s['served_p99']):>6} | {ms(s['rejected_p50']):>7} {ms(s['rejected_max']):>7}")
-        print(f"goodput: answers within the SLO per second of capacity, from the first request due to the end of the load or the last such answer.\ntargets for 'policy' (goodput >= 90% of capacity, admitted p99 <= {args.slo_ms:g} ms, every rejection "
-              f"503): see the row; not asserted")
+            print(
+                f"{label:>9} | {policy.timeout_microseconds / 1000 if policy else '-':>7} "
+                f"{policy.max_queue_size if policy else '-':>5} | {s['offered']:>7} {s['served']:>6} "
+                f"{s['within_slo']:>6} {s['rejected'] - other:>4} {other:>5} | {s['goodput']:>7.0%} | "
+                f"{ms(s['served_p50']):>6} "
+                f"{ms(s['served_p99']):>6} | {ms(s['rejected_p50']):>7} {ms(s['rejected_max']):>7}"
+            )
+        print(
+            f"goodput: answers within the SLO per second of capacity, from the first request due to the end of the "
+            f"load or the last such answer.\n"
+            f"targets for 'policy' (goodput >= 90% of capacity, admitted p99 <= {args.slo_ms:g} ms, every rejection "
+            f"503): see the row; not asserted"
+        )
         if args.burst > 0:
             for label, spec in (rows[0], rows[2]):
-                outcomes = serve(install, spec, args.batch_ms / 1000, Path(tmp) / f"burst-{label}",
-                                 lambda port: [o for _ in range(3) for o in (offer(port, 1e6, args.burst),
-                                                                             time.sleep(1.0))[0]])
-                print(f"burst of {args.burst} at once, then silence, 3 times, {label:>8}: " + ", ".join(
-                    f"{o.status} {ms(o.latency)} ms" for o in outcomes))
+                outcomes = serve(
+                    install,
+                    spec,
+                    args.batch_ms / 1000,
+                    Path(tmp) / f"burst-{label}",
+                    lambda port: [o for _ in range(3) for o in (offer(port, 1e6, args.burst), time.sleep(1.0))[0]],
+                )
+                print(
+                    f"burst of {args.burst} at once, then silence, 3 times, {label:>8}: "
+                    + ", ".join(f"{o.status} {ms(o.latency)} ms" for o in outcomes)
+                )
     return 0
 
 

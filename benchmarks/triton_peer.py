@@ -17,7 +17,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "benchmarks"), str(ROOT / "container" / "neuron" / "serving")]
 
-from peer_model import PeerModel  # noqa: E402
+from peer_model import PeerModel  # noqa: E402 - after sys.path is set
 
 
 def main() -> None:
@@ -38,7 +38,7 @@ def main() -> None:
         model = PeerModel(args.artifact, args.standin_ms, os.environ.get("PEER_STATS_DIR"))
 
         @batch
-        def infer(TEXT):  # noqa: N803  Triton's input name
+        def infer(TEXT):  # Triton's input name
             logits = model.infer([row[0].decode("utf-8") for row in TEXT]).astype(np.float32)
             labels = np.array([[model.labels[i].encode()] for i in logits.argmax(axis=1)], dtype=object)
             return {"logits": logits, "label": labels}
@@ -46,17 +46,28 @@ def main() -> None:
         return infer, len(model.labels)
 
     instances = [instance() for _ in range(args.workers)]
-    config = TritonConfig(http_address="127.0.0.1", http_port=args.port, grpc_address="127.0.0.1", grpc_port=0,
-                          metrics_port=0, allow_metrics=False, log_verbose=0)
+    config = TritonConfig(
+        http_address="127.0.0.1",
+        http_port=args.port,
+        grpc_address="127.0.0.1",
+        grpc_port=0,
+        metrics_port=0,
+        allow_metrics=False,
+        log_verbose=0,
+    )
     with Triton(config=config) as triton:
         triton.bind(
             model_name="model",
             infer_func=[infer for infer, _ in instances],
             inputs=[Tensor(name="TEXT", dtype=bytes, shape=(1,))],
-            outputs=[Tensor(name="logits", dtype=np.float32, shape=(instances[0][1],)),
-                     Tensor(name="label", dtype=bytes, shape=(1,))],
-            config=ModelConfig(max_batch_size=args.max_batch_size,
-                               batcher=DynamicBatcher(max_queue_delay_microseconds=int(args.max_queue_delay_ms * 1000))),
+            outputs=[
+                Tensor(name="logits", dtype=np.float32, shape=(instances[0][1],)),
+                Tensor(name="label", dtype=bytes, shape=(1,)),
+            ],
+            config=ModelConfig(
+                max_batch_size=args.max_batch_size,
+                batcher=DynamicBatcher(max_queue_delay_microseconds=int(args.max_queue_delay_ms * 1000)),
+            ),
             strict=False,
         )
         triton.serve()

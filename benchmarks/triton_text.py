@@ -54,14 +54,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-import numpy as np
-import serve_bench as sb  # the benchmarks share their setup (scripts, not a package)
+import numpy as np  # noqa: E402 - after sys.path is set
+import serve_bench as sb  # noqa: E402 - after sys.path is set; the benchmarks share their setup (scripts)
 
-from inferstack.triton import client as triton_client
-from inferstack.triton import config as triton_config
-from inferstack.triton.config import RepositorySpec
-from rehearsal import triton_server
-from tests.support import real_triton
+from inferstack.triton import client as triton_client  # noqa: E402 - after sys.path is set
+from inferstack.triton import config as triton_config  # noqa: E402 - after sys.path is set
+from inferstack.triton.config import RepositorySpec  # noqa: E402 - after sys.path is set
+from rehearsal import triton_server  # noqa: E402 - after sys.path is set
+from tests.support import real_triton  # noqa: E402 - after sys.path is set
 
 MODELS = tuple(real_triton.TRITON_MODELS)
 JSON = {"Content-Type": "application/json"}
@@ -74,6 +74,7 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 # ---------------------------------------------------------------- the served model
+
 
 @dataclass
 class Served:
@@ -96,8 +97,10 @@ def export(name: str, work: Path) -> tuple[RepositorySpec, Path]:
     """The tier's tiny checkpoint and export of the shipped model, without the queue policy; kept in `work` (a
     second run with the same --work reuses it)."""
     model = real_triton.shipped(name)
-    spec = real_triton.tiny_spec(RepositorySpec.of(model).model_copy(update={"queue_policy": None}).model_dump(
-        mode="json"), work / "checkpoint" / "model")
+    spec = real_triton.tiny_spec(
+        RepositorySpec.of(model).model_copy(update={"queue_policy": None}).model_dump(mode="json"),
+        work / "checkpoint" / "model",
+    )
     repository = work / "repository"
     done = work / ".done"
     if done.exists() and json.loads(done.read_text()) == json.loads(spec.model_dump_json()):
@@ -108,8 +111,9 @@ def export(name: str, work: Path) -> tuple[RepositorySpec, Path]:
         real_triton._tiny_t5(work / "checkpoint")
     else:
         real_triton._tiny_bert(work / "checkpoint", list(model.source.labels))
-    result = real_triton._run(str(real_triton.EXPORT), "--out", str(repository),
-                              env={"TRITON_REPOSITORY_SPEC": spec.model_dump_json()})
+    result = real_triton._run(
+        str(real_triton.EXPORT), "--out", str(repository), env={"TRITON_REPOSITORY_SPEC": spec.model_dump_json()}
+    )
     if result.returncode != 0:
         raise SystemExit(f"{name}: export.py exited {result.returncode}: {result.stderr.strip()}")
     done.write_text(spec.model_dump_json())
@@ -122,9 +126,14 @@ def start(name: str, work: Path, install: triton_server.TritonInstall) -> Served
     copy = run / "model"  # stands for /opt/ml/model
     triton_server.cpu_copy(repository, copy)
     batch_log = run / "batches.jsonl"
-    server = triton_server.TritonServer(copy, triton_config.server_environment(spec), work_dir=run / "server",
-                                        install=install, extra_env={triton_server.BATCH_LOG_ENV: str(batch_log)},
-                                        http_front_end=True)
+    server = triton_server.TritonServer(
+        copy,
+        triton_config.server_environment(spec),
+        work_dir=run / "server",
+        install=install,
+        extra_env={triton_server.BATCH_LOG_ENV: str(batch_log)},
+        http_front_end=True,
+    )
     server.start()
     return Served(name, spec, server, triton_client.TextCodec.from_repository(copy / name), batch_log)
 
@@ -146,6 +155,7 @@ def server_cpu_seconds(pid: int) -> float:
 
 
 # ---------------------------------------------------------------- the two paths
+
 
 @dataclass(frozen=True)
 class Sample:
@@ -197,7 +207,8 @@ class Ensemble(Route):
 
     def request(self, texts):
         return "/invocations", json.dumps(
-            {"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [len(texts)], "data": texts}]}).encode()
+            {"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [len(texts)], "data": texts}]}
+        ).encode()
 
     def answer(self, reply):
         outputs = {t["name"]: t["data"] for t in json.loads(reply)["outputs"]}
@@ -227,6 +238,7 @@ class ClientSide(Route):
 
 
 # ---------------------------------------------------------------- loads
+
 
 @dataclass
 class Run:
@@ -294,6 +306,7 @@ def paced(path: Route, texts: list[list[str]], rate: float, seconds: float) -> t
 
 # ---------------------------------------------------------------- the report
 
+
 def quantile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[max(0, math.ceil(q * len(ordered)) - 1)] if ordered else math.nan
@@ -303,29 +316,41 @@ def figures(run: Run) -> dict[str, float]:
     ok = [s for s in run.samples if s.status == 200]
     latencies = [s.latency for s in ok]
     n = max(1, len(run.samples))
-    return {"requests": len(run.samples), "ok": len(ok), "other": len(run.samples) - len(ok),
-            "rps": len(ok) / run.seconds if run.seconds > 0 else math.nan,
-            "p50": 1000 * quantile(latencies, 0.5), "p99": 1000 * quantile(latencies, 0.99),
-            "mean": 1000 * sum(latencies) / len(latencies) if latencies else math.nan,
-            "client_cpu": 1000 * sum(s.cpu for s in run.samples) / n, "server_cpu": 1000 * run.server_cpu / n,
-            "rows": (sum(b["rows"] for b in run.batches) / len(run.batches)) if run.batches else math.nan}
+    return {
+        "requests": len(run.samples),
+        "ok": len(ok),
+        "other": len(run.samples) - len(ok),
+        "rps": len(ok) / run.seconds if run.seconds > 0 else math.nan,
+        "p50": 1000 * quantile(latencies, 0.5),
+        "p99": 1000 * quantile(latencies, 0.99),
+        "mean": 1000 * sum(latencies) / len(latencies) if latencies else math.nan,
+        "client_cpu": 1000 * sum(s.cpu for s in run.samples) / n,
+        "server_cpu": 1000 * run.server_cpu / n,
+        "rows": (sum(b["rows"] for b in run.batches) / len(run.batches)) if run.batches else math.nan,
+    }
 
 
-HEADER = (f"{'load':>13} | {'path':<11} | {'requests':>8} {'200':>6} {'other':>5} | {'req/s':>7} | "
-          f"{'p50 ms':>7} {'p99 ms':>7} {'mean ms':>7} | {'client CPU':>10} {'server CPU':>10} | {'rows/exec':>9}")
+HEADER = (
+    f"{'load':>13} | {'path':<11} | {'requests':>8} {'200':>6} {'other':>5} | {'req/s':>7} | "
+    f"{'p50 ms':>7} {'p99 ms':>7} {'mean ms':>7} | {'client CPU':>10} {'server CPU':>10} | {'rows/exec':>9}"
+)
 
 
 def row(load: str, path: str, f: dict[str, float]) -> str:
-    return (f"{load:>13} | {path:<11} | {f['requests']:>8} {f['ok']:>6} {f['other']:>5} | {f['rps']:>7.1f} | "
-            f"{f['p50']:>7.1f} {f['p99']:>7.1f} {f['mean']:>7.1f} | {f['client_cpu']:>10.2f} {f['server_cpu']:>10.2f} | "
-            f"{f['rows']:>9.2f}")
+    return (
+        f"{load:>13} | {path:<11} | {f['requests']:>8} {f['ok']:>6} {f['other']:>5} | {f['rps']:>7.1f} | "
+        f"{f['p50']:>7.1f} {f['p99']:>7.1f} {f['mean']:>7.1f} | {f['client_cpu']:>10.2f} {f['server_cpu']:>10.2f} | "
+        f"{f['rows']:>9.2f}"
+    )
 
 
 def difference(load: str, e: dict[str, float], c: dict[str, float]) -> str:
     d = {k: e[k] - c[k] for k in ("rps", "p50", "p99", "mean", "client_cpu", "server_cpu", "rows")}
-    return (f"{load:>13} | {'difference':<11} | {'':>8} {'':>6} {'':>5} | {d['rps']:>+7.1f} | {d['p50']:>+7.1f} "
-            f"{d['p99']:>+7.1f} {d['mean']:>+7.1f} | {d['client_cpu']:>+10.2f} {d['server_cpu']:>+10.2f} | "
-            f"{d['rows']:>+9.2f}")
+    return (
+        f"{load:>13} | {'difference':<11} | {'':>8} {'':>6} {'':>5} | {d['rps']:>+7.1f} | {d['p50']:>+7.1f} "
+        f"{d['p99']:>+7.1f} {d['mean']:>+7.1f} | {d['client_cpu']:>+10.2f} {d['server_cpu']:>+10.2f} | "
+        f"{d['rows']:>+9.2f}"
+    )
 
 
 def load_average() -> str:
@@ -357,9 +382,10 @@ def bench(served: Served, args: argparse.Namespace) -> None:
     for index, concurrency in enumerate(args.concurrency):
         load = f"closed c={concurrency}"
         got = {}
-        for route in (paths if index % 2 == 0 else paths[::-1]):
-            got[route.label] = figures(measure(
-                served, lambda r=route, c=concurrency: closed_loop(r, texts, c, args.seconds)))
+        for route in paths if index % 2 == 0 else paths[::-1]:
+            got[route.label] = figures(
+                measure(served, lambda r=route, c=concurrency: closed_loop(r, texts, c, args.seconds))
+            )
             best[route.label] = max(best[route.label], got[route.label]["rps"])
         for route in paths:
             print(row(load, route.label, got[route.label]))
@@ -368,7 +394,7 @@ def bench(served: Served, args: argparse.Namespace) -> None:
     if rate > 0:
         load = f"paced {rate:.1f}/s"
         got = {}
-        for route in (paths if len(args.concurrency) % 2 == 0 else paths[::-1]):
+        for route in paths if len(args.concurrency) % 2 == 0 else paths[::-1]:
             got[route.label] = figures(measure(served, lambda r=route: paced(r, texts, rate, args.seconds)))
         for route in paths:
             print(row(load, route.label, got[route.label]))
@@ -379,6 +405,7 @@ def bench(served: Served, args: argparse.Namespace) -> None:
 
 # ---------------------------------------------------------------- arguments
 
+
 def positive(kind):
     def parse(text: str):
         try:
@@ -388,6 +415,7 @@ def positive(kind):
         if not value > 0 or not math.isfinite(value):
             raise argparse.ArgumentTypeError(f"must be a {kind.__name__} > 0, got {text}")
         return value
+
     return parse
 
 
@@ -402,8 +430,9 @@ def model_list(text: str) -> list[str]:
     names = [p.strip() for p in text.split(",")]
     unknown = [n for n in names if n not in MODELS]
     if unknown:
-        raise argparse.ArgumentTypeError(f"not a shipped Triton model: {', '.join(map(repr, unknown))} "
-                                         f"(models: {', '.join(MODELS)})")
+        raise argparse.ArgumentTypeError(
+            f"not a shipped Triton model: {', '.join(map(repr, unknown))} (models: {', '.join(MODELS)})"
+        )
     return list(dict.fromkeys(names))
 
 
@@ -420,12 +449,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--concurrency", type=concurrency_list, default=[1, 4, 16], help="closed-loop levels")
     parser.add_argument("--seconds", type=positive(float), default=5.0, help="per load and path")
     pacing = parser.add_mutually_exclusive_group()
-    pacing.add_argument("--paced-fraction", type=fraction, default=0.5,
-                        help="paced rate / the lower of the two paths' best closed-loop req/s")
+    pacing.add_argument(
+        "--paced-fraction",
+        type=fraction,
+        default=0.5,
+        help="paced rate / the lower of the two paths' best closed-loop req/s",
+    )
     pacing.add_argument("--rate", type=positive(float), help="paced rate in req/s (instead of --paced-fraction)")
     parser.add_argument("--texts", type=positive(int), default=1, help="texts per request")
-    parser.add_argument("--work", type=Path, help="keep checkpoints and exports here and reuse them (default: "
-                                                  "a temporary directory)")
+    parser.add_argument(
+        "--work", type=Path, help="keep checkpoints and exports here and reuse them (default: a temporary directory)"
+    )
     args = parser.parse_args(argv)
     limit = min(real_triton.shipped(m).serving.max_batch_size for m in args.models)
     if args.texts > limit:
@@ -438,23 +472,31 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     install = triton_server.TritonInstall.locate()
-    print(f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {platform.node() or 'this machine'}: tritonserver 2.51 "
-          f"(real) on CPU, onnxruntime stand-in backend; load average {load_average()}")
-    print(f"load generator: one Python process (threads) on this machine ({os.cpu_count()} cores), sharing them with "
-          f"tritonserver, its Python-backend stubs and whatever else runs; {args.texts} text(s) per request")
-    print("ensemble: POST /invocations (SageMaker's front end) -> <name>-text; client-side: TextCodec + POST "
-          "/v2/models/<name>/infer (Triton's HTTP front end) + the caller's postprocessing. CPU columns: ms per "
-          "request; difference rows: ensemble minus client-side")
+    print(
+        f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {platform.node() or 'this machine'}: tritonserver 2.51 "
+        f"(real) on CPU, onnxruntime stand-in backend; load average {load_average()}"
+    )
+    print(
+        f"load generator: one Python process (threads) on this machine ({os.cpu_count()} cores), sharing them with "
+        f"tritonserver, its Python-backend stubs and whatever else runs; {args.texts} text(s) per request"
+    )
+    print(
+        "ensemble: POST /invocations (SageMaker's front end) -> <name>-text; client-side: TextCodec + POST "
+        "/v2/models/<name>/infer (Triton's HTTP front end) + the caller's postprocessing. CPU columns: ms per "
+        "request; difference rows: ensemble minus client-side"
+    )
     work = args.work or Path(tempfile.mkdtemp(prefix="triton-text-"))
     try:
         for name in args.models:
             served = start(name, work / name, install)
             try:
                 spec = served.spec
-                print(f"\n{name} ({spec.source.task}, tiny random checkpoint, shipped serving settings: sequence "
-                      f"length {spec.export.sequence_length}, max_batch_size {spec.serving.max_batch_size}, "
-                      f"{spec.serving.instance_group.count} instance(s) of the token-id graph(s), "
-                      f"{spec.serving.tokenizer_instances} of each text step; no queue policy)")
+                print(
+                    f"\n{name} ({spec.source.task}, tiny random checkpoint, shipped serving settings: sequence "
+                    f"length {spec.export.sequence_length}, max_batch_size {spec.serving.max_batch_size}, "
+                    f"{spec.serving.instance_group.count} instance(s) of the token-id graph(s), "
+                    f"{spec.serving.tokenizer_instances} of each text step; no queue policy)"
+                )
                 bench(served, args)
             finally:
                 served.server.stop()

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import serve_bench as sb  # noqa: E402  (the benchmarks share their setup; they are scripts, not a package)
+import serve_bench as sb  # the benchmarks share their setup; they are scripts, not a package
 
 PATH = "/v2/models/model/infer"
 MODES = {"restart": "3", "exit": "0"}  # SERVER_MAX_RESTARTS; the baseline last
@@ -54,8 +54,16 @@ class Outcome:
     failure: str = ""
 
 
-async def _connection(port: int, index: int, requests: list[bytes], start: float, interval: float, stop_at: float,
-                      out: list[Outcome], ended: dict[int, str]) -> None:
+async def _connection(
+    port: int,
+    index: int,
+    requests: list[bytes],
+    start: float,
+    interval: float,
+    stop_at: float,
+    out: list[Outcome],
+    ended: dict[int, str],
+) -> None:
     clock = time.perf_counter
     due = start + (index % 97) / 97 * interval
     k = index * 7
@@ -117,8 +125,10 @@ def wait_for(path: Path, predicate, timeout: float, proc: subprocess.Popen) -> d
 
 def open_connections(port: int) -> dict[int, int]:
     text = sb.scrape(port)
-    return {int(pid): int(float(value)) for pid, value in
-            re.findall(r'^inference_open_connections\{pid="(\d+)"\} (\S+)$', text, re.MULTILINE)}
+    return {
+        int(pid): int(float(value))
+        for pid, value in re.findall(r'^inference_open_connections\{pid="(\d+)"\} (\S+)$', text, re.MULTILINE)
+    }
 
 
 async def _crash_run(port: int, proc: subprocess.Popen, log: Path, args, rate: float) -> dict:
@@ -128,8 +138,9 @@ async def _crash_run(port: int, proc: subprocess.Popen, log: Path, args, rate: f
     ended: dict[int, str] = {}
     start = time.perf_counter() + 0.2
     stop_at = start + args.before + args.give_up + args.after
-    load = asyncio.gather(*(_connection(port, i, requests, start, interval, stop_at, out, ended)
-                            for i in range(args.connections)))
+    load = asyncio.gather(
+        *(_connection(port, i, requests, start, interval, stop_at, out, ended) for i in range(args.connections))
+    )
     task = asyncio.ensure_future(load)
     await asyncio.sleep(start + args.before - time.perf_counter())
     started = {e["worker"]: e["worker_pid"] for e in server_log(log) if e.get("msg") == "worker started"}
@@ -140,12 +151,18 @@ async def _crash_run(port: int, proc: subprocess.Popen, log: Path, args, rate: f
     killed_at, killed_wall = time.perf_counter(), time.time()
     os.kill(victim, signal.SIGKILL)
     restarted = await loop.run_in_executor(
-        None, wait_for, log, lambda e: e.get("msg") == "worker restarted" and e.get("dead_pid") == victim, 10, proc)
+        None, wait_for, log, lambda e: e.get("msg") == "worker restarted" and e.get("dead_pid") == victim, 10, proc
+    )
     ready = None
     if restarted is not None:
         ready = await loop.run_in_executor(
-            None, wait_for, log, lambda e: e.get("msg") == "model ready" and e.get("pid") == restarted["worker_pid"],
-            args.give_up, proc)
+            None,
+            wait_for,
+            log,
+            lambda e: e.get("msg") == "model ready" and e.get("pid") == restarted["worker_pid"],
+            args.give_up,
+            proc,
+        )
     ended_at = time.perf_counter()
     if ready is None or proc.poll() is not None:
         ended_at = max(ended_at, killed_at + 2.0)  # the baseline: watch the silence a while
@@ -159,9 +176,19 @@ async def _crash_run(port: int, proc: subprocess.Popen, log: Path, args, rate: f
     except asyncio.CancelledError:
         pass
     out = [o for o in out if o.due <= stop]
-    return {"out": out, "start": start, "killed_at": killed_at, "killed_wall": killed_wall, "stop": stop,
-            "victim": victim, "on_victim": on_victim, "ended": ended, "restarted": restarted, "ready": ready,
-            "exit_code": proc.poll()}
+    return {
+        "out": out,
+        "start": start,
+        "killed_at": killed_at,
+        "killed_wall": killed_wall,
+        "stop": stop,
+        "victim": victim,
+        "on_victim": on_victim,
+        "ended": ended,
+        "restarted": restarted,
+        "ready": ready,
+        "exit_code": proc.poll(),
+    }
 
 
 def p99_ms(latencies: list[float]) -> float:
@@ -195,8 +222,14 @@ def summarise(run: dict) -> dict:
     t = run["start"]
     while t < run["stop"]:
         due = [o for o in out if t <= o.due < t + BIN_S]
-        bins.append((t - kill, len(due), sum(1 for o in due if o.status == 200),
-                     p99_ms([o.latency for o in due if o.status == 200])))
+        bins.append(
+            (
+                t - kill,
+                len(due),
+                sum(1 for o in due if o.status == 200),
+                p99_ms([o.latency for o in due if o.status == 200]),
+            )
+        )
         t += BIN_S
     timeline = {}
     if run["restarted"] is not None:
@@ -205,22 +238,43 @@ def summarise(run: dict) -> dict:
         timeline["ready_s"] = wall(run["ready"]["ts"]) - run["killed_wall"]
         timeline["warmup_s"] = run["ready"].get("warmup_s")
     after_kill = [o for o in out if o.due >= kill]
-    return {"due": len(out), "ok": len(ok), "failed": len(failed), "kinds": kinds, "on_victim": run["on_victim"],
-            "touched": len(touched), "before_p99": p99_ms(before), "after_p99": p99_ms(after),
-            "untouched_failed": sum(1 for o in failed if o.connection not in touched and not o.failure.startswith("connect")),
-            "after_ok_share": sum(1 for o in after_kill if o.status == 200) / max(1, len(after_kill)),
-            "bins": bins, "timeline": timeline, "exit_code": run["exit_code"]}
+    return {
+        "due": len(out),
+        "ok": len(ok),
+        "failed": len(failed),
+        "kinds": kinds,
+        "on_victim": run["on_victim"],
+        "touched": len(touched),
+        "before_p99": p99_ms(before),
+        "after_p99": p99_ms(after),
+        "untouched_failed": sum(
+            1 for o in failed if o.connection not in touched and not o.failure.startswith("connect")
+        ),
+        "after_ok_share": sum(1 for o in after_kill if o.status == 200) / max(1, len(after_kill)),
+        "bins": bins,
+        "timeline": timeline,
+        "exit_code": run["exit_code"],
+    }
 
 
 def run_mode(art: Path, args, mode: str, server_cpus, work: Path) -> dict:
     port = sb.free_port()
     log = work / f"{mode}.log"
-    settings = argparse.Namespace(max_batch_size=16, max_queue_delay_ms=args.max_queue_delay_ms, workers=args.workers,
-                                  torch_threads=1)
+    settings = argparse.Namespace(
+        max_batch_size=16, max_queue_delay_ms=args.max_queue_delay_ms, workers=args.workers, torch_threads=1
+    )
     env = {"SERVER_MAX_RESTARTS": MODES[mode], "SERVER_LOG_LEVEL": "info"}
     with open(log, "w") as sink:
-        proc = sb.start_server(art, port, settings, env, stdout=sink, stderr=sink,
-                               extra_args=("--standin-accelerator-ms", f"{args.batch_ms:g}"), cpus=server_cpus)
+        proc = sb.start_server(
+            art,
+            port,
+            settings,
+            env,
+            stdout=sink,
+            stderr=sink,
+            extra_args=("--standin-accelerator-ms", f"{args.batch_ms:g}"),
+            cpus=server_cpus,
+        )
         try:
             rate = args.load * args.workers * 16 / (args.batch_ms / 1000)
             run = sb._run(_crash_run(port, proc, log, args, rate))
@@ -235,23 +289,40 @@ def run_mode(art: Path, args, mode: str, server_cpus, work: Path) -> dict:
 
 
 def report(args, results: dict, server_cpus, generator_cpus) -> None:
-    where = (f"server on CPU {','.join(map(str, sorted(server_cpus)))}, load generator on CPU "
-             f"{','.join(map(str, sorted(generator_cpus)))}" if server_cpus else "server and load generator share the CPUs")
+    where = (
+        f"server on CPU {','.join(map(str, sorted(server_cpus)))}, load generator on CPU "
+        f"{','.join(map(str, sorted(generator_cpus)))}"
+        if server_cpus
+        else "server and load generator share the CPUs"
+    )
     limit = args.workers * 16 / (args.batch_ms / 1000)
-    print(f"worker crash: serve.py, {args.workers} workers, emulated accelerator {args.batch_ms:g} ms per batch of up to 16 "
-          f"(limit {limit:,.0f} req/s), offered {args.load:.0%} of it ({args.load * limit:,.0f} req/s) open-loop on "
-          f"{args.connections} connections; worker 0 killed with SIGKILL after {args.before:g} s; {where}; "
-          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
-    print(f"{'mode':>8} | {'due':>6} {'200':>6} {'failed':>6} | {'killed worker conns':>19} | "
-          f"{'untouched p99 before/after ms':>29} | {'200 after kill':>14} | restarted / serving again")
+    print(
+        f"worker crash: serve.py, {args.workers} workers, "
+        f"emulated accelerator {args.batch_ms:g} ms per batch of up to 16 "
+        f"(limit {limit:,.0f} req/s), offered {args.load:.0%} of it ({args.load * limit:,.0f} req/s) open-loop on "
+        f"{args.connections} connections; worker 0 killed with SIGKILL after {args.before:g} s; {where}; "
+        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}"
+    )
+    print(
+        f"{'mode':>8} | {'due':>6} {'200':>6} {'failed':>6} | {'killed worker conns':>19} | "
+        f"{'untouched p99 before/after ms':>29} | {'200 after kill':>14} | restarted / serving again"
+    )
     for mode, r in results.items():
         line = r["timeline"]
-        back = (f"{line['restarted_s']:.2f} s / {line['ready_s']:.2f} s (warm-up {line.get('warmup_s')} s)"
-                if "ready_s" in line else f"never (server exit code {r['exit_code']})")
-        print(f"{mode:>8} | {r['due']:>6} {r['ok']:>6} {r['failed']:>6} | {r['on_victim']:>19} | "
-              f"{r['before_p99']:>13.2f} / {r['after_p99']:<13.2f} | {r['after_ok_share']:>14.1%} | {back}")
-        print(f"{'':>8}   failures: " + (", ".join(f"{k} {v}" for k, v in sorted(r["kinds"].items())) or "none")
-              + f"; on connections the kill did not close: {r['untouched_failed']}")
+        back = (
+            f"{line['restarted_s']:.2f} s / {line['ready_s']:.2f} s (warm-up {line.get('warmup_s')} s)"
+            if "ready_s" in line
+            else f"never (server exit code {r['exit_code']})"
+        )
+        print(
+            f"{mode:>8} | {r['due']:>6} {r['ok']:>6} {r['failed']:>6} | {r['on_victim']:>19} | "
+            f"{r['before_p99']:>13.2f} / {r['after_p99']:<13.2f} | {r['after_ok_share']:>14.1%} | {back}"
+        )
+        print(
+            f"{'':>8}   failures: "
+            + (", ".join(f"{k} {v}" for k, v in sorted(r["kinds"].items())) or "none")
+            + f"; on connections the kill did not close: {r['untouched_failed']}"
+        )
     print(f"per {BIN_S:g} s by when requests were due, from the kill: answered 200 / due, p99 ms of the 200s")
     for mode, r in results.items():
         cells = [f"{t:+.1f}s {ok}/{due} {p99:.0f}" for t, due, ok, p99 in r["bins"] if -1.5 <= t <= 8]
@@ -268,7 +339,9 @@ def report(args, results: dict, server_cpus, generator_cpus) -> None:
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model-dir", type=Path, help="a compiled CPU artifact (default: build serve_bench's tiny BERT)")
+    parser.add_argument(
+        "--model-dir", type=Path, help="a compiled CPU artifact (default: build serve_bench's tiny BERT)"
+    )
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--batch-ms", type=float, default=3.0, help="the emulated accelerator's time per batch")
     parser.add_argument("--max-queue-delay-ms", type=float, default=1.0)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from inferstack import config
 from inferstack.capacity import pricing
@@ -22,12 +23,24 @@ from inferstack.schema import instances
 
 # Each module registers its command with add_parser(subparsers), setting its handler: the order of `--help`.
 # None imports boto3 at module level, so a command that never calls AWS never loads it.
-COMMANDS = (validate, schema, plan, render_triton, review_command, release, promote, rollback, smoke, invoke,
-            profile_command, loadtest_command)
+COMMANDS = (
+    validate,
+    schema,
+    plan,
+    render_triton,
+    review_command,
+    release,
+    promote,
+    rollback,
+    smoke,
+    invoke,
+    profile_command,
+    loadtest_command,
+)
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse's default prints the whole usage block
+    def error(self, message: str) -> NoReturn:  # argparse's default prints the whole usage block
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 

@@ -87,13 +87,13 @@ class Step:
 @dataclass
 class Result:
     steps: list[Step] = field(default_factory=list)
-    checks: list[str] = field(default_factory=list)          # what was verified
-    problems: list[str] = field(default_factory=list)        # failed checks
-    workarounds: list[str] = field(default_factory=list)     # moto patches applied in the server
-    rules: list[str] = field(default_factory=list)           # AWS rules the server enforces (aws_rules)
+    checks: list[str] = field(default_factory=list)  # what was verified
+    problems: list[str] = field(default_factory=list)  # failed checks
+    workarounds: list[str] = field(default_factory=list)  # moto patches applied in the server
+    rules: list[str] = field(default_factory=list)  # AWS rules the server enforces (aws_rules)
     custom_resources_not_run: list[str] = field(default_factory=list)
     unmodeled: dict[str, list[str]] = field(default_factory=dict)  # resource type -> stacks
-    not_run: list[str] = field(default_factory=list)         # README steps the emulator cannot run, and why
+    not_run: list[str] = field(default_factory=list)  # README steps the emulator cannot run, and why
     tool_lines: dict[str, list[str]] = field(default_factory=dict)  # smoke / promote output
     leftovers: list[str] = field(default_factory=list)
     config_changes: list[str] = field(default_factory=list)  # what the rehearsal changed in its config copy
@@ -106,6 +106,7 @@ class Result:
 
 
 # ----------------------------------------------------------------------------- processes
+
 
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -135,8 +136,9 @@ def _kill_group(process: subprocess.Popen) -> None:
 def run(args: list[str], *, env: dict[str, str], timeout: float, cwd: Path = ROOT) -> tuple[int, str]:
     """(exit code, stdout and stderr merged as printed). The CDK CLI prints to stderr, or to stdout when
     CI=true: read both. A command past its timeout is killed with its children and reported as 124."""
-    process = subprocess.Popen(args, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True, start_new_session=True)
+    process = subprocess.Popen(
+        args, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
     try:
         output, _ = process.communicate(timeout=timeout)
         return process.returncode, output
@@ -159,9 +161,10 @@ def emulator(workdir: Path, clock: Clock, patches: list[str] | None = None) -> I
             args += ["--patch", name]
         env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "MOTO_"))}
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-        log = open(log_path, "ab")  # noqa: SIM115 - closed below
-        process = subprocess.Popen(args, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                   start_new_session=True)
+        log = open(log_path, "ab")  # closed below
+        process = subprocess.Popen(
+            args, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
         endpoint = f"http://127.0.0.1:{port}"
         try:
             give_up = time.monotonic() + clock.left(SERVER_START_TIMEOUT_S)
@@ -177,11 +180,13 @@ def emulator(workdir: Path, clock: Clock, patches: list[str] | None = None) -> I
         finally:
             _kill_group(process)
             log.close()
-    raise RehearsalFailed(f"the emulator did not start (see {log_path}):\n" +
-                          log_path.read_text(errors="replace")[-2000:])
+    raise RehearsalFailed(
+        f"the emulator did not start (see {log_path}):\n" + log_path.read_text(errors="replace")[-2000:]
+    )
 
 
 # ----------------------------------------------------------------------------- AWS access
+
 
 @dataclass
 class Aws:
@@ -194,30 +199,43 @@ class Aws:
         (moto patch account-from-access-key), a private CDK home (the CLI caches each access key's account
         under ~/.cdk/cache: a shared one would keep an answer from another emulator run), the project's
         Node 22 and virtual environment first on PATH."""
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("AWS_", "MOTO_", "CDK_")) and k != "CI"}
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "MOTO_", "CDK_")) and k != "CI"}
         if ci is None and os.environ.get("CI"):
             env["CI"] = os.environ["CI"]
         elif ci:
             env["CI"] = "true"
-        env.update({
-            "AWS_ENDPOINT_URL": self.endpoint, "AWS_ACCESS_KEY_ID": self.account,
-            "AWS_SECRET_ACCESS_KEY": SECRET, "AWS_REGION": self.region, "AWS_DEFAULT_REGION": self.region,
-            "AWS_EC2_METADATA_DISABLED": "true", "CDK_HOME": str(workdir / "cdk-home"),
-            "CDK_DISABLE_CLI_TELEMETRY": "true", "PYTHONPATH": str(ROOT),
-            "PATH": os.pathsep.join([str(ROOT / "node_modules" / ".bin"), str(Path(sys.executable).parent),
-                                     os.environ.get("PATH", "")]),
-        })
+        env.update(
+            {
+                "AWS_ENDPOINT_URL": self.endpoint,
+                "AWS_ACCESS_KEY_ID": self.account,
+                "AWS_SECRET_ACCESS_KEY": SECRET,
+                "AWS_REGION": self.region,
+                "AWS_DEFAULT_REGION": self.region,
+                "AWS_EC2_METADATA_DISABLED": "true",
+                "CDK_HOME": str(workdir / "cdk-home"),
+                "CDK_DISABLE_CLI_TELEMETRY": "true",
+                "PYTHONPATH": str(ROOT),
+                "PATH": os.pathsep.join(
+                    [str(ROOT / "node_modules" / ".bin"), str(Path(sys.executable).parent), os.environ.get("PATH", "")]
+                ),
+            }
+        )
         return env
 
     def client(self, service: str, account: str | None = None):
         import boto3
 
-        return boto3.client(service, endpoint_url=self.endpoint, region_name=self.region,
-                            aws_access_key_id=account or self.account, aws_secret_access_key=SECRET)
+        return boto3.client(
+            service,
+            endpoint_url=self.endpoint,
+            region_name=self.region,
+            aws_access_key_id=account or self.account,
+            aws_secret_access_key=SECRET,
+        )
 
 
 # ----------------------------------------------------------------------------- assembly and templates
+
 
 @dataclass
 class StackArtifact:
@@ -236,13 +254,19 @@ def stacks_of(cdk_out: Path, env_name: str = ENV) -> list[StackArtifact]:
         if artifact["type"] != "aws:cloudformation:stack":
             continue
         properties = artifact["properties"]
-        found[artifact_id] = StackArtifact(artifact_id, properties.get("stackName", artifact_id),
-                                           json.loads((directory / properties["templateFile"]).read_text()),
-                                           [d for d in artifact.get("dependencies") or []])
+        found[artifact_id] = StackArtifact(
+            artifact_id,
+            properties.get("stackName", artifact_id),
+            json.loads((directory / properties["templateFile"]).read_text()),
+            [d for d in artifact.get("dependencies") or []],
+        )
     ordered: list[StackArtifact] = []
     while len(ordered) < len(found):
-        ready = [s for s in found.values() if s not in ordered
-                 and all(d not in found or found[d] in ordered for d in s.dependencies)]
+        ready = [
+            s
+            for s in found.values()
+            if s not in ordered and all(d not in found or found[d] in ordered for d in s.dependencies)
+        ]
         if not ready:
             raise RehearsalFailed(f"dependency cycle among {sorted(found)}")
         ordered += ready
@@ -255,6 +279,7 @@ def resolved_literal(value) -> str | None:
 
 
 # ----------------------------------------------------------------------------- the steps
+
 
 def publish_images(aws: Aws, release_manifest: dict, label: str) -> dict[str, dict]:
     """Push one small synthetic image per model of dev to the repository and tag its image asset names in
@@ -269,11 +294,20 @@ def publish_images(aws: Aws, release_manifest: dict, label: str) -> dict[str, di
     for model, stack in sorted(stacks.items()):
         if not stack.get("images") or model == stack_outputs.LOAD_TEST:
             continue  # the load-test tool is built from the commit, not pinned: publish_tool_images
-        (image,) = [i for i in release.model_images(release_manifest, model)
-                    if i["repository"] == stack["images"][0]["repository"] and i["tag"] == stack["images"][0]["tag"]]
+        (image,) = [
+            i
+            for i in release.model_images(release_manifest, model)
+            if i["repository"] == stack["images"][0]["repository"] and i["tag"] == stack["images"][0]["tag"]
+        ]
         tag = image["tag"] if label == "N" else f"{image['tag'][:100]}-{label.replace('+', 'plus')}"
-        same = next((p for p in published.values() if (p["repository_uri"], p["tag"]) ==
-                     (image["image_uri"].rsplit(":", 1)[0], tag)), None)
+        same = next(
+            (
+                p
+                for p in published.values()
+                if (p["repository_uri"], p["tag"]) == (image["image_uri"].rsplit(":", 1)[0], tag)
+            ),
+            None,
+        )
         if same is not None:  # two models built from one image asset (same context and arguments): one image
             published[model] = dict(same)
             continue
@@ -286,21 +320,45 @@ def publish_images(aws: Aws, release_manifest: dict, label: str) -> dict[str, di
 def push_synthetic_image(ecr, repository: str, tag: str, label: str, text: str) -> str:
     """A small image (one layer holding `text`) pushed with the ECR layer API under `tag`; returns its digest."""
     layer = f"{text}\n".encode()
-    config = json.dumps({"architecture": "amd64", "os": "linux", "config": {"Labels": {"model": label}},
-                         "rootfs": {"type": "layers", "diff_ids": ["sha256:" + hashlib.sha256(layer).hexdigest()]}},
-                        sort_keys=True).encode()
+    config = json.dumps(
+        {
+            "architecture": "amd64",
+            "os": "linux",
+            "config": {"Labels": {"model": label}},
+            "rootfs": {"type": "layers", "diff_ids": ["sha256:" + hashlib.sha256(layer).hexdigest()]},
+        },
+        sort_keys=True,
+    ).encode()
     for blob in (config, layer):
         digest = "sha256:" + hashlib.sha256(blob).hexdigest()
         upload = ecr.initiate_layer_upload(repositoryName=repository)
-        ecr.upload_layer_part(repositoryName=repository, uploadId=upload["uploadId"], partFirstByte=0,
-                              partLastByte=len(blob) - 1, layerPartBlob=blob)
+        ecr.upload_layer_part(
+            repositoryName=repository,
+            uploadId=upload["uploadId"],
+            partFirstByte=0,
+            partLastByte=len(blob) - 1,
+            layerPartBlob=blob,
+        )
         ecr.complete_layer_upload(repositoryName=repository, uploadId=upload["uploadId"], layerDigests=[digest])
-    manifest = json.dumps({
-        "schemaVersion": 2, "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
-        "config": {"mediaType": "application/vnd.docker.container.image.v1+json", "size": len(config),
-                   "digest": "sha256:" + hashlib.sha256(config).hexdigest()},
-        "layers": [{"mediaType": "application/vnd.docker.image.rootfs.diff.tar.gzip", "size": len(layer),
-                    "digest": "sha256:" + hashlib.sha256(layer).hexdigest()}]}, indent=3)
+    manifest = json.dumps(
+        {
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
+            "config": {
+                "mediaType": "application/vnd.docker.container.image.v1+json",
+                "size": len(config),
+                "digest": "sha256:" + hashlib.sha256(config).hexdigest(),
+            },
+            "layers": [
+                {
+                    "mediaType": "application/vnd.docker.image.rootfs.diff.tar.gzip",
+                    "size": len(layer),
+                    "digest": "sha256:" + hashlib.sha256(layer).hexdigest(),
+                }
+            ],
+        },
+        indent=3,
+    )
     put = ecr.put_image(repositoryName=repository, imageManifest=manifest, imageTag=tag)
     return put["image"]["imageId"]["imageDigest"]
 
@@ -312,11 +370,12 @@ def tool_image_assets(cdk_out: Path) -> dict[str, list[tuple[str, str]]]:
         for image in (json.loads(manifest.read_text()).get("dockerImages") or {}).values():
             for destination in image["destinations"].values():
                 found.setdefault(manifest.name.removesuffix(".assets.json"), []).append(
-                    (str(destination["repositoryName"]), str(destination["imageTag"])))
+                    (str(destination["repositoryName"]), str(destination["imageTag"]))
+                )
     return found
 
 
-def publish_tool_images(aws: Aws, cdk_out: Path, stacks: list["StackArtifact"]) -> list[str]:
+def publish_tool_images(aws: Aws, cdk_out: Path, stacks: list[StackArtifact]) -> list[str]:
     """What cdk-assets would push after `docker build` for the image assets a pinned dev still builds (only the
     load-test generators' image: built from the commit being deployed, not promoted): a synthetic image under
     the asset's own repository and tag, unless already there. `cdk deploy` then finds it and builds nothing."""
@@ -327,8 +386,10 @@ def publish_tool_images(aws: Aws, cdk_out: Path, stacks: list["StackArtifact"]) 
     pushed = []
     for artifact, images in sorted(tool_image_assets(cdk_out).items()):
         if artifact not in load_test:
-            raise RehearsalFailed(f"pinned dev still builds image assets in {artifact}: only the load-test "
-                                  f"generators' image is built from the commit")
+            raise RehearsalFailed(
+                f"pinned dev still builds image assets in {artifact}: only the load-test "
+                f"generators' image is built from the commit"
+            )
         for repository, tag in images:
             repository = repository.replace("${AWS::AccountId}", aws.account).replace("${AWS::Region}", aws.region)
             try:
@@ -337,8 +398,13 @@ def publish_tool_images(aws: Aws, cdk_out: Path, stacks: list["StackArtifact"]) 
             except ClientError as exc:
                 if exc.response["Error"]["Code"] != "ImageNotFoundException":
                     raise
-            push_synthetic_image(ecr, repository, tag, stack_outputs.LOAD_TEST,
-                                 f"inferstack rehearsal image of the load-test generators, tag {tag}")
+            push_synthetic_image(
+                ecr,
+                repository,
+                tag,
+                stack_outputs.LOAD_TEST,
+                f"inferstack rehearsal image of the load-test generators, tag {tag}",
+            )
             pushed.append(f"{repository}:{tag[:12]}")
     return pushed
 
@@ -349,16 +415,24 @@ def pin_dev(config_dir: Path, published: dict[str, dict], release_manifest: dict
     from inferstack.config import pin_history
     from inferstack.config.release_pin import PIN_FORMAT, PinnedImage, ReleaseIdentity, ReleasePin, dump
 
-    pin = ReleasePin(format=PIN_FORMAT, environment=ENV, promoted_from=ENV,
-                     release=ReleaseIdentity(commit=release_manifest.get("commit"),
-                                             config_sha256=release_manifest.get("config_sha256")),
-                     images={m: PinnedImage(repository_uri=p["repository_uri"], digest=p["digest"], tag=p["tag"])
-                             for m, p in published.items()})
+    pin = ReleasePin(
+        format=PIN_FORMAT,
+        environment=ENV,
+        promoted_from=ENV,
+        release=ReleaseIdentity(
+            commit=release_manifest.get("commit"), config_sha256=release_manifest.get("config_sha256")
+        ),
+        images={
+            m: PinnedImage(repository_uri=p["repository_uri"], digest=p["digest"], tag=p["tag"])
+            for m, p in published.items()
+        },
+    )
     pin_path = config_dir / "releases" / f"{ENV}.json"
     pin_path.parent.mkdir(exist_ok=True)
     pin_path.write_text(dump(pin))
-    pin_history.append(pin_history.history_path(pin_path, ENV),
-                       pin_history.new_entry(pin, cwd=config_dir, promoted_from=ENV))
+    pin_history.append(
+        pin_history.history_path(pin_path, ENV), pin_history.new_entry(pin, cwd=config_dir, promoted_from=ENV)
+    )
 
 
 def point_environments_at_pins(config_dir: Path) -> None:
@@ -380,7 +454,9 @@ def point_environments_at_pins(config_dir: Path) -> None:
     marker = f"  {PROMOTE_TO}:\n"
     if marker not in text or staging_account is None:
         raise RehearsalFailed(f"{env_file}: no {PROMOTE_TO} environment with an account to promote to")
-    text = text.replace(marker, marker + f"    deploy_role_arn: arn:aws:iam::{staging_account}:role/{PROMOTE_ROLE}\n", 1)
+    text = text.replace(
+        marker, marker + f"    deploy_role_arn: arn:aws:iam::{staging_account}:role/{PROMOTE_ROLE}\n", 1
+    )
     env_file.write_text(text)
 
 
@@ -400,13 +476,14 @@ def check_stacks(aws: Aws, stacks: list[StackArtifact], result: Result) -> dict[
     # What the emulator models: moto's own types and those its patches add (they live in its process).
     model_map = set(get_model_map()) | moto_patches.MODELED_BY_PATCHES
     cloudformation = aws.client("cloudformation")
-    exports = {e["Name"]: e for page in cloudformation.get_paginator("list_exports").paginate()
-               for e in page["Exports"]}
+    exports = {
+        e["Name"]: e for page in cloudformation.get_paginator("list_exports").paginate() for e in page["Exports"]
+    }
     resources: dict[str, dict[str, tuple[str, str]]] = {}
     for stack in stacks:
         try:
             (described,) = cloudformation.describe_stacks(StackName=stack.stack_name)["Stacks"]
-        except Exception as exc:  # noqa: BLE001 - reported as a failed check
+        except Exception as exc:  # reported as a failed check
             result.problems.append(f"{stack.stack_name}: not found after deploy ({exc})")
             continue
         status = described["StackStatus"]
@@ -417,7 +494,9 @@ def check_stacks(aws: Aws, stacks: list[StackArtifact], result: Result) -> dict[
         missing = sorted(set(wanted) - set(outputs))
         extra = sorted(set(outputs) - set(wanted))
         if missing or extra:
-            result.problems.append(f"{stack.stack_name}: outputs missing {missing or 'none'}, unexpected {extra or 'none'}")
+            result.problems.append(
+                f"{stack.stack_name}: outputs missing {missing or 'none'}, unexpected {extra or 'none'}"
+            )
         for key, output in wanted.items():
             name = resolved_literal((output.get("Export") or {}).get("Name"))
             if name is None:
@@ -428,15 +507,21 @@ def check_stacks(aws: Aws, stacks: list[StackArtifact], result: Result) -> dict[
             elif export["ExportingStackId"] != described["StackId"]:
                 result.problems.append(f"{stack.stack_name}: export {name} belongs to {export['ExportingStackId']}")
             elif key in outputs and export["Value"] != outputs[key]["OutputValue"]:
-                result.problems.append(f"{stack.stack_name}: export {name} = {export['Value']!r}, output {key} = "
-                                       f"{outputs[key]['OutputValue']!r}")
+                result.problems.append(
+                    f"{stack.stack_name}: export {name} = {export['Value']!r}, output {key} = "
+                    f"{outputs[key]['OutputValue']!r}"
+                )
         for key, output in outputs.items():
             if not output.get("OutputValue"):
                 result.problems.append(f"{stack.stack_name}: output {key} is empty")
-        summaries = [r for page in cloudformation.get_paginator("list_stack_resources").paginate(
-            StackName=stack.stack_name) for r in page["StackResourceSummaries"]]
-        resources[stack.stack_name] = {r["LogicalResourceId"]: (r["ResourceType"], r.get("PhysicalResourceId", ""))
-                                       for r in summaries}
+        summaries = [
+            r
+            for page in cloudformation.get_paginator("list_stack_resources").paginate(StackName=stack.stack_name)
+            for r in page["StackResourceSummaries"]
+        ]
+        resources[stack.stack_name] = {
+            r["LogicalResourceId"]: (r["ResourceType"], r.get("PhysicalResourceId", "")) for r in summaries
+        }
         for logical, resource in stack.template.get("Resources", {}).items():
             kind = resource["Type"]
             if kind not in model_map and not kind.startswith("Custom::"):
@@ -445,13 +530,16 @@ def check_stacks(aws: Aws, stacks: list[StackArtifact], result: Result) -> dict[
                     result.unmodeled[kind].append(stack.stack_name)
             elif logical not in resources[stack.stack_name]:
                 result.problems.append(f"{stack.stack_name}: {logical} ({kind}) modeled by moto but not created")
-        result.checks.append(f"{stack.stack_name}: {status}, {len(outputs)}/{len(wanted)} outputs, "
-                             f"{sum(1 for o in wanted.values() if o.get('Export'))} exports")
+        result.checks.append(
+            f"{stack.stack_name}: {status}, {len(outputs)}/{len(wanted)} outputs, "
+            f"{sum(1 for o in wanted.values() if o.get('Export'))} exports"
+        )
     return resources
 
 
-def check_pinned_images(aws: Aws, published: dict[str, dict], outputs_by_stack: dict[str, dict[str, str]],
-                        result: Result) -> None:
+def check_pinned_images(
+    aws: Aws, published: dict[str, dict], outputs_by_stack: dict[str, dict[str, str]], result: Result
+) -> None:
     """The deployed ECS task definitions and SageMaker models run the pinned digests."""
     ecs, sagemaker = aws.client("ecs"), aws.client("sagemaker")
     for model, pin in sorted(published.items()):
@@ -464,15 +552,20 @@ def check_pinned_images(aws: Aws, published: dict[str, dict], outputs_by_stack: 
         elif "InferenceComponentName" in outputs:  # on a fleet's shared endpoint: the component names the model
             component = sagemaker.describe_inference_component(InferenceComponentName=outputs["InferenceComponentName"])
             if component["EndpointName"] != outputs.get("EndpointName"):
-                result.problems.append(f"{ENV}-{model}: component {outputs['InferenceComponentName']} is on endpoint "
-                                       f"{component['EndpointName']}, its stack says {outputs.get('EndpointName')}")
-            images = [sagemaker.describe_model(ModelName=component["Specification"]["ModelName"])[
-                "PrimaryContainer"]["Image"]]
+                result.problems.append(
+                    f"{ENV}-{model}: component {outputs['InferenceComponentName']} is on endpoint "
+                    f"{component['EndpointName']}, its stack says {outputs.get('EndpointName')}"
+                )
+            images = [
+                sagemaker.describe_model(ModelName=component["Specification"]["ModelName"])["PrimaryContainer"]["Image"]
+            ]
         elif "EndpointName" in outputs:
             endpoint = sagemaker.describe_endpoint(EndpointName=outputs["EndpointName"])
             config = sagemaker.describe_endpoint_config(EndpointConfigName=endpoint["EndpointConfigName"])
-            images = [sagemaker.describe_model(ModelName=v["ModelName"])["PrimaryContainer"]["Image"]
-                      for v in config["ProductionVariants"]]
+            images = [
+                sagemaker.describe_model(ModelName=v["ModelName"])["PrimaryContainer"]["Image"]
+                for v in config["ProductionVariants"]
+            ]
         else:
             result.problems.append(f"{ENV}-{model}: no ServiceName or EndpointName output to find its image")
             continue
@@ -502,22 +595,46 @@ def check_load_test(aws: Aws, outputs_by_stack: dict[str, dict[str, str]], confi
     clusters = ecs.describe_clusters(clusters=[outputs[stack_outputs.CLUSTER]])["clusters"]
     if [c["status"] for c in clusters] != ["ACTIVE"]:
         problems.append(f"cluster {outputs[stack_outputs.CLUSTER]}: {clusters}")
-    for key, container, role in ((stack_outputs.MASTER_TASK_DEFINITION, stack_outputs.MASTER_CONTAINER, "master"),
-                                 (stack_outputs.WORKER_TASK_DEFINITION, stack_outputs.WORKER_CONTAINER, "worker")):
+    for key, container, role in (
+        (stack_outputs.MASTER_TASK_DEFINITION, stack_outputs.MASTER_CONTAINER, "master"),
+        (stack_outputs.WORKER_TASK_DEFINITION, stack_outputs.WORKER_CONTAINER, "worker"),
+    ):
         definition = ecs.describe_task_definition(taskDefinition=outputs[key])["taskDefinition"]
         (spec,) = definition["containerDefinitions"]
-        seen = (definition.get("requiresCompatibilities"), definition.get("networkMode"), str(definition.get("cpu")),
-                str(definition.get("memory")), spec.get("name"), spec.get("command"))
-        wanted = (["FARGATE"], "awsvpc", str(settings["worker_cpu"]), str(settings["worker_memory_mib"]),
-                  outputs[container], [role])
+        seen = (
+            definition.get("requiresCompatibilities"),
+            definition.get("networkMode"),
+            str(definition.get("cpu")),
+            str(definition.get("memory")),
+            spec.get("name"),
+            spec.get("command"),
+        )
+        wanted = (
+            ["FARGATE"],
+            "awsvpc",
+            str(settings["worker_cpu"]),
+            str(settings["worker_memory_mib"]),
+            outputs[container],
+            [role],
+        )
         if seen != wanted:
             problems.append(f"{key}: {seen}, expected {wanted}")
-    groups = {g["GroupId"]: g for g in ec2.describe_security_groups(GroupIds=[
-        outputs[stack_outputs.MASTER_SECURITY_GROUP], outputs[stack_outputs.WORKER_SECURITY_GROUP]])["SecurityGroups"]}
-    ingress = [(p["IpProtocol"], p.get("FromPort"), p.get("ToPort"),
-                tuple(sorted(g["GroupId"] for g in p.get("UserIdGroupPairs", []))),
-                tuple(r["CidrIp"] for r in p.get("IpRanges", [])))
-               for p in groups[outputs[stack_outputs.MASTER_SECURITY_GROUP]]["IpPermissions"]]
+    groups = {
+        g["GroupId"]: g
+        for g in ec2.describe_security_groups(
+            GroupIds=[outputs[stack_outputs.MASTER_SECURITY_GROUP], outputs[stack_outputs.WORKER_SECURITY_GROUP]]
+        )["SecurityGroups"]
+    }
+    ingress = [
+        (
+            p["IpProtocol"],
+            p.get("FromPort"),
+            p.get("ToPort"),
+            tuple(sorted(g["GroupId"] for g in p.get("UserIdGroupPairs", []))),
+            tuple(r["CidrIp"] for r in p.get("IpRanges", [])),
+        )
+        for p in groups[outputs[stack_outputs.MASTER_SECURITY_GROUP]]["IpPermissions"]
+    ]
     if ingress != [("tcp", LOCUST_PORT, LOCUST_PORT, (outputs[stack_outputs.WORKER_SECURITY_GROUP],), ())]:
         problems.append(f"master security group admits {ingress}")
     if groups[outputs[stack_outputs.WORKER_SECURITY_GROUP]]["IpPermissions"]:
@@ -530,16 +647,19 @@ def check_load_test(aws: Aws, outputs_by_stack: dict[str, dict[str, str]], confi
         "the results bucket's expiry, versioning, access logging and public access block: moto 5.2.5's "
         "CloudFormation gives a bucket its encryption and tags only (the template's rules: "
         "tests/stacks/test_load_test_stack.py); no load test runs here (tests/loadtest/test_fargate_run.py runs "
-        "them on the stack's template, through a stand-in for Fargate)")
+        "them on the stack's template, through a stand-in for Fargate)"
+    )
     foundation = outputs_by_stack.get(stack_outputs.stack_name(ENV, stack_outputs.FOUNDATION), {})
     subnets = ec2.describe_subnets(SubnetIds=foundation.get(stack_outputs.PRIVATE_SUBNETS, "").split(","))["Subnets"]
     if not subnets or any(s["MapPublicIpOnLaunch"] for s in subnets):
         problems.append(f"PrivateSubnets: {[(s['SubnetId'], s['MapPublicIpOnLaunch']) for s in subnets]}")
     result.problems += [f"{stack}: {p}" for p in problems]
     if not problems:
-        result.checks.append(f"{stack}: cluster, Fargate master and worker ({settings['worker_cpu']} CPU, "
-                             f"{settings['worker_memory_mib']} MiB), master admitting its workers on {LOCUST_PORT} "
-                             f"only, KMS results bucket, {len(subnets)} private subnets without public IPs")
+        result.checks.append(
+            f"{stack}: cluster, Fargate master and worker ({settings['worker_cpu']} CPU, "
+            f"{settings['worker_memory_mib']} MiB), master admitting its workers on {LOCUST_PORT} "
+            f"only, KMS results bucket, {len(subnets)} private subnets without public IPs"
+        )
 
 
 def seed_reply(aws: Aws, model) -> None:
@@ -549,20 +669,36 @@ def seed_reply(aws: Aws, model) -> None:
     model it was made for, in any order of names."""
     from inferstack.loadtest import probes
 
-    outputs = [{"name": o.name, "datatype": o.datatype, "shape": list(o.shape), "data": [0] * _product(o.shape)}
-               for o in probes.probe_for(model).outputs]
-    request = urllib.request.Request(f"{aws.endpoint}/moto-api/static/sagemaker/endpoint-results", method="POST",
-                                     data=json.dumps({"account_id": aws.account, "region": aws.region, "results": [
-                                         {"Body": json.dumps({"model_name": model.name, "outputs": outputs}),
-                                          "ContentType": "application/json"}]}).encode(),
-                                     headers={"Content-Type": "application/json"})
+    outputs = [
+        {"name": o.name, "datatype": o.datatype, "shape": list(o.shape), "data": [0] * _product(o.shape)}
+        for o in probes.probe_for(model).outputs
+    ]
+    request = urllib.request.Request(
+        f"{aws.endpoint}/moto-api/static/sagemaker/endpoint-results",
+        method="POST",
+        data=json.dumps(
+            {
+                "account_id": aws.account,
+                "region": aws.region,
+                "results": [
+                    {
+                        "Body": json.dumps({"model_name": model.name, "outputs": outputs}),
+                        "ContentType": "application/json",
+                    }
+                ],
+            }
+        ).encode(),
+        headers={"Content-Type": "application/json"},
+    )
     with urllib.request.urlopen(request, timeout=10):
         pass
 
 
-SMOKE_NOT_RUN = ("Neuron models (not run here): their internal load balancer is reached through the "
-                 "foundation's probe Lambda, which moto runs only in Docker, and a load balancer in moto serves "
-                 "nothing")
+SMOKE_NOT_RUN = (
+    "Neuron models (not run here): their internal load balancer is reached through the "
+    "foundation's probe Lambda, which moto runs only in Docker, and a load balancer in moto serves "
+    "nothing"
+)
 
 
 def smoke_each(aws: Aws, env: dict[str, str], config_dir: Path, clock: Clock, result: Result) -> str:
@@ -579,24 +715,47 @@ def smoke_each(aws: Aws, env: dict[str, str], config_dir: Path, clock: Clock, re
     lines = []
     for model in triton:
         seed_reply(aws, model)
-        code, output = run([sys.executable, "-m", "inferstack", "smoke", "--env", ENV, "--model", model.name,
-                            "--config-dir", str(config_dir), "--requests", "2", "--timeout", "5",
-                            # moto's latency on a shared machine says nothing about a model: printed, not checked
-                            "--latency", "report"],
-                           env=env, timeout=clock.left(TOOL_TIMEOUT_S))
+        code, output = run(
+            [
+                sys.executable,
+                "-m",
+                "inferstack",
+                "smoke",
+                "--env",
+                ENV,
+                "--model",
+                model.name,
+                "--config-dir",
+                str(config_dir),
+                "--requests",
+                "2",
+                "--timeout",
+                "5",
+                # moto's latency on a shared machine says nothing about a model: printed, not checked
+                "--latency",
+                "report",
+            ],
+            env=env,
+            timeout=clock.left(TOOL_TIMEOUT_S),
+        )
         found = [line for line in output.splitlines() if line.strip()]
         lines += found
         if code != 0 or not any(line.startswith(f"{model.name}: ok:") for line in found):
-            result.problems.append(f"smoke: {model.name} (SageMaker, its own canned reply) did not pass: exit {code}: "
-                                   f"{found[-3:]}")
+            result.problems.append(
+                f"smoke: {model.name} (SageMaker, its own canned reply) did not pass: exit {code}: {found[-3:]}"
+            )
     result.tool_lines["smoke"] = lines
     if neuron:
         result.not_run.append(f"smoke of {', '.join(neuron)}: " + SMOKE_NOT_RUN)
-    result.not_run.append("smoke of Triton models ran against moto's canned InvokeEndpoint replies (seeded one model "
-                          "at a time through /moto-api/static/sagemaker/endpoint-results): discovery, the call and "
-                          "the reply checks, not a model, nor latency (--latency report)")
-    return (f"SageMaker models checked against canned replies: {', '.join(m.name for m in triton) or 'none'}; "
-            f"not run here: {', '.join(neuron) or 'none'}")
+    result.not_run.append(
+        "smoke of Triton models ran against moto's canned InvokeEndpoint replies (seeded one model "
+        "at a time through /moto-api/static/sagemaker/endpoint-results): discovery, the call and "
+        "the reply checks, not a model, nor latency (--latency report)"
+    )
+    return (
+        f"SageMaker models checked against canned replies: {', '.join(m.name for m in triton) or 'none'}; "
+        f"not run here: {', '.join(neuron) or 'none'}"
+    )
 
 
 def check_config_change(aws: Aws, outputs_by_stack: dict[str, dict[str, str]], result: Result) -> str:
@@ -609,14 +768,19 @@ def check_config_change(aws: Aws, outputs_by_stack: dict[str, dict[str, str]], r
     # The fleet's serving settings, one entry per model (container/neuron/serving/server_settings.py reads them).
     served = {m["name"]: m for m in json.loads(environment.get("SERVER_MODELS", "[]"))}
     if (served.get(day_two.CHANGED_MODEL) or {}).get("max_batch_size") != day_two.CHANGED_BATCH_SIZE:
-        result.problems.append(f"release N+1: {day_two.CHANGED_MODEL}'s batch size {day_two.CHANGED_BATCH_SIZE} not in "
-                               f"the running task definition ({service['taskDefinition']})")
-    return (f"release N+1: the running task definition {service['taskDefinition'].rsplit('/', 1)[-1]} serves "
-            f"{day_two.CHANGED_MODEL} with batch size {day_two.CHANGED_BATCH_SIZE}")
+        result.problems.append(
+            f"release N+1: {day_two.CHANGED_MODEL}'s batch size {day_two.CHANGED_BATCH_SIZE} not in "
+            f"the running task definition ({service['taskDefinition']})"
+        )
+    return (
+        f"release N+1: the running task definition {service['taskDefinition'].rsplit('/', 1)[-1]} serves "
+        f"{day_two.CHANGED_MODEL} with batch size {day_two.CHANGED_BATCH_SIZE}"
+    )
 
 
-def check_instance_type_change(aws: Aws, outputs_by_stack: dict[str, dict[str, str]], live: day_two.LiveState,
-                               result: Result) -> str:
+def check_instance_type_change(
+    aws: Aws, outputs_by_stack: dict[str, dict[str, str]], live: day_two.LiveState, result: Result
+) -> str:
     """Release N+1 moved RETYPED_MODEL's autoscaled endpoint to RETYPED_TO in that one deploy: InService under its
     name, its variant on the new type, and its scalable target registered again after day two registered it (the
     scaling handover deregistered it before the Endpoint's update, which the emulator refuses while it is
@@ -625,8 +789,12 @@ def check_instance_type_change(aws: Aws, outputs_by_stack: dict[str, dict[str, s
     name = outputs_by_stack[stack]["EndpointName"]
     sagemaker, scaling = aws.client("sagemaker"), aws.client("application-autoscaling")
     endpoint = sagemaker.describe_endpoint(EndpointName=name)
-    variants = {v["VariantName"]: v.get("InstanceType") for v in sagemaker.describe_endpoint_config(
-        EndpointConfigName=endpoint["EndpointConfigName"])["ProductionVariants"]}
+    variants = {
+        v["VariantName"]: v.get("InstanceType")
+        for v in sagemaker.describe_endpoint_config(EndpointConfigName=endpoint["EndpointConfigName"])[
+            "ProductionVariants"
+        ]
+    }
     registered = [t for resource_id, t in live.targets.items() if resource_id.startswith(f"endpoint/{name}/variant/")]
     problems = [] if endpoint["EndpointStatus"] == "InService" else [f"endpoint {endpoint['EndpointStatus']}"]
     if len(registered) != 1 or set(variants.values()) != {day_two.RETYPED_TO}:
@@ -644,9 +812,11 @@ def check_instance_type_change(aws: Aws, outputs_by_stack: dict[str, dict[str, s
     if problems:
         return f"release N+1: {stack}'s instance-type change read back ({len(problems)} problems)"
     (target,) = registered
-    return (f"release N+1: {name} InService on {day_two.RETYPED_TO} (variant {', '.join(variants)}) in one deploy; "
-            f"{target.resource_id} registered again as a scalable target ({target.capacity[0]}-{target.capacity[1]}; "
-            f"scaling policies: {len(target.policies)}, scheduled actions: {len(target.scheduled)})")
+    return (
+        f"release N+1: {name} InService on {day_two.RETYPED_TO} (variant {', '.join(variants)}) in one deploy; "
+        f"{target.resource_id} registered again as a scalable target ({target.capacity[0]}-{target.capacity[1]}; "
+        f"scaling policies: {len(target.policies)}, scheduled actions: {len(target.scheduled)})"
+    )
 
 
 # What a neuron-cores fleet's stack replaces when a member leaves: the task definition (a new revision serving the
@@ -656,9 +826,14 @@ def check_instance_type_change(aws: Aws, outputs_by_stack: dict[str, dict[str, s
 FLEET_MEMBER_RETIREMENT_REPLACES = {"AWS::ECS::TaskDefinition", "AWS::CloudWatch::Dashboard"}
 
 
-def check_retired(aws: Aws, before: dict[str, dict[str, tuple[str, str]]],
-                  after: dict[str, dict[str, tuple[str, str]]], retired_stack: str, result: Result,
-                  members_left: dict[str, tuple[str, int]] | None = None) -> None:
+def check_retired(
+    aws: Aws,
+    before: dict[str, dict[str, tuple[str, str]]],
+    after: dict[str, dict[str, tuple[str, str]]],
+    retired_stack: str,
+    result: Result,
+    members_left: dict[str, tuple[str, int]] | None = None,
+) -> None:
     """Only the retired model's stack and resources are gone; every other stack kept its resources (same
     physical ids), the shared endpoint among them. `members_left`: fleet stack -> (the member that left it, its
     port): its own resources (named under it, and the task security group's ingress on its port) go, and the
@@ -676,15 +851,21 @@ def check_retired(aws: Aws, before: dict[str, dict[str, tuple[str, str]]],
         member_name, port = members_left.get(name, ("", 0))
         member = re.sub(r"[^A-Za-z0-9]", "", member_name)
 
-        def members_own(logical_id: str, kind: str) -> bool:
+        # Called only within this loop step: the defaults bind this step's member and port.
+        def members_own(logical_id: str, kind: str, member: str = member, port: int = port) -> bool:
             # CDK names an ingress "...from<peer>:<port>", then its 8-character hash.
-            return member in logical_id or (kind == "AWS::EC2::SecurityGroupIngress"
-                                            and re.search(rf"{port}[0-9A-F]{{8}}$", logical_id) is not None)
+            return member in logical_id or (
+                kind == "AWS::EC2::SecurityGroupIngress" and re.search(rf"{port}[0-9A-F]{{8}}$", logical_id) is not None
+            )
 
-        changed = sorted(k for k, v in logical.items() if after.get(name, {}).get(k) != v
-                         and not v[0].startswith("Custom::")
-                         and not (member and k not in after.get(name, {}) and members_own(k, v[0]))
-                         and not (member and k in after.get(name, {}) and v[0] in FLEET_MEMBER_RETIREMENT_REPLACES))
+        changed = sorted(
+            k
+            for k, v in logical.items()
+            if after.get(name, {}).get(k) != v
+            and not v[0].startswith("Custom::")
+            and not (member and k not in after.get(name, {}) and members_own(k, v[0]))
+            and not (member and k in after.get(name, {}) and v[0] in FLEET_MEMBER_RETIREMENT_REPLACES)
+        )
         if changed:
             result.problems.append(f"retire: {name} changed beside the retired model: {changed[:5]}")
         if member:
@@ -692,11 +873,15 @@ def check_retired(aws: Aws, before: dict[str, dict[str, tuple[str, str]]],
             if left:
                 result.problems.append(f"retire: {name} still holds {members_left[name]}'s {left[:3]}")
     if not any(p.startswith("retire:") for p in result.problems):
-        result.checks.append(f"retire: {retired_stack} and its {len(gone)} resources gone; {len(before) - 1} other "
-                             f"stacks kept every resource (same physical ids)"
-                             + "".join(f"; {stack} lost {member}'s own resources and rolled a new task definition, "
-                                       f"its load balancer and the other members' routes unchanged"
-                                       for stack, (member, _) in sorted(members_left.items())))
+        result.checks.append(
+            f"retire: {retired_stack} and its {len(gone)} resources gone; {len(before) - 1} other "
+            f"stacks kept every resource (same physical ids)"
+            + "".join(
+                f"; {stack} lost {member}'s own resources and rolled a new task definition, "
+                f"its load balancer and the other members' routes unchanged"
+                for stack, (member, _) in sorted(members_left.items())
+            )
+        )
 
 
 def _product(shape) -> int:
@@ -726,25 +911,48 @@ def _exists_checks(aws: Aws) -> dict[str, Callable[[str], bool]]:
     return {
         "AWS::EC2::VPC": lambda i: quiet(lambda: bool(ec2.describe_vpcs(VpcIds=[i])["Vpcs"])),
         "AWS::EC2::Subnet": lambda i: quiet(lambda: bool(ec2.describe_subnets(SubnetIds=[i])["Subnets"])),
-        "AWS::EC2::SecurityGroup": lambda i: quiet(lambda: bool(ec2.describe_security_groups(GroupIds=[i])["SecurityGroups"])),
-        "AWS::EC2::NatGateway": lambda i: quiet(lambda: any(g["State"] not in ("deleted", "deleting") for g in
-                                                            ec2.describe_nat_gateways(NatGatewayIds=[i])["NatGateways"])),
-        "AWS::EC2::LaunchTemplate": lambda i: quiet(lambda: bool(ec2.describe_launch_templates(LaunchTemplateIds=[i])["LaunchTemplates"])),
-        "AWS::ECS::Cluster": lambda i: quiet(lambda: any(c["status"] != "INACTIVE" for c in
-                                                         ecs.describe_clusters(clusters=[i])["clusters"])),
-        "AWS::ECS::TaskDefinition": lambda i: quiet(lambda: ecs.describe_task_definition(taskDefinition=i)[
-            "taskDefinition"]["status"] == "ACTIVE"),
+        "AWS::EC2::SecurityGroup": lambda i: quiet(
+            lambda: bool(ec2.describe_security_groups(GroupIds=[i])["SecurityGroups"])
+        ),
+        "AWS::EC2::NatGateway": lambda i: quiet(
+            lambda: any(
+                g["State"] not in ("deleted", "deleting")
+                for g in ec2.describe_nat_gateways(NatGatewayIds=[i])["NatGateways"]
+            )
+        ),
+        "AWS::EC2::LaunchTemplate": lambda i: quiet(
+            lambda: bool(ec2.describe_launch_templates(LaunchTemplateIds=[i])["LaunchTemplates"])
+        ),
+        "AWS::ECS::Cluster": lambda i: quiet(
+            lambda: any(c["status"] != "INACTIVE" for c in ecs.describe_clusters(clusters=[i])["clusters"])
+        ),
+        "AWS::ECS::TaskDefinition": lambda i: quiet(
+            lambda: ecs.describe_task_definition(taskDefinition=i)["taskDefinition"]["status"] == "ACTIVE"
+        ),
         "AWS::SageMaker::Endpoint": lambda i: quiet(lambda: bool(sm.describe_endpoint(EndpointName=name_of(i)))),
-        "AWS::SageMaker::EndpointConfig": lambda i: quiet(lambda: bool(sm.describe_endpoint_config(EndpointConfigName=name_of(i)))),
+        "AWS::SageMaker::EndpointConfig": lambda i: quiet(
+            lambda: bool(sm.describe_endpoint_config(EndpointConfigName=name_of(i)))
+        ),
         "AWS::SageMaker::Model": lambda i: quiet(lambda: bool(sm.describe_model(ModelName=name_of(i)))),
-        "AWS::SageMaker::InferenceComponent": lambda i: quiet(lambda: bool(sm.describe_inference_component(
-            InferenceComponentName=name_of(i)))),
-        "AWS::ElasticLoadBalancingV2::LoadBalancer": lambda i: quiet(lambda: bool(elbv2.describe_load_balancers(LoadBalancerArns=[i])["LoadBalancers"])),
-        "AWS::ElasticLoadBalancingV2::TargetGroup": lambda i: quiet(lambda: bool(elbv2.describe_target_groups(TargetGroupArns=[i])["TargetGroups"])),
-        "AWS::AutoScaling::AutoScalingGroup": lambda i: quiet(lambda: bool(asg.describe_auto_scaling_groups(AutoScalingGroupNames=[i])["AutoScalingGroups"])),
+        "AWS::SageMaker::InferenceComponent": lambda i: quiet(
+            lambda: bool(sm.describe_inference_component(InferenceComponentName=name_of(i)))
+        ),
+        "AWS::ElasticLoadBalancingV2::LoadBalancer": lambda i: quiet(
+            lambda: bool(elbv2.describe_load_balancers(LoadBalancerArns=[i])["LoadBalancers"])
+        ),
+        "AWS::ElasticLoadBalancingV2::TargetGroup": lambda i: quiet(
+            lambda: bool(elbv2.describe_target_groups(TargetGroupArns=[i])["TargetGroups"])
+        ),
+        "AWS::AutoScaling::AutoScalingGroup": lambda i: quiet(
+            lambda: bool(asg.describe_auto_scaling_groups(AutoScalingGroupNames=[i])["AutoScalingGroups"])
+        ),
         "AWS::Lambda::Function": lambda i: quiet(lambda: bool(lam.get_function(FunctionName=i))),
-        "AWS::KMS::Key": lambda i: quiet(lambda: kms.describe_key(KeyId=i)["KeyMetadata"]["KeyState"] not in ("PendingDeletion",)),
-        "AWS::Logs::LogGroup": lambda i: quiet(lambda: any(g["logGroupName"] == i for g in logs.describe_log_groups(logGroupNamePrefix=i)["logGroups"])),
+        "AWS::KMS::Key": lambda i: quiet(
+            lambda: kms.describe_key(KeyId=i)["KeyMetadata"]["KeyState"] not in ("PendingDeletion",)
+        ),
+        "AWS::Logs::LogGroup": lambda i: quiet(
+            lambda: any(g["logGroupName"] == i for g in logs.describe_log_groups(logGroupNamePrefix=i)["logGroups"])
+        ),
         "AWS::SNS::Topic": lambda i: quiet(lambda: bool(sns.get_topic_attributes(TopicArn=i))),
         "AWS::IAM::Role": lambda i: quiet(lambda: bool(iam.get_role(RoleName=i))),
         "AWS::S3::Bucket": lambda i: quiet(lambda: bool(s3.head_bucket(Bucket=i))),
@@ -769,18 +977,25 @@ def still_there(aws: Aws, resources: dict[str, dict[str, tuple[str, str]]]) -> t
 
 def check_destroyed(aws: Aws, resources: dict[str, dict[str, tuple[str, str]]], result: Result) -> None:
     cloudformation = aws.client("cloudformation")
-    live = [s["StackName"] for page in cloudformation.get_paginator("list_stacks").paginate()
-            for s in page["StackSummaries"] if s["StackStatus"] != "DELETE_COMPLETE"]
+    live = [
+        s["StackName"]
+        for page in cloudformation.get_paginator("list_stacks").paginate()
+        for s in page["StackSummaries"]
+        if s["StackStatus"] != "DELETE_COMPLETE"
+    ]
     if sorted(live) != ["CDKToolkit"]:
         result.problems.append(f"stacks left after cdk destroy: {sorted(s for s in live if s != 'CDKToolkit')}")
     leftovers, counted, unchecked = still_there(aws, resources)
     result.leftovers += leftovers
     if result.leftovers:
-        result.problems.append(f"{len(result.leftovers)} resource(s) left after cdk destroy: " +
-                               "; ".join(result.leftovers))
-    result.checks.append(f"after cdk destroy: no stack but CDKToolkit; {counted} resources of "
-                         f"{len(_exists_checks(aws))} types checked gone ({len(result.leftovers)} left); not checked "
-                         f"by type: {', '.join(sorted(unchecked)) or 'none'}")
+        result.problems.append(
+            f"{len(result.leftovers)} resource(s) left after cdk destroy: " + "; ".join(result.leftovers)
+        )
+    result.checks.append(
+        f"after cdk destroy: no stack but CDKToolkit; {counted} resources of "
+        f"{len(_exists_checks(aws))} types checked gone ({len(result.leftovers)} left); not checked "
+        f"by type: {', '.join(sorted(unchecked)) or 'none'}"
+    )
 
 
 def remove_bootstrap(aws: Aws, result: Result) -> None:
@@ -795,7 +1010,9 @@ def remove_bootstrap(aws: Aws, result: Result) -> None:
         if images:
             ecr.batch_delete_image(repositoryName=repository, imageIds=images)
     cloudformation.delete_stack(StackName="CDKToolkit")
-    live = [s["StackName"] for s in cloudformation.list_stacks()["StackSummaries"] if s["StackStatus"] != "DELETE_COMPLETE"]
+    live = [
+        s["StackName"] for s in cloudformation.list_stacks()["StackSummaries"] if s["StackStatus"] != "DELETE_COMPLETE"
+    ]
     if live:
         result.problems.append(f"stacks left after deleting CDKToolkit: {live}")
     bucket = physical.get("StagingBucket")
@@ -806,19 +1023,23 @@ def remove_bootstrap(aws: Aws, result: Result) -> None:
             retained.append(f"bucket {bucket} (DeletionPolicy Retain)")
             # what a user does next: empty and delete it
             versions = s3.list_object_versions(Bucket=bucket)
-            objects = [{"Key": v["Key"], "VersionId": v["VersionId"]}
-                       for v in (versions.get("Versions") or []) + (versions.get("DeleteMarkers") or [])]
+            objects = [
+                {"Key": v["Key"], "VersionId": v["VersionId"]}
+                for v in (versions.get("Versions") or []) + (versions.get("DeleteMarkers") or [])
+            ]
             if objects:
                 s3.delete_objects(Bucket=bucket, Delete={"Objects": objects})
             s3.delete_bucket(Bucket=bucket)
-        except Exception as exc:  # noqa: BLE001 - reported
+        except Exception as exc:  # reported
             if "404" not in str(exc) and "Not Found" not in str(exc):
                 result.problems.append(f"bootstrap bucket {bucket}: {exc}")
-    result.checks.append("CDKToolkit deleted; retained by its template and removed by hand: " +
-                         (", ".join(retained) or "nothing"))
+    result.checks.append(
+        "CDKToolkit deleted; retained by its template and removed by hand: " + (", ".join(retained) or "nothing")
+    )
 
 
 # ----------------------------------------------------------------------------- the rehearsal
+
 
 @dataclass
 class Run:
@@ -829,44 +1050,66 @@ class Run:
     clock: Clock
     result: Result
     aws: Aws
-    env: dict[str, str]        # the CLI's environment, pointed at the emulator
-    base_env: dict[str, str]   # without AWS credentials: synth reads no account
+    env: dict[str, str]  # the CLI's environment, pointed at the emulator
+    base_env: dict[str, str]  # without AWS credentials: synth reads no account
     config_dir: Path
     account: str
     region: str
     release_manifest: dict = field(default_factory=dict)
-    published: dict[str, dict] = field(default_factory=dict)   # release N's images by model
-    cdk_out: Path | None = None                                # the assembly deployed last
+    published: dict[str, dict] = field(default_factory=dict)  # release N's images by model
+    cdk_out: Path | None = None  # the assembly deployed last
     stacks: list[StackArtifact] = field(default_factory=list)  # its stacks
-    deployed: dict = field(default_factory=dict)               # stack -> logical id -> (type, physical id)
+    deployed: dict = field(default_factory=dict)  # stack -> logical id -> (type, physical id)
     outputs_by_stack: dict[str, dict[str, str]] = field(default_factory=dict)
-    all_resources: dict = field(default_factory=dict)          # every resource the stacks ever had
+    all_resources: dict = field(default_factory=dict)  # every resource the stacks ever had
     live: day_two.LiveState | None = None  # what day two set, as ECS and autoscaling would
 
     def synth_pinned(self, name: str) -> tuple[Path, list[StackArtifact]]:
         cdk_out = self.workdir / name
-        code, output = run(["cdk", "synth", "-q", "-c", f"environments={ENV}", "-c",
-                            f"inferstack:config-dir={self.config_dir}", "-o", str(cdk_out)],
-                           env=self.base_env, timeout=self.clock.left(SYNTH_TIMEOUT_S))
+        code, output = run(
+            [
+                "cdk",
+                "synth",
+                "-q",
+                "-c",
+                f"environments={ENV}",
+                "-c",
+                f"inferstack:config-dir={self.config_dir}",
+                "-o",
+                str(cdk_out),
+            ],
+            env=self.base_env,
+            timeout=self.clock.left(SYNTH_TIMEOUT_S),
+        )
         _require(code, output, f"cdk synth ({name})")
         stacks = stacks_of(cdk_out)
         tools = publish_tool_images(self.aws, cdk_out, stacks)  # refuses any other image asset
         if tools:
-            self.result.checks.append(f"the load-test image, built from the commit (not pinned), published as "
-                                      f"cdk-assets would: {', '.join(tools)}")
+            self.result.checks.append(
+                f"the load-test image, built from the commit (not pinned), published as "
+                f"cdk-assets would: {', '.join(tools)}"
+            )
         return cdk_out, stacks
 
     def deploy(self, cdk_out: Path, stacks: list[StackArtifact], pinned: dict[str, dict], log_name: str):
-        code, output = run(["cdk", "deploy", "--app", str(cdk_out), f"{ENV}/*", "--require-approval", "never",
-                            "--progress", "events"], env=self.env, timeout=self.clock.left(DEPLOY_TIMEOUT_S))
+        code, output = run(
+            ["cdk", "deploy", "--app", str(cdk_out), f"{ENV}/*", "--require-approval", "never", "--progress", "events"],
+            env=self.env,
+            timeout=self.clock.left(DEPLOY_TIMEOUT_S),
+        )
         (self.workdir / log_name).write_text(output)
         _require(code, output, f"cdk deploy ({log_name})")
         deployed = check_stacks(self.aws, stacks, self.result)
         if self.result.problems:
             raise RehearsalFailed("deployed stacks do not match their templates: " + "; ".join(self.result.problems))
         cloudformation = self.aws.client("cloudformation")
-        outputs = {st.stack_name: {o["OutputKey"]: o["OutputValue"] for o in cloudformation.describe_stacks(
-            StackName=st.stack_name)["Stacks"][0].get("Outputs") or []} for st in stacks}
+        outputs = {
+            st.stack_name: {
+                o["OutputKey"]: o["OutputValue"]
+                for o in cloudformation.describe_stacks(StackName=st.stack_name)["Stacks"][0].get("Outputs") or []
+            }
+            for st in stacks
+        }
         check_pinned_images(self.aws, pinned, outputs, self.result)
         return deployed, outputs
 
@@ -875,20 +1118,51 @@ class Run:
 # Each takes the run, does its part, and returns the line the report shows beside the step's name; a step that
 # raises is reported failed with the exception's first line, and ends the rehearsal.
 
+
 def bootstrap_and_release(r: Run) -> str:
     # Bootstrap (mostly waiting on the CLI) runs beside the first synth (CPU), each in its own process.
-    bootstrap = subprocess.Popen(["cdk", "bootstrap", f"aws://{r.account}/{r.region}"], cwd=ROOT, env=r.env,
-                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                 start_new_session=True)
+    bootstrap = subprocess.Popen(
+        ["cdk", "bootstrap", f"aws://{r.account}/{r.region}"],
+        cwd=ROOT,
+        env=r.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
-        code, output = run(["cdk", "synth", "-q", "-c", f"environments={ENV}", "-c",
-                            f"inferstack:config-dir={r.config_dir}", "-o", str(r.workdir / "cdk.out.release")],
-                           env=r.base_env, timeout=r.clock.left(SYNTH_TIMEOUT_S))
+        code, output = run(
+            [
+                "cdk",
+                "synth",
+                "-q",
+                "-c",
+                f"environments={ENV}",
+                "-c",
+                f"inferstack:config-dir={r.config_dir}",
+                "-o",
+                str(r.workdir / "cdk.out.release"),
+            ],
+            env=r.base_env,
+            timeout=r.clock.left(SYNTH_TIMEOUT_S),
+        )
         _require(code, output, "cdk synth (release)")
-        code, output = run([sys.executable, "-m", "inferstack", "release", "--cdk-out",
-                            str(r.workdir / "cdk.out.release"), "--out", str(r.workdir / "release.json"),
-                            "--config-dir", str(r.config_dir)],
-                           env=r.base_env, timeout=r.clock.left(TOOL_TIMEOUT_S))
+        code, output = run(
+            [
+                sys.executable,
+                "-m",
+                "inferstack",
+                "release",
+                "--cdk-out",
+                str(r.workdir / "cdk.out.release"),
+                "--out",
+                str(r.workdir / "release.json"),
+                "--config-dir",
+                str(r.config_dir),
+            ],
+            env=r.base_env,
+            timeout=r.clock.left(TOOL_TIMEOUT_S),
+        )
         _require(code, output, "inferstack release")
         try:
             boot_output, _ = bootstrap.communicate(timeout=r.clock.left(BOOTSTRAP_TIMEOUT_S))
@@ -927,15 +1201,21 @@ def deploy(r: Run) -> str:
     r.all_resources = dict(r.deployed)
     in_process = (moto_patches.LIVE_VALUE, moto_patches.SCALING_HANDOVER)  # patches run their handlers
     result.custom_resources_not_run = sorted(
-        f"{st.stack_name}/{k} ({res['Type']})" for st in stacks
+        f"{st.stack_name}/{k} ({res['Type']})"
+        for st in stacks
         for k, res in st.template.get("Resources", {}).items()
         if (res["Type"].startswith("Custom::") or res["Type"] == "AWS::CloudFormation::CustomResource")
-        and res["Type"] not in in_process)
-    readers, handovers = (sum(res["Type"] == kind for st in stacks
-                              for res in st.template.get("Resources", {}).values()) for kind in in_process)
-    result.checks.append(f"{readers} deploy-time readers (Custom::LiveValue) and {handovers} scaling handovers "
-                         f"(Custom::ScalingHandover) ran their own functions in the emulator (patches "
-                         f"live-values, scaling-handover)")
+        and res["Type"] not in in_process
+    )
+    readers, handovers = (
+        sum(res["Type"] == kind for st in stacks for res in st.template.get("Resources", {}).values())
+        for kind in in_process
+    )
+    result.checks.append(
+        f"{readers} deploy-time readers (Custom::LiveValue) and {handovers} scaling handovers "
+        f"(Custom::ScalingHandover) ran their own functions in the emulator (patches "
+        f"live-values, scaling-handover)"
+    )
     check_load_test(r.aws, r.outputs_by_stack, r.config_dir, result)
     if any(res["Type"] == "AWS::ECS::Service" for st in stacks for res in st.template.get("Resources", {}).values()):
         result.not_run.append(
@@ -943,7 +1223,8 @@ def deploy(r: Run) -> str:
             "LINEAR / CANARY, bake times, circuit breaker, deployment alarms) and runs no deployment, so no "
             "rollout, traffic shift or rollback happened; the services keep the target groups, alternate "
             "target groups and production rules they name (patch ecs-service-load-balancers); the day-two "
-            "steps move the production rules the way a completed blue/green deployment leaves them")
+            "steps move the production rules the way a completed blue/green deployment leaves them"
+        )
     return f"{len(stacks)} stacks checked against their templates"
 
 
@@ -953,19 +1234,35 @@ def smoke(r: Run) -> str:
 
 def promote(r: Run) -> str:
     result, clock, env = r.result, r.clock, r.env
-    args = [sys.executable, "-m", "inferstack", "promote", "--from", ENV, "--to", PROMOTE_TO,
-            "--manifest", str(r.workdir / "release.json"), "--config-dir", str(r.config_dir)]
+    args = [
+        sys.executable,
+        "-m",
+        "inferstack",
+        "promote",
+        "--from",
+        ENV,
+        "--to",
+        PROMOTE_TO,
+        "--manifest",
+        str(r.workdir / "release.json"),
+        "--config-dir",
+        str(r.config_dir),
+    ]
     # dev runs load tests in this config, so the gate applies: dev's results bucket (its LoadTest stack's)
     # holds no run of these images, and promote refuses before it copies anything.
     code, output = run(args, env=env, timeout=clock.left(TOOL_TIMEOUT_S))
     gate = [line for line in output.splitlines() if "load test" in line]
     result.tool_lines["promote (load test gate)"] = gate[-3:]
     if code != 1 or not any(f"no passing load test in {ENV} of the image promoted" in line for line in gate):
-        result.problems.append(f"promote without load tests: exit {code}, expected the gate's refusal (exit 1): "
-                               f"{gate[-3:] or output.splitlines()[-3:]}")
+        result.problems.append(
+            f"promote without load tests: exit {code}, expected the gate's refusal (exit 1): "
+            f"{gate[-3:] or output.splitlines()[-3:]}"
+        )
     else:
-        result.checks.append(f"promote's load test gate refused: no run of the promoted images in {ENV}'s "
-                             f"results bucket (read through the deployed LoadTest stack's output)")
+        result.checks.append(
+            f"promote's load test gate refused: no run of the promoted images in {ENV}'s "
+            f"results bucket (read through the deployed LoadTest stack's output)"
+        )
     args.append("--skip-load-test")  # the rest of the path: the gate skipped, as the pin then records
     code, output = run(args, env=env, timeout=clock.left(TOOL_TIMEOUT_S))
     lines = [line for line in output.splitlines() if line.strip()]
@@ -975,10 +1272,13 @@ def promote(r: Run) -> str:
     units = {u.name for u in loader.load(r.config_dir, releases=False).image_units(PROMOTE_TO)}
     planned = {line.split(":", 1)[0] for line in lines if line.endswith(("(copy)", "(exists)"))}
     if code != 0 or planned != units:
-        result.problems.append(f"promote dry run: exit {code}, plans {sorted(planned)}, {PROMOTE_TO}'s image "
-                               f"units {sorted(units)}: {lines[-5:]}")
-    code_apply, output = run([*args, "--apply"], env={**env, "AWS_MAX_ATTEMPTS": "1"},
-                             timeout=clock.left(TOOL_TIMEOUT_S))
+        result.problems.append(
+            f"promote dry run: exit {code}, plans {sorted(planned)}, {PROMOTE_TO}'s image "
+            f"units {sorted(units)}: {lines[-5:]}"
+        )
+    code_apply, output = run(
+        [*args, "--apply"], env={**env, "AWS_MAX_ATTEMPTS": "1"}, timeout=clock.left(TOOL_TIMEOUT_S)
+    )
     lines = [line for line in output.splitlines() if line.strip()]
     result.tool_lines["promote --apply"] = lines[-3:]
     if code_apply == 0:
@@ -988,7 +1288,8 @@ def promote(r: Run) -> str:
             "promote --apply: moto 5.2.5 does not implement ECR GetDownloadUrlForLayer (and keeps only "
             "the size of an uploaded layer, not its bytes), so the layer copy cannot run; the dry run "
             "(outputs -> ECS service/task definition or SageMaker endpoint/config/model -> ECR digest -> "
-            "release membership -> staging repository through the assumed deploy role) ran in full")
+            "release membership -> staging repository through the assumed deploy role) ran in full"
+        )
     return f"dry run exit {code}, --apply exit {code_apply}"
 
 
@@ -996,9 +1297,11 @@ def day_two_shift_and_scale(r: Run) -> str:
     live = r.live = day_two.shift_and_scale(r.aws, r.outputs_by_stack)
     # Registered here, not at the first deploy: nothing before release N+1 changes an instance type.
     live.targets = day_two.register_variant_targets(r.aws, {st.stack_name: st.template for st in r.stacks})
-    return (f"{len(live.rules)} production rules at 0/100, {len(live.tasks)} services at "
-            f"{day_two.SCALED_TASKS} tasks, copies {dict(sorted(live.copies.items()))}, "
-            f"variant targets registered: {len(live.targets)}")
+    return (
+        f"{len(live.rules)} production rules at 0/100, {len(live.tasks)} services at "
+        f"{day_two.SCALED_TASKS} tasks, copies {dict(sorted(live.copies.items()))}, "
+        f"variant targets registered: {len(live.targets)}"
+    )
 
 
 def next_release(r: Run) -> str:
@@ -1017,7 +1320,8 @@ def next_release(r: Run) -> str:
         result.not_run.append(
             f"an instance-type change of an autoscaled dedicated endpoint in one deploy: "
             f"{day_two.RETYPED_MODEL}, the endpoint release N+1 retypes, is a sample model (--add-models); "
-            f"tests/stacks/test_instance_type_change.py deploys that change on moto")
+            f"tests/stacks/test_instance_type_change.py deploys that change on moto"
+        )
     result.checks += checks
     result.problems += problems
     return f"{len(r.stacks)} stacks updated; {len(checks)} day-two checks, {len(problems)} failed"
@@ -1048,52 +1352,71 @@ def retire(r: Run) -> str:
     retired_stack, fleet_stack = f"{ENV}-{retired_model}", f"{ENV}-{day_two.CHANGED_FLEET}"
     before = {name: dict(logical) for name, logical in r.deployed.items()}
     fleet_url = r.outputs_by_stack[fleet_stack]["Url"]
-    member_port = (yaml.safe_load((r.config_dir / f"{retired_member}.yaml").read_text())["serving"]
-                   .get("port", 8080))
+    member_port = yaml.safe_load((r.config_dir / f"{retired_member}.yaml").read_text())["serving"].get("port", 8080)
     result.config_changes.append(day_two.retire(r.config_dir, retired_model))
     result.config_changes.append(day_two.retire(r.config_dir, retired_member))
     retired_out, retired_stacks = r.synth_pinned("cdk.out.retired")
     if any(st.stack_name == retired_stack for st in retired_stacks):
         raise RehearsalFailed(f"{retired_stack} is still synthesized after its model was retired")
-    code, output = run(["cdk", "destroy", "--app", str(r.cdk_out), f"{ENV}/{retired_model}", "--force"],
-                       env=r.env, timeout=r.clock.left(DESTROY_TIMEOUT_S))
+    code, output = run(
+        ["cdk", "destroy", "--app", str(r.cdk_out), f"{ENV}/{retired_model}", "--force"],
+        env=r.env,
+        timeout=r.clock.left(DESTROY_TIMEOUT_S),
+    )
     _require(code, output, f"cdk destroy {ENV}/{retired_model}")
-    deployed, r.outputs_by_stack = r.deploy(retired_out, retired_stacks,
-                                            {m: p for m, p in r.published.items() if m != retired_model},
-                                            "deploy-retired.log")
+    deployed, r.outputs_by_stack = r.deploy(
+        retired_out, retired_stacks, {m: p for m, p in r.published.items() if m != retired_model}, "deploy-retired.log"
+    )
     r.deployed = deployed
-    check_retired(r.aws, before, deployed, retired_stack, result,
-                  members_left={fleet_stack: (retired_member, member_port)})
+    check_retired(
+        r.aws, before, deployed, retired_stack, result, members_left={fleet_stack: (retired_member, member_port)}
+    )
     if r.outputs_by_stack[fleet_stack]["Url"] != fleet_url:
-        result.problems.append(f"retire: {fleet_stack}'s Url moved: {fleet_url} -> "
-                               f"{r.outputs_by_stack[fleet_stack]['Url']}")
-    removed_rules = {physical for logical, (kind, physical) in before[fleet_stack].items()
-                     if kind == "AWS::ElasticLoadBalancingV2::ListenerRule" and logical not in deployed[fleet_stack]}
+        result.problems.append(
+            f"retire: {fleet_stack}'s Url moved: {fleet_url} -> {r.outputs_by_stack[fleet_stack]['Url']}"
+        )
+    removed_rules = {
+        physical
+        for logical, (kind, physical) in before[fleet_stack].items()
+        if kind == "AWS::ElasticLoadBalancingV2::ListenerRule" and logical not in deployed[fleet_stack]
+    }
     checks, problems = day_two.check_kept(
-        r.aws, r.live, f"retiring {retired_model} and {retired_member}",
-        gone=lambda name: name == retired_stack or name in removed_rules)
+        r.aws,
+        r.live,
+        f"retiring {retired_model} and {retired_member}",
+        gone=lambda name: name == retired_stack or name in removed_rules,
+    )
     result.checks += checks
     result.problems += problems
     r.cdk_out, r.stacks = retired_out, retired_stacks
-    return (f"{retired_stack} gone with its resources; {fleet_stack} without {retired_member}, at the same "
-            f"Url; {len(retired_stacks)} stacks unchanged otherwise")
+    return (
+        f"{retired_stack} gone with its resources; {fleet_stack} without {retired_member}, at the same "
+        f"Url; {len(retired_stacks)} stacks unchanged otherwise"
+    )
 
 
 def destroy(r: Run) -> str:
     # `--all` selects the top-level stacks only, and every stack here is in a Stage (nested assembly):
     # `cdk destroy --all` answers "No stack found in the main cloud assembly". Name the stage's stacks.
-    code, output = run(["cdk", "destroy", "--app", str(r.cdk_out), f"{ENV}/*", "--force"], env=r.env,
-                       timeout=r.clock.left(DESTROY_TIMEOUT_S))
+    code, output = run(
+        ["cdk", "destroy", "--app", str(r.cdk_out), f"{ENV}/*", "--force"],
+        env=r.env,
+        timeout=r.clock.left(DESTROY_TIMEOUT_S),
+    )
     (r.workdir / "destroy.log").write_text(output)
     _require(code, output, "cdk destroy")
     check_destroyed(r.aws, r.all_resources, r.result)
-    neuron = [name for name, logical in r.all_resources.items()
-              if any(t == "AWS::AutoScaling::AutoScalingGroup" for t, _ in logical.values())]
+    neuron = [
+        name
+        for name, logical in r.all_resources.items()
+        if any(t == "AWS::AutoScaling::AutoScalingGroup" for t, _ in logical.values())
+    ]
     r.result.neuron_deletion = (
         f"{', '.join(neuron)}: deleted at once. moto's CloudFormation does not model "
         "AWS::ECS::CapacityProvider / ClusterCapacityProviderAssociations (nothing is created, so "
         "managed termination protection never applies), and it deletes the Auto Scaling group without "
-        "waiting for instances to drain: the hang of aws-cdk issue 18179 cannot show here")
+        "waiting for instances to drain: the hang of aws-cdk issue 18179 cannot show here"
+    )
     return f"{len(r.stacks)} stacks destroyed"
 
 
@@ -1118,27 +1441,47 @@ STEPS = (
     RehearsalStep("inferstack smoke --env dev, one model at a time", smoke),
     RehearsalStep(f"inferstack promote --from {ENV} --to {PROMOTE_TO} (gate, dry run, --apply)", promote),
     # ------------------------------------------------------------------ day two
-    RehearsalStep("day two: production moved to the alternate target groups, counts scaled, variants registered as "
-                  "scalable targets (ELB, ECS, SageMaker, Application Auto Scaling APIs)", day_two_shift_and_scale),
-    RehearsalStep("release N+1: new digests, batch size, fleet capacity and an instance type changed; cdk deploy",
-                  next_release),
+    RehearsalStep(
+        "day two: production moved to the alternate target groups, counts scaled, variants registered as "
+        "scalable targets (ELB, ECS, SageMaker, Application Auto Scaling APIs)",
+        day_two_shift_and_scale,
+    ),
+    RehearsalStep(
+        "release N+1: new digests, batch size, fleet capacity and an instance type changed; cdk deploy", next_release
+    ),
     RehearsalStep(f"inferstack rollback --env {ENV} (dry run, --apply); cdk deploy", rollback),
-    RehearsalStep(f"retire {day_two.RETIRED_MODEL}, and {day_two.RETIRED_FLEET_MEMBER} (the reordered "
-                  f"{day_two.CHANGED_FLEET}'s first): cdk destroy {day_two.RETIRED_MODEL}'s stack, then cdk deploy "
-                  f"without them", retire, stop_on_problems="day-two check(s)"),
+    RehearsalStep(
+        f"retire {day_two.RETIRED_MODEL}, and {day_two.RETIRED_FLEET_MEMBER} (the reordered "
+        f"{day_two.CHANGED_FLEET}'s first): cdk destroy {day_two.RETIRED_MODEL}'s stack, then cdk deploy "
+        f"without them",
+        retire,
+        stop_on_problems="day-two check(s)",
+    ),
     RehearsalStep(f"cdk destroy '{ENV}/*' --force", destroy),
     RehearsalStep("delete CDKToolkit", delete_bootstrap, stop_on_problems="check(s)"),
 )
 
 
-def rehearse(workdir: Path, clock: Clock, result: Result, log: Callable[[str], None], ci: bool | None = None,
-             add_models: bool = False) -> None:
+def rehearse(
+    workdir: Path,
+    clock: Clock,
+    result: Result,
+    log: Callable[[str], None],
+    ci: bool | None = None,
+    add_models: bool = False,
+) -> None:
     from rehearsal import aws_rules, moto_patches
 
     base_env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "MOTO_", "CDK_"))}
-    base_env.update({"CDK_DISABLE_CLI_TELEMETRY": "true", "CDK_HOME": str(workdir / "cdk-home"),
-                     "PATH": os.pathsep.join([str(ROOT / "node_modules" / ".bin"), str(Path(sys.executable).parent),
-                                              os.environ.get("PATH", "")])})
+    base_env.update(
+        {
+            "CDK_DISABLE_CLI_TELEMETRY": "true",
+            "CDK_HOME": str(workdir / "cdk-home"),
+            "PATH": os.pathsep.join(
+                [str(ROOT / "node_modules" / ".bin"), str(Path(sys.executable).parent), os.environ.get("PATH", "")]
+            ),
+        }
+    )
     config_dir = workdir / "model_configs"
     shutil.copytree(ROOT / "model_configs", config_dir, ignore=shutil.ignore_patterns("releases"))
     if add_models:
@@ -1151,8 +1494,17 @@ def rehearse(workdir: Path, clock: Clock, result: Result, log: Callable[[str], N
 
     with emulator(workdir, clock) as endpoint:
         aws = Aws(endpoint, account, region)
-        r = Run(workdir=workdir, clock=clock, result=result, aws=aws, env=aws.env(workdir, ci), base_env=base_env,
-                config_dir=config_dir, account=account, region=region)
+        r = Run(
+            workdir=workdir,
+            clock=clock,
+            result=result,
+            aws=aws,
+            env=aws.env(workdir, ci),
+            base_env=base_env,
+            config_dir=config_dir,
+            account=account,
+            region=region,
+        )
         result.workarounds = [f"{p.name}: {p.defect}" for p in moto_patches.PATCHES]
         result.rules = [f"{rule.name}: {rule.defect}" for rule in aws_rules.RULES]
         for step in STEPS:
@@ -1188,8 +1540,11 @@ class _StepTimer:
 
 
 def report(result: Result) -> str:
-    lines = [f"CLI deploy rehearsal of {ENV} against moto (patched): {'PASSED' if result.ok else 'FAILED'} "
-             f"in {result.total_seconds:.1f} s", "steps:"]
+    lines = [
+        f"CLI deploy rehearsal of {ENV} against moto (patched): {'PASSED' if result.ok else 'FAILED'} "
+        f"in {result.total_seconds:.1f} s",
+        "steps:",
+    ]
     lines += [f"  {'ok ' if s.ok else 'FAIL'} {s.seconds:6.1f} s  {s.name}: {s.detail}" for s in result.steps]
     if result.problems:
         lines.append("failed checks:")
@@ -1206,9 +1561,11 @@ def report(result: Result) -> str:
     if result.custom_resources_not_run:
         lines.append("custom resources marked created without running their Lambda (no Docker):")
         lines += [f"  {c}" for c in result.custom_resources_not_run]
-    lines.append("resource types in the templates moto's CloudFormation does not model (nothing created, nothing "
-                 "checked; what they keep across an update is proven on the templates, "
-                 "tests/constructs/test_live_values.py):")
+    lines.append(
+        "resource types in the templates moto's CloudFormation does not model (nothing created, nothing "
+        "checked; what they keep across an update is proven on the templates, "
+        "tests/constructs/test_live_values.py):"
+    )
     lines += [f"  {k} (in {', '.join(v)})" for k, v in sorted(result.unmodeled.items())]
     if result.not_run:
         lines.append("not rehearsed here:")
@@ -1224,20 +1581,36 @@ def report(result: Result) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0].split(": ", 1)[1])
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="overall limit, seconds")
-    parser.add_argument("--keep", type=Path, metavar="DIR",
-                        help="work in DIR and keep it (logs, assemblies, pin) instead of a removed temp dir")
-    parser.add_argument("--add-models", action="store_true",
-                        help="first add one model of each kind under new names (as a team adds its own)")
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        metavar="DIR",
+        help="work in DIR and keep it (logs, assemblies, pin) instead of a removed temp dir",
+    )
+    parser.add_argument(
+        "--add-models",
+        action="store_true",
+        help="first add one model of each kind under new names (as a team adds its own)",
+    )
     args = parser.parse_args(argv)
-    result = rehearse_once(timeout=args.timeout, keep=args.keep, log=lambda m: print(m, file=sys.stderr, flush=True),
-                           add_models=args.add_models)
+    result = rehearse_once(
+        timeout=args.timeout,
+        keep=args.keep,
+        log=lambda m: print(m, file=sys.stderr, flush=True),
+        add_models=args.add_models,
+    )
     print(report(result))
     return 0 if result.ok else 1
 
 
-def rehearse_once(*, timeout: float = DEFAULT_TIMEOUT_S, keep: Path | None = None,
-                  log: Callable[[str], None] = lambda _m: None, ci: bool | None = None,
-                  add_models: bool = False) -> Result:
+def rehearse_once(
+    *,
+    timeout: float = DEFAULT_TIMEOUT_S,
+    keep: Path | None = None,
+    log: Callable[[str], None] = lambda _m: None,
+    ci: bool | None = None,
+    add_models: bool = False,
+) -> Result:
     """`add_models`: add day_two.SAMPLE_MODELS (one model of each kind) to the config copy first."""
     clock = Clock(timeout)
     result = Result()
@@ -1248,7 +1621,7 @@ def rehearse_once(*, timeout: float = DEFAULT_TIMEOUT_S, keep: Path | None = Non
     except RehearsalFailed as exc:
         if not result.problems or str(exc) not in result.problems:
             result.problems.append(str(exc))
-    except Exception as exc:  # noqa: BLE001 - an unexpected error is a failed rehearsal, reported like one
+    except Exception as exc:  # an unexpected error is a failed rehearsal, reported like one
         result.problems.append(f"{type(exc).__name__}: {' '.join(str(exc).split())}")
     finally:
         result.total_seconds = time.monotonic() - clock.start

@@ -20,8 +20,9 @@ side environment plays the Python the base image brings, plus the packages a Neu
 Neuron compiler (compile.py's CPU backend), the hub checkpoint (a tiny random checkpoint of the
 same architecture put where a local checkpoint goes: the family of inferstack.schema.families read from
 the checkpoint's config.json where it is in the context, else source.family, else the hub id's name, else
-the task's default; one per entry of a packed image's MODELS, with the entry's labels), system steps (useradd, chown: skipped; mkdir emulated), and PyTorch's CPU
-wheel index (unreachable here; the same +cpu wheel comes from the machine's local wheel directory).
+the task's default; one per entry of a packed image's MODELS, with the entry's labels), system steps
+(useradd, chown: skipped; mkdir emulated), and PyTorch's CPU wheel index (unreachable here; the same +cpu wheel
+comes from the machine's local wheel directory).
 
     python -m rehearsal.image_build --assembly cdk.out          # rehearse every image asset
     python -m rehearsal.image_build --prepare                   # build the side environments
@@ -73,6 +74,7 @@ def _normal(name: str) -> str:
 
 # ---------------------------------------------------------------- the assets cdk deploy would build
 
+
 @dataclass(frozen=True)
 class ImageAsset:
     asset_id: str
@@ -98,8 +100,12 @@ def image_assets(assembly: Path) -> list[ImageAsset]:
                 raise RehearsalError(f"{manifest}: image asset {asset_id[:12]} is not built from a directory")
             known = found.get(asset_id)
             found[asset_id] = ImageAsset(
-                asset_id, (known.stacks if known else ()) + (stack,), (manifest.parent / source["directory"]).resolve(),
-                source.get("dockerFile", "Dockerfile"), dict(source.get("dockerBuildArgs", {})))
+                asset_id,
+                (known.stacks if known else ()) + (stack,),
+                (manifest.parent / source["directory"]).resolve(),
+                source.get("dockerFile", "Dockerfile"),
+                dict(source.get("dockerBuildArgs", {})),
+            )
     return list(found.values())
 
 
@@ -107,11 +113,15 @@ def _display_names(assembly: Path) -> dict[str, str]:
     """{stack artifact id: display name such as dev/t5-spelling} of one (nested) assembly."""
     manifest = assembly / "manifest.json"
     artifacts = json.loads(manifest.read_text()).get("artifacts", {}) if manifest.is_file() else {}
-    return {key: value.get("displayName", key) for key, value in artifacts.items()
-            if value.get("type") == "aws:cloudformation:stack"}
+    return {
+        key: value.get("displayName", key)
+        for key, value in artifacts.items()
+        if value.get("type") == "aws:cloudformation:stack"
+    }
 
 
 # ---------------------------------------------------------------- the context Docker would send
+
 
 def ignore_file(directory: Path, dockerfile: str) -> Path | None:
     """The ignore file BuildKit applies: `<Dockerfile>.dockerignore` beside it wins over the root's."""
@@ -154,6 +164,7 @@ def _tree_digest(root: Path) -> str:
 
 # ---------------------------------------------------------------- requirements and side environments
 
+
 def exact_pins(text: str, *, source: str) -> dict[str, str]:
     """{normalised name: version} of a requirements file in which every requirement is `name==version`."""
     pins = {}
@@ -188,9 +199,22 @@ def side_environment(name: str, requirements: str, *, no_deps: bool = False) -> 
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as handle:
         handle.write(requirements)
     try:
-        result = subprocess.run([str(env / "bin" / "python"), "-m", "pip", "install", "--quiet",
-                                 "--disable-pip-version-check", *(["--no-deps"] if no_deps else []), "-r", handle.name],
-                                capture_output=True, text=True, timeout=1800)
+        result = subprocess.run(
+            [
+                str(env / "bin" / "python"),
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                *(["--no-deps"] if no_deps else []),
+                "-r",
+                handle.name,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=1800,
+        )
     finally:
         os.unlink(handle.name)
     if result.returncode != 0:
@@ -204,18 +228,27 @@ def side_environment(name: str, requirements: str, *, no_deps: bool = False) -> 
 def distributions_of(env: Path, modules: Iterable[str]) -> dict[str, set[str]]:
     """{top-level module: normalised distributions providing it} in a side environment. Modules that
     are not there at all are left out: -X importtime also lists optional imports that failed."""
-    code = ("import json, sys, importlib.util as u, importlib.metadata as m; d = m.packages_distributions(); "
-            "print(json.dumps({k: d.get(k, []) for k in json.loads(sys.argv[1]) if u.find_spec(k)}))")
-    result = subprocess.run([str(env / "bin" / "python"), "-c", code, json.dumps(sorted(set(modules)))],
-                            capture_output=True, text=True, check=True, env={"PATH": "/usr/bin:/bin"})
+    code = (
+        "import json, sys, importlib.util as u, importlib.metadata as m; d = m.packages_distributions(); "
+        "print(json.dumps({k: d.get(k, []) for k in json.loads(sys.argv[1]) if u.find_spec(k)}))"
+    )
+    result = subprocess.run(
+        [str(env / "bin" / "python"), "-c", code, json.dumps(sorted(set(modules)))],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PATH": "/usr/bin:/bin"},
+    )
     return {module: {_normal(d) for d in dists} for module, dists in json.loads(result.stdout).items()}
 
 
 # ---------------------------------------------------------------- what cannot run here, per image
 
+
 @dataclass(frozen=True)
 class Recipe:
     """The stand-ins for one Dockerfile. Everything else is the Dockerfile's own."""
+
     name: str
     tiny_kind: str | None  # the stand-in's architecture where the model's is unknown (None: from the task)
     base_packages: tuple[str, ...] = ()  # what the base image brings that the build step imports
@@ -228,32 +261,45 @@ class Recipe:
 TRITON = Recipe("triton", None, full_lock=True, context_package="inferstack")
 # The Neuron DLCs bring torch (with torch-neuron / torch-neuronx) and numpy; the CPU build of torch
 # stands in, and compile.py runs its CPU backend (torch.jit.trace) behind the same interface.
-_NEURON_CPU = ((r"--backend (inf1|inf2)\b", "--backend cpu",
-                "the Neuron compiler needs the Neuron SDK: compile.py's CPU backend traces the same model"),)
+_NEURON_CPU = (
+    (
+        r"--backend (inf1|inf2)\b",
+        "--backend cpu",
+        "the Neuron compiler needs the Neuron SDK: compile.py's CPU backend traces the same model",
+    ),
+)
 NEURON_INF1 = Recipe("neuron-inf1", "bert", (TORCH_CPU,), command_stand_ins=_NEURON_CPU)
 NEURON_INF2 = Recipe("neuron-inf2", "bert", (TORCH_CPU,), command_stand_ins=_NEURON_CPU)
 # The load-test generators' image holds no model: its build step imports what its entrypoint runs, and that
 # closure must be exactly inferstack's modules in its context and distributions its requirements pin.
 LOADTEST = Recipe("loadtest", None, full_lock=True, context_package="inferstack", model=False)
-RECIPES = {"container/triton/Dockerfile": TRITON, "Dockerfile.inf1": NEURON_INF1, "Dockerfile.inf2": NEURON_INF2,
-           "container/loadtest/Dockerfile": LOADTEST}
+RECIPES = {
+    "container/triton/Dockerfile": TRITON,
+    "Dockerfile.inf1": NEURON_INF1,
+    "Dockerfile.inf2": NEURON_INF2,
+    "container/loadtest/Dockerfile": LOADTEST,
+}
 # Where each recipe's requirements file lives in the repository (for --prepare, before any synth).
-REQUIREMENTS = {"triton": ROOT / "container/triton/requirements-export.txt",
-                "neuron-inf1": ROOT / "container/neuron/requirements-inf1.txt",
-                "neuron-inf2": ROOT / "container/neuron/requirements-inf2.txt",
-                "loadtest": ROOT / "container/loadtest/requirements.txt"}
+REQUIREMENTS = {
+    "triton": ROOT / "container/triton/requirements-export.txt",
+    "neuron-inf1": ROOT / "container/neuron/requirements-inf1.txt",
+    "neuron-inf2": ROOT / "container/neuron/requirements-inf2.txt",
+    "loadtest": ROOT / "container/loadtest/requirements.txt",
+}
 
 
 def recipe_for(asset: ImageAsset) -> Recipe:
     try:
         return RECIPES[asset.dockerfile]
     except KeyError:
-        raise RehearsalError(f"{asset.label}: no rehearsal recipe for {asset.dockerfile} "
-                             f"(add one to rehearsal/image_build.py)") from None
+        raise RehearsalError(
+            f"{asset.label}: no rehearsal recipe for {asset.dockerfile} (add one to rehearsal/image_build.py)"
+        ) from None
 
 
-def tiny_checkpoint(kind: str, out: Path, *, labels: str = "", hidden_size: int | None = None,
-                    max_position: int = 512) -> None:
+def tiny_checkpoint(
+    kind: str, out: Path, *, labels: str = "", hidden_size: int | None = None, max_position: int = 512
+) -> None:
     args = [sys.executable, str(MAKE_TINY), "--kind", kind, "--out", str(out), "--max-position", str(max_position)]
     if labels:
         args += ["--labels", labels]
@@ -264,8 +310,9 @@ def tiny_checkpoint(kind: str, out: Path, *, labels: str = "", hidden_size: int 
         raise RehearsalError(f"tiny {kind} checkpoint: {(result.stderr.strip().splitlines() or ['failed'])[-1]}")
 
 
-def stand_in_family(task: str, *, source: str | None, local: bool, context: Path, family: str | None = None,
-                    fallback: str | None = None) -> tuple[str, str]:
+def stand_in_family(
+    task: str, *, source: str | None, local: bool, context: Path, family: str | None = None, fallback: str | None = None
+) -> tuple[str, str]:
     """(the family the stand-in is built as, where it came from): a local checkpoint's config.json in the
     context (model_type), else the model's `source.family`, else the hub id's name, else `fallback` or the
     task's default. The same order as `validate` (inferstack/config/architecture.py)."""
@@ -298,11 +345,17 @@ def stand_in_checkpoint(recipe: Recipe, build_args: Mapping[str, str], context: 
         source, export = spec["source"], spec["export"]
         local = source.get("local_path") is not None
         replaced = source.get("huggingface_id") or source.get("local_path")
-        kind, origin = stand_in_family(source["task"], source=replaced, local=local, context=context,
-                                       family=source.get("family"))
+        kind, origin = stand_in_family(
+            source["task"], source=replaced, local=local, context=context, family=source.get("family")
+        )
         relative = f"container/triton/{CHECKPOINT_DIR}"
-        tiny_checkpoint(kind, context / relative, labels=",".join(source.get("labels") or []),
-                        hidden_size=export.get("hidden_size"), max_position=max(512, export["sequence_length"]))
+        tiny_checkpoint(
+            kind,
+            context / relative,
+            labels=",".join(source.get("labels") or []),
+            hidden_size=export.get("hidden_size"),
+            max_position=max(512, export["sequence_length"]),
+        )
         spec["source"] = {"local_path": relative, "task": source["task"], "labels": source.get("labels") or []}
         args["TRITON_REPOSITORY_SPEC"] = json.dumps(spec, separators=(",", ":"))
         return args, f"checkpoint {replaced} -> a tiny random {kind} ({origin}) at {relative} (no hub downloads here)"
@@ -314,23 +367,42 @@ def stand_in_checkpoint(recipe: Recipe, build_args: Mapping[str, str], context: 
         for entry in packed:
             relative = f"./{CHECKPOINT_DIR}/{entry['name']}"
             model = str(entry.get("model") or "")
-            kind, _ = stand_in_family(str(entry.get("task", families.TEXT_CLASSIFICATION)), source=model,
-                                      local=_is_local(model, context), context=context, fallback=recipe.tiny_kind)
-            tiny_checkpoint(kind, context / CHECKPOINT_DIR / entry["name"],
-                            labels=",".join(entry.get("labels") or []),
-                            max_position=max(512, int(entry.get("sequence_length", 128))))
+            kind, _ = stand_in_family(
+                str(entry.get("task", families.TEXT_CLASSIFICATION)),
+                source=model,
+                local=_is_local(model, context),
+                context=context,
+                fallback=recipe.tiny_kind,
+            )
+            tiny_checkpoint(
+                kind,
+                context / CHECKPOINT_DIR / entry["name"],
+                labels=",".join(entry.get("labels") or []),
+                max_position=max(512, int(entry.get("sequence_length", 128))),
+            )
             replaced.append(f"{entry['model']} -> {relative}")
             kinds.append(f"{entry['name']}: {kind}")
             entry["model"] = relative
         args["MODELS"] = json.dumps(packed, separators=(",", ":"))
-        return args, (f"MODELS: {', '.join(replaced)}, each a tiny random checkpoint of its family "
-                      f"({', '.join(kinds)}) with its entry's labels (no hub downloads here)")
+        return args, (
+            f"MODELS: {', '.join(replaced)}, each a tiny random checkpoint of its family "
+            f"({', '.join(kinds)}) with its entry's labels (no hub downloads here)"
+        )
     relative = f"./{CHECKPOINT_DIR}"
     model = args.get("MODEL_SOURCE") or ""
-    kind, origin = stand_in_family(args.get("TASK", families.TEXT_CLASSIFICATION), source=model,
-                                   local=_is_local(model, context), context=context, fallback=recipe.tiny_kind)
-    tiny_checkpoint(kind, context / CHECKPOINT_DIR, labels=args.get("LABELS", ""),
-                    max_position=max(512, int(args.get("SEQUENCE_LENGTH", "128"))))
+    kind, origin = stand_in_family(
+        args.get("TASK", families.TEXT_CLASSIFICATION),
+        source=model,
+        local=_is_local(model, context),
+        context=context,
+        fallback=recipe.tiny_kind,
+    )
+    tiny_checkpoint(
+        kind,
+        context / CHECKPOINT_DIR,
+        labels=args.get("LABELS", ""),
+        max_position=max(512, int(args.get("SEQUENCE_LENGTH", "128"))),
+    )
     replaced, args["MODEL_SOURCE"] = args.get("MODEL_SOURCE"), relative
     return args, f"MODEL_SOURCE {replaced} -> a tiny random {kind} ({origin}) at {relative} (no hub downloads here)"
 
@@ -350,14 +422,21 @@ def _packed_models(raw: str) -> list[dict] | None:
         return None
     if not isinstance(entries, list) or not entries:
         return None
-    if not all(isinstance(e, dict) and isinstance(e.get("name"), str) and isinstance(e.get("model"), str)
-               and isinstance(e.get("labels", []), list) and isinstance(e.get("sequence_length", 128), int)
-               and re.fullmatch(r"[a-z][a-z0-9-]*", e["name"]) for e in entries):
+    if not all(
+        isinstance(e, dict)
+        and isinstance(e.get("name"), str)
+        and isinstance(e.get("model"), str)
+        and isinstance(e.get("labels", []), list)
+        and isinstance(e.get("sequence_length", 128), int)
+        and re.fullmatch(r"[a-z][a-z0-9-]*", e["name"])
+        for e in entries
+    ):
         return None
     return entries
 
 
 # ---------------------------------------------------------------- running the Dockerfile's stages
+
 
 @dataclass
 class StepRun:
@@ -385,8 +464,9 @@ class ImageReport:
         return set().union(*(step.imports for step in self.steps)) if self.steps else set()
 
     def lines(self) -> list[str]:
-        out = [f"{self.asset.label}: context {len(self.context_files)} files "
-               f"(ignore file: {self.ignore_file or 'none'})"]
+        out = [
+            f"{self.asset.label}: context {len(self.context_files)} files (ignore file: {self.ignore_file or 'none'})"
+        ]
         out += [f"  step {self.asset.dockerfile}:{s.line} ran in {s.seconds:.1f} s: {s.command}" for s in self.steps]
         out += [f"  stand-in: {line}" for line in self.stand_ins]
         out += [f"  skipped system step: {line}" for line in self.skipped]
@@ -413,8 +493,9 @@ class Rehearsal:
         self.context.mkdir(parents=True)
         ignore = ignore_file(asset.directory, asset.dockerfile)
         files = build_context(asset.directory, asset.dockerfile, self.context, patterns=patterns)
-        self.report = ImageReport(asset, self.recipe, files,
-                                  "(given)" if patterns is not None else ignore and ignore.name)
+        self.report = ImageReport(
+            asset, self.recipe, files, "(given)" if patterns is not None else ignore and ignore.name
+        )
         self.mapped_roots: set[str] = {"tmp", "home", "root"}
 
     # -- paths
@@ -455,12 +536,18 @@ class Rehearsal:
             raise self.fail(0, "the build step wrote into the build context (a bind mount is read-only)")
         return self.report
 
-    def _run_stage(self, stage: df.Stage, state: _Stage, build_args: Mapping[str, str],
-                   globals_: Mapping[str, str], finished: Mapping[str, Path]) -> None:
+    def _run_stage(
+        self,
+        stage: df.Stage,
+        state: _Stage,
+        build_args: Mapping[str, str],
+        globals_: Mapping[str, str],
+        finished: Mapping[str, Path],
+    ) -> None:
         state.root.mkdir(parents=True)
         scope: dict[str, str] = {}
         for instruction in stage.instructions:
-            keyword, line = instruction.keyword, instruction.line
+            keyword = instruction.keyword
             variables = {**scope, **state.env}
             if keyword == "ARG":
                 name, default = _arg(instruction, variables)
@@ -481,8 +568,9 @@ class Rehearsal:
                 self._run(instruction, state, {**scope, **state.env})
             # USER, EXPOSE, HEALTHCHECK, ENTRYPOINT, CMD, LABEL: nothing to build
 
-    def _copy(self, instruction: df.Instruction, state: _Stage, variables: dict[str, str],
-              finished: Mapping[str, Path]) -> None:
+    def _copy(
+        self, instruction: df.Instruction, state: _Stage, variables: dict[str, str], finished: Mapping[str, Path]
+    ) -> None:
         words = instruction.words(variables)
         sources, dest = words[:-1], words[-1]
         origin = self.context
@@ -533,8 +621,9 @@ class Rehearsal:
             exact_pins(path.read_text(), source=name)
             self.report.requirements[name] = path.read_text()
             text += path.read_text()
-        state.python_env = side_environment(self.recipe.name, installable(text, self.recipe.base_packages),
-                                            no_deps="--no-deps" in words)
+        state.python_env = side_environment(
+            self.recipe.name, installable(text, self.recipe.base_packages), no_deps="--no-deps" in words
+        )
 
     def _build_step(self, instruction: df.Instruction, state: _Stage, variables: dict[str, str]) -> None:
         line = instruction.line
@@ -558,14 +647,21 @@ class Rehearsal:
         cwd.mkdir(parents=True, exist_ok=True)
         mapped = self._map(state, command)
         env = {key: self._map(state, value) for key, value in variables.items()}
-        env.update(PATH=f"{state.python_env / 'bin'}:/usr/local/bin:/usr/bin:/bin", HOME=str(state.root / "root"),
-                   LANG="C.UTF-8", PYTHONNOUSERSITE="1", PYTHONPROFILEIMPORTTIME="1",
-                   HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+        env.update(
+            PATH=f"{state.python_env / 'bin'}:/usr/local/bin:/usr/bin:/bin",
+            HOME=str(state.root / "root"),
+            LANG="C.UTF-8",
+            PYTHONNOUSERSITE="1",
+            PYTHONPROFILEIMPORTTIME="1",
+            HF_HUB_OFFLINE="1",
+            TRANSFORMERS_OFFLINE="1",
+        )
         (state.root / "root").mkdir(exist_ok=True)
         started = time.monotonic()
         try:
-            result = subprocess.run([*state.shell, mapped], cwd=cwd, env=env, capture_output=True, text=True,
-                                    timeout=STEP_TIMEOUT_S)
+            result = subprocess.run(
+                [*state.shell, mapped], cwd=cwd, env=env, capture_output=True, text=True, timeout=STEP_TIMEOUT_S
+            )
         except subprocess.TimeoutExpired:
             raise self.fail(line, f"the build step ran over {STEP_TIMEOUT_S} s") from None
         # -X importtime writes to stderr, which a step may route into its build log (stdout).
@@ -588,10 +684,14 @@ class Rehearsal:
         imports = self.report.imports
         package = self.recipe.context_package
         if package:
-            in_context = {_module_name(path) for path in self.report.context_files
-                          if path.startswith(f"{package}/") and path.endswith(".py")}
-            problem = closure_problem(package, {m for m in imports if m == package or m.startswith(f"{package}.")},
-                                      in_context)
+            in_context = {
+                _module_name(path)
+                for path in self.report.context_files
+                if path.startswith(f"{package}/") and path.endswith(".py")
+            }
+            problem = closure_problem(
+                package, {m for m in imports if m == package or m.startswith(f"{package}.")}, in_context
+            )
             if problem:
                 raise self.fail(0, problem)
         env = ENVS_DIR / self.recipe.name
@@ -639,8 +739,10 @@ def closure_problem(package: str, imported: set[str], in_context: set[str]) -> s
     if outside:
         return f"the build step imports {', '.join(outside)} from outside the build context"
     if unused:
-        return (f"the build context holds {', '.join(unused)}, which the build step never imports "
-                f"(drop it from the ignore file's allow-list)")
+        return (
+            f"the build context holds {', '.join(unused)}, which the build step never imports "
+            f"(drop it from the ignore file's allow-list)"
+        )
     return None
 
 
@@ -663,9 +765,14 @@ def rehearse(asset: ImageAsset, work: Path, *, patterns: list[str] | None = None
 def prepare() -> list[Path]:
     """Build every recipe's side environment from the repository's requirements files (make setup)."""
     recipes = {recipe.name: recipe for recipe in RECIPES.values()}
-    return [side_environment(name, installable(REQUIREMENTS[name].read_text(), recipes[name].base_packages),
-                             no_deps=recipes[name].full_lock)
-            for name in sorted(recipes)]
+    return [
+        side_environment(
+            name,
+            installable(REQUIREMENTS[name].read_text(), recipes[name].base_packages),
+            no_deps=recipes[name].full_lock,
+        )
+        for name in sorted(recipes)
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:

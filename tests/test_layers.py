@@ -17,9 +17,14 @@ CONTRACT = ROOT / ".importlinter"
 def lint_imports(root: Path) -> subprocess.CompletedProcess:
     """import-linter's own command on the package under `root`, with the contract of the repository."""
     command = "import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())"
-    return subprocess.run([sys.executable, "-c", command, "--config", str(CONTRACT), "--no-cache"],
-                          cwd=root, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(root), "COLUMNS": "200"},
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-c", command, "--config", str(CONTRACT), "--no-cache"],
+        cwd=root,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(root), "COLUMNS": "200"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_every_import_keeps_to_the_layers():
@@ -31,7 +36,10 @@ def test_every_import_keeps_to_the_layers():
 def test_an_upward_import_breaks_the_contract_and_is_named(tmp_path):
     shutil.copytree(ROOT / "inferstack", tmp_path / "inferstack", ignore=shutil.ignore_patterns("__pycache__"))
     planted = tmp_path / "inferstack" / "schema" / "kinds.py"
-    planted.write_text(planted.read_text() + "\n\ndef _planted():\n    from inferstack import cli  # noqa: F401\n")
+    planted.write_text(
+        planted.read_text()
+        + "\n\ndef _planted():\n    from inferstack import cli  # noqa: F401 - the planted import is the point\n"
+    )
     result = lint_imports(tmp_path)
     assert result.returncode == 1, result.stdout + result.stderr
     assert "inferstack.schema is not allowed to import inferstack.cli" in result.stdout

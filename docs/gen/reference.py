@@ -29,11 +29,11 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
-import jsonschema  # noqa: E402
-import yaml  # noqa: E402
+import jsonschema  # noqa: E402 - after the repository root is on sys.path
+import yaml  # noqa: E402 - after the repository root is on sys.path
 
-from inferstack import cli  # noqa: E402
-from inferstack.config import json_schema  # noqa: E402
+from inferstack import cli  # noqa: E402 - after the repository root is on sys.path
+from inferstack.config import json_schema  # noqa: E402 - after the repository root is on sys.path
 
 REFERENCE = ROOT / "docs" / "reference"
 CONFIG_DIR = ROOT / "model_configs"
@@ -51,14 +51,15 @@ class GenerationError(Exception):
 
 # ------------------------------------------------------------------------------------------ the config files
 
+
 @dataclass
 class Page:
     title: str
-    file: str                      # the YAML file it documents, as a user names it
-    schema_name: str               # model_configs/schema/<name>
+    file: str  # the YAML file it documents, as a user names it
+    schema_name: str  # model_configs/schema/<name>
     intro: str
     lines: list[str] = field(default_factory=list)
-    canonical: dict[str, str] = field(default_factory=dict)   # $defs name -> anchor of its full description
+    canonical: dict[str, str] = field(default_factory=dict)  # $defs name -> anchor of its full description
     long_enums: dict[tuple, str] = field(default_factory=dict)  # enum values -> its section's anchor
     problems: list[str] = field(default_factory=list)
 
@@ -85,7 +86,7 @@ def _map_value(node: dict) -> tuple[dict, dict] | None:
     if "additionalProperties" in node and isinstance(node["additionalProperties"], dict):
         return node.get("propertyNames", {}), node["additionalProperties"]
     if "patternProperties" in node:
-        (pattern, value), = node["patternProperties"].items()
+        ((pattern, value),) = node["patternProperties"].items()
         return {**node.get("propertyNames", {}), "pattern": pattern}, value
     return None
 
@@ -97,10 +98,10 @@ class ConfigReference:
         self.page = page
         self.schema = schema
         self.defs = schema.get("$defs", {})
-        self.documents = documents   # (file name, parsed YAML) whose values serve as examples
-        self.curated = curated       # key path -> example value (docs/gen/examples.yaml)
+        self.documents = documents  # (file name, parsed YAML) whose values serve as examples
+        self.curated = curated  # key path -> example value (docs/gen/examples.yaml)
         self.used_curated: set[str] = set()
-        self.variant: tuple[int, str, str] | None = None   # (depth, discriminator, value) while in one kind
+        self.variant: tuple[int, str, str] | None = None  # (depth, discriminator, value) while in one kind
 
     # ---- the walk
 
@@ -134,18 +135,22 @@ class ConfigReference:
         once, then each variant's own."""
         discriminator = node["discriminator"]["propertyName"]
         variants = [(self._resolve(option)[1], self._resolve(option)[0]) for option in node["oneOf"]]
-        shared = [key for key in variants[0][1]["properties"]
-                  if key != discriminator and all(v["properties"].get(key) == variants[0][1]["properties"][key]
-                                                  for _, v in variants)]
+        shared = [
+            key
+            for key in variants[0][1]["properties"]
+            if key != discriminator
+            and all(v["properties"].get(key) == variants[0][1]["properties"][key] for _, v in variants)
+        ]
         here = ".".join(path)
         where = f"`{here}` " if here else ""
         self._heading(level, f"{title_prefix}Keys of every kind", f"{here + '.' if here else ''}every-kind")
         self.page.lines.append(f"Whatever its `{discriminator}`, every {where or 'file '}takes these keys.\n")
         first = variants[0][1]
         for key in shared:
-            self._property(key, first["properties"][key], key in first.get("required", ()), path, prefix="",
-                           level=level + 1)
-        for name, variant in variants:
+            self._property(
+                key, first["properties"][key], key in first.get("required", ()), path, prefix="", level=level + 1
+            )
+        for _name, variant in variants:
             value = variant["properties"][discriminator]["const"]
             # Examples for this kind's keys come from files (or fleets) of this kind only.
             self.variant = (len(path), discriminator, value)
@@ -153,11 +158,20 @@ class ConfigReference:
             if variant.get("description"):
                 self.page.lines.append(_sentence(variant["description"]) + "\n")
             own = [k for k in variant["properties"] if k not in shared]
-            self.page.lines.append(f"With `{discriminator}: {value}`, {where or 'the file '}also takes: "
-                                   + ", ".join(f"`{k}`" for k in own if k != discriminator) + ".\n")
+            self.page.lines.append(
+                f"With `{discriminator}: {value}`, {where or 'the file '}also takes: "
+                + ", ".join(f"`{k}`" for k in own if k != discriminator)
+                + ".\n"
+            )
             for key in own:
-                self._property(key, variant["properties"][key], key in variant.get("required", ()), path,
-                               prefix=f"{value}.", level=level + 1)
+                self._property(
+                    key,
+                    variant["properties"][key],
+                    key in variant.get("required", ()),
+                    path,
+                    prefix=f"{value}.",
+                    level=level + 1,
+                )
             self.variant = None
 
     def _object_body(self, node: dict, path: tuple, prefix: str, level: int) -> None:
@@ -172,8 +186,10 @@ class ConfigReference:
         inner, nullable = _non_null(prop)
         description = prop.get("description") or inner.get("description")
         if not description:
-            self.page.problems.append(f"{self.page.schema_name}: {dotted}: no description (add one in "
-                                      f"the field's module under inferstack/schema/)")
+            self.page.problems.append(
+                f"{self.page.schema_name}: {dotted}: no description (add one in "
+                f"the field's module under inferstack/schema/)"
+            )
         self._heading(level, f"`{dotted}`", anchor)
         lines = self.page.lines
         if description:
@@ -189,10 +205,10 @@ class ConfigReference:
         target, def_name = self._resolve(inner)
         mapping = _map_value(target)
         item = target.get("items") if target.get("type") == "array" else None
-        level = max(level, 3) if level == 2 else level   # a top-level key's section holds its keys
-        if def_name and "properties" in target:                      # an object
+        level = max(level, 3) if level == 2 else level  # a top-level key's section holds its keys
+        if def_name and "properties" in target:  # an object
             self._children(def_name, target, path, prefix, level)
-        elif mapping and (_ref_name(mapping[1]) or "oneOf" in mapping[1]):   # a map of objects
+        elif mapping and (_ref_name(mapping[1]) or "oneOf" in mapping[1]):  # a map of objects
             placeholder = _placeholder(key, mapping[0])
             value = mapping[1]
             if "oneOf" in value:
@@ -200,7 +216,7 @@ class ConfigReference:
             else:
                 value_target, value_name = self._resolve(value)
                 self._children(value_name, value_target, path + (placeholder,), prefix, level)
-        elif item is not None and _ref_name(item):                   # a list of objects
+        elif item is not None and _ref_name(item):  # a list of objects
             item_target, item_name = self._resolve(item)
             self._children(item_name, item_target, path[:-1] + (key + "[]",), prefix, level)
         else:
@@ -213,8 +229,7 @@ class ConfigReference:
             self.places.setdefault(def_name, []).append((len(path), here))
         elif self.page.canonical[def_name] != here:
             anchor = self.page.canonical[def_name]
-            lines.append(f"Its keys are those of [`{self._title_of(anchor)}`](#{_anchor(anchor)}), described "
-                         f"there.\n")
+            lines.append(f"Its keys are those of [`{self._title_of(anchor)}`](#{_anchor(anchor)}), described there.\n")
             return
         if target.get("description"):
             lines.append(_sentence(target["description"]) + "\n")
@@ -222,11 +237,11 @@ class ConfigReference:
 
     def _title_of(self, anchor: str) -> str:
         """The key path an anchor's heading shows (anchors of one kind's keys start with that kind)."""
-        for name, variant in ((n, d) for n, d in self.defs.items() if "properties" in d):
+        for variant in (d for d in self.defs.values() if "properties" in d):
             for key in ("kind",):
                 const = variant["properties"].get(key, {}).get("const")
                 if const and anchor.startswith(const + "."):
-                    return anchor[len(const) + 1:]
+                    return anchor[len(const) + 1 :]
         return anchor
 
     # ---- facts
@@ -288,8 +303,10 @@ class ConfigReference:
             if errors:
                 self.page.problems.append(f"docs/gen/examples.yaml: {dotted}: {value!r} does not validate: {errors[0]}")
         else:
-            self.page.problems.append(f"{self.page.schema_name}: {dotted}: no example (no shipped file sets it: "
-                                      f"add one to docs/gen/examples.yaml)")
+            self.page.problems.append(
+                f"{self.page.schema_name}: {dotted}: no example (no shipped file sets it: "
+                f"add one to docs/gen/examples.yaml)"
+            )
             return
         self.page.lines.append(f"Example{cite}:\n\n```yaml\n{_yaml_at(concrete, value)}\n```\n")
 
@@ -390,8 +407,10 @@ def _escape(text: str) -> str:
     """Outside code spans, angle brackets (`<env>-<name>`) would be read as HTML tags and vanish, and square
     brackets (`host[:port][/path]`) as reference links."""
     parts = text.split("`")
-    return "`".join(part if i % 2 else part.replace("<", "&lt;").replace(">", "&gt;").replace("[", "\\[")
-                    .replace("]", "\\]") for i, part in enumerate(parts))
+    return "`".join(
+        part if i % 2 else part.replace("<", "&lt;").replace(">", "&gt;").replace("[", "\\[").replace("]", "\\]")
+        for i, part in enumerate(parts)
+    )
 
 
 def _default(value: object) -> str:
@@ -405,10 +424,20 @@ def _default(value: object) -> str:
 
 
 def _number_bounds(node: dict) -> str:
-    low = ("≥ " + _num(node["minimum"])) if "minimum" in node else \
-        ("> " + _num(node["exclusiveMinimum"])) if "exclusiveMinimum" in node else None
-    high = ("≤ " + _num(node["maximum"])) if "maximum" in node else \
-        ("< " + _num(node["exclusiveMaximum"])) if "exclusiveMaximum" in node else None
+    low = (
+        ("≥ " + _num(node["minimum"]))
+        if "minimum" in node
+        else ("> " + _num(node["exclusiveMinimum"]))
+        if "exclusiveMinimum" in node
+        else None
+    )
+    high = (
+        ("≤ " + _num(node["maximum"]))
+        if "maximum" in node
+        else ("< " + _num(node["exclusiveMaximum"]))
+        if "exclusiveMaximum" in node
+        else None
+    )
     if "minimum" in node and "maximum" in node:
         return f"{_num(node['minimum'])} to {_num(node['maximum'])}"
     return " and ".join(b for b in (low, high) if b)
@@ -437,29 +466,39 @@ def _length_bounds(node: dict) -> str:
 
 
 CONFIG_PAGES = (
-    Page(title="Model file reference", file="model_configs/<model>.yaml", schema_name="model.schema.json",
-         intro="One YAML file per model in `model_configs/`. Two kinds exist: `neuron-ecs` (Inferentia on ECS) "
-               "and `triton-sagemaker` (Triton on a SageMaker endpoint). Every key below, with its type and "
-               "bounds, its default and an example; the loader (`python -m inferstack validate`) checks further "
-               "rules that span several keys (see [Configuration and validation](../explanation/configuration.md)). "
-               "Start a new file from [Add a model](../how-to/add-a-model.md)."),
-    Page(title="Environments file reference", file="model_configs/environments.yaml",
-         schema_name="environments.schema.json",
-         intro="`model_configs/environments.yaml` lists every environment explicitly (account, region, zones, "
-               "network, alarms, defaults), the optional CDK pipeline, and the fleets of models that share "
-               "accelerators. Every key below, with its type and bounds, its default and an example; rules that "
-               "span several keys are `validate`'s (see [Configuration and validation]"
-               "(../explanation/configuration.md)). How-to: [Add an environment](../how-to/add-an-environment.md), "
-               "[Configure a fleet](../how-to/configure-a-fleet.md), [Set up the pipeline]"
-               "(../how-to/set-up-the-pipeline.md)."),
+    Page(
+        title="Model file reference",
+        file="model_configs/<model>.yaml",
+        schema_name="model.schema.json",
+        intro="One YAML file per model in `model_configs/`. Two kinds exist: `neuron-ecs` (Inferentia on ECS) "
+        "and `triton-sagemaker` (Triton on a SageMaker endpoint). Every key below, with its type and "
+        "bounds, its default and an example; the loader (`python -m inferstack validate`) checks further "
+        "rules that span several keys (see [Configuration and validation](../explanation/configuration.md)). "
+        "Start a new file from [Add a model](../how-to/add-a-model.md).",
+    ),
+    Page(
+        title="Environments file reference",
+        file="model_configs/environments.yaml",
+        schema_name="environments.schema.json",
+        intro="`model_configs/environments.yaml` lists every environment explicitly (account, region, zones, "
+        "network, alarms, defaults), the optional CDK pipeline, and the fleets of models that share "
+        "accelerators. Every key below, with its type and bounds, its default and an example; rules that "
+        "span several keys are `validate`'s (see [Configuration and validation]"
+        "(../explanation/configuration.md)). How-to: [Add an environment](../how-to/add-an-environment.md), "
+        "[Configure a fleet](../how-to/configure-a-fleet.md), [Set up the pipeline]"
+        "(../how-to/set-up-the-pipeline.md).",
+    ),
 )
 
 
 def _documents(schema_name: str) -> list[tuple[str, object]]:
     if schema_name == "environments.schema.json":
         return [("environments.yaml", yaml.safe_load((CONFIG_DIR / "environments.yaml").read_text()))]
-    return [(path.name, yaml.safe_load(path.read_text()))
-            for path in sorted(CONFIG_DIR.glob("*.yaml")) if path.name != "environments.yaml"]
+    return [
+        (path.name, yaml.safe_load(path.read_text()))
+        for path in sorted(CONFIG_DIR.glob("*.yaml"))
+        if path.name != "environments.yaml"
+    ]
 
 
 def config_pages() -> dict[str, str]:
@@ -469,19 +508,25 @@ def config_pages() -> dict[str, str]:
     out, problems = {}, []
     for template in CONFIG_PAGES:
         page = Page(template.title, template.file, template.schema_name, template.intro)
-        reference = ConfigReference(page, schemas[page.schema_name], _documents(page.schema_name),
-                                    curated.get(page.schema_name, {}))
+        reference = ConfigReference(
+            page, schemas[page.schema_name], _documents(page.schema_name), curated.get(page.schema_name, {})
+        )
         body = reference.render()
         unused = sorted(set(reference.curated) - reference.used_curated)
-        problems += page.problems + [f"docs/gen/examples.yaml: {page.schema_name}: {key}: not a leaf key path the "
-                                     f"page needs an example for (a shipped file sets it, or no such key)"
-                                     for key in unused]
-        head = [f"# {page.title}\n", GENERATED.format(source=f"model_configs/schema/{page.schema_name}") + "\n",
-                page.intro + "\n",
-                f"Editors with the YAML language server validate and complete `{page.file}` as you type when its "
-                f"first line is `# yaml-language-server: $schema=schema/{page.schema_name}` (the schema, in "
-                f"`model_configs/schema/`, is generated from the same pydantic models by "
-                f"`python -m inferstack schema`).\n"]
+        problems += page.problems + [
+            f"docs/gen/examples.yaml: {page.schema_name}: {key}: not a leaf key path the "
+            f"page needs an example for (a shipped file sets it, or no such key)"
+            for key in unused
+        ]
+        head = [
+            f"# {page.title}\n",
+            GENERATED.format(source=f"model_configs/schema/{page.schema_name}") + "\n",
+            page.intro + "\n",
+            f"Editors with the YAML language server validate and complete `{page.file}` as you type when its "
+            f"first line is `# yaml-language-server: $schema=schema/{page.schema_name}` (the schema, in "
+            f"`model_configs/schema/`, is generated from the same pydantic models by "
+            f"`python -m inferstack schema`).\n",
+        ]
         out[page.schema_name.replace(".schema.json", "-file.md")] = "\n".join(head + body).rstrip() + "\n"
     if problems:
         raise GenerationError("\n".join(problems))
@@ -489,6 +534,7 @@ def config_pages() -> dict[str, str]:
 
 
 # ------------------------------------------------------------------------------------------- the command line
+
 
 def _subcommands(parser: argparse.ArgumentParser) -> list[tuple[str, str, argparse.ArgumentParser]]:
     (action,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
@@ -509,8 +555,9 @@ def _argument_rows(parser: argparse.ArgumentParser) -> list[str]:
             name = f"`{action.metavar or action.dest}`"
         help_text = formatter._expand_help(action) if action.help else ""
         if not help_text:
-            raise GenerationError(f"{parser.prog}: {name.replace('`', '')}: no help text (add help= to its "
-                                  f"add_argument)")
+            raise GenerationError(
+                f"{parser.prog}: {name.replace('`', '')}: no help text (add help= to its add_argument)"
+            )
         notes = []
         if action.choices is not None and not isinstance(action, argparse._SubParsersAction):
             notes.append("one of " + ", ".join(f"`{c}`" for c in action.choices))
@@ -549,7 +596,8 @@ def cli_page() -> str:
         f"from the registry, an AWS error), one line on stderr; `{cli.EXIT_USAGE}` a usage or configuration error "
         "(bad arguments, invalid `model_configs/`), one line per problem on stderr. `diff` exits `3` when a "
         "change matches `--fail-on` or `--fail-on-replace`.\n",
-        "| command | what it does |", "|---|---|",
+        "| command | what it does |",
+        "|---|---|",
     ]
     commands = _subcommands(parser)
     lines += [f"| [`{name}`](#{name}) | {_sentence(help_text)} |" for name, help_text, _ in commands]
@@ -596,9 +644,14 @@ def public_constructs() -> list[type]:
             if any(part.startswith("_") for part in info.name.split(".")):
                 continue
             namespace = vars(__import__(info.name, fromlist=["__path__"]))
-            found += [value for name, value in namespace.items()
-                      if isinstance(value, type) and issubclass(value, Construct) and not name.startswith("_")
-                      and value.__module__ == info.name]
+            found += [
+                value
+                for name, value in namespace.items()
+                if isinstance(value, type)
+                and issubclass(value, Construct)
+                and not name.startswith("_")
+                and value.__module__ == info.name
+            ]
     return found
 
 
@@ -611,11 +664,11 @@ def documented_arguments(docstring: str | None) -> dict[str, str]:
         if line.strip() != "Args:":
             continue
         inside = functools.partial(_deeper_or_blank, than=_indent(line))
-        body = [entry for entry in itertools.takewhile(inside, lines[number + 1:]) if entry.strip()]
+        body = [entry for entry in itertools.takewhile(inside, lines[number + 1 :]) if entry.strip()]
         name = ""
         for entry in body:
             match = re.fullmatch(r"(\w+)(?: \([^)]*\))?: (.*)", entry.strip())
-            if match and _indent(entry) == _indent(body[0]):   # an entry; deeper lines continue it
+            if match and _indent(entry) == _indent(body[0]):  # an entry; deeper lines continue it
                 name = match[1]
                 entries[name] = match[2]
             elif name:
@@ -637,8 +690,11 @@ def construct_argument_problems(constructs: list[type] | None = None) -> list[st
     for construct in public_constructs() if constructs is None else constructs:
         where = f"{construct.__module__}.{construct.__qualname__}"
         documented = {**documented_arguments(construct.__doc__), **documented_arguments(construct.__init__.__doc__)}
-        parameters = {name: parameter for name, parameter in inspect.signature(construct.__init__).parameters.items()
-                      if parameter.kind is inspect.Parameter.KEYWORD_ONLY}
+        parameters = {
+            name: parameter
+            for name, parameter in inspect.signature(construct.__init__).parameters.items()
+            if parameter.kind is inspect.Parameter.KEYWORD_ONLY
+        }
         for name in sorted(documented.keys() - parameters.keys() - set(CONSTRUCT_POSITIONALS)):
             problems.append(f"{where}: documents `{name}`, which it does not take")
         for name, parameter in parameters.items():
@@ -648,8 +704,9 @@ def construct_argument_problems(constructs: list[type] | None = None) -> list[st
                 if optional or construct.__name__ in DOCUMENTED_IN_FULL:
                     problems.append(f"{where}: `{name}` is not in its docstring's Args: section")
             elif optional and "Default:" not in text:
-                problems.append(f"{where}: `{name}` has a default, and its Args: entry does not say it "
-                                f"(end it with `Default: ...`)")
+                problems.append(
+                    f"{where}: `{name}` has a default, and its Args: entry does not say it (end it with `Default: ...`)"
+                )
             elif not optional and "Default:" in text:
                 problems.append(f"{where}: `{name}` is required, yet its Args: entry names a default")
             elif not optional and construct.__name__ in DOCUMENTED_IN_FULL and "Required" not in text:
@@ -663,8 +720,7 @@ def api_page() -> str:
         raise GenerationError("\n".join(problems))
     lines = [
         "# Python API: constructs\n",
-        GENERATED.format(source="the modules of inferstack/constructs/ (their docstrings render at build time)")
-        + "\n",
+        GENERATED.format(source="the modules of inferstack/constructs/ (their docstrings render at build time)") + "\n",
         "The reusable L3 constructs the stacks in `stacks/` wire together. They take typed, keyword-only "
         "arguments and never read files, environment variables, context or AWS. What follows is rendered from "
         "their docstrings by [mkdocstrings](https://mkdocstrings.github.io/) when the site is built; "
@@ -673,8 +729,11 @@ def api_page() -> str:
     ]
     for package in API_PACKAGES:
         module = __import__(package, fromlist=["__path__"])
-        names = [package] + sorted(info.name for info in pkgutil.walk_packages(module.__path__, package + ".")
-                                   if not info.name.rsplit(".", 1)[1].startswith("_"))
+        names = [package] + sorted(
+            info.name
+            for info in pkgutil.walk_packages(module.__path__, package + ".")
+            if not info.name.rsplit(".", 1)[1].startswith("_")
+        )
         for name in names:
             # A subpackage (neuron_service) re-exports its parts' names: its own docstring only, the parts below.
             nested = name != package and hasattr(__import__(name, fromlist=["__path__"]), "__path__")
@@ -683,6 +742,7 @@ def api_page() -> str:
 
 
 # ------------------------------------------------------------------------------------------------ the pages
+
 
 def pages() -> dict[Path, str]:
     out = {REFERENCE / name: text for name, text in config_pages().items()}
@@ -693,8 +753,7 @@ def pages() -> dict[Path, str]:
 
 def stale() -> list[Path]:
     """Pages whose committed text differs from what the code generates now (missing ones included)."""
-    return [path for path, text in pages().items()
-            if not path.is_file() or path.read_text(encoding="utf-8") != text]
+    return [path for path, text in pages().items() if not path.is_file() or path.read_text(encoding="utf-8") != text]
 
 
 def _shown(path: Path) -> str:

@@ -1,7 +1,8 @@
 """One boto3 session per environment: the environment's `deploy_role_arn` (or a role the caller names)
-assumed from the ambient credentials when set (source and target accounts differ), else the ambient credentials themselves
-(AWS_PROFILE, environment variables, instance or OIDC role), always in the environment's region. An assumed role's
-credentials are renewed before they expire, so a session outlives them (a load test may run for hours)."""
+assumed from the ambient credentials when set (source and target accounts differ), else the ambient credentials
+themselves (AWS_PROFILE, environment variables, instance or OIDC role), always in the environment's region. An
+assumed role's credentials are renewed before they expire, so a session outlives them (a load test may run for
+hours)."""
 
 from __future__ import annotations
 
@@ -35,6 +36,10 @@ class RenewalError(SessionError, botocore.exceptions.BotoCoreError):
 
     fmt = "{message}"
 
+    def __init__(self, message: str) -> None:
+        # BotoCoreError's keyword arguments fill `fmt` (Failure, first in the MRO, has no __init__ of its own).
+        botocore.exceptions.BotoCoreError.__init__(self, message=message)
+
 
 ASSUMED_METHOD = "assume-role"
 
@@ -56,8 +61,7 @@ def _one_line(exc: Exception) -> str:
     return " ".join(str(exc).split())
 
 
-def session_for(env_name: str, environment: Environment, *, purpose: str,
-                role_arn: str | None = None) -> boto3.Session:
+def session_for(env_name: str, environment: Environment, *, purpose: str, role_arn: str | None = None) -> boto3.Session:
     """`role_arn`: assume this role instead of the environment's deploy_role_arn (the pipeline's smoke role)."""
     import boto3
     import botocore.credentials
@@ -78,8 +82,11 @@ def session_for(env_name: str, environment: Environment, *, purpose: str,
         raise SessionError(f"{env_name}: cannot assume {role_arn}: {botocore.exceptions.NoCredentialsError()}")
     # botocore's own assume-role fetcher; the credentials below call it again 15 minutes before they expire.
     fetcher = botocore.credentials.AssumeRoleCredentialFetcher(
-        ambient.client, source, role_arn,
-        extra_args={"RoleSessionName": f"inferstack-{purpose}-{env_name}"[:64], "DurationSeconds": ROLE_SESSION_S})
+        ambient.client,
+        source,
+        role_arn,
+        extra_args={"RoleSessionName": f"inferstack-{purpose}-{env_name}"[:64], "DurationSeconds": ROLE_SESSION_S},
+    )
 
     def renewed() -> dict:
         try:
@@ -92,7 +99,8 @@ def session_for(env_name: str, environment: Environment, *, purpose: str,
     except AWS_ERRORS as exc:
         raise SessionError(f"{env_name}: cannot assume {role_arn}: {_one_line(exc)}") from None
     credentials = botocore.credentials.RefreshableCredentials.create_from_metadata(
-        first, refresh_using=renewed, method=ASSUMED_METHOD)
+        first, refresh_using=renewed, method=ASSUMED_METHOD
+    )
     # Every client of the session (one created once and held too) signs each request with credentials it has
     # renewed when due.
     core = botocore.session.Session()

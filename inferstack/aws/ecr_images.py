@@ -29,11 +29,17 @@ if TYPE_CHECKING:
 IMAGE_PATTERN = re.compile(
     r"^(?P<account>\d{12})\.dkr\.ecr\.(?P<region>[a-z0-9-]+)\.(?P<suffix>amazonaws\.com(?:\.cn)?)"
     r"/(?P<repository>[a-z0-9]+(?:[._/-][a-z0-9]+)*)"
-    r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?(?:@(?P<digest>sha256:[0-9a-f]{64}))?$")
-INDEX_MEDIA_TYPES = ("application/vnd.docker.distribution.manifest.list.v2+json",
-                     "application/vnd.oci.image.index.v1+json")
-MANIFEST_MEDIA_TYPES = ("application/vnd.docker.distribution.manifest.v2+json",
-                        "application/vnd.oci.image.manifest.v1+json", *INDEX_MEDIA_TYPES)
+    r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?(?:@(?P<digest>sha256:[0-9a-f]{64}))?$"
+)
+INDEX_MEDIA_TYPES = (
+    "application/vnd.docker.distribution.manifest.list.v2+json",
+    "application/vnd.oci.image.index.v1+json",
+)
+MANIFEST_MEDIA_TYPES = (
+    "application/vnd.docker.distribution.manifest.v2+json",
+    "application/vnd.oci.image.manifest.v1+json",
+    *INDEX_MEDIA_TYPES,
+)
 DOWNLOAD_TIMEOUT_S = 300
 
 
@@ -55,13 +61,16 @@ class ImageRef:
     digest: str | None
 
     @classmethod
-    def parse(cls, text: str) -> "ImageRef":
+    def parse(cls, text: str) -> ImageRef:
         match = IMAGE_PATTERN.fullmatch(text)
         if match is None or not (match["tag"] or match["digest"]):
-            raise ImageError(f"{text!r} is not a private ECR image reference with a tag or digest "
-                             f"(<account>.dkr.ecr.<region>.amazonaws.com/<repository>:<tag> or @sha256:...)")
-        return cls(match["account"], match["region"], match["suffix"], match["repository"], match["tag"],
-                   match["digest"])
+            raise ImageError(
+                f"{text!r} is not a private ECR image reference with a tag or digest "
+                f"(<account>.dkr.ecr.<region>.amazonaws.com/<repository>:<tag> or @sha256:...)"
+            )
+        return cls(
+            match["account"], match["region"], match["suffix"], match["repository"], match["tag"], match["digest"]
+        )
 
     @property
     def registry(self) -> str:
@@ -72,8 +81,7 @@ class ImageRef:
         return f"{self.registry}/{self.repository}"
 
     def __str__(self) -> str:
-        return (self.repository_uri + (f":{self.tag}" if self.tag else "")
-                + (f"@{self.digest}" if self.digest else ""))
+        return self.repository_uri + (f":{self.tag}" if self.tag else "") + (f"@{self.digest}" if self.digest else "")
 
 
 @dataclass(frozen=True)
@@ -91,8 +99,9 @@ def resolve(ecr, ref: ImageRef) -> ResolvedImage:
     """The digest (and tags) of `ref` in its registry; a digest in the reference must exist too."""
     image_id = {"imageDigest": ref.digest} if ref.digest else {"imageTag": ref.tag}
     try:
-        details = ecr.describe_images(registryId=ref.account, repositoryName=ref.repository,
-                                      imageIds=[image_id])["imageDetails"]
+        details = ecr.describe_images(registryId=ref.account, repositoryName=ref.repository, imageIds=[image_id])[
+            "imageDetails"
+        ]
     except botocore.exceptions.ClientError as exc:
         if _code(exc) in ("ImageNotFoundException", "RepositoryNotFoundException"):
             raise ImageError(f"{ref}: not found in ECR ({_code(exc)})") from None
@@ -127,9 +136,12 @@ def ensure_repository(ecr, name: str) -> bool:
     """Create the promotion repository if needed: KMS-encrypted, immutable tags (a pinned tag can never
     be re-pointed), scanned on push. True when it was created."""
     try:
-        ecr.create_repository(repositoryName=name, imageTagMutability="IMMUTABLE",
-                              encryptionConfiguration={"encryptionType": "KMS"},
-                              imageScanningConfiguration={"scanOnPush": True})
+        ecr.create_repository(
+            repositoryName=name,
+            imageTagMutability="IMMUTABLE",
+            encryptionConfiguration={"encryptionType": "KMS"},
+            imageScanningConfiguration={"scanOnPush": True},
+        )
     except botocore.exceptions.ClientError as exc:
         if _code(exc) == "RepositoryAlreadyExistsException":
             return False
@@ -139,8 +151,9 @@ def ensure_repository(ecr, name: str) -> bool:
 
 def download_layer(ecr, registry_id: str, repository: str, digest: str, part_size: int) -> Iterator[bytes]:
     """The blob `digest` of the source repository, in chunks of at most `part_size` bytes."""
-    url = ecr.get_download_url_for_layer(registryId=registry_id, repositoryName=repository,
-                                         layerDigest=digest)["downloadUrl"]
+    url = ecr.get_download_url_for_layer(registryId=registry_id, repositoryName=repository, layerDigest=digest)[
+        "downloadUrl"
+    ]
     with urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT_S) as response:  # a presigned S3 URL
         while chunk := response.read(part_size):
             yield chunk
@@ -150,11 +163,17 @@ def _copy_blob(source_ecr, source: ImageRef, target_ecr, repository: str, digest
     upload = target_ecr.initiate_layer_upload(repositoryName=repository)
     first = 0
     for chunk in download_layer(source_ecr, source.account, source.repository, digest, upload["partSize"]):
-        target_ecr.upload_layer_part(repositoryName=repository, uploadId=upload["uploadId"], partFirstByte=first,
-                                     partLastByte=first + len(chunk) - 1, layerPartBlob=chunk)
+        target_ecr.upload_layer_part(
+            repositoryName=repository,
+            uploadId=upload["uploadId"],
+            partFirstByte=first,
+            partLastByte=first + len(chunk) - 1,
+            layerPartBlob=chunk,
+        )
         first += len(chunk)
-    done = target_ecr.complete_layer_upload(repositoryName=repository, uploadId=upload["uploadId"],
-                                            layerDigests=[digest])
+    done = target_ecr.complete_layer_upload(
+        repositoryName=repository, uploadId=upload["uploadId"], layerDigests=[digest]
+    )
     if done["layerDigest"] != digest:
         raise ImageError(f"{source.repository_uri}: blob {digest} arrived as {done['layerDigest']}")
 
@@ -166,9 +185,12 @@ def _blobs(manifest: dict) -> list[str]:
 def copy(source_ecr, source: ImageRef, digest: str, target_ecr, repository: str, tag: str | None) -> None:
     """Copy `source@digest` into `repository` of the target registry, tagged `tag` (children untagged)."""
     try:
-        result = source_ecr.batch_get_image(registryId=source.account, repositoryName=source.repository,
-                                            imageIds=[{"imageDigest": digest}],
-                                            acceptedMediaTypes=list(MANIFEST_MEDIA_TYPES))
+        result = source_ecr.batch_get_image(
+            registryId=source.account,
+            repositoryName=source.repository,
+            imageIds=[{"imageDigest": digest}],
+            acceptedMediaTypes=list(MANIFEST_MEDIA_TYPES),
+        )
     except botocore.exceptions.ClientError as exc:
         raise ImageError(f"{source.repository_uri}@{digest}: cannot read manifest: {_code(exc)}") from None
     if not result.get("images"):
@@ -186,8 +208,11 @@ def copy(source_ecr, source: ImageRef, digest: str, target_ecr, repository: str,
         blobs = _blobs(manifest)
         if blobs:
             available = target_ecr.batch_check_layer_availability(repositoryName=repository, layerDigests=blobs)
-            present = {layer["layerDigest"] for layer in available.get("layers") or []
-                       if layer.get("layerAvailability") == "AVAILABLE"}
+            present = {
+                layer["layerDigest"]
+                for layer in available.get("layers") or []
+                if layer.get("layerAvailability") == "AVAILABLE"
+            }
             for blob in blobs:
                 if blob not in present:
                     _copy_blob(source_ecr, source, target_ecr, repository, blob)
@@ -216,12 +241,13 @@ def running_image(session: boto3.Session, env_name: str, unit: ImageUnit) -> str
             raise NotRunning(f"{unit.name}: ECS service {service} not found in cluster {cluster} ({env_name})")
         task_definition = found["services"][0]["taskDefinition"]
         containers = ecs.describe_task_definition(taskDefinition=task_definition)["taskDefinition"][
-            "containerDefinitions"]
-        images = [c["image"] for c in containers if c.get("name") == CONTAINER_NAME] or \
-                 ([containers[0]["image"]] if len(containers) == 1 else [])
+            "containerDefinitions"
+        ]
+        images = [c["image"] for c in containers if c.get("name") == CONTAINER_NAME] or (
+            [containers[0]["image"]] if len(containers) == 1 else []
+        )
         if not images:
-            raise NotRunning(f"{unit.name}: task definition {task_definition} has no container "
-                             f"{CONTAINER_NAME!r}")
+            raise NotRunning(f"{unit.name}: task definition {task_definition} has no container {CONTAINER_NAME!r}")
         return images[0]
     (endpoint,) = stack_outputs.require(values, (stack_outputs.ENDPOINT_NAME,), env_name, unit.name)
     sagemaker = session.client("sagemaker")
@@ -230,16 +256,19 @@ def running_image(session: boto3.Session, env_name: str, unit: ImageUnit) -> str
         try:
             specification = sagemaker.describe_inference_component(InferenceComponentName=component)["Specification"]
         except aws_sessions.AWS_ERRORS as exc:
-            raise NotRunning(f"{unit.name}: SageMaker inference component {component} on endpoint {endpoint} "
-                             f"not found ({env_name}): {' '.join(str(exc).split())}") from None
+            raise NotRunning(
+                f"{unit.name}: SageMaker inference component {component} on endpoint {endpoint} "
+                f"not found ({env_name}): {' '.join(str(exc).split())}"
+            ) from None
         if not specification.get("ModelName"):
             raise NotRunning(f"{unit.name}: inference component {component} names no SageMaker model")
         return _model_image(sagemaker, unit.name, specification["ModelName"])
     try:
         config_name = sagemaker.describe_endpoint(EndpointName=endpoint)["EndpointConfigName"]
     except aws_sessions.AWS_ERRORS as exc:
-        raise NotRunning(f"{unit.name}: SageMaker endpoint {endpoint} not found ({env_name}): "
-                         f"{' '.join(str(exc).split())}") from None
+        raise NotRunning(
+            f"{unit.name}: SageMaker endpoint {endpoint} not found ({env_name}): {' '.join(str(exc).split())}"
+        ) from None
     variants = sagemaker.describe_endpoint_config(EndpointConfigName=config_name)["ProductionVariants"]
     model_names = sorted({v["ModelName"] for v in variants if v.get("ModelName")})
     if len(model_names) != 1:

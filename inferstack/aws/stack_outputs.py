@@ -31,8 +31,16 @@ WORKER_CONTAINER = "WorkerContainer"
 MASTER_SECURITY_GROUP = "MasterSecurityGroup"
 WORKER_SECURITY_GROUP = "WorkerSecurityGroup"
 # The tasks run in the foundation's PRIVATE_SUBNETS: read there (an output here would only re-export its imports).
-LOAD_TEST_OUTPUTS = (RESULTS_BUCKET, CLUSTER, MASTER_TASK_DEFINITION, WORKER_TASK_DEFINITION, MASTER_CONTAINER,
-                     WORKER_CONTAINER, MASTER_SECURITY_GROUP, WORKER_SECURITY_GROUP)
+LOAD_TEST_OUTPUTS = (
+    RESULTS_BUCKET,
+    CLUSTER,
+    MASTER_TASK_DEFINITION,
+    WORKER_TASK_DEFINITION,
+    MASTER_CONTAINER,
+    WORKER_CONTAINER,
+    MASTER_SECURITY_GROUP,
+    WORKER_SECURITY_GROUP,
+)
 
 
 class StackNotFound(Failure):
@@ -56,8 +64,9 @@ def model_path(values: dict[str, str], env_name: str, stack: str, model: str) ->
     except ValueError:
         paths = None
     if not isinstance(paths, dict) or not isinstance(paths.get(model), str):
-        raise StackNotFound(f"{model}: stack {stack_name(env_name, stack)} output {MODEL_PATHS} names no path "
-                            f"for it ({raw[:120]})")
+        raise StackNotFound(
+            f"{model}: stack {stack_name(env_name, stack)} output {MODEL_PATHS} names no path for it ({raw[:120]})"
+        )
     return paths[model]
 
 

@@ -14,12 +14,12 @@ costs that both `plan` and the stacks use.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from inferstack.capacity import pricing, schedule
-from inferstack.capacity.planning import FleetBeyondCount, PlanningError, plan as plan_dedicated, target_in_flight
+from inferstack.capacity.planning import FleetBeyondCount, PlanningError, target_in_flight
+from inferstack.capacity.planning import plan as plan_dedicated
 from inferstack.schema import instances, kinds
 from inferstack.schema.environments import Environment
 from inferstack.schema.fleets import Fleet, InferenceComponentFleet, NeuronCoreFleet
@@ -41,6 +41,7 @@ class PackingError(PlanningError):
 
 # ---------------------------------------------------------------- shared arithmetic
 
+
 def safety_factor(capacity_safety: float | None, environment: Environment) -> float:
     return capacity_safety if capacity_safety is not None else environment.defaults.safety_factor
 
@@ -61,7 +62,7 @@ class Window:
     open_share: float
 
     @classmethod
-    def of(cls, window: OffHours) -> "Window":
+    def of(cls, window: OffHours) -> Window:
         return cls(window.start, window.end, window.time_zone, window.min, window.max, schedule.window_share(window))
 
 
@@ -74,6 +75,7 @@ def monthly_instance_hours(instances_outside: int, windows: Sequence[Window]) ->
 
 
 # ---------------------------------------------------------------- neuron-cores
+
 
 class _MeetsSlo:
     """Whether a fleet plan meets its members' SLOs: each profiled p99 within its SLO, the peak within max."""
@@ -93,7 +95,6 @@ class _MeetsSlo:
     @property
     def meets_slo(self) -> bool:
         return self.latency_within_slo and self.peak_within_max
-
 
 
 @dataclass(frozen=True)
@@ -152,8 +153,9 @@ def _largest_divisor_at_most(units: int, limit: int) -> int:
     return max(d for d in range(1, min(units, limit) + 1) if units % d == 0)
 
 
-def plan_neuron_fleet(name: str, fleet: NeuronCoreFleet, members: Sequence[NeuronEcsModel], env_name: str,
-                      environment: Environment) -> NeuronFleetPlan:
+def plan_neuron_fleet(
+    name: str, fleet: NeuronCoreFleet, members: Sequence[NeuronEcsModel], env_name: str, environment: Environment
+) -> NeuronFleetPlan:
     capacity = fleet.capacity_for(env_name)
     spec = instances.get(capacity.instance_type)
     safety = safety_factor(capacity.safety_factor, environment)
@@ -164,19 +166,23 @@ def plan_neuron_fleet(name: str, fleet: NeuronCoreFleet, members: Sequence[Neuro
     for model in members:
         point = model.throughput_profile.get(capacity.instance_type)
         if point is None:
-            raise PlanningError(f"{model.name}: no throughput_profile entry for {capacity.instance_type} (the "
-                                f"instance type of fleet {name} in {env_name})")
+            raise PlanningError(
+                f"{model.name}: no throughput_profile entry for {capacity.instance_type} (the "
+                f"instance type of fleet {name} in {env_name})"
+            )
         per_core.append(point.throughput_per_second / total)
         unit.append(model.compile.neuron_cores_per_model)
         points.append(point)
     if sum(unit) > total:
-        raise PackingError(f"fleet {name}: its models need at least {sum(unit)} NeuronCores per instance "
-                           f"({' + '.join(map(str, unit))}), {capacity.instance_type} has {total}")
+        raise PackingError(
+            f"fleet {name}: its models need at least {sum(unit)} NeuronCores per instance "
+            f"({' + '.join(map(str, unit))}), {capacity.instance_type} has {total}"
+        )
     peaks = [model.slo_for(env_name).peak_tps for model in members]
 
     def cores_needed(instances_count: int) -> list[int] | None:
         cores = []
-        for peak, rate, step in zip(peaks, per_core, unit):
+        for peak, rate, step in zip(peaks, per_core, unit, strict=True):
             per_instance = instances_count * rate * safety
             needed = peak / per_instance if per_instance > 0 else math.inf
             if not math.isfinite(needed) or needed > total:
@@ -186,37 +192,54 @@ def plan_neuron_fleet(name: str, fleet: NeuronCoreFleet, members: Sequence[Neuro
 
     # The smallest fleet that fits: at most every model on its own instances, plus one for rounding.
     upper = 1
-    for peak, rate in zip(peaks, per_core):
+    for peak, rate in zip(peaks, per_core, strict=True):
         per_instance = rate * total * safety
         needed = peak / per_instance if per_instance > 0 else math.inf
         if not math.isfinite(needed) or needed > 10**9:
             raise FleetBeyondCount(f"fleet {name}: peak {peak:g} TPS needs more instances than can be counted")
         upper += math.ceil(needed)
-    count, cores = next(((n, c) for n in range(1, upper + len(members) + 1)
-                         if (c := cores_needed(n)) is not None), (None, None))
+    count, cores = next(
+        ((n, c) for n in range(1, upper + len(members) + 1) if (c := cores_needed(n)) is not None), (None, None)
+    )
     if count is None or cores is None:
         raise PackingError(f"fleet {name}: no instance count up to {upper} fits every model's cores")
     cores = _spread_spare(cores, unit, peaks, per_core, total)
     shares, first = [], 0
-    for index, (model, point, model_cores, step) in enumerate(zip(members, points, cores, unit)):
+    for index, (model, point, model_cores, step) in enumerate(zip(members, points, cores, unit, strict=True)):
         copies = model_cores // step
-        shares.append(CoreShare(
-            model=model.name, first_core=first, cores=model_cores,
-            workers=_largest_divisor_at_most(copies, model.serving.workers),
-            # Its own port (serving.port), wherever it sits in the fleet: a member's target groups are on its
-            # port, and a port that moved with the fleet's order would replace them.
-            port=model.serving.port,
-            throughput_per_core=per_core[index], profile_p99_ms=point.p99_latency_ms,
-            slo_p99_ms=model.slo_for(env_name).p99_latency_ms, peak_tps=peaks[index]))
+        shares.append(
+            CoreShare(
+                model=model.name,
+                first_core=first,
+                cores=model_cores,
+                workers=_largest_divisor_at_most(copies, model.serving.workers),
+                # Its own port (serving.port), wherever it sits in the fleet: a member's target groups are on its
+                # port, and a port that moved with the fleet's order would replace them.
+                port=model.serving.port,
+                throughput_per_core=per_core[index],
+                profile_p99_ms=point.p99_latency_ms,
+                slo_p99_ms=model.slo_for(env_name).p99_latency_ms,
+                peak_tps=peaks[index],
+            )
+        )
         first += model_cores
     return NeuronFleetPlan(
-        fleet=name, environment=env_name, instance_type=spec.name, neuron_cores=total, safety_factor=safety,
-        shares=tuple(shares), instances_at_peak=count, min_capacity=capacity.min, max_capacity=capacity.max,
-        windows=tuple(Window.of(w) for w in fleet.off_hours_for(env_name)))
+        fleet=name,
+        environment=env_name,
+        instance_type=spec.name,
+        neuron_cores=total,
+        safety_factor=safety,
+        shares=tuple(shares),
+        instances_at_peak=count,
+        min_capacity=capacity.min,
+        max_capacity=capacity.max,
+        windows=tuple(Window.of(w) for w in fleet.off_hours_for(env_name)),
+    )
 
 
-def _spread_spare(cores: list[int], unit: list[int], peaks: list[float], per_core: list[float],
-                  total: int) -> list[int]:
+def _spread_spare(
+    cores: list[int], unit: list[int], peaks: list[float], per_core: list[float], total: int
+) -> list[int]:
     """Cores the peak does not need still cost money: hand them out, one copy at a time, to the model with
     the least headroom (capacity over peak), so no core idles."""
     cores = list(cores)
@@ -230,6 +253,7 @@ def _spread_spare(cores: list[int], unit: list[int], peaks: list[float], per_cor
 
 
 # ---------------------------------------------------------------- sagemaker-inference-components
+
 
 @dataclass(frozen=True)
 class ComponentShare:
@@ -316,8 +340,9 @@ def copy_throughput(model: TritonSageMakerModel) -> tuple[float, float, str]:
     profiled = copy_profiled_on(model)
     point = model.throughput_profile.get(profiled)
     if point is None:
-        raise PlanningError(f"{model.name}: no throughput_profile entry for {profiled} "
-                            f"(inference_component.profiled_on)")
+        raise PlanningError(
+            f"{model.name}: no throughput_profile entry for {profiled} (inference_component.profiled_on)"
+        )
     gpus = instances.get(profiled).gpus or 1
     return point.throughput_per_second * spec_ic.accelerators / gpus, point.p99_latency_ms, profiled
 
@@ -329,8 +354,9 @@ def cold_start_seconds(model: TritonSageMakerModel) -> int:
     return NO_CAPACITY_ALARM_SECONDS + INSTANCE_LAUNCH_SECONDS + triton_startup.estimated_seconds(model)
 
 
-def _place(copies: Sequence[tuple[str, int, float, int]], spec: instances.InstanceSpec,
-           count: int) -> list[list[str]] | None:
+def _place(
+    copies: Sequence[tuple[str, int, float, int]], spec: instances.InstanceSpec, count: int
+) -> list[list[str]] | None:
     """First-fit decreasing of copies (model, accelerators, cpus, memory) onto `count` instances."""
     free = [[spec.gpus, float(spec.vcpus), spec.memory_gib * 1024] for _ in range(count)]
     placed: list[list[str]] = [[] for _ in range(count)]
@@ -347,8 +373,13 @@ def _place(copies: Sequence[tuple[str, int, float, int]], spec: instances.Instan
     return placed
 
 
-def plan_component_fleet(name: str, fleet: InferenceComponentFleet, members: Sequence[TritonSageMakerModel],
-                         env_name: str, environment: Environment) -> ComponentFleetPlan:
+def plan_component_fleet(
+    name: str,
+    fleet: InferenceComponentFleet,
+    members: Sequence[TritonSageMakerModel],
+    env_name: str,
+    environment: Environment,
+) -> ComponentFleetPlan:
     capacity = fleet.capacity_for(env_name)
     spec = instances.get(capacity.instance_type)
     safety = safety_factor(capacity.safety_factor, environment)
@@ -360,24 +391,38 @@ def plan_component_fleet(name: str, fleet: InferenceComponentFleet, members: Seq
         if ic is None:
             raise PackingError(f"{model.name}: set inference_component to place it on fleet {name}")
         if ic.accelerators > spec.gpus or ic.cpu_cores > spec.vcpus or ic.memory_mib > spec.memory_gib * 1024:
-            raise PackingError(f"{model.name}: one copy ({ic.accelerators} GPU, {ic.cpu_cores:g} vCPU, "
-                               f"{ic.memory_mib} MiB) does not fit on {spec.name} ({spec.gpus} GPU, {spec.vcpus} "
-                               f"vCPU, {spec.memory_gib * 1024} MiB)")
+            raise PackingError(
+                f"{model.name}: one copy ({ic.accelerators} GPU, {ic.cpu_cores:g} vCPU, "
+                f"{ic.memory_mib} MiB) does not fit on {spec.name} ({spec.gpus} GPU, {spec.vcpus} "
+                f"vCPU, {spec.memory_gib * 1024} MiB)"
+            )
         rate, p99, _ = copy_throughput(model)
         slo = model.slo_for(env_name)
         needed = slo.peak_tps / (rate * safety) if rate * safety > 0 else math.inf
         if not math.isfinite(needed) or needed > 10**6:
             raise FleetBeyondCount(f"{model.name}: peak {slo.peak_tps:g} TPS needs more copies than can be counted")
         at_peak = max(1, math.ceil(needed - 1e-9))
-        per_instance = min(spec.gpus // ic.accelerators, int(spec.vcpus // ic.cpu_cores),
-                           spec.memory_gib * 1024 // ic.memory_mib)
-        shares.append(ComponentShare(
-            model=model.name, accelerators=ic.accelerators, cpu_cores=ic.cpu_cores, memory_mib=ic.memory_mib,
-            throughput_per_copy=rate, profile_p99_ms=p99, slo_p99_ms=slo.p99_latency_ms, peak_tps=slo.peak_tps,
-            copies_at_peak=at_peak, min_copies=0 if to_zero else 1,
-            max_copies=max(1, per_instance * capacity.max),
-            cold_start_seconds=cold_start_seconds(model) if to_zero else None,
-            cold_start_allowed=slo.cold_start_seconds, copies_per_instance=per_instance))
+        per_instance = min(
+            spec.gpus // ic.accelerators, int(spec.vcpus // ic.cpu_cores), spec.memory_gib * 1024 // ic.memory_mib
+        )
+        shares.append(
+            ComponentShare(
+                model=model.name,
+                accelerators=ic.accelerators,
+                cpu_cores=ic.cpu_cores,
+                memory_mib=ic.memory_mib,
+                throughput_per_copy=rate,
+                profile_p99_ms=p99,
+                slo_p99_ms=slo.p99_latency_ms,
+                peak_tps=slo.peak_tps,
+                copies_at_peak=at_peak,
+                min_copies=0 if to_zero else 1,
+                max_copies=max(1, per_instance * capacity.max),
+                cold_start_seconds=cold_start_seconds(model) if to_zero else None,
+                cold_start_allowed=slo.cold_start_seconds,
+                copies_per_instance=per_instance,
+            )
+        )
         copies += [(model.name, ic.accelerators, ic.cpu_cores, ic.memory_mib)] * at_peak
     count, placement = None, None
     for n in range(1, len(copies) + 1):
@@ -388,9 +433,17 @@ def plan_component_fleet(name: str, fleet: InferenceComponentFleet, members: Seq
     if count is None or placement is None:
         raise PackingError(f"fleet {name}: the copies at peak do not fit on {spec.name} instances")
     return ComponentFleetPlan(
-        fleet=name, environment=env_name, instance_type=spec.name, safety_factor=safety, shares=tuple(shares),
-        instances_at_peak=count, min_capacity=capacity.min, max_capacity=capacity.max,
-        placement=tuple(tuple(sorted(p)) for p in placement), windows=windows)
+        fleet=name,
+        environment=env_name,
+        instance_type=spec.name,
+        safety_factor=safety,
+        shares=tuple(shares),
+        instances_at_peak=count,
+        min_capacity=capacity.min,
+        max_capacity=capacity.max,
+        placement=tuple(tuple(sorted(p)) for p in placement),
+        windows=windows,
+    )
 
 
 # ---------------------------------------------------------------- either kind, and the comparison
@@ -409,9 +462,11 @@ class FleetPlanner:
 
 PLANNERS: dict[kinds.FleetKind, FleetPlanner] = {
     kinds.NEURON_CORES: FleetPlanner(
-        plan_neuron_fleet, profiled_on=lambda _model, fleet, env_name: fleet.capacity_for(env_name).instance_type),
+        plan_neuron_fleet, profiled_on=lambda _model, fleet, env_name: fleet.capacity_for(env_name).instance_type
+    ),
     kinds.SAGEMAKER_INFERENCE_COMPONENTS: FleetPlanner(
-        plan_component_fleet, profiled_on=lambda model, _fleet, _env_name: copy_profiled_on(model)),
+        plan_component_fleet, profiled_on=lambda model, _fleet, _env_name: copy_profiled_on(model)
+    ),
 }
 
 
@@ -477,7 +532,9 @@ def cost(fleet_plan: FleetPlan, members: Sequence, environment: Environment) -> 
         dedicated_scheduled += monthly_instance_hours(own.instances_at_peak, own_windows) * own_price
         dedicated_floor += monthly_floor_hours(own.min_capacity, own_windows) * own_price
     return FleetCost(
-        fleet=fleet_plan.fleet, environment=fleet_plan.environment, instance_type=fleet_plan.instance_type,
+        fleet=fleet_plan.fleet,
+        environment=fleet_plan.environment,
+        instance_type=fleet_plan.instance_type,
         usd_per_instance_hour=hourly,
         price_source=f"{price.source} ({price.recorded})" if price.recorded else price.source,
         instances_at_peak=fleet_plan.instances_at_peak,
@@ -486,6 +543,10 @@ def cost(fleet_plan: FleetPlan, members: Sequence, environment: Environment) -> 
         monthly_at_min=monthly_floor_hours(fleet_plan.min_capacity, fleet_plan.windows) * hourly,
         monthly_at_peak=fleet_plan.instances_at_peak * hourly * pricing.HOURS_PER_MONTH,
         monthly_with_off_hours=monthly_instance_hours(fleet_plan.instances_at_peak, fleet_plan.windows) * hourly,
-        dedicated_instances_at_peak=dedicated_count, dedicated_cost_per_hour_at_peak=dedicated_hourly,
-        dedicated_min_capacity=dedicated_min, dedicated_monthly_at_min=dedicated_floor,
-        dedicated_monthly_at_peak=dedicated_monthly, dedicated_monthly_with_off_hours=dedicated_scheduled)
+        dedicated_instances_at_peak=dedicated_count,
+        dedicated_cost_per_hour_at_peak=dedicated_hourly,
+        dedicated_min_capacity=dedicated_min,
+        dedicated_monthly_at_min=dedicated_floor,
+        dedicated_monthly_at_peak=dedicated_monthly,
+        dedicated_monthly_with_off_hours=dedicated_scheduled,
+    )

@@ -10,8 +10,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from inferstack.schema.kinds import Model
 from inferstack.schema.environments import Environment
+from inferstack.schema.kinds import Model
 from inferstack.schema.model_file import Slo
 
 
@@ -76,8 +76,9 @@ class CapacityPlan:
         return self.latency_within_slo and self.peak_within_max
 
 
-def plan(model: Model, env_name: str, environment: Environment, *, instance_type: str | None = None,
-         slo: Slo | None = None) -> CapacityPlan:
+def plan(
+    model: Model, env_name: str, environment: Environment, *, instance_type: str | None = None, slo: Slo | None = None
+) -> CapacityPlan:
     """The capacity the stacks deploy; `instance_type` plans the same model on another profiled type, `slo`
     for another model's SLO (the same checkpoint compiled for another Neuron generation, compared)."""
     capacity = model.capacity_for(env_name)
@@ -92,7 +93,8 @@ def plan(model: Model, env_name: str, environment: Environment, *, instance_type
     if not math.isfinite(needed):
         raise FleetBeyondCount(
             f"peak {slo.peak_tps:g} TPS at {point.throughput_per_second:g}/s x safety factor {safety:g} per "
-            f"{instance_type} needs more instances than can be counted")
+            f"{instance_type} needs more instances than can be counted"
+        )
     return CapacityPlan(
         model=model.name,
         environment=env_name,

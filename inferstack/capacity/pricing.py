@@ -27,11 +27,28 @@ class Price:
 
 
 def _table() -> dict[str, Price]:
-    ec2 = {"inf1.xlarge": 0.228, "inf1.2xlarge": 0.362, "inf1.6xlarge": 1.18, "inf1.24xlarge": 4.721,
-           "inf2.xlarge": 0.7582, "inf2.8xlarge": 1.9679, "inf2.24xlarge": 6.4906, "inf2.48xlarge": 12.9813}
-    sagemaker = {"ml.g4dn.xlarge": 0.736, "ml.g4dn.2xlarge": 0.94, "ml.g4dn.4xlarge": 1.505,
-                 "ml.g4dn.8xlarge": 2.72, "ml.g4dn.12xlarge": 4.89, "ml.g4dn.16xlarge": 5.44,
-                 "ml.g5.xlarge": 1.408, "ml.g5.2xlarge": 1.515, "ml.g5.4xlarge": 2.03, "ml.g5.12xlarge": 7.09}
+    ec2 = {
+        "inf1.xlarge": 0.228,
+        "inf1.2xlarge": 0.362,
+        "inf1.6xlarge": 1.18,
+        "inf1.24xlarge": 4.721,
+        "inf2.xlarge": 0.7582,
+        "inf2.8xlarge": 1.9679,
+        "inf2.24xlarge": 6.4906,
+        "inf2.48xlarge": 12.9813,
+    }
+    sagemaker = {
+        "ml.g4dn.xlarge": 0.736,
+        "ml.g4dn.2xlarge": 0.94,
+        "ml.g4dn.4xlarge": 1.505,
+        "ml.g4dn.8xlarge": 2.72,
+        "ml.g4dn.12xlarge": 4.89,
+        "ml.g4dn.16xlarge": 5.44,
+        "ml.g5.xlarge": 1.408,
+        "ml.g5.2xlarge": 1.515,
+        "ml.g5.4xlarge": 2.03,
+        "ml.g5.12xlarge": 7.09,
+    }
     table = {name: Price(p, _EC2, RECORDED) for name, p in ec2.items()}
     table |= {name: Price(p, _SAGEMAKER, RECORDED) for name, p in sagemaker.items()}
     return table

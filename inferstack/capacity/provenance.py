@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 from inferstack.capacity import packing
 from inferstack.schema import kinds
-from inferstack.schema.kinds import Model
 from inferstack.schema.fleets import Fleet
+from inferstack.schema.kinds import Model
 from inferstack.schema.throughput import RECOMMENDER_METHOD, ProfilePoint
 
 ESTIMATE = "estimate"
@@ -57,7 +57,7 @@ class Sizing:
         return (today - self.point.measured.date).days
 
     def describe(self, today: datetime.date) -> str:
-        """"measured 2025-06-01 (12 days ago)" or "estimate"; a p95 entry adds its caveat."""
+        """ "measured 2025-06-01 (12 days ago)" or "estimate"; a p95 entry adds its caveat."""
         if self.point is None or self.point.measured is None:
             return ESTIMATE
         age = self.age_days(today)

@@ -18,8 +18,12 @@ from inferstack.schema.off_hours import OffHours
 REFERENCE_START = datetime(2025, 1, 6)  # a Monday
 REFERENCE_DAYS = 28
 _DAYS = {"SUN": 1, "MON": 2, "TUE": 3, "WED": 4, "THU": 5, "FRI": 6, "SAT": 7}  # cron day-of-week numbering
-_MONTHS = {name: i for i, name in enumerate(
-    ("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"), start=1)}
+_MONTHS = {
+    name: i
+    for i, name in enumerate(
+        ("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"), start=1
+    )
+}
 
 
 class CronError(ValueError):
@@ -69,12 +73,18 @@ def _matcher(expression: str):
     minute, hour, dom, month, dow, year = match.groups()
     if "L" in dom or "W" in dom or "#" in dow or "L" in dow:
         raise CronError(f"{expression!r}: L, W and # are not evaluated here")
-    sets = (_values(minute, 0, 59, {}), _values(hour, 0, 23, {}), _values(dom, 1, 31, {}),
-            _values(month, 1, 12, _MONTHS), _values(dow, 1, 7, _DAYS))
+    sets = (
+        _values(minute, 0, 59, {}),
+        _values(hour, 0, 23, {}),
+        _values(dom, 1, 31, {}),
+        _values(month, 1, 12, _MONTHS),
+        _values(dow, 1, 7, _DAYS),
+    )
 
     def matches(moment: datetime) -> bool:
         values = (moment.minute, moment.hour, moment.day, moment.month, moment.isoweekday() % 7 + 1)
-        return all(allowed is None or value in allowed for allowed, value in zip(sets, values))
+        return all(allowed is None or value in allowed for allowed, value in zip(sets, values, strict=True))
+
     return matches
 
 
@@ -89,7 +99,7 @@ def open_share(start: str, end: str, time_zone: str = "UTC") -> float:
     moment = REFERENCE_START.replace(tzinfo=zone)
     step = timedelta(minutes=1)
     for index in range(minutes):
-        wall = (moment + index * step)
+        wall = moment + index * step
         if opens(wall):
             events.append((index, True))
         elif closes(wall):

@@ -15,9 +15,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     cmd.add_argument("--config-dir", type=Path, default=DEFAULT_CONFIG_DIR)
     cmd.add_argument("--env", help="one environment (default: all)")
     cmd.add_argument("--json", action="store_true", help="one JSON object per model and environment")
-    cmd.add_argument("--compare", action="store_true",
-                     help="also plan every profiled instance type and mark the cheapest that meets the SLO, and "
-                          "one checkpoint compiled for Inf1 and for Inf2 side by side at the Inf1 model's SLO")
+    cmd.add_argument(
+        "--compare",
+        action="store_true",
+        help="also plan every profiled instance type and mark the cheapest that meets the SLO, and "
+        "one checkpoint compiled for Inf1 and for Inf2 side by side at the Inf1 model's SLO",
+    )
     cmd.set_defaults(func=run)
 
 
@@ -34,8 +37,11 @@ def run(args: argparse.Namespace) -> int:
         print(plan_report.to_json(rows, fleets, generations, absent))
     else:
         print(plan_report.to_table(rows))
-        for section in (plan_report.not_deployed_to_text(absent), plan_report.fleets_to_text(fleets),
-                        plan_report.generations_to_text(generations)):
+        for section in (
+            plan_report.not_deployed_to_text(absent),
+            plan_report.fleets_to_text(fleets),
+            plan_report.generations_to_text(generations),
+        ):
             if section:
                 print()
                 print(section)

@@ -8,11 +8,14 @@ from pathlib import Path
 from inferstack import config
 from inferstack.command_line import DEFAULT_CONFIG_DIR, UsageError
 from inferstack.schema import kinds
+from inferstack.schema.triton_sagemaker import TritonSageMakerModel
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
-    cmd = commands.add_parser("render-triton", help="write a Triton model repository skeleton "
-                              "(config.pbtxt per model folder, empty version dirs)")
+    cmd = commands.add_parser(
+        "render-triton",
+        help="write a Triton model repository skeleton (config.pbtxt per model folder, empty version dirs)",
+    )
     cmd.add_argument("model", help="a triton-sagemaker model name from model_configs/")
     cmd.add_argument("--out", type=Path, required=True, help="a directory that does not exist or is empty")
     cmd.add_argument("--config-dir", type=Path, default=DEFAULT_CONFIG_DIR)
@@ -28,9 +31,10 @@ def run(args: argparse.Namespace) -> int:
         model = project.model(args.model)
     except KeyError as exc:
         raise UsageError(exc.args[0]) from None
-    if kinds.model_kind(model) is not kinds.TRITON_SAGEMAKER:
-        raise UsageError(f"{model.name} is a {model.kind} model; render-triton renders "
-                         f"{kinds.TRITON_SAGEMAKER.name} models")
+    if not isinstance(model, TritonSageMakerModel):  # the triton-sagemaker kind's schema
+        raise UsageError(
+            f"{model.name} is a {model.kind} model; render-triton renders {kinds.TRITON_SAGEMAKER.name} models"
+        )
     try:
         out = triton_config.write_repository(model, args.out)
     except triton_config.RepositoryError as exc:

@@ -21,6 +21,8 @@ def run(args: argparse.Namespace) -> int:
     for warning in project.warnings:
         print(warning, file=sys.stderr)
     warned = f", {len(project.warnings)} warning(s)" if project.warnings else ""
-    print(f"{args.config_dir}: {len(project.environments)} environments, {len(project.models)} models, "
-          f"{len(project.fleets)} fleets: OK{warned}")
+    print(
+        f"{args.config_dir}: {len(project.environments)} environments, {len(project.models)} models, "
+        f"{len(project.fleets)} fleets: OK{warned}"
+    )
     return 0

@@ -57,7 +57,7 @@ class Retryable(InvokeFailure):
         self.retry_after, self.advice = retry_after, advice
 
 
-def _one_line(text: str) -> str:
+def _one_line(text: object) -> str:
     return " ".join(str(text).split())
 
 
@@ -95,25 +95,37 @@ Call = Callable[[bytes], bytes]
 
 def http_call(url: str, timeout: float, *, internal: bool = False) -> Call:
     """POST the body to a Neuron model's URL. `internal`: the load balancer is internal (said when unreachable)."""
+
     def call(body: bytes) -> bytes:
-        request = urllib.request.Request(url, data=body, method="POST", headers={
-            "Content-Type": "application/json", "Accept": "application/json"})
+        request = urllib.request.Request(
+            url, data=body, method="POST", headers={"Content-Type": "application/json", "Accept": "application/json"}
+        )
         try:
             with urllib.request.urlopen(request, timeout=timeout) as response:
                 return response.read()
         except urllib.error.HTTPError as exc:
             message = f"{url}: HTTP {exc.code}: {_error_detail(exc.read()[:2000])}"
             if exc.code in RETRY_STATUSES:
-                raise Retryable(message, _retry_after(exc.headers.get("Retry-After")),
-                                "the model is overloaded, or starting with no task ready (a load balancer with no "
-                                "healthy target answers 503 too)") from None
+                raise Retryable(
+                    message,
+                    _retry_after(exc.headers.get("Retry-After")),
+                    "the model is overloaded, or starting with no task ready (a load balancer with no "
+                    "healthy target answers 503 too)",
+                ) from None
             raise InvokeFailure(message) from None
         except (urllib.error.URLError, OSError) as exc:
             if isinstance(exc, TimeoutError) or isinstance(getattr(exc, "reason", None), TimeoutError):
                 raise InvokeFailure(f"{url}: no answer within {timeout:g} s (--timeout)") from None
-            hint = (" (an internal load balancer answers only inside its VPC: call from there, or use "
-                    "`inferstack smoke --via lambda` to check it)") if internal else ""
+            hint = (
+                (
+                    " (an internal load balancer answers only inside its VPC: call from there, or use "
+                    "`inferstack smoke --via lambda` to check it)"
+                )
+                if internal
+                else ""
+            )
             raise InvokeFailure(f"{url}: unreachable: {_one_line(getattr(exc, 'reason', exc))}{hint}") from None
+
     return call
 
 
@@ -125,14 +137,20 @@ def sagemaker_call(runtime, location: Location, *, cold_start_s: float | None = 
 
     def call(body: bytes) -> bytes:
         try:
-            return runtime.invoke_endpoint(EndpointName=location.endpoint, ContentType="application/json",
-                                           Accept="application/json", Body=body, **target)["Body"].read()
+            return runtime.invoke_endpoint(
+                EndpointName=location.endpoint,
+                ContentType="application/json",
+                Accept="application/json",
+                Body=body,
+                **target,
+            )["Body"].read()
         except botocore.exceptions.ClientError as exc:
             raise _sagemaker_error(where, exc, cold_start_s) from None
         except botocore.exceptions.ReadTimeoutError:
             raise InvokeFailure(f"{where}: no answer within the timeout (--timeout)") from None
         except botocore.exceptions.BotoCoreError as exc:
             raise InvokeFailure(f"{where}: {_one_line(exc)}") from None
+
     return call
 
 
@@ -150,17 +168,25 @@ def _sagemaker_error(where: str, exc: botocore.exceptions.ClientError, cold_star
         return InvokeFailure(line)
     if smoke.NO_CAPACITY in message:
         allowed = f" ({cold_start_s:g} s allowed by its slo.cold_start_seconds)" if cold_start_s else ""
-        return Retryable(f"{where}: no copy of the model is running (its inference component scaled to zero): "
-                         f"{message}", None,
-                         f"the request has started a copy, which takes minutes{allowed}: call again later, or "
-                         f"wait here with a larger --retries")
+        return Retryable(
+            f"{where}: no copy of the model is running (its inference component scaled to zero): {message}",
+            None,
+            f"the request has started a copy, which takes minutes{allowed}: call again later, or "
+            f"wait here with a larger --retries",
+        )
     if code in RETRY_AWS_CODES:
         return Retryable(f"{where}: {code}: {message}", None, "SageMaker asks to try again")
     return InvokeFailure(f"{where}: {code or 'error'}: {message}")
 
 
-def with_retries(call: Call, body: bytes, retries: int, *, sleep: Callable[[float], None] | None = None,
-                 log: Callable[[str], None] | None = None) -> bytes:
+def with_retries(
+    call: Call,
+    body: bytes,
+    retries: int,
+    *,
+    sleep: Callable[[float], None] | None = None,
+    log: Callable[[str], None] | None = None,
+) -> bytes:
     """call(body), tried again up to `retries` times on a Retryable answer: after its Retry-After, else
     BACKOFF_S doubled each time, every wait at most MAX_DELAY_S."""
     for attempt in range(retries + 1):
@@ -171,7 +197,7 @@ def with_retries(call: Call, body: bytes, retries: int, *, sleep: Callable[[floa
                 tries = f"{retries + 1} tries" if retries else "1 try"
                 advice = f"; {exc.advice}" if exc.advice else ""
                 raise InvokeFailure(f"{exc} (after {tries}{advice}; retry later or raise --retries)") from None
-            delay = min(MAX_DELAY_S, exc.retry_after if exc.retry_after is not None else BACKOFF_S * 2 ** attempt)
+            delay = min(MAX_DELAY_S, exc.retry_after if exc.retry_after is not None else BACKOFF_S * 2**attempt)
             if log is not None:
                 log(f"invoke: {_one_line(exc)}: trying again in {delay:g} s ({attempt + 1} of {retries})")
             (sleep or time.sleep)(delay)
@@ -179,6 +205,7 @@ def with_retries(call: Call, body: bytes, retries: int, *, sleep: Callable[[floa
 
 
 # ---------------------------------------------------------------------------------------------------- command
+
 
 def _stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
@@ -204,8 +231,10 @@ def _session(args: argparse.Namespace, environment):
         if match is None:
             raise UsageError(f"--role-arn: not an IAM role ARN: {args.role_arn!r}")
         if match.group(1) != environment.account:
-            raise UsageError(f"--role-arn: {args.role_arn} is in account {match.group(1)}, not {args.env}'s "
-                             f"account {environment.account}")
+            raise UsageError(
+                f"--role-arn: {args.role_arn} is in account {match.group(1)}, not {args.env}'s "
+                f"account {environment.account}"
+            )
     return aws_sessions.session_for(args.env, environment, purpose="invoke", role_arn=args.role_arn)
 
 
@@ -229,7 +258,7 @@ def list_models(args: argparse.Namespace) -> int:
         rows.append((model.name, model.kind, model.source.task, served))
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
     for row in rows:
-        print("  ".join(cell.ljust(width) for cell, width in zip(row[:3], widths)) + "  " + row[3])
+        print("  ".join(cell.ljust(width) for cell, width in zip(row[:3], widths, strict=True)) + "  " + row[3])
     return 1 if failed else 0
 
 
@@ -242,8 +271,10 @@ def invoke_model(args: argparse.Namespace) -> int:
         raise UsageError(f"unknown model {args.model!r}; known: {known}") from None
     deployed = {m.name for m in project.models_in(args.env)}
     if model.name not in deployed:
-        raise UsageError(f"{model.name} is not deployed in {args.env} (deploy_in of its model file); deployed "
-                         f"there: {', '.join(sorted(deployed))}")
+        raise UsageError(
+            f"{model.name} is not deployed in {args.env} (deploy_in of its model file); deployed "
+            f"there: {', '.join(sorted(deployed))}"
+        )
     texts = args.text or []
     if not texts:
         raise UsageError("--text: give at least one text (repeat --text for a batch)")
@@ -251,8 +282,12 @@ def invoke_model(args: argparse.Namespace) -> int:
         if not text.strip():  # the models refuse it too (inputs[0].data[i]: empty text): no call needed
             raise UsageError(f"--text #{index + 1}: empty text")
     session = _session(args, environment)
-    where = locate(session.client("cloudformation", config=_client_config(args.timeout)), args.env, model,
-                   _serving_stacks(project, args.env)[model.name])
+    where = locate(
+        session.client("cloudformation", config=_client_config(args.timeout)),
+        args.env,
+        model,
+        _serving_stacks(project, args.env)[model.name],
+    )
     if where.url is not None:
         call = http_call(where.url, args.timeout, internal=not model.public_load_balancer(environment))
     else:
@@ -288,24 +323,47 @@ def run(args: argparse.Namespace) -> int:
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
-    cmd = commands.add_parser("invoke", help="call a deployed model with texts and print its answers "
-                                             "(--list: where every model of an environment answers)",
-                              description=__doc__.splitlines()[0].split(": ", 1)[1])
+    cmd = commands.add_parser(
+        "invoke",
+        help="call a deployed model with texts and print its answers "
+        "(--list: where every model of an environment answers)",
+        description=__doc__.splitlines()[0].split(": ", 1)[1],
+    )
     cmd.add_argument("model", nargs="?", metavar="MODEL", help="a model deployed in --env (none with --list)")
     cmd.add_argument("--env", required=True, help="environment whose deployed stacks to call")
-    cmd.add_argument("--text", action="append", metavar="TEXT",
-                     help="a text to send; every --text goes in one batch, answered in order")
+    cmd.add_argument(
+        "--text",
+        action="append",
+        metavar="TEXT",
+        help="a text to send; every --text goes in one batch, answered in order",
+    )
     cmd.add_argument("--json", action="store_true", help="print the reply as received (KServe v2 JSON)")
-    cmd.add_argument("--list", action="store_true",
-                     help="print every model of --env: kind, task, and the endpoint or URL it answers at")
-    cmd.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="S",
-                     help="per request (and per stack lookup), seconds")
-    cmd.add_argument("--retries", type=int, default=DEFAULT_RETRIES, metavar="N",
-                     help=f"tries again after a 503, a throttle or a model waking from zero, after Retry-After or "
-                          f"an exponential backoff from {BACKOFF_S:g} s, at most {MAX_DELAY_S:g} s a wait "
-                          f"(at most {MAX_RETRIES})")
-    cmd.add_argument("--role-arn", metavar="ARN",
-                     help="assume this role in the environment's account instead of the environment's "
-                          "deploy_role_arn or the ambient credentials")
+    cmd.add_argument(
+        "--list",
+        action="store_true",
+        help="print every model of --env: kind, task, and the endpoint or URL it answers at",
+    )
+    cmd.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT_S,
+        metavar="S",
+        help="per request (and per stack lookup), seconds",
+    )
+    cmd.add_argument(
+        "--retries",
+        type=int,
+        default=DEFAULT_RETRIES,
+        metavar="N",
+        help=f"tries again after a 503, a throttle or a model waking from zero, after Retry-After or "
+        f"an exponential backoff from {BACKOFF_S:g} s, at most {MAX_DELAY_S:g} s a wait "
+        f"(at most {MAX_RETRIES})",
+    )
+    cmd.add_argument(
+        "--role-arn",
+        metavar="ARN",
+        help="assume this role in the environment's account instead of the environment's "
+        "deploy_role_arn or the ambient credentials",
+    )
     cmd.add_argument("--config-dir", type=Path, default=DEFAULT_CONFIG_DIR)
     cmd.set_defaults(func=run)

@@ -72,9 +72,11 @@ def evaluate(session, project: Project, source_env: str, units: dict[str, str]) 
         values = stack_outputs.outputs(session.client("cloudformation"), source_env, stack_outputs.LOAD_TEST)
         (bucket,) = stack_outputs.require(values, (stack_outputs.RESULTS_BUCKET,), source_env, stack_outputs.LOAD_TEST)
     except stack_outputs.StackNotFound:
-        raise GateError(f"stack {stack_outputs.stack_name(source_env, stack_outputs.LOAD_TEST)} with output "
-                        f"{stack_outputs.RESULTS_BUCKET} not found: {source_env} has no load test results to check "
-                        f"(load_test in environments.yaml deploys it)") from None
+        raise GateError(
+            f"stack {stack_outputs.stack_name(source_env, stack_outputs.LOAD_TEST)} with output "
+            f"{stack_outputs.RESULTS_BUCKET} not found: {source_env} has no load test results to check "
+            f"(load_test in environments.yaml deploys it)"
+        ) from None
     s3 = session.client("s3")
     members = {unit.name: [m.name for m in unit.models] for unit in project.image_units(source_env)}
     findings = []
@@ -83,33 +85,57 @@ def evaluate(session, project: Project, source_env: str, units: dict[str, str]) 
             try:
                 found = _newest_result(s3, bucket, results.results_prefix(digest, model))
             except aws_sessions.AWS_ERRORS as exc:
-                raise GateError(f"{model}: reading s3://{bucket}/{results.results_prefix(digest, model)}: "
-                                f"{' '.join(str(exc).split())}") from None
+                raise GateError(
+                    f"{model}: reading s3://{bucket}/{results.results_prefix(digest, model)}: "
+                    f"{' '.join(str(exc).split())}"
+                ) from None
             if found is None:
-                findings.append(Finding(model, False, f"{model}: no load test of {digest} in {source_env} "
-                                                      f"(s3://{bucket}/{results.results_prefix(digest, model)})"))
+                findings.append(
+                    Finding(
+                        model,
+                        False,
+                        f"{model}: no load test of {digest} in {source_env} "
+                        f"(s3://{bucket}/{results.results_prefix(digest, model)})",
+                    )
+                )
                 continue
             where, result = found
             if (result.model, result.release, result.environment) != (model, digest, source_env):
-                findings.append(Finding(model, False, f"{model}: {where} is a test of {result.model} "
-                                                      f"{result.release} in {result.environment}, not of this image"))
+                findings.append(
+                    Finding(
+                        model,
+                        False,
+                        f"{model}: {where} is a test of {result.model} "
+                        f"{result.release} in {result.environment}, not of this image",
+                    )
+                )
                 continue
             full = result.full_step or result.steps[-1]
-            summary = (f"{result.verdict} at {full.offered_rps:g} req/s offered ({full.goodput_rps:.0f} within the "
-                       f"SLO), p99 {results.ms_text(full.p99_ms)} (SLO {result.p99_slo_ms:g} ms), errors "
-                       f"{full.error_percent:.2f} %, {result.finished}")
+            summary = (
+                f"{result.verdict} at {full.offered_rps:g} req/s offered ({full.goodput_rps:.0f} within the "
+                f"SLO), p99 {results.ms_text(full.p99_ms)} (SLO {result.p99_slo_ms:g} ms), errors "
+                f"{full.error_percent:.2f} %, {result.finished}"
+            )
             # A pass at a rate below the plan's shows nothing about the rate prod will be asked to carry.
             passed = result.verdict == results.PASS and result.below_plan is None
             line = f"{model}: load test {summary}, {where}"
             if not passed:
-                line += ": " + "; ".join(result.reasons if result.verdict != results.PASS else [result.below_plan])
-            evidence = LoadTestEvidence(location=where, verdict=result.verdict, finished=result.finished,
-                                        achieved_rps=round(full.held_rps, 3), p99_ms=full.p99_ms)
+                line += ": " + "; ".join(
+                    result.reasons if result.verdict != results.PASS else [result.below_plan or ""]
+                )
+            evidence = LoadTestEvidence(
+                location=where,
+                verdict=result.verdict,
+                finished=result.finished,
+                achieved_rps=round(full.held_rps, 3),
+                p99_ms=full.p99_ms,
+            )
             findings.append(Finding(model, passed, line, evidence))
     return findings
 
 
 def record(gate: str, findings: list[Finding], *, skipped: bool) -> LoadTestRecord:
     """What the pin keeps: why the gate applied, and the evidence of each model or that it was skipped."""
-    return LoadTestRecord(gate=gate, skipped=skipped,
-                          results={f.model: f.evidence for f in findings if f.evidence is not None})
+    return LoadTestRecord(
+        gate=gate, skipped=skipped, results={f.model: f.evidence for f in findings if f.evidence is not None}
+    )

@@ -33,8 +33,11 @@ def locate(cloudformation, env_name: str, model, stack: str | None = None) -> Lo
     values = stack_outputs.outputs(cloudformation, env_name, stack)
     if kinds.model_kind(model).hosting == "ecs":
         (base,) = stack_outputs.require(values, (URL,), env_name, stack)
-        path = (f"/v2/models/{model.name}" if stack == model.name
-                else stack_outputs.model_path(values, env_name, stack, model.name))
+        path = (
+            f"/v2/models/{model.name}"
+            if stack == model.name
+            else stack_outputs.model_path(values, env_name, stack, model.name)
+        )
         return Location(stack, url=f"{base.rstrip('/')}{path}/infer")
     (endpoint,) = stack_outputs.require(values, (stack_outputs.ENDPOINT_NAME,), env_name, stack)
     return Location(stack, endpoint=endpoint, component=values.get(stack_outputs.INFERENCE_COMPONENT_NAME) or None)

@@ -36,9 +36,13 @@ def config_sha256(config_dir: Path) -> str:
     if not config_dir.is_dir():
         raise ReleaseError(f"--config-dir {config_dir}: no such directory")
     digest = hashlib.sha256()
-    files = sorted(p for p in config_dir.rglob("*")
-                   if p.is_file() and p.suffix in (".yaml", ".yml")
-                   and not set(p.relative_to(config_dir).parts[:-1]) & set(CONFIG_EXCLUDED_DIRS))
+    files = sorted(
+        p
+        for p in config_dir.rglob("*")
+        if p.is_file()
+        and p.suffix in (".yaml", ".yml")
+        and not set(p.relative_to(config_dir).parts[:-1]) & set(CONFIG_EXCLUDED_DIRS)
+    )
     if not files:
         raise ReleaseError(f"--config-dir {config_dir}: no YAML files")
     for path in files:
@@ -61,15 +65,19 @@ def git_commit(commit: str | None, cwd: Path) -> str:
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise ReleaseError(f"cannot run git ({exc}); pass --commit SHA") from None
     if result.returncode != 0:
-        raise ReleaseError(f"{cwd}: not inside a git repository with a commit (git rev-parse HEAD failed); "
-                           "pass --commit SHA")
+        raise ReleaseError(
+            f"{cwd}: not inside a git repository with a commit (git rev-parse HEAD failed); pass --commit SHA"
+        )
     return result.stdout.strip()
 
 
 def _resolve(value: str, account: str | None, region: str | None) -> str:
     """The asset manifest writes bootstrap names with placeholders; fill in the stack's environment."""
-    for placeholder, actual in (("${AWS::AccountId}", account), ("${AWS::Region}", region),
-                                ("${AWS::Partition}", "aws")):
+    for placeholder, actual in (
+        ("${AWS::AccountId}", account),
+        ("${AWS::Region}", region),
+        ("${AWS::Partition}", "aws"),
+    ):
         if actual:
             value = value.replace(placeholder, actual)
     return value
@@ -99,8 +107,13 @@ def _image_entry(asset_id: str, image: dict, stack: assembly.Stack) -> dict:
 
 
 def _stack_entry(stack: assembly.Stack) -> dict:
-    entry: dict = {"stack_name": stack.stack_name, "account": stack.account, "region": stack.region,
-                   "images": [], "files": []}
+    entry: dict = {
+        "stack_name": stack.stack_name,
+        "account": stack.account,
+        "region": stack.region,
+        "images": [],
+        "files": [],
+    }
     if stack.asset_manifest_path is None:
         return entry
     manifest = assembly.read_json(stack.asset_manifest_path)
@@ -112,8 +125,14 @@ def _stack_entry(stack: assembly.Stack) -> dict:
         if source.get("path") == template_file:
             continue  # the stack's own template, not an asset of the stack
         # CDK names a file asset by the sha256 of its source, so the id is the checksum.
-        entry["files"].append({"asset_id": asset_id, "sha256": asset_id, "display_name": file.get("displayName"),
-                               "packaging": source.get("packaging", "file")})
+        entry["files"].append(
+            {
+                "asset_id": asset_id,
+                "sha256": asset_id,
+                "display_name": file.get("displayName"),
+                "packaging": source.get("packaging", "file"),
+            }
+        )
     return entry
 
 
@@ -121,8 +140,9 @@ def build(cdk_out: Path, config_dir: Path, commit: str) -> dict:
     loaded = assembly.load(cdk_out)
     environments = {}
     for env_name, environment in loaded.environments.items():
-        environments[env_name] = {"stacks": {name: _stack_entry(stack)
-                                             for name, stack in sorted(environment.stacks.items())}}
+        environments[env_name] = {
+            "stacks": {name: _stack_entry(stack) for name, stack in sorted(environment.stacks.items())}
+        }
     return {
         "format": FORMAT,
         "commit": commit,
@@ -162,7 +182,7 @@ def model_images(manifest: dict, model: str) -> list[dict]:
     """Every image asset the release built for a stack, over all environments. `model`: the stack's id, a
     model's name or a neuron-cores fleet's (whose one image holds all its members). A Neuron image is the same
     asset everywhere; a Triton image's build args name the region's base image, so regions differ."""
-    found = {}
+    found: dict[object, dict] = {}
     for environment in manifest["environments"].values():
         stack = ((environment or {}).get("stacks") or {}).get(model) or {}
         for image in stack.get("images") or []:
@@ -192,6 +212,7 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise UsageError(f"--out {args.out}: cannot write: {exc.strerror or exc}") from None
     images = sum(len(s["images"]) for e in manifest["environments"].values() for s in e["stacks"].values())
-    print(f"wrote {args.out}: commit {commit[:12]}, {len(manifest['environments'])} environments, "
-          f"{images} image assets")
+    print(
+        f"wrote {args.out}: commit {commit[:12]}, {len(manifest['environments'])} environments, {images} image assets"
+    )
     return 0

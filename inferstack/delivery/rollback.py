@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import argparse
 import re
-from datetime import timezone
+from datetime import UTC
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -47,7 +47,7 @@ class RollbackError(Failure):
 
 
 def short(digest: str) -> str:
-    return digest[:len("sha256:") + 12]
+    return digest[: len("sha256:") + 12]
 
 
 def describe(number: int, entry: HistoryEntry) -> str:
@@ -56,16 +56,17 @@ def describe(number: int, entry: HistoryEntry) -> str:
     what = f"release {release.commit[:12]}" if release.commit else "no release manifest"
     if release.config_sha256:
         what += f" (config sha256 {release.config_sha256[:12]})"
-    at = entry.at.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    tool = (f"tool at commit {entry.repository_commit[:12]}" if entry.repository_commit
-            else "tool outside a git repository")
+    at = entry.at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    tool = (
+        f"tool at commit {entry.repository_commit[:12]}" if entry.repository_commit else "tool outside a git repository"
+    )
     return f"entry {number} ({entry.describe_action()}): {what}; by {entry.by} at {at}; {tool}"
 
 
 def lineage(entries: list[HistoryEntry], number: int) -> int:
     """The entry a rollback entry restored, followed back to a promote entry (`number` itself for one)."""
-    while entries[number - 1].rolled_back_to is not None:
-        number = entries[number - 1].rolled_back_to
+    while (restored := entries[number - 1].rolled_back_to) is not None:
+        number = restored
     return number
 
 
@@ -84,24 +85,29 @@ def resolve_to(text: str, entries: list[HistoryEntry], history: Path) -> int:
     if INDEX_PATTERN.fullmatch(text):
         index = int(text)
         if index == 0 or abs(index) > count:
-            raise UsageError(f"--to {text}: {history} has {count} entries: 1 (oldest) to {count}, or -1 "
-                             f"(newest) to -{count}")
+            raise UsageError(
+                f"--to {text}: {history} has {count} entries: 1 (oldest) to {count}, or -1 (newest) to -{count}"
+            )
         return index if index > 0 else count + 1 + index
     if not COMMIT_PREFIX_PATTERN.fullmatch(text):
-        raise UsageError(f"--to {text!r}: expected a history index (1, 2, ... or -1 for the newest, -2, "
-                         f"...) or a release commit (at least 7 hex digits)")
+        raise UsageError(
+            f"--to {text!r}: expected a history index (1, 2, ... or -1 for the newest, -2, "
+            f"...) or a release commit (at least 7 hex digits)"
+        )
     prefix = text.lower()
     commits = {e.pin.release.commit.lower() for e in entries if e.pin.release.commit}
     matches = sorted(c for c in commits if c.startswith(prefix))
     if not matches:
         known = ", ".join(sorted(c[:12] for c in commits)) or "none (promoted without --manifest)"
-        raise UsageError(f"--to {text}: no entry of {history} pins a release with that commit; releases "
-                         f"there: {known}")
+        raise UsageError(f"--to {text}: no entry of {history} pins a release with that commit; releases there: {known}")
     if len(matches) > 1:
-        raise UsageError(f"--to {text}: ambiguous, {len(matches)} releases in {history} start with it: "
-                         f"{', '.join(c[:12] for c in matches)}; give more digits")
-    return max(n for n, e in enumerate(entries, start=1)
-               if e.pin.release.commit and e.pin.release.commit.lower() == matches[0])
+        raise UsageError(
+            f"--to {text}: ambiguous, {len(matches)} releases in {history} start with it: "
+            f"{', '.join(c[:12] for c in matches)}; give more digits"
+        )
+    return max(
+        n for n, e in enumerate(entries, start=1) if e.pin.release.commit and e.pin.release.commit.lower() == matches[0]
+    )
 
 
 def missing_images(session: boto3.Session, pin: ReleasePin) -> dict[str, PinnedImage]:
@@ -126,7 +132,7 @@ def changes(current: ReleasePin | None, target: ReleasePin, gone: dict[str, Pinn
     for unit in sorted(set(now) | set(target.images)):
         before, after = now.get(unit), target.images.get(unit)
         if after is None:
-            line = f"{unit}: {short(before.digest)} -> not pinned"
+            line = f"{unit}: {short(before.digest) if before else 'not pinned'} -> not pinned"
         elif before is not None and (before.repository_uri, before.digest) == (after.repository_uri, after.digest):
             line = f"{unit}: unchanged"
         else:
@@ -137,8 +143,10 @@ def changes(current: ReleasePin | None, target: ReleasePin, gone: dict[str, Pinn
 
 def _gone_message(gone: dict[str, PinnedImage]) -> str:
     images = ", ".join(f"{unit} {image.uri}" for unit, image in sorted(gone.items()))
-    return (f"image gone from the registry: {images}; it was deleted or expired by a lifecycle rule; pick another "
-            f"release with --to")
+    return (
+        f"image gone from the registry: {images}; it was deleted or expired by a lifecycle rule; pick another "
+        f"release with --to"
+    )
 
 
 def _current(pin_path: Path) -> tuple[ReleasePin | None, str]:
@@ -156,8 +164,7 @@ def run(args: argparse.Namespace) -> int:
     project = loader.load(args.config_dir, releases=False)  # the pin is read here: rollback may fix a bad one
     env_name = args.env
     if env_name not in project.environments:
-        raise UsageError(f"--env: unknown environment {env_name!r}; known: "
-                         f"{', '.join(project.environments)}")
+        raise UsageError(f"--env: unknown environment {env_name!r}; known: {', '.join(project.environments)}")
     environment = project.environments[env_name]
     pin_path = loader.pin_path(project.config_dir, environment) or project.config_dir / "releases" / f"{env_name}.json"
     history = pin_history.history_path(pin_path, env_name)
@@ -166,35 +173,46 @@ def run(args: argparse.Namespace) -> int:
     except pin_history.HistoryError as exc:
         raise UsageError(str(exc)) from None
     if not entries:
-        raise RollbackError(f"{history}: no pin history for {env_name}, so no release to roll back to "
-                            f"(`promote --apply` records each pin it writes there)")
+        raise RollbackError(
+            f"{history}: no pin history for {env_name}, so no release to roll back to "
+            f"(`promote --apply` records each pin it writes there)"
+        )
     current, unreadable = _current(pin_path)
-    matching = [n for n, e in enumerate(entries, start=1)
-                if current is not None and pin_history.same_images(e.pin, current)]
+    matching = [
+        n for n, e in enumerate(entries, start=1) if current is not None and pin_history.same_images(e.pin, current)
+    ]
     current_is_newest = bool(matching) and matching[-1] == len(entries)
 
     if args.to is not None:
         number = resolve_to(args.to, entries, history)
     elif not current_is_newest:
-        reason = unreadable or (f"it pins the images of entry {matching[-1]}" if matching
-                                else "its images are in no history entry")
-        raise RollbackError(f"{pin_path} does not match the newest entry ({len(entries)}) of {history}: {reason}; "
-                            f"it was written by other means than promote or rollback; name the release to pin "
-                            f"with --to")
+        reason = unreadable or (
+            f"it pins the images of entry {matching[-1]}" if matching else "its images are in no history entry"
+        )
+        raise RollbackError(
+            f"{pin_path} does not match the newest entry ({len(entries)}) of {history}: {reason}; "
+            f"it was written by other means than promote or rollback; name the release to pin "
+            f"with --to"
+        )
     else:
         found = previous(entries)
         if found is None:
-            raise RollbackError(f"{history}: no release of {env_name} before the current one "
-                                f"({describe(len(entries), entries[-1])}); name one with --to")
+            raise RollbackError(
+                f"{history}: no release of {env_name} before the current one "
+                f"({describe(len(entries), entries[-1])}); name one with --to"
+            )
         number = found
     target = entries[number - 1]
 
-    findings = list(release_pin.check(target.pin, env_name, environment,
-                                      [u.name for u in project.image_units(env_name)]))
+    findings = list(
+        release_pin.check(target.pin, env_name, environment, [u.name for u in project.image_units(env_name)])
+    )
     if findings:
-        raise RollbackError(f"entry {number} of {history} does not fit {env_name}'s config now: "
-                            f"{'; '.join(f'{key}: {message}' for key, message in findings)}; "
-                            f"pick another release with --to")
+        raise RollbackError(
+            f"entry {number} of {history} does not fit {env_name}'s config now: "
+            f"{'; '.join(f'{key}: {message}' for key, message in findings)}; "
+            f"pick another release with --to"
+        )
 
     session = aws_sessions.session_for(env_name, environment, purpose="rollback")
     gone = missing_images(session, target.pin)
@@ -236,18 +254,26 @@ def run(args: argparse.Namespace) -> int:
     print(f"recorded entry {appended} in {history}")
     if environment.release is None:
         print(loader.not_deployed_note(project.config_dir, env_name, pin_path))
-    print(f"next: commit {pin_path} and {history}, deploy as usual (cdk deploy '{env_name}/*'), then "
-          f"python -m inferstack smoke --env {env_name}")
+    print(
+        f"next: commit {pin_path} and {history}, deploy as usual (cdk deploy '{env_name}/*'), then "
+        f"python -m inferstack smoke --env {env_name}"
+    )
     return 0
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
-    cmd = commands.add_parser("rollback", help="pin an environment back to a release it ran before",
-                              description=__doc__.splitlines()[0].split(": ", 1)[1])
+    cmd = commands.add_parser(
+        "rollback",
+        help="pin an environment back to a release it ran before",
+        description=__doc__.splitlines()[0].split(": ", 1)[1],
+    )
     cmd.add_argument("--env", required=True, metavar="ENV", help="environment to pin back")
-    cmd.add_argument("--to", metavar="RELEASE",
-                     help="history index (1 = oldest entry, -1 = newest, -2 = the one before) or release commit "
-                          "(7+ hex digits); default: the release the environment ran before the current one")
+    cmd.add_argument(
+        "--to",
+        metavar="RELEASE",
+        help="history index (1 = oldest entry, -1 = newest, -2 = the one before) or release commit "
+        "(7+ hex digits); default: the release the environment ran before the current one",
+    )
     cmd.add_argument("--apply", action="store_true", help="write the pin and record it (default: dry run)")
     cmd.add_argument("--config-dir", type=Path, default=DEFAULT_CONFIG_DIR)
     cmd.set_defaults(func=run)

@@ -79,8 +79,7 @@ def percentile(samples: list[float], q: float) -> float:
 
 def http_sender(url: str, timeout: float) -> Sender:
     def send(body: bytes) -> tuple[bytes, float]:
-        request = urllib.request.Request(url, data=body, method="POST",
-                                         headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(url, data=body, method="POST", headers={"Content-Type": "application/json"})
         start = time.perf_counter()
         try:
             with urllib.request.urlopen(request, timeout=timeout) as response:
@@ -90,6 +89,7 @@ def http_sender(url: str, timeout: float) -> Sender:
             raise SmokeFailure(f"HTTP {exc.code} from {url}: {' '.join(detail.split())}") from None
         except (urllib.error.URLError, TimeoutError, OSError) as exc:
             raise SmokeFailure(f"{url}: {getattr(exc, 'reason', exc)}") from None
+
     return send
 
 
@@ -97,25 +97,35 @@ def sagemaker_sender(session: boto3.Session, endpoint: str, timeout: float, comp
     """InvokeEndpoint; `component`: the inference component to invoke on a shared endpoint."""
     import botocore.config
 
-    runtime = session.client("sagemaker-runtime", config=botocore.config.Config(
-        read_timeout=timeout, connect_timeout=timeout, retries={"max_attempts": 1}))
+    runtime = session.client(
+        "sagemaker-runtime",
+        config=botocore.config.Config(read_timeout=timeout, connect_timeout=timeout, retries={"max_attempts": 1}),
+    )
     target = {"InferenceComponentName": component} if component else {}
     where = f"endpoint {endpoint}" + (f" component {component}" if component else "")
 
     def send(body: bytes) -> tuple[bytes, float]:
         start = time.perf_counter()
         try:
-            reply = runtime.invoke_endpoint(EndpointName=endpoint, ContentType="application/json",
-                                            Accept="application/json", Body=body, **target)["Body"].read()
+            reply = runtime.invoke_endpoint(
+                EndpointName=endpoint, ContentType="application/json", Accept="application/json", Body=body, **target
+            )["Body"].read()
         except aws_sessions.AWS_ERRORS as exc:
             message = " ".join(str(exc).split())
             raise (NoCapacity if NO_CAPACITY in message else SmokeFailure)(f"{where}: {message}") from None
         return reply, (time.perf_counter() - start) * 1000
+
     return send
 
 
-def first_reply(send: Sender, body: bytes, cold_start_s: float, *, sleep: Callable[[float], None] | None = None,
-                clock: Callable[[], float] | None = None) -> tuple[bytes, float]:
+def first_reply(
+    send: Sender,
+    body: bytes,
+    cold_start_s: float,
+    *,
+    sleep: Callable[[float], None] | None = None,
+    clock: Callable[[], float] | None = None,
+) -> tuple[bytes, float]:
     """The first answer, and the seconds spent waiting for a copy: while an inference component has no
     capacity, ask again every COLD_START_POLL_S for up to `cold_start_s` (0: not at all). `sleep` and
     `clock`: time.sleep and time.monotonic."""
@@ -128,16 +138,21 @@ def first_reply(send: Sender, body: bytes, cold_start_s: float, *, sleep: Callab
         except NoCapacity as exc:
             waited = clock() - start
             if waited + COLD_START_POLL_S > cold_start_s:
-                raise SmokeFailure(f"no copy after {waited:.0f} s (cold start allowed: {cold_start_s:g} s): "
-                                   f"{exc}") from None
+                raise SmokeFailure(
+                    f"no copy after {waited:.0f} s (cold start allowed: {cold_start_s:g} s): {exc}"
+                ) from None
             sleep(COLD_START_POLL_S)
 
 
 def lambda_client(session: boto3.Session, timeout: float):
     import botocore.config
 
-    return session.client("lambda", config=botocore.config.Config(
-        read_timeout=timeout + PROBE_OVERHEAD_S, connect_timeout=timeout, retries={"max_attempts": 1}))
+    return session.client(
+        "lambda",
+        config=botocore.config.Config(
+            read_timeout=timeout + PROBE_OVERHEAD_S, connect_timeout=timeout, retries={"max_attempts": 1}
+        ),
+    )
 
 
 def probe_sender(client, function: str, url: str, timeout: float) -> Sender:
@@ -148,8 +163,9 @@ def probe_sender(client, function: str, url: str, timeout: float) -> Sender:
     def send(body: bytes) -> tuple[bytes, float]:
         event = {"url": url, "body": json.loads(body), "timeout": timeout}
         try:
-            response = client.invoke(FunctionName=function, InvocationType="RequestResponse",
-                                     Payload=json.dumps(event).encode())
+            response = client.invoke(
+                FunctionName=function, InvocationType="RequestResponse", Payload=json.dumps(event).encode()
+            )
         except aws_sessions.AWS_ERRORS as exc:
             raise SmokeFailure(f"{where}: {' '.join(str(exc).split())}") from None
         raw = response["Payload"].read()
@@ -159,8 +175,9 @@ def probe_sender(client, function: str, url: str, timeout: float) -> Sender:
             raise SmokeFailure(f"{where}: result is not JSON: {raw[:80]!r}") from None
         if response.get("FunctionError"):
             detail = result.get("errorMessage") if isinstance(result, dict) else None
-            raise SmokeFailure(f"{where} failed ({response['FunctionError']}): "
-                               f"{' '.join(str(detail or raw[:200]).split())}")
+            raise SmokeFailure(
+                f"{where} failed ({response['FunctionError']}): {' '.join(str(detail or raw[:200]).split())}"
+            )
         if not isinstance(result, dict):
             raise SmokeFailure(f"{where}: unexpected result {json.dumps(result)[:120]}")
         if "error" in result:
@@ -173,6 +190,7 @@ def probe_sender(client, function: str, url: str, timeout: float) -> Sender:
             detail = reply[:200].decode("utf-8", "replace")
             raise SmokeFailure(f"HTTP {status} from {url} (via {where}): {' '.join(detail.split())}")
         return reply, float(latency)
+
     return send
 
 
@@ -182,7 +200,8 @@ class ProbeLookup:
 
     def __init__(self, cloudformation, env_name: str) -> None:
         self._cloudformation, self._env_name = cloudformation, env_name
-        self._looked_up, self._function = False, None
+        self._looked_up = False
+        self._function: str | None = None
 
     @property
     def stack(self) -> str:
@@ -199,10 +218,21 @@ class ProbeLookup:
         return self._function
 
 
-def smoke_model(session: boto3.Session, env_name: str, environment: Environment, model, *, requests: int,
-                timeout: float, via: str = "auto", probe: ProbeLookup | None = None, lambda_=None,
-                stack: str | None = None, sleep: Callable[[float], None] | None = None,
-                latency: str = "check") -> str:
+def smoke_model(
+    session: boto3.Session,
+    env_name: str,
+    environment: Environment,
+    model,
+    *,
+    requests: int,
+    timeout: float,
+    via: str = "auto",
+    probe: ProbeLookup | None = None,
+    lambda_=None,
+    stack: str | None = None,
+    sleep: Callable[[float], None] | None = None,
+    latency: str = "check",
+) -> str:
     """One line: what was called and the latencies; SmokeFailure with the reason otherwise. `latency`: "check"
     fails a p99 above the SLO, "report" only prints it (an emulator's latency says nothing about a model). `via` applies
     to Neuron models: auto goes through the probe for an internal load balancer when the foundation has
@@ -218,15 +248,18 @@ def smoke_model(session: boto3.Session, env_name: str, environment: Environment,
         if via == "lambda" or (via == "auto" and not model.public_load_balancer(environment)):
             function = probe.function()
             if function is None and via == "lambda":
-                raise SmokeFailure(f"no smoke probe: stack {probe.stack} has no output "
-                                   f"{stack_outputs.PROBE_FUNCTION_NAME} (deploy the foundation, or use --via direct "
-                                   f"from inside the VPC)")
+                raise SmokeFailure(
+                    f"no smoke probe: stack {probe.stack} has no output "
+                    f"{stack_outputs.PROBE_FUNCTION_NAME} (deploy the foundation, or use --via direct "
+                    f"from inside the VPC)"
+                )
         if function is None:
             target, send = url, http_sender(url, timeout)
         else:
             target = f"{url} via probe {function}"
             send = probe_sender(lambda_ or lambda_client(session, timeout), function, url, timeout)
     else:
+        assert where.endpoint is not None  # a location without a url is an endpoint's (locate)
         target = where.describe()
         send = sagemaker_sender(session, where.endpoint, timeout, component)
     probe_request = probe_for(model)
@@ -265,16 +298,20 @@ def run(args: argparse.Namespace) -> int:
     deployed = project.models_in(args.env)  # a model file's deploy_in: elsewhere it has no stack to call
     absent = [m for m in args.model or () if m not in {d.name for d in deployed}]
     if absent:
-        raise UsageError(f"--model: {', '.join(absent)} not deployed in {args.env} (deploy_in of its model "
-                         f"file); deployed there: {', '.join(sorted(d.name for d in deployed))}")
+        raise UsageError(
+            f"--model: {', '.join(absent)} not deployed in {args.env} (deploy_in of its model "
+            f"file); deployed there: {', '.join(sorted(d.name for d in deployed))}"
+        )
     environment = project.environments[args.env]
     if args.role_arn is not None:
         match = ROLE_ARN.fullmatch(args.role_arn)
         if match is None:
             raise UsageError(f"--role-arn: not an IAM role ARN: {args.role_arn!r}")
         if match.group(1) != environment.account:
-            raise UsageError(f"--role-arn: {args.role_arn} is in account {match.group(1)}, not {args.env}'s "
-                             f"account {environment.account}")
+            raise UsageError(
+                f"--role-arn: {args.role_arn} is in account {match.group(1)}, not {args.env}'s "
+                f"account {environment.account}"
+            )
     session = aws_sessions.session_for(args.env, environment, purpose="smoke", role_arn=args.role_arn)
     probe = ProbeLookup(session.client("cloudformation"), args.env)
     chosen = [m for m in sorted(deployed, key=lambda m: m.name) if not args.model or m.name in args.model]
@@ -284,9 +321,18 @@ def run(args: argparse.Namespace) -> int:
     stacks = {m.name: unit.name for unit in project.image_units(args.env) for m in unit.models}
     for model in chosen:
         try:
-            line = f"{model.name}: ok: " + smoke_model(session, args.env, environment, model, requests=args.requests,
-                                                       timeout=args.timeout, via=args.via, probe=probe,
-                                                       stack=stacks[model.name], latency=args.latency)
+            line = f"{model.name}: ok: " + smoke_model(
+                session,
+                args.env,
+                environment,
+                model,
+                requests=args.requests,
+                timeout=args.timeout,
+                via=args.via,
+                probe=probe,
+                stack=stacks[model.name],
+                latency=args.latency,
+            )
         except (SmokeFailure, stack_outputs.StackNotFound) as exc:
             failures += 1
             message = str(exc).removeprefix(f"{model.name}: ").removeprefix(f"{stacks[model.name]}: ")
@@ -321,23 +367,40 @@ def wake_components(session: boto3.Session, env_name: str, models, timeout: floa
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
-    cmd = commands.add_parser("smoke", help="call every deployed model once over the shared protocol and "
-                                            "check the interface and latency",
-                              description=__doc__.splitlines()[0].split(": ", 1)[1])
+    cmd = commands.add_parser(
+        "smoke",
+        help="call every deployed model once over the shared protocol and check the interface and latency",
+        description=__doc__.splitlines()[0].split(": ", 1)[1],
+    )
     cmd.add_argument("--env", required=True, help="environment whose `<env>-<model>` stacks are deployed")
     cmd.add_argument("--timeout", type=float, default=10.0, metavar="S", help="per request, seconds (default 10)")
-    cmd.add_argument("--requests", type=int, default=DEFAULT_REQUESTS,
-                     help=f"timed requests per model for p50/p99 (default {DEFAULT_REQUESTS})")
+    cmd.add_argument(
+        "--requests",
+        type=int,
+        default=DEFAULT_REQUESTS,
+        help=f"timed requests per model for p50/p99 (default {DEFAULT_REQUESTS})",
+    )
     cmd.add_argument("--model", action="append", help="only this model (repeatable; default: every model)")
-    cmd.add_argument("--latency", choices=LATENCY, default="check",
-                     help="check (default) = fail a model whose p99 is above its SLO; report = print the "
-                          "latencies only (an emulator or a cold test account, where latency means nothing)")
-    cmd.add_argument("--via", choices=VIA, default="auto",
-                     help="how Neuron models are called: lambda = through the foundation's in-VPC smoke probe, "
-                          "direct = HTTP from here, auto (default) = the probe for internal load balancers when "
-                          "the foundation has one, else direct")
-    cmd.add_argument("--role-arn", metavar="ARN",
-                     help="assume this role in the environment's account (the pipeline's smoke role) instead of "
-                          "the environment's deploy_role_arn or the ambient credentials")
+    cmd.add_argument(
+        "--latency",
+        choices=LATENCY,
+        default="check",
+        help="check (default) = fail a model whose p99 is above its SLO; report = print the "
+        "latencies only (an emulator or a cold test account, where latency means nothing)",
+    )
+    cmd.add_argument(
+        "--via",
+        choices=VIA,
+        default="auto",
+        help="how Neuron models are called: lambda = through the foundation's in-VPC smoke probe, "
+        "direct = HTTP from here, auto (default) = the probe for internal load balancers when "
+        "the foundation has one, else direct",
+    )
+    cmd.add_argument(
+        "--role-arn",
+        metavar="ARN",
+        help="assume this role in the environment's account (the pipeline's smoke role) instead of "
+        "the environment's deploy_role_arn or the ambient credentials",
+    )
     cmd.add_argument("--config-dir", type=Path, default=DEFAULT_CONFIG_DIR)
     cmd.set_defaults(func=run)

@@ -76,8 +76,10 @@ def read_payload(path: Path) -> tuple[dict, ...]:
         except RecursionError:
             raise UsageError(f"--payload: {path}:{number}: nested too deeply to be a request") from None
         if not isinstance(body, dict) or not isinstance(body.get("inputs"), list) or not body["inputs"]:
-            raise UsageError(f"--payload: {path}:{number}: a request body is a JSON object with a non-empty "
-                             f"\"inputs\" list (KServe v2)")
+            raise UsageError(
+                f"--payload: {path}:{number}: a request body is a JSON object with a non-empty "
+                f'"inputs" list (KServe v2)'
+            )
         bodies.append(body)
         if len(bodies) > MAX_BODIES:
             raise UsageError(f"--payload: {path}: more than {MAX_BODIES} requests")
@@ -97,20 +99,34 @@ def run_in_environment(args: argparse.Namespace, project, models, fractions: tup
 
     environment = project.environments[args.env]
     if environment.load_test is None:
-        raise UsageError(f"--env: {args.env} has no load_test in environments.yaml (no generators there); "
-                         f"give --target to run from here")
+        raise UsageError(
+            f"--env: {args.env} has no load_test in environments.yaml (no generators there); "
+            f"give --target to run from here"
+        )
     if args.release is not None:
-        raise UsageError("--release: in an environment the release is the image digest the model runs "
-                         "there, read from it; --release applies to --target runs")
+        raise UsageError(
+            "--release: in an environment the release is the image digest the model runs "
+            "there, read from it; --release applies to --target runs"
+        )
     if args.out is not None and args.out.exists() and not args.out.is_dir():
         raise UsageError(f"--out: {args.out} exists and is not a directory")
     session = aws_sessions.session_for(args.env, environment, purpose="loadtest", role_arn=args.role_arn)
     worst = 0
     for model in models:
         try:
-            result = environment_run.run_model(session, project, args.env, model, instances=args.instances_given,
-                                               rate=args.rate, hold=args.hold, fractions=fractions,
-                                               timeout_s=args.timeout, bodies=args.bodies, log=progress)
+            result = environment_run.run_model(
+                session,
+                project,
+                args.env,
+                model,
+                instances=args.instances_given,
+                rate=args.rate,
+                hold=args.hold,
+                fractions=fractions,
+                timeout_s=args.timeout,
+                bodies=args.bodies,
+                log=progress,
+            )
         except environment_run.EnvironmentRunError as exc:
             print(f"loadtest: error: {model.name}: {' '.join(str(exc).split())}", file=sys.stderr)
             worst = max(worst, EXIT[INVALID])
@@ -129,8 +145,11 @@ def run(args: argparse.Namespace) -> int:
             return _run(args)
     except (KeyboardInterrupt, runner.Terminated) as exc:
         signum = signal.SIGINT if isinstance(exc, KeyboardInterrupt) else signal.SIGTERM
-        print(f"loadtest: stopped by {signal.Signals(signum).name}: every load generator it started was stopped, "
-              f"no result", file=sys.stderr)
+        print(
+            f"loadtest: stopped by {signal.Signals(signum).name}: every load generator it started was stopped, "
+            f"no result",
+            file=sys.stderr,
+        )
         return 128 + signum
 
 
@@ -164,37 +183,47 @@ def _run(args: argparse.Namespace) -> int:
     if args.target is None:
         absent = [m.name for m in models if m.name not in {d.name for d in deployed}]
         if absent:
-            raise UsageError(f"--model: {', '.join(absent)} not deployed in {args.env} (deploy_in of its "
-                             f"model file)")
+            raise UsageError(f"--model: {', '.join(absent)} not deployed in {args.env} (deploy_in of its model file)")
         return run_in_environment(args, project, models, fractions)
     if args.all_models:
-        raise UsageError("--all-models: tests an environment's deployed models from inside it; not with "
-                         "--target")
+        raise UsageError("--all-models: tests an environment's deployed models from inside it; not with --target")
+    assert model is not None  # --model named one, as --all-models is refused above
     if args.role_arn is not None:
         raise UsageError("--role-arn: applies to environment runs (no --target)")
     environment = project.environments[args.env]
     target = parse_target(args.target, model.name, environment.region)
     try:
-        spec = shape.spec_for(model, args.env, environment, target=target, instances=args.instances, rate=args.rate,
-                              hold=args.hold, fractions=fractions, release=args.release, timeout_s=args.timeout,
-                              bodies=args.bodies)
+        spec = shape.spec_for(
+            model,
+            args.env,
+            environment,
+            target=target,
+            instances=args.instances,
+            rate=args.rate,
+            hold=args.hold,
+            fractions=fractions,
+            release=args.release,
+            timeout_s=args.timeout,
+            bodies=args.bodies,
+        )
     except SpecError as exc:
         raise UsageError(str(exc)) from None
     except planning.PlanningError as exc:
-        raise UsageError(f"--rate: none given, and no planned rate for {model.name} in {args.env}: "
-                         f"{exc}") from None
+        raise UsageError(f"--rate: none given, and no planned rate for {model.name} in {args.env}: {exc}") from None
     if args.out is not None and args.out.exists() and not args.out.is_dir():
         raise UsageError(f"--out: {args.out} exists and is not a directory")
     with tempfile.TemporaryDirectory(prefix="inferstack-loadtest-") as scratch:
         out = args.out if args.out is not None else Path(scratch)
         generators = f"{args.workers} worker{'s' * (args.workers > 1)}" if args.workers else "one local generator"
-        print(f"load test of {model.name} at {target.describe()}: {len(spec.steps)} step{'s' * (len(spec.steps) > 1)}"
-              f" through {spec.judged_rate:g} req/s, {generators}"
-              + (f" (planned {spec.planned_rate:g} req/s for {spec.plan_basis})" if spec.planned_rate else ""),
-              file=sys.stderr if args.json else sys.stdout, flush=True)
+        print(
+            f"load test of {model.name} at {target.describe()}: {len(spec.steps)} step{'s' * (len(spec.steps) > 1)}"
+            f" through {spec.judged_rate:g} req/s, {generators}"
+            + (f" (planned {spec.planned_rate:g} req/s for {spec.plan_basis})" if spec.planned_rate else ""),
+            file=sys.stderr if args.json else sys.stdout,
+            flush=True,
+        )
         try:
-            result = runner.run_local(spec, out, workers=args.workers,
-                                      on_progress=None if args.json else progress)
+            result = runner.run_local(spec, out, workers=args.workers, on_progress=None if args.json else progress)
         except OSError as exc:
             raise UsageError(f"--out: cannot write {out}: {exc.strerror or exc}") from None
         except runner.LoadTestError as exc:
@@ -207,35 +236,68 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
-    cmd = commands.add_parser("loadtest", help="load test one model with Locust, judged against its SLO",
-                              description=__doc__.splitlines()[0].split(": ", 1)[1])
+    cmd = commands.add_parser(
+        "loadtest",
+        help="load test one model with Locust, judged against its SLO",
+        description=__doc__.splitlines()[0].split(": ", 1)[1],
+    )
     cmd.add_argument("--model", help="a model name from the config")
-    cmd.add_argument("--all-models", action="store_true",
-                     help="every model deployed in --env, one after the other (environment runs: no --target)")
+    cmd.add_argument(
+        "--all-models",
+        action="store_true",
+        help="every model deployed in --env, one after the other (environment runs: no --target)",
+    )
     cmd.add_argument("--env", required=True, help="environment whose SLO and capacity plan apply")
     cmd.add_argument("--target", metavar="URL", help="http(s)://host[:port][/path] or sagemaker:ENDPOINT[/COMPONENT]")
-    cmd.add_argument("--workers", type=int, default=0,
-                     help="Locust worker processes beside a master (default 0: one local process)")
-    cmd.add_argument("--rate", type=float, metavar="R",
-                     help="full rate in req/s across the target (default: the planned per-instance target rate x "
-                          "--instances)")
-    cmd.add_argument("--instances", type=int, metavar="N",
-                     help="instances behind the target (default: 1 with --target; in an environment, its planned "
-                          "minimum, the rate then being what the plan gives those instances)")
-    cmd.add_argument("--hold", type=float, metavar="S",
-                     help="seconds each step runs (default: enough requests for a p99, and at least 30 s)")
-    cmd.add_argument("--steps", default=",".join(f"{f:g}" for f in DEFAULT_STEPS), metavar="F,F,...",
-                     help="fractions of the full rate, rising through 1; above 1: overload steps, judged on the "
-                          "admitted requests' p99 and the goodput held (default %(default)s)")
-    cmd.add_argument("--payload", type=Path, metavar="FILE",
-                     help="requests to send in turn: one JSON request body per line (default: smoke's request)")
+    cmd.add_argument(
+        "--workers", type=int, default=0, help="Locust worker processes beside a master (default 0: one local process)"
+    )
+    cmd.add_argument(
+        "--rate",
+        type=float,
+        metavar="R",
+        help="full rate in req/s across the target (default: the planned per-instance target rate x --instances)",
+    )
+    cmd.add_argument(
+        "--instances",
+        type=int,
+        metavar="N",
+        help="instances behind the target (default: 1 with --target; in an environment, its planned "
+        "minimum, the rate then being what the plan gives those instances)",
+    )
+    cmd.add_argument(
+        "--hold",
+        type=float,
+        metavar="S",
+        help="seconds each step runs (default: enough requests for a p99, and at least 30 s)",
+    )
+    cmd.add_argument(
+        "--steps",
+        default=",".join(f"{f:g}" for f in DEFAULT_STEPS),
+        metavar="F,F,...",
+        help="fractions of the full rate, rising through 1; above 1: overload steps, judged on the "
+        "admitted requests' p99 and the goodput held (default %(default)s)",
+    )
+    cmd.add_argument(
+        "--payload",
+        type=Path,
+        metavar="FILE",
+        help="requests to send in turn: one JSON request body per line (default: smoke's request)",
+    )
     cmd.add_argument("--timeout", type=float, default=10.0, metavar="S", help="per request, seconds (default 10)")
     cmd.add_argument("--release", help="the release under test, recorded in the result")
-    cmd.add_argument("--out", type=Path, metavar="DIR",
-                     help="write result.json, report.txt and latency.png here (created; default: not kept)")
-    cmd.add_argument("--role-arn", metavar="ARN",
-                     help="environment runs: assume this role in the environment's account (the pipeline's load test "
-                          "role) instead of its deploy_role_arn or the ambient credentials")
+    cmd.add_argument(
+        "--out",
+        type=Path,
+        metavar="DIR",
+        help="write result.json, report.txt and latency.png here (created; default: not kept)",
+    )
+    cmd.add_argument(
+        "--role-arn",
+        metavar="ARN",
+        help="environment runs: assume this role in the environment's account (the pipeline's load test "
+        "role) instead of its deploy_role_arn or the ambient credentials",
+    )
     cmd.add_argument("--json", action="store_true", help="print the result as JSON instead of the report")
     cmd.add_argument("--config-dir", type=Path, default=DEFAULT_CONFIG_DIR)
     cmd.set_defaults(func=run)

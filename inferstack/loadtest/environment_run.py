@@ -30,12 +30,19 @@ def target_in(cloudformation, env_name: str, environment, model, stack: str) -> 
     values = stack_outputs.outputs(cloudformation, env_name, stack)
     if kinds.model_kind(model).hosting == "ecs":
         (base,) = stack_outputs.require(values, ("Url",), env_name, stack)
-        path = (f"/v2/models/{model.name}" if stack == model.name
-                else stack_outputs.model_path(values, env_name, stack, model.name))
+        path = (
+            f"/v2/models/{model.name}"
+            if stack == model.name
+            else stack_outputs.model_path(values, env_name, stack, model.name)
+        )
         return Target(kind="http", url=f"{base.rstrip('/')}{path}/infer")
     (endpoint,) = stack_outputs.require(values, (stack_outputs.ENDPOINT_NAME,), env_name, stack)
-    return Target(kind="sagemaker", endpoint=endpoint,
-                  component=values.get(stack_outputs.INFERENCE_COMPONENT_NAME) or None, region=environment.region)
+    return Target(
+        kind="sagemaker",
+        endpoint=endpoint,
+        component=values.get(stack_outputs.INFERENCE_COMPONENT_NAME) or None,
+        region=environment.region,
+    )
 
 
 def digest_in(session: boto3.Session, env_name: str, unit) -> str:
@@ -45,10 +52,21 @@ def digest_in(session: boto3.Session, env_name: str, unit) -> str:
     return ecr_images.resolve(ecr, reference).digest
 
 
-def run_model(session: boto3.Session, project: Project, env_name: str, model, *, instances: int | None,
-              rate: float | None, hold: float | None, fractions: tuple[float, ...], timeout_s: float,
-              bodies: tuple[dict, ...] | None = None, log: Callable[[str], None] = lambda _line: None,
-              **fargate_options) -> RunResult:
+def run_model(
+    session: boto3.Session,
+    project: Project,
+    env_name: str,
+    model,
+    *,
+    instances: int | None,
+    rate: float | None,
+    hold: float | None,
+    fractions: tuple[float, ...],
+    timeout_s: float,
+    bodies: tuple[dict, ...] | None = None,
+    log: Callable[[str], None] = lambda _line: None,
+    **fargate_options,
+) -> RunResult:
     """`instances`: behind the target (default: the plan's minimum in `env_name`, what runs at rest); the rate
     defaults to what the plan gives them. `fargate_options`: passed to fargate.run_in_environment (clock, sleep,
     poll_s: tests)."""
@@ -60,21 +78,55 @@ def run_model(session: boto3.Session, project: Project, env_name: str, model, *,
         cloudformation = session.client("cloudformation")
         target = target_in(cloudformation, env_name, environment, model, unit.name)
         digest = digest_in(session, env_name, unit)
-        spec = shape.spec_for(model, env_name, environment, target=target, instances=instances, rate=rate, hold=hold,
-                              fractions=fractions, release=digest, timeout_s=timeout_s, bodies=bodies,
-                              instance_type=model.capacity_for(env_name).instance_type)
+        spec = shape.spec_for(
+            model,
+            env_name,
+            environment,
+            target=target,
+            instances=instances,
+            rate=rate,
+            hold=hold,
+            fractions=fractions,
+            release=digest,
+            timeout_s=timeout_s,
+            bodies=bodies,
+            instance_type=model.capacity_for(env_name).instance_type,
+        )
         settings = environment.load_test
-        workers = fargate.workers_for(max(step.rate for step in spec.steps), settings.per_worker_rps,
-                                      settings.max_workers)
+        if settings is None:  # the command refuses such an environment first, as fargate.run_in_environment does
+            raise fargate.FargateRunError(
+                f"{env_name} has no load_test: in environments.yaml, so no generators to run on"
+            )
+        workers = fargate.workers_for(
+            max(step.rate for step in spec.steps), settings.per_worker_rps, settings.max_workers
+        )
         highest = max(step.rate for step in spec.steps)
-        log(f"{model.name}: {digest} on {instances} {spec.instance_type} instance(s), {len(spec.steps)} steps through "
-            f"{spec.judged_rate:g} req/s" + (f" (up to {highest:g})" if highest > spec.judged_rate else "")
-            + f", {workers} workers")
-        return fargate.run_in_environment(session, env_name, environment, spec, workers=workers, release=digest,
-                                          run_id=results.new_run_id(), timeout=spec.seconds + START_AND_UPLOAD_S,
-                                          log=log, **fargate_options)
-    except (stack_outputs.StackNotFound, ecr_images.NotRunning, ecr_images.ImageError, SpecError,
-            planning.PlanningError, fargate.FargateRunError) as exc:
+        log(
+            f"{model.name}: {digest} on {instances} {spec.instance_type} instance(s), {len(spec.steps)} steps through "
+            f"{spec.judged_rate:g} req/s"
+            + (f" (up to {highest:g})" if highest > spec.judged_rate else "")
+            + f", {workers} workers"
+        )
+        return fargate.run_in_environment(
+            session,
+            env_name,
+            environment,
+            spec,
+            workers=workers,
+            release=digest,
+            run_id=results.new_run_id(),
+            timeout=spec.seconds + START_AND_UPLOAD_S,
+            log=log,
+            **fargate_options,
+        )
+    except (
+        stack_outputs.StackNotFound,
+        ecr_images.NotRunning,
+        ecr_images.ImageError,
+        SpecError,
+        planning.PlanningError,
+        fargate.FargateRunError,
+    ) as exc:
         raise EnvironmentRunError(str(exc)) from None
     except aws_sessions.AWS_ERRORS as exc:
         raise EnvironmentRunError(f"AWS: {' '.join(str(exc).split())}") from None

@@ -52,8 +52,10 @@ def workers_for(rate: float, per_worker_rps: float, max_workers: int) -> int:
         raise FargateRunError(f"rate and per_worker_rps must be > 0 (got {rate}, {per_worker_rps})")
     needed = max(MIN_WORKERS, math.ceil(rate / per_worker_rps))
     if needed > max_workers:
-        raise FargateRunError(f"{rate:g} req/s needs {needed} workers at {per_worker_rps:g} req/s each, more than "
-                              f"load_test.max_workers ({max_workers}); raise it or test a lower rate")
+        raise FargateRunError(
+            f"{rate:g} req/s needs {needed} workers at {per_worker_rps:g} req/s each, more than "
+            f"load_test.max_workers ({max_workers}); raise it or test a lower rate"
+        )
     return needed
 
 
@@ -81,18 +83,26 @@ class LoadTestStack:
 def read_stack(cloudformation, env_name: str) -> LoadTestStack:
     """stack_outputs.StackNotFound (one line) when the environment has no deployed LoadTest stack."""
     values = stack_outputs.outputs(cloudformation, env_name, stack_outputs.LOAD_TEST)
-    found = dict(zip(stack_outputs.LOAD_TEST_OUTPUTS,
-                     stack_outputs.require(values, stack_outputs.LOAD_TEST_OUTPUTS, env_name, stack_outputs.LOAD_TEST)))
+    found = dict(
+        zip(
+            stack_outputs.LOAD_TEST_OUTPUTS,
+            stack_outputs.require(values, stack_outputs.LOAD_TEST_OUTPUTS, env_name, stack_outputs.LOAD_TEST),
+            strict=True,
+        )
+    )
     foundation = stack_outputs.outputs(cloudformation, env_name, stack_outputs.FOUNDATION)
     (subnets,) = stack_outputs.require(foundation, (stack_outputs.PRIVATE_SUBNETS,), env_name, stack_outputs.FOUNDATION)
     return LoadTestStack(
-        results_bucket=found[stack_outputs.RESULTS_BUCKET], cluster=found[stack_outputs.CLUSTER],
+        results_bucket=found[stack_outputs.RESULTS_BUCKET],
+        cluster=found[stack_outputs.CLUSTER],
         master_task_definition=found[stack_outputs.MASTER_TASK_DEFINITION],
         worker_task_definition=found[stack_outputs.WORKER_TASK_DEFINITION],
-        master_container=found[stack_outputs.MASTER_CONTAINER], worker_container=found[stack_outputs.WORKER_CONTAINER],
+        master_container=found[stack_outputs.MASTER_CONTAINER],
+        worker_container=found[stack_outputs.WORKER_CONTAINER],
         master_security_group=found[stack_outputs.MASTER_SECURITY_GROUP],
         worker_security_group=found[stack_outputs.WORKER_SECURITY_GROUP],
-        subnets=tuple(s for s in subnets.split(",") if s))
+        subnets=tuple(s for s in subnets.split(",") if s),
+    )
 
 
 def results_location(bucket: str, release: str, model: str, run_id: str) -> str:
@@ -103,39 +113,65 @@ def results_location(bucket: str, release: str, model: str, run_id: str) -> str:
 class _Run:
     """One run's tasks, so that every one of them is stopped when the run ends badly."""
 
-    def __init__(self, ecs, stack: LoadTestStack, *, clock: Callable[[], float], sleep: Callable[[float], None],
-                 deadline: float, poll_s: float, log: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        ecs,
+        stack: LoadTestStack,
+        *,
+        clock: Callable[[], float],
+        sleep: Callable[[float], None],
+        deadline: float,
+        poll_s: float,
+        log: Callable[[str], None],
+    ) -> None:
         self.ecs, self.stack, self.clock, self.sleep = ecs, stack, clock, sleep
         self.deadline, self.poll_s, self.log = deadline, poll_s, log
         self.started: list[str] = []
 
-    def run_tasks(self, definition: str, container: str, security_group: str, count: int,
-                  environment: dict[str, str], run_id: str) -> list[str]:
-        overrides = {"containerOverrides": [{"name": container, "environment": [
-            {"name": k, "value": v} for k, v in sorted(environment.items())]}]}
+    def run_tasks(
+        self, definition: str, container: str, security_group: str, count: int, environment: dict[str, str], run_id: str
+    ) -> list[str]:
+        overrides = {
+            "containerOverrides": [
+                {"name": container, "environment": [{"name": k, "value": v} for k, v in sorted(environment.items())]}
+            ]
+        }
         size = len(json.dumps(overrides).encode())
         if size > MAX_OVERRIDES_BYTES:
-            raise FargateRunError(f"the run's settings take {size} bytes, more than RunTask's {MAX_OVERRIDES_BYTES}-byte "
-                                  f"limit on overrides (fewer or smaller --payload requests fit)")
+            raise FargateRunError(
+                f"the run's settings take {size} bytes, more than RunTask's {MAX_OVERRIDES_BYTES}-byte "
+                f"limit on overrides (fewer or smaller --payload requests fit)"
+            )
         arns: list[str] = []
         while len(arns) < count:
             batch = min(RUN_TASK_BATCH, count - len(arns))
             try:
                 answer = self.ecs.run_task(
-                    cluster=self.stack.cluster, taskDefinition=definition, launchType="FARGATE", count=batch,
-                    networkConfiguration={"awsvpcConfiguration": {
-                        "subnets": list(self.stack.subnets), "securityGroups": [security_group],
-                        "assignPublicIp": "DISABLED"}},
-                    overrides=overrides, startedBy=STARTED_BY,
-                    tags=[{"key": "inferstack:loadtest-run", "value": run_id}])
+                    cluster=self.stack.cluster,
+                    taskDefinition=definition,
+                    launchType="FARGATE",
+                    count=batch,
+                    networkConfiguration={
+                        "awsvpcConfiguration": {
+                            "subnets": list(self.stack.subnets),
+                            "securityGroups": [security_group],
+                            "assignPublicIp": "DISABLED",
+                        }
+                    },
+                    overrides=overrides,
+                    startedBy=STARTED_BY,
+                    tags=[{"key": "inferstack:loadtest-run", "value": run_id}],
+                )
             except aws_sessions.AWS_ERRORS as exc:
                 raise FargateRunError(f"RunTask {definition}: {' '.join(str(exc).split())}") from None
             new = [t["taskArn"] for t in answer.get("tasks") or []]
             self.started += new
             arns += new
             if answer.get("failures") or len(new) != batch:
-                reasons = "; ".join(f"{f.get('arn', '')} {f.get('reason', '')}".strip()
-                                    for f in answer.get("failures") or []) or f"{len(new)} of {batch} started"
+                reasons = (
+                    "; ".join(f"{f.get('arn', '')} {f.get('reason', '')}".strip() for f in answer.get("failures") or [])
+                    or f"{len(new)} of {batch} started"
+                )
                 raise FargateRunError(f"RunTask {definition}: {reasons}")
         return arns
 
@@ -153,8 +189,9 @@ class _Run:
             if task.get("lastStatus") in statuses or task.get("lastStatus") == "STOPPED":
                 return task
             if self.clock() >= self.deadline:
-                raise FargateRunError(f"timed out waiting for {what} ({arn.rsplit('/', 1)[-1]}: "
-                                      f"{task.get('lastStatus')})")
+                raise FargateRunError(
+                    f"timed out waiting for {what} ({arn.rsplit('/', 1)[-1]}: {task.get('lastStatus')})"
+                )
             self.sleep(min(self.poll_s, max(0.0, self.deadline - self.clock())))
 
     def stop_all(self, why: str) -> None:
@@ -182,10 +219,21 @@ def _stopped_why(task: dict, container: str) -> tuple[int | None, str]:
     return found.get("exitCode"), reason
 
 
-def run_in_environment(session: boto3.Session, env_name: str, environment: Environment, spec: LoadTestSpec, *,
-                       workers: int, release: str, run_id: str, timeout: float,
-                       clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
-                       poll_s: float = POLL_S, log: Callable[[str], None] = lambda _line: None) -> RunResult:
+def run_in_environment(
+    session: boto3.Session,
+    env_name: str,
+    environment: Environment,
+    spec: LoadTestSpec,
+    *,
+    workers: int,
+    release: str,
+    run_id: str,
+    timeout: float,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+    poll_s: float = POLL_S,
+    log: Callable[[str], None] = lambda _line: None,
+) -> RunResult:
     """Run `spec` on `workers` Fargate workers of `env_name`'s LoadTest stack and return the master's result,
     with `results_location` set to where it is stored. `timeout` bounds the whole run (start-up, the steps,
     the upload); on it, or on any failure, every task started is stopped and FargateRunError raised."""
@@ -193,8 +241,9 @@ def run_in_environment(session: boto3.Session, env_name: str, environment: Envir
     if settings is None:
         raise FargateRunError(f"{env_name} has no load_test: in environments.yaml, so no generators to run on")
     if not MIN_WORKERS <= workers <= settings.max_workers:
-        raise FargateRunError(f"workers: {workers} is outside {MIN_WORKERS}..{settings.max_workers} "
-                              f"(load_test.max_workers)")
+        raise FargateRunError(
+            f"workers: {workers} is outside {MIN_WORKERS}..{settings.max_workers} (load_test.max_workers)"
+        )
     try:
         stack = read_stack(session.client("cloudformation"), env_name)
     except stack_outputs.StackNotFound as exc:
@@ -202,20 +251,32 @@ def run_in_environment(session: boto3.Session, env_name: str, environment: Envir
     except aws_sessions.AWS_ERRORS as exc:
         raise FargateRunError(f"{env_name}: cannot read its stacks: {' '.join(str(exc).split())}") from None
     location = results_location(stack.results_bucket, release, spec.model, run_id)
-    run = _Run(session.client("ecs"), stack, clock=clock, sleep=sleep, deadline=clock() + timeout, poll_s=poll_s,
-               log=log)
+    run = _Run(
+        session.client("ecs"), stack, clock=clock, sleep=sleep, deadline=clock() + timeout, poll_s=poll_s, log=log
+    )
     try:
-        (master,) = run.run_tasks(stack.master_task_definition, stack.master_container, stack.master_security_group,
-                                  1, {SPEC_ENV: spec.to_json(), WORKERS_ENV: str(workers), RESULTS_ENV: location},
-                                  run_id)
+        (master,) = run.run_tasks(
+            stack.master_task_definition,
+            stack.master_container,
+            stack.master_security_group,
+            1,
+            {SPEC_ENV: spec.to_json(), WORKERS_ENV: str(workers), RESULTS_ENV: location},
+            run_id,
+        )
         log(f"master {master.rsplit('/', 1)[-1]} started; waiting for it to run")
         task = run.wait_for(master, ("RUNNING",), "the master to start")
         if task.get("lastStatus") == "STOPPED":
             code, reason = _stopped_why(task, stack.master_container)
             raise FargateRunError(f"the master stopped before it ran (exit code {code}): {reason or 'no reason given'}")
         host = private_ip(task)
-        run.run_tasks(stack.worker_task_definition, stack.worker_container, stack.worker_security_group, workers,
-                      {SPEC_ENV: spec.to_json(), MASTER_HOST_ENV: host}, run_id)
+        run.run_tasks(
+            stack.worker_task_definition,
+            stack.worker_container,
+            stack.worker_security_group,
+            workers,
+            {SPEC_ENV: spec.to_json(), MASTER_HOST_ENV: host},
+            run_id,
+        )
         log(f"{workers} workers started, master at {host}; waiting for the run to finish")
         task = run.wait_for(master, ("STOPPED",), "the master to finish the run")
     except FargateRunError as exc:
@@ -227,8 +288,10 @@ def run_in_environment(session: boto3.Session, env_name: str, environment: Envir
     run.stop_all("the master finished")  # workers exit with their master; any left over goes now
     code, reason = _stopped_why(task, stack.master_container)
     if code != 0:
-        raise FargateRunError(f"the master exited with code {code}: {reason or 'no reason given'}; its log is in "
-                              f"the LoadTest stack's log group")
+        raise FargateRunError(
+            f"the master exited with code {code}: {reason or 'no reason given'}; its log is in "
+            f"the LoadTest stack's log group"
+        )
     return read_result(session.client("s3"), location)
 
 

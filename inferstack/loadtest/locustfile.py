@@ -18,7 +18,7 @@ import logging
 import os
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -26,7 +26,7 @@ import gevent
 import gevent.event
 import gevent.pool
 import psutil
-from locust import FastHttpUser, LoadTestShape, User, events, runners
+from locust import FastHttpUser, LoadTestShape, events, runners
 from locust.runners import MasterRunner, WorkerRunner
 
 from inferstack.loadtest import answer, measure, pacing, report
@@ -77,7 +77,7 @@ class _State:
 
 
 def _now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 def _apply_step(data: dict) -> None:
@@ -147,7 +147,7 @@ class _OpenArrivals:
         self._requests.join(timeout=SPEC.timeout_s + 1.0)
 
 
-def _paced(user: User) -> float:
+def _paced(user: _OpenArrivals) -> float:
     return user.until_due()
 
 
@@ -164,7 +164,7 @@ def _judge(response, status_kind) -> tuple[str | None, int]:
     timed out), a status outside 2xx (its kind from `status_kind()`), or a wrong answer. Returns the kind (None:
     answered) and the status (0: none)."""
     if not response.status_code:
-        kind = measure.error_kind(response.error) if response.error else "no response"
+        kind: str | None = measure.error_kind(response.error) if response.error else "no response"
     elif not 200 <= response.status_code < 300:
         kind = status_kind()
     else:
@@ -188,8 +188,13 @@ class HttpTarget(_OpenArrivals, FastHttpUser):
     path = (_url.path or "/") + (f"?{_url.query}" if _url.query else "")
 
     def send(self, body: bytes) -> tuple[str | None, int]:
-        with self.client.post(self.path, data=body, name=SPEC.model, catch_response=True,
-                              headers={"Content-Type": "application/json", "Accept": "application/json"}) as response:
+        with self.client.post(
+            self.path,
+            data=body,  # type: ignore[arg-type]  # locust annotates str | dict, but sends bytes as they are (its docs)
+            name=SPEC.model,
+            catch_response=True,
+            headers={"Content-Type": "application/json", "Accept": "application/json"},
+        ) as response:
             return _judge(response, lambda: f"HTTP {response.status_code}")
 
 
@@ -211,9 +216,13 @@ class _SignedInvoke:
         client = session.client("sagemaker-runtime")
         self.operation = client.meta.service_model.operation_model("InvokeEndpoint")
         protocol = self.operation.metadata["protocol"]
-        params = {"EndpointName": SPEC.target.endpoint, "ContentType": "application/json",
-                  "Accept": "application/json", "Body": BODIES[0],
-                  **({"InferenceComponentName": SPEC.target.component} if SPEC.target.component else {})}
+        params = {
+            "EndpointName": SPEC.target.endpoint,
+            "ContentType": "application/json",
+            "Accept": "application/json",
+            "Body": BODIES[0],
+            **({"InferenceComponentName": SPEC.target.component} if SPEC.target.component else {}),
+        }
         request = serialize.create_serializer(protocol).serialize_to_request(params, self.operation)
         endpoint = urlsplit(client.meta.endpoint_url)
         self.host = f"{endpoint.scheme}://{endpoint.netloc}"
@@ -222,8 +231,10 @@ class _SignedInvoke:
         self.headers = dict(request["headers"])
         self.credentials = session.get_credentials()
         if self.credentials is None:  # boto3 would fail each call; a run of nothing but failures measures nothing
-            sys.exit(f"inferstack locustfile: no AWS credentials to sign InvokeEndpoint of {SPEC.target.endpoint} "
-                     f"with (environment variables, a profile, or the task's role)")
+            sys.exit(
+                f"inferstack locustfile: no AWS credentials to sign InvokeEndpoint of {SPEC.target.endpoint} "
+                f"with (environment variables, a profile, or the task's role)"
+            )
         self.signing_name = client.meta.service_model.signing_name
         self.region = client.meta.region_name
         self.parser = parsers.create_parser(protocol)
@@ -237,8 +248,9 @@ class _SignedInvoke:
 
     def error_kind(self, status: int, headers, body: bytes) -> str:
         headers = {str(name).lower(): value for name, value in headers.items()}  # botocore reads them lower-cased
-        parsed = self.parser.parse({"status_code": status, "headers": headers, "body": body},
-                                   self.operation.output_shape)
+        parsed = self.parser.parse(
+            {"status_code": status, "headers": headers, "body": body}, self.operation.output_shape
+        )
         return str((parsed.get("Error") or {}).get("Code") or f"HTTP {status}")
 
 
@@ -263,10 +275,18 @@ class SageMakerTarget(_OpenArrivals, FastHttpUser):
     tasks = [_OpenArrivals.arrive]
 
     def send(self, body: bytes) -> tuple[str | None, int]:
-        with self.client.post(_invoke.path, data=body, name=SPEC.model, catch_response=True,
-                              headers=_invoke.signed_headers(body)) as response:
-            return _judge(response, lambda: _invoke.error_kind(response.status_code, response.headers,
-                                                               response.content or b""))
+        invoke = _invoke
+        assert invoke is not None  # set whenever the target is SageMaker; otherwise this class is abstract
+        with self.client.post(
+            invoke.path,
+            data=body,  # type: ignore[arg-type]  # locust annotates str | dict, but sends bytes as they are (its docs)
+            name=SPEC.model,
+            catch_response=True,
+            headers=invoke.signed_headers(body),
+        ) as response:
+            return _judge(
+                response, lambda: invoke.error_kind(response.status_code, response.headers, response.content or b"")
+            )
 
 
 class Steps(LoadTestShape):
@@ -290,17 +310,25 @@ class Steps(LoadTestShape):
                 _progress(self._index, final=False)
             step = SPEC.steps[index]
             interval = users / step.rate
-            data = {"index": index, "t0": round(run_time, 3), "per_user_rate": step.rate / users,
-                    "settle_s": pacing.settle_s(step, interval, self._interval), "generators": generators}
+            data = {
+                "index": index,
+                "t0": round(run_time, 3),
+                "per_user_rate": step.rate / users,
+                "settle_s": pacing.settle_s(step, interval, self._interval),
+                "generators": generators,
+            }
             if _State.started is None:
                 _State.started = _now_iso()
             if isinstance(self.runner, MasterRunner):
                 self.runner.send_message(STEP_MESSAGE, data)
             _apply_step(data)
             self._index, self._interval = index, interval
-            print(f"{PROGRESS} step {index + 1} of {len(SPEC.steps)}: {step.rate:g} req/s "
-                  f"({100 * step.rate / SPEC.judged_rate:.0f} % of the full rate) for {step.seconds:g} s from "
-                  f"{generators} generator{'s' if generators > 1 else ''}", flush=True)
+            print(
+                f"{PROGRESS} step {index + 1} of {len(SPEC.steps)}: {step.rate:g} req/s "
+                f"({100 * step.rate / SPEC.judged_rate:.0f} % of the full rate) for {step.seconds:g} s from "
+                f"{generators} generator{'s' if generators > 1 else ''}",
+                flush=True,
+            )
         # One scheduling user per generator, started at once; each waits for its first due time.
         return users, 100
 
@@ -381,8 +409,6 @@ def _on_report_to_master(client_id, data, **_kwargs) -> None:
     data["inferstack"] = _worker_report()
 
 
-
-
 @events.worker_report.add_listener
 def _on_worker_report(client_id, data, **_kwargs) -> None:
     if data.get("inferstack"):
@@ -397,8 +423,7 @@ def _on_quitting(environment, **_kwargs) -> None:
     _State.recorder.stop()
     _State.aggregator.add(_State.recorder.report(final=True))
     workers = len(runner.worker_indexes) if isinstance(runner, MasterRunner) else 0
-    result = _State.aggregator.result(SPEC, started=_State.started or _now_iso(), finished=_now_iso(),
-                                      workers=workers)
+    result = _State.aggregator.result(SPEC, started=_State.started or _now_iso(), finished=_now_iso(), workers=workers)
     if _State.step_index is not None:
         index = _State.step_index
         print(f"{PROGRESS} {report.progress(result, index + 1, result.steps[index])}", flush=True)

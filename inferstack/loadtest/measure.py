@@ -31,8 +31,10 @@ REJECTION_STATUSES = (429, 503)
 # Latencies from 1 us to an hour, 3 significant digits: a percentile is reported at most 0.1 % above the
 # latency it stands for (HdrHistogram reports the top of a value's bucket).
 HISTOGRAM_LOWEST_US, HISTOGRAM_HIGHEST_US, HISTOGRAM_DIGITS = 1, 3_600_000_000, 3
-RESOLUTION = (f"HdrHistogram of every generator merged, {HISTOGRAM_DIGITS} significant digits "
-              f"(a percentile at most 0.1 % above the measured latency)")
+RESOLUTION = (
+    f"HdrHistogram of every generator merged, {HISTOGRAM_DIGITS} significant digits "
+    f"(a percentile at most 0.1 % above the measured latency)"
+)
 
 
 def new_histogram() -> HdrHistogram:
@@ -112,8 +114,7 @@ class StepTally:
         if kind is None:
             self.answered += 1
             self.good += latency_ms <= slo_ms
-            self.histogram.record_value(min(max(HISTOGRAM_LOWEST_US, round(latency_ms * 1000.0)),
-                                            HISTOGRAM_HIGHEST_US))
+            self.histogram.record_value(min(max(HISTOGRAM_LOWEST_US, round(latency_ms * 1000.0)), HISTOGRAM_HIGHEST_US))
             return
         self.failures += 1
         self.rejected += status in REJECTION_STATUSES
@@ -130,18 +131,37 @@ class StepTally:
 
     def to_wire(self) -> dict:
         # The histogram in HdrHistogram's own compressed, base64 encoding (what its tools exchange).
-        return {"offered": self.offered, "late": self.late, "late_max_ms": self.late_max_ms, "held": self.held,
-                "answered": self.answered, "good": self.good, "rejected": self.rejected, "timeouts": self.timeouts,
-                "failures": self.failures, "errors": dict(self.errors), "window_s": self.window_s,
-                "histogram": self.histogram.encode().decode("ascii")}
+        return {
+            "offered": self.offered,
+            "late": self.late,
+            "late_max_ms": self.late_max_ms,
+            "held": self.held,
+            "answered": self.answered,
+            "good": self.good,
+            "rejected": self.rejected,
+            "timeouts": self.timeouts,
+            "failures": self.failures,
+            "errors": dict(self.errors),
+            "window_s": self.window_s,
+            "histogram": self.histogram.encode().decode("ascii"),
+        }
 
     @classmethod
     def from_wire(cls, data: dict) -> StepTally:
-        return cls(offered=int(data["offered"]), late=int(data["late"]), late_max_ms=float(data["late_max_ms"]),
-                   held=int(data["held"]),
-                   answered=int(data["answered"]), good=int(data["good"]), rejected=int(data["rejected"]),
-                   timeouts=int(data["timeouts"]), failures=int(data["failures"]), errors=dict(data["errors"]),
-                   histogram=HdrHistogram.decode(data["histogram"]), window_s=float(data["window_s"]))
+        return cls(
+            offered=int(data["offered"]),
+            late=int(data["late"]),
+            late_max_ms=float(data["late_max_ms"]),
+            held=int(data["held"]),
+            answered=int(data["answered"]),
+            good=int(data["good"]),
+            rejected=int(data["rejected"]),
+            timeouts=int(data["timeouts"]),
+            failures=int(data["failures"]),
+            errors=dict(data["errors"]),
+            histogram=HdrHistogram.decode(data["histogram"]),
+            window_s=float(data["window_s"]),
+        )
 
     def step_result(self, step, slo_ms: float, *, final: bool, started_s: float | None) -> StepResult:
         """This tally (every generator's, merged) as a step of the result. `final`: requests that left and never
@@ -153,13 +173,24 @@ class StepTally:
             failures += unanswered
         seconds = self.window_s
         return StepResult(
-            offered_rps=step.rate, seconds=round(seconds, 3), offered=self.offered, late=self.late,
-            late_max_ms=round(self.late_max_ms, 3), answered=self.answered, good=self.good, rejected=self.rejected,
-            timeouts=self.timeouts, failures=failures, errors=errors,
-            p50_ms=histogram_ms(self.histogram, 50), p90_ms=histogram_ms(self.histogram, 90),
+            offered_rps=step.rate,
+            seconds=round(seconds, 3),
+            offered=self.offered,
+            late=self.late,
+            late_max_ms=round(self.late_max_ms, 3),
+            answered=self.answered,
+            good=self.good,
+            rejected=self.rejected,
+            timeouts=self.timeouts,
+            failures=failures,
+            errors=errors,
+            p50_ms=histogram_ms(self.histogram, 50),
+            p90_ms=histogram_ms(self.histogram, 90),
             p99_ms=histogram_ms(self.histogram, 99),
-            max_ms=self.histogram.get_max_value() / 1000.0 if self.answered else None, started_s=started_s,
-            held=self.held)
+            max_ms=self.histogram.get_max_value() / 1000.0 if self.answered else None,
+            started_s=started_s,
+            held=self.held,
+        )
 
 
 @dataclass
@@ -215,8 +246,9 @@ class Recorder:
     """One generator's record: per step (cumulative, small), per second of the run (sent once, then dropped),
     and its CPU while steps were measured. `slo_ms` decides what is goodput, `late_after_ms` what is late."""
 
-    def __init__(self, name: str, *, slo_ms: float, late_after_ms: float,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, name: str, *, slo_ms: float, late_after_ms: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.name = name
         self.slo_ms, self.late_after_ms = slo_ms, late_after_ms
         self._clock = clock
@@ -290,9 +322,13 @@ class Recorder:
         done = [s for s in self._seconds if final or run_time is None or s < int(run_time)]
         seconds = [[s, self._seconds.pop(s).to_wire()] for s in sorted(done)]
         cpu = self._cpu_measured if self._cpu_measured.count else self._cpu_other
-        return {"name": self.name, "steps": [[i, t.to_wire()] for i, t in sorted(self._tallies.items())],
-                "seconds": seconds, "cpu": [cpu.max, cpu.total, cpu.count],
-                "step_starts": [[w.index, w.t0] for w in self._windows]}
+        return {
+            "name": self.name,
+            "steps": [[i, t.to_wire()] for i, t in sorted(self._tallies.items())],
+            "seconds": seconds,
+            "cpu": [cpu.max, cpu.total, cpu.count],
+            "step_starts": [[w.index, w.t0] for w in self._windows],
+        }
 
 
 class Aggregator:
@@ -333,17 +369,36 @@ class Aggregator:
         generators = []
         for name, report in sorted(self._latest.items(), key=lambda kv: _generator_order(kv[0])):
             peak, total, count = report["cpu"]
-            generators.append(Generator(name=name, max_cpu_percent=round(peak, 1),
-                                        mean_cpu_percent=round(total / count, 1) if count else 0.0))
+            generators.append(
+                Generator(
+                    name=name,
+                    max_cpu_percent=round(peak, 1),
+                    mean_cpu_percent=round(total / count, 1) if count else 0.0,
+                )
+            )
         last = max(self._seconds, default=-1)
         timeline = tuple(_sample(second, self._seconds.get(second, _SecondTally())) for second in range(last + 1))
-        return RunResult(model=spec.model, target=spec.target.describe(), started=started, finished=finished,
-                         p99_slo_ms=spec.p99_slo_ms, error_budget_percent=spec.error_budget_percent,
-                         steps=steps, generators=tuple(generators), timeline=timeline, workers=workers,
-                         full_rate=spec.judged_rate, planned_rate=spec.planned_rate, plan_basis=spec.plan_basis,
-                         late_after_ms=spec.late_after_ms, resolution=RESOLUTION,
-                         environment=spec.environment, release=spec.release, instance_type=spec.instance_type,
-                         instances=spec.instances)
+        return RunResult(
+            model=spec.model,
+            target=spec.target.describe(),
+            started=started,
+            finished=finished,
+            p99_slo_ms=spec.p99_slo_ms,
+            error_budget_percent=spec.error_budget_percent,
+            steps=steps,
+            generators=tuple(generators),
+            timeline=timeline,
+            workers=workers,
+            full_rate=spec.judged_rate,
+            planned_rate=spec.planned_rate,
+            plan_basis=spec.plan_basis,
+            late_after_ms=spec.late_after_ms,
+            resolution=RESOLUTION,
+            environment=spec.environment,
+            release=spec.release,
+            instance_type=spec.instance_type,
+            instances=spec.instances,
+        )
 
 
 def _generator_order(name: str) -> tuple[int, int, str]:
@@ -353,5 +408,10 @@ def _generator_order(name: str) -> tuple[int, int, str]:
 
 
 def _sample(second: int, tally: _SecondTally) -> Sample:
-    return Sample(t=float(second), rps=float(tally.ended), p50_ms=percentile(tally.latencies, 50),
-                  p99_ms=percentile(tally.latencies, 99), failures_per_s=float(tally.failures))
+    return Sample(
+        t=float(second),
+        rps=float(tally.ended),
+        p50_ms=percentile(tally.latencies, 50),
+        p99_ms=percentile(tally.latencies, 99),
+        failures_per_s=float(tally.failures),
+    )

@@ -13,46 +13,103 @@ from inferstack.loadtest.results import PICTURE_FILE, REPORT_FILE, RESULT_FILE, 
 
 
 def text(result: RunResult) -> str:
-    where = ", ".join(filter(None, [
-        f"env {result.environment}" if result.environment else None,
-        f"release {result.release}" if result.release else None,
-        (f"{result.instances} x {result.instance_type}" if result.instances and result.instance_type else None)]))
-    generators = (f"{result.workers} worker{'s' if result.workers > 1 else ''}" if result.workers
-                  else "one local generator")
-    planned = (f"planned {result.planned_rate:g} req/s for {result.plan_basis}" if result.planned_rate is not None
-               else "no planned rate known")
-    lines = [f"load test of {result.model} at {result.target}" + (f" ({where})" if where else ""),
-             f"SLO: p99 <= {result.p99_slo_ms:g} ms, errors <= {result.error_budget_percent:g} %; full rate "
-             f"{result.judged_rate:g} req/s ({planned}); {generators}; {result.started} to {result.finished}",
-             "open system: requests sent on schedule whatever the server does; latency counts from when each was due"
-             + (f"; a send more than {result.late_after_ms:g} ms after it was due is late"
-                if result.late_after_ms is not None else ""),
-             f"percentiles: {result.resolution or 'not stated'}"]
+    where = ", ".join(
+        filter(
+            None,
+            [
+                f"env {result.environment}" if result.environment else None,
+                f"release {result.release}" if result.release else None,
+                (f"{result.instances} x {result.instance_type}" if result.instances and result.instance_type else None),
+            ],
+        )
+    )
+    generators = (
+        f"{result.workers} worker{'s' if result.workers > 1 else ''}" if result.workers else "one local generator"
+    )
+    planned = (
+        f"planned {result.planned_rate:g} req/s for {result.plan_basis}"
+        if result.planned_rate is not None
+        else "no planned rate known"
+    )
+    lines = [
+        f"load test of {result.model} at {result.target}" + (f" ({where})" if where else ""),
+        f"SLO: p99 <= {result.p99_slo_ms:g} ms, errors <= {result.error_budget_percent:g} %; full rate "
+        f"{result.judged_rate:g} req/s ({planned}); {generators}; {result.started} to {result.finished}",
+        "open system: requests sent on schedule whatever the server does; latency counts from when each was due"
+        + (
+            f"; a send more than {result.late_after_ms:g} ms after it was due is late"
+            if result.late_after_ms is not None
+            else ""
+        ),
+        f"percentiles: {result.resolution or 'not stated'}",
+    ]
     if result.instance_type is None:
         lines.append("instance type: not known (a run against a URL: whatever serves it)")
     if result.below_plan:
         lines.append(f"WARNING: {result.below_plan}")
     lines.append("")
-    header = ("step", "offered/s", "%", "sent", "late", "answered", "goodput/s", "rejected", "timeouts", "errors",
-              "p50 ms", "p90 ms", "p99 ms", "max ms", "")
+    header = (
+        "step",
+        "offered/s",
+        "%",
+        "sent",
+        "late",
+        "answered",
+        "goodput/s",
+        "rejected",
+        "timeouts",
+        "errors",
+        "p50 ms",
+        "p90 ms",
+        "p99 ms",
+        "max ms",
+        "",
+    )
     rows = [header]
     for number, step in enumerate(result.steps, 1):
-        rows.append((str(number), f"{step.offered_rps:g}", f"{100 * step.offered_rps / result.judged_rate:.0f}",
-                     str(step.offered), str(step.late), str(step.answered), f"{step.goodput_rps:.1f}",
-                     str(step.rejected), str(step.timeouts), f"{step.failures} ({step.error_percent:.2f} %)",
-                     _ms(step.p50_ms), _ms(step.p90_ms), _ms(step.p99_ms), _ms(step.max_ms),
-                     status(result, number, step)))
+        rows.append(
+            (
+                str(number),
+                f"{step.offered_rps:g}",
+                f"{100 * step.offered_rps / result.judged_rate:.0f}",
+                str(step.offered),
+                str(step.late),
+                str(step.answered),
+                f"{step.goodput_rps:.1f}",
+                str(step.rejected),
+                str(step.timeouts),
+                f"{step.failures} ({step.error_percent:.2f} %)",
+                _ms(step.p50_ms),
+                _ms(step.p90_ms),
+                _ms(step.p99_ms),
+                _ms(step.max_ms),
+                status(result, number, step),
+            )
+        )
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    lines += ["  ".join(cell.rjust(width) if i < len(header) - 1 else cell
-                        for i, (cell, width) in enumerate(zip(row, widths))).rstrip() for row in rows]
+    lines += [
+        "  ".join(
+            cell.rjust(width) if i < len(header) - 1 else cell
+            for i, (cell, width) in enumerate(zip(row, widths, strict=True))
+        ).rstrip()
+        for row in rows
+    ]
     for number, step in enumerate(result.steps, 1):
         if step.errors:
             kinds = ", ".join(f"{kind}: {count}" for kind, count in sorted(step.errors.items(), key=lambda kv: -kv[1]))
             lines.append(f"step {number} errors: {kinds}")
     lines.append("")
-    lines.append("generators' CPU (max / mean): " + ("; ".join(
-        f"{g.name} {g.max_cpu_percent:.0f} % / {g.mean_cpu_percent:.0f} %" + (" SATURATED" if g.saturated else "")
-        for g in result.generators) or "none reported"))
+    lines.append(
+        "generators' CPU (max / mean): "
+        + (
+            "; ".join(
+                f"{g.name} {g.max_cpu_percent:.0f} % / {g.mean_cpu_percent:.0f} %"
+                + (" SATURATED" if g.saturated else "")
+                for g in result.generators
+            )
+            or "none reported"
+        )
+    )
     lines.append(f"verdict: {result.verdict.upper()}")
     lines += [f"  - {reason}" for reason in result.reasons]
     best = result.highest_rate_within_slo
@@ -71,10 +128,12 @@ def status(result: RunResult, number: int, step: StepResult) -> str:
 
 def progress(result: RunResult, number: int, step: StepResult) -> str:
     """One line as a step ends (its figures so far; requests still in flight are not yet counted)."""
-    return (f"{result.step_label(number, step)} of {len(result.steps)}: sent {step.offered} ({step.late} late), "
-            f"answered {step.answered}, goodput {step.goodput_rps:.1f}/s, rejected {step.rejected}, timeouts "
-            f"{step.timeouts}, errors {step.failures}, p99 {_ms(step.p99_ms)} ms (SLO {result.p99_slo_ms:g}): "
-            f"{status(result, number, step)}")
+    return (
+        f"{result.step_label(number, step)} of {len(result.steps)}: sent {step.offered} ({step.late} late), "
+        f"answered {step.answered}, goodput {step.goodput_rps:.1f}/s, rejected {step.rejected}, timeouts "
+        f"{step.timeouts}, errors {step.failures}, p99 {_ms(step.p99_ms)} ms (SLO {result.p99_slo_ms:g}): "
+        f"{status(result, number, step)}"
+    )
 
 
 def _ms(value: float | None) -> str:
@@ -99,16 +158,18 @@ def picture(result: RunResult) -> bytes:
     rate.plot(t, [s.failures_per_s for s in result.timeline], color="red", label="failed req/s")
     starts = [s.started_s for s in result.steps]
     for index, step in enumerate(result.steps):
-        if starts[index] is None:
+        start = starts[index]
+        if start is None:
             continue
         if index + 1 < len(starts) and starts[index + 1] is not None:
             end = starts[index + 1]
         else:
-            end = max(t[-1] + 1 if t else 0.0, starts[index] + step.seconds)
-        rate.hlines(step.offered_rps, starts[index], end, colors="grey", linestyles=":",
-                    label="offered" if index == 0 else None)
+            end = max(t[-1] + 1 if t else 0.0, start + step.seconds)
+        rate.hlines(
+            step.offered_rps, start, end, colors="grey", linestyles=":", label="offered" if index == 0 else None
+        )
         for axes in (latency, rate):
-            axes.axvline(starts[index], color="grey", linewidth=0.8)
+            axes.axvline(start, color="grey", linewidth=0.8)
     rate.set_ylabel("requests per second")
     rate.set_xlabel("seconds since the start")
     rate.set_ylim(bottom=0)

@@ -27,7 +27,7 @@ class ResultError(ValueError):
 def new_run_id(now: datetime.datetime | None = None) -> str:
     """A run's id: its UTC start time to the second, then random hex; ids sort in time order (the gate takes
     the newest by id, not by S3's one-second LastModified)."""
-    now = now or datetime.datetime.now(datetime.timezone.utc)
+    now = now or datetime.datetime.now(datetime.UTC)
     return f"{now.strftime('%Y%m%dT%H%M%SZ')}-{secrets.token_hex(3)}"
 
 
@@ -96,15 +96,23 @@ class StepResult:
 
     def within(self, p99_slo_ms: float, error_budget_percent: float) -> bool:
         """Every request counted: p99 and errors (rejections included) within the SLO."""
-        return (self.offered > 0 and self.p99_ms is not None and self.p99_ms <= p99_slo_ms
-                and self.error_percent <= error_budget_percent)
+        return (
+            self.offered > 0
+            and self.p99_ms is not None
+            and self.p99_ms <= p99_slo_ms
+            and self.error_percent <= error_budget_percent
+        )
 
     def held_overload(self, p99_slo_ms: float, error_budget_percent: float, full_rate: float) -> bool:
         """A step above the full rate: what was admitted answered within the SLO, errors other than rejections
         within the budget, and the goodput still at the full rate."""
-        return (self.offered > 0 and self.p99_ms is not None and self.p99_ms <= p99_slo_ms
-                and self.admitted_error_percent <= error_budget_percent
-                and self.goodput_rps >= full_rate * (1 - RATE_SHORTFALL))
+        return (
+            self.offered > 0
+            and self.p99_ms is not None
+            and self.p99_ms <= p99_slo_ms
+            and self.admitted_error_percent <= error_budget_percent
+            and self.goodput_rps >= full_rate * (1 - RATE_SHORTFALL)
+        )
 
 
 @dataclass(frozen=True)
@@ -121,6 +129,7 @@ class Generator:
 @dataclass(frozen=True)
 class Sample:
     """One point of the run's timeline (the picture): seconds since start, current rate, p50/p99, failures/s."""
+
     t: float
     rps: float
     p50_ms: float | None
@@ -170,8 +179,12 @@ class RunResult:
 
     @property
     def invalid_reasons(self) -> list[str]:
-        reasons = [f"generator {g.name} saturated: CPU {g.max_cpu_percent:.0f} % (>= {CPU_SATURATED_PERCENT:.0f} %); "
-                   f"its latencies are its own, add workers" for g in self.generators if g.saturated]
+        reasons = [
+            f"generator {g.name} saturated: CPU {g.max_cpu_percent:.0f} % (>= {CPU_SATURATED_PERCENT:.0f} %); "
+            f"its latencies are its own, add workers"
+            for g in self.generators
+            if g.saturated
+        ]
         if not self.steps or all(s.offered == 0 for s in self.steps):
             reasons.append("no request was sent: nothing was measured")
             return reasons
@@ -187,16 +200,24 @@ class RunResult:
         account."""
         label, reasons = self.step_label(number, step), []
         if step.held:
-            reasons.append(f"{label}: the in-flight bound held back {step.held} sends (the generators could not keep "
-                           f"up); add workers")
+            reasons.append(
+                f"{label}: the in-flight bound held back {step.held} sends (the generators could not keep "
+                f"up); add workers"
+            )
         if step.offered < step.due * (1 - RATE_SHORTFALL):
             reasons.append(f"{label}: the generators sent {step.offered} of the {step.due:.0f} requests due")
         lateness = max(step.late_max_ms, self.late_after_ms or 0.0)
-        if (step.late_percent > LATE_BUDGET_PERCENT and step.p99_ms is not None and step.p99_ms > self.p99_slo_ms
-                and step.p99_ms - lateness <= self.p99_slo_ms):
-            reasons.append(f"{label}: {step.late} late sends ({step.late_percent:.1f} % of {step.offered}, up to "
-                           f"{step.late_max_ms:.0f} ms after they were due) account for its p99 above the SLO: the "
-                           f"generators fell behind (CPU); add workers")
+        if (
+            step.late_percent > LATE_BUDGET_PERCENT
+            and step.p99_ms is not None
+            and step.p99_ms > self.p99_slo_ms
+            and step.p99_ms - lateness <= self.p99_slo_ms
+        ):
+            reasons.append(
+                f"{label}: {step.late} late sends ({step.late_percent:.1f} % of {step.offered}, up to "
+                f"{step.late_max_ms:.0f} ms after they were due) account for its p99 above the SLO: the "
+                f"generators fell behind (CPU); add workers"
+            )
         return reasons
 
     @property
@@ -212,9 +233,11 @@ class RunResult:
         """Why the run does not show the plan holds (its full rate is below the planned rate), or None."""
         if self.planned_rate is None or self.judged_rate >= self.planned_rate * (1 - RATE_SHORTFALL):
             return None
-        return (f"the full rate {self.judged_rate:g} req/s is {100 * self.judged_rate / self.planned_rate:.0f} % of "
-                f"the planned {self.planned_rate:g} req/s ({self.plan_basis or 'the plan'}): a pass here does not "
-                f"show the plan holds")
+        return (
+            f"the full rate {self.judged_rate:g} req/s is {100 * self.judged_rate / self.planned_rate:.0f} % of "
+            f"the planned {self.planned_rate:g} req/s ({self.plan_basis or 'the plan'}): a pass here does not "
+            f"show the plan holds"
+        )
 
     @property
     def reasons(self) -> list[str]:
@@ -231,17 +254,22 @@ class RunResult:
             if errors > self.error_budget_percent:
                 kinds = ", ".join(f"{k}: {n}" for k, n in sorted(step.errors.items(), key=lambda kv: -kv[1]))
                 what = "errors other than rejections" if self.overload(step) else "errors"
-                out.append(f"{label}: {what} {errors:.2f} % above the budget's {self.error_budget_percent:g} % "
-                           f"({kinds})")
+                out.append(
+                    f"{label}: {what} {errors:.2f} % above the budget's {self.error_budget_percent:g} % ({kinds})"
+                )
             if self.overload(step) and step.goodput_rps < self.judged_rate * (1 - RATE_SHORTFALL):
-                out.append(f"{label}: goodput {step.goodput_rps:.1f} req/s within the SLO, below the full rate's "
-                           f"{self.judged_rate:g}")
+                out.append(
+                    f"{label}: goodput {step.goodput_rps:.1f} req/s within the SLO, below the full rate's "
+                    f"{self.judged_rate:g}"
+                )
         if out:
             return out
         full = self.full_step
-        return [f"every step up to {self.judged_rate:g} req/s held p99 <= {self.p99_slo_ms:g} ms with errors <= "
-                f"{self.error_budget_percent:g} %" + (f" (full rate: p99 {ms_text(full.p99_ms)}, errors "
-                                                      f"{full.error_percent:.2f} %)" if full else "")]
+        return [
+            f"every step up to {self.judged_rate:g} req/s held p99 <= {self.p99_slo_ms:g} ms with errors <= "
+            f"{self.error_budget_percent:g} %"
+            + (f" (full rate: p99 {ms_text(full.p99_ms)}, errors {full.error_percent:.2f} %)" if full else "")
+        ]
 
     @property
     def full_step(self) -> StepResult | None:
@@ -259,8 +287,13 @@ class RunResult:
 
     def to_dict(self) -> dict:
         data = asdict(self)
-        data.update(verdict=self.verdict, reasons=self.reasons, invalid_reasons=self.invalid_reasons,
-                    highest_rate_within_slo=self.highest_rate_within_slo, below_plan=self.below_plan)
+        data.update(
+            verdict=self.verdict,
+            reasons=self.reasons,
+            invalid_reasons=self.invalid_reasons,
+            highest_rate_within_slo=self.highest_rate_within_slo,
+            below_plan=self.below_plan,
+        )
         return data
 
     def to_json(self) -> str:
@@ -273,9 +306,15 @@ class RunResult:
             data = json.loads(text)
             version = data.get("schema_version") if isinstance(data, dict) else None
             if version != SCHEMA_VERSION:
-                raise ResultError(f"{where}: schema_version {version!r}, this tool reads {SCHEMA_VERSION}" + (
-                    " (version 1 came from closed-loop users that a stalling server could fool: run the load test "
-                    "again)" if version == 1 else ""))
+                raise ResultError(
+                    f"{where}: schema_version {version!r}, this tool reads {SCHEMA_VERSION}"
+                    + (
+                        " (version 1 came from closed-loop users that a stalling server could fool: run the load test "
+                        "again)"
+                        if version == 1
+                        else ""
+                    )
+                )
             for derived in ("verdict", "reasons", "invalid_reasons", "highest_rate_within_slo", "below_plan"):
                 data.pop(derived, None)
             data["steps"] = tuple(StepResult(**s) for s in data["steps"])

@@ -47,8 +47,15 @@ def free_port(host: str = LOOPBACK) -> int:
         return probe.getsockname()[1]
 
 
-def locust_args(role: str, *, port: int | None = None, host: str = LOOPBACK, workers: int = 0,
-                worker_wait_s: float = STARTUP_S, request_timeout_s: float = 10.0) -> list[str]:
+def locust_args(
+    role: str,
+    *,
+    port: int | None = None,
+    host: str = LOOPBACK,
+    workers: int = 0,
+    worker_wait_s: float = STARTUP_S,
+    request_timeout_s: float = 10.0,
+) -> list[str]:
     """The Locust command line of one process: role "local", "master" (binds `host`:`port`) or "worker"
     (connects to `host`:`port`). Headless: no web UI; failed requests are results, not Locust's exit code.
     At the end a user finishes the request it is sending (--stop-timeout: up to the request timeout), so
@@ -58,13 +65,23 @@ def locust_args(role: str, *, port: int | None = None, host: str = LOOPBACK, wor
         return args + ["--worker", "--master-host", host, "--master-port", str(port)]
     args += ["--headless", "--only-summary", "--stop-timeout", str(math.ceil(request_timeout_s) + 1)]
     if role == "master":
-        args += ["--master", "--master-bind-host", host, "--master-bind-port", str(port),
-                 "--expect-workers", str(workers), "--expect-workers-max-wait", f"{worker_wait_s:g}"]
+        args += [
+            "--master",
+            "--master-bind-host",
+            host,
+            "--master-bind-port",
+            str(port),
+            "--expect-workers",
+            str(workers),
+            "--expect-workers-max-wait",
+            f"{worker_wait_s:g}",
+        ]
     return args
 
 
-def locust_environment(spec: LoadTestSpec, out_dir: Path | None = None, *,
-                       spec_file: Path | None = None) -> dict[str, str]:
+def locust_environment(
+    spec: LoadTestSpec, out_dir: Path | None = None, *, spec_file: Path | None = None
+) -> dict[str, str]:
     """The environment of a Locust process: the spec inline, or in `spec_file` (written here: a payload can
     pass the kernel's 128 KiB limit on one environment string)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOCUST_")}  # no stray Locust settings
@@ -93,8 +110,15 @@ class Processes:
     def start(self, name: str, args: list[str], env: dict[str, str]) -> subprocess.Popen:
         log = self.log_dir / f"{name}.log"
         with open(log, "wb") as out:
-            process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                       env=env, cwd=self.log_dir, start_new_session=True)
+            process = subprocess.Popen(
+                args,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                cwd=self.log_dir,
+                start_new_session=True,
+            )
         self.started.append((name, process, log))
         return process
 
@@ -110,8 +134,9 @@ class Processes:
                 if process is not main and process.poll() not in (None, 0):
                     raise LoadTestError(f"{name} exited {process.returncode} before the run ended: {self.tail(name)}")
             if time.monotonic() > deadline:
-                raise LoadTestError(f"no result in the time allowed; every Locust process was stopped: "
-                                    f"{self.tail(self.started[0][0])}")
+                raise LoadTestError(
+                    f"no result in the time allowed; every Locust process was stopped: {self.tail(self.started[0][0])}"
+                )
             time.sleep(POLL_S)
 
     def pass_progress(self) -> None:
@@ -124,7 +149,7 @@ class Processes:
                 chunk = log.read()
         except OSError:
             return
-        complete = chunk[:chunk.rfind(b"\n") + 1]  # a line still being written waits for the next poll
+        complete = chunk[: chunk.rfind(b"\n") + 1]  # a line still being written waits for the next poll
         self._read += len(complete)
         for line in complete.decode(errors="replace").splitlines():
             if line.startswith(PROGRESS):
@@ -155,9 +180,19 @@ def default_timeout(spec: LoadTestSpec, workers: int = 0) -> float:
     return spec.seconds + STARTUP_S + STOP_S + 2.0 * workers
 
 
-def run_processes(spec: LoadTestSpec, out_dir: Path, *, workers: int, timeout: float, log_dir: Path,
-                  bind_host: str = LOOPBACK, port: int | None = None, start_workers: bool = True,
-                  worker_wait_s: float = STARTUP_S, on_progress: Callable[[str], None] | None = None) -> RunResult:
+def run_processes(
+    spec: LoadTestSpec,
+    out_dir: Path,
+    *,
+    workers: int,
+    timeout: float,
+    log_dir: Path,
+    bind_host: str = LOOPBACK,
+    port: int | None = None,
+    start_workers: bool = True,
+    worker_wait_s: float = STARTUP_S,
+    on_progress: Callable[[str], None] | None = None,
+) -> RunResult:
     """Locust (local, or a master with `workers` workers, started here when `start_workers`) writing into
     `out_dir`; the result it wrote. `on_progress` gets a line as each step starts and ends. Every process is
     stopped before this returns or raises, SIGTERM included (see stopped_on_sigterm)."""
@@ -166,18 +201,32 @@ def run_processes(spec: LoadTestSpec, out_dir: Path, *, workers: int, timeout: f
     spec_file = log_dir / "spec.json"
     try:
         if workers == 0:
-            main = processes.start("local", locust_args("local", request_timeout_s=spec.timeout_s),
-                                   locust_environment(spec, out_dir, spec_file=spec_file))
+            main = processes.start(
+                "local",
+                locust_args("local", request_timeout_s=spec.timeout_s),
+                locust_environment(spec, out_dir, spec_file=spec_file),
+            )
         else:
             port = port or free_port(bind_host)
-            main = processes.start("master", locust_args("master", port=port, host=bind_host, workers=workers,
-                                                         worker_wait_s=worker_wait_s,
-                                                         request_timeout_s=spec.timeout_s),
-                                   locust_environment(spec, out_dir, spec_file=spec_file))
+            main = processes.start(
+                "master",
+                locust_args(
+                    "master",
+                    port=port,
+                    host=bind_host,
+                    workers=workers,
+                    worker_wait_s=worker_wait_s,
+                    request_timeout_s=spec.timeout_s,
+                ),
+                locust_environment(spec, out_dir, spec_file=spec_file),
+            )
             if start_workers:
                 for number in range(1, workers + 1):
-                    processes.start(f"worker-{number}", locust_args("worker", port=port, host=bind_host),
-                                    locust_environment(spec, spec_file=spec_file))
+                    processes.start(
+                        f"worker-{number}",
+                        locust_args("worker", port=port, host=bind_host),
+                        locust_environment(spec, spec_file=spec_file),
+                    )
         code = processes.wait(main, deadline)
         processes.wait_all(min(STOP_S, max(0.0, deadline - time.monotonic())))
         name = processes.started[0][0]
@@ -193,8 +242,14 @@ def run_processes(spec: LoadTestSpec, out_dir: Path, *, workers: int, timeout: f
         processes.stop()
 
 
-def run_local(spec: LoadTestSpec, out_dir: Path, *, workers: int = 0, timeout: float | None = None,
-              on_progress: Callable[[str], None] | None = None) -> RunResult:
+def run_local(
+    spec: LoadTestSpec,
+    out_dir: Path,
+    *,
+    workers: int = 0,
+    timeout: float | None = None,
+    on_progress: Callable[[str], None] | None = None,
+) -> RunResult:
     """Run `spec` on this machine: one Locust process (`workers` 0), or a master and `workers` worker processes,
     all on 127.0.0.1 with a free port. Writes result.json, report.txt and latency.png into `out_dir` (created;
     existing files of those names are replaced only by a complete run) and returns the result. LoadTestError
@@ -206,8 +261,14 @@ def run_local(spec: LoadTestSpec, out_dir: Path, *, workers: int = 0, timeout: f
     staging = Path(tempfile.mkdtemp(prefix=".loadtest-", dir=out_dir))
     try:
         with tempfile.TemporaryDirectory(prefix="inferstack-locust-") as logs:
-            result = run_processes(spec, staging, workers=workers, log_dir=Path(logs), on_progress=on_progress,
-                                   timeout=timeout if timeout is not None else default_timeout(spec, workers))
+            result = run_processes(
+                spec,
+                staging,
+                workers=workers,
+                log_dir=Path(logs),
+                on_progress=on_progress,
+                timeout=timeout if timeout is not None else default_timeout(spec, workers),
+            )
         for name in (REPORT_FILE, PICTURE_FILE, RESULT_FILE):  # result.json last: it marks a complete set
             os.replace(staging / name, out_dir / name)
         return result

@@ -39,10 +39,22 @@ def check_fractions(fractions: tuple[float, ...]) -> None:
         raise SpecError(f"steps: fractions must rise and include 1 (the full rate), got {shown}")
 
 
-def spec_for(model, env_name: str, environment, *, target: Target, instances: int = 1, rate: float | None = None,
-             hold: float | None = None, fractions: tuple[float, ...] = DEFAULT_STEPS, release: str | None = None,
-             error_budget_percent: float = DEFAULT_ERROR_BUDGET_PERCENT, timeout_s: float = 10.0,
-             instance_type: str | None = None, bodies: tuple[dict, ...] | None = None) -> LoadTestSpec:
+def spec_for(
+    model,
+    env_name: str,
+    environment,
+    *,
+    target: Target,
+    instances: int = 1,
+    rate: float | None = None,
+    hold: float | None = None,
+    fractions: tuple[float, ...] = DEFAULT_STEPS,
+    release: str | None = None,
+    error_budget_percent: float = DEFAULT_ERROR_BUDGET_PERCENT,
+    timeout_s: float = 10.0,
+    instance_type: str | None = None,
+    bodies: tuple[dict, ...] | None = None,
+) -> LoadTestSpec:
     """The spec of `model`'s load test in `env_name` against `target`: `rate` (req/s across the target, the 100 %
     step; default planned_rate) in `fractions` steps held `hold` seconds each (default: long enough for a p99,
     see spec.stepped). `instance_type`: what serves the target, only where it is known (an environment run);
@@ -51,14 +63,16 @@ def spec_for(model, env_name: str, environment, *, target: Target, instances: in
     a default rate from."""
     if not (isinstance(instances, int) and instances >= 1):
         raise SpecError(f"instances: must be a whole number >= 1, got {instances!r}")
+    planned: float | None
     try:
         planned = planned_rate(model, env_name, environment, instances=instances)
     except planning.PlanningError:
         if rate is None:
             raise
         planned = None
-    if rate is None:
-        rate = planned
+    else:
+        if rate is None:
+            rate = planned
     if not (math.isfinite(rate) and rate > 0):
         raise SpecError(f"rate: must be a number > 0, got {rate!r}")
     if hold is not None and not (math.isfinite(hold) and hold > 0):
@@ -66,9 +80,19 @@ def spec_for(model, env_name: str, environment, *, target: Target, instances: in
     check_fractions(fractions)
     probe = probe_for(model)
     return LoadTestSpec(
-        model=model.name, target=target, bodies=bodies or (probe.body,), outputs=probe.outputs,
-        steps=stepped(rate, fractions=fractions, hold_s=hold), p99_slo_ms=model.slo_for(env_name).p99_latency_ms,
-        full_rate=round(rate, 3), planned_rate=round(planned, 3) if planned is not None else None,
+        model=model.name,
+        target=target,
+        bodies=bodies or (probe.body,),
+        outputs=probe.outputs,
+        steps=stepped(rate, fractions=fractions, hold_s=hold),
+        p99_slo_ms=model.slo_for(env_name).p99_latency_ms,
+        full_rate=round(rate, 3),
+        planned_rate=round(planned, 3) if planned is not None else None,
         plan_basis=f"{instances} x {model.capacity_for(env_name).instance_type} in {env_name}",
-        error_budget_percent=error_budget_percent, environment=env_name, release=release,
-        instance_type=instance_type, instances=instances, timeout_s=timeout_s)
+        error_budget_percent=error_budget_percent,
+        environment=env_name,
+        release=release,
+        instance_type=instance_type,
+        instances=instances,
+        timeout_s=timeout_s,
+    )

@@ -89,7 +89,9 @@ class LoadTestSpec:
         if not self.steps:
             raise SpecError("a load test needs at least one step")
         for i, step in enumerate(self.steps):
-            if not (math.isfinite(step.rate) and step.rate > 0) or not (math.isfinite(step.seconds) and step.seconds > 0):
+            if not (math.isfinite(step.rate) and step.rate > 0) or not (
+                math.isfinite(step.seconds) and step.seconds > 0
+            ):
                 raise SpecError(f"steps[{i}]: rate and seconds must be > 0 (got {step.rate}, {step.seconds})")
         if self.target.kind not in ("http", "sagemaker"):
             raise SpecError(f"target.kind: {self.target.kind!r} is neither http nor sagemaker")
@@ -106,8 +108,9 @@ class LoadTestSpec:
             if value is not None and not (math.isfinite(value) and value > 0):
                 raise SpecError(f"{name}: must be a number > 0, got {value!r}")
         if not (isinstance(self.in_flight_per_generator, int) and 1 <= self.in_flight_per_generator <= MAX_IN_FLIGHT):
-            raise SpecError(f"in_flight_per_generator: must be within 1..{MAX_IN_FLIGHT}, "
-                            f"got {self.in_flight_per_generator!r}")
+            raise SpecError(
+                f"in_flight_per_generator: must be within 1..{MAX_IN_FLIGHT}, got {self.in_flight_per_generator!r}"
+            )
 
     @property
     def judged_rate(self) -> float:
@@ -130,7 +133,7 @@ class LoadTestSpec:
         return json.dumps(asdict(self), sort_keys=True)
 
     @classmethod
-    def from_json(cls, text: str) -> "LoadTestSpec":
+    def from_json(cls, text: str) -> LoadTestSpec:
         try:
             data = json.loads(text)
             if data.get("schema_version") != SCHEMA_VERSION:
@@ -138,7 +141,9 @@ class LoadTestSpec:
             data["target"] = Target(**data["target"])
             data["steps"] = tuple(Step(**s) for s in data["steps"])
             data["bodies"] = tuple(data["bodies"])
-            data["outputs"] = tuple(ExpectedOutput(o["name"], o["datatype"], tuple(o["shape"])) for o in data["outputs"])
+            data["outputs"] = tuple(
+                ExpectedOutput(o["name"], o["datatype"], tuple(o["shape"])) for o in data["outputs"]
+            )
             return cls(**data)
         except SpecError:
             raise
@@ -146,8 +151,9 @@ class LoadTestSpec:
             raise SpecError(f"load test spec: {type(exc).__name__}: {exc}") from None
 
 
-def stepped(target_rate: float, *, fractions: tuple[float, ...] = DEFAULT_STEPS,
-            hold_s: float | None = None) -> tuple[Step, ...]:
+def stepped(
+    target_rate: float, *, fractions: tuple[float, ...] = DEFAULT_STEPS, hold_s: float | None = None
+) -> tuple[Step, ...]:
     """Steps at `fractions` of `target_rate` (above 1: overload steps), each held long enough to read a p99
     (MIN_REQUESTS_FOR_P99 requests at its rate, and at least MIN_HOLD_S) unless `hold_s` says otherwise."""
     steps = []

@@ -18,8 +18,9 @@ def parse_target(value: str, model_name: str, region: str) -> Target:
         endpoint, _, component = value.removeprefix("sagemaker:").partition("/")
         for what, name in (("endpoint", endpoint), ("inference component", component)):
             if (name or what == "endpoint") and not SAGEMAKER_NAME.fullmatch(name):
-                raise UsageError(f"--target: {what} name {name!r} is not a SageMaker name "
-                                 f"(letters, digits and hyphens, at most 63)")
+                raise UsageError(
+                    f"--target: {what} name {name!r} is not a SageMaker name (letters, digits and hyphens, at most 63)"
+                )
         return Target(kind="sagemaker", endpoint=endpoint, component=component or None, region=region)
     parts = urlsplit(value)
     try:

@@ -40,6 +40,7 @@ CONTENT_TYPES = {REPORT_FILE: "text/plain; charset=utf-8", PICTURE_FILE: "image/
 EXIT_FAILED, EXIT_USAGE = 1, 2
 
 
+# Not inferstack.command_line.UsageError: the load-test image holds only the modules its entrypoint imports.
 class TaskUsageError(Exception):
     """A missing or bad setting: one line naming it, exit 2."""
 
@@ -80,10 +81,12 @@ def results_location(value: str | None) -> tuple[str, str]:
 def upload(s3, bucket: str, prefix: str, directory: Path, result_text: str) -> None:
     """report.txt and latency.png, then result.json (with its own location in it)."""
     for name in (REPORT_FILE, PICTURE_FILE):
-        s3.put_object(Bucket=bucket, Key=prefix + name, Body=(directory / name).read_bytes(),
-                      ContentType=CONTENT_TYPES[name])
-    s3.put_object(Bucket=bucket, Key=prefix + RESULT_FILE, Body=result_text.encode(),
-                  ContentType=CONTENT_TYPES[RESULT_FILE])
+        s3.put_object(
+            Bucket=bucket, Key=prefix + name, Body=(directory / name).read_bytes(), ContentType=CONTENT_TYPES[name]
+        )
+    s3.put_object(
+        Bucket=bucket, Key=prefix + RESULT_FILE, Body=result_text.encode(), ContentType=CONTENT_TYPES[RESULT_FILE]
+    )
 
 
 def master(args: argparse.Namespace, environ: dict[str, str]) -> int:
@@ -101,9 +104,17 @@ def master(args: argparse.Namespace, environ: dict[str, str]) -> int:
         out.mkdir()
         logs.mkdir()
         try:
-            result = runner.run_processes(spec, out, workers=workers, log_dir=logs, bind_host=bind_host, port=port,
-                                          start_workers=False, worker_wait_s=wait_s,
-                                          timeout=runner.default_timeout(spec, workers) + wait_s)
+            result = runner.run_processes(
+                spec,
+                out,
+                workers=workers,
+                log_dir=logs,
+                bind_host=bind_host,
+                port=port,
+                start_workers=False,
+                worker_wait_s=wait_s,
+                timeout=runner.default_timeout(spec, workers) + wait_s,
+            )
         except runner.LoadTestError as exc:
             print(f"loadtest master: {' '.join(str(exc).split())}", file=sys.stderr)
             return EXIT_FAILED
@@ -112,8 +123,10 @@ def master(args: argparse.Namespace, environ: dict[str, str]) -> int:
         try:
             upload(s3, bucket, prefix, out, stored.to_json())
         except Exception as exc:  # botocore's errors, and whatever else stops the upload: one line
-            print(f"loadtest master: cannot store the result under s3://{bucket}/{prefix}: "
-                  f"{' '.join(str(exc).split())}", file=sys.stderr)
+            print(
+                f"loadtest master: cannot store the result under s3://{bucket}/{prefix}: {' '.join(str(exc).split())}",
+                file=sys.stderr,
+            )
             return EXIT_FAILED
         print((out / REPORT_FILE).read_text(), end="")
     print(f"stored {location} (verdict {stored.verdict})")
@@ -135,8 +148,9 @@ def worker(args: argparse.Namespace, environ: dict[str, str]) -> int:
 def main(argv: list[str] | None = None, environ: dict[str, str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m inferstack.loadtest.task", description=__doc__.splitlines()[0])
     parser.add_argument("role", choices=("master", "worker"))
-    parser.add_argument("--bind-host", help=f"master: the address workers connect to (env {BIND_HOST_ENV}; "
-                                            f"default {runner.LOOPBACK})")
+    parser.add_argument(
+        "--bind-host", help=f"master: the address workers connect to (env {BIND_HOST_ENV}; default {runner.LOOPBACK})"
+    )
     args = parser.parse_args(argv)
     environ = dict(os.environ if environ is None else environ)
     # ECS stops a task with SIGTERM: end as an exit, so the Locust processes are stopped on the way out.

@@ -68,7 +68,7 @@ def _rows(values: list, width: int) -> list[list]:
             stack.extend(reversed(item))
         else:
             flat.append(item)
-    return [flat[i:i + width] for i in range(0, len(flat), width)]
+    return [flat[i : i + width] for i in range(0, len(flat), width)]
 
 
 def read_reply(reply: bytes, model, rows: int) -> list[Answer]:
@@ -81,6 +81,6 @@ def read_reply(reply: bytes, model, rows: int) -> list[Answer]:
     names = [str(row[0]) for row in _rows(outputs[LABEL]["data"], 1)]
     answers = []
     for name, row in zip(names, logits, strict=True):
-        scores = sorted(zip(labels, (float(v) for v in row)), key=lambda pair: -pair[1])
+        scores = sorted(zip(labels, (float(v) for v in row), strict=True), key=lambda pair: -pair[1])
         answers.append(Answer(label=name, scores=tuple(scores)))
     return answers

@@ -29,48 +29,91 @@ from inferstack.schema import instances
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
-    cmd = commands.add_parser("profile", help="measure a model's throughput per instance within its SLO and write "
-                              "it into its throughput_profile with its provenance",
-                              description=__doc__.splitlines()[0].split(": ", 1)[1],
-                              formatter_class=argparse.RawDescriptionHelpFormatter,
-                              epilog="\n".join(__doc__.splitlines()[3:]))
+    cmd = commands.add_parser(
+        "profile",
+        help="measure a model's throughput per instance within its SLO and write "
+        "it into its throughput_profile with its provenance",
+        description=__doc__.splitlines()[0].split(": ", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="\n".join(__doc__.splitlines()[3:]),
+    )
     cmd.add_argument("model", help="a model name from model_configs/")
-    cmd.add_argument("--env", required=True, help="environment whose instance type, SLO and (without --target) "
-                     "deployed model are measured")
+    cmd.add_argument(
+        "--env",
+        required=True,
+        help="environment whose instance type, SLO and (without --target) deployed model are measured",
+    )
     cmd.add_argument("--config-dir", type=Path, default=DEFAULT_CONFIG_DIR)
     source = cmd.add_mutually_exclusive_group()
     source.add_argument("--target", metavar="URL", help="measure this server (POST URL, a /v2/models/<name>/infer)")
     source.add_argument("--from-result", type=Path, metavar="FILE", help="profile from a load test's result.json")
-    source.add_argument("--from-recommendations", type=Path, metavar="FILE",
-                        help="profile from `aws sagemaker describe-inference-recommendations-job` output (JSON)")
-    source.add_argument("--recommender", action="store_true",
-                        help="build an Inference Recommender job for the deployed SageMaker model")
+    source.add_argument(
+        "--from-recommendations",
+        type=Path,
+        metavar="FILE",
+        help="profile from `aws sagemaker describe-inference-recommendations-job` output (JSON)",
+    )
+    source.add_argument(
+        "--recommender", action="store_true", help="build an Inference Recommender job for the deployed SageMaker model"
+    )
     load = cmd.add_argument_group("load test")
-    load.add_argument("--instances", type=int, metavar="N", help="instances serving the target while it runs "
-                      "(required with --target; default: the result's own record)")
-    load.add_argument("--workers", type=int, default=0, metavar="N",
-                      help="Locust worker processes besides the master (default 0: one local process)")
-    load.add_argument("--rate", type=float, metavar="RPS", help="highest rate offered, req/s in all (default: "
-                      f"{PROFILE_HEADROOM:g} x the entry's throughput x the instances)")
-    load.add_argument("--steps", default=PROFILE_STEPS, metavar="F,F,...", help="fractions of --rate, rising to 1 "
-                      f"(default {PROFILE_STEPS})")
-    load.add_argument("--hold", type=float, metavar="S", help="seconds each step holds (default: long enough "
-                      "for a p99)")
-    load.add_argument("--out", type=Path, metavar="DIR", help="where the run's result.json and report go "
-                      "(default: profile-runs/<model>-<env>-<UTC time>)")
+    load.add_argument(
+        "--instances",
+        type=int,
+        metavar="N",
+        help="instances serving the target while it runs (required with --target; default: the result's own record)",
+    )
+    load.add_argument(
+        "--workers",
+        type=int,
+        default=0,
+        metavar="N",
+        help="Locust worker processes besides the master (default 0: one local process)",
+    )
+    load.add_argument(
+        "--rate",
+        type=float,
+        metavar="RPS",
+        help="highest rate offered, req/s in all (default: "
+        f"{PROFILE_HEADROOM:g} x the entry's throughput x the instances)",
+    )
+    load.add_argument(
+        "--steps",
+        default=PROFILE_STEPS,
+        metavar="F,F,...",
+        help=f"fractions of --rate, rising to 1 (default {PROFILE_STEPS})",
+    )
+    load.add_argument(
+        "--hold", type=float, metavar="S", help="seconds each step holds (default: long enough for a p99)"
+    )
+    load.add_argument(
+        "--out",
+        type=Path,
+        metavar="DIR",
+        help="where the run's result.json and report go (default: profile-runs/<model>-<env>-<UTC time>)",
+    )
     load.add_argument("--release", help="release the measured instances run (recorded in measured.release)")
-    load.add_argument("--timeout", type=float, metavar="S", help="longest the test may run (default: its steps "
-                      "plus start-up)")
+    load.add_argument(
+        "--timeout", type=float, metavar="S", help="longest the test may run (default: its steps plus start-up)"
+    )
     write = cmd.add_argument_group("writing")
     write.add_argument("--instance-type", help="the profile entry to write (default: capacity.instance_type in ENV)")
     write.add_argument("--dry-run", action="store_true", help="print the entry and check it; write nothing")
     rec = cmd.add_argument_group("Inference Recommender (--recommender)")
-    rec.add_argument("--instance-types", metavar="A,B", help="instance types to compare (default: the model's in "
-                     "ENV and every ml. type in its throughput_profile); with --from-recommendations: only these")
+    rec.add_argument(
+        "--instance-types",
+        metavar="A,B",
+        help="instance types to compare (default: the model's in "
+        "ENV and every ml. type in its throughput_profile); with --from-recommendations: only these",
+    )
     rec.add_argument("--role-arn", metavar="ARN", help="IAM role the job runs as (its RoleArn)")
     rec.add_argument("--payload-url", metavar="S3_URL", help="sample payload archive (see --write-payload)")
-    rec.add_argument("--write-payload", type=Path, metavar="FILE", help="write the sample payload archive (the "
-                     "smoke test's request, tar.gz) to upload as --payload-url")
+    rec.add_argument(
+        "--write-payload",
+        type=Path,
+        metavar="FILE",
+        help="write the sample payload archive (the smoke test's request, tar.gz) to upload as --payload-url",
+    )
     rec.add_argument("--model-name", help="the SageMaker Model to test (default: the one the endpoint in ENV serves)")
     rec.add_argument("--job-name", help="default: <model>-<env>-<UTC time>")
     rec.add_argument("--print-request", action="store_true", help="print the request (JSON)")
@@ -89,11 +132,13 @@ def run(args: argparse.Namespace, *, today: datetime.date | None = None) -> int:
     if args.env not in project.environments:
         raise UsageError(f"--env: unknown environment {args.env!r}; known: {', '.join(project.environments)}")
     if not model.deploys_in(args.env):
-        raise UsageError(f"--env: {model.name} is not deployed in {args.env} (deploy_in: "
-                         f"{', '.join(model.deploy_in or ())}): it has no instance type or SLO there")
+        raise UsageError(
+            f"--env: {model.name} is not deployed in {args.env} (deploy_in: "
+            f"{', '.join(model.deploy_in or ())}): it has no instance type or SLO there"
+        )
     if args.recommender or args.write_payload:
         return recommender_command.run(args, project, model)
-    today = today or datetime.datetime.now(datetime.timezone.utc).date()
+    today = today or datetime.datetime.now(datetime.UTC).date()
     if args.from_recommendations is not None:
         found = _read_recommendations(args, model)
         return _write(args, project, model, list(found.entries), notes=found.notes)
@@ -114,9 +159,16 @@ def run(args: argparse.Namespace, *, today: datetime.date | None = None) -> int:
     location = result.results_location or location
     if not location:
         raise ProfileFailure("the run's results have no location to record; nothing written")
-    made = profile_entry.from_run(result, instance_type=instance_type, results=location, environment=environment,
-                                  instances=args.instances, release=args.release, today=today,
-                                  p99_slo_ms=model.slo_for(args.env).p99_latency_ms)
+    made = profile_entry.from_run(
+        result,
+        instance_type=instance_type,
+        results=location,
+        environment=environment,
+        instances=args.instances,
+        release=args.release,
+        today=today,
+        p99_slo_ms=model.slo_for(args.env).p99_latency_ms,
+    )
     return _write(args, project, model, [made])
 
 
@@ -134,8 +186,9 @@ def _read_result(path: Path) -> RunResult:
 def _read_recommendations(args, model) -> recommendations.Recommendations:
     only = set(recommender_command.split(args.instance_types)) if args.instance_types else None
     try:
-        return recommendations.read(args.from_recommendations, env_name=args.env,
-                                    slo_p99_ms=model.slo_for(args.env).p99_latency_ms, only=only)
+        return recommendations.read(
+            args.from_recommendations, env_name=args.env, slo_p99_ms=model.slo_for(args.env).p99_latency_ms, only=only
+        )
     except recommendations.RecommendationsError as exc:
         raise UsageError(f"--from-recommendations {exc}") from None
 
@@ -159,8 +212,10 @@ def _write(args, project, model, entries: list[ProfileEntry], *, notes: tuple[st
         print(writer.render(made.instance_type, made.data(), indent=2, step=2, newline="\n").rstrip("\n"))
     for made in entries:
         verb = "would write" if args.dry_run else "wrote"
-        print(f"{verb} {writer.PROFILE_KEY}.{made.instance_type} in {path}: {made.point.throughput_per_second:g}/s "
-              f"per instance at {_latency_text(made.point)}" + (" (dry run: nothing written)" if args.dry_run else ""))
+        print(
+            f"{verb} {writer.PROFILE_KEY}.{made.instance_type} in {path}: {made.point.throughput_per_second:g}/s "
+            f"per instance at {_latency_text(made.point)}" + (" (dry run: nothing written)" if args.dry_run else "")
+        )
     return 0
 
 
@@ -169,5 +224,7 @@ def _latency_text(point) -> str:
     measured = point.measured
     if measured is None or measured.latency_percentile == "p99":
         return f"p99 {point.p99_latency_ms:g} ms"
-    return (f"{measured.latency_percentile} {measured.latency_ms:g} ms, not a p99 measurement (the plan assumes "
-            f"p99 {point.p99_latency_ms:g} ms until a load test measures it)")
+    return (
+        f"{measured.latency_percentile} {measured.latency_ms:g} ms, not a p99 measurement (the plan assumes "
+        f"p99 {point.p99_latency_ms:g} ms until a load test measures it)"
+    )

@@ -21,7 +21,7 @@ PROFILE_STEPS = "0.2,0.4,0.6,0.8,1"
 
 
 def default_out(model: str, env_name: str) -> Path:
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
     return Path("profile-runs") / f"{model}-{env_name}-{stamp}"
 
 
@@ -38,8 +38,10 @@ def profile_rate(model, instance_type: str, instances: int) -> float:
     sustain, so the steps pass the current figure and show where the p99 breaks."""
     point = model.throughput_profile.get(instance_type)
     if point is None:
-        raise UsageError(f"--rate: no throughput_profile entry for {instance_type} to start from; say how "
-                         f"high to go (req/s across the {instances} instance(s))")
+        raise UsageError(
+            f"--rate: no throughput_profile entry for {instance_type} to start from; say how "
+            f"high to go (req/s across the {instances} instance(s))"
+        )
     return point.throughput_per_second * instances * PROFILE_HEADROOM
 
 
@@ -50,8 +52,17 @@ def _spec(args, project, model, instance_type: str, target, instances: int, *, e
     rate = args.rate if args.rate is not None else profile_rate(model, instance_type, instances)
     try:
         fractions = _fractions(args.steps)
-        spec = shape.spec_for(model, args.env, project.environments[args.env], target=target, instances=instances,
-                              rate=rate, hold=args.hold, fractions=fractions, release=args.release)
+        spec = shape.spec_for(
+            model,
+            args.env,
+            project.environments[args.env],
+            target=target,
+            instances=instances,
+            rate=rate,
+            hold=args.hold,
+            fractions=fractions,
+            release=args.release,
+        )
     except SpecError as exc:
         raise UsageError(f"--{exc}" if str(exc).startswith("steps") else str(exc)) from None
     # The entry is for `instance_type`; a run outside the environments records none, so that a later
@@ -74,8 +85,10 @@ def local(args, project, model, instance_type: str) -> tuple[RunResult, str]:
     try:
         from inferstack.loadtest import runner
     except ImportError:
-        raise UsageError("--target: this build has no local load test engine (inferstack.loadtest.runner); "
-                         "profile from a stored run with --from-result FILE") from None
+        raise UsageError(
+            "--target: this build has no local load test engine (inferstack.loadtest.runner); "
+            "profile from a stored run with --from-result FILE"
+        ) from None
     if not 0 <= args.workers <= runner.MAX_WORKERS:
         raise UsageError(f"--workers: must be within 0..{runner.MAX_WORKERS}, got {args.workers}")
     target = parse_target(args.target, model.name, project.environments[args.env].region)
@@ -83,11 +96,17 @@ def local(args, project, model, instance_type: str) -> tuple[RunResult, str]:
     out = args.out or default_out(model.name, args.env)
     try:
         with runner.stopped_on_sigterm():
-            result = runner.run_local(spec, out, workers=args.workers, timeout=args.timeout,
-                                      on_progress=lambda line: print(f"  {line}", flush=True))
+            result = runner.run_local(
+                spec,
+                out,
+                workers=args.workers,
+                timeout=args.timeout,
+                on_progress=lambda line: print(f"  {line}", flush=True),
+            )
     except (KeyboardInterrupt, runner.Terminated):
-        raise ProfileFailure("stopped by a signal: every Locust process it started was stopped, nothing "
-                             "written") from None
+        raise ProfileFailure(
+            "stopped by a signal: every Locust process it started was stopped, nothing written"
+        ) from None
     except OSError as exc:
         raise UsageError(f"--out: cannot write {out}: {exc.strerror or exc}") from None
     except runner.LoadTestError as exc:
@@ -101,16 +120,22 @@ def in_environment(args, project, model, instance_type: str) -> tuple[RunResult,
     before and after the run: autoscaling that moved them makes a per-instance figure meaningless."""
     fleet = project.fleet_of(model.name, args.env)
     if fleet is not None:
-        raise UsageError(f"--env: fleet {fleet} carries {model.name} in {args.env}: a test of its share of "
-                         f"the fleet's instances is not a per-instance profile; measure it on its own "
-                         f"(--target URL --instances N) or in an environment where it has its own instances")
+        raise UsageError(
+            f"--env: fleet {fleet} carries {model.name} in {args.env}: a test of its share of "
+            f"the fleet's instances is not a per-instance profile; measure it on its own "
+            f"(--target URL --instances N) or in an environment where it has its own instances"
+        )
     environment = project.environments[args.env]
     if environment.load_test is None:
-        raise UsageError(f"--env: {args.env} has no load_test: (environments.yaml), so no generators inside "
-                         f"it; measure a server with --target URL --instances N")
+        raise UsageError(
+            f"--env: {args.env} has no load_test: (environments.yaml), so no generators inside "
+            f"it; measure a server with --target URL --instances N"
+        )
     if instance_type != model.capacity_for(args.env).instance_type:
-        raise UsageError(f"--instance-type: {model.name} runs on {model.capacity_for(args.env).instance_type} "
-                         f"in {args.env}; a run there measures that type")
+        raise UsageError(
+            f"--instance-type: {model.name} runs on {model.capacity_for(args.env).instance_type} "
+            f"in {args.env}; a run there measures that type"
+        )
     release = args.release or _pinned_release(project, args.env)
     from inferstack.aws import aws_sessions
     from inferstack.loadtest import fargate
@@ -122,20 +147,31 @@ def in_environment(args, project, model, instance_type: str) -> tuple[RunResult,
         if instances != count:
             raise UsageError(f"--instances: {instances}, but {count} serve {model.name} in {args.env} now")
         spec = _spec(args, project, model, instance_type, target, instances, environment=args.env)
-        workers = fargate.workers_for(spec.steps[-1].rate, environment.load_test.per_worker_rps,
-                                      environment.load_test.max_workers)
-        run_id = datetime.datetime.now(datetime.timezone.utc).strftime("profile-%Y%m%dT%H%M%SZ")
-        result = fargate.run_in_environment(session, args.env, environment, spec, workers=workers, release=release,
-                                            run_id=run_id, timeout=args.timeout or fargate.run_timeout(spec, workers),
-                                            log=lambda line: print(line, flush=True))
+        workers = fargate.workers_for(
+            spec.steps[-1].rate, environment.load_test.per_worker_rps, environment.load_test.max_workers
+        )
+        run_id = datetime.datetime.now(datetime.UTC).strftime("profile-%Y%m%dT%H%M%SZ")
+        result = fargate.run_in_environment(
+            session,
+            args.env,
+            environment,
+            spec,
+            workers=workers,
+            release=release,
+            run_id=run_id,
+            timeout=args.timeout or fargate.run_timeout(spec, workers),
+            log=lambda line: print(line, flush=True),
+        )
         after = deployed.target_and_count(session, args.env, model)[1]
     except (fargate.FargateRunError, deployed.NotDeployed) as exc:
         raise ProfileFailure(str(exc)) from None
     except aws_sessions.AWS_ERRORS as exc:
         raise ProfileFailure(f"AWS: {' '.join(str(exc).split())}") from None
     if after != count:
-        raise ProfileFailure(f"{model.name} went from {count} to {after} instances during the run (autoscaling): "
-                             f"the rate per instance is unknown, nothing written; hold min = max for the test")
+        raise ProfileFailure(
+            f"{model.name} went from {count} to {after} instances during the run (autoscaling): "
+            f"the rate per instance is unknown, nothing written; hold min = max for the test"
+        )
     return result, result.results_location or ""
 
 
@@ -143,6 +179,8 @@ def _pinned_release(project, env_name: str) -> str:
     pin = project.releases.get(env_name)
     commit = pin.release.commit if pin is not None else None
     if commit is None:
-        raise UsageError(f"--release: {env_name} deploys no pinned release with a commit; name the release it "
-                         f"runs (it keys the results: <release>/<model>/<run>/)")
+        raise UsageError(
+            f"--release: {env_name} deploys no pinned release with a commit; name the release it "
+            f"runs (it keys the results: <release>/<model>/<run>/)"
+        )
     return commit[:12]

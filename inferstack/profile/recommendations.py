@@ -76,7 +76,7 @@ class _Reader:
         """The CLI prints ISO 8601; a boto3 response dumped with default=str has a space instead of the T; some
         tools write epoch seconds."""
         if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 10**11:
-            return datetime.datetime.fromtimestamp(value, datetime.timezone.utc).date()
+            return datetime.datetime.fromtimestamp(value, datetime.UTC).date()
         if isinstance(value, str) and len(value) <= 64:
             try:
                 parsed = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
@@ -84,7 +84,7 @@ class _Reader:
                 pass
             else:
                 if parsed.tzinfo is not None:
-                    parsed = parsed.astimezone(datetime.timezone.utc)
+                    parsed = parsed.astimezone(datetime.UTC)
                 return parsed.date()
         raise self.fail(where, f"expected a timestamp (ISO 8601 or epoch seconds), got {_brief(value)}")
 
@@ -104,7 +104,9 @@ def _reject_constant(name: str):
 def parse(text: bytes, label: str) -> dict:
     reader = _Reader(label)
     if len(text) > MAX_FILE_BYTES:
-        raise reader.fail("", f"larger than {MAX_FILE_BYTES} bytes: not a describe-inference-recommendations-job answer")
+        raise reader.fail(
+            "", f"larger than {MAX_FILE_BYTES} bytes: not a describe-inference-recommendations-job answer"
+        )
     try:
         data = json.loads(text.decode("utf-8"), parse_constant=_reject_constant)
     except UnicodeDecodeError as exc:
@@ -114,8 +116,11 @@ def parse(text: bytes, label: str) -> dict:
     except ValueError as exc:
         raise reader.fail("", f"not JSON: {exc}") from None
     if not isinstance(data, dict):
-        raise reader.fail("", f"expected a JSON object (describe-inference-recommendations-job's answer), got "
-                              f"{_KIND_NAMES.get(type(data), type(data).__name__)}")
+        raise reader.fail(
+            "",
+            f"expected a JSON object (describe-inference-recommendations-job's answer), got "
+            f"{_KIND_NAMES.get(type(data), type(data).__name__)}",
+        )
     return data
 
 
@@ -129,8 +134,9 @@ def read(path: Path, *, env_name: str, slo_p99_ms: float, only: set[str] | None 
     return from_data(parse(raw, label), label, env_name=env_name, slo_p99_ms=slo_p99_ms, only=only)
 
 
-def from_data(data: dict, label: str, *, env_name: str, slo_p99_ms: float,
-              only: set[str] | None = None) -> Recommendations:
+def from_data(
+    data: dict, label: str, *, env_name: str, slo_p99_ms: float, only: set[str] | None = None
+) -> Recommendations:
     r = _Reader(label)
     job = r.get(data, "JobName", "", str)
     if not JOB_NAME.fullmatch(job):
@@ -146,7 +152,7 @@ def from_data(data: dict, label: str, *, env_name: str, slo_p99_ms: float,
     recommendations = r.get(data, "InferenceRecommendations", "", list)
     if not recommendations:
         raise r.fail("InferenceRecommendations", "empty: the job recommended nothing")
-    best: dict[str, tuple[float, int, float, int, datetime.date | None]] = {}
+    best: dict[str, tuple[float, int, float, int, datetime.date]] = {}
     notes: list[str] = []
     measured_types: set[str] = set()
     for index, item in enumerate(recommendations):
@@ -159,8 +165,10 @@ def from_data(data: dict, label: str, *, env_name: str, slo_p99_ms: float,
         if itype is None:
             notes.append(f"{where}: serverless (no InstanceType): not an instance profile, left out")
             continue
-        count = r.number(endpoint, "InitialInstanceCount", f"{where}.EndpointConfiguration", int, 1, 10**4,
-                         required=False) or 1
+        count = (
+            r.number(endpoint, "InitialInstanceCount", f"{where}.EndpointConfiguration", int, 1, 10**4, required=False)
+            or 1
+        )
         per_minute = r.number(metrics, "MaxInvocations", f"{where}.Metrics", int, 0, MAX_INVOCATIONS_PER_MINUTE)
         latency = r.number(metrics, "ModelLatency", f"{where}.Metrics", float, 0, MAX_LATENCY_MS)
         ended = item.get("InvocationEndTime")
@@ -179,8 +187,10 @@ def from_data(data: dict, label: str, *, env_name: str, slo_p99_ms: float,
     entries = []
     for itype in sorted(measured_types if only is None else measured_types & only):
         if itype not in best:
-            notes.append(f"{itype}: no recommendation with {percentile.lower()} model latency within {limit:g} ms: "
-                         f"nothing to write")
+            notes.append(
+                f"{itype}: no recommendation with {percentile.lower()} model latency within {limit:g} ms: "
+                f"nothing to write"
+            )
             continue
         if itype not in instances.INSTANCES:
             notes.append(f"{itype}: not in inferstack's instance catalog (inferstack/schema/instances.py): left out")
@@ -192,16 +202,24 @@ def from_data(data: dict, label: str, *, env_name: str, slo_p99_ms: float,
             notes.append(f"{itype}: {per_minute} invocations a minute rounds to 0/s: nothing to write")
             continue
         key = percentile.lower()  # "p95" or "p99": the measured key says which
-        source = (f"{METHOD} {job} {when.isoformat()}: {per_minute:,} invocations/min on {count} x {itype}, {key} "
-                  f"model latency {latency:g} ms (as the API reports it: in the container, not end to end) within "
-                  f"{limit:g} ms")
+        source = (
+            f"{METHOD} {job} {when.isoformat()}: {per_minute:,} invocations/min on {count} x {itype}, {key} "
+            f"model latency {latency:g} ms (as the API reports it: in the container, not end to end) within "
+            f"{limit:g} ms"
+        )
         p99 = figure
         if key != "p99":
             # Nothing measured a p99: plan with the limit the figure was judged within, and say so.
             p99 = max(ceil_to(limit), figure)
             source += f"; p99 not measured, {p99:g} ms assumed until a load test measures it"
-        measured = {"date": when, "method": f"{METHOD} {job}", "environment": env_name,
-                    "instances": count, f"{key}_latency_ms": figure, "results": label}
+        measured = {
+            "date": when,
+            "method": f"{METHOD} {job}",
+            "environment": env_name,
+            "instances": count,
+            f"{key}_latency_ms": figure,
+            "results": label,
+        }
         try:
             entries.append(build(itype, throughput=throughput, p99_ms=p99, source=source, measured=measured))
         except ProfileRefused as exc:
@@ -216,13 +234,18 @@ def _threshold(r: _Reader, data: dict) -> tuple[str, float]:
     several, or one its type does not take, says nothing a profile entry can label its figures with."""
     job_type = r.get(data, "JobType", "", str)
     if job_type not in latency_thresholds.PERCENTILES:
-        raise r.fail("JobType", f"{_brief(job_type)} is not one of the API's job types "
-                                f"({', '.join(latency_thresholds.PERCENTILES)})")
+        raise r.fail(
+            "JobType",
+            f"{_brief(job_type)} is not one of the API's job types ({', '.join(latency_thresholds.PERCENTILES)})",
+        )
     conditions = r.get(data, "StoppingConditions", "", dict, required=False) or {}
     thresholds = r.get(conditions, "ModelLatencyThresholds", "StoppingConditions", list, required=False) or []
     if not thresholds:
-        raise r.fail(THRESHOLDS, "none: the job names no percentile to read its ModelLatency at; profile from "
-                                 "a job with one (`inferstack profile --recommender` builds it)")
+        raise r.fail(
+            THRESHOLDS,
+            "none: the job names no percentile to read its ModelLatency at; profile from "
+            "a job with one (`inferstack profile --recommender` builds it)",
+        )
     values: dict[str, list[int]] = {}
     for index, item in enumerate(thresholds):
         where = f"{THRESHOLDS}[{index}]"
@@ -234,7 +257,10 @@ def _threshold(r: _Reader, data: dict) -> tuple[str, float]:
             raise r.fail(f"{where}.Percentile", problem)
         values.setdefault(percentile, []).append(r.number(item, "ValueInMilliseconds", where, int, 1, MAX_LATENCY_MS))
     if len(values) > 1:
-        raise r.fail(THRESHOLDS, f"at {' and '.join(sorted(values))}: which one a recommendation's ModelLatency "
-                                 f"is cannot be told; profile from a job with one percentile")
+        raise r.fail(
+            THRESHOLDS,
+            f"at {' and '.join(sorted(values))}: which one a recommendation's ModelLatency "
+            f"is cannot be told; profile from a job with one percentile",
+        )
     ((percentile, limits),) = values.items()
     return percentile, min(limits)

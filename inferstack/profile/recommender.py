@@ -107,9 +107,9 @@ def _pattern(text: str | None) -> re.Pattern | None:
 
 
 def job_name(model: str, env_name: str, now: datetime.datetime) -> str:
-    stamp = now.astimezone(datetime.timezone.utc).strftime("%Y%m%d%H%M%S")
+    stamp = now.astimezone(datetime.UTC).strftime("%Y%m%d%H%M%S")
     suffix = f"-{env_name}-{stamp}"
-    return (model[:64 - len(suffix)].rstrip("-") + suffix)[:64]
+    return (model[: 64 - len(suffix)].rstrip("-") + suffix)[:64]
 
 
 def users_for(rate_per_second: float, p99_ms: float) -> int:
@@ -117,9 +117,17 @@ def users_for(rate_per_second: float, p99_ms: float) -> int:
     return max(1, math.ceil(rate_per_second * p99_ms / 1000.0))
 
 
-def build(model: TritonSageMakerModel, env_name: str, *, model_name: str, role_arn: str,
-          instance_types: Sequence[str], payload_url: str, name: str,
-          phase_seconds: int = PHASE_SECONDS) -> dict:
+def build(
+    model: TritonSageMakerModel,
+    env_name: str,
+    *,
+    model_name: str,
+    role_arn: str,
+    instance_types: Sequence[str],
+    payload_url: str,
+    name: str,
+    phase_seconds: int = PHASE_SECONDS,
+) -> dict:
     """The request. Every traffic figure comes from the SLO in `env_name`: the job stops once one instance
     answers the whole peak (MaxInvocations, per minute: nothing above it changes the plan), or once P95 model
     latency (the only percentile a custom load test takes) passes the SLO's p99; the users grow to what the peak
@@ -134,12 +142,16 @@ def build(model: TritonSageMakerModel, env_name: str, *, model_name: str, role_a
         "JobType": JOB_TYPE,
         "RoleArn": role_arn,
         "JobDescription": f"inferstack profile {model.name} in {env_name}: SLO p99 {slo.p99_latency_ms:g} ms, "
-                          f"peak {slo.peak_tps:g}/s"[:128],
+        f"peak {slo.peak_tps:g}/s"[:128],
         "InputConfig": {
             "ModelName": model_name,
             "JobDurationInSeconds": min(MAX_JOB_SECONDS, phase_seconds + SETUP_SECONDS),
-            "TrafficPattern": {"TrafficType": "PHASES", "Phases": [
-                {"InitialNumberOfUsers": initial, "SpawnRate": spawn_per_minute, "DurationInSeconds": phase_seconds}]},
+            "TrafficPattern": {
+                "TrafficType": "PHASES",
+                "Phases": [
+                    {"InitialNumberOfUsers": initial, "SpawnRate": spawn_per_minute, "DurationInSeconds": phase_seconds}
+                ],
+            },
             "ResourceLimit": {"MaxNumberOfTests": tests, "MaxParallelOfTests": tests},
             "EndpointConfigurations": [{"InstanceType": itype} for itype in instance_types],
             "ContainerConfig": {
@@ -154,8 +166,9 @@ def build(model: TritonSageMakerModel, env_name: str, *, model_name: str, role_a
             # The API takes whole milliseconds: round down, never loosen the SLO. P95, not P99: an Advanced job
             # is a custom load test, which the API reference says to judge at P95 (latency_thresholds); the
             # profile entries read from it record a p95, never a p99.
-            "ModelLatencyThresholds": [{"Percentile": LATENCY_PERCENTILE,
-                                        "ValueInMilliseconds": max(1, math.floor(slo.p99_latency_ms))}],
+            "ModelLatencyThresholds": [
+                {"Percentile": LATENCY_PERCENTILE, "ValueInMilliseconds": max(1, math.floor(slo.p99_latency_ms))}
+            ],
         },
     }
     validate(request)

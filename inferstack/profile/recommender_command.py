@@ -21,8 +21,10 @@ def split(text: str) -> list[str]:
 def run(args, project, model) -> int:
     if kinds.model_kind(model).hosting != "sagemaker":
         sagemaker = ", ".join(k.name for k in kinds.MODEL_KINDS.values() if k.hosting == "sagemaker")
-        raise UsageError(f"--recommender: {model.name} is a {model.kind} model; Inference Recommender tests "
-                         f"SageMaker models ({sagemaker}): measure it with --target or in the environment")
+        raise UsageError(
+            f"--recommender: {model.name} is a {model.kind} model; Inference Recommender tests "
+            f"SageMaker models ({sagemaker}): measure it with --target or in the environment"
+        )
     if args.write_payload is not None:
         try:
             atomic_write.write_bytes(args.write_payload, recommender.payload_archive(probes.probe_for(model).body))
@@ -33,8 +35,9 @@ def run(args, project, model) -> int:
             return 0
     if not (args.print_request or args.apply):
         raise UsageError("--recommender: say --print-request (show the request) or --apply (start the job)")
-    missing = [flag for flag, value in (("--role-arn", args.role_arn), ("--payload-url", args.payload_url))
-               if not value]
+    missing = [
+        flag for flag, value in (("--role-arn", args.role_arn), ("--payload-url", args.payload_url)) if not value
+    ]
     if missing:
         raise UsageError(f"--recommender needs {' and '.join(missing)}")
     types = split(args.instance_types) if args.instance_types else _default_types(model, args.env)
@@ -42,28 +45,40 @@ def run(args, project, model) -> int:
         instances.get(itype)  # unknown: a usage error listing the known ones
     fleet = project.fleet_of(model.name, args.env)
     if args.model_name is None and fleet is not None:
-        raise UsageError(f"--recommender: in {args.env} {model.name} is an inference component on fleet "
-                         f"{fleet}'s endpoint, not a model of its own; use an environment where it has its "
-                         f"own endpoint, or name a SageMaker Model with --model-name")
+        raise UsageError(
+            f"--recommender: in {args.env} {model.name} is an inference component on fleet "
+            f"{fleet}'s endpoint, not a model of its own; use an environment where it has its "
+            f"own endpoint, or name a SageMaker Model with --model-name"
+        )
     session = None
     if args.model_name is None or args.apply:
         from inferstack.aws import aws_sessions
 
         session = aws_sessions.session_for(args.env, project.environments[args.env], purpose="profile")
     model_name = args.model_name or _deployed_model_name(session, model, args.env)
-    name = args.job_name or recommender.job_name(model.name, args.env, datetime.datetime.now(datetime.timezone.utc))
+    name = args.job_name or recommender.job_name(model.name, args.env, datetime.datetime.now(datetime.UTC))
     try:
-        request = recommender.build(model, args.env, model_name=model_name, role_arn=args.role_arn,
-                                    instance_types=types, payload_url=args.payload_url, name=name)
+        request = recommender.build(
+            model,
+            args.env,
+            model_name=model_name,
+            role_arn=args.role_arn,
+            instance_types=types,
+            payload_url=args.payload_url,
+            name=name,
+        )
     except recommender.RequestInvalid as exc:
         raise UsageError(f"--recommender: the request breaks the SageMaker API's rules: {exc}") from None
     if args.print_request:
         print(json.dumps(request, indent=2))
     if args.apply:
+        assert session is not None  # created above whenever --apply is given
         arn = _start(session.client("sagemaker"), request)
-        print(f"started {arn}; when it is COMPLETED: aws sagemaker describe-inference-recommendations-job "
-              f"--job-name {name} > {name}.json && python -m inferstack profile {model.name} --env {args.env} "
-              f"--from-recommendations {name}.json")
+        print(
+            f"started {arn}; when it is COMPLETED: aws sagemaker describe-inference-recommendations-job "
+            f"--job-name {name} > {name}.json && python -m inferstack profile {model.name} --env {args.env} "
+            f"--from-recommendations {name}.json"
+        )
     return 0
 
 

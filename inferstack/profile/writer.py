@@ -42,7 +42,8 @@ def _scalar(value: object) -> str:
     dumped = yaml.safe_dump({"k": value}, default_flow_style=False, allow_unicode=True, width=1 << 30)
     text = dumped.removeprefix("k: ").removesuffix("\n")
     if "\n" in text:
-        raise WriteRefused(f"{value[:60]!r}: a profile field must fit on one line")
+        shown = value[:60] if isinstance(value, str | list | tuple) else value
+        raise WriteRefused(f"{shown!r}: a profile field must fit on one line")
     return text
 
 
@@ -57,6 +58,7 @@ def render(instance_type: str, entry: Mapping, *, indent: int, step: int, newlin
                 emit(value, depth + 1)
             else:
                 lines.append(f"{pad}{key}: {_scalar(value)}")
+
     emit(entry, 1)
     return newline.join(lines) + newline
 
@@ -96,12 +98,20 @@ def splice(text: str, entries: Mapping[str, Mapping], label: str) -> str:
     if not isinstance(profile, yaml.MappingNode) or not profile.value:
         raise WriteRefused(f"{label}: {PROFILE_KEY}: not a mapping of instance types to write into")
     if profile.flow_style:
-        raise WriteRefused(f"{label}: {PROFILE_KEY}: written in flow style ({{...}}); write it as a block mapping "
-                           f"(one instance type per line) so that entries can be replaced in place")
+        raise WriteRefused(
+            f"{label}: {PROFILE_KEY}: written in flow style ({{...}}); write it as a block mapping "
+            f"(one instance type per line) so that entries can be replaced in place"
+        )
     newline = "\r\n" if "\r\n" in text else "\n"
     indent = profile.value[0][0].start_mark.column
-    step = next((v.value[0][0].start_mark.column - indent for _, v in profile.value
-                 if isinstance(v, yaml.MappingNode) and not v.flow_style and v.value), 2)
+    step = next(
+        (
+            v.value[0][0].start_mark.column - indent
+            for _, v in profile.value
+            if isinstance(v, yaml.MappingNode) and not v.flow_style and v.value
+        ),
+        2,
+    )
     step = step if step > 0 else 2
     existing = {k.value: (k, v) for k, v in profile.value if isinstance(k, yaml.ScalarNode)}
     edits: list[tuple[int, int, str]] = []  # (start, end, replacement), non-overlapping
@@ -110,7 +120,7 @@ def splice(text: str, entries: Mapping[str, Mapping], label: str) -> str:
         block = render(itype, entry, indent=indent, step=step, newline=newline)
         if itype in existing:
             key, value = existing[itype]
-            if text[_line_start(text, key.start_mark.index):key.start_mark.index].strip():
+            if text[_line_start(text, key.start_mark.index) : key.start_mark.index].strip():
                 raise WriteRefused(f"{label}: {PROFILE_KEY}.{itype}: shares its line with other text")
             edits.append((_line_start(text, key.start_mark.index), _line_end(text, _last_end(value)), block))
         else:
@@ -125,7 +135,7 @@ def splice(text: str, entries: Mapping[str, Mapping], label: str) -> str:
 
 
 def _expected(old: object, entries: Mapping[str, Mapping]) -> object:
-    data = dict(old)  # type: ignore[call-overload]
+    data = dict(old)  # type: ignore[call-overload]  # splice refused any root but a mapping
     data[PROFILE_KEY] = {**data[PROFILE_KEY], **{k: dict(v) for k, v in entries.items()}}
     return data
 
@@ -144,8 +154,9 @@ def check_loads(path: Path, config_dir: Path, new_text: str) -> None:
         except config.ConfigError as exc:
             problems = "; ".join(str(p) for p in exc.problems[:3])
             more = f" (and {len(exc.problems) - 3} more)" if len(exc.problems) > 3 else ""
-            raise WriteRefused(f"{path}: not written: with the new entry the config would not load: "
-                               f"{problems}{more}") from None
+            raise WriteRefused(
+                f"{path}: not written: with the new entry the config would not load: {problems}{more}"
+            ) from None
 
 
 def new_text(path: Path, entries: Mapping[str, Mapping]) -> tuple[str, str]:

@@ -35,24 +35,43 @@ def _fail_on(value: str) -> list[str]:
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
-    cmd = commands.add_parser("diff", help="offline infrastructure diff of two synthesized cloud assemblies",
-                              description="Compare two `cdk synth` outputs (no AWS credentials needed) and report "
-                                          "per environment and stack what is added, removed, modified or replaced.")
+    cmd = commands.add_parser(
+        "diff",
+        help="offline infrastructure diff of two synthesized cloud assemblies",
+        description="Compare two `cdk synth` outputs (no AWS credentials needed) and report "
+        "per environment and stack what is added, removed, modified or replaced.",
+    )
     cmd.add_argument("base", type=Path, metavar="BASE_CDK_OUT", help="cdk.out of the base (e.g. the target branch)")
     cmd.add_argument("head", type=Path, metavar="HEAD_CDK_OUT", help="cdk.out of the proposed change")
     cmd.add_argument("--format", choices=("markdown", "json"), default="markdown")
-    cmd.add_argument("--fail-on-replace", action="store_true",
-                     help=f"exit {EXIT_PROTECTED_REPLACEMENT} when a protected (serving or stateful) resource "
-                          "would be replaced")
-    cmd.add_argument("--fail-on", type=_fail_on, action="append", default=[], metavar="CLASS[,CLASS...]",
-                     help=f"exit {EXIT_FAIL_ON} when any change has one of these classes, one line per change on "
-                          f"stderr; repeatable; classes: {', '.join(CLASSES)}, or {classes.ANY}")
-    cmd.add_argument("--env", action="append", metavar="ENV",
-                     help="compare only this environment (repeatable; default: every environment of either side)")
+    cmd.add_argument(
+        "--fail-on-replace",
+        action="store_true",
+        help=f"exit {EXIT_PROTECTED_REPLACEMENT} when a protected (serving or stateful) resource would be replaced",
+    )
+    cmd.add_argument(
+        "--fail-on",
+        type=_fail_on,
+        action="append",
+        default=[],
+        metavar="CLASS[,CLASS...]",
+        help=f"exit {EXIT_FAIL_ON} when any change has one of these classes, one line per change on "
+        f"stderr; repeatable; classes: {', '.join(CLASSES)}, or {classes.ANY}",
+    )
+    cmd.add_argument(
+        "--env",
+        action="append",
+        metavar="ENV",
+        help="compare only this environment (repeatable; default: every environment of either side)",
+    )
     cmd.add_argument("--out", type=Path, help="write the report to this file (default: standard output)")
-    cmd.add_argument("--diagrams", type=Path, metavar="DIR",
-                     help="write <env>.dot per environment here, and <env>.svg when graphviz `dot` is on PATH "
-                          "(default: next to --out; none when the report goes to standard output)")
+    cmd.add_argument(
+        "--diagrams",
+        type=Path,
+        metavar="DIR",
+        help="write <env>.dot per environment here, and <env>.svg when graphviz `dot` is on PATH "
+        "(default: next to --out; none when the report goes to standard output)",
+    )
     cmd.set_defaults(func=run_command)
 
 
@@ -86,8 +105,7 @@ def _make_directory(path: Path, option: str) -> None:
         raise OutputError(f"{option} {path}: cannot create: {exc.strerror or exc}") from None
 
 
-def _diagrams(head: assembly.Assembly, report: diff.Report, directory: Path,
-              relative_to: Path | None) -> list[dict]:
+def _diagrams(head: assembly.Assembly, report: diff.Report, directory: Path, relative_to: Path | None) -> list[dict]:
     """Write <env>.dot (and .svg) per environment of the head. Paths in the returned listing are relative
     to the report's directory when there is one, so links in a posted report keep working."""
     _make_directory(directory, "--diagrams")
@@ -103,6 +121,7 @@ def _diagrams(head: assembly.Assembly, report: diff.Report, directory: Path,
             if p is None:
                 return None
             return os.path.relpath(p.resolve(), relative_to) if relative_to else str(p)
+
         written.append({"environment": env_name, "dot": shown(dot_path), "svg": shown(svg_path), "note": note})
     return written
 
@@ -120,8 +139,11 @@ def run(args: argparse.Namespace) -> int:
     report = diff.diff(base, head, args.env)
     if out is not None:
         _make_directory(out.parent, "--out")
-    diagrams = (_diagrams(head, report, diagrams_dir, out.parent.resolve() if out else None)
-                if diagrams_dir is not None else None)
+    diagrams = (
+        _diagrams(head, report, diagrams_dir, out.parent.resolve() if out else None)
+        if diagrams_dir is not None
+        else None
+    )
     if args.format == "json":
         text = render_json.render(report, diagrams=diagrams)
     else:

@@ -27,6 +27,11 @@ def _known_instance(value: str) -> str:
     return value
 
 
-InstanceType = Annotated[str, AfterValidator(_known_instance),
-                         Field(description="an instance type from inferstack.schema.instances",
-                               json_schema_extra={"enum": sorted(instances.INSTANCES)})]
+InstanceType = Annotated[
+    str,
+    AfterValidator(_known_instance),
+    Field(
+        description="an instance type from inferstack.schema.instances",
+        json_schema_extra={"enum": sorted(instances.INSTANCES)},
+    ),
+]

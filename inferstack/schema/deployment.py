@@ -23,21 +23,33 @@ class Deployment(Frozen):
     Neuron services (the mapping and the ECS rules: inferstack/neuron/deployment.py)."""
 
     strategy: Literal["canary", "linear", "all-at-once", "rolling"] = Field(
-        "canary", description="canary/linear/all-at-once: blue/green (a second fleet for the duration); "
+        "canary",
+        description="canary/linear/all-at-once: blue/green (a second fleet for the duration); "
         "rolling: replace the fleet in batches (no second fleet); a fleet that can be one instance at deploy "
-        "time is replaced blue/green all at once")
+        "time is replaced blue/green all at once",
+    )
     size_percent: int | None = Field(
-        None, ge=1, le=50, description="canary: share of capacity that takes traffic first (1-50); linear: "
-        "share shifted per step (10-50); rolling: batch size (5-50); unused by all-at-once")
-    wait_interval_seconds: int = Field(300, ge=0, le=3600, description="baking time between steps, "
-                                       "watched by the rollback alarms")
-    termination_wait_seconds: int = Field(300, ge=0, le=3600, description="blue/green: keep the old fleet "
-                                          "this long after the last shift")
+        None,
+        ge=1,
+        le=50,
+        description="canary: share of capacity that takes traffic first (1-50); linear: "
+        "share shifted per step (10-50); rolling: batch size (5-50); unused by all-at-once",
+    )
+    wait_interval_seconds: int = Field(
+        300, ge=0, le=3600, description="baking time between steps, watched by the rollback alarms"
+    )
+    termination_wait_seconds: int = Field(
+        300, ge=0, le=3600, description="blue/green: keep the old fleet this long after the last shift"
+    )
     rollback_size_percent: int | None = Field(
-        None, ge=1, le=100, description="rolling: batch size when rolling back (default: all at once)")
-    maximum_execution_timeout_seconds: int = Field(3600, ge=600, le=28800, description="longest the whole "
-                                                   "deployment may take; it must exceed the time it spends "
-                                                   "waiting")
+        None, ge=1, le=100, description="rolling: batch size when rolling back (default: all at once)"
+    )
+    maximum_execution_timeout_seconds: int = Field(
+        3600,
+        ge=600,
+        le=28800,
+        description="longest the whole deployment may take; it must exceed the time it spends waiting",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> Deployment:
@@ -54,8 +66,10 @@ class Deployment(Frozen):
         if self.strategy != "rolling" and self.rollback_size_percent is not None:
             raise ValueError("rollback_size_percent applies to strategy rolling only")
         if self.total_wait_seconds >= self.maximum_execution_timeout_seconds:
-            raise ValueError(f"maximum_execution_timeout_seconds {self.maximum_execution_timeout_seconds} must "
-                             f"exceed the {self.total_wait_seconds} s this deployment spends waiting")
+            raise ValueError(
+                f"maximum_execution_timeout_seconds {self.maximum_execution_timeout_seconds} must "
+                f"exceed the {self.total_wait_seconds} s this deployment spends waiting"
+            )
         return self
 
     def for_fleet(self, smallest_fleet: int) -> Deployment:
@@ -66,8 +80,7 @@ class Deployment(Frozen):
         against the rollback alarms for wait_interval_seconds."""
         if self.strategy == "all-at-once" or smallest_fleet >= MIN_INSTANCES_FOR_STEPPED_DEPLOYMENT:
             return self
-        return self.model_copy(update={"strategy": "all-at-once", "size_percent": None,
-                                       "rollback_size_percent": None})
+        return self.model_copy(update={"strategy": "all-at-once", "size_percent": None, "rollback_size_percent": None})
 
     @property
     def steps(self) -> int:

@@ -30,19 +30,35 @@ class Family:
         return bool(self.decoder_inputs)
 
 
-FAMILIES: dict[str, Family] = {f.name: f for f in (
-    Family("bert", ("input_ids", "attention_mask", "token_type_ids"), (TEXT_CLASSIFICATION,)),
-    Family("distilbert", ("input_ids", "attention_mask"), (TEXT_CLASSIFICATION,),
-           why="DistilBERT has no token type embeddings: its forward() takes no token_type_ids"),
-    # RobertaModel.forward accepts token_type_ids, but RoBERTa checkpoints have type_vocab_size 1: the only
-    # valid value is 0 everywhere, which is the default. Its tokenizer does not emit them
-    # (model_input_names), and export.py refuses token_type_ids a tokenizer does not emit.
-    Family("roberta", ("input_ids", "attention_mask"), (TEXT_CLASSIFICATION,),
-           why="RoBERTa checkpoints have type_vocab_size 1 (only zeros, the default, are valid) and its "
-               "tokenizer does not emit token_type_ids"),
-    Family("t5", ("input_ids", "attention_mask"), (TEXT2TEXT_GENERATION,), decoder_inputs=("decoder_input_ids",),
-           why="T5 has no token type embeddings"),
-)}
+FAMILIES: dict[str, Family] = {
+    f.name: f
+    for f in (
+        Family("bert", ("input_ids", "attention_mask", "token_type_ids"), (TEXT_CLASSIFICATION,)),
+        Family(
+            "distilbert",
+            ("input_ids", "attention_mask"),
+            (TEXT_CLASSIFICATION,),
+            why="DistilBERT has no token type embeddings: its forward() takes no token_type_ids",
+        ),
+        # RobertaModel.forward accepts token_type_ids, but RoBERTa checkpoints have type_vocab_size 1: the only
+        # valid value is 0 everywhere, which is the default. Its tokenizer does not emit them
+        # (model_input_names), and export.py refuses token_type_ids a tokenizer does not emit.
+        Family(
+            "roberta",
+            ("input_ids", "attention_mask"),
+            (TEXT_CLASSIFICATION,),
+            why="RoBERTa checkpoints have type_vocab_size 1 (only zeros, the default, are valid) and its "
+            "tokenizer does not emit token_type_ids",
+        ),
+        Family(
+            "t5",
+            ("input_ids", "attention_mask"),
+            (TEXT2TEXT_GENERATION,),
+            decoder_inputs=("decoder_input_ids",),
+            why="T5 has no token type embeddings",
+        ),
+    )
+}
 
 # Hub names that spell a family differently: distilroberta-base is a roberta checkpoint (model_type roberta).
 _NAME_ALIASES = {"distilroberta": "roberta"}

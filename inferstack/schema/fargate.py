@@ -33,7 +33,8 @@ def size_problem(cpu: int, memory_mib: int) -> str | None:
     allowed = MEMORY_MIB[cpu]
     if memory_mib not in allowed:
         step = allowed[1] - allowed[0]
-        listed = (", ".join(map(str, allowed)) if len(allowed) <= 3
-                  else f"{allowed[0]} to {allowed[-1]} in steps of {step}")
+        listed = (
+            ", ".join(map(str, allowed)) if len(allowed) <= 3 else f"{allowed[0]} to {allowed[-1]} in steps of {step}"
+        )
         return f"Fargate pairs {cpu} CPU units with {listed} MiB, not {memory_mib}"
     return None

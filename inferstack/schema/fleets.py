@@ -14,8 +14,11 @@ from inferstack.schema.off_hours import OffHours
 
 class FleetCapacity(Frozen):
     instance_type: InstanceType
-    min: int = Field(ge=0, description="instances at the least; 0 scales the fleet to zero when idle "
-                     "(sagemaker-inference-components only; a neuron-cores fleet reaches 0 through off_hours)")
+    min: int = Field(
+        ge=0,
+        description="instances at the least; 0 scales the fleet to zero when idle "
+        "(sagemaker-inference-components only; a neuron-cores fleet reaches 0 through off_hours)",
+    )
     max: PositiveInt = Field(description="instances at the most; the plan must carry every member's peak within it")
     safety_factor: float | None = Field(None, gt=0, le=1, description="overrides the environment default")
 
@@ -28,10 +31,12 @@ class FleetCapacityOverride(Frozen):
 
 
 class FleetEnvironmentOverride(Frozen):
-    capacity: FleetCapacityOverride = Field(FleetCapacityOverride(), description="this environment's capacity, "
-                                            "key by key over the fleet's")
-    off_hours: tuple[OffHours, ...] = Field((), description="scheduled windows of reduced capacity; min 0 "
-                                            "scales the fleet to zero for the window")
+    capacity: FleetCapacityOverride = Field(
+        FleetCapacityOverride(), description="this environment's capacity, key by key over the fleet's"
+    )
+    off_hours: tuple[OffHours, ...] = Field(
+        (), description="scheduled windows of reduced capacity; min 0 scales the fleet to zero for the window"
+    )
     deployment: Deployment | None = Field(None, description="neuron-cores: this environment's rollout")
 
 
@@ -40,7 +45,8 @@ class _FleetBase(Frozen):
     models: tuple[Name, ...] = Field(min_length=1, description="the models this fleet carries, in this order")
     capacity: FleetCapacity = Field(description="the shared instances: type, min, max and safety factor")
     environments: dict[Name, FleetEnvironmentOverride] = Field(
-        default_factory=dict, description="per-environment overrides of capacity and off_hours")
+        default_factory=dict, description="per-environment overrides of capacity and off_hours"
+    )
 
     @field_validator("models")
     @classmethod
@@ -62,10 +68,13 @@ class InferenceComponentFleet(_FleetBase):
     inference component with its own copies, scaling, alarms, dashboard and smoke test."""
 
     kind: Literal["sagemaker-inference-components"] = Field(
-        description="one SageMaker endpoint, each member an inference component")
+        description="one SageMaker endpoint, each member an inference component"
+    )
     deploy_in: tuple[Name, ...] | None = Field(
-        None, description="environments where the models share this endpoint; elsewhere each keeps its own "
-        "(dedicated endpoints, e.g. where an SLO needs them); omitted: every environment")
+        None,
+        description="environments where the models share this endpoint; elsewhere each keeps its own "
+        "(dedicated endpoints, e.g. where an SLO needs them); omitted: every environment",
+    )
 
     def deploys_in(self, environment: str) -> bool:
         return self.deploy_in is None or environment in self.deploy_in
@@ -76,14 +85,17 @@ class NeuronCoreFleet(_FleetBase):
     instance, one image with every model compiled in, each model on its own core range and port. Packed in
     every environment, so the one image promotes unchanged."""
 
-    kind: Literal["neuron-cores"] = Field(description="one ECS service whose task splits the NeuronCores among "
-                                          "the members")
+    kind: Literal["neuron-cores"] = Field(
+        description="one ECS service whose task splits the NeuronCores among the members"
+    )
     # One member is still a fleet: a fleet whose other members retired keeps its stack, load balancer and URL, so
     # the model left is where its callers find it (moving it to a stack of its own is a change of address).
-    models: tuple[Name, ...] = Field(min_length=1, description="the models sharing each instance, in core order "
-                                     "(each on its own serving.port)")
+    models: tuple[Name, ...] = Field(
+        min_length=1, description="the models sharing each instance, in core order (each on its own serving.port)"
+    )
     deployment: Deployment | None = Field(
-        None, description="the fleet service's ECS rollout (as a neuron-ecs model's deployment); omitted: rolling")
+        None, description="the fleet service's ECS rollout (as a neuron-ecs model's deployment); omitted: rolling"
+    )
 
     def deployment_for(self, environment: str) -> Deployment | None:
         override = self.environments.get(environment, FleetEnvironmentOverride()).deployment

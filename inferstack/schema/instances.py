@@ -42,7 +42,7 @@ class InstanceSpec:
 
     @property
     def neuron_generation(self) -> NeuronGeneration | None:
-        return self.family if self.family in CORES_PER_DEVICE else None  # type: ignore[return-value]
+        return self.family if self.family in CORES_PER_DEVICE else None  # type: ignore[return-value]  # its keys are the generations
 
     @property
     def neuron_cores(self) -> int:
@@ -60,8 +60,16 @@ def _neuron(name: str, vcpus: int, memory_gib: int, devices: int) -> InstanceSpe
 
 def _gpu(name: str, vcpus: int, memory_gib: int, gpus: int, model: str, gpu_mem: int, cc: str) -> InstanceSpec:
     # Every GPU type in the catalog (g4dn, g5) comes with NVMe instance storage.
-    return InstanceSpec(name, vcpus, memory_gib, gpus=gpus, gpu_model=model, gpu_memory_gib=gpu_mem,
-                        compute_capability=cc, instance_storage=True)
+    return InstanceSpec(
+        name,
+        vcpus,
+        memory_gib,
+        gpus=gpus,
+        gpu_model=model,
+        gpu_memory_gib=gpu_mem,
+        compute_capability=cc,
+        instance_storage=True,
+    )
 
 
 _CATALOG = [
@@ -102,10 +110,14 @@ class Accelerator:
     runs: Callable[[InstanceSpec], bool]
 
 
-INFERENTIA_EC2 = Accelerator("an Inferentia EC2 type", "inf1.* or inf2.*",
-                             lambda spec: not spec.is_sagemaker and spec.neuron_generation is not None)
-SAGEMAKER_GPU = Accelerator("a SageMaker GPU type", "ml.g4dn.* or ml.g5.*",
-                            lambda spec: spec.is_sagemaker and spec.gpus > 0)
+INFERENTIA_EC2 = Accelerator(
+    "an Inferentia EC2 type",
+    "inf1.* or inf2.*",
+    lambda spec: not spec.is_sagemaker and spec.neuron_generation is not None,
+)
+SAGEMAKER_GPU = Accelerator(
+    "a SageMaker GPU type", "ml.g4dn.* or ml.g5.*", lambda spec: spec.is_sagemaker and spec.gpus > 0
+)
 
 
 def unknown_message(name: str, kind: str | None = None, accelerator: Accelerator | None = None) -> str:
@@ -116,10 +128,12 @@ def unknown_message(name: str, kind: str | None = None, accelerator: Accelerator
     toggled = name[3:] if name.startswith("ml.") else f"ml.{name}"
     hint = ""
     if toggled in candidates:
-        hint = (f" (SageMaker instance types take the ml. prefix: did you mean {toggled!r}?)"
-                if toggled.startswith("ml.") else
-                f" ({INSTANCES[toggled].family} instances are EC2 instances for ECS, named without SageMaker's "
-                f"ml. prefix: did you mean {toggled!r}?)")
+        hint = (
+            f" (SageMaker instance types take the ml. prefix: did you mean {toggled!r}?)"
+            if toggled.startswith("ml.")
+            else f" ({INSTANCES[toggled].family} instances are EC2 instances for ECS, named without SageMaker's "
+            f"ml. prefix: did you mean {toggled!r}?)"
+        )
     elif toggled in INSTANCES:
         hint = f" ({toggled} exists, but {kind} does not run on it)"
     else:

@@ -76,26 +76,36 @@ def register(kind: Kind) -> Kind:
 
 
 def model_kind(model: BaseModel) -> ModelKind:
-    return MODEL_KINDS[model.kind]  # type: ignore[attr-defined]
+    return MODEL_KINDS[model.kind]  # type: ignore[attr-defined]  # every registered schema has `kind`
 
 
 def fleet_kind(fleet: BaseModel) -> FleetKind:
-    return FLEET_KINDS[fleet.kind]  # type: ignore[attr-defined]
+    return FLEET_KINDS[fleet.kind]  # type: ignore[attr-defined]  # every registered schema has `kind`
 
 
 # ---------------------------------------------------------------- the kinds
 
-NEURON_ECS = register(ModelKind(
-    "neuron-ecs", NeuronEcsModel, accelerator=instances.INFERENTIA_EC2, hosting="ecs", at_zero="closed"))
-TRITON_SAGEMAKER = register(ModelKind(
-    "triton-sagemaker", TritonSageMakerModel, accelerator=instances.SAGEMAKER_GPU, hosting="sagemaker",
-    at_zero=None))
+NEURON_ECS = register(
+    ModelKind("neuron-ecs", NeuronEcsModel, accelerator=instances.INFERENTIA_EC2, hosting="ecs", at_zero="closed")
+)
+TRITON_SAGEMAKER = register(
+    ModelKind(
+        "triton-sagemaker", TritonSageMakerModel, accelerator=instances.SAGEMAKER_GPU, hosting="sagemaker", at_zero=None
+    )
+)
 
-NEURON_CORES = register(FleetKind(
-    "neuron-cores", NeuronCoreFleet, member=NEURON_ECS, serves_members=True, at_zero="closed"))
-SAGEMAKER_INFERENCE_COMPONENTS = register(FleetKind(
-    "sagemaker-inference-components", InferenceComponentFleet, member=TRITON_SAGEMAKER, serves_members=False,
-    at_zero="on-demand"))
+NEURON_CORES = register(
+    FleetKind("neuron-cores", NeuronCoreFleet, member=NEURON_ECS, serves_members=True, at_zero="closed")
+)
+SAGEMAKER_INFERENCE_COMPONENTS = register(
+    FleetKind(
+        "sagemaker-inference-components",
+        InferenceComponentFleet,
+        member=TRITON_SAGEMAKER,
+        serves_members=False,
+        at_zero="on-demand",
+    )
+)
 
 # Any model, as the layers above annotate it: the registered model kinds' classes (tests/schema/test_kinds.py).
 Model = NeuronEcsModel | TritonSageMakerModel

@@ -15,22 +15,28 @@ from inferstack.schema.throughput import ProfilePoint
 
 
 class ModelSource(Frozen):
-    huggingface_id: str | None = Field(None, pattern=r"^[\w.-]+(/[\w.-]+)?$",
-                                       description="Hugging Face Hub checkpoint the image build downloads "
-                                       "(set this or local_path)")
+    huggingface_id: str | None = Field(
+        None,
+        pattern=r"^[\w.-]+(/[\w.-]+)?$",
+        description="Hugging Face Hub checkpoint the image build downloads (set this or local_path)",
+    )
     revision: str | None = Field(None, description="commit or tag pinned for reproducible builds")
     local_path: str | None = Field(None, description="path inside the image's build context")
     family: str | None = Field(
-        None, pattern=r"^[a-z][a-z0-9_-]*$",
+        None,
+        pattern=r"^[a-z][a-z0-9_-]*$",
         description="the checkpoint's architecture (Hugging Face model_type: "
-                    f"{', '.join(families.FAMILIES)}); omitted: read from the checkpoint's config.json where "
-                    "local_path is in the image's build context, else from huggingface_id's name. validate "
-                    "checks export.token_type_ids and the task against it; the image build rehearsal builds its "
-                    "tiny stand-in checkpoint from it")
+        f"{', '.join(families.FAMILIES)}); omitted: read from the checkpoint's config.json where "
+        "local_path is in the image's build context, else from huggingface_id's name. validate "
+        "checks export.token_type_ids and the task against it; the image build rehearsal builds its "
+        "tiny stand-in checkpoint from it",
+    )
     task: Literal["text-classification", "text2text-generation"] = Field(
-        description="what the model does: the tensors it takes and answers with follow from it")
-    labels: tuple[str, ...] = Field((), description="text-classification: the class names, in the order of the "
-                                    "model's logits (at least two)")
+        description="what the model does: the tensors it takes and answers with follow from it"
+    )
+    labels: tuple[str, ...] = Field(
+        (), description="text-classification: the class names, in the order of the model's logits (at least two)"
+    )
 
     @model_validator(mode="after")
     def _source(self) -> ModelSource:
@@ -47,9 +53,11 @@ class Slo(Frozen):
     p99_latency_ms: PositiveFloat = Field(description="end-to-end p99 the service must meet")
     peak_tps: PositiveFloat = Field(description="peak inferences per second across the fleet")
     cold_start_seconds: PositiveFloat | None = Field(
-        None, description="longest the model's callers accept to wait (retrying) after it scaled to zero, "
+        None,
+        description="longest the model's callers accept to wait (retrying) after it scaled to zero, "
         "until it serves again; required to scale a model to zero, and must cover the planner's cold-start "
-        "estimate (inferstack/capacity/packing.py)")
+        "estimate (inferstack/capacity/packing.py)",
+    )
 
 
 class Capacity(Frozen):
@@ -73,30 +81,41 @@ class SloOverride(Frozen):
 
 
 class EnvironmentOverride(Frozen):
-    capacity: CapacityOverride = Field(CapacityOverride(), description="this environment's capacity, key by key "
-                                       "over the model's")
+    capacity: CapacityOverride = Field(
+        CapacityOverride(), description="this environment's capacity, key by key over the model's"
+    )
     slo: SloOverride = Field(SloOverride(), description="this environment's SLO, key by key over the model's")
     off_hours: tuple[OffHours, ...] = Field(
-        (), description="scheduled scale-down windows in this environment (e.g. nights and weekends in dev)")
+        (), description="scheduled scale-down windows in this environment (e.g. nights and weekends in dev)"
+    )
     deployment: Deployment | None = Field(
-        None, description="this environment's rollout, replacing the model's deployment (e.g. all at once in dev)")
+        None, description="this environment's rollout, replacing the model's deployment (e.g. all at once in dev)"
+    )
 
 
 class ModelBase(Frozen):
-    name: Name = Field(description="the model's name: its stack (<env>-<name>), image repository and release pin "
-                       "entry; lower-case letters, digits and dashes")
+    name: Name = Field(
+        description="the model's name: its stack (<env>-<name>), image repository and release pin "
+        "entry; lower-case letters, digits and dashes"
+    )
     description: str = Field("", description="free text for readers of the file; not deployed")
     source: ModelSource = Field(description="the checkpoint: where it comes from and what task it does")
     slo: Slo = Field(description="what the service must meet: p99 latency and peak throughput")
     throughput_profile: dict[InstanceType, ProfilePoint] = Field(
-        min_length=1, description="per instance type, the most one instance sustains within a p99: every capacity "
-        "number is derived from it")
+        min_length=1,
+        description="per instance type, the most one instance sustains within a p99: every capacity "
+        "number is derived from it",
+    )
     capacity: Capacity = Field(description="the instance type and the fleet's bounds")
     environments: dict[Name, EnvironmentOverride] = Field(
-        default_factory=dict, description="per-environment overrides of capacity and SLO")
+        default_factory=dict, description="per-environment overrides of capacity and SLO"
+    )
     deploy_in: tuple[Name, ...] | None = Field(
-        None, min_length=1, description="environments the model is deployed in (its stack, plan, release pin, "
-        "promotion and smoke test); elsewhere it does not exist; omitted: every environment")
+        None,
+        min_length=1,
+        description="environments the model is deployed in (its stack, plan, release pin, "
+        "promotion and smoke test); elsewhere it does not exist; omitted: every environment",
+    )
 
     @field_validator("deploy_in")
     @classmethod

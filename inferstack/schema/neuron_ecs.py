@@ -29,14 +29,17 @@ class NeuronCompile(Frozen):
     sequence_length: int = Field(128, ge=8, le=4096, description="inputs are padded to this many tokens")
     neuron_cores_per_model: PositiveInt = Field(1, description="NeuronCores one compiled copy occupies")
     parallelism: Literal["data-parallel", "pipeline"] = Field(
-        "data-parallel", description="data-parallel: one core per copy, copies on every core; "
-                                     "pipeline: one copy sharded over neuron_cores_per_model cores")
+        "data-parallel",
+        description="data-parallel: one core per copy, copies on every core; "
+        "pipeline: one copy sharded over neuron_cores_per_model cores",
+    )
     cast: Literal["none", "matmult", "all"] = Field(
-        "none", description="down-cast FP32 ops (inf1 --fp32-cast, inf2 --auto-cast)")
-    cast_type: Literal["bf16", "fp16"] = Field("bf16", description="inf2: the type --auto-cast casts to "
-                                                "(--auto-cast-type)")
-    extra_compiler_args: tuple[CompilerFlag, ...] = Field((), description="further compiler flags, appended as "
-                                                          "given")
+        "none", description="down-cast FP32 ops (inf1 --fp32-cast, inf2 --auto-cast)"
+    )
+    cast_type: Literal["bf16", "fp16"] = Field(
+        "bf16", description="inf2: the type --auto-cast casts to (--auto-cast-type)"
+    )
+    extra_compiler_args: tuple[CompilerFlag, ...] = Field((), description="further compiler flags, appended as given")
 
     def compiler_args(self) -> tuple[str, ...]:
         """The flags handed to torch.neuron.trace / torch_neuronx.trace."""
@@ -57,19 +60,27 @@ class NeuronServing(Frozen):
     max_batch_size: int = Field(16, ge=1, le=1024, description="server-side dynamic batch cap")
     max_queue_delay_ms: float = Field(2.0, ge=0, le=1000, description="longest a request waits for a batch")
     workers: PositiveInt = Field(1, description="server processes; each owns a disjoint NeuronCore range")
-    warmup_requests: int = Field(8, ge=1, le=10000, description="inferences each worker runs at start, before it "
-                                 "reports ready")
+    warmup_requests: int = Field(
+        8, ge=1, le=10000, description="inferences each worker runs at start, before it reports ready"
+    )
     health_check_grace_seconds: int = Field(300, ge=30, le=7200, description="model load plus warm-up")
     port: int = Field(8080, ge=1024, le=65535, description="container port the server listens on")
-    root_volume_gib: int = Field(100, ge=30, le=16384, description="encrypted root volume of each instance: it "
-                                 "holds the image with its compiled model; at least the AMI's own root size")
+    root_volume_gib: int = Field(
+        100,
+        ge=30,
+        le=16384,
+        description="encrypted root volume of each instance: it "
+        "holds the image with its compiled model; at least the AMI's own root size",
+    )
 
 
 class NeuronLoadBalancer(Frozen):
     public: bool | None = Field(
-        None, description="internet-facing, HTTPS only; omitted: the environment's defaults.public_load_balancer")
+        None, description="internet-facing, HTTPS only; omitted: the environment's defaults.public_load_balancer"
+    )
     deregistration_delay_seconds: int = Field(
-        15, ge=0, le=3600, description="how long a stopping task keeps serving in-flight requests; requests are short")
+        15, ge=0, le=3600, description="how long a stopping task keeps serving in-flight requests; requests are short"
+    )
 
 
 class NeuronScaling(Frozen):
@@ -87,15 +98,20 @@ class NeuronAlarms(Frozen):
 class NeuronEcsModel(ModelBase):
     kind: Literal["neuron-ecs"] = Field(description="served on Inferentia by an ECS service behind a load balancer")
     compile: NeuronCompile = Field(description="how `docker build` compiles the model for the Neuron target")
-    serving: NeuronServing = Field(NeuronServing(), description="the server in the task: batching, workers, "
-                                   "warm-up, health check")
+    serving: NeuronServing = Field(
+        NeuronServing(), description="the server in the task: batching, workers, warm-up, health check"
+    )
     deployment: Deployment | None = Field(
-        None, description="ECS native rollout (canary, linear, all-at-once blue/green, or rolling), rolled back "
-        "on the SLO alarms; omitted: rolling, starting the whole new fleet before stopping the old one")
-    load_balancer: NeuronLoadBalancer = Field(NeuronLoadBalancer(), description="the service's Application "
-                                              "Load Balancer")
-    scaling: NeuronScaling = Field(NeuronScaling(), description="cooldowns of the scaling policies (their "
-                                   "targets come from the plan)")
+        None,
+        description="ECS native rollout (canary, linear, all-at-once blue/green, or rolling), rolled back "
+        "on the SLO alarms; omitted: rolling, starting the whole new fleet before stopping the old one",
+    )
+    load_balancer: NeuronLoadBalancer = Field(
+        NeuronLoadBalancer(), description="the service's Application Load Balancer"
+    )
+    scaling: NeuronScaling = Field(
+        NeuronScaling(), description="cooldowns of the scaling policies (their targets come from the plan)"
+    )
     alarms: NeuronAlarms = Field(NeuronAlarms(), description="alarm thresholds besides the SLO's p99")
 
     def public_load_balancer(self, environment: Environment) -> bool:

@@ -27,8 +27,11 @@ class OffHours(Frozen):
 
     start: str = Field(pattern=CRON_PATTERN, description="cron(...) when the window opens")
     end: str = Field(pattern=CRON_PATTERN, description="cron(...) when planned capacity returns")
-    min: int = Field(ge=0, description="minimum inside the window; 0 (scale to zero) where the model runs on a "
-                     "fleet that allows it (config/checks/off_hours.py): a dedicated real-time endpoint needs 1")
+    min: int = Field(
+        ge=0,
+        description="minimum inside the window; 0 (scale to zero) where the model runs on a "
+        "fleet that allows it (config/checks/off_hours.py): a dedicated real-time endpoint needs 1",
+    )
     max: int = Field(ge=0, description="maximum inside the window; 0 closes a neuron-cores fleet for the window")
     time_zone: Annotated[str, AfterValidator(_time_zone)] = Field("UTC", description="IANA zone of the crons")
 

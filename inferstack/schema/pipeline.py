@@ -28,34 +28,86 @@ from inferstack.schema.base import Frozen
 
 # The tensors a step may exchange: Triton's config.pbtxt names (TYPE_*) or KServe v2's (the wire protocol's).
 KSERVE_TO_TRITON = {
-    "BOOL": "TYPE_BOOL", "UINT8": "TYPE_UINT8", "INT8": "TYPE_INT8", "INT16": "TYPE_INT16", "INT32": "TYPE_INT32",
-    "INT64": "TYPE_INT64", "FP16": "TYPE_FP16", "FP32": "TYPE_FP32", "FP64": "TYPE_FP64", "BYTES": "TYPE_STRING",
+    "BOOL": "TYPE_BOOL",
+    "UINT8": "TYPE_UINT8",
+    "INT8": "TYPE_INT8",
+    "INT16": "TYPE_INT16",
+    "INT32": "TYPE_INT32",
+    "INT64": "TYPE_INT64",
+    "FP16": "TYPE_FP16",
+    "FP32": "TYPE_FP32",
+    "FP64": "TYPE_FP64",
+    "BYTES": "TYPE_STRING",
 }
 TRITON_TO_KSERVE = {triton: kserve for kserve, triton in KSERVE_TO_TRITON.items()}
 DataType = Literal[
-    "BOOL", "UINT8", "INT8", "INT16", "INT32", "INT64", "FP16", "FP32", "FP64", "BYTES",
-    "TYPE_BOOL", "TYPE_UINT8", "TYPE_INT8", "TYPE_INT16", "TYPE_INT32", "TYPE_INT64", "TYPE_FP16", "TYPE_FP32",
-    "TYPE_FP64", "TYPE_STRING"]
+    "BOOL",
+    "UINT8",
+    "INT8",
+    "INT16",
+    "INT32",
+    "INT64",
+    "FP16",
+    "FP32",
+    "FP64",
+    "BYTES",
+    "TYPE_BOOL",
+    "TYPE_UINT8",
+    "TYPE_INT8",
+    "TYPE_INT16",
+    "TYPE_INT32",
+    "TYPE_INT64",
+    "TYPE_FP16",
+    "TYPE_FP32",
+    "TYPE_FP64",
+    "TYPE_STRING",
+]
 SELF = "self"
 MAX_STEPS = 16
 TENSOR_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,63}$"
 # A path inside the model's folder: relative, a .py file (no '.' or '..' segment: _step_file).
 STEP_FILE_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_./-]{0,199}\.py$"
 # Keys of DAG shapes an ensemble cannot run, refused with the way to get them (a BLS Python step).
-UNSUPPORTED_KEYS = ("branch", "branches", "when", "if", "condition", "switch", "case", "route", "routes",
-                    "parallel", "fan_out", "loop", "while", "repeat", "until", "next", "goto", "depends_on",
-                    "after")
+UNSUPPORTED_KEYS = (
+    "branch",
+    "branches",
+    "when",
+    "if",
+    "condition",
+    "switch",
+    "case",
+    "route",
+    "routes",
+    "parallel",
+    "fan_out",
+    "loop",
+    "while",
+    "repeat",
+    "until",
+    "next",
+    "goto",
+    "depends_on",
+    "after",
+)
 HOW_TO = "docs/how-to/build-a-pipeline.md"
-BLS_ADVICE = (f"an ensemble runs its steps in order, each once: a step that branches or loops is a Python step that "
-              f"calls the models itself through BLS, naming them under calls ({HOW_TO})")
+BLS_ADVICE = (
+    f"an ensemble runs its steps in order, each once: a step that branches or loops is a Python step that "
+    f"calls the models itself through BLS, naming them under calls ({HOW_TO})"
+)
 
 
 class PipelineTensor(Frozen):
-    name: str = Field(pattern=TENSOR_NAME_PATTERN, description="the tensor's name in the pipeline (and in the "
-                      "step's Python code): letters, digits, underscores")
+    name: str = Field(
+        pattern=TENSOR_NAME_PATTERN,
+        description="the tensor's name in the pipeline (and in the step's Python code): letters, digits, underscores",
+    )
     datatype: DataType = Field(description="Triton's TYPE_ name or KServe's (BYTES: strings)")
-    dims: tuple[int, ...] = Field(min_length=1, max_length=8, description="shape, the batch first: the text "
-                                  "steps take a request's n texts as they come, so the first dim is -1 (any)")
+    dims: tuple[int, ...] = Field(
+        min_length=1,
+        max_length=8,
+        description="shape, the batch first: the text "
+        "steps take a request's n texts as they come, so the first dim is -1 (any)",
+    )
 
     @field_validator("dims")
     @classmethod
@@ -82,24 +134,44 @@ class PipelineStep(Frozen):
     """One step: `model: self` (with optional input_map/output_map renaming its tensors) or `python:` (with
     inputs, outputs and optional calls)."""
 
-    model: str | None = Field(None, description="'self': this model file's model, TEXT in, the task's outputs out "
-                              "(text-classification: label BYTES [-1], logits FP32 [-1, labels]; "
-                              "text2text-generation: text BYTES [-1])")
-    input_map: dict[str, str] = Field(default_factory=dict, description="model: self only: its input (TEXT) -> "
-                                      "the pipeline tensor it takes (default: the same name)")
-    output_map: dict[str, str] = Field(default_factory=dict, description="model: self only: its output (label, "
-                                       "logits, text) -> the name later steps take it by (default: the same)")
-    python: str | None = Field(None, pattern=STEP_FILE_PATTERN, description="a Python backend model file (class "
-                               "TritonPythonModel), relative to the model's folder model_configs/<name>/, e.g. "
-                               "steps/map_labels.py")
-    inputs: tuple[PipelineTensor, ...] = Field((), description="python steps: the tensors it takes, each "
-                                               "produced by an earlier step (or TEXT, the request's texts)")
-    outputs: tuple[PipelineTensor, ...] = Field((), description="python steps: the tensors it answers; the last "
-                                                "step's outputs are the endpoint's answer")
-    calls: tuple[str, ...] = Field((), max_length=16, description="python steps: the repository's models it "
-                                   "calls through BLS ('self' for the token-id model, or a model folder of "
-                                   "this repository such as <name>-text); passed to it as the JSON parameter "
-                                   "`calls`")
+    model: str | None = Field(
+        None,
+        description="'self': this model file's model, TEXT in, the task's outputs out "
+        "(text-classification: label BYTES [-1], logits FP32 [-1, labels]; "
+        "text2text-generation: text BYTES [-1])",
+    )
+    input_map: dict[str, str] = Field(
+        default_factory=dict,
+        description="model: self only: its input (TEXT) -> the pipeline tensor it takes (default: the same name)",
+    )
+    output_map: dict[str, str] = Field(
+        default_factory=dict,
+        description="model: self only: its output (label, "
+        "logits, text) -> the name later steps take it by (default: the same)",
+    )
+    python: str | None = Field(
+        None,
+        pattern=STEP_FILE_PATTERN,
+        description="a Python backend model file (class "
+        "TritonPythonModel), relative to the model's folder model_configs/<name>/, e.g. "
+        "steps/map_labels.py",
+    )
+    inputs: tuple[PipelineTensor, ...] = Field(
+        (),
+        description="python steps: the tensors it takes, each "
+        "produced by an earlier step (or TEXT, the request's texts)",
+    )
+    outputs: tuple[PipelineTensor, ...] = Field(
+        (), description="python steps: the tensors it answers; the last step's outputs are the endpoint's answer"
+    )
+    calls: tuple[str, ...] = Field(
+        (),
+        max_length=16,
+        description="python steps: the repository's models it "
+        "calls through BLS ('self' for the token-id model, or a model folder of "
+        "this repository such as <name>-text); passed to it as the JSON parameter "
+        "`calls`",
+    )
     # The step file's text, read by the loader (inferstack/config/pipeline_checks.py) from the model's folder;
     # it travels to the image build inside the repository spec. Not a key of the file.
     _code: str | None = PrivateAttr(None)
@@ -121,26 +193,31 @@ class PipelineStep(Frozen):
         return data
 
     @model_validator(mode="after")
-    def _one_kind(self) -> "PipelineStep":
+    def _one_kind(self) -> PipelineStep:
         if (self.model is None) == (self.python is None):
             raise ValueError("set exactly one of 'model' (model: self) or 'python' (a step file)")
         if self.model is not None:
             if self.model != SELF:
-                raise ValueError(f"model: {self.model!r}: only 'self' (this file's model) is a step; another "
-                                 f"model is called from a Python step through BLS ({HOW_TO})")
+                raise ValueError(
+                    f"model: {self.model!r}: only 'self' (this file's model) is a step; another "
+                    f"model is called from a Python step through BLS ({HOW_TO})"
+                )
             extra = [k for k in ("inputs", "outputs", "calls") if getattr(self, k)]
             if extra:
-                raise ValueError(f"{extra[0]}: model: self takes TEXT and answers the task's outputs; rename "
-                                 "them with input_map and output_map")
+                raise ValueError(
+                    f"{extra[0]}: model: self takes TEXT and answers the task's outputs; rename "
+                    "them with input_map and output_map"
+                )
         else:
             extra = [k for k in ("input_map", "output_map") if getattr(self, k)]
             if extra:
-                raise ValueError(f"{extra[0]}: only for model: self; a python step declares its own inputs and "
-                                 "outputs")
+                raise ValueError(f"{extra[0]}: only for model: self; a python step declares its own inputs and outputs")
             missing = [k for k in ("inputs", "outputs") if not getattr(self, k)]
             if missing:
-                raise ValueError(f"a python step needs {missing[0]} (at least one tensor): a step with no "
-                                 f"{missing[0]} {'cannot run in an ensemble' if missing[0] == 'inputs' else 'does nothing'}")
+                raise ValueError(
+                    f"a python step needs {missing[0]} (at least one tensor): a step with no "
+                    f"{missing[0]} {'cannot run in an ensemble' if missing[0] == 'inputs' else 'does nothing'}"
+                )
         for mapping in (self.input_map, self.output_map):
             for target in mapping.values():
                 if not re.match(TENSOR_NAME_PATTERN, target):
@@ -169,13 +246,15 @@ def self_outputs(task: str, labels: tuple[str, ...]) -> tuple[PipelineTensor, ..
     endpoint's answer must keep (the last step's outputs include it)."""
     if task == "text2text-generation":
         return (PipelineTensor(name="text", datatype="BYTES", dims=(-1,)),)
-    return (PipelineTensor(name="label", datatype="BYTES", dims=(-1,)),
-            PipelineTensor(name="logits", datatype="FP32", dims=(-1, max(len(labels), 1))))
+    return (
+        PipelineTensor(name="label", datatype="BYTES", dims=(-1,)),
+        PipelineTensor(name="logits", datatype="FP32", dims=(-1, max(len(labels), 1))),
+    )
 
 
 def dims_fit(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
     """Same rank, and each dim equal or -1 (any size) on either side."""
-    return len(a) == len(b) and all(x == y or -1 in (x, y) for x, y in zip(a, b))
+    return len(a) == len(b) and all(x == y or -1 in (x, y) for x, y in zip(a, b, strict=True))
 
 
 def step_inputs(step: PipelineStep) -> tuple[tuple[str, PipelineTensor], ...]:

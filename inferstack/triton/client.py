@@ -33,12 +33,12 @@ class TritonResponseError(ValueError):
 class TextCodec:
     """Text -> padded token tensors (and generated ids -> text) for one model folder."""
 
-    tokenizer: "Tokenizer"
+    tokenizer: Tokenizer
     sequence_length: int
     input_names: tuple[str, ...]
 
     @classmethod
-    def from_repository(cls, model_dir: Path | str) -> "TextCodec":
+    def from_repository(cls, model_dir: Path | str) -> TextCodec:
         """The default model folder of a repository export.py wrote (`<repo>/<name>`): its inputs and
         sequence length from config.pbtxt, its tokenizer from `1/tokenizer/`."""
         model_dir = Path(model_dir)
@@ -47,12 +47,20 @@ class TextCodec:
         if len(lengths) != 1 or len(next(iter(lengths))) != 1:
             raise ValueError(f"{model_dir / CONFIG_FILE}: inputs are not token tensors of one length ({lengths})")
         length = next(iter(lengths))[0]
-        return cls.load(model_dir / VERSION / TOKENIZER_DIR, sequence_length=length,
-                        input_names=tuple(tensor.name for tensor in config.input))
+        return cls.load(
+            model_dir / VERSION / TOKENIZER_DIR,
+            sequence_length=length,
+            input_names=tuple(tensor.name for tensor in config.input),
+        )
 
     @classmethod
-    def load(cls, tokenizer_dir: Path | str, *, sequence_length: int,
-             input_names: Sequence[str] = ("input_ids", "attention_mask")) -> "TextCodec":
+    def load(
+        cls,
+        tokenizer_dir: Path | str,
+        *,
+        sequence_length: int,
+        input_names: Sequence[str] = ("input_ids", "attention_mask"),
+    ) -> TextCodec:
         """A tokenizer saved with save_pretrained (tokenizer.json + tokenizer_config.json), padded and
         truncated the way transformers does with padding="max_length", truncation=True."""
         from tokenizers import Tokenizer
@@ -67,13 +75,13 @@ class TextCodec:
         pad_id = tokenizer.token_to_id(pad_token) if pad_token else None
         if pad_id is None:
             raise ValueError(f"{tokenizer_dir}: the tokenizer defines no pad token")
-        tokenizer.enable_truncation(max_length=sequence_length,
-                                    direction=settings.get("truncation_side", "right"))
-        tokenizer.enable_padding(length=sequence_length, pad_id=pad_id, pad_token=pad_token,
-                                 direction=settings.get("padding_side", "right"))
+        tokenizer.enable_truncation(max_length=sequence_length, direction=settings.get("truncation_side", "right"))
+        tokenizer.enable_padding(
+            length=sequence_length, pad_id=pad_id, pad_token=pad_token, direction=settings.get("padding_side", "right")
+        )
         return cls(tokenizer, sequence_length, tuple(input_names))
 
-    def encode(self, texts: Sequence[str]) -> dict[str, "np.ndarray"]:
+    def encode(self, texts: Sequence[str]) -> dict[str, np.ndarray]:
         """{input_ids, attention_mask[, token_type_ids]}: INT64 [len(texts), sequence_length]."""
         import numpy as np
 
@@ -84,15 +92,19 @@ class TextCodec:
         unknown = [name for name in self.input_names if name not in fields]
         if unknown:
             raise ValueError(f"no tokenizer output for input(s) {', '.join(unknown)}")
-        return {name: np.array([getattr(e, fields[name]) for e in encodings], dtype=np.int64).reshape(
-            len(encodings), self.sequence_length) for name in self.input_names}
+        return {
+            name: np.array([getattr(e, fields[name]) for e in encodings], dtype=np.int64).reshape(
+                len(encodings), self.sequence_length
+            )
+            for name in self.input_names
+        }
 
-    def decode(self, output_ids: "np.ndarray") -> list[str]:
+    def decode(self, output_ids: np.ndarray) -> list[str]:
         """Generated ids (output_ids of a text2text-generation model) -> text, special tokens dropped."""
         return self.tokenizer.decode_batch([list(map(int, row)) for row in output_ids], skip_special_tokens=True)
 
 
-def request_body(inputs: Mapping[str, "np.ndarray"], *, outputs: Sequence[str] = ()) -> dict[str, Any]:
+def request_body(inputs: Mapping[str, np.ndarray], *, outputs: Sequence[str] = ()) -> dict[str, Any]:
     """A KServe v2 inference request with JSON tensors (POST /v2/models/<name>/infer, or SageMaker's
     /invocations with ContentType application/json)."""
     import numpy as np
@@ -103,15 +115,16 @@ def request_body(inputs: Mapping[str, "np.ndarray"], *, outputs: Sequence[str] =
         datatype = _V2_TYPES.get(array.dtype.name)
         if datatype is None:
             raise TypeError(f"{name}: no v2 datatype for numpy {array.dtype}")
-        tensors.append({"name": name, "shape": list(array.shape), "datatype": datatype,
-                        "data": array.reshape(-1).tolist()})
+        tensors.append(
+            {"name": name, "shape": list(array.shape), "datatype": datatype, "data": array.reshape(-1).tolist()}
+        )
     body: dict[str, Any] = {"inputs": tensors}
     if outputs:
         body["outputs"] = [{"name": name} for name in outputs]
     return body
 
 
-def parse_response(body: bytes | str | Mapping[str, Any]) -> dict[str, "np.ndarray"]:
+def parse_response(body: bytes | str | Mapping[str, Any]) -> dict[str, np.ndarray]:
     """Output name -> array of a KServe v2 JSON response; TritonResponseError for an error body."""
     import numpy as np
 

@@ -42,12 +42,42 @@ from inferstack.triton.spec import (
 )
 
 __all__ = [
-    "CONFIG_FILE", "GENERATED", "LABEL", "MAX_TEXT_CHARS", "QUEUE_BOUND_OVERLOAD", "RAW_LOGITS", "TEXT", "VERSION",
-    "FolderSpec", "Model", "QueuePolicy", "RepositoryError", "RepositorySpec", "Step", "Tensor", "build_config",
-    "check_repository", "config_text", "default_model_name", "folders", "ids_folders", "ids_model_name",
-    "parse_config", "pipeline_ensemble", "postprocess_model_name", "profile_batches", "profile_shapes",
-    "queue_policy", "render_config", "render_repository", "server_environment", "step_folders", "step_model_name",
-    "text_ensemble", "tokenize_model_name", "write_repository",
+    "CONFIG_FILE",
+    "GENERATED",
+    "LABEL",
+    "MAX_TEXT_CHARS",
+    "QUEUE_BOUND_OVERLOAD",
+    "RAW_LOGITS",
+    "TEXT",
+    "VERSION",
+    "FolderSpec",
+    "Model",
+    "QueuePolicy",
+    "RepositoryError",
+    "RepositorySpec",
+    "Step",
+    "Tensor",
+    "build_config",
+    "check_repository",
+    "config_text",
+    "default_model_name",
+    "folders",
+    "ids_folders",
+    "ids_model_name",
+    "parse_config",
+    "pipeline_ensemble",
+    "postprocess_model_name",
+    "profile_batches",
+    "profile_shapes",
+    "queue_policy",
+    "render_config",
+    "render_repository",
+    "server_environment",
+    "step_folders",
+    "step_model_name",
+    "text_ensemble",
+    "tokenize_model_name",
+    "write_repository",
 ]
 
 CONFIG_FILE = "config.pbtxt"
@@ -59,10 +89,19 @@ RESPONSE_CACHE_BYTES = 256 * 1024 * 1024
 # The Python backend's default shared-memory region in SageMaker's serve script.
 SAGEMAKER_DEFAULT_SHM_BYTES = 16 * 1024 * 1024
 # A BYTES element: a 4-byte length and at most 4 UTF-8 bytes a character.
-_BYTES = {pb.TYPE_INT64: 8, pb.TYPE_FP32: 4, pb.TYPE_STRING: 4 + 4 * MAX_TEXT_CHARS,
-          # a pipeline's Python steps may exchange these too (inferstack/schema/pipeline.py)
-          pb.TYPE_BOOL: 1, pb.TYPE_UINT8: 1, pb.TYPE_INT8: 1, pb.TYPE_INT16: 2, pb.TYPE_INT32: 4, pb.TYPE_FP16: 2,
-          pb.TYPE_FP64: 8}
+_BYTES = {
+    pb.TYPE_INT64: 8,
+    pb.TYPE_FP32: 4,
+    pb.TYPE_STRING: 4 + 4 * MAX_TEXT_CHARS,
+    # a pipeline's Python steps may exchange these too (inferstack/schema/pipeline.py)
+    pb.TYPE_BOOL: 1,
+    pb.TYPE_UINT8: 1,
+    pb.TYPE_INT8: 1,
+    pb.TYPE_INT16: 2,
+    pb.TYPE_INT32: 4,
+    pb.TYPE_FP16: 2,
+    pb.TYPE_FP64: 8,
+}
 
 
 class RepositoryError(ValueError):
@@ -221,8 +260,9 @@ def server_environment(model: Model) -> dict[str, str]:
         env["SAGEMAKER_TRITON_ADDITIONAL_ARGS"] = " ".join(extra)
     if any(spec.kind == "python" for spec in specs):
         # Room for the largest batch of the largest tensor a Python model exchanges, twice over.
-        largest = max(_tensor_bytes(t, model.serving.max_batch_size) for spec in specs
-                      for t in (*spec.inputs, *spec.outputs))
+        largest = max(
+            _tensor_bytes(t, model.serving.max_batch_size) for spec in specs for t in (*spec.inputs, *spec.outputs)
+        )
         env["SAGEMAKER_TRITON_SHM_DEFAULT_BYTE_SIZE"] = str(max(SAGEMAKER_DEFAULT_SHM_BYTES, 2 * largest))
     return env
 
@@ -235,6 +275,7 @@ def _tensor_bytes(tensor: Tensor, batch: int) -> int:
 
 
 # ---------------------------------------------------------------- repository on disk
+
 
 def check_repository(root: Path, *, default_model: str | None) -> None:
     """Raise RepositoryError unless SageMaker's serve script and Triton would start on `root`:
@@ -249,11 +290,15 @@ def check_repository(root: Path, *, default_model: str | None) -> None:
         problems.append("no model folder in the repository")
     if default_model is None:
         if len(model_dirs) > 1:
-            problems.append(f"{len(model_dirs)} model folders ({', '.join(model_dirs)}) but "
-                            "SAGEMAKER_TRITON_DEFAULT_MODEL_NAME is not set")
+            problems.append(
+                f"{len(model_dirs)} model folders ({', '.join(model_dirs)}) but "
+                "SAGEMAKER_TRITON_DEFAULT_MODEL_NAME is not set"
+            )
     elif default_model not in model_dirs:
-        problems.append(f"SAGEMAKER_TRITON_DEFAULT_MODEL_NAME {default_model!r} names no folder "
-                        f"(folders: {', '.join(model_dirs) or 'none'})")
+        problems.append(
+            f"SAGEMAKER_TRITON_DEFAULT_MODEL_NAME {default_model!r} names no folder "
+            f"(folders: {', '.join(model_dirs) or 'none'})"
+        )
     for name in model_dirs:
         folder = root / name
         if not any(p.is_dir() and p.name.isdigit() for p in folder.iterdir()):
@@ -273,8 +318,7 @@ def check_repository(root: Path, *, default_model: str | None) -> None:
         raise RepositoryError(problems)
 
 
-def write_repository(model: Model, out_dir: Path | str, *,
-                     model_files: Mapping[str, Path] | None = None) -> Path:
+def write_repository(model: Model, out_dir: Path | str, *, model_files: Mapping[str, Path] | None = None) -> Path:
     """Write the repository into `out_dir` (absent or empty) all at once: rendered and checked in a
     temporary sibling, then renamed, so a failure never leaves a half-written repository.
 
@@ -286,8 +330,9 @@ def write_repository(model: Model, out_dir: Path | str, *,
     specs = {spec.name: spec for spec in folders(model)}
     unknown = sorted(set(model_files or {}) - set(specs))
     if unknown:
-        raise RepositoryError([f"model_files names unknown folder(s) {', '.join(unknown)}; "
-                               f"folders: {', '.join(specs)}"])
+        raise RepositoryError(
+            [f"model_files names unknown folder(s) {', '.join(unknown)}; folders: {', '.join(specs)}"]
+        )
     parent = out_dir.absolute().parent
     parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=parent))

@@ -68,8 +68,13 @@ def folders(model: Model) -> tuple[FolderSpec, ...]:
     model = RepositorySpec.of(model)
     ids = ids_folders(model)
     if model.pipeline:
-        return (pipeline_ensemble(model, ids[0]), tokenize_folder(model, ids[0]), *ids,
-                postprocess_folder(model, ids[0]), *step_folders(model))
+        return (
+            pipeline_ensemble(model, ids[0]),
+            tokenize_folder(model, ids[0]),
+            *ids,
+            postprocess_folder(model, ids[0]),
+            *step_folders(model),
+        )
     return (text_ensemble(model, ids[0]), tokenize_folder(model, ids[0]), *ids, postprocess_folder(model, ids[0]))
 
 
@@ -90,19 +95,38 @@ def ids_folders(model: Model) -> tuple[FolderSpec, ...]:
     out_len, hidden = model.export.max_output_length, model.export.hidden_size
     assert out_len is not None and hidden is not None  # the schema requires both for generation
     encoder = FolderSpec(
-        f"{model.name}-encoder", backend, tuple(ids),
-        (Tensor("last_hidden_state", pb.TYPE_FP32, (seq, hidden)),), model_file, gpu)
+        f"{model.name}-encoder",
+        backend,
+        tuple(ids),
+        (Tensor("last_hidden_state", pb.TYPE_FP32, (seq, hidden)),),
+        model_file,
+        gpu,
+    )
     decoder = FolderSpec(
-        f"{model.name}-decoder", backend,
-        (Tensor("decoder_input_ids", pb.TYPE_INT64, (out_len,)),
-         Tensor("encoder_hidden_states", pb.TYPE_FP32, (seq, hidden)),
-         Tensor("encoder_attention_mask", pb.TYPE_INT64, (seq,))),
-        (Tensor("next_token_ids", pb.TYPE_INT64, (out_len,)),), model_file, gpu)
+        f"{model.name}-decoder",
+        backend,
+        (
+            Tensor("decoder_input_ids", pb.TYPE_INT64, (out_len,)),
+            Tensor("encoder_hidden_states", pb.TYPE_FP32, (seq, hidden)),
+            Tensor("encoder_attention_mask", pb.TYPE_INT64, (seq,)),
+        ),
+        (Tensor("next_token_ids", pb.TYPE_INT64, (out_len,)),),
+        model_file,
+        gpu,
+    )
     generate = FolderSpec(
-        model.name, "python", tuple(ids), (Tensor("output_ids", pb.TYPE_INT64, (out_len,)),), "model.py",
+        model.name,
+        "python",
+        tuple(ids),
+        (Tensor("output_ids", pb.TYPE_INT64, (out_len,)),),
+        "model.py",
         on_gpu=False,
-        parameters=(("encoder_model", encoder.name), ("decoder_model", decoder.name),
-                    ("max_output_length", str(out_len))))
+        parameters=(
+            ("encoder_model", encoder.name),
+            ("decoder_model", decoder.name),
+            ("max_output_length", str(out_len)),
+        ),
+    )
     return (generate, encoder, decoder)
 
 
@@ -111,20 +135,26 @@ def text_ensemble(model: RepositorySpec, ids: FolderSpec) -> FolderSpec:
     text = Tensor(TEXT, pb.TYPE_STRING, (-1,))
     feed = tuple((t.name, t.name) for t in ids.inputs)
     steps = [Step(tokenize, ((TEXT, TEXT),), feed)]
+    outputs: tuple[Tensor, ...]
     if model.source.task == "text-classification":
         (logits,) = ids.outputs
         outputs = (unbatched(logits), Tensor(LABEL, pb.TYPE_STRING, (-1,)))
         # The postprocessing step passes the logits on: with `logits` both an ensemble output and the step's
         # input, Triton 2.51 answers a request for `label` alone with "unexpected deadlock" (observed here).
-        steps += [Step(ids.name, feed, ((logits.name, RAW_LOGITS),)),
-                  Step(postprocess, ((logits.name, RAW_LOGITS),), ((LABEL, LABEL), (logits.name, logits.name)))]
+        steps += [
+            Step(ids.name, feed, ((logits.name, RAW_LOGITS),)),
+            Step(postprocess, ((logits.name, RAW_LOGITS),), ((LABEL, LABEL), (logits.name, logits.name))),
+        ]
     else:
         (generated,) = ids.outputs
         outputs = (Tensor(GENERATED, pb.TYPE_STRING, (-1,)),)
-        steps += [Step(ids.name, feed, ((generated.name, generated.name),)),
-                  Step(postprocess, ((generated.name, generated.name),), ((GENERATED, GENERATED),))]
-    return FolderSpec(default_model_name(model), "ensemble", (text,), outputs, "", on_gpu=False,
-                      steps=tuple(steps), batching=False)
+        steps += [
+            Step(ids.name, feed, ((generated.name, generated.name),)),
+            Step(postprocess, ((generated.name, generated.name),), ((GENERATED, GENERATED),)),
+        ]
+    return FolderSpec(
+        default_model_name(model), "ensemble", (text,), outputs, "", on_gpu=False, steps=tuple(steps), batching=False
+    )
 
 
 def unbatched(tensor: Tensor) -> Tensor:
@@ -134,25 +164,43 @@ def unbatched(tensor: Tensor) -> Tensor:
 
 def tokenize_folder(model: RepositorySpec, ids: FolderSpec) -> FolderSpec:
     return FolderSpec(
-        tokenize_model_name(model), "python", (Tensor(TEXT, pb.TYPE_STRING, (-1,)),),
-        tuple(unbatched(t) for t in ids.inputs), "model.py", on_gpu=False,
-        instances=model.serving.tokenizer_instances, batching=False,
-        parameters=(("sequence_length", str(model.export.sequence_length)),
-                    ("max_text_chars", str(MAX_TEXT_CHARS)),
-                    ("max_batch_size", str(model.serving.max_batch_size))))
+        tokenize_model_name(model),
+        "python",
+        (Tensor(TEXT, pb.TYPE_STRING, (-1,)),),
+        tuple(unbatched(t) for t in ids.inputs),
+        "model.py",
+        on_gpu=False,
+        instances=model.serving.tokenizer_instances,
+        batching=False,
+        parameters=(
+            ("sequence_length", str(model.export.sequence_length)),
+            ("max_text_chars", str(MAX_TEXT_CHARS)),
+            ("max_batch_size", str(model.serving.max_batch_size)),
+        ),
+    )
 
 
 def postprocess_folder(model: RepositorySpec, ids: FolderSpec) -> FolderSpec:
     (produced,) = ids.outputs
+    outputs: tuple[Tensor, ...]
+    parameters: tuple[tuple[str, str], ...]
     if model.source.task == "text-classification":
         outputs = (Tensor(LABEL, pb.TYPE_STRING, (-1,)), unbatched(produced))
         parameters = (("labels", json.dumps(list(model.source.labels))),)
     else:
         outputs = (Tensor(GENERATED, pb.TYPE_STRING, (-1,)),)
         parameters = ()
-    return FolderSpec(postprocess_model_name(model), "python", (unbatched(produced),), outputs, "model.py",
-                      on_gpu=False, instances=model.serving.tokenizer_instances, batching=False,
-                      parameters=parameters)
+    return FolderSpec(
+        postprocess_model_name(model),
+        "python",
+        (unbatched(produced),),
+        outputs,
+        "model.py",
+        on_gpu=False,
+        instances=model.serving.tokenizer_instances,
+        batching=False,
+        parameters=parameters,
+    )
 
 
 def _tensor(tensor: pipeline_schema.PipelineTensor, name: str | None = None) -> Tensor:
@@ -170,10 +218,19 @@ def step_folders(model: Model) -> tuple[FolderSpec, ...]:
             continue
         calls = [ids_model_name(model) if c == pipeline_schema.SELF else c for c in step.calls]
         parameters = [("step_file", step.python)] + ([("calls", json.dumps(calls))] if calls else [])
-        found.append(FolderSpec(
-            step_model_name(model, index), "python", tuple(_tensor(t) for t in step.inputs),
-            tuple(_tensor(t) for t in step.outputs), "model.py", on_gpu=False,
-            instances=model.serving.tokenizer_instances, batching=False, parameters=tuple(parameters)))
+        found.append(
+            FolderSpec(
+                step_model_name(model, index),
+                "python",
+                tuple(_tensor(t) for t in step.inputs),
+                tuple(_tensor(t) for t in step.outputs),
+                "model.py",
+                on_gpu=False,
+                instances=model.serving.tokenizer_instances,
+                batching=False,
+                parameters=tuple(parameters),
+            )
+        )
     return tuple(found)
 
 
@@ -192,18 +249,34 @@ def pipeline_ensemble(model: RepositorySpec, ids: FolderSpec) -> FolderSpec:
     steps: list[Step] = []
     for index, step in enumerate(steps_in):
         if step.python is not None:
-            steps.append(Step(step_model_name(model, index), tuple((t.name, t.name) for t in step.inputs),
-                              tuple((t.name, t.name) for t in step.outputs)))
+            steps.append(
+                Step(
+                    step_model_name(model, index),
+                    tuple((t.name, t.name) for t in step.inputs),
+                    tuple((t.name, t.name) for t in step.outputs),
+                )
+            )
             continue
         text_in = step.input_map.get(TEXT, TEXT)
-        keep = {own.name: name for name, own in pipeline_schema.step_outputs(step, task, labels)
-                if name in taken or (step is final and name in answered)}
+        keep = {
+            own.name: name
+            for name, own in pipeline_schema.step_outputs(step, task, labels)
+            if name in taken or (step is final and name in answered)
+        }
         for inner in base.steps:
             inputs = tuple((k, text_in if v == TEXT else v) for k, v in inner.inputs)
-            outputs = inner.outputs
+            renamed = inner.outputs
             if inner.model == postprocess_model_name(model):
-                outputs = tuple((k, keep[k]) for k, _ in inner.outputs if k in keep)
-            steps.append(Step(inner.model, inputs, outputs))
+                renamed = tuple((k, keep[k]) for k, _ in inner.outputs if k in keep)
+            steps.append(Step(inner.model, inputs, renamed))
     outputs = tuple(_tensor(t, name) for name, t in pipeline_schema.step_outputs(final, task, labels))
-    return FolderSpec(default_model_name(model), "ensemble", (Tensor(TEXT, pb.TYPE_STRING, (-1,)),), outputs, "",
-                      on_gpu=False, steps=tuple(steps), batching=False)
+    return FolderSpec(
+        default_model_name(model),
+        "ensemble",
+        (Tensor(TEXT, pb.TYPE_STRING, (-1,)),),
+        outputs,
+        "",
+        on_gpu=False,
+        steps=tuple(steps),
+        batching=False,
+    )

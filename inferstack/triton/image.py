@@ -18,14 +18,28 @@ DOCKERFILE = f"{CONTEXT}/Dockerfile"
 # the endpoint) changes only when the renderer, the part of the config schema it imports (not environments.yaml's,
 # nor the other model kinds') or container/triton/ does. A module the export starts to import is added here.
 # Kept identical to container/triton/Dockerfile.dockerignore (a test checks).
-BUILD_CONTEXT = ("*", "!inferstack/__init__.py", "!inferstack/schema/__init__.py", "!inferstack/schema/base.py",
-                 "!inferstack/schema/deployment.py", "!inferstack/schema/families.py",
-                 "!inferstack/schema/instances.py", "!inferstack/schema/model_file.py",
-                 "!inferstack/schema/off_hours.py", "!inferstack/schema/pipeline.py",
-                 "!inferstack/schema/throughput.py", "!inferstack/schema/triton_sagemaker.py",
-                 "!inferstack/triton/__init__.py", "!inferstack/triton/config.py", "!inferstack/triton/folders.py",
-                 "!inferstack/triton/queue_policy.py", "!inferstack/triton/spec.py", "!container/triton",
-                 "**/__pycache__", "**/*.pyc")
+BUILD_CONTEXT = (
+    "*",
+    "!inferstack/__init__.py",
+    "!inferstack/schema/__init__.py",
+    "!inferstack/schema/base.py",
+    "!inferstack/schema/deployment.py",
+    "!inferstack/schema/families.py",
+    "!inferstack/schema/instances.py",
+    "!inferstack/schema/model_file.py",
+    "!inferstack/schema/off_hours.py",
+    "!inferstack/schema/pipeline.py",
+    "!inferstack/schema/throughput.py",
+    "!inferstack/schema/triton_sagemaker.py",
+    "!inferstack/triton/__init__.py",
+    "!inferstack/triton/config.py",
+    "!inferstack/triton/folders.py",
+    "!inferstack/triton/queue_policy.py",
+    "!inferstack/triton/spec.py",
+    "!container/triton",
+    "**/__pycache__",
+    "**/*.pyc",
+)
 # What a model file's source.local_path is relative to: the export runs in /build, the repository root
 # reduced to BUILD_CONTEXT.
 LOCAL_PATH_BASE = "."
@@ -47,9 +61,11 @@ def base_image_uri(*, region: str, version: str, instance_type: str) -> str:
     GPU instance type, from the same table and botocore's ECR endpoint, without importing the SDK: its import
     (about 2 s of sagemaker-core's pydantic models) was a quarter of a `cdk synth` and most of a `validate`.
     tests/triton/test_triton_image.py compares the two across the table's regions and versions."""
+
     def unknown(reason: str) -> UnknownTritonImage:
-        return UnknownTritonImage(f"no {FRAMEWORK} image for region {region}, version {version}, {instance_type}: "
-                                  f"{reason}")
+        return UnknownTritonImage(
+            f"no {FRAMEWORK} image for region {region}, version {version}, {instance_type}: {reason}"
+        )
 
     if not _GPU_TYPE.match(instance_type):
         raise unknown("Triton images are resolved for GPU instance types (ml.g*, ml.p*) only")
@@ -57,8 +73,9 @@ def base_image_uri(*, region: str, version: str, instance_type: str) -> str:
     versions = table["versions"]
     entry = versions.get(table.get("version_aliases", {}).get(version, version))
     if entry is None:
-        raise unknown(f"Unsupported {FRAMEWORK} version: {version}. Supported {FRAMEWORK} version(s): "
-                      f"{', '.join(versions)}.")
+        raise unknown(
+            f"Unsupported {FRAMEWORK} version: {version}. Supported {FRAMEWORK} version(s): {', '.join(versions)}."
+        )
     registries = entry["registries"]
     if region not in registries:
         raise unknown(f"Unsupported region: {region}. Supported region(s): {', '.join(registries)}.")

@@ -73,7 +73,8 @@ def queue_policy(model: TritonSageMakerModel) -> QueuePolicy | None:
     if batching is None:
         return None
     point = model.throughput_profile.get(model.capacity.instance_type) or min(
-        model.throughput_profile.values(), key=lambda p: p.throughput_per_second)
+        model.throughput_profile.values(), key=lambda p: p.throughput_per_second
+    )
     slack_us = (model.slo.p99_latency_ms - point.p99_latency_ms) * 1000
     timeout_us = max(math.floor(slack_us), batching.max_queue_delay_microseconds + 1000)
     bound = math.ceil(QUEUE_BOUND_OVERLOAD * point.throughput_per_second * timeout_us / 1e6)

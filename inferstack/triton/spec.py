@@ -92,7 +92,8 @@ class RepositorySpec(Frozen):
     @model_validator(mode="after")
     def _generation_shapes(self) -> RepositorySpec:
         if self.source.task == "text2text-generation" and (
-                self.export.max_output_length is None or self.export.hidden_size is None):
+            self.export.max_output_length is None or self.export.hidden_size is None
+        ):
             raise ValueError("text2text-generation needs export.max_output_length and export.hidden_size")
         return self
 
@@ -101,9 +102,15 @@ class RepositorySpec(Frozen):
         if isinstance(model, RepositorySpec):
             return model
         steps = model.pipeline or ()
-        return cls(name=model.name, source=model.source, export=model.export, serving=model.serving,
-                   queue_policy=queue_policy(model), pipeline=model.pipeline,
-                   step_code={s.python: s.code for s in steps if s.python is not None and s.code is not None})
+        return cls(
+            name=model.name,
+            source=model.source,
+            export=model.export,
+            serving=model.serving,
+            queue_policy=queue_policy(model),
+            pipeline=model.pipeline,
+            step_code={s.python: s.code for s in steps if s.python is not None and s.code is not None},
+        )
 
 
 Model = TritonSageMakerModel | RepositorySpec

@@ -32,15 +32,21 @@ def estimated_seconds(model: TritonSageMakerModel) -> int:
     """The unpadded estimate of start-up, in seconds."""
     serving = model.serving
     millions = model.export.parameters_millions or DEFAULT_PARAMETERS_MILLIONS
-    accelerated = [f for f in triton_config.folders(model)
-                   if f.kind == "onnx" and f.on_gpu and serving.tensorrt_acceleration is not None]
+    accelerated = [
+        f
+        for f in triton_config.folders(model)
+        if f.kind == "onnx" and f.on_gpu and serving.tensorrt_acceleration is not None
+    ]
     loaded = [f for f in triton_config.folders(model) if f.kind not in ("python", "ensemble")]
     share = millions / max(len(loaded), 1)  # the checkpoint is split over its exported graphs
     warmups = len({1, serving.max_batch_size}) if serving.warmup else 0
-    seconds = SERVER_START_SECONDS
+    seconds: float = SERVER_START_SECONDS
     seconds += sum(TRT_BUILD_BASE_SECONDS + TRT_BUILD_SECONDS_PER_MILLION * share for _ in accelerated)
-    seconds += len(loaded) * serving.instance_group.count * (
-        LOAD_BASE_SECONDS + LOAD_SECONDS_PER_MILLION * share + WARMUP_SECONDS_PER_SAMPLE * warmups)
+    seconds += (
+        len(loaded)
+        * serving.instance_group.count
+        * (LOAD_BASE_SECONDS + LOAD_SECONDS_PER_MILLION * share + WARMUP_SECONDS_PER_SAMPLE * warmups)
+    )
     return math.ceil(seconds)
 
 

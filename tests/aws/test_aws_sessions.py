@@ -32,10 +32,13 @@ def chained(monkeypatch):
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "444444444444")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
-    with mock_aws(), moto_patches.applied("account-from-access-key", "role-chaining-duration",
-                                          "expired-temporary-credentials"):
-        step = boto3.client("sts").assume_role(RoleArn=CODEBUILD_ROLE, RoleSessionName="codebuild",
-                                               DurationSeconds=CODEBUILD_SESSION_S)["Credentials"]
+    with (
+        mock_aws(),
+        moto_patches.applied("account-from-access-key", "role-chaining-duration", "expired-temporary-credentials"),
+    ):
+        step = boto3.client("sts").assume_role(
+            RoleArn=CODEBUILD_ROLE, RoleSessionName="codebuild", DurationSeconds=CODEBUILD_SESSION_S
+        )["Credentials"]
         monkeypatch.setenv("AWS_ACCESS_KEY_ID", step["AccessKeyId"])
         monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", step["SecretAccessKey"])
         monkeypatch.setenv("AWS_SESSION_TOKEN", step["SessionToken"])
@@ -85,8 +88,10 @@ def test_a_role_that_cannot_be_assumed_is_one_line_at_once(chained, monkeypatch)
     pass_time(monkeypatch, CODEBUILD_SESSION_S + 1)  # the step's own credentials expired: AssumeRole is refused
     with pytest.raises(aws_sessions.SessionError) as caught:
         aws_sessions.session_for(ENV, ENVIRONMENT, purpose="loadtest", role_arn=ROLE)
-    assert str(caught.value) == (f"{ENV}: cannot assume {ROLE}: An error occurred (ExpiredToken) when calling the "
-                                 f"AssumeRole operation: The security token included in the request is expired")
+    assert str(caught.value) == (
+        f"{ENV}: cannot assume {ROLE}: An error occurred (ExpiredToken) when calling the "
+        f"AssumeRole operation: The security token included in the request is expired"
+    )
 
 
 def test_no_credentials_is_one_line(monkeypatch, tmp_path):
@@ -108,13 +113,18 @@ def test_a_renewal_that_fails_is_one_line_every_caller_reports(chained, monkeypa
     with pytest.raises(aws_sessions.AWS_ERRORS) as caught:
         session.client("ecs").list_clusters()
     assert isinstance(caught.value, aws_sessions.SessionError)
-    assert str(caught.value) == (f"{ENV}: cannot assume {ROLE} again: An error occurred (ExpiredToken) when calling "
-                                 f"the AssumeRole operation: The security token included in the request is expired")
+    assert str(caught.value) == (
+        f"{ENV}: cannot assume {ROLE} again: An error occurred (ExpiredToken) when calling "
+        f"the AssumeRole operation: The security token included in the request is expired"
+    )
 
 
 def test_without_a_role_the_ambient_credentials_are_used(chained):
     session = aws_sessions.session_for(ENV, ENVIRONMENT, purpose="promote")
     assert ENVIRONMENT.deploy_role_arn is None
-    assert session.client("sts").get_caller_identity()["Arn"].startswith(
-        "arn:aws:sts::444444444444:assumed-role/inferstack-pipeline-LoadTest/")
+    assert (
+        session.client("sts")
+        .get_caller_identity()["Arn"]
+        .startswith("arn:aws:sts::444444444444:assumed-role/inferstack-pipeline-LoadTest/")
+    )
     assert session.region_name == ENVIRONMENT.region

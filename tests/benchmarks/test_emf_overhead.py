@@ -13,12 +13,34 @@ EMF_OVERHEAD = ROOT / "benchmarks" / "emf_overhead.py"
 
 def test_emf_overhead_reports_the_recorder_and_both_servers(artifact):
     result = run_script(
-        EMF_OVERHEAD, "--iterations", "2000", "--repeats", "1", "--model-dir", str(artifact), "--workers", "1",
-        "--concurrency", "4", "--duration", "0.3", "--warmup", "0.1", "--rounds", "1", timeout=240)
+        EMF_OVERHEAD,
+        "--iterations",
+        "2000",
+        "--repeats",
+        "1",
+        "--model-dir",
+        str(artifact),
+        "--workers",
+        "1",
+        "--concurrency",
+        "4",
+        "--duration",
+        "0.3",
+        "--warmup",
+        "0.1",
+        "--rounds",
+        "1",
+        timeout=240,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     out = result.stdout
-    for name in ("request(latency) per request", "batch(rows, latency) per batch", "observe(name, value)",
-                 "count(name)", "2 threads: request(latency), one recorder"):
+    for name in (
+        "request(latency) per request",
+        "batch(rows, latency) per batch",
+        "observe(name, value)",
+        "count(name)",
+        "2 threads: request(latency), one recorder",
+    ):
         assert re.search(rf"^  {re.escape(name)} +[\d,]+ ns/iteration, cost +-?[\d,]+ ns$", out, re.M), out
     assert re.search(r"^  flush of one full interval \(drain, encode, write [\d,]+ bytes\): [\d,]+ us", out, re.M), out
     assert {m.group(1) for m in re.finditer(r"^  (emf|off)  \| [\d,]+ ", out, re.M)} == {"emf", "off"}, out

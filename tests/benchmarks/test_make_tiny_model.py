@@ -10,7 +10,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 from tests.support.neuron_server import LABELS, MAKE_TINY, neuron_dirs_on_path, run_script
 
 neuron_dirs_on_path()
-from artifact import source_checksums  # noqa: E402 (container/neuron/build/artifact.py)
+from artifact import source_checksums  # noqa: E402 - after neuron_dirs_on_path() (container/neuron/build/)
 
 
 def test_bert_is_deterministic(tmp_path: Path, tiny_bert: Path):

@@ -14,8 +14,25 @@ PEERS = ROOT / "benchmarks" / "peers.py"
 
 def test_peers_runs_serve_py_and_skips_a_peer_without_its_environment(artifact, tmp_path):
     result = run_script(
-        PEERS, "--model-dir", str(artifact), "--phases", "emulated", "--concurrency", "2", "--rounds", "1",
-        "--duration", "0.3", "--warmup", "0.1", "--paced", "0.5", "--peers-venv", str(tmp_path / "none"), timeout=300)
+        PEERS,
+        "--model-dir",
+        str(artifact),
+        "--phases",
+        "emulated",
+        "--concurrency",
+        "2",
+        "--rounds",
+        "1",
+        "--duration",
+        "0.3",
+        "--warmup",
+        "0.1",
+        "--paced",
+        "0.5",
+        "--peers-venv",
+        str(tmp_path / "none"),
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     out = result.stdout
     missing = f"skipped: no side environment at {tmp_path / 'none'} (make .make/peers)"

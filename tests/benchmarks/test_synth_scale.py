@@ -19,13 +19,18 @@ from tests.support.paths import ROOT
 SYNTH_SCALE = ROOT / "benchmarks" / "synth_scale.py"
 SYNTH_FLOOR = ROOT / "benchmarks" / "synth_floor.py"
 CPUS = available_cpus()
-ROW = re.compile(r"^\s+(\d+)\s+(serial|L1 floor|template floor|template: \d+ proc|auto: \d+ proc)\s+(\d+)\s+[\d.]+\s+[\d.]+\s+\d+\s+(\d+)\s+[\d.]+\s+\d+\s+\d+"
-                 r"\s+(.+)$", re.M)
+ROW = re.compile(
+    r"^\s+(\d+)\s+(serial|L1 floor|template floor|template: \d+ proc|auto: \d+ proc)\s+(\d+)"
+    r"\s+[\d.]+\s+[\d.]+\s+\d+\s+(\d+)\s+[\d.]+\s+\d+\s+\d+"
+    r"\s+(.+)$",
+    re.M,
+)
 
 
 def run(script: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(script), *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, str(script), *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def test_one_model_through_the_cli_and_its_floors():
@@ -40,8 +45,9 @@ def test_one_model_through_the_cli_and_its_floors():
     environments = yaml.safe_load((ROOT / "model_configs" / "environments.yaml").read_text())["environments"]
     stacks = str(2 * len(environments) + sum(1 for e in environments.values() if e.get("load_test")))
     assert stacks == "7"  # the shipped config: dev, staging (with load_test), prod
-    floors = ([("1", "L1 floor", stacks, "OK"), ("1", "template floor", stacks, "OK")]
-              + ([("1", f"template: {CPUS} proc", stacks, "OK")] if CPUS > 1 else []))
+    floors = [("1", "L1 floor", stacks, "OK"), ("1", "template floor", stacks, "OK")] + (
+        [("1", f"template: {CPUS} proc", stacks, "OK")] if CPUS > 1 else []
+    )
     assert [(r[0], r[1], r[2], r[4]) for r in rows] == [("1", "serial", stacks, "OK")] + floors
     assert all(0 < int(r[3]) <= 500 for r in rows)
 
@@ -50,13 +56,26 @@ def _assembly(root: Path, templates: dict[str, dict]) -> Path:
     """A cloud assembly with one nested assembly "dev" holding these stacks' templates."""
     nested = root / "assembly-dev"
     nested.mkdir(parents=True)
-    (root / "manifest.json").write_text(json.dumps({"artifacts": {"assembly-dev": {
-        "type": "cdk:cloud-assembly", "properties": {"directoryName": "assembly-dev", "displayName": "dev"}}}}))
+    (root / "manifest.json").write_text(
+        json.dumps(
+            {
+                "artifacts": {
+                    "assembly-dev": {
+                        "type": "cdk:cloud-assembly",
+                        "properties": {"directoryName": "assembly-dev", "displayName": "dev"},
+                    }
+                }
+            }
+        )
+    )
     artifacts = {}
     for name, template in templates.items():
         (nested / f"dev{name}.template.json").write_text(json.dumps(template))
-        artifacts[f"dev{name}"] = {"type": "aws:cloudformation:stack", "displayName": f"dev/{name}",
-                                   "properties": {"templateFile": f"dev{name}.template.json"}}
+        artifacts[f"dev{name}"] = {
+            "type": "aws:cloudformation:stack",
+            "displayName": f"dev/{name}",
+            "properties": {"templateFile": f"dev{name}.template.json"},
+        }
     (nested / "manifest.json").write_text(json.dumps({"artifacts": artifacts}))
     return root
 
@@ -74,12 +93,15 @@ def test_the_floor_check_names_every_template_it_does_not_reproduce(tmp_path):
     assert (other.returncode, other.stdout.strip()) == (1, "2 templates differ: dev/b, dev/c")
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["--cpus", "0"], "--cpus: expected 1 to "),
-    (["--cpus", "100000"], "--cpus: expected 1 to "),
-    (["--counts", "0"], "--counts: every N must be at least 1"),
-    (["--via", "ssh"], "--via: invalid choice: 'ssh'"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--cpus", "0"], "--cpus: expected 1 to "),
+        (["--cpus", "100000"], "--cpus: expected 1 to "),
+        (["--counts", "0"], "--counts: every N must be at least 1"),
+        (["--via", "ssh"], "--via: invalid choice: 'ssh'"),
+    ],
+)
 def test_synth_scale_rejects_bad_arguments_in_one_line(args, message):
     result = run(SYNTH_SCALE, *args)
     assert result.returncode == 2
@@ -87,9 +109,21 @@ def test_synth_scale_rejects_bad_arguments_in_one_line(args, message):
     assert result.stdout == ""
 
 
-@pytest.mark.parametrize("args", [[], ["/nonexistent"], ["--check", "only-one"], ["ASSEMBLY", "2/2"],
-                                  ["ASSEMBLY", "-1/2"], ["ASSEMBLY", "x"], ["ASSEMBLY", "0/1", "more"],
-                                  ["--templates"], ["--templates", "ASSEMBLY", "1/1"], ["ASSEMBLY", "--templates"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        [],
+        ["/nonexistent"],
+        ["--check", "only-one"],
+        ["ASSEMBLY", "2/2"],
+        ["ASSEMBLY", "-1/2"],
+        ["ASSEMBLY", "x"],
+        ["ASSEMBLY", "0/1", "more"],
+        ["--templates"],
+        ["--templates", "ASSEMBLY", "1/1"],
+        ["ASSEMBLY", "--templates"],
+    ],
+)
 def test_synth_floor_rejects_anything_but_an_assembly_and_a_part_in_one_line(args, tmp_path):
     assembly = _assembly(tmp_path / "assembly", {})
     result = run(SYNTH_FLOOR, *[str(assembly) if a == "ASSEMBLY" else a for a in args])
@@ -98,12 +132,17 @@ def test_synth_floor_rejects_anything_but_an_assembly_and_a_part_in_one_line(arg
     assert len(result.stderr.strip().splitlines()) == 1
 
 
-@pytest.mark.parametrize(("arn", "text"), [
-    ("arn:aws:iam::aws:policy/ReadOnlyAccess", "arn:aws:iam::aws:policy/ReadOnlyAccess"),
-    ({"Fn::Sub": "arn:${AWS::Partition}:iam::aws:policy/P"}, "arn:<AWS::Partition>:iam::aws:policy/P"),
-    ({"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, ":iam::aws:policy/P"]]},
-     "arn:<AWS::Partition>:iam::aws:policy/P"),
-])
+@pytest.mark.parametrize(
+    ("arn", "text"),
+    [
+        ("arn:aws:iam::aws:policy/ReadOnlyAccess", "arn:aws:iam::aws:policy/ReadOnlyAccess"),
+        ({"Fn::Sub": "arn:${AWS::Partition}:iam::aws:policy/P"}, "arn:<AWS::Partition>:iam::aws:policy/P"),
+        (
+            {"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, ":iam::aws:policy/P"]]},
+            "arn:<AWS::Partition>:iam::aws:policy/P",
+        ),
+    ],
+)
 def test_the_template_floor_names_managed_policies_as_cdk_nag_does(arn, text):
     # How the template floor acknowledges what nag newly finds on the CDK's provider roles once included.
     sys.path.insert(0, str(ROOT / "benchmarks"))

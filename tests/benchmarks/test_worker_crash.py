@@ -16,8 +16,22 @@ ROW = re.compile(r"^ *(restart|exit) \| +(\d+) +(\d+) +(\d+) \| +(\d+) \|.*\| (.
 
 
 def test_worker_crash_reports_restart_beside_the_exiting_baseline(artifact):
-    result = run_script(WORKER_CRASH, "--model-dir", str(artifact), "--load", "0.1", "--connections", "8",
-                        "--before", "1", "--after", "0.5", "--give-up", "30", timeout=240)
+    result = run_script(
+        WORKER_CRASH,
+        "--model-dir",
+        str(artifact),
+        "--load",
+        "0.1",
+        "--connections",
+        "8",
+        "--before",
+        "1",
+        "--after",
+        "0.5",
+        "--give-up",
+        "30",
+        timeout=240,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     out = result.stdout
     rows = {m.group(1): m for m in ROW.finditer(out)}
@@ -34,13 +48,16 @@ def test_worker_crash_reports_restart_beside_the_exiting_baseline(artifact):
     assert re.search(r"^targets with restart: .*met", out, re.M), out
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--workers", "1"], "--workers: at least 2 (one dies, another serves)"),
-    (["--load", "0"], "--load: must be greater than 0, got 0.0"),
-    (["--before", "nan"], "--before: must be greater than 0, got nan"),
-    (["--connections", "0"], "--connections: at least 1; --max-queue-delay-ms: not negative"),
-    (["--modes", "restart,crash"], "--modes: a comma-separated list of restart, exit, got 'restart,crash'"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--workers", "1"], "--workers: at least 2 (one dies, another serves)"),
+        (["--load", "0"], "--load: must be greater than 0, got 0.0"),
+        (["--before", "nan"], "--before: must be greater than 0, got nan"),
+        (["--connections", "0"], "--connections: at least 1; --max-queue-delay-ms: not negative"),
+        (["--modes", "restart,crash"], "--modes: a comma-separated list of restart, exit, got 'restart,crash'"),
+    ],
+)
 def test_worker_crash_refuses_a_bad_argument_in_one_line(args, message):
     result = run_script(WORKER_CRASH, *args, timeout=60)
     assert result.returncode == 2 and result.stdout == "", result.stdout

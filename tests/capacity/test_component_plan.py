@@ -15,15 +15,17 @@ FLEET = "triton-shared"
 
 
 def plan(fleet=None, env: str = "dev") -> packing.ComponentFleetPlan:
-    result = packing.plan_fleet(FLEET, fleet or PROJECT.fleets[FLEET], PROJECT.fleet_members(FLEET), env,
-                                PROJECT.environments[env])
+    result = packing.plan_fleet(
+        FLEET, fleet or PROJECT.fleets[FLEET], PROJECT.fleet_members(FLEET), env, PROJECT.environments[env]
+    )
     assert isinstance(result, packing.ComponentFleetPlan)
     return result
 
 
 def window(min_: int, max_: int) -> OffHours:
-    return OffHours(start="cron(0 20 ? * MON-FRI *)", end="cron(0 7 ? * MON-FRI *)", min=min_, max=max_,
-                    time_zone="Europe/Berlin")
+    return OffHours(
+        start="cron(0 20 ? * MON-FRI *)", end="cron(0 7 ? * MON-FRI *)", min=min_, max=max_, time_zone="Europe/Berlin"
+    )
 
 
 def test_a_fleet_at_zero_starts_one_instance_and_one_copy_of_each_model():
@@ -38,9 +40,12 @@ def test_a_fleet_at_zero_starts_one_instance_and_one_copy_of_each_model():
 
 
 def test_windows_as_copy_counts():
-    fleet = PROJECT.fleets[FLEET].model_copy(update={
-        "capacity": FleetCapacity(instance_type="ml.g4dn.xlarge", min=2, max=4),
-        "environments": {"dev": FleetEnvironmentOverride(off_hours=(window(1, 2),))}})
+    fleet = PROJECT.fleets[FLEET].model_copy(
+        update={
+            "capacity": FleetCapacity(instance_type="ml.g4dn.xlarge", min=2, max=4),
+            "environments": {"dev": FleetEnvironmentOverride(off_hours=(window(1, 2),))},
+        }
+    )
     kept = plan(fleet)
     (night,) = kept.windows
     share = kept.share("t5-spelling")
@@ -48,8 +53,9 @@ def test_windows_as_copy_counts():
     # inside: the window's minimum as copies, its maximum instances' worth of copies
     assert kept.window_copies("t5-spelling", night) == (1, 2 * share.copies_per_instance)
     assert kept.smallest_copy_count("t5-spelling") == 1
-    closed = plan(fleet.model_copy(update={"environments": {"dev": FleetEnvironmentOverride(
-        off_hours=(window(0, 1),))}}))
+    closed = plan(
+        fleet.model_copy(update={"environments": {"dev": FleetEnvironmentOverride(off_hours=(window(0, 1),))}})
+    )
     assert closed.scales_to_zero
     assert closed.window_copies("t5-spelling", closed.windows[0]) == (0, 1)
     assert closed.smallest_copy_count("t5-spelling") == 0

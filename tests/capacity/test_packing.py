@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 
 import pytest
-import yaml
 
 from inferstack import config
 from inferstack.capacity import packing, planning, pricing, schedule
@@ -17,15 +16,18 @@ from tests.support.cli import run
 @pytest.fixture(scope="module")
 def project():
     from tests.support.paths import CONFIG_DIR
+
     return config.load(CONFIG_DIR)
 
 
 def fleet_plan(project, fleet: str, env: str):
-    return packing.plan_fleet(fleet, project.fleets[fleet], project.fleet_members(fleet), env,
-                              project.environments[env])
+    return packing.plan_fleet(
+        fleet, project.fleets[fleet], project.fleet_members(fleet), env, project.environments[env]
+    )
 
 
 # ---------------------------------------------------------------- neuron-cores
+
 
 @pytest.mark.parametrize("env", ["dev", "staging", "prod"])
 def test_neuron_fleet_splits_every_core_into_disjoint_ranges_that_carry_each_peak(project, env):
@@ -42,15 +44,18 @@ def test_neuron_fleet_splits_every_core_into_disjoint_ranges_that_carry_each_pea
         carried = result.instances_at_peak * share.cores * share.throughput_per_core * result.safety_factor
         assert carried >= share.peak_tps
     # Each member on its own serving.port, whatever its place in the fleet.
-    assert [s.port for s in result.shares] == [project.model(s.model).serving.port for s in result.shares] == [8080, 8081]
+    assert (
+        [s.port for s in result.shares] == [project.model(s.model).serving.port for s in result.shares] == [8080, 8081]
+    )
 
 
 def test_neuron_fleet_is_the_smallest_that_fits(project):
     """One instance fewer cannot give every model the cores its peak needs."""
     result = fleet_plan(project, "intent-pack", "prod")
     smaller = result.instances_at_peak - 1
-    needed = sum(math.ceil(s.peak_tps / (smaller * s.throughput_per_core * result.safety_factor))
-                 for s in result.shares)
+    needed = sum(
+        math.ceil(s.peak_tps / (smaller * s.throughput_per_core * result.safety_factor)) for s in result.shares
+    )
     assert needed > result.neuron_cores
     assert (result.instances_at_peak, [s.cores for s in result.shares]) == (13, [10, 6])
 
@@ -59,7 +64,8 @@ def test_neuron_target_per_task_is_the_model_cores_at_the_safety_factor(project)
     result = fleet_plan(project, "intent-pack", "staging")
     intent = result.share("intent-bert")
     assert result.target_per_task_per_minute("intent-bert") == pytest.approx(
-        planning.target_per_minute(intent.cores * 4000 / 16, 0.5))
+        planning.target_per_minute(intent.cores * 4000 / 16, 0.5)
+    )
 
 
 def test_spare_cores_go_to_the_model_with_the_least_headroom():
@@ -69,13 +75,16 @@ def test_spare_cores_go_to_the_model_with_the_least_headroom():
 
 def test_neuron_fleet_whose_models_cannot_share_an_instance(project):
     fleet = project.fleets["intent-pack"].model_copy(update={"models": ("intent-bert", "duplicate-bert")})
-    members = [m.model_copy(update={"compile": m.compile.model_copy(update={"neuron_cores_per_model": 3})})
-               for m in project.fleet_members("intent-pack")]
+    members = [
+        m.model_copy(update={"compile": m.compile.model_copy(update={"neuron_cores_per_model": 3})})
+        for m in project.fleet_members("intent-pack")
+    ]
     with pytest.raises(packing.PackingError, match="need at least 6 NeuronCores per instance"):
         packing.plan_neuron_fleet("intent-pack", fleet, members, "dev", project.environments["dev"])
 
 
 # ---------------------------------------------------------------- inference components
+
 
 def test_component_fleet_copies_and_instances(project):
     result = fleet_plan(project, "triton-shared", "dev")
@@ -91,9 +100,12 @@ def test_copies_pack_onto_a_multi_gpu_instance(project):
     """On ml.g4dn.12xlarge (4 T4s) both models' copies share one instance; a copy's throughput is the
     profiled single-GPU instance's, since it holds one of its GPUs."""
     fleet = project.fleets["triton-shared"]
-    fleet = fleet.model_copy(update={"capacity": fleet.capacity.model_copy(update={"instance_type": "ml.g4dn.12xlarge"})})
-    result = packing.plan_component_fleet("triton-shared", fleet, project.fleet_members("triton-shared"), "dev",
-                                          project.environments["dev"])
+    fleet = fleet.model_copy(
+        update={"capacity": fleet.capacity.model_copy(update={"instance_type": "ml.g4dn.12xlarge"})}
+    )
+    result = packing.plan_component_fleet(
+        "triton-shared", fleet, project.fleet_members("triton-shared"), "dev", project.environments["dev"]
+    )
     assert result.instances_at_peak == 1 and len(result.placement[0]) == 2
     assert result.share("bert-large-classifier").max_copies == 16
     assert result.share("bert-large-classifier").throughput_per_copy == 53.2
@@ -102,20 +114,27 @@ def test_copies_pack_onto_a_multi_gpu_instance(project):
 def test_cold_start_is_alarm_launch_and_start_up(project):
     t5 = project.model("t5-spelling")
     from inferstack.triton import startup
-    assert packing.cold_start_seconds(t5) == (packing.NO_CAPACITY_ALARM_SECONDS + packing.INSTANCE_LAUNCH_SECONDS
-                                              + startup.estimated_seconds(t5))
-    assert fleet_plan(project, "triton-shared", "dev").share("t5-spelling").cold_start_seconds == \
-        packing.cold_start_seconds(t5)
+
+    assert packing.cold_start_seconds(t5) == (
+        packing.NO_CAPACITY_ALARM_SECONDS + packing.INSTANCE_LAUNCH_SECONDS + startup.estimated_seconds(t5)
+    )
+    assert fleet_plan(project, "triton-shared", "dev").share(
+        "t5-spelling"
+    ).cold_start_seconds == packing.cold_start_seconds(t5)
 
 
 # ---------------------------------------------------------------- schedules and cost
 
-@pytest.mark.parametrize("start,end,hours_per_week", [
-    ("cron(0 20 ? * MON-FRI *)", "cron(0 7 ? * MON-FRI *)", 4 * 11 + 59),  # weeknights, and Fri 20:00 to Mon 07:00
-    ("cron(0 19 ? * FRI *)", "cron(0 6 ? * MON *)", 59),  # the weekend
-    ("cron(30 22 * * ? *)", "cron(30 6 * * ? *)", 7 * 8),  # every night, minutes honoured
-    ("cron(0 0 1 * ? *)", "cron(0 0 2 * ? *)", None),  # the first day of each month (day-of-month field)
-])
+
+@pytest.mark.parametrize(
+    "start,end,hours_per_week",
+    [
+        ("cron(0 20 ? * MON-FRI *)", "cron(0 7 ? * MON-FRI *)", 4 * 11 + 59),  # weeknights, and Fri 20:00 to Mon 07:00
+        ("cron(0 19 ? * FRI *)", "cron(0 6 ? * MON *)", 59),  # the weekend
+        ("cron(30 22 * * ? *)", "cron(30 6 * * ? *)", 7 * 8),  # every night, minutes honoured
+        ("cron(0 0 1 * ? *)", "cron(0 0 2 * ? *)", None),  # the first day of each month (day-of-month field)
+    ],
+)
 def test_window_share_of_the_week(start, end, hours_per_week):
     share = schedule.open_share(start, end, "UTC")
     if hours_per_week is None:
@@ -124,12 +143,15 @@ def test_window_share_of_the_week(start, end, hours_per_week):
         assert share == pytest.approx(hours_per_week / 168)
 
 
-@pytest.mark.parametrize("expression,message", [
-    ("cron(0 25 ? * MON-FRI *)", "outside 0-23"),
-    ("cron(0 7 L * ? *)", "L, W and # are not evaluated"),
-    ("cron(0 7 ? * FUNDAY *)", "not a number or a name"),
-    ("cron(*/0 7 ? * MON *)", "bad step"),
-])
+@pytest.mark.parametrize(
+    "expression,message",
+    [
+        ("cron(0 25 ? * MON-FRI *)", "outside 0-23"),
+        ("cron(0 7 L * ? *)", "L, W and # are not evaluated"),
+        ("cron(0 7 ? * FUNDAY *)", "not a number or a name"),
+        ("cron(*/0 7 ? * MON *)", "bad step"),
+    ],
+)
 def test_unreadable_crons_are_errors(expression, message):
     with pytest.raises(schedule.CronError, match=message):
         schedule.open_share(expression, "cron(0 7 ? * MON *)")
@@ -148,7 +170,8 @@ def test_fleet_cost_against_one_model_per_accelerator(project):
     dedicated = [planning.plan(m, "dev", env) for m in project.fleet_members("intent-pack")]
     assert cost.dedicated_instances_at_peak == sum(p.instances_at_peak for p in dedicated)
     assert cost.dedicated_monthly_at_min == pytest.approx(
-        sum(p.min_capacity for p in dedicated) * price * pricing.HOURS_PER_MONTH)
+        sum(p.min_capacity for p in dedicated) * price * pricing.HOURS_PER_MONTH
+    )
     assert cost.monthly_saving_at_min == pytest.approx(cost.dedicated_monthly_at_min - cost.monthly_at_min)
 
 
@@ -173,12 +196,14 @@ def test_plan_prints_the_layout_and_the_saving():
 
 def test_plan_json_carries_the_fleets():
     import json
+
     result = run("-m", "inferstack", "plan", "--json", "--env", "prod")
     fleets = json.loads(result.stdout)["fleets"]
     assert [f["fleet"] for f in fleets] == ["intent-pack"]  # triton-shared deploys in dev only
     assert fleets[0]["instances_at_peak"] == 13
     assert fleets[0]["cost"]["monthly_saving_at_min"] == pytest.approx(
-        fleets[0]["cost"]["dedicated_monthly_at_min"] - fleets[0]["cost"]["monthly_at_min"])
+        fleets[0]["cost"]["dedicated_monthly_at_min"] - fleets[0]["cost"]["monthly_at_min"]
+    )
 
 
 def test_in_flight_target_is_littles_law_at_the_request_target(project):
@@ -189,4 +214,5 @@ def test_in_flight_target_is_littles_law_at_the_request_target(project):
     result = fleet_plan(project, "intent-pack", "prod")
     share = result.share("duplicate-bert")
     assert result.target_in_flight_per_task("duplicate-bert") == pytest.approx(
-        result.target_per_task_per_minute("duplicate-bert") / 60 * share.profile_p99_ms / 1000)
+        result.target_per_task_per_minute("duplicate-bert") / 60 * share.profile_p99_ms / 1000
+    )

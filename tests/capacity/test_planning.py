@@ -22,8 +22,12 @@ def test_target_formula_is_rps_times_safety_times_60():
 def test_intent_bert_in_prod(project):
     plan = planning.plan(project.model("intent-bert"), "prod", project.environments["prod"])
     # 16,000 TPS / (4,000/s x 0.5) = 8 instances; min/max from the model's capacity block
-    assert (plan.instance_type, plan.instances_at_peak, plan.min_capacity, plan.max_capacity) == \
-        ("inf1.6xlarge", 8, 2, 10)
+    assert (plan.instance_type, plan.instances_at_peak, plan.min_capacity, plan.max_capacity) == (
+        "inf1.6xlarge",
+        8,
+        2,
+        10,
+    )
     assert plan.target_per_instance_per_minute == pytest.approx(4000 * 0.5 * 60)
     assert plan.meets_slo
 

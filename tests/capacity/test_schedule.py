@@ -10,21 +10,25 @@ import pytest
 from inferstack.capacity import schedule
 
 
-@pytest.mark.parametrize("aas, unix", [
-    ("cron(0 20 ? * MON-FRI *)", "0 20 * * MON-FRI"),
-    ("cron(30 6 ? * 2-6 *)", "30 6 * * 1-5"),  # 1-7 from SUNDAY -> 0-6 from Sunday
-    ("cron(0 */2 ? * 1,7 *)", "0 */2 * * 0,6"),
-    ("cron(0 8 ? * 2/2 *)", "0 8 * * 1-6/2"),  # from MONDAY, every other day
-    ("cron(0 8 ? * MON/2 *)", "0 8 * * MON-SAT/2"),
-    ("cron(15 3 1 * ? *)", "15 3 1 * *"),
-    ("cron(0 0 ? JAN-MAR SUN *)", "0 0 * JAN-MAR SUN"),
-])
+@pytest.mark.parametrize(
+    "aas, unix",
+    [
+        ("cron(0 20 ? * MON-FRI *)", "0 20 * * MON-FRI"),
+        ("cron(30 6 ? * 2-6 *)", "30 6 * * 1-5"),  # 1-7 from SUNDAY -> 0-6 from Sunday
+        ("cron(0 */2 ? * 1,7 *)", "0 */2 * * 0,6"),
+        ("cron(0 8 ? * 2/2 *)", "0 8 * * 1-6/2"),  # from MONDAY, every other day
+        ("cron(0 8 ? * MON/2 *)", "0 8 * * MON-SAT/2"),
+        ("cron(15 3 1 * ? *)", "15 3 1 * *"),
+        ("cron(0 0 ? JAN-MAR SUN *)", "0 0 * JAN-MAR SUN"),
+    ],
+)
 def test_unix_recurrence(aas, unix):
     assert schedule.unix_recurrence(aas) == unix
 
 
-@pytest.mark.parametrize("bad", ["cron(0 8 ? * MON 2027)", "cron(0 8 L * ? *)", "cron(0 8 ? * 6#3 *)",
-                                 "rate(5 minutes)"])
+@pytest.mark.parametrize(
+    "bad", ["cron(0 8 ? * MON 2027)", "cron(0 8 L * ? *)", "cron(0 8 ? * 6#3 *)", "rate(5 minutes)"]
+)
 def test_what_unix_cron_cannot_say_is_refused(bad):
     with pytest.raises(schedule.CronError):
         schedule.unix_recurrence(bad)

@@ -34,8 +34,10 @@ def test_validate_warns_about_models_on_inf1_and_says_how_to_move_them():
     result = run("-m", "inferstack", "validate")
     assert result.returncode == 0
     lines = [line for line in result.stderr.strip().splitlines() if "neuron_generation" in line]
-    assert [line.split(": ")[0] for line in lines] == ["model_configs/duplicate-bert.yaml:13",
-                                                       "model_configs/intent-bert.yaml:12"]
+    assert [line.split(": ")[0] for line in lines] == [
+        "model_configs/duplicate-bert.yaml:13",
+        "model_configs/intent-bert.yaml:12",
+    ]
     for line in lines:
         assert ": compile.neuron_generation: warning: torch-neuron (Inf1) is no longer officially supported" in line
         assert "set compile.neuron_generation: inf2" in line and "plan --compare" in line
@@ -48,11 +50,14 @@ def test_validate_has_no_warning_for_inf2_models(config_copy):
         path = config_copy / name
         path.write_text(path.read_text().replace("neuron_generation: inf1", "neuron_generation: inf2"))
     from inferstack import config as config_module
+
     with pytest.raises(config_module.ConfigError):  # their inf1 instance types no longer fit: still an error
         config_module.load(config_copy)
     project = config_module.load(CONFIG_DIR)
     assert [w.file for w in project.warnings if "neuron_generation" in w.key] == [
-        "model_configs/duplicate-bert.yaml", "model_configs/intent-bert.yaml"]
+        "model_configs/duplicate-bert.yaml",
+        "model_configs/intent-bert.yaml",
+    ]
     # its only warning is prod's estimate (tests/config/test_measured_profile.py), none about its generation
     assert [w.key for w in project.warnings if "intent-bert-inf2" in w.file] == ["throughput_profile.inf2.xlarge"]
 
@@ -97,8 +102,7 @@ def test_synth_rejects_an_unknown_environment(tmp_path):
     outdir = tmp_path / "cdk.out"
     result = run("app.py", env=cdk_env(outdir, environments="dev,qa"))
     assert result.returncode == 2
-    assert result.stderr.strip() == ("cdk.json/-c environments: unknown environment(s) qa; "
-                                     "known: dev, staging, prod")
+    assert result.stderr.strip() == ("cdk.json/-c environments: unknown environment(s) qa; known: dev, staging, prod")
     assert_nothing_written(outdir)
 
 
@@ -126,12 +130,23 @@ def test_cdk_synth_through_the_cli_is_clean(tmp_path, ci):
     # merged in the order printed.
     outdir = tmp_path / "cdk.out"
     env = {key: value for key, value in os.environ.items() if key != "CI"}
-    env.update({"CDK_DISABLE_CLI_TELEMETRY": "true",
-                "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])})
+    env.update(
+        {
+            "CDK_DISABLE_CLI_TELEMETRY": "true",
+            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]),
+        }
+    )
     if ci:
         env["CI"] = ci
-    result = subprocess.run(["cdk", "synth", "--quiet", "-c", "environments=dev", "-o", str(outdir)], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, timeout=300)
+    result = subprocess.run(
+        ["cdk", "synth", "--quiet", "-c", "environments=dev", "-o", str(outdir)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     output = result.stdout
     assert result.returncode == 0, output[-3000:]
     lines = [line for line in output.splitlines() if line.strip()]
@@ -145,14 +160,19 @@ def test_validate_warns_that_a_fleet_member_loses_its_data_capture():
     result = run("-m", "inferstack", "validate")
     (line,) = [line for line in result.stderr.splitlines() if "data_capture" in line]
     assert line.startswith("model_configs/bert-large-classifier.yaml:")
-    assert line.split(": ", 1)[1].startswith("data_capture: warning: not applied in dev, where an "
-                                             "inference-components fleet carries bert-large-classifier")
+    assert line.split(": ", 1)[1].startswith(
+        "data_capture: warning: not applied in dev, where an inference-components fleet carries bert-large-classifier"
+    )
 
 
 def test_validate_warns_when_a_rollout_bakes_less_than_its_alarms_need(config_copy):
     path = config_copy / "intent-bert-inf2.yaml"
-    path.write_text(path.read_text().replace("wait_interval_seconds: 180, termination_wait_seconds: 0",
-                                             "wait_interval_seconds: 60, termination_wait_seconds: 0"))
+    path.write_text(
+        path.read_text().replace(
+            "wait_interval_seconds: 180, termination_wait_seconds: 0",
+            "wait_interval_seconds: 60, termination_wait_seconds: 0",
+        )
+    )
     result = run("-m", "inferstack", "validate", "--config-dir", str(config_copy))
     assert result.returncode == 0
     (line,) = [line for line in result.stderr.splitlines() if "bake" in line]

@@ -42,19 +42,31 @@ def _published_rounding(value: float) -> Decimal:
 
 def _reference_model(name, itype, throughput, pipeline_cores):
     common = {
-        "name": name, "source": {"huggingface_id": "bert-base-uncased", "task": "text-classification",
-                                 "labels": ["a", "b"]},
+        "name": name,
+        "source": {"huggingface_id": "bert-base-uncased", "task": "text-classification", "labels": ["a", "b"]},
         "slo": {"p99_latency_ms": 100, "peak_tps": throughput},
-        "throughput_profile": {itype: {"throughput_per_second": throughput, "p99_latency_ms": 20,
-                                       "source": "AWS ML Blog, BERT-base on Inferentia"}},
+        "throughput_profile": {
+            itype: {
+                "throughput_per_second": throughput,
+                "p99_latency_ms": 20,
+                "source": "AWS ML Blog, BERT-base on Inferentia",
+            }
+        },
         "capacity": {"instance_type": itype, "min": 1, "max": 4},
     }
     if itype.startswith("ml."):
         return {**common, "kind": "triton-sagemaker", "serving": {"backend": "onnx"}}
-    compile_ = {"neuron_generation": "inf1", "parallelism": "pipeline" if pipeline_cores else "data-parallel",
-                "neuron_cores_per_model": pipeline_cores or 1}
-    return {**common, "kind": "neuron-ecs", "compile": compile_,
-            "serving": {"data_parallel": not pipeline_cores, "workers": 1}}
+    compile_ = {
+        "neuron_generation": "inf1",
+        "parallelism": "pipeline" if pipeline_cores else "data-parallel",
+        "neuron_cores_per_model": pipeline_cores or 1,
+    }
+    return {
+        **common,
+        "kind": "neuron-ecs",
+        "compile": compile_,
+        "serving": {"data_parallel": not pipeline_cores, "workers": 1},
+    }
 
 
 @pytest.fixture
@@ -97,10 +109,16 @@ def test_plan_json_has_one_object_per_model_and_environment():
     rows = json.loads(result.stdout)["models"]
     assert len(rows) == 15  # 5 models x 3 environments
     prod_intent = next(r for r in rows if (r["model"], r["env"]) == ("intent-bert", "prod"))
-    assert {k: prod_intent[k] for k in ("instance_type", "throughput_per_instance", "instances_min",
-                                        "instances_max", "instances_at_peak")} == {
-        "instance_type": "inf1.6xlarge", "throughput_per_instance": 4000.0, "instances_min": 2,
-        "instances_max": 10, "instances_at_peak": 8}
+    assert {
+        k: prod_intent[k]
+        for k in ("instance_type", "throughput_per_instance", "instances_min", "instances_max", "instances_at_peak")
+    } == {
+        "instance_type": "inf1.6xlarge",
+        "throughput_per_instance": 4000.0,
+        "instances_min": 2,
+        "instances_max": 10,
+        "instances_at_peak": 8,
+    }
     assert prod_intent["cost_per_hour"] == pytest.approx(8 * 1.18)
     assert prod_intent["cost_per_million"] == pytest.approx(1.18 / (4000 * 3600) * 1e6)
     assert prod_intent["scaling_target_per_instance_per_minute"] == pytest.approx(4000 * 0.5 * 60)
@@ -131,7 +149,9 @@ def test_plan_compare_ranks_only_measured_entries(config_copy):
     rows = plan_report.build(config.load(config_copy), ["prod"], compare=True)
     intent = next(r for r in rows if r.model == "intent-bert")
     assert [(o.instance_type, o.ranked, o.cheapest) for o in intent.compare] == [
-        ("inf1.6xlarge", True, True), ("inf1.xlarge", False, False)]  # ranked first, estimates apart
+        ("inf1.6xlarge", True, True),
+        ("inf1.xlarge", False, False),
+    ]  # ranked first, estimates apart
     assert intent.cheapest and intent.profile == "measured"
 
 
@@ -140,8 +160,14 @@ def mark_p95(config_dir, model: str, itype: str) -> None:
     path = config_dir / f"{model}.yaml"
     data = yaml.safe_load(path.read_text())
     point = data["throughput_profile"][itype]
-    point["measured"] = {"date": "2025-03-04", "method": "inference-recommender job j-1", "environment": "staging",
-                         "instances": 1, "p95_latency_ms": point["p99_latency_ms"], "results": "job.json"}
+    point["measured"] = {
+        "date": "2025-03-04",
+        "method": "inference-recommender job j-1",
+        "environment": "staging",
+        "instances": 1,
+        "p95_latency_ms": point["p99_latency_ms"],
+        "results": "job.json",
+    }
     path.write_text(yaml.safe_dump(data, sort_keys=False))
 
 
@@ -153,17 +179,27 @@ def test_plan_compare_does_not_rank_a_p95_against_a_measured_p99(config_copy):
     rows = plan_report.build(config.load(config_copy), ["prod"], compare=True, today=datetime.date(2025, 3, 16))
     intent = next(r for r in rows if r.model == "intent-bert")
     assert [(o.instance_type, o.profile, o.measured_percentile, o.ranked, o.cheapest) for o in intent.compare] == [
-        ("inf1.6xlarge", "measured", "p99", True, True), ("inf1.xlarge", "measured", "p95", False, False)]
+        ("inf1.6xlarge", "measured", "p99", True, True),
+        ("inf1.xlarge", "measured", "p95", False, False),
+    ]
     assert intent.compare[1].profile_caveat == "p95 from Inference Recommender, not a p99 measurement"
     table = plan_report.to_table(rows)
     (line,) = [line for line in table.splitlines() if "inf1.xlarge" in line and "not ranked: measured" in line]
     assert line.rstrip().endswith(
-        "not ranked: measured 2025-03-04 (12d ago), p95 from Inference Recommender, not a p99 measurement")
-    assert ("p95: the entry's latency is an Inference Recommender job's p95 (measured.p95_latency_ms), not a p99 "
-            "measurement; its p99 is assumed, and --compare does not rank it") in table
+        "not ranked: measured 2025-03-04 (12d ago), p95 from Inference Recommender, not a p99 measurement"
+    )
+    assert (
+        "p95: the entry's latency is an Inference Recommender job's p95 (measured.p95_latency_ms), not a p99 "
+        "measurement; its p99 is assumed, and --compare does not rank it"
+    ) in table
     as_json = json.loads(plan_report.to_json(rows))
-    option = next(o for m in as_json["models"] if m["model"] == "intent-bert" for o in m["compare"]
-                  if o["instance_type"] == "inf1.xlarge")
+    option = next(
+        o
+        for m in as_json["models"]
+        if m["model"] == "intent-bert"
+        for o in m["compare"]
+        if o["instance_type"] == "inf1.xlarge"
+    )
     assert (option["measured_percentile"], option["ranked"]) == ("p95", False)
 
 
@@ -181,7 +217,11 @@ def test_plan_names_the_entry_each_row_is_sized_from_and_its_age(config_copy):
     rows = {(r.model, r.env): r for r in plan_report.build(project, ["prod"], today=today)}
     t5 = rows[("t5-spelling", "prod")]
     assert (t5.instance_type, t5.profile, t5.measured_date, t5.profile_age_days) == (
-        "ml.g4dn.xlarge", "measured", "2025-03-04", 12)
+        "ml.g4dn.xlarge",
+        "measured",
+        "2025-03-04",
+        12,
+    )
     assert rows[("bert-large-classifier", "prod")].profile == "estimate"
     assert rows[("bert-large-classifier", "prod")].profile_age_days is None
     table = plan_report.to_table(list(rows.values()))
@@ -192,8 +232,11 @@ def test_plan_names_the_entry_each_row_is_sized_from_and_its_age(config_copy):
     # a fleet's members: the entry the fleet's plan reads (dev's shared endpoint reads the models' own type)
     (fleet,) = [f for f in plan_report.build_fleets(project, ["dev"], today=today) if f.fleet == "triton-shared"]
     members = {m.model: m for m in fleet.members}
-    assert (members["t5-spelling"].profile_instance_type, members["t5-spelling"].profile,
-            members["t5-spelling"].profile_age_days) == ("ml.g4dn.xlarge", "measured", 12)
+    assert (
+        members["t5-spelling"].profile_instance_type,
+        members["t5-spelling"].profile,
+        members["t5-spelling"].profile_age_days,
+    ) == ("ml.g4dn.xlarge", "measured", 12)
     assert members["bert-large-classifier"].profile == "estimate"
     text = plan_report.fleets_to_text([fleet])
     assert "profile ml.g4dn.xlarge measured 2025-03-04 (12d ago)" in text
@@ -238,10 +281,13 @@ def test_environment_price_override_changes_cost(config_copy):
     assert intent.cost_per_hour == pytest.approx(16.0) and intent.price_source == "environments.yaml override"
 
 
-@pytest.mark.parametrize("prices,expected", [
-    ({"inf9.huge": 1.0}, "environments.prod.prices.inf9.huge: unknown instance type 'inf9.huge'"),
-    ({"inf1.xlarge": -1}, "environments.prod.prices.inf1.xlarge: Input should be greater than 0"),
-])
+@pytest.mark.parametrize(
+    "prices,expected",
+    [
+        ({"inf9.huge": 1.0}, "environments.prod.prices.inf9.huge: unknown instance type 'inf9.huge'"),
+        ({"inf1.xlarge": -1}, "environments.prod.prices.inf1.xlarge: Input should be greater than 0"),
+    ],
+)
 def test_bad_price_overrides_are_rejected(config_copy, prices, expected):
     data = yaml.safe_load((config_copy / "environments.yaml").read_text())
     data["environments"]["prod"]["prices"] = prices
@@ -267,12 +313,17 @@ def test_compare_puts_one_checkpoint_on_inf1_and_inf2_side_by_side(config_copy):
     assert result.returncode == 0, result.stderr
     rows = json.loads(result.stdout)["generations"]
     assert {(r["model"], r["instance_type"]) for r in rows} == {
-        ("intent-bert", "inf1.6xlarge"), ("intent-bert", "inf1.xlarge"),
-        ("intent-bert-inf2", "inf2.xlarge"), ("intent-bert-inf2", "inf2.8xlarge")}
+        ("intent-bert", "inf1.6xlarge"),
+        ("intent-bert", "inf1.xlarge"),
+        ("intent-bert-inf2", "inf2.xlarge"),
+        ("intent-bert-inf2", "inf2.8xlarge"),
+    }
     assert {(r["peak_tps"], r["slo_p99_ms"]) for r in rows} == {(16000, 10)}  # intent-bert's prod SLO for all
     inf2 = next(r for r in rows if r["instance_type"] == "inf2.xlarge")
     assert inf2["instances_at_peak"] == math.ceil(16000 / (1500 * 0.5))
-    assert inf2["cost_per_hour"] == pytest.approx(inf2["instances_at_peak"] * pricing.PRICES["inf2.xlarge"].usd_per_hour)
+    assert inf2["cost_per_hour"] == pytest.approx(
+        inf2["instances_at_peak"] * pricing.PRICES["inf2.xlarge"].usd_per_hour
+    )
     assert inf2["price_recorded"] == pricing.RECORDED and inf2["support"].startswith("current")
     cheapest = [r for r in rows if r["cheapest"]]
     assert len(cheapest) == 1

@@ -31,6 +31,7 @@ def only(problems: list[str], text: str) -> str:
 
 # ---------------------------------------------------------------- what validate rejects
 
+
 def test_an_unknown_environment_in_deploy_in_is_rejected_with_its_key_and_a_suggestion(config_copy):
     deploy_only_in(config_copy, "dev", "prdo")
     problem = only(problems_of(config_copy), "deploy_in.1:")
@@ -53,9 +54,11 @@ def test_an_override_for_an_environment_the_model_is_not_deployed_in_is_rejected
     deploy_only_in(config_copy, "dev")  # the file keeps its staging block
     text = (config_copy / FILE).read_text().splitlines()
     problem = only(problems_of(config_copy), "environments.staging:")
-    assert problem == (f"model_configs/{FILE}:{text.index('  staging:') + 1}: environments.staging: staging is not in "
-                       f"deploy_in (dev), so this override would never apply: add staging to deploy_in, or remove "
-                       f"the block")
+    assert problem == (
+        f"model_configs/{FILE}:{text.index('  staging:') + 1}: environments.staging: staging is not in "
+        f"deploy_in (dev), so this override would never apply: add staging to deploy_in, or remove "
+        f"the block"
+    )
 
 
 def test_a_neuron_cores_fleet_member_missing_from_an_environment_is_rejected_in_environments_yaml(config_copy):
@@ -64,16 +67,20 @@ def test_a_neuron_cores_fleet_member_missing_from_an_environment_is_rejected_in_
     problem = only(problems_of(config_copy), "fleets.intent-pack.models.1:")
     line = int(problem.split(":")[1])
     assert problem.startswith("model_configs/environments.yaml:") and "duplicate-bert" in text[line - 1]
-    assert ("duplicate-bert is not deployed in prod (its deploy_in: dev, staging), where fleet intent-pack deploys: "
-            "a neuron-cores fleet deploys in every environment") in problem
+    assert (
+        "duplicate-bert is not deployed in prod (its deploy_in: dev, staging), where fleet intent-pack deploys: "
+        "a neuron-cores fleet deploys in every environment"
+    ) in problem
 
 
 def test_an_inference_components_fleet_member_must_be_deployed_where_the_fleet_is(config_copy):
     deploy_only_in(config_copy, "staging", "prod", model_file="t5-spelling.yaml")
     edit_yaml(config_copy / "t5-spelling.yaml", lambda d: d["environments"].pop("dev"))
     problem = only(problems_of(config_copy), "fleets.triton-shared.models.1:")
-    assert "t5-spelling is not deployed in dev (its deploy_in: staging, prod), where fleet triton-shared deploys" \
+    assert (
+        "t5-spelling is not deployed in dev (its deploy_in: staging, prod), where fleet triton-shared deploys"
         in problem
+    )
 
 
 def test_a_fleet_member_deployed_wherever_the_fleet_is_loads(config_copy):
@@ -85,6 +92,7 @@ def test_a_fleet_member_deployed_wherever_the_fleet_is_loads(config_copy):
 
 
 # ---------------------------------------------------------------- not validated or planned where it is not deployed
+
 
 def shrink_prod(config_dir: Path) -> None:
     """prod (no override) gets max 1, which cannot carry intent-bert-inf2's peak of 2,000 TPS."""
@@ -123,17 +131,19 @@ def test_plan_compare_leaves_out_a_generation_pair_where_one_is_not_deployed(con
 
 # ---------------------------------------------------------------- not built, pinned, promoted or smoke-tested there
 
+
 def test_image_units_stacks_and_synth_shards_leave_it_out_where_it_is_not_deployed(config_copy):
     from stacks.app_builder import shard_groups
 
     deploy_only_in(config_copy, "dev", "staging")
     project = config.load(config_copy)
-    assert [m.name for m in project.models_in("prod")] == [
-        m.name for m in project.models if m.name != MODEL]
+    assert [m.name for m in project.models_in("prod")] == [m.name for m in project.models if m.name != MODEL]
     assert MODEL in {u.name for u in project.image_units("staging")}
     assert MODEL not in {u.name for u in project.image_units("prod")}  # pins, promote --to prod, smoke
     deployed = {env: [m.name for m in project.models_in(env)] for env in project.environments}
-    shards = plan_shards(list(project.environments), deployed, 3, together=shard_groups(project, list(project.environments)))
+    shards = plan_shards(
+        list(project.environments), deployed, 3, together=shard_groups(project, list(project.environments))
+    )
     placed = {(env, m) for shard in shards for env, models in shard.models.items() for m in models}
     assert ("staging", MODEL) in placed and ("prod", MODEL) not in placed
 
@@ -155,16 +165,27 @@ def test_the_stage_builds_no_stack_where_the_model_is_not_deployed(config_copy):
 
 
 def _pin(env: str, account: str, region: str, units: list[str]) -> dict:
-    return {"format": release_pin.PIN_FORMAT, "environment": env, "promoted_from": "staging",
-            "images": {u: {"repository_uri": f"{account}.dkr.ecr.{region}.amazonaws.com/inferstack/{u}",
-                           "digest": "sha256:" + "a" * 64} for u in units}}
+    return {
+        "format": release_pin.PIN_FORMAT,
+        "environment": env,
+        "promoted_from": "staging",
+        "images": {
+            u: {
+                "repository_uri": f"{account}.dkr.ecr.{region}.amazonaws.com/inferstack/{u}",
+                "digest": "sha256:" + "a" * 64,
+            }
+            for u in units
+        },
+    }
 
 
 def test_a_release_pin_covers_only_what_the_environment_deploys(config_copy):
     deploy_only_in(config_copy, "dev", "staging")
     units = [u.name for u in config.load(config_copy).image_units("prod")]
-    edit_yaml(config_copy / "environments.yaml",
-              set_at("environments", "prod", "release", value={"manifest": "releases/prod.json"}))
+    edit_yaml(
+        config_copy / "environments.yaml",
+        set_at("environments", "prod", "release", value={"manifest": "releases/prod.json"}),
+    )
     (config_copy / "releases").mkdir()
     pin = config_copy / "releases" / "prod.json"
     pin.write_text(json.dumps(_pin("prod", "333333333333", "us-west-2", units)))

@@ -42,12 +42,13 @@ def test_all_at_once_is_unchanged():
 def test_an_off_hours_minimum_counts_as_the_fleet():
     """A deploy at night meets the off-hours fleet: the smallest of the planned and off-hours minimums."""
     import aws_cdk as cdk
-    from aws_cdk import aws_ec2 as ec2, aws_ecr as ecr, aws_kms as kms
+    from aws_cdk import aws_ec2 as ec2
+    from aws_cdk import aws_ecr as ecr
+    from aws_cdk import aws_kms as kms
+    from aws_cdk import aws_logs as logs
 
     from inferstack import config
     from inferstack.capacity import planning
-    from aws_cdk import aws_logs as logs
-
     from inferstack.constructs.triton_endpoint import TritonEndpoint
     from inferstack.schema.off_hours import OffHours
     from tests.support.paths import CONFIG_DIR
@@ -60,18 +61,33 @@ def test_an_off_hours_minimum_counts_as_the_fleet():
     from tests.support.synth import cdk_json_context
 
     # The app's context (cdk.json), as synth runs: partition literals among it.
-    stack = cdk.Stack(cdk.App(context=cdk_json_context()), "prod-bert",
-                      env={"account": environment.account, "region": environment.region})
-    vpc = ec2.Vpc.from_vpc_attributes(stack, "Vpc", vpc_id="vpc-0123456789abcdef0",
-                                      availability_zones=["us-west-2a", "us-west-2b"],
-                                      private_subnet_ids=["subnet-0a", "subnet-0b"])
+    stack = cdk.Stack(
+        cdk.App(context=cdk_json_context()),
+        "prod-bert",
+        env={"account": environment.account, "region": environment.region},
+    )
+    vpc = ec2.Vpc.from_vpc_attributes(
+        stack,
+        "Vpc",
+        vpc_id="vpc-0123456789abcdef0",
+        availability_zones=["us-west-2a", "us-west-2b"],
+        private_subnet_ids=["subnet-0a", "subnet-0b"],
+    )
     night = OffHours(start="cron(0 20 ? * MON-FRI *)", end="cron(0 7 ? * MON-FRI *)", min=1, max=1)
     endpoint = TritonEndpoint(
-        stack, "Triton", model=model, plan=plan, off_hours=[night], image_uri="example/image@sha256:0",
-        image_repository=ecr.Repository.from_repository_name(stack, "Repo", "serving"), vpc=vpc,
+        stack,
+        "Triton",
+        model=model,
+        plan=plan,
+        off_hours=[night],
+        image_uri="example/image@sha256:0",
+        image_repository=ecr.Repository.from_repository_name(stack, "Repo", "serving"),
+        vpc=vpc,
         subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
         key=kms.Key.from_key_arn(stack, "Key", "arn:aws:kms:us-west-2:333333333333:key/0"),
-        alarm_topic_arn="arn:aws:sns:us-west-2:333333333333:topic", removal_policy=cdk.RemovalPolicy.DESTROY,
-        log_group=logs.LogGroup.from_log_group_name(stack, "Logs", "serving"))
+        alarm_topic_arn="arn:aws:sns:us-west-2:333333333333:topic",
+        removal_policy=cdk.RemovalPolicy.DESTROY,
+        log_group=logs.LogGroup.from_log_group_name(stack, "Logs", "serving"),
+    )
     assert model.deployment.strategy == "canary"
     assert endpoint.deployment.strategy == "all-at-once"

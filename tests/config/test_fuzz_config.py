@@ -39,11 +39,15 @@ def mutated_config(draw) -> tuple[str, str]:
             break
     text = yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
     if draw(st.booleans()):  # share one mapping through an anchor, as a careful author might
-        text += draw(st.sampled_from([
-            "x-shared: &shared {min: 1, max: 2}\nx-user: *shared\n",
-            "x-list: &l [1, 2, 3]\nx-more: [*l, *l, *l]\n",
-            "x-merge: &m {a: 1}\nx-into: {<<: *m, b: 2}\n",
-        ]))
+        text += draw(
+            st.sampled_from(
+                [
+                    "x-shared: &shared {min: 1, max: 2}\nx-user: *shared\n",
+                    "x-list: &l [1, 2, 3]\nx-more: [*l, *l, *l]\n",
+                    "x-merge: &m {a: 1}\nx-into: {<<: *m, b: 2}\n",
+                ]
+            )
+        )
     return name, text
 
 
@@ -60,11 +64,30 @@ yaml_text = st.one_of(
     st.integers(1, 3000).map(lambda n: "name: " + "[" * n + "]" * n + "\n"),
     st.integers(1, 3000).map(lambda n: "".join("  " * i + f"k{i}:\n" for i in range(n)) + "  " * n + "v\n"),
     st.text(alphabet="[]{}:-,&*!|>'\"#%@` \n\t.0123456789eEinfa<~?", max_size=80),
-    st.lists(st.sampled_from(["name: x\n", "kind: neuron-ecs\n", "a: &a [1]\n", "b: *a\n", "c: *zz\n",
-                              "!!python/object:os.system ls\n", "d: !!binary AAAA\n", "e: !!set {1, 2}\n",
-                              "--- \n", "f: 2024-13-45\n", "g: 1.0e400\n", "h: " + "9" * 5000 + "\n",
-                              "? [x]\n: y\n", "<<: *a\n", "i: &i {j: *i}\n", "\t- tab\n", "%YAML 1.1\n"]),
-             max_size=6).map("".join),
+    st.lists(
+        st.sampled_from(
+            [
+                "name: x\n",
+                "kind: neuron-ecs\n",
+                "a: &a [1]\n",
+                "b: *a\n",
+                "c: *zz\n",
+                "!!python/object:os.system ls\n",
+                "d: !!binary AAAA\n",
+                "e: !!set {1, 2}\n",
+                "--- \n",
+                "f: 2024-13-45\n",
+                "g: 1.0e400\n",
+                "h: " + "9" * 5000 + "\n",
+                "? [x]\n: y\n",
+                "<<: *a\n",
+                "i: &i {j: *i}\n",
+                "\t- tab\n",
+                "%YAML 1.1\n",
+            ]
+        ),
+        max_size=6,
+    ).map("".join),
 )
 
 

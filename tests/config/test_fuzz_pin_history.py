@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import tempfile
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -37,20 +37,29 @@ commits = st.none() | st.from_regex(r"^[0-9a-f]{40}$", fullmatch=True)
 def entries(draw, number: int) -> HistoryEntry:
     """A valid entry that can stand at line `number`."""
     images = draw(st.dictionaries(units, digests, min_size=1, max_size=4))
-    pin = ReleasePin(format=PIN_FORMAT, environment=ENV, promoted_from="dev",
-                     release=ReleaseIdentity(commit=draw(commits), config_sha256=draw(st.none() | digests.map(
-                         lambda d: d[7:]))),
-                     images={u: PinnedImage(repository_uri=f"{REGISTRY}/inferstack/{u}", digest=d)
-                             for u, d in images.items()})
+    pin = ReleasePin(
+        format=PIN_FORMAT,
+        environment=ENV,
+        promoted_from="dev",
+        release=ReleaseIdentity(commit=draw(commits), config_sha256=draw(st.none() | digests.map(lambda d: d[7:]))),
+        images={u: PinnedImage(repository_uri=f"{REGISTRY}/inferstack/{u}", digest=d) for u, d in images.items()},
+    )
     rollback = number > 1 and draw(st.booleans())
-    return HistoryEntry(format=HISTORY_FORMAT, environment=ENV, action="rollback" if rollback else "promote",
-                        promoted_from=None if rollback else "dev",
-                        rolled_back_to=draw(st.integers(1, number - 1)) if rollback else None,
-                        at=draw(st.datetimes(min_value=datetime(2000, 1, 1), max_value=datetime(2100, 1, 1),
-                                             timezones=st.just(timezone.utc))),
-                        by=draw(st.text(st.characters(codec="utf-8", categories=["L", "N", "P", "S"]),
-                                        min_size=1, max_size=20).filter(lambda s: s.strip() == s)),
-                        repository_commit=draw(commits), pin=pin)
+    return HistoryEntry(
+        format=HISTORY_FORMAT,
+        environment=ENV,
+        action="rollback" if rollback else "promote",
+        promoted_from=None if rollback else "dev",
+        rolled_back_to=draw(st.integers(1, number - 1)) if rollback else None,
+        at=draw(st.datetimes(min_value=datetime(2000, 1, 1), max_value=datetime(2100, 1, 1), timezones=st.just(UTC))),
+        by=draw(
+            st.text(st.characters(codec="utf-8", categories=["L", "N", "P", "S"]), min_size=1, max_size=20).filter(
+                lambda s: s.strip() == s
+            )
+        ),
+        repository_commit=draw(commits),
+        pin=pin,
+    )
 
 
 @st.composite
@@ -72,10 +81,24 @@ def mutated_history(draw) -> str:
 
 raw_text = st.one_of(
     st.text(alphabet='{}[]":,\n\r\t 0123456789eE.-+truefalsn\\u2028', max_size=80),
-    st.lists(st.sampled_from(['{}\n', '[]\n', '"x"\n', '\n', '{"format": "inferstack-pin-history/1"}\n',
-                              '{"format": "inferstack-pin-history/1", "pin": ' + "[" * 2000 + "\n",
-                              "1" * 5000 + "\n", '{"a": NaN}\n', '{"a": 1e400}\n', "\ufeff{}\n", "\u2028\n"]),
-             max_size=5).map("".join),
+    st.lists(
+        st.sampled_from(
+            [
+                "{}\n",
+                "[]\n",
+                '"x"\n',
+                "\n",
+                '{"format": "inferstack-pin-history/1"}\n',
+                '{"format": "inferstack-pin-history/1", "pin": ' + "[" * 2000 + "\n",
+                "1" * 5000 + "\n",
+                '{"a": NaN}\n',
+                '{"a": 1e400}\n',
+                "\ufeff{}\n",
+                "\u2028\n",
+            ]
+        ),
+        max_size=5,
+    ).map("".join),
 )
 
 

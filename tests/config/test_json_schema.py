@@ -19,7 +19,8 @@ SCHEMA_DIR = CONFIG_DIR / "schema"
 def test_committed_schema_is_in_sync(name):
     committed = (SCHEMA_DIR / name).read_text()
     assert committed == json_schema.render()[name], (
-        f"model_configs/schema/{name} is stale: run `python -m inferstack schema`")
+        f"model_configs/schema/{name} is stale: run `python -m inferstack schema`"
+    )
 
 
 def _validator(name: str) -> jsonschema.Draft202012Validator:

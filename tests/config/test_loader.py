@@ -6,8 +6,8 @@ import pydantic
 import pytest
 
 from inferstack import config
-from inferstack.schema.neuron_ecs import NeuronCompile
 from inferstack.config import NeuronEcsModel, TritonSageMakerModel
+from inferstack.schema.neuron_ecs import NeuronCompile
 from tests.support.paths import CONFIG_DIR
 
 
@@ -49,7 +49,7 @@ def test_reference_workloads_are_shipped(project):
 
 def test_models_are_frozen(project):
     with pytest.raises(pydantic.ValidationError):
-        project.model("intent-bert").capacity.max = 99  # type: ignore[misc]
+        project.model("intent-bert").capacity.max = 99  # type: ignore[misc] - assigning to a frozen model is the test
 
 
 def test_environment_overrides_merge_over_model_defaults(project):
@@ -61,9 +61,7 @@ def test_environment_overrides_merge_over_model_defaults(project):
 
 
 def test_pipeline_mode_compiler_args():
-    comp = NeuronCompile(neuron_generation="inf1", parallelism="pipeline",
-                                       neuron_cores_per_model=16, cast="matmult")
+    comp = NeuronCompile(neuron_generation="inf1", parallelism="pipeline", neuron_cores_per_model=16, cast="matmult")
     assert comp.compiler_args() == ("--fp32-cast=matmult", "--neuroncore-pipeline-cores", "16")
-    inf2 = NeuronCompile(neuron_generation="inf2", cast="all", cast_type="fp16",
-                                       extra_compiler_args=("--optlevel=2",))
+    inf2 = NeuronCompile(neuron_generation="inf2", cast="all", cast_type="fp16", extra_compiler_args=("--optlevel=2",))
     assert inf2.compiler_args() == ("--auto-cast", "all", "--auto-cast-type", "fp16", "--optlevel=2")

@@ -9,43 +9,59 @@ from inferstack import config
 from tests.support.config_edits import assert_rejected, delete_at, edit_yaml, problems_of, set_at
 
 FILE = "environments.yaml"
-OTHER_ACCOUNT_CONNECTION = ("arn:aws:codeconnections:us-east-1:555555555555:connection/"
-                            "0b1c2d3e-4f50-4617-8293-a4b5c6d7e8f9")
+OTHER_ACCOUNT_CONNECTION = (
+    "arn:aws:codeconnections:us-east-1:555555555555:connection/0b1c2d3e-4f50-4617-8293-a4b5c6d7e8f9"
+)
 
 CASES = {
     "short account": (set_at("pipeline", "account", value="4444"), "pipeline.account: String should match pattern"),
     "bad region": (set_at("pipeline", "region", value="us-east"), "pipeline.region: String should match pattern"),
     "not a connection ARN": (
         set_at("pipeline", "connection_arn", value="arn:aws:iam::444444444444:role/github"),
-        "pipeline.connection_arn: String should match pattern"),
+        "pipeline.connection_arn: String should match pattern",
+    ),
     "connection without a UUID": (
         set_at("pipeline", "connection_arn", value="arn:aws:codestar-connections:us-east-1:444444444444:connection/x"),
-        "pipeline.connection_arn: String should match pattern"),
+        "pipeline.connection_arn: String should match pattern",
+    ),
     "connection of another account": (
         set_at("pipeline", "connection_arn", value=OTHER_ACCOUNT_CONNECTION),
         "pipeline.connection_arn: the connection belongs to account 555555555555, not the pipeline's account "
-        "444444444444"),
-    "missing connection": (delete_at("pipeline", "connection_arn"),
-                           "pipeline.connection_arn: required field is missing"),
-    "repository without owner": (set_at("pipeline", "repository", value="inferstack"),
-                                 "pipeline.repository: String should match pattern"),
-    "unknown stage": (set_at("pipeline", "stages", value=["dev", "qa"]),
-                      "pipeline.stages.1: unknown environment 'qa'; known: dev, staging, prod"),
-    "stage twice": (set_at("pipeline", "stages", value=["dev", "staging", "dev"]),
-                    "pipeline.stages.2: dev is deployed twice"),
+        "444444444444",
+    ),
+    "missing connection": (
+        delete_at("pipeline", "connection_arn"),
+        "pipeline.connection_arn: required field is missing",
+    ),
+    "repository without owner": (
+        set_at("pipeline", "repository", value="inferstack"),
+        "pipeline.repository: String should match pattern",
+    ),
+    "unknown stage": (
+        set_at("pipeline", "stages", value=["dev", "qa"]),
+        "pipeline.stages.1: unknown environment 'qa'; known: dev, staging, prod",
+    ),
+    "stage twice": (
+        set_at("pipeline", "stages", value=["dev", "staging", "dev"]),
+        "pipeline.stages.2: dev is deployed twice",
+    ),
     "no stages": (set_at("pipeline", "stages", value=[]), "pipeline.stages: Tuple should have at least 1 item"),
     "approval outside the stages": (
         set_at("pipeline", "approval_before", value=["qa"]),
-        "pipeline.approval_before.0: 'qa' is not one of pipeline.stages (dev, staging, prod)"),
+        "pipeline.approval_before.0: 'qa' is not one of pipeline.stages (dev, staging, prod)",
+    ),
     "unknown key": (set_at("pipeline", "approvals", value=["prod"]), "pipeline.approvals: unknown key"),
-    "bad smoke role name": (set_at("pipeline", "smoke_role_name", value="smoke role"),
-                            "pipeline.smoke_role_name: String should match pattern"),
+    "bad smoke role name": (
+        set_at("pipeline", "smoke_role_name", value="smoke role"),
+        "pipeline.smoke_role_name: String should match pattern",
+    ),
     # each foundation creates the smoke role by name, and IAM names are unique per account
     "two environments in one account": (
         set_at("environments", "staging", "account", value="111111111111"),
         "environments.staging.account: account 111111111111 is also dev's: each environment's foundation creates "
         "the IAM role inferstack-smoke (the smoke test's), and role names are unique per account; give each "
-        "environment its own account"),
+        "environment its own account",
+    ),
 }
 
 
@@ -90,6 +106,8 @@ def test_a_fleet_too_large_for_one_pipeline_stage_is_rejected(config_copy):
     assert len(config.load(config_copy).models) == 23
     add(18)
     problems = problems_of(config_copy)
-    assert problems == [f"model_configs/{FILE}:{problems[0].split(':')[1]}: pipeline.stages: 24 serving stacks need 51 "
-                        "actions in the dev stage; CodePipeline allows 50 per stage: remove the pipeline block "
-                        "and deploy with the CLI (docs/how-to/external-ci.md)"]
+    assert problems == [
+        f"model_configs/{FILE}:{problems[0].split(':')[1]}: pipeline.stages: 24 serving stacks need 51 "
+        "actions in the dev stage; CodePipeline allows 50 per stage: remove the pipeline block "
+        "and deploy with the CLI (docs/how-to/external-ci.md)"
+    ]

@@ -70,8 +70,11 @@ def circular_dependency_infos(outdir, env: str, stack: str) -> list[str]:
     """What CDK noted on the stack about deployment alarms and circular dependencies (the CLI prints each)."""
     nested = cx_api.CloudAssembly(str(outdir)).get_nested_assembly(f"assembly-{env}")
     (artifact,) = [s for s in nested.stacks if s.hierarchical_id == f"{env}/{stack}"]
-    return [f"{m.id}: {m.entry.data}" for m in artifact.messages
-            if "circular dependency" in str(m.entry.data) or "Deployment alarm (" in str(m.entry.data)]
+    return [
+        f"{m.id}: {m.entry.data}"
+        for m in artifact.messages
+        if "circular dependency" in str(m.entry.data) or "Deployment alarm (" in str(m.entry.data)
+    ]
 
 
 def deployment_alarms(resources: dict[str, dict]) -> tuple[str, list[str]]:
@@ -86,17 +89,28 @@ def deployment_alarms(resources: dict[str, dict]) -> tuple[str, list[str]]:
 
 # ----------------------------------------------------------------------------- the check itself
 
+
 def test_the_check_finds_the_cycle_cdk_warns_of():
     """The cycle the CDK README describes: an alarm on the service's own metric (ServiceName: its generated name),
     named in the service's deployment alarms."""
     resources = {
-        "Service": {"Type": "AWS::ECS::Service", "Properties": {"DeploymentConfiguration": {
-            "Alarms": {"AlarmNames": [{"Ref": "CpuAlarm"}], "Enable": True, "Rollback": True}}}},
-        "CpuAlarm": {"Type": "AWS::CloudWatch::Alarm", "Properties": {"Dimensions": [
-            {"Name": "ServiceName", "Value": {"Fn::GetAtt": ["Service", "Name"]}}]}},
+        "Service": {
+            "Type": "AWS::ECS::Service",
+            "Properties": {
+                "DeploymentConfiguration": {
+                    "Alarms": {"AlarmNames": [{"Ref": "CpuAlarm"}], "Enable": True, "Rollback": True}
+                }
+            },
+        },
+        "CpuAlarm": {
+            "Type": "AWS::CloudWatch::Alarm",
+            "Properties": {"Dimensions": [{"Name": "ServiceName", "Value": {"Fn::GetAtt": ["Service", "Name"]}}]},
+        },
         "Listener": {"Type": "AWS::ElasticLoadBalancingV2::Listener", "Properties": {}},
-        "Dashboard": {"Type": "AWS::CloudWatch::Dashboard", "Properties": {"DashboardBody": {
-            "Fn::Sub": ["${Listener} ${AWS::Region} ${!Service}", {}]}}},
+        "Dashboard": {
+            "Type": "AWS::CloudWatch::Dashboard",
+            "Properties": {"DashboardBody": {"Fn::Sub": ["${Listener} ${AWS::Region} ${!Service}", {}]}},
+        },
     }
     graph = dependencies(resources)
     assert graph["Dashboard"] == {"Listener"}  # ${!Service} is a literal, AWS::Region no resource
@@ -106,6 +120,7 @@ def test_the_check_finds_the_cycle_cdk_warns_of():
 
 
 # ----------------------------------------------------------------------------- the shipped config
+
 
 @pytest.mark.parametrize("env", ENVS)
 @pytest.mark.parametrize("stack", NEURON_STACKS)
@@ -125,13 +140,17 @@ def test_deployment_alarms_lead_back_to_nothing_of_the_service(synthesized, stac
     service_id, alarm_ids = deployment_alarms(resources)
     for alarm_id in alarm_ids:
         assert service_id not in reachable(graph, alarm_id), alarm_id
-    (cpu_alarm_id,) = [k for k, r in resources.items() if r["Type"] == "AWS::CloudWatch::Alarm"
-                       and ": service CPU above" in r["Properties"]["AlarmDescription"]]
+    (cpu_alarm_id,) = [
+        k
+        for k, r in resources.items()
+        if r["Type"] == "AWS::CloudWatch::Alarm" and ": service CPU above" in r["Properties"]["AlarmDescription"]
+    ]
     assert cpu_alarm_id not in alarm_ids and service_id in reachable(graph, cpu_alarm_id)
     assert cycles(graph) == []
 
 
 # ----------------------------------------------------------------------------- a rolling update
+
 
 def test_a_rolling_service_too(project):
     """The default rollout (rolling, circuit breaker) on one target group, built directly."""

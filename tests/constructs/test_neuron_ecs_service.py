@@ -29,6 +29,7 @@ PROD_TOPIC = "arn:aws:sns:us-west-2:333333333333:ml-platform-oncall"
 
 # ----------------------------------------------------------------------------- helpers
 
+
 def template(dedicated, env: str) -> Template:
     return Template.from_json(dedicated.template(env, MODEL))
 
@@ -63,6 +64,7 @@ def dedicated(tmp_path_factory):
     """Every environment with intent-bert alone on its instances (no fleets, no other model), as the CLI
     synthesizes it (cdk-nag included)."""
     import shutil
+
     config_dir = tmp_path_factory.mktemp("dedicated") / "model_configs"
     shutil.copytree(CONFIG_DIR, config_dir)
     project = config.load(without_fleets(config_dir, keep_models=(MODEL,)))
@@ -71,12 +73,14 @@ def dedicated(tmp_path_factory):
 
 # ----------------------------------------------------------------------------- the public inf2 variant
 
+
 @pytest.fixture(scope="module")
 def variant(tmp_path_factory):
     """dev with a public load balancer (and a certificate), intent-bert compiled for and run on inf2.48xlarge:
     loaded through the config checks, dedicated with cdk-nag exactly as the CLI does."""
     config_dir = tmp_path_factory.mktemp("variant") / "model_configs"
     import shutil
+
     shutil.copytree(CONFIG_DIR, config_dir)
     without_fleets(config_dir, keep_models=(MODEL,))
     envs_path = config_dir / "environments.yaml"
@@ -86,8 +90,9 @@ def variant(tmp_path_factory):
     model_path = config_dir / f"{MODEL}.yaml"
     raw = yaml.safe_load(model_path.read_text())
     raw["compile"]["neuron_generation"] = "inf2"
-    raw["throughput_profile"] = {"inf2.48xlarge": {"throughput_per_second": 20000, "p99_latency_ms": 6,
-                                                   "source": "test figure"}}
+    raw["throughput_profile"] = {
+        "inf2.48xlarge": {"throughput_per_second": 20000, "p99_latency_ms": 6, "source": "test figure"}
+    }
     raw["capacity"]["instance_type"] = "inf2.48xlarge"
     raw["environments"]["dev"]["capacity"] = {"min": 1, "max": 3}
     model_path.write_text(yaml.safe_dump(raw, sort_keys=False))
@@ -96,6 +101,7 @@ def variant(tmp_path_factory):
 
 
 # ----------------------------------------------------------------------------- capacity
+
 
 @pytest.mark.parametrize("env", ENVS)
 def test_logical_ids_are_pinned(dedicated, env):
@@ -107,8 +113,9 @@ def test_logical_ids_are_pinned(dedicated, env):
 def test_ami_is_the_al2023_neuron_ami_from_ssm(dedicated):
     assert AMI_PARAMETER == "/aws/service/ecs/optimized-ami/amazon-linux-2023/neuron/recommended/image_id"
     raw = dedicated.template("dev", MODEL)
-    (param_id,) = [k for k, p in raw["Parameters"].items()
-                   if p["Type"] == "AWS::SSM::Parameter::Value<AWS::EC2::Image::Id>"]
+    (param_id,) = [
+        k for k, p in raw["Parameters"].items() if p["Type"] == "AWS::SSM::Parameter::Value<AWS::EC2::Image::Id>"
+    ]
     assert raw["Parameters"][param_id]["Default"] == AMI_PARAMETER
     _, lt = only(template(dedicated, "dev"), "AWS::EC2::LaunchTemplate")
     assert lt["Properties"]["LaunchTemplateData"]["ImageId"] == {"Ref": param_id}
@@ -143,8 +150,9 @@ def test_capacity_provider_managed_scaling_and_termination_protection(dedicated,
     assoc_id, assoc = only(tpl, "AWS::ECS::ClusterCapacityProviderAssociations")
     assert assoc["Properties"]["CapacityProviders"] == [{"Ref": provider_id}]
     _, service = only(tpl, "AWS::ECS::Service")
-    assert service["Properties"]["CapacityProviderStrategy"] == [{"CapacityProvider": {"Ref": provider_id},
-                                                                  "Weight": 1}]
+    assert service["Properties"]["CapacityProviderStrategy"] == [
+        {"CapacityProvider": {"Ref": provider_id}, "Weight": 1}
+    ]
     assert assoc_id in service["DependsOn"]  # the provider is associated before the service names it
     assert "LaunchType" not in service["Properties"]
 
@@ -165,12 +173,15 @@ def test_group_size_follows_task_range_with_deploy_headroom(dedicated, env):
 
 # ----------------------------------------------------------------------------- task
 
+
 @pytest.mark.parametrize("env, devices", [("dev", 1), ("staging", 4), ("prod", 4), ("variant", 12)])
 def test_every_neuron_device_is_mapped_read_write(dedicated, variant, env, devices):
     tpl = Template.from_json(variant.template("dev", MODEL)) if env == "variant" else template(dedicated, env)
     linux = container(tpl)["LinuxParameters"]
-    assert linux["Devices"] == [{"HostPath": f"/dev/neuron{i}", "ContainerPath": f"/dev/neuron{i}",
-                                 "Permissions": ["read", "write"]} for i in range(devices)]
+    assert linux["Devices"] == [
+        {"HostPath": f"/dev/neuron{i}", "ContainerPath": f"/dev/neuron{i}", "Permissions": ["read", "write"]}
+        for i in range(devices)
+    ]
     assert linux["Capabilities"] == {"Add": ["IPC_LOCK"]}
 
 
@@ -183,8 +194,9 @@ def test_no_elastic_inference_and_ec2_awsvpc_only(dedicated, env):
     assert task["Properties"]["NetworkMode"] == "awsvpc"
 
 
-@pytest.mark.parametrize("env, cpu, memory", [("dev", 4 * 1024 - 256, 8 * 1024 - 1024),
-                                              ("prod", 24 * 1024 - 1536, 48 * 1024 - 3932)])
+@pytest.mark.parametrize(
+    "env, cpu, memory", [("dev", 4 * 1024 - 256, 8 * 1024 - 1024), ("prod", 24 * 1024 - 1536, 48 * 1024 - 3932)]
+)
 def test_task_is_sized_below_the_instance(dedicated, env, cpu, memory):
     definition = container(template(dedicated, env))
     assert (definition["Cpu"], definition["Memory"]) == (cpu, memory)
@@ -194,12 +206,17 @@ def test_task_is_sized_below_the_instance(dedicated, env, cpu, memory):
 def test_runtime_environment(dedicated, variant, env, cores):
     tpl = Template.from_json(variant.template("dev", MODEL)) if env == "variant" else template(dedicated, env)
     serving = yaml_model()["serving"]
-    expected = {"NEURON_RT_VISIBLE_CORES": cores, "MODEL_NAME": MODEL, "PORT": "8080",
-                "SERVER_WORKERS": str(serving["workers"]), "SERVER_MAX_BATCH_SIZE": str(serving["max_batch_size"]),
-                "SERVER_MAX_QUEUE_DELAY_MS": f"{serving['max_queue_delay_ms']:g}",
-                # the metrics' Service dimension: the stack's name, a literal the alarms and policies name too
-                "SERVER_METRICS_SERVICE": f"{'dev' if env == 'variant' else env}-{MODEL}",
-                "SERVER_METRICS_INTERVAL_S": "60"}
+    expected = {
+        "NEURON_RT_VISIBLE_CORES": cores,
+        "MODEL_NAME": MODEL,
+        "PORT": "8080",
+        "SERVER_WORKERS": str(serving["workers"]),
+        "SERVER_MAX_BATCH_SIZE": str(serving["max_batch_size"]),
+        "SERVER_MAX_QUEUE_DELAY_MS": f"{serving['max_queue_delay_ms']:g}",
+        # the metrics' Service dimension: the stack's name, a literal the alarms and policies name too
+        "SERVER_METRICS_SERVICE": f"{'dev' if env == 'variant' else env}-{MODEL}",
+        "SERVER_METRICS_INTERVAL_S": "60",
+    }
     assert expected.items() <= environment_of(tpl).items()
     assert container(tpl)["PortMappings"][0]["ContainerPort"] == 8080
 
@@ -210,16 +227,23 @@ def test_image_build_args_come_from_the_model(dedicated, variant):
     source = image_asset(dedicated.outdir, stack.artifact_id, "dev")
     assert source["dockerFile"] == "Dockerfile.inf1"
     assert source["dockerBuildArgs"] == {
-        "MODEL_SOURCE": raw["source"]["huggingface_id"], "TASK": raw["source"]["task"],
-        "LABELS": ",".join(raw["source"]["labels"]), "BATCH_SIZE": str(raw["compile"]["batch_size"]),
+        "MODEL_SOURCE": raw["source"]["huggingface_id"],
+        "TASK": raw["source"]["task"],
+        "LABELS": ",".join(raw["source"]["labels"]),
+        "BATCH_SIZE": str(raw["compile"]["batch_size"]),
         "SEQUENCE_LENGTH": str(raw["compile"]["sequence_length"]),
         "NEURON_CORES_PER_MODEL": str(raw["compile"]["neuron_cores_per_model"]),
-        "PARALLELISM": raw["compile"]["parallelism"], "COMPILER_ARGS": "--fp32-cast=all", "NEURON_TARGET": "inf1"}
+        "PARALLELISM": raw["compile"]["parallelism"],
+        "COMPILER_ARGS": "--fp32-cast=all",
+        "NEURON_TARGET": "inf1",
+    }
     assert source["platform"] == "linux/amd64"
     inf2 = image_asset(variant.outdir, variant.stages["dev"].serving[MODEL].artifact_id, "dev")
     assert inf2["dockerFile"] == "Dockerfile.inf2"
     assert (inf2["dockerBuildArgs"]["NEURON_TARGET"], inf2["dockerBuildArgs"]["COMPILER_ARGS"]) == (
-        "inf2", "--auto-cast all --auto-cast-type bf16")
+        "inf2",
+        "--auto-cast all --auto-cast-type bf16",
+    )
 
 
 def test_logs_go_to_the_stacks_encrypted_log_group(dedicated):
@@ -236,18 +260,38 @@ def test_roles_are_least_privilege(dedicated):
     # only CDK's bucket-emptying helper (dev destroys its buckets) uses a managed policy
     assert set(managed) == {"CustomS3AutoDeleteObjectsCustomResourceProviderRole3B1BD092"}
     policies = {k: v["Properties"] for k, v in tpl.find_resources("AWS::IAM::Policy").items()}
-    actions = {k: sorted(a for s in p["PolicyDocument"]["Statement"]
-                         for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"]))
-               for k, p in policies.items()}
+    actions = {
+        k: sorted(
+            a
+            for s in p["PolicyDocument"]["Statement"]
+            for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])
+        )
+        for k, p in policies.items()
+    }
     instance = next(k for k in policies if k.startswith("NeuronInstanceRole"))
-    assert actions[instance] == sorted([
-        "ecs:RegisterContainerInstance", "ecs:DeregisterContainerInstance", "ecs:SubmitContainerStateChange",
-        "ecs:SubmitTaskStateChange", "ecs:SubmitAttachmentStateChanges", "ecs:Poll", "ecs:StartTelemetrySession",
-        "ecs:DiscoverPollEndpoint"])
+    assert actions[instance] == sorted(
+        [
+            "ecs:RegisterContainerInstance",
+            "ecs:DeregisterContainerInstance",
+            "ecs:SubmitContainerStateChange",
+            "ecs:SubmitTaskStateChange",
+            "ecs:SubmitAttachmentStateChanges",
+            "ecs:Poll",
+            "ecs:StartTelemetrySession",
+            "ecs:DiscoverPollEndpoint",
+        ]
+    )
     execution = next(k for k in policies if k.startswith("NeuronTaskExecutionRole"))
-    assert actions[execution] == sorted(["ecr:BatchCheckLayerAvailability", "ecr:BatchGetImage",
-                                         "ecr:GetDownloadUrlForLayer", "ecr:GetAuthorizationToken",
-                                         "logs:CreateLogStream", "logs:PutLogEvents"])
+    assert actions[execution] == sorted(
+        [
+            "ecr:BatchCheckLayerAvailability",
+            "ecr:BatchGetImage",
+            "ecr:GetDownloadUrlForLayer",
+            "ecr:GetAuthorizationToken",
+            "logs:CreateLogStream",
+            "logs:PutLogEvents",
+        ]
+    )
     # the serving app calls no AWS API: its task role carries no policy at all
     _, task = only(tpl, "AWS::ECS::TaskDefinition")
     task_role = task["Properties"]["TaskRoleArn"]["Fn::GetAtt"][0]
@@ -256,12 +300,14 @@ def test_roles_are_least_privilege(dedicated):
 
 # ----------------------------------------------------------------------------- service and deploys
 
+
 @pytest.mark.parametrize("env", ENVS)
 def test_one_task_per_instance_of_the_configured_type(dedicated, env):
     _, service = only(template(dedicated, env), "AWS::ECS::Service")
     assert service["Properties"]["PlacementConstraints"] == [
         {"Type": "distinctInstance"},
-        {"Type": "memberOf", "Expression": f"attribute:ecs.instance-type == {expected_capacity(env)[0]}"}]
+        {"Type": "memberOf", "Expression": f"attribute:ecs.instance-type == {expected_capacity(env)[0]}"},
+    ]
 
 
 @pytest.mark.parametrize("env", ENVS)
@@ -273,16 +319,21 @@ def test_a_model_without_deployment_rolls_and_rolls_back_on_its_slo_alarms(dedic
     _, service = only(tpl, "AWS::ECS::Service")
     props = service["Properties"]
     alarms = tpl.to_json()["Resources"]
-    latency, errors = (next(k for k, a in alarms.items() if a["Type"] == "AWS::CloudWatch::Alarm"
-                            and k.startswith(f"Neuron{prefix}")) for prefix in ("LatencyAlarm", "ErrorRateAlarm"))
+    latency, errors = (
+        next(k for k, a in alarms.items() if a["Type"] == "AWS::CloudWatch::Alarm" and k.startswith(f"Neuron{prefix}"))
+        for prefix in ("LatencyAlarm", "ErrorRateAlarm")
+    )
     assert props["DeploymentConfiguration"] == {
         "Strategy": "ROLLING",
         "DeploymentCircuitBreaker": {"Enable": True, "Rollback": True},
-        "MaximumPercent": 200, "MinimumHealthyPercent": 100,
-        "Alarms": {"AlarmNames": [{"Ref": latency}, {"Ref": errors}], "Enable": True, "Rollback": True}}
+        "MaximumPercent": 200,
+        "MinimumHealthyPercent": 100,
+        "Alarms": {"AlarmNames": [{"Ref": latency}, {"Ref": errors}], "Enable": True, "Rollback": True},
+    }
     assert "AdvancedConfiguration" not in props["LoadBalancers"][0]
     assert len(tpl.find_resources("AWS::ElasticLoadBalancingV2::TargetGroup")) == 1
     assert tpl.find_resources("AWS::ElasticLoadBalancingV2::ListenerRule") == {}
+
 
 def test_deployments_keep_full_capacity_and_wait_for_warm_up(dedicated):
     _, service = only(template(dedicated, "prod"), "AWS::ECS::Service")
@@ -293,6 +344,7 @@ def test_deployments_keep_full_capacity_and_wait_for_warm_up(dedicated):
 
 # ----------------------------------------------------------------------------- traffic
 
+
 @pytest.mark.parametrize("env, cidr", [("dev", "10.10.0.0/16"), ("prod", "10.30.0.0/16")])
 def test_internal_load_balancer_by_default(dedicated, env, cidr):
     tpl = template(dedicated, env)
@@ -302,10 +354,12 @@ def test_internal_load_balancer_by_default(dedicated, env, cidr):
     assert (listener["Properties"]["Protocol"], listener["Properties"]["Port"]) == ("HTTP", 80)
     lb_sg = lb["Properties"]["SecurityGroups"][0]["Fn::GetAtt"][0]
     ingress = tpl.to_json()["Resources"][lb_sg]["Properties"]["SecurityGroupIngress"]
-    assert ingress == [{"CidrIp": cidr, "Description": "HTTP from the VPC", "FromPort": 80, "IpProtocol": "tcp",
-                        "ToPort": 80}]
-    assert "0.0.0.0/0" not in json.dumps([r for r in tpl.find_resources("AWS::EC2::SecurityGroup").values()
-                                          if "SecurityGroupIngress" in r["Properties"]])
+    assert ingress == [
+        {"CidrIp": cidr, "Description": "HTTP from the VPC", "FromPort": 80, "IpProtocol": "tcp", "ToPort": 80}
+    ]
+    assert "0.0.0.0/0" not in json.dumps(
+        [r for r in tpl.find_resources("AWS::EC2::SecurityGroup").values() if "SecurityGroupIngress" in r["Properties"]]
+    )
 
 
 def test_public_load_balancer_serves_tls_only(variant):
@@ -348,8 +402,10 @@ def test_only_the_load_balancer_reaches_the_tasks(dedicated, env):
     _, lb = only(tpl, "AWS::ElasticLoadBalancingV2::LoadBalancer")
     lb_sg = lb["Properties"]["SecurityGroups"][0]["Fn::GetAtt"][0]
     _, service = only(tpl, "AWS::ECS::Service")
-    (task_sg,) = [g["Fn::GetAtt"][0] for g in
-                  service["Properties"]["NetworkConfiguration"]["AwsvpcConfiguration"]["SecurityGroups"]]
+    (task_sg,) = [
+        g["Fn::GetAtt"][0]
+        for g in service["Properties"]["NetworkConfiguration"]["AwsvpcConfiguration"]["SecurityGroups"]
+    ]
     _, lt = only(tpl, "AWS::EC2::LaunchTemplate")
     (instance_sg,) = [g["Fn::GetAtt"][0] for g in lt["Properties"]["LaunchTemplateData"]["SecurityGroupIds"]]
     (rule,) = tpl.find_resources("AWS::EC2::SecurityGroupIngress").values()
@@ -375,6 +431,7 @@ def test_access_logs_go_to_an_sse_s3_bucket(dedicated):
 
 # ----------------------------------------------------------------------------- scaling
 
+
 @pytest.mark.parametrize("env", ENVS)
 def test_scaling_target_and_range_come_from_planning(dedicated, env):
     _, task_min, task_max, per_minute = expected_capacity(env)
@@ -382,8 +439,11 @@ def test_scaling_target_and_range_come_from_planning(dedicated, env):
     _, target = only(tpl, "AWS::ApplicationAutoScaling::ScalableTarget")
     assert (target["Properties"]["MinCapacity"], target["Properties"]["MaxCapacity"]) == (task_min, task_max)
     assert target["Properties"]["ScalableDimension"] == "ecs:service:DesiredCount"
-    _, policy = only(tpl, "AWS::ApplicationAutoScaling::ScalingPolicy",
-                     {"TargetTrackingScalingPolicyConfiguration": {"PredefinedMetricSpecification": Match.any_value()}})
+    _, policy = only(
+        tpl,
+        "AWS::ApplicationAutoScaling::ScalingPolicy",
+        {"TargetTrackingScalingPolicyConfiguration": {"PredefinedMetricSpecification": Match.any_value()}},
+    )
     tracking = policy["Properties"]["TargetTrackingScalingPolicyConfiguration"]
     assert tracking["PredefinedMetricSpecification"]["PredefinedMetricType"] == "ALBRequestCountPerTarget"
     assert tracking["TargetValue"] == pytest.approx(per_minute)
@@ -400,12 +460,18 @@ def test_scaling_on_requests_in_the_server_per_task(dedicated, env):
     point = raw["throughput_profile"][instance_type]
     per_task = point["throughput_per_second"] * envs[env]["defaults"]["safety_factor"] * point["p99_latency_ms"] / 1000
     tpl = template(dedicated, env)
-    _, policy = only(tpl, "AWS::ApplicationAutoScaling::ScalingPolicy",
-                     {"TargetTrackingScalingPolicyConfiguration": {"CustomizedMetricSpecification": Match.any_value()}})
+    _, policy = only(
+        tpl,
+        "AWS::ApplicationAutoScaling::ScalingPolicy",
+        {"TargetTrackingScalingPolicyConfiguration": {"CustomizedMetricSpecification": Match.any_value()}},
+    )
     tracking = policy["Properties"]["TargetTrackingScalingPolicyConfiguration"]
     assert tracking["CustomizedMetricSpecification"] == {
-        "Namespace": "inferstack/Serving", "MetricName": "InFlight", "Statistic": "Average",
-        "Dimensions": [{"Name": "Model", "Value": MODEL}, {"Name": "Service", "Value": f"{env}-{MODEL}"}]}
+        "Namespace": "inferstack/Serving",
+        "MetricName": "InFlight",
+        "Statistic": "Average",
+        "Dimensions": [{"Name": "Model", "Value": MODEL}, {"Name": "Service", "Value": f"{env}-{MODEL}"}],
+    }
     assert tracking["TargetValue"] == pytest.approx(per_task / raw["serving"]["workers"])
     assert (tracking["ScaleOutCooldown"], tracking["ScaleInCooldown"]) == (60, 300)
 
@@ -418,12 +484,14 @@ def test_known_profile_targets():
 
 # ----------------------------------------------------------------------------- observability
 
+
 def alarms_by_metric(tpl: Template) -> dict[str, dict]:
     out = {}
     for alarm in tpl.find_resources("AWS::CloudWatch::Alarm").values():
         props = alarm["Properties"]
         name = props.get("MetricName") or "+".join(
-            m["MetricStat"]["Metric"]["MetricName"] for m in props["Metrics"] if "MetricStat" in m)
+            m["MetricStat"]["Metric"]["MetricName"] for m in props["Metrics"] if "MetricStat" in m
+        )
         out[name] = props
     return out
 
@@ -431,17 +499,26 @@ def alarms_by_metric(tpl: Template) -> dict[str, dict]:
 @pytest.mark.parametrize("env", ENVS)
 def test_alarms_thresholds(dedicated, env):
     alarms = alarms_by_metric(template(dedicated, env))
-    assert set(alarms) == {"TargetResponseTime", "RequestCount+HTTPCode_Target_5XX_Count+Rejected",
-                           "UnHealthyHostCount", "CPUUtilization", "MemoryUtilization", "CapacityProviderReservation",
-                           "NeuronExecutionErrors", "Requests+Rejected"}
+    assert set(alarms) == {
+        "TargetResponseTime",
+        "RequestCount+HTTPCode_Target_5XX_Count+Rejected",
+        "UnHealthyHostCount",
+        "CPUUtilization",
+        "MemoryUtilization",
+        "CapacityProviderReservation",
+        "NeuronExecutionErrors",
+        "Requests+Rejected",
+    }
     latency = alarms["TargetResponseTime"]
     assert latency["Threshold"] == yaml_model()["slo"]["p99_latency_ms"] / 1000 == 0.01
     assert latency["ExtendedStatistic"] == "p99" and latency["Namespace"] == "AWS/ApplicationELB"
     # 5xx less the app's admission rejections (503 shed), clamped at 0 (tests/constructs/test_neuron_shedding.py)
     errors = alarms["RequestCount+HTTPCode_Target_5XX_Count+Rejected"]
     (expression,) = [m["Expression"] for m in errors["Metrics"] if "Expression" in m]
-    assert expression == ("IF(FILL(requests, 0) > 0, 100 * IF(FILL(errors, 0) - FILL(rejected, 0) > 0, "
-                          "FILL(errors, 0) - FILL(rejected, 0), 0) / FILL(requests, 1), 0)")
+    assert expression == (
+        "IF(FILL(requests, 0) > 0, 100 * IF(FILL(errors, 0) - FILL(rejected, 0) > 0, "
+        "FILL(errors, 0) - FILL(rejected, 0), 0) / FILL(requests, 1), 0)"
+    )
     assert errors["Threshold"] == 1
     shedding = alarms["Requests+Rejected"]
     assert (shedding["Threshold"], shedding["EvaluationPeriods"]) == (1, 15)
@@ -460,23 +537,36 @@ def test_alarms_notify_the_environment_topic(dedicated):
         assert props["AlarmActions"] == [PROD_TOPIC] and props["OKActions"] == [PROD_TOPIC]
     foundation_topic = {"Fn::ImportValue": Match.string_like_regexp(r"^dev-Foundation:ExportsOutputRefAlarmsTopic")}
     template(dedicated, "dev").all_resources_properties(
-        "AWS::CloudWatch::Alarm", {"AlarmActions": [foundation_topic], "OKActions": [foundation_topic]})
+        "AWS::CloudWatch::Alarm", {"AlarmActions": [foundation_topic], "OKActions": [foundation_topic]}
+    )
 
 
 def test_dashboard_per_service(dedicated):
     _, dashboard = only(template(dedicated, "dev"), "AWS::CloudWatch::Dashboard")
     body = json.dumps(dashboard["Properties"]["DashboardBody"])
-    for metric in ("TargetResponseTime", "RequestCountPerTarget", "HTTPCode_Target_5XX_Count", "RunningTaskCount",
-                   "CPUUtilization", "MemoryUtilization", "InFlight", "QueueDepth", "BatchSize", "InferenceLatency",
-                   "NeuronCoreUtilization", "NeuronDeviceMemoryUsed"):
+    for metric in (
+        "TargetResponseTime",
+        "RequestCountPerTarget",
+        "HTTPCode_Target_5XX_Count",
+        "RunningTaskCount",
+        "CPUUtilization",
+        "MemoryUtilization",
+        "InFlight",
+        "QueueDepth",
+        "BatchSize",
+        "InferenceLatency",
+        "NeuronCoreUtilization",
+        "NeuronDeviceMemoryUsed",
+    ):
         assert metric in body
     assert "DashboardName" not in dashboard["Properties"]
 
 
 def test_stack_outputs_for_the_smoke_tool(dedicated):
     outputs = dedicated.template("dev", MODEL)["Outputs"]
-    assert outputs["LoadBalancerDnsName"]["Value"] == {"Fn::GetAtt": [PINNED_IDS[
-        "AWS::ElasticLoadBalancingV2::LoadBalancer"], "DNSName"]}
+    assert outputs["LoadBalancerDnsName"]["Value"] == {
+        "Fn::GetAtt": [PINNED_IDS["AWS::ElasticLoadBalancingV2::LoadBalancer"], "DNSName"]
+    }
     assert outputs["ServiceName"]["Value"] == {"Fn::GetAtt": [PINNED_IDS["AWS::ECS::Service"], "Name"]}
     assert "Ref" in outputs["ClusterName"]["Value"]
     assert outputs["Url"]["Value"]["Fn::Join"][1][0] == "http://"
@@ -489,6 +579,7 @@ def test_triton_models_get_no_neuron_service(synthesized):
 
 # ----------------------------------------------------------------------------- the construct on its own
 
+
 @pytest.fixture(scope="module")
 def intent():
     return config.load(CONFIG_DIR).model(MODEL)
@@ -500,10 +591,18 @@ def test_construct_alone_on_an_unshipped_type(intent):
     definition = container(tpl)
     assert [d["HostPath"] for d in definition["LinuxParameters"]["Devices"]] == ["/dev/neuron0"]
     assert environment_of(tpl)["NEURON_RT_VISIBLE_CORES"] == "0-1"
-    tpl.has_resource_properties("AWS::ECS::Service", {"PlacementConstraints": Match.array_with([
-        {"Type": "memberOf", "Expression": "attribute:ecs.instance-type == inf2.xlarge"}])})
-    tpl.has_resource_properties("AWS::ApplicationAutoScaling::ScalingPolicy", {
-        "TargetTrackingScalingPolicyConfiguration": Match.object_like({"TargetValue": 500 * 0.5 * 60})})
+    tpl.has_resource_properties(
+        "AWS::ECS::Service",
+        {
+            "PlacementConstraints": Match.array_with(
+                [{"Type": "memberOf", "Expression": "attribute:ecs.instance-type == inf2.xlarge"}]
+            )
+        },
+    )
+    tpl.has_resource_properties(
+        "AWS::ApplicationAutoScaling::ScalingPolicy",
+        {"TargetTrackingScalingPolicyConfiguration": Match.object_like({"TargetValue": 500 * 0.5 * 60})},
+    )
     tpl.resource_count_is("AWS::S3::Bucket", 1)
     tpl.resource_count_is("Custom::S3AutoDeleteObjects", 0)  # retained bucket: nothing empties it
 
@@ -519,17 +618,22 @@ def test_construct_refuses_a_plan_for_another_model_and_fleet_windows_given_twic
     with pytest.raises(ValueError, match="capacity plan is for intent-bert, not intent-bert, intent-bert"):
         build_direct(intent, "inf1.xlarge", models=[intent, intent])
     project = config.load(CONFIG_DIR)
-    plan = packing.plan_fleet("intent-pack", project.fleets["intent-pack"], project.fleet_members("intent-pack"),
-                              "dev", project.environments["dev"])
+    plan = packing.plan_fleet(
+        "intent-pack",
+        project.fleets["intent-pack"],
+        project.fleet_members("intent-pack"),
+        "dev",
+        project.environments["dev"],
+    )
     with pytest.raises(ValueError, match="its off-hours windows come with its plan"):
-        build_direct(intent, "inf1.xlarge", models=project.fleet_members("intent-pack"), capacity=plan,
-                     off_hours=plan.windows)
+        build_direct(
+            intent, "inf1.xlarge", models=project.fleet_members("intent-pack"), capacity=plan, off_hours=plan.windows
+        )
 
 
 # ----------------------------------------------------------------------------- off hours of a dedicated model
 
-NIGHTS = OffHours(start="cron(0 20 ? * MON-FRI *)", end="cron(30 6 ? * 2-6 *)", min=0, max=0,
-                  time_zone="Europe/Berlin")
+NIGHTS = OffHours(start="cron(0 20 ? * MON-FRI *)", end="cron(30 6 ? * 2-6 *)", min=0, max=0, time_zone="Europe/Berlin")
 WEEKENDS = OffHours(start="cron(0 0 ? * SAT *)", end="cron(0 0 ? * MON *)", min=1, max=1)
 
 
@@ -538,22 +642,44 @@ def test_dedicated_model_scales_to_zero_off_hours_with_its_instances(intent):
     _, target = only(tpl, "AWS::ApplicationAutoScaling::ScalableTarget")
     # back to the planned 1..3 at each window's end, in the window's zone
     assert target["Properties"]["ScheduledActions"] == [
-        {"ScalableTargetAction": {"MinCapacity": 0, "MaxCapacity": 0}, "Schedule": NIGHTS.start,
-         "ScheduledActionName": "OffHours1Start", "Timezone": "Europe/Berlin"},
-        {"ScalableTargetAction": {"MinCapacity": 1, "MaxCapacity": 3}, "Schedule": NIGHTS.end,
-         "ScheduledActionName": "OffHours1End", "Timezone": "Europe/Berlin"},
-        {"ScalableTargetAction": {"MinCapacity": 1, "MaxCapacity": 1}, "Schedule": WEEKENDS.start,
-         "ScheduledActionName": "OffHours2Start", "Timezone": "UTC"},
-        {"ScalableTargetAction": {"MinCapacity": 1, "MaxCapacity": 3}, "Schedule": WEEKENDS.end,
-         "ScheduledActionName": "OffHours2End", "Timezone": "UTC"}]
+        {
+            "ScalableTargetAction": {"MinCapacity": 0, "MaxCapacity": 0},
+            "Schedule": NIGHTS.start,
+            "ScheduledActionName": "OffHours1Start",
+            "Timezone": "Europe/Berlin",
+        },
+        {
+            "ScalableTargetAction": {"MinCapacity": 1, "MaxCapacity": 3},
+            "Schedule": NIGHTS.end,
+            "ScheduledActionName": "OffHours1End",
+            "Timezone": "Europe/Berlin",
+        },
+        {
+            "ScalableTargetAction": {"MinCapacity": 1, "MaxCapacity": 1},
+            "Schedule": WEEKENDS.start,
+            "ScheduledActionName": "OffHours2Start",
+            "Timezone": "UTC",
+        },
+        {
+            "ScalableTargetAction": {"MinCapacity": 1, "MaxCapacity": 3},
+            "Schedule": WEEKENDS.end,
+            "ScheduledActionName": "OffHours2End",
+            "Timezone": "UTC",
+        },
+    ]
     group_id, group = only(tpl, "AWS::AutoScaling::AutoScalingGroup")
     release_id, _ = only(tpl, "Custom::ScaleInProtectionRelease")
     actions = {k: a for k, a in tpl.find_resources("AWS::AutoScaling::ScheduledAction").items()}
     # Unix cron for the group (days of the week from 0 = Sunday), fired at the same moments
-    assert sorted((a["Properties"]["Recurrence"], a["Properties"]["MinSize"], a["Properties"]["TimeZone"])
-                  for a in actions.values()) == [
-        ("0 0 * * MON", 1, "UTC"), ("0 0 * * SAT", 1, "UTC"), ("0 20 * * MON-FRI", 0, "Europe/Berlin"),
-        ("30 6 * * 1-5", 1, "Europe/Berlin")]
+    assert sorted(
+        (a["Properties"]["Recurrence"], a["Properties"]["MinSize"], a["Properties"]["TimeZone"])
+        for a in actions.values()
+    ) == [
+        ("0 0 * * MON", 1, "UTC"),
+        ("0 0 * * SAT", 1, "UTC"),
+        ("0 20 * * MON-FRI", 0, "Europe/Berlin"),
+        ("30 6 * * 1-5", 1, "Europe/Berlin"),
+    ]
     for action in actions.values():
         assert action["Properties"]["AutoScalingGroupName"] == {"Ref": group_id}
         assert "MaxSize" not in action["Properties"] and "DesiredCapacity" not in action["Properties"]

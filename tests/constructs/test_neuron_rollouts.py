@@ -32,15 +32,27 @@ DEDICATED = "intent-bert-inf2"
 # bake; all-at-once bakes both): environments.yaml's intent-pack and intent-bert-inf2.yaml.
 EXPECTED = {
     (FLEET, "dev"): {"Strategy": "BLUE_GREEN", "BakeTimeInMinutes": 3},
-    (FLEET, "staging"): {"Strategy": "CANARY", "BakeTimeInMinutes": 5,
-                         "CanaryConfiguration": {"CanaryPercent": 10, "CanaryBakeTimeInMinutes": 10}},
-    (FLEET, "prod"): {"Strategy": "CANARY", "BakeTimeInMinutes": 5,
-                      "CanaryConfiguration": {"CanaryPercent": 10, "CanaryBakeTimeInMinutes": 10}},
+    (FLEET, "staging"): {
+        "Strategy": "CANARY",
+        "BakeTimeInMinutes": 5,
+        "CanaryConfiguration": {"CanaryPercent": 10, "CanaryBakeTimeInMinutes": 10},
+    },
+    (FLEET, "prod"): {
+        "Strategy": "CANARY",
+        "BakeTimeInMinutes": 5,
+        "CanaryConfiguration": {"CanaryPercent": 10, "CanaryBakeTimeInMinutes": 10},
+    },
     (DEDICATED, "dev"): {"Strategy": "BLUE_GREEN", "BakeTimeInMinutes": 3},
-    (DEDICATED, "staging"): {"Strategy": "LINEAR", "BakeTimeInMinutes": 5,
-                             "LinearConfiguration": {"StepPercent": 25, "StepBakeTimeInMinutes": 5}},
-    (DEDICATED, "prod"): {"Strategy": "LINEAR", "BakeTimeInMinutes": 5,
-                          "LinearConfiguration": {"StepPercent": 25, "StepBakeTimeInMinutes": 5}},
+    (DEDICATED, "staging"): {
+        "Strategy": "LINEAR",
+        "BakeTimeInMinutes": 5,
+        "LinearConfiguration": {"StepPercent": 25, "StepBakeTimeInMinutes": 5},
+    },
+    (DEDICATED, "prod"): {
+        "Strategy": "LINEAR",
+        "BakeTimeInMinutes": 5,
+        "LinearConfiguration": {"StepPercent": 25, "StepBakeTimeInMinutes": 5},
+    },
 }
 STACKS = sorted(EXPECTED)
 
@@ -84,17 +96,23 @@ def test_strategy_steps_and_bake_time_per_environment(synthesized, project, stac
     assert settings["Strategy"] == rollout.strategy and settings["BakeTimeInMinutes"] == rollout.bake_time_minutes
     # Rollback on each model's SLO alarms: p99 latency and 5xx, the ones its dashboard row shows.
     ids = alarm_ids(resources(synthesized, stack, env), stack)
-    assert alarms == {"Enable": True, "Rollback": True, "AlarmNames": [
-        {"Ref": ids[model][kind]} for model in served_models(stack) for kind in ("latency", "errors")]}
+    assert alarms == {
+        "Enable": True,
+        "Rollback": True,
+        "AlarmNames": [{"Ref": ids[model][kind]} for model in served_models(stack) for kind in ("latency", "errors")],
+    }
 
 
 @pytest.mark.parametrize("stack, env", STACKS)
 def test_every_model_has_an_alternate_target_group_and_a_production_rule(synthesized, stack, env):
     res = resources(synthesized, stack, env)
     (service,) = [r for r in res.values() if r["Type"] == "AWS::ECS::Service"]
-    (role_id,) = [k for k, r in res.items() if r["Type"] == "AWS::IAM::Role"
-                  and r["Properties"]["AssumeRolePolicyDocument"]["Statement"][0]["Principal"]
-                  == {"Service": "ecs.amazonaws.com"}]
+    (role_id,) = [
+        k
+        for k, r in res.items()
+        if r["Type"] == "AWS::IAM::Role"
+        and r["Properties"]["AssumeRolePolicyDocument"]["Statement"][0]["Principal"] == {"Service": "ecs.amazonaws.com"}
+    ]
     entries = service["Properties"]["LoadBalancers"]
     assert len(entries) == len(served_models(stack))
     rules = []
@@ -110,16 +128,28 @@ def test_every_model_has_an_alternate_target_group_and_a_production_rule(synthes
         rule = res[advanced["ProductionListenerRule"]["Ref"]]
         assert rule["Type"] == "AWS::ElasticLoadBalancingV2::ListenerRule"
         # Both groups on the rule, weighted: ECS fails the deployment unless both are associated with it.
-        assert rule["Properties"]["Actions"] == [{"Type": "forward", "ForwardConfig": {"TargetGroups": [
-            {"TargetGroupArn": {"Ref": primary}, "Weight": 100},
-            {"TargetGroupArn": {"Ref": alternate}, "Weight": 0}]}}]
+        assert rule["Properties"]["Actions"] == [
+            {
+                "Type": "forward",
+                "ForwardConfig": {
+                    "TargetGroups": [
+                        {"TargetGroupArn": {"Ref": primary}, "Weight": 100},
+                        {"TargetGroupArn": {"Ref": alternate}, "Weight": 0},
+                    ]
+                },
+            }
+        ]
         rules.append((rule["Properties"]["Priority"], rule["Properties"]["Conditions"]))
     # The first model's rule takes every path, evaluated last; the others their own paths first.
     first, *others = served_models(stack)
     catch_all = {"Field": "path-pattern", "PathPatternConfig": {"Values": ["/*"]}}
     assert rules == [(catch_all_priority(first), [catch_all])] + [
-        (rule_priority(m), [{"Field": "path-pattern", "PathPatternConfig": {
-            "Values": [f"/v2/models/{m}", f"/v2/models/{m}/*"]}}]) for m in others]
+        (
+            rule_priority(m),
+            [{"Field": "path-pattern", "PathPatternConfig": {"Values": [f"/v2/models/{m}", f"/v2/models/{m}/*"]}}],
+        )
+        for m in others
+    ]
     # No fixed response anywhere on the listener: ECS blue/green refuses a mix of forward and other actions.
     for resource in res.values():
         if resource["Type"] == "AWS::ElasticLoadBalancingV2::Listener":
@@ -129,16 +159,21 @@ def test_every_model_has_an_alternate_target_group_and_a_production_rule(synthes
 @pytest.mark.parametrize("stack, env", STACKS)
 def test_the_load_balancer_role_reaches_only_this_services_groups_rules_and_listener(synthesized, stack, env):
     res = resources(synthesized, stack, env)
-    (service_id, service), = [(k, r) for k, r in res.items() if r["Type"] == "AWS::ECS::Service"]
+    ((service_id, service),) = [(k, r) for k, r in res.items() if r["Type"] == "AWS::ECS::Service"]
     role_id = service["Properties"]["LoadBalancers"][0]["AdvancedConfiguration"]["RoleArn"]["Fn::GetAtt"][0]
     assert "ManagedPolicyArns" not in res[role_id]["Properties"]
-    (policy_id, policy), = [(k, r) for k, r in res.items() if r["Type"] == "AWS::IAM::Policy"
-                            and r["Properties"]["Roles"] == [{"Ref": role_id}]]
+    ((policy_id, policy),) = [
+        (k, r)
+        for k, r in res.items()
+        if r["Type"] == "AWS::IAM::Policy" and r["Properties"]["Roles"] == [{"Ref": role_id}]
+    ]
     statements = {s["Sid"]: s for s in policy["Properties"]["PolicyDocument"]["Statement"]}
     entries = service["Properties"]["LoadBalancers"]
-    groups = sorted([{"Ref": e["TargetGroupArn"]["Ref"]} for e in entries]
-                    + [{"Ref": e["AdvancedConfiguration"]["AlternateTargetGroupArn"]["Ref"]} for e in entries],
-                    key=json.dumps)
+    groups = sorted(
+        [{"Ref": e["TargetGroupArn"]["Ref"]} for e in entries]
+        + [{"Ref": e["AdvancedConfiguration"]["AlternateTargetGroupArn"]["Ref"]} for e in entries],
+        key=json.dumps,
+    )
     rules = sorted([e["AdvancedConfiguration"]["ProductionListenerRule"] for e in entries], key=json.dumps)
     (listener_id,) = [k for k, r in res.items() if r["Type"] == "AWS::ElasticLoadBalancingV2::Listener"]
 
@@ -148,8 +183,10 @@ def test_the_load_balancer_role_reaches_only_this_services_groups_rules_and_list
     assert set(statements) == {"ReadLoadBalancing", "RegisterTasks", "ShiftTraffic", "ModifyListener"}
     assert statements["ReadLoadBalancing"]["Resource"] == "*"  # Describe* takes no resource-level permission
     assert all(a.startswith("elasticloadbalancing:Describe") for a in statements["ReadLoadBalancing"]["Action"])
-    assert sorted(statements["RegisterTasks"]["Action"]) == ["elasticloadbalancing:DeregisterTargets",
-                                                             "elasticloadbalancing:RegisterTargets"]
+    assert sorted(statements["RegisterTasks"]["Action"]) == [
+        "elasticloadbalancing:DeregisterTargets",
+        "elasticloadbalancing:RegisterTargets",
+    ]
     assert as_list(statements["RegisterTasks"]["Resource"]) == groups
     assert statements["ShiftTraffic"]["Action"] == "elasticloadbalancing:ModifyRule"
     assert as_list(statements["ShiftTraffic"]["Resource"]) == rules
@@ -162,11 +199,14 @@ def test_the_load_balancer_role_reaches_only_this_services_groups_rules_and_list
 
 @pytest.mark.parametrize("stack, env", STACKS)
 def test_the_instance_group_holds_the_whole_green_fleet(synthesized, project, stack, env):
-    plan = (packing.plan_fleet(stack, project.fleets[stack], project.fleet_members(stack), env,
-                               project.environments[env]) if stack == FLEET
-            else planning.plan(project.model(stack), env, project.environments[env]))
-    (group,) = [r for r in resources(synthesized, stack, env).values()
-                if r["Type"] == "AWS::AutoScaling::AutoScalingGroup"]
+    plan = (
+        packing.plan_fleet(stack, project.fleets[stack], project.fleet_members(stack), env, project.environments[env])
+        if stack == FLEET
+        else planning.plan(project.model(stack), env, project.environments[env])
+    )
+    (group,) = [
+        r for r in resources(synthesized, stack, env).values() if r["Type"] == "AWS::AutoScaling::AutoScalingGroup"
+    ]
     assert int(group["Properties"]["MaxSize"]) == 2 * plan.max_capacity
 
 
@@ -178,9 +218,12 @@ def test_scaling_and_alarms_read_both_target_groups(synthesized, stack, env):
     (service,) = [r for r in res.values() if r["Type"] == "AWS::ECS::Service"]
     for entry in service["Properties"]["LoadBalancers"]:
         pair = {entry["TargetGroupArn"]["Ref"], entry["AdvancedConfiguration"]["AlternateTargetGroupArn"]["Ref"]}
-        readers = [r for r in res.values() if r["Type"] in ("AWS::CloudWatch::Alarm",
-                                                            "AWS::ApplicationAutoScaling::ScalingPolicy")
-                   and any(f'"{g}"' in json.dumps(r) for g in pair)]
+        readers = [
+            r
+            for r in res.values()
+            if r["Type"] in ("AWS::CloudWatch::Alarm", "AWS::ApplicationAutoScaling::ScalingPolicy")
+            and any(f'"{g}"' in json.dumps(r) for g in pair)
+        ]
         assert len(readers) == 4  # latency, 5xx and unhealthy-target alarms, the request-count policy
         for reader in readers:
             text = json.dumps(reader)
@@ -190,6 +233,7 @@ def test_scaling_and_alarms_read_both_target_groups(synthesized, stack, env):
 
 # ----------------------------------------------------------------------------- the construct on its own
 
+
 @pytest.fixture(scope="module")
 def project_config():
     return config.load(CONFIG_DIR)
@@ -197,13 +241,18 @@ def project_config():
 
 def test_a_fleet_that_rolls_keeps_one_target_group_per_model_and_its_404(project_config):
     members = project_config.fleet_members(FLEET)
-    plan = packing.plan_fleet(FLEET, project_config.fleets[FLEET], members, "staging",
-                              project_config.environments["staging"])
+    plan = packing.plan_fleet(
+        FLEET, project_config.fleets[FLEET], members, "staging", project_config.environments["staging"]
+    )
     tpl = build_direct(members[0], plan.instance_type, models=members, capacity=plan)  # rollout: default, ROLLING
     _, service = only(tpl, "AWS::ECS::Service")
     settings = service["Properties"]["DeploymentConfiguration"]
-    assert (settings["Strategy"], settings["DeploymentCircuitBreaker"], settings["MaximumPercent"],
-            settings["MinimumHealthyPercent"]) == ("ROLLING", {"Enable": True, "Rollback": True}, 200, 100)
+    assert (
+        settings["Strategy"],
+        settings["DeploymentCircuitBreaker"],
+        settings["MaximumPercent"],
+        settings["MinimumHealthyPercent"],
+    ) == ("ROLLING", {"Enable": True, "Rollback": True}, 200, 100)
     assert len(settings["Alarms"]["AlarmNames"]) == 2 * len(members)
     assert not any("AdvancedConfiguration" in lb for lb in service["Properties"]["LoadBalancers"])
     assert len(tpl.find_resources("AWS::ElasticLoadBalancingV2::TargetGroup")) == len(members)
@@ -213,8 +262,25 @@ def test_a_fleet_that_rolls_keeps_one_target_group_per_model_and_its_404(project
     assert json.loads(default["FixedResponseConfig"]["MessageBody"])["models"] == list(FLEET_MEMBERS)
     rules = tpl.find_resources("AWS::ElasticLoadBalancingV2::ListenerRule")
     assert sorted(r["Properties"]["Priority"] for r in rules.values()) == sorted(map(rule_priority, FLEET_MEMBERS))
-    assert tpl.find_resources("AWS::IAM::Role", {"Properties": {"AssumeRolePolicyDocument": {"Statement": [
-        {"Action": "sts:AssumeRole", "Effect": "Allow", "Principal": {"Service": "ecs.amazonaws.com"}}]}}}) == {}
+    assert (
+        tpl.find_resources(
+            "AWS::IAM::Role",
+            {
+                "Properties": {
+                    "AssumeRolePolicyDocument": {
+                        "Statement": [
+                            {
+                                "Action": "sts:AssumeRole",
+                                "Effect": "Allow",
+                                "Principal": {"Service": "ecs.amazonaws.com"},
+                            }
+                        ]
+                    }
+                }
+            },
+        )
+        == {}
+    )
 
 
 def test_a_rolling_deployment_sizes_the_group_to_its_maximum_percent(project_config):
@@ -223,34 +289,42 @@ def test_a_rolling_deployment_sizes_the_group_to_its_maximum_percent(project_con
     _, service = only(tpl, "AWS::ECS::Service")
     settings = service["Properties"]["DeploymentConfiguration"]
     assert (settings["Strategy"], settings["MaximumPercent"], settings["MinimumHealthyPercent"]) == (
-        "ROLLING", 125, 100)
+        "ROLLING",
+        125,
+        100,
+    )
     _, group = only(tpl, "AWS::AutoScaling::AutoScalingGroup")
     assert group["Properties"]["MaxSize"] == str(math.ceil(3 * 1.25))  # build_direct plans 1..3 tasks
 
 
 def test_a_dedicated_canary_routes_every_path_through_its_production_rule(project_config):
-    rollout = neuron_deployment.rollout(Deployment(strategy="canary", size_percent=5, wait_interval_seconds=120,
-                                                   termination_wait_seconds=60))
+    rollout = neuron_deployment.rollout(
+        Deployment(strategy="canary", size_percent=5, wait_interval_seconds=120, termination_wait_seconds=60)
+    )
     tpl = build_direct(project_config.model("intent-bert"), "inf1.xlarge", rollout=rollout)
     _, service = only(tpl, "AWS::ECS::Service")
     settings = service["Properties"]["DeploymentConfiguration"]
     assert {k: v for k, v in settings.items() if k != "Alarms"} == {
-        "Strategy": "CANARY", "BakeTimeInMinutes": 1,
-        "CanaryConfiguration": {"CanaryPercent": 5, "CanaryBakeTimeInMinutes": 2}}
+        "Strategy": "CANARY",
+        "BakeTimeInMinutes": 1,
+        "CanaryConfiguration": {"CanaryPercent": 5, "CanaryBakeTimeInMinutes": 2},
+    }
     (entry,) = service["Properties"]["LoadBalancers"]
     _, rule = only(tpl, "AWS::ElasticLoadBalancingV2::ListenerRule")
     assert rule["Properties"]["Priority"] == catch_all_priority("intent-bert")
     assert rule["Properties"]["Conditions"][0]["PathPatternConfig"]["Values"] == ["/*"]
     assert entry["AdvancedConfiguration"]["ProductionListenerRule"] == {
-        "Ref": next(iter(tpl.find_resources("AWS::ElasticLoadBalancingV2::ListenerRule")))}
+        "Ref": next(iter(tpl.find_resources("AWS::ElasticLoadBalancingV2::ListenerRule")))
+    }
     _, group = only(tpl, "AWS::AutoScaling::AutoScalingGroup")
     assert group["Properties"]["MaxSize"] == "6"
 
 
 def test_members_whose_catch_all_priorities_collide_are_refused_once_traffic_shifts(project_config, monkeypatch):
     members = project_config.fleet_members(FLEET)
-    plan = packing.plan_fleet(FLEET, project_config.fleets[FLEET], members, "staging",
-                              project_config.environments["staging"])
+    plan = packing.plan_fleet(
+        FLEET, project_config.fleets[FLEET], members, "staging", project_config.environments["staging"]
+    )
     # Both members drawing one catch-all priority: fine while the fleet rolls (no catch-all rule), refused once the
     # first member's production rule takes every other path, since either may become first.
     monkeypatch.setattr(routing, "catch_all_priority", lambda model: 45_000)
@@ -262,14 +336,18 @@ def test_members_whose_catch_all_priorities_collide_are_refused_once_traffic_shi
 
 # ----------------------------------------------------------------------------- a fleet reordered or its first retired
 
+
 def fleet_rules_and_ports(models, plan, rollout) -> tuple[dict[str, int], dict[str, int], dict[str, int]]:
     """(rule logical id -> priority, target group logical id -> port, member -> port) of a traffic-shifting fleet
     built from `models` in that order."""
     tpl = build_direct(models[0], plan.instance_type, models=models, capacity=plan, rollout=rollout)
-    rules = {k: r["Properties"]["Priority"]
-             for k, r in tpl.find_resources("AWS::ElasticLoadBalancingV2::ListenerRule").items()}
-    groups = {k: g["Properties"]["Port"]
-              for k, g in tpl.find_resources("AWS::ElasticLoadBalancingV2::TargetGroup").items()}
+    rules = {
+        k: r["Properties"]["Priority"]
+        for k, r in tpl.find_resources("AWS::ElasticLoadBalancingV2::ListenerRule").items()
+    }
+    groups = {
+        k: g["Properties"]["Port"] for k, g in tpl.find_resources("AWS::ElasticLoadBalancingV2::TargetGroup").items()
+    }
     (task,) = tpl.find_resources("AWS::ECS::TaskDefinition").values()
     (container,) = task["Properties"]["ContainerDefinitions"]
     ports = {m["Name"]: m["ContainerPort"] for m in container["PortMappings"]}
@@ -279,12 +357,16 @@ def fleet_rules_and_ports(models, plan, rollout) -> tuple[dict[str, int], dict[s
 def update_clashes(before: dict[str, int], after: dict[str, int]) -> list[str]:
     """Rules of the new template asking for a priority another rule of the old one holds when the update starts
     (CloudFormation updates the rules in parallel, and deletes removed ones only in cleanup): PriorityInUse."""
-    return [f"{rule} -> {priority}" for rule, priority in after.items()
-            if priority != before.get(rule) and any(p == priority and r != rule for r, p in before.items())]
+    return [
+        f"{rule} -> {priority}"
+        for rule, priority in after.items()
+        if priority != before.get(rule) and any(p == priority and r != rule for r, p in before.items())
+    ]
 
 
 def test_a_reordered_fleet_or_one_without_its_first_member_updates_without_a_priority_clash_or_new_ports(
-        project_config):
+    project_config,
+):
     """Reordering a traffic-shifting fleet or retiring its first member moves no port (a member's target groups
     stay where they are) and asks for no listener rule priority another rule holds during the update."""
     members = project_config.fleet_members(FLEET)

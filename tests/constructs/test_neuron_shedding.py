@@ -36,6 +36,7 @@ STABLE_IDS = {
 
 # ----------------------------------------------------------------------------- metric math, one period
 
+
 class _Value:
     """One period's value of a series; None is no data point, which arithmetic and comparisons carry on."""
 
@@ -49,16 +50,35 @@ class _Value:
         a, b = (o, self.x) if reflected else (self.x, o)
         return _Value(f(a, b))
 
-    def __add__(self, o): return self._op(o, lambda a, b: a + b)
-    def __radd__(self, o): return self._op(o, lambda a, b: a + b, True)
-    def __sub__(self, o): return self._op(o, lambda a, b: a - b)
-    def __rsub__(self, o): return self._op(o, lambda a, b: a - b, True)
-    def __mul__(self, o): return self._op(o, lambda a, b: a * b)
-    def __rmul__(self, o): return self._op(o, lambda a, b: a * b, True)
-    def __truediv__(self, o): return self._op(o, lambda a, b: a / b if b else None)
-    def __rtruediv__(self, o): return self._op(o, lambda a, b: a / b if b else None, True)
-    def __gt__(self, o): return self._op(o, lambda a, b: float(a > b))
-    def __lt__(self, o): return self._op(o, lambda a, b: float(a < b))
+    def __add__(self, o):
+        return self._op(o, lambda a, b: a + b)
+
+    def __radd__(self, o):
+        return self._op(o, lambda a, b: a + b, True)
+
+    def __sub__(self, o):
+        return self._op(o, lambda a, b: a - b)
+
+    def __rsub__(self, o):
+        return self._op(o, lambda a, b: a - b, True)
+
+    def __mul__(self, o):
+        return self._op(o, lambda a, b: a * b)
+
+    def __rmul__(self, o):
+        return self._op(o, lambda a, b: a * b, True)
+
+    def __truediv__(self, o):
+        return self._op(o, lambda a, b: a / b if b else None)
+
+    def __rtruediv__(self, o):
+        return self._op(o, lambda a, b: a / b if b else None, True)
+
+    def __gt__(self, o):
+        return self._op(o, lambda a, b: float(a > b))
+
+    def __lt__(self, o):
+        return self._op(o, lambda a, b: float(a < b))
 
 
 def _wrap(v) -> _Value:
@@ -98,9 +118,13 @@ def test_the_evaluator():
 
 # ----------------------------------------------------------------------------- helpers
 
+
 def alarm(tpl, description_part: str) -> tuple[str, dict]:
-    (found,) = [(k, r["Properties"]) for k, r in tpl.find_resources("AWS::CloudWatch::Alarm").items()
-                if description_part in r["Properties"]["AlarmDescription"]]
+    (found,) = [
+        (k, r["Properties"])
+        for k, r in tpl.find_resources("AWS::CloudWatch::Alarm").items()
+        if description_part in r["Properties"]["AlarmDescription"]
+    ]
     return found
 
 
@@ -127,12 +151,14 @@ def rolling(project_config):
 
 @pytest.fixture(scope="module")
 def canary(project_config):
-    rollout = neuron_deployment.rollout(Deployment(strategy="canary", size_percent=5, wait_interval_seconds=120,
-                                                   termination_wait_seconds=60))
+    rollout = neuron_deployment.rollout(
+        Deployment(strategy="canary", size_percent=5, wait_interval_seconds=120, termination_wait_seconds=60)
+    )
     return build_direct(project_config.model("intent-bert"), "inf1.xlarge", rollout=rollout)
 
 
 # ----------------------------------------------------------------------------- one target group
+
 
 def test_the_error_rate_reads_the_apps_rejections_of_the_same_model(rolling):
     _, props = alarm(rolling, "target 5xx above")
@@ -142,18 +168,23 @@ def test_the_error_rate_reads_the_apps_rejections_of_the_same_model(rolling):
     assert rejected["Namespace"] == metrics.NAMESPACE
     # what the app writes (emf.DIMENSION_SETS' per-model set); Service is the task's SERVER_METRICS_SERVICE
     assert {d["Name"]: d["Value"] for d in rejected["Dimensions"]} == {
-        metrics.SERVICE: "test-direct", metrics.MODEL: "intent-bert"}
+        metrics.SERVICE: "test-direct",
+        metrics.MODEL: "intent-bert",
+    }
     assert "admission rejections" in props["AlarmDescription"]
 
 
-@pytest.mark.parametrize("requests, errors, rejected, percent", [
-    (100, 32, 30, 2.0),  # 30 shed, 2 failed: 2 %, not 32 %
-    (100, 30, 30, 0.0),  # shedding alone is no failure
-    (100, 5, None, 5.0),  # no rejection in the minute: no data point, 0
-    (100, 2, 30, 0.0),  # rejections flushed a minute after the load balancer counted them: clamped, not -28 %
-    (None, None, None, 0.0),  # a quiet minute reads 0 %, not no data
-    (100, None, None, 0.0),
-])
+@pytest.mark.parametrize(
+    "requests, errors, rejected, percent",
+    [
+        (100, 32, 30, 2.0),  # 30 shed, 2 failed: 2 %, not 32 %
+        (100, 30, 30, 0.0),  # shedding alone is no failure
+        (100, 5, None, 5.0),  # no rejection in the minute: no data point, 0
+        (100, 2, 30, 0.0),  # rejections flushed a minute after the load balancer counted them: clamped, not -28 %
+        (None, None, None, 0.0),  # a quiet minute reads 0 %, not no data
+        (100, None, None, 0.0),
+    ],
+)
 def test_the_error_rate_is_the_5xx_less_the_rejections(rolling, requests, errors, rejected, percent):
     _, props = alarm(rolling, "target 5xx above")
     expression, used = queries(props)
@@ -161,14 +192,17 @@ def test_the_error_rate_is_the_5xx_less_the_rejections(rolling, requests, errors
     assert evaluate(expression, {i: by_name[q["MetricName"]] for i, q in used.items()}) == pytest.approx(percent)
 
 
-@pytest.mark.parametrize("requests, rejected, percent", [
-    (100, 30, 30.0), (100, None, 0.0), (0, None, 0.0), (None, None, 0.0)])
+@pytest.mark.parametrize(
+    "requests, rejected, percent", [(100, 30, 30.0), (100, None, 0.0), (0, None, 0.0), (None, None, 0.0)]
+)
 def test_the_shed_share_is_the_apps_rejections_over_its_requests(rolling, requests, rejected, percent):
     _, props = alarm(rolling, "shed (503")
     expression, used = queries(props)
     assert {q["MetricName"] for q in used.values()} == {metrics.REQUESTS, metrics.REJECTED}
-    assert all(q["Namespace"] == metrics.NAMESPACE and {d["Value"] for d in q["Dimensions"]} == {
-        "test-direct", "intent-bert"} for q in used.values())
+    assert all(
+        q["Namespace"] == metrics.NAMESPACE and {d["Value"] for d in q["Dimensions"]} == {"test-direct", "intent-bert"}
+        for q in used.values()
+    )
     by_name = {metrics.REQUESTS: requests, metrics.REJECTED: rejected}
     assert evaluate(expression, {i: by_name[q["MetricName"]] for i, q in used.items()}) == pytest.approx(percent)
 
@@ -177,7 +211,10 @@ def test_the_shedding_alarm_notifies_and_never_rolls_a_deploy_back(rolling, proj
     shedding_id, props = alarm(rolling, "shed (503")
     limit = project_config.model("intent-bert").alarms.error_rate_percent
     assert (props["Threshold"], props["ComparisonOperator"], props["TreatMissingData"]) == (
-        limit, "GreaterThanThreshold", "notBreaching")
+        limit,
+        "GreaterThanThreshold",
+        "notBreaching",
+    )
     assert props["EvaluationPeriods"] == props["DatapointsToAlarm"] == SHEDDING_MINUTES == 15
     assert props["AlarmActions"] == props["OKActions"] == [TOPIC]
     assert "capacity" in props["AlarmDescription"]
@@ -194,6 +231,7 @@ def test_existing_alarms_keep_their_logical_ids_and_the_deployment_alarms_stay_p
 
 # ----------------------------------------------------------------------------- two target groups (a canary)
 
+
 def _pair_values(used: dict[str, dict], blue: tuple, green: tuple, rejected) -> dict[str, float | None]:
     """(requests, 5xx) per target group, by query id (the alternate group's ids end in _alt)."""
     out = {}
@@ -206,13 +244,16 @@ def _pair_values(used: dict[str, dict], blue: tuple, green: tuple, rejected) -> 
     return out
 
 
-@pytest.mark.parametrize("blue, green, rejected, percent", [
-    ((100, 32), (None, None), 30, 2.0),  # one group serving: as above
-    ((90, 27), (10, 3), 30, 0.0),  # both groups shedding, nothing failing
-    ((90, 30), (10, 10), 30, 100.0),  # blue sheds while the canary fails every request: the canary's 100 %
-    ((90, 30), (10, 2), 30, 20.0),  # ... or 2 of its 10
-    ((None, None), (None, None), None, 0.0),
-])
+@pytest.mark.parametrize(
+    "blue, green, rejected, percent",
+    [
+        ((100, 32), (None, None), 30, 2.0),  # one group serving: as above
+        ((90, 27), (10, 3), 30, 0.0),  # both groups shedding, nothing failing
+        ((90, 30), (10, 10), 30, 100.0),  # blue sheds while the canary fails every request: the canary's 100 %
+        ((90, 30), (10, 2), 30, 20.0),  # ... or 2 of its 10
+        ((None, None), (None, None), None, 0.0),
+    ],
+)
 def test_a_canary_failing_while_the_other_group_sheds_still_alarms(canary, blue, green, rejected, percent):
     _, props = alarm(canary, "target 5xx above")
     expression, used = queries(props)
@@ -226,10 +267,12 @@ def test_a_canary_failing_while_the_other_group_sheds_still_alarms(canary, blue,
 
 # ----------------------------------------------------------------------------- a fleet
 
+
 def test_each_fleet_member_has_its_shedding_alarm_outside_the_deployment_alarms(project_config):
     members = project_config.fleet_members(FLEET)
-    plan = packing.plan_fleet(FLEET, project_config.fleets[FLEET], members, "staging",
-                              project_config.environments["staging"])
+    plan = packing.plan_fleet(
+        FLEET, project_config.fleets[FLEET], members, "staging", project_config.environments["staging"]
+    )
     tpl = build_direct(members[0], plan.instance_type, models=members, capacity=plan)
     deployment = deployment_alarm_ids(tpl)
     assert len(deployment) == 2 * len(members)
@@ -242,4 +285,6 @@ def test_each_fleet_member_has_its_shedding_alarm_outside_the_deployment_alarms(
         _, used = queries(errors)
         (rejected,) = [q for q in used.values() if q["MetricName"] == metrics.REJECTED]
         assert {d["Name"]: d["Value"] for d in rejected["Dimensions"]} == {
-            metrics.SERVICE: "test-direct", metrics.MODEL: member.name}
+            metrics.SERVICE: "test-direct",
+            metrics.MODEL: member.name,
+        }

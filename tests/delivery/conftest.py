@@ -18,7 +18,11 @@ def dev(aws, config_copy, monkeypatch):
         images = deploy(aws_fakes.session("dev"), config_copy)
         blobs = {d: b for image in images.values() for d, b in image.blobs.items()}
         # moto has no GetDownloadUrlForLayer: serve the source blobs directly, chunked as the real code is.
-        monkeypatch.setattr(ecr_images, "download_layer",
-                            lambda ecr, registry, repo, digest, size: iter([blobs[digest][i:i + 4]
-                                                                            for i in range(0, len(blobs[digest]), 4)]))
+        monkeypatch.setattr(
+            ecr_images,
+            "download_layer",
+            lambda ecr, registry, repo, digest, size: iter(
+                [blobs[digest][i : i + 4] for i in range(0, len(blobs[digest]), 4)]
+            ),
+        )
         yield config_copy, images

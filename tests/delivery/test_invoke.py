@@ -43,10 +43,12 @@ def no_sleep(monkeypatch) -> list[float]:
 
 # ----------------------------------------------------------------------------- Neuron: the real server over HTTP
 
+
 @pytest.fixture(scope="module")
 def server(artifact):
-    process = ServerProcess(artifact, args=("--model-name", "intent-bert"),
-                            env={"SERVER_MAX_TEXT_CHARS": str(MAX_TEXT)})
+    process = ServerProcess(
+        artifact, args=("--model-name", "intent-bert"), env={"SERVER_MAX_TEXT_CHARS": str(MAX_TEXT)}
+    )
     process.wait_ready()
     yield process
     process.stop()
@@ -85,8 +87,12 @@ def test_the_servers_refusal_is_one_line_with_its_status_and_field(server, neuro
     deploy_url(server.url)
     code, out, err = invoke_cli(capsys, neuron_config, "intent-bert", "--text", "ok", "--text", "x" * (MAX_TEXT + 1))
     assert (code, out) == (1, [])
-    assert err == [(f"invoke: error: {server.url}/v2/models/intent-bert/infer: HTTP 400: inputs[0].data[1]: text of "
-                    f"{MAX_TEXT + 1} characters exceeds the limit of {MAX_TEXT}")]
+    assert err == [
+        (
+            f"invoke: error: {server.url}/v2/models/intent-bert/infer: HTTP 400: inputs[0].data[1]: text of "
+            f"{MAX_TEXT + 1} characters exceeds the limit of {MAX_TEXT}"
+        )
+    ]
 
 
 def test_a_model_of_its_own_stack_is_called_at_its_own_path(server, neuron_config, capsys):
@@ -128,15 +134,20 @@ class _Busy(JsonHandler):
 
     after, answer_at, seen = "2", 3, 0
 
-    def do_POST(self):  # noqa: N802 - http.server's naming
+    def do_POST(self):  # http.server's naming
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
         type(self).seen += 1
         if type(self).seen < self.answer_at:
-            self.reply(503, json.dumps({"error": "overloaded: would not be answered within the SLO"}).encode(),
-                       {"Retry-After": self.after} if self.after is not None else {})
+            self.reply(
+                503,
+                json.dumps({"error": "overloaded: would not be answered within the SLO"}).encode(),
+                {"Retry-After": self.after} if self.after is not None else {},
+            )
             return
-        outputs = [{"name": "logits", "datatype": "FP32", "shape": [1, 3], "data": [0.1, 0.7, 0.2]},
-                   {"name": "label", "datatype": "BYTES", "shape": [1], "data": ["neutral"]}]
+        outputs = [
+            {"name": "logits", "datatype": "FP32", "shape": [1, 3], "data": [0.1, 0.7, 0.2]},
+            {"name": "label", "datatype": "BYTES", "shape": [1], "data": ["neutral"]},
+        ]
         self.reply(200, json.dumps({"outputs": outputs}).encode())
 
 
@@ -149,10 +160,15 @@ def test_503_is_tried_again_after_retry_after(neuron_config, capsys, no_sleep):
     with serving(handler) as port:
         deploy_url(f"http://127.0.0.1:{port}")
         code, out, err = invoke_cli(capsys, neuron_config, "intent-bert", "--text", "hi")
-    assert (code, out, handler.seen, no_sleep) == (0, ["neutral (neutral 0.700, positive 0.200, negative 0.100)"], 3,
-                                                   [2.0, 2.0])
-    assert len(err) == 2 and err[0].endswith("HTTP 503: overloaded: would not be answered within the SLO: trying "
-                                             "again in 2 s (1 of 2)")
+    assert (code, out, handler.seen, no_sleep) == (
+        0,
+        ["neutral (neutral 0.700, positive 0.200, negative 0.100)"],
+        3,
+        [2.0, 2.0],
+    )
+    assert len(err) == 2 and err[0].endswith(
+        "HTTP 503: overloaded: would not be answered within the SLO: trying again in 2 s (1 of 2)"
+    )
 
 
 def test_503_without_retry_after_backs_off_and_gives_up_with_advice(neuron_config, capsys, no_sleep):
@@ -181,18 +197,35 @@ def test_a_server_that_never_answers_times_out(neuron_config, capsys):
         listener.bind(("127.0.0.1", 0))
         listener.listen(1)
         deploy_url(f"http://127.0.0.1:{listener.getsockname()[1]}")
-        code = cli.main(["invoke", "--env", "dev", "--config-dir", str(neuron_config), "intent-bert", "--text", "hi",
-                         "--timeout", "0.5"])
+        code = cli.main(
+            [
+                "invoke",
+                "--env",
+                "dev",
+                "--config-dir",
+                str(neuron_config),
+                "intent-bert",
+                "--text",
+                "hi",
+                "--timeout",
+                "0.5",
+            ]
+        )
     err = capsys.readouterr().err.splitlines()
     assert code == 1 and err[0].endswith("/v2/models/intent-bert/infer: no answer within 0.5 s (--timeout)")
 
 
 def test_a_reply_outside_the_contract_fails(neuron_config, capsys):
     class Wrong(JsonHandler):
-        def do_POST(self):  # noqa: N802
+        def do_POST(self):  # http.server's naming
             self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            self.reply(200, json.dumps({"outputs": [{"name": "logits", "datatype": "FP32", "shape": [1, 3],
-                                                     "data": [1, 2, 3]}]}).encode())
+            self.reply(
+                200,
+                json.dumps(
+                    {"outputs": [{"name": "logits", "datatype": "FP32", "shape": [1, 3], "data": [1, 2, 3]}]}
+                ).encode(),
+            )
+
     with serving(Wrong) as port:
         deploy_url(f"http://127.0.0.1:{port}")
         code, _, err = invoke_cli(capsys, neuron_config, "intent-bert", "--text", "hi")
@@ -202,12 +235,14 @@ def test_a_reply_outside_the_contract_fails(neuron_config, capsys):
 
 # ----------------------------------------------------------------------------- SageMaker: signed InvokeEndpoint on moto
 
+
 @pytest.fixture
 def triton_config(aws, config_copy):
     aws_fakes.with_deploy_roles(config_copy)
     for name in ("bert-large-classifier", "t5-spelling"):
-        aws_fakes.deploy_triton(aws_fakes.session("dev"), "dev", name,
-                                f"111111111111.dkr.ecr.us-east-1.amazonaws.com/repo:{name}")
+        aws_fakes.deploy_triton(
+            aws_fakes.session("dev"), "dev", name, f"111111111111.dkr.ecr.us-east-1.amazonaws.com/repo:{name}"
+        )
     return config_copy
 
 
@@ -243,6 +278,7 @@ def wire(monkeypatch) -> Wire:
         session = real(*args, **kwargs)
         session.events.register_first("before-send.sagemaker-runtime.InvokeEndpoint", hook)
         return session
+
     monkeypatch.setattr(invoke.aws_sessions, "session_for", session_for)
     return hook
 
@@ -260,9 +296,13 @@ def moto_bodies() -> list:
 
 
 TEXTS = ("the service was great", "it broke on day one")
-BERT_BATCH = {"model_name": "bert-large-classifier", "outputs": [
-    {"name": "logits", "datatype": "FP32", "shape": [2, 2], "data": [[-1.5, 2.0], [0.25, -0.5]]},
-    {"name": "label", "datatype": "BYTES", "shape": [2], "data": ["positive", "negative"]}]}
+BERT_BATCH = {
+    "model_name": "bert-large-classifier",
+    "outputs": [
+        {"name": "logits", "datatype": "FP32", "shape": [2, 2], "data": [[-1.5, 2.0], [0.25, -0.5]]},
+        {"name": "label", "datatype": "BYTES", "shape": [2], "data": ["positive", "negative"]},
+    ],
+}
 
 
 def test_a_classifier_on_sagemaker_gets_the_contract_body_signed_and_prints_labels(triton_config, wire, capsys):
@@ -277,14 +317,18 @@ def test_a_classifier_on_sagemaker_gets_the_contract_body_signed_and_prints_labe
     assert request.body == body
     assert header(request, "Content-Type") == "application/json"
     authorization = header(request, "Authorization")
-    assert authorization.startswith("AWS4-HMAC-SHA256 Credential=") and "/us-east-1/sagemaker/aws4_request" in \
-        authorization
+    assert (
+        authorization.startswith("AWS4-HMAC-SHA256 Credential=")
+        and "/us-east-1/sagemaker/aws4_request" in authorization
+    )
     assert json.loads(body) == {"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [2], "data": list(TEXTS)}]}
 
 
 def test_text2text_prints_the_generated_text_and_json_the_raw_reply(triton_config, wire, capsys):
-    reply = {"model_name": "t5-spelling", "outputs": [
-        {"name": "text", "datatype": "BYTES", "shape": [1], "data": ["this is spelled right"]}]}
+    reply = {
+        "model_name": "t5-spelling",
+        "outputs": [{"name": "text", "datatype": "BYTES", "shape": [1], "data": ["this is spelled right"]}],
+    }
     queue_replies(reply)
     code, out, _ = invoke_cli(capsys, triton_config, "t5-spelling", "--text", "ths is speled rigth")
     assert (code, out) == (0, ["this is spelled right"])
@@ -297,10 +341,21 @@ def test_a_component_on_a_shared_endpoint_is_named_in_the_call(aws, config_copy,
 
     aws_fakes.with_deploy_roles(config_copy)
     with moto_patches.applied("sagemaker-variant-without-model", "sagemaker-inference-components"):
-        aws_fakes.deploy_triton_component(aws_fakes.session("dev"), "dev", "bert-large-classifier",
-                                          "111111111111.dkr.ecr.us-east-1.amazonaws.com/repo:b", "triton-shared")
-        queue_replies({"outputs": [{"name": "logits", "datatype": "FP32", "shape": [1, 2], "data": [0, 1]},
-                                   {"name": "label", "datatype": "BYTES", "shape": [1], "data": ["positive"]}]})
+        aws_fakes.deploy_triton_component(
+            aws_fakes.session("dev"),
+            "dev",
+            "bert-large-classifier",
+            "111111111111.dkr.ecr.us-east-1.amazonaws.com/repo:b",
+            "triton-shared",
+        )
+        queue_replies(
+            {
+                "outputs": [
+                    {"name": "logits", "datatype": "FP32", "shape": [1, 2], "data": [0, 1]},
+                    {"name": "label", "datatype": "BYTES", "shape": [1], "data": ["positive"]},
+                ]
+            }
+        )
         code, out, _ = invoke_cli(capsys, config_copy, "bert-large-classifier", "--text", "fine")
     assert (code, out) == (0, ["positive (positive 1.000, negative 0.000)"])
     (request,) = wire.requests
@@ -310,17 +365,26 @@ def test_a_component_on_a_shared_endpoint_is_named_in_the_call(aws, config_copy,
 
 def model_error(status: int, error: str) -> tuple[int, dict, bytes]:
     """InvokeEndpoint's answer when the container answered `status`: a 424 ModelError carrying it."""
-    body = {"ErrorCode": "CLIENT_ERROR_FROM_MODEL" if status < 500 else "SERVER_ERROR_FROM_MODEL",
-            "OriginalStatusCode": status, "OriginalMessage": json.dumps({"error": error}),
-            "Message": f"Received client error ({status}) from primary with message \"...\".",
-            "LogStreamArn": "arn:aws:logs:us-east-1:111111111111:log-group:/aws/sagemaker/Endpoints/x"}
-    return 424, {"x-amzn-ErrorType": "ModelError:http://internal.amazon.com/coral/com.amazon.sagemaker/"}, \
-        json.dumps(body).encode()
+    body = {
+        "ErrorCode": "CLIENT_ERROR_FROM_MODEL" if status < 500 else "SERVER_ERROR_FROM_MODEL",
+        "OriginalStatusCode": status,
+        "OriginalMessage": json.dumps({"error": error}),
+        "Message": f'Received client error ({status}) from primary with message "...".',
+        "LogStreamArn": "arn:aws:logs:us-east-1:111111111111:log-group:/aws/sagemaker/Endpoints/x",
+    }
+    return (
+        424,
+        {"x-amzn-ErrorType": "ModelError:http://internal.amazon.com/coral/com.amazon.sagemaker/"},
+        json.dumps(body).encode(),
+    )
 
 
 def aws_error(status: int, code: str, message: str) -> tuple[int, dict, bytes]:
-    return status, {"x-amzn-ErrorType": f"{code}:http://internal.amazon.com/coral/com.amazon.sagemaker/"}, \
-        json.dumps({"message": message}).encode()
+    return (
+        status,
+        {"x-amzn-ErrorType": f"{code}:http://internal.amazon.com/coral/com.amazon.sagemaker/"},
+        json.dumps({"message": message}).encode(),
+    )
 
 
 def test_a_model_error_is_one_line_with_the_containers_status_and_error(triton_config, wire, capsys, no_sleep):
@@ -328,21 +392,30 @@ def test_a_model_error_is_one_line_with_the_containers_status_and_error(triton_c
     wire.responses.append(model_error(400, error))
     code, out, err = invoke_cli(capsys, triton_config, "bert-large-classifier", "--text", "x" * 9000)
     assert (code, out, no_sleep) == (1, [], [])
-    assert err == [f"invoke: error: endpoint dev-bert-large-classifier: the model answered HTTP 400: {error} "
-                   f"(ModelError)"]
+    assert err == [
+        f"invoke: error: endpoint dev-bert-large-classifier: the model answered HTTP 400: {error} (ModelError)"
+    ]
 
 
 def test_a_containers_503_is_tried_again_with_backoff(triton_config, wire, capsys, no_sleep):
-    queue_replies({"outputs": [{"name": "logits", "datatype": "FP32", "shape": [1, 2], "data": [0.5, 0.25]},
-                               {"name": "label", "datatype": "BYTES", "shape": [1], "data": ["negative"]}]})
+    queue_replies(
+        {
+            "outputs": [
+                {"name": "logits", "datatype": "FP32", "shape": [1, 2], "data": [0.5, 0.25]},
+                {"name": "label", "datatype": "BYTES", "shape": [1], "data": ["negative"]},
+            ]
+        }
+    )
     wire.responses += [model_error(503, "overloaded")] * 2
     code, out, err = invoke_cli(capsys, triton_config, "bert-large-classifier", "--text", "hi")
     assert (code, out) == (0, ["negative (negative 0.500, positive 0.250)"]), err
     assert (len(wire.requests), no_sleep) == (3, [invoke.BACKOFF_S, 2 * invoke.BACKOFF_S])
 
 
-NO_CAPACITY = ("Inference Component has no capacity to process this request. ApplicationAutoScaling may be in-progress "
-               "(if configured) or try to increase the capacity by invoking UpdateInferenceComponentRuntimeConfig API.")
+NO_CAPACITY = (
+    "Inference Component has no capacity to process this request. ApplicationAutoScaling may be in-progress "
+    "(if configured) or try to increase the capacity by invoking UpdateInferenceComponentRuntimeConfig API."
+)
 
 
 def test_a_component_scaled_to_zero_is_waited_for_then_advised(triton_config, wire, capsys, no_sleep):
@@ -357,19 +430,24 @@ def test_a_component_scaled_to_zero_is_waited_for_then_advised(triton_config, wi
 
 def test_service_unavailable_and_throttling_are_tried_again(triton_config, wire, capsys, no_sleep):
     queue_replies({"outputs": [{"name": "text", "datatype": "BYTES", "shape": [1], "data": ["ok"]}]})
-    wire.responses += [aws_error(503, "ServiceUnavailable", "try again"),
-                       aws_error(400, "ThrottlingException", "slow down")]
+    wire.responses += [
+        aws_error(503, "ServiceUnavailable", "try again"),
+        aws_error(400, "ThrottlingException", "slow down"),
+    ]
     code, out, _ = invoke_cli(capsys, triton_config, "t5-spelling", "--text", "hi")
     assert (code, out, len(wire.requests), len(no_sleep)) == (0, ["ok"], 3, 2)
 
 
 def test_other_sagemaker_errors_are_not_retried(triton_config, wire, capsys, no_sleep):
-    wire.responses.append(aws_error(400, "ValidationError", "Endpoint dev-t5-spelling of account 111111111111 not "
-                                                           "found."))
+    wire.responses.append(
+        aws_error(400, "ValidationError", "Endpoint dev-t5-spelling of account 111111111111 not found.")
+    )
     code, _, err = invoke_cli(capsys, triton_config, "t5-spelling", "--text", "hi")
     assert (code, no_sleep) == (1, [])
-    assert err == ["invoke: error: endpoint dev-t5-spelling: ValidationError: Endpoint dev-t5-spelling of account "
-                   "111111111111 not found."]
+    assert err == [
+        "invoke: error: endpoint dev-t5-spelling: ValidationError: Endpoint dev-t5-spelling of account "
+        "111111111111 not found."
+    ]
 
 
 def test_no_credentials_is_one_line(config_copy, capsys, monkeypatch, tmp_path):
@@ -385,16 +463,24 @@ def test_no_credentials_is_one_line(config_copy, capsys, monkeypatch, tmp_path):
 
 # ----------------------------------------------------------------------------- --list
 
+
 def test_list_prints_every_model_and_where_it_answers(triton_config, capsys):
     paths = {m: f"/v2/models/{m}" for m in ("intent-bert", "duplicate-bert")}
-    aws_fakes.create_stack(aws_fakes.session("dev"), f"dev-{FLEET}", {
-        "Url": "http://internal-lb.example", stack_outputs.MODEL_PATHS: stack_outputs.model_paths_value(paths)})
+    aws_fakes.create_stack(
+        aws_fakes.session("dev"),
+        f"dev-{FLEET}",
+        {"Url": "http://internal-lb.example", stack_outputs.MODEL_PATHS: stack_outputs.model_paths_value(paths)},
+    )
     code, out, _ = invoke_cli(capsys, triton_config, "--list")
     header, *rows = out
     assert header.split() == ["MODEL", "KIND", "TASK", "SERVED", "AT"]
     table = {row.split()[0]: row for row in rows}
-    assert table["bert-large-classifier"].split()[1:] == ["triton-sagemaker", "text-classification", "endpoint",
-                                                          "dev-bert-large-classifier"]
+    assert table["bert-large-classifier"].split()[1:] == [
+        "triton-sagemaker",
+        "text-classification",
+        "endpoint",
+        "dev-bert-large-classifier",
+    ]
     assert table["t5-spelling"].split()[1:3] == ["triton-sagemaker", "text2text-generation"]
     assert table["intent-bert"].endswith("http://internal-lb.example/v2/models/intent-bert/infer")
     assert table["duplicate-bert"].endswith("http://internal-lb.example/v2/models/duplicate-bert/infer")
@@ -405,17 +491,23 @@ def test_list_prints_every_model_and_where_it_answers(triton_config, capsys):
 
 # ----------------------------------------------------------------------------- bad arguments: exit 2, one line
 
-@pytest.mark.parametrize("args, message", [
-    (["nope", "--text", "x"], "unknown model 'nope'; known: bert-large-classifier, "),
-    (["t5-spelling"], "--text: give at least one text (repeat --text for a batch)"),
-    (["t5-spelling", "--text", "a", "--text", "  "], "--text #2: empty text"),
-    ([], "MODEL: name the model to call (or --list to see them)"),
-    (["--list", "t5-spelling"], "--list: lists every model of --env; give no MODEL nor --text with it"),
-    (["t5-spelling", "--text", "a", "--retries", "-1"], "--retries: must be within 0..60, got -1"),
-    (["t5-spelling", "--text", "a", "--timeout", "0"], "--timeout: must be a number of seconds > 0, got 0"),
-    (["t5-spelling", "--text", "a", "--role-arn", "arn:aws:iam::222222222222:role/x"],
-     "--role-arn: arn:aws:iam::222222222222:role/x is in account 222222222222, not dev's account 111111111111"),
-])
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["nope", "--text", "x"], "unknown model 'nope'; known: bert-large-classifier, "),
+        (["t5-spelling"], "--text: give at least one text (repeat --text for a batch)"),
+        (["t5-spelling", "--text", "a", "--text", "  "], "--text #2: empty text"),
+        ([], "MODEL: name the model to call (or --list to see them)"),
+        (["--list", "t5-spelling"], "--list: lists every model of --env; give no MODEL nor --text with it"),
+        (["t5-spelling", "--text", "a", "--retries", "-1"], "--retries: must be within 0..60, got -1"),
+        (["t5-spelling", "--text", "a", "--timeout", "0"], "--timeout: must be a number of seconds > 0, got 0"),
+        (
+            ["t5-spelling", "--text", "a", "--role-arn", "arn:aws:iam::222222222222:role/x"],
+            "--role-arn: arn:aws:iam::222222222222:role/x is in account 222222222222, not dev's account 111111111111",
+        ),
+    ],
+)
 def test_bad_arguments_are_one_line_exit_2(args, message, capsys):
     code = cli.main(["invoke", "--env", "dev", *args])
     err = capsys.readouterr().err.splitlines()
@@ -425,24 +517,37 @@ def test_bad_arguments_are_one_line_exit_2(args, message, capsys):
 def test_unknown_environment_and_undeployed_model_are_exit_2(config_copy, capsys):
     assert cli.main(["invoke", "--env", "qa", "t5-spelling", "--text", "a"]) == 2
     assert capsys.readouterr().err.startswith("invoke: error: --env: unknown environment 'qa'")
+
     def staging_only(data: dict) -> None:
         data["deploy_in"] = ["staging"]
         data.get("environments", {}).pop("dev", None)
+
     edit_model(config_copy, "intent-bert-inf2", staging_only)
-    assert cli.main(["invoke", "--env", "dev", "--config-dir", str(config_copy), "intent-bert-inf2", "--text", "a"]) == 2
+    assert (
+        cli.main(["invoke", "--env", "dev", "--config-dir", str(config_copy), "intent-bert-inf2", "--text", "a"]) == 2
+    )
     assert capsys.readouterr().err.startswith("invoke: error: intent-bert-inf2 is not deployed in dev")
 
 
 # ----------------------------------------------------------------------------- the contract's pieces
 
+
 def test_the_contract_reads_flat_or_nested_tensors_and_refuses_a_bare_string():
     from types import SimpleNamespace
 
     classifier = SimpleNamespace(name="c", source=SimpleNamespace(task="text-classification", labels=("a", "b", "c")))
-    flat = {"outputs": [{"name": "logits", "datatype": "FP32", "shape": [2, 3], "data": [0, 1, 2, 5, 4, 3]},
-                        {"name": "label", "datatype": "BYTES", "shape": [2], "data": ["c", "a"]}]}
-    nested = {"outputs": [{**flat["outputs"][0], "data": [[0, 1, 2], [5, 4, 3]]},
-                          {**flat["outputs"][1], "data": [["c"], ["a"]]}]}
+    flat = {
+        "outputs": [
+            {"name": "logits", "datatype": "FP32", "shape": [2, 3], "data": [0, 1, 2, 5, 4, 3]},
+            {"name": "label", "datatype": "BYTES", "shape": [2], "data": ["c", "a"]},
+        ]
+    }
+    nested = {
+        "outputs": [
+            {**flat["outputs"][0], "data": [[0, 1, 2], [5, 4, 3]]},
+            {**flat["outputs"][1], "data": [["c"], ["a"]]},
+        ]
+    }
     for reply in (flat, nested):
         answers = text_contract.read_reply(json.dumps(reply).encode(), classifier, 2)
         assert [a.line(top=2) for a in answers] == ["c (c 2.000, b 1.000)", "a (a 5.000, b 4.000)"]
@@ -472,5 +577,6 @@ def test_retry_after_as_an_http_date_and_waits_are_capped(no_sleep):
         if len(calls) == 1:
             raise invoke.Retryable("busy", retry_after=3600.0)
         return b"ok"
+
     assert invoke.with_retries(call, b"{}", 1) == b"ok"
     assert no_sleep == [invoke.MAX_DELAY_S]

@@ -29,11 +29,11 @@ def test_dry_run_prints_the_plan_and_changes_nothing(dev, capsys):
     config_dir, images = dev
     code, out, err = promote_cli(capsys, config_dir)
     assert code == 0, err
-    assert out[0] == (f"promote dev -> staging (dry run; --apply copies and writes "
-                      f"{config_dir / 'releases' / 'staging.json'})")
+    assert out[0] == (
+        f"promote dev -> staging (dry run; --apply copies and writes {config_dir / 'releases' / 'staging.json'})"
+    )
     source = "111111111111.dkr.ecr.us-east-1.amazonaws.com/cdk-hnb659fds-container-assets-111111111111-us-east-1"
-    assert out[1:] == [f"{m}: {source}@{images[m].digest} -> {TARGET}/{m} as :{images[m].tag} (copy)"
-                       for m in MODELS]
+    assert out[1:] == [f"{m}: {source}@{images[m].digest} -> {TARGET}/{m} as :{images[m].tag} (copy)" for m in MODELS]
     assert aws_fakes.session("staging").client("ecr").describe_repositories()["repositories"] == []
     assert not (config_dir / "releases").exists()
 
@@ -53,27 +53,30 @@ def test_apply_copies_images_with_layers_and_writes_the_pin(dev, capsys):
         assert repository["encryptionConfiguration"]["encryptionType"] == "KMS"
         (detail,) = ecr.describe_images(repositoryName=f"inferstack/{model}")["imageDetails"]
         assert (detail["imageDigest"], detail["imageTags"]) == (image.digest, [image.tag])
-        layers = ecr.batch_check_layer_availability(repositoryName=f"inferstack/{model}",
-                                                    layerDigests=list(image.blobs))["layers"]
+        layers = ecr.batch_check_layer_availability(
+            repositoryName=f"inferstack/{model}", layerDigests=list(image.blobs)
+        )["layers"]
         assert {layer["layerDigest"] for layer in layers} == set(image.blobs)
 
     pin = ReleasePin.model_validate_json(pin_path.read_text())
     assert (pin.environment, pin.promoted_from) == ("staging", "dev")
     assert {m: (i.repository_uri, i.digest) for m, i in pin.images.items()} == {
-        m: (f"{TARGET}/{m}", images[m].digest) for m in MODELS}
+        m: (f"{TARGET}/{m}", images[m].digest) for m in MODELS
+    }
     assert json.loads(pin_path.read_text()) == json.loads(json.dumps(json.loads(pin_path.read_text()), sort_keys=True))
 
     # The pin is what staging's config load accepts once environments.yaml names it.
     env_file = config_dir / "environments.yaml"
-    env_file.write_text(env_file.read_text().replace(
-        "  staging:\n", "  staging:\n    release: {manifest: releases/staging.json}\n", 1))
+    env_file.write_text(
+        env_file.read_text().replace("  staging:\n", "  staging:\n    release: {manifest: releases/staging.json}\n", 1)
+    )
     assert load(config_dir).releases["staging"] == pin
 
     # A second promotion finds everything in place and rewrites the same pin.
     before = pin_path.read_text()
     code, out, err = promote_cli(capsys, config_dir, "--apply")
     assert code == 0, err
-    assert all(line.endswith("(exists)") for line in out[1:1 + len(MODELS)]), out
+    assert all(line.endswith("(exists)") for line in out[1 : 1 + len(MODELS)]), out
     assert pin_path.read_text() == before
 
 
@@ -120,8 +123,10 @@ def test_missing_service_and_component_fail(dev, capsys):
     sess.client("sagemaker").delete_inference_component(InferenceComponentName="dev-bert-large-classifier")
     code, _, err = promote_cli(capsys, config_dir)
     assert code == 1
-    assert err[0].startswith("promote: error: bert-large-classifier: SageMaker inference component "
-                             "dev-bert-large-classifier on endpoint dev-triton-shared not found")
+    assert err[0].startswith(
+        "promote: error: bert-large-classifier: SageMaker inference component "
+        "dev-bert-large-classifier on endpoint dev-triton-shared not found"
+    )
 
 
 def test_a_component_is_promoted_from_the_model_it_names(dev, capsys):
@@ -132,8 +137,10 @@ def test_a_component_is_promoted_from_the_model_it_names(dev, capsys):
     assert "ModelName" not in variant
     code, out, err = promote_cli(capsys, config_dir)
     assert code == 0, err
-    assert any(line.startswith("t5-spelling: ") and f"@{images['t5-spelling'].digest} -> {TARGET}/t5-spelling"
-               in line for line in out)
+    assert any(
+        line.startswith("t5-spelling: ") and f"@{images['t5-spelling'].digest} -> {TARGET}/t5-spelling" in line
+        for line in out
+    )
 
 
 @pytest.fixture
@@ -155,8 +162,9 @@ def test_a_dedicated_endpoint_is_read_through_its_config_and_its_absence_fails(d
     image = ecr_images.running_image(sess, "dev", unit)
     assert image == images["bert-large-classifier"].uri
     sess.client("sagemaker").delete_endpoint(EndpointName="dev-bert-large-classifier")
-    with pytest.raises(ecr_images.NotRunning, match="bert-large-classifier: SageMaker endpoint "
-                                                   "dev-bert-large-classifier not found"):
+    with pytest.raises(
+        ecr_images.NotRunning, match="bert-large-classifier: SageMaker endpoint dev-bert-large-classifier not found"
+    ):
         ecr_images.running_image(sess, "dev", unit)
 
 
@@ -170,12 +178,17 @@ def test_image_missing_from_ecr_fails(dev, capsys):
     assert err[0].startswith(f"promote: error: t5-spelling: {images['t5-spelling'].uri}: not found in ECR")
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--from", "dev", "--to", "qa"], "promote: error: --to: unknown environment 'qa'; known: dev, staging, prod"),
-    (["--from", "dev", "--to", "dev"], "promote: error: --from and --to name the same environment"),
-    (["--from", "dev", "--to", "staging", "--manifest", "/nonexistent/release.json"],
-     "promote: error: --manifest /nonexistent/release.json: file not found"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--from", "dev", "--to", "qa"], "promote: error: --to: unknown environment 'qa'; known: dev, staging, prod"),
+        (["--from", "dev", "--to", "dev"], "promote: error: --from and --to name the same environment"),
+        (
+            ["--from", "dev", "--to", "staging", "--manifest", "/nonexistent/release.json"],
+            "promote: error: --manifest /nonexistent/release.json: file not found",
+        ),
+    ],
+)
 def test_bad_arguments_are_one_line_exit_2(args, message, capsys):
     assert cli.main(["promote", *args]) == 2
     assert capsys.readouterr().err.splitlines() == [message]
@@ -185,7 +198,8 @@ def test_missing_argument_is_a_usage_error_without_traceback():
     result = run("-m", "inferstack", "promote", "--from", "dev")
     assert result.returncode == 2
     assert result.stderr.splitlines() == [
-        "python -m inferstack promote: error: the following arguments are required: --to"]
+        "python -m inferstack promote: error: the following arguments are required: --to"
+    ]
 
 
 def test_not_a_release_manifest_is_rejected(tmp_path, capsys):
@@ -193,7 +207,8 @@ def test_not_a_release_manifest_is_rejected(tmp_path, capsys):
     path.write_text('{"format": "something-else"}')
     assert cli.main(["promote", "--from", "dev", "--to", "staging", "--manifest", str(path)]) == 2
     assert capsys.readouterr().err.splitlines() == [
-        f"promote: error: --manifest {path}: not a release manifest (format is not 'inferstack-release/1')"]
+        f"promote: error: --manifest {path}: not a release manifest (format is not 'inferstack-release/1')"
+    ]
 
 
 def test_a_fleet_members_are_pinned_as_the_fleet(dev, capsys):
@@ -205,8 +220,9 @@ def test_a_fleet_members_are_pinned_as_the_fleet(dev, capsys):
     assert not [line for line in out if line.startswith(("intent-bert:", "duplicate-bert:"))]
     pin = ReleasePin.model_validate_json((config_dir / "releases" / "staging.json").read_text())
     assert set(pin.images) == set(MODELS) and pin.image_for("intent-pack").digest == images["intent-pack"].digest
-    repositories = {r["repositoryName"] for r in
-                    aws_fakes.session("staging").client("ecr").describe_repositories()["repositories"]}
+    repositories = {
+        r["repositoryName"] for r in aws_fakes.session("staging").client("ecr").describe_repositories()["repositories"]
+    }
     assert repositories == {f"inferstack/{m}" for m in MODELS}
 
 
@@ -221,11 +237,16 @@ def test_the_image_is_read_from_the_container_the_construct_names(dev):
     served = images["intent-bert-inf2"].uri
 
     def run(*names: str) -> None:
-        containers = [{"name": name, "image": served if name == CONTAINER_NAME else "public.ecr.aws/a/sidecar:1",
-                       "memory": 128} for name in names]
+        containers = [
+            {"name": name, "image": served if name == CONTAINER_NAME else "public.ecr.aws/a/sidecar:1", "memory": 128}
+            for name in names
+        ]
         task = ecs.register_task_definition(family="dev-intent-bert-inf2", containerDefinitions=containers)
-        ecs.update_service(cluster="dev-intent-bert-inf2-cluster", service="intent-bert-inf2-service",
-                           taskDefinition=task["taskDefinition"]["taskDefinitionArn"])
+        ecs.update_service(
+            cluster="dev-intent-bert-inf2-cluster",
+            service="intent-bert-inf2-service",
+            taskDefinition=task["taskDefinition"]["taskDefinitionArn"],
+        )
 
     run("Sidecar", CONTAINER_NAME)
     assert ecr_images.running_image(sess, "dev", unit) == served

@@ -41,8 +41,14 @@ def test_manifest_records_assets_config_commit_and_versions(cdk_out, tmp_path, c
     assert manifest["versions"]["aws-cdk-lib"] == "2.275.0"
     assert set(manifest["versions"]) == {"aws-cdk-lib", "cloud_assembly_schema", "minimum_cdk_cli", "inferstack"}
     stacks = manifest["environments"]["dev"]["stacks"]
-    assert set(stacks) == {"Foundation", "bert-large-classifier", "intent-bert-inf2", "intent-pack", "t5-spelling",
-                           "triton-shared"}
+    assert set(stacks) == {
+        "Foundation",
+        "bert-large-classifier",
+        "intent-bert-inf2",
+        "intent-pack",
+        "t5-spelling",
+        "triton-shared",
+    }
     # the shared endpoint's stack builds no image: each member's stack builds its own, promoted per model
     assert stacks["triton-shared"]["images"] == []
     assert [i["build_args"]["TRITON_BASE_IMAGE"] for i in stacks["bert-large-classifier"]["images"]]
@@ -96,12 +102,24 @@ def test_config_hash_ignores_formatting_but_not_values(config_copy):
 
 def test_outside_a_repository_without_commit_is_one_line_exit_2(cdk_out, tmp_path):
     out = tmp_path / "release.json"
-    result = run("-m", "inferstack", "release", "--cdk-out", str(cdk_out), "--out", str(out),
-                 "--config-dir", str(CONFIG_DIR), cwd=tmp_path, env={"PYTHONPATH": str(ROOT)})
+    result = run(
+        "-m",
+        "inferstack",
+        "release",
+        "--cdk-out",
+        str(cdk_out),
+        "--out",
+        str(out),
+        "--config-dir",
+        str(CONFIG_DIR),
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(ROOT)},
+    )
     assert result.returncode == 2
     assert result.stderr.splitlines() == [
         f"release: error: {tmp_path}: not inside a git repository with a commit (git rev-parse HEAD failed); "
-        "pass --commit SHA"]
+        "pass --commit SHA"
+    ]
     assert not out.exists()
 
 

@@ -29,10 +29,12 @@ from tests.support.smoke_stacks import FLEET, deploy_url, edit_model, queue_repl
 
 def dev_slo(p99_ms: float):
     """A dev SLO (and profile) loose enough for a shared CI machine, or impossibly tight."""
+
     def change(data: dict) -> None:
         data["environments"]["dev"]["slo"] = {**data["environments"]["dev"].get("slo", {}), "p99_latency_ms": p99_ms}
         for point in data["throughput_profile"].values():
             point["p99_latency_ms"] = min(point["p99_latency_ms"], p99_ms)
+
     return change
 
 
@@ -44,8 +46,9 @@ def smoke_cli(capsys, config_dir: Path, *args: str) -> tuple[int, list[str], lis
 
 # ----------------------------------------------------------------------------- Neuron: the real server over HTTP
 
+
 @pytest.fixture(scope="module")
-def server(artifact):  # noqa: F811 (the fixture imported above)
+def server(artifact):
     process = ServerProcess(artifact, args=("--model-name", "intent-bert"))
     process.wait_ready()
     yield process
@@ -136,12 +139,16 @@ def test_a_fleet_stack_without_the_models_path_fails_naming_the_output(aws, neur
     code, out, _ = smoke_cli(capsys, neuron_config, "--model", "intent-bert")
     assert (code, out) == (1, [f"intent-bert: FAIL: stack dev-{FLEET} has no output {stack_outputs.MODEL_PATHS}"])
     aws_fakes.session("dev").client("cloudformation").delete_stack(StackName=f"dev-{FLEET}")
-    aws_fakes.create_stack(aws_fakes.session("dev"), f"dev-{FLEET}", {
-        "Url": "http://127.0.0.1:9", stack_outputs.MODEL_PATHS: '{"duplicate-bert": "/v2/models/duplicate-bert"}'})
+    aws_fakes.create_stack(
+        aws_fakes.session("dev"),
+        f"dev-{FLEET}",
+        {"Url": "http://127.0.0.1:9", stack_outputs.MODEL_PATHS: '{"duplicate-bert": "/v2/models/duplicate-bert"}'},
+    )
     code, out, _ = smoke_cli(capsys, neuron_config, "--model", "intent-bert")
     assert code == 1
-    assert out[0].startswith(f"intent-bert: FAIL: stack dev-{FLEET} output {stack_outputs.MODEL_PATHS} names no "
-                             f"path for it")
+    assert out[0].startswith(
+        f"intent-bert: FAIL: stack dev-{FLEET} output {stack_outputs.MODEL_PATHS} names no path for it"
+    )
 
 
 # ----------------------------------------------------------------------------- Neuron through the smoke probe
@@ -158,17 +165,18 @@ class InProcessLambda:
         self.function_name = function_name
         self.events: list[dict] = []
 
-    def invoke(self, *, FunctionName: str, InvocationType: str, Payload: bytes) -> dict:  # noqa: N803 (boto3's names)
+    def invoke(self, *, FunctionName: str, InvocationType: str, Payload: bytes) -> dict:  # boto3's names
         assert InvocationType == "RequestResponse"
         if FunctionName != self.function_name:
             raise botocore.exceptions.ClientError(
                 {"Error": {"Code": "ResourceNotFoundException", "Message": f"Function not found: {FunctionName}"}},
-                "Invoke")
+                "Invoke",
+            )
         event = json.loads(Payload)
         self.events.append(event)
         try:
             result = probe_handler.handler(event, None)
-        except Exception as exc:  # noqa: BLE001 (what Lambda reports for an unhandled exception)
+        except Exception as exc:  # what Lambda reports for an unhandled exception
             error = {"errorMessage": str(exc), "errorType": type(exc).__name__}
             return {"StatusCode": 200, "FunctionError": "Unhandled", "Payload": io.BytesIO(json.dumps(error).encode())}
         return {"StatusCode": 200, "Payload": io.BytesIO(json.dumps(result).encode())}
@@ -226,7 +234,8 @@ def test_auto_calls_a_public_load_balancer_directly(aws, server, neuron_config, 
     data = yaml.safe_load(path.read_text())
     data["environments"]["dev"]["defaults"].update(
         public_load_balancer=True,
-        certificate_arn="arn:aws:acm:us-east-1:111111111111:certificate/0f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b")
+        certificate_arn="arn:aws:acm:us-east-1:111111111111:certificate/0f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b",
+    )
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     deploy_url(server.url)
     deploy_foundation()
@@ -238,8 +247,13 @@ def test_auto_calls_a_public_load_balancer_directly(aws, server, neuron_config, 
 def test_via_lambda_without_a_probe_fails_naming_the_output(aws, server, neuron_config, probe_lambda, capsys):
     deploy_url(server.url)
     code, out, _ = smoke_cli(capsys, neuron_config, "--model", "intent-bert", "--via", "lambda")
-    assert (code, out) == (1, ["intent-bert: FAIL: no smoke probe: stack dev-Foundation has no output "
-                               "SmokeProbeFunctionName (deploy the foundation, or use --via direct from inside the VPC)"])
+    assert (code, out) == (
+        1,
+        [
+            "intent-bert: FAIL: no smoke probe: stack dev-Foundation has no output "
+            "SmokeProbeFunctionName (deploy the foundation, or use --via direct from inside the VPC)"
+        ],
+    )
 
 
 def test_wrong_model_name_through_the_probe_fails_with_the_status(aws, server, neuron_config, probe_lambda, capsys):
@@ -250,36 +264,50 @@ def test_wrong_model_name_through_the_probe_fails_with_the_status(aws, server, n
     code, out, _ = smoke_cli(capsys, neuron_config, "--model", "intent-other")
     assert code == 1
     (line,) = out
-    assert line.startswith(f"intent-other: FAIL: HTTP 404 from {server.url}/v2/models/intent-other/infer "
-                           f"(via probe {PROBE}): ")
+    assert line.startswith(
+        f"intent-other: FAIL: HTTP 404 from {server.url}/v2/models/intent-other/infer (via probe {PROBE}): "
+    )
 
 
-def test_the_probe_refusing_the_url_fails_with_its_reason(aws, server, neuron_config, probe_lambda, capsys,
-                                                          monkeypatch):
+def test_the_probe_refusing_the_url_fails_with_its_reason(
+    aws, server, neuron_config, probe_lambda, capsys, monkeypatch
+):
     monkeypatch.setenv("PROBE_ALLOWED_NETWORKS", "10.10.0.0/16")  # the real dev VPC: not this machine
     deploy_url(server.url)
     deploy_foundation()
     code, out, _ = smoke_cli(capsys, neuron_config, "--model", "intent-bert")
-    assert (code, out) == (1, [f"intent-bert: FAIL: probe {PROBE}: host 127.0.0.1 resolves to 127.0.0.1, outside "
-                               f"the allowed networks (10.10.0.0/16)"])
+    assert (code, out) == (
+        1,
+        [
+            f"intent-bert: FAIL: probe {PROBE}: host 127.0.0.1 resolves to 127.0.0.1, outside "
+            f"the allowed networks (10.10.0.0/16)"
+        ],
+    )
 
 
 def test_unreachable_server_through_the_probe_is_one_line(aws, neuron_config, probe_lambda, capsys):
     deploy_url("http://127.0.0.1:9")  # discard port: nothing listens
     deploy_foundation()
     code, out, _ = smoke_cli(capsys, neuron_config, "--model", "intent-bert")
-    assert (code, out) == (1, [f"intent-bert: FAIL: probe {PROBE}: http://127.0.0.1:9/v2/models/intent-bert/infer: "
-                               f"connection refused (127.0.0.1:9)"])
+    assert (code, out) == (
+        1,
+        [
+            f"intent-bert: FAIL: probe {PROBE}: http://127.0.0.1:9/v2/models/intent-bert/infer: "
+            f"connection refused (127.0.0.1:9)"
+        ],
+    )
 
 
-def test_a_missing_or_crashing_probe_function_fails_cleanly(aws, server, neuron_config, probe_lambda, capsys,
-                                                            monkeypatch):
+def test_a_missing_or_crashing_probe_function_fails_cleanly(
+    aws, server, neuron_config, probe_lambda, capsys, monkeypatch
+):
     deploy_url(server.url)
     deploy_foundation("dev-Foundation-SmokeProbe-deleted")
     code, out, _ = smoke_cli(capsys, neuron_config, "--model", "intent-bert")
     assert code == 1
-    assert out[0].startswith("intent-bert: FAIL: probe dev-Foundation-SmokeProbe-deleted: An error occurred "
-                             "(ResourceNotFoundException)")
+    assert out[0].startswith(
+        "intent-bert: FAIL: probe dev-Foundation-SmokeProbe-deleted: An error occurred (ResourceNotFoundException)"
+    )
 
     def crash(*args, **kwargs):
         raise RuntimeError("probe bug")
@@ -303,13 +331,19 @@ class CannedLambda:
         return self.response
 
 
-@pytest.mark.parametrize("payload, error, message", [
-    (b"Task timed out", None, "probe p: result is not JSON: b'Task timed out'"),
-    (b'{"errorMessage": "2026-01-01 Task timed out after 60.00 seconds", "errorType": "Sandbox.Timedout"}',
-     "Unhandled", "probe p failed (Unhandled): 2026-01-01 Task timed out after 60.00 seconds"),
-    (b"[1, 2]", None, "probe p: unexpected result [1, 2]"),
-    (b'{"status": "200"}', None, 'probe p: result without status and latency_ms: {"status": "200"}'),
-])
+@pytest.mark.parametrize(
+    "payload, error, message",
+    [
+        (b"Task timed out", None, "probe p: result is not JSON: b'Task timed out'"),
+        (
+            b'{"errorMessage": "2026-01-01 Task timed out after 60.00 seconds", "errorType": "Sandbox.Timedout"}',
+            "Unhandled",
+            "probe p failed (Unhandled): 2026-01-01 Task timed out after 60.00 seconds",
+        ),
+        (b"[1, 2]", None, "probe p: unexpected result [1, 2]"),
+        (b'{"status": "200"}', None, 'probe p: result without status and latency_ms: {"status": "200"}'),
+    ],
+)
 def test_malformed_probe_results_are_one_line_failures(payload, error, message):
     send = smoke.probe_sender(CannedLambda(payload, error), "p", "http://lb/v2/models/m/infer", 5)
     with pytest.raises(smoke.SmokeFailure) as failed:
@@ -325,17 +359,23 @@ def test_role_arn_is_assumed_instead_of_the_deploy_role(aws, server, config_copy
     deploy_url(server.url)
     code, out, _ = smoke_cli(capsys, config_copy, "--model", "intent-bert")
     assert (code, out) == (1, ["intent-bert: FAIL: stack dev-intent-pack not found (is dev deployed?)"])
-    code, out, err = smoke_cli(capsys, config_copy, "--model", "intent-bert",
-                               "--role-arn", "arn:aws:iam::111111111111:role/inferstack-smoke")
+    code, out, err = smoke_cli(
+        capsys, config_copy, "--model", "intent-bert", "--role-arn", "arn:aws:iam::111111111111:role/inferstack-smoke"
+    )
     assert code == 0, out + err
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--role-arn", "inferstack-smoke"], "smoke: error: --role-arn: not an IAM role ARN: 'inferstack-smoke'"),
-    (["--role-arn", "arn:aws:iam::222222222222:role/inferstack-smoke"],
-     "smoke: error: --role-arn: arn:aws:iam::222222222222:role/inferstack-smoke is in account 222222222222, "
-     "not dev's account 111111111111"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--role-arn", "inferstack-smoke"], "smoke: error: --role-arn: not an IAM role ARN: 'inferstack-smoke'"),
+        (
+            ["--role-arn", "arn:aws:iam::222222222222:role/inferstack-smoke"],
+            "smoke: error: --role-arn: arn:aws:iam::222222222222:role/inferstack-smoke is in account 222222222222, "
+            "not dev's account 111111111111",
+        ),
+    ],
+)
 def test_bad_role_arn_is_one_line_exit_2(args, message, capsys):
     assert cli.main(["smoke", "--env", "dev", *args]) == 2
     assert capsys.readouterr().err.splitlines() == [message]
@@ -347,26 +387,35 @@ def test_bad_via_is_one_line_exit_2(capsys):
     assert exited.value.code == 2
     assert capsys.readouterr().err.splitlines() == [
         "python -m inferstack smoke: error: argument --via: invalid choice: 'ssh' (choose from 'auto', 'lambda', "
-        "'direct')"]
+        "'direct')"
+    ]
 
 
 # ----------------------------------------------------------------------------- Triton: moto sagemaker-runtime
+
 
 @pytest.fixture
 def triton_config(aws, config_copy):
     aws_fakes.with_deploy_roles(config_copy)
     for name in ("bert-large-classifier", "t5-spelling"):
         edit_model(config_copy, name, dev_slo(5000))
-        aws_fakes.deploy_triton(aws_fakes.session("dev"), "dev", name,
-                                f"111111111111.dkr.ecr.us-east-1.amazonaws.com/repo:{name}")
+        aws_fakes.deploy_triton(
+            aws_fakes.session("dev"), "dev", name, f"111111111111.dkr.ecr.us-east-1.amazonaws.com/repo:{name}"
+        )
     return config_copy
 
 
-BERT_REPLY = {"model_name": "bert-large-classifier", "outputs": [
-    {"name": "logits", "datatype": "FP32", "shape": [1, 2], "data": [0.1, 0.9]},
-    {"name": "label", "datatype": "BYTES", "shape": [1], "data": ["positive"]}]}
-T5_REPLY = {"model_name": "t5-spelling", "outputs": [
-    {"name": "text", "datatype": "BYTES", "shape": [1], "data": ["inferstack smoke test"]}]}
+BERT_REPLY = {
+    "model_name": "bert-large-classifier",
+    "outputs": [
+        {"name": "logits", "datatype": "FP32", "shape": [1, 2], "data": [0.1, 0.9]},
+        {"name": "label", "datatype": "BYTES", "shape": [1], "data": ["positive"]},
+    ],
+}
+T5_REPLY = {
+    "model_name": "t5-spelling",
+    "outputs": [{"name": "text", "datatype": "BYTES", "shape": [1], "data": ["inferstack smoke test"]}],
+}
 
 
 def test_every_model_is_sent_the_text_contract_and_its_tasks_outputs_are_expected(triton_config):
@@ -374,10 +423,16 @@ def test_every_model_is_sent_the_text_contract_and_its_tasks_outputs_are_expecte
     the load tests and profiles built on its request) send what an application sends, not token ids."""
     project = load(triton_config)
     for name in ("bert-large-classifier", "t5-spelling", "intent-bert"):
-        assert smoke.probe_for(project.model(name)).body == {"inputs": [
-            {"name": "TEXT", "datatype": "BYTES", "shape": [1], "data": [f"inferstack smoke test of {name}"]}]}
+        assert smoke.probe_for(project.model(name)).body == {
+            "inputs": [
+                {"name": "TEXT", "datatype": "BYTES", "shape": [1], "data": [f"inferstack smoke test of {name}"]}
+            ]
+        }
     bert = smoke.probe_for(project.model("bert-large-classifier"))
-    assert [(o.name, o.datatype, o.shape) for o in bert.outputs] == [("logits", "FP32", (1, 2)), ("label", "BYTES", (1,))]
+    assert [(o.name, o.datatype, o.shape) for o in bert.outputs] == [
+        ("logits", "FP32", (1, 2)),
+        ("label", "BYTES", (1,)),
+    ]
     t5 = smoke.probe_for(project.model("t5-spelling"))
     assert [(o.name, o.datatype, o.shape) for o in t5.outputs] == [("text", "BYTES", (1,))]
     intent = smoke.probe_for(project.model("intent-bert"))
@@ -393,8 +448,15 @@ def test_triton_endpoints_pass_with_valid_v2_replies(triton_config, capsys):
 
 
 def test_triton_wrong_reply_fails_and_the_others_still_run(triton_config, capsys):
-    queue_replies({"outputs": [{"name": "logits", "datatype": "FP16", "shape": [1, 2], "data": [0, 1]},
-                               {"name": "label", "datatype": "BYTES", "shape": [1], "data": ["positive"]}]}, T5_REPLY)
+    queue_replies(
+        {
+            "outputs": [
+                {"name": "logits", "datatype": "FP16", "shape": [1, 2], "data": [0, 1]},
+                {"name": "label", "datatype": "BYTES", "shape": [1], "data": ["positive"]},
+            ]
+        },
+        T5_REPLY,
+    )
     code, out, _ = smoke_cli(capsys, triton_config, "--model", "bert-large-classifier", "--model", "t5-spelling")
     assert code == 1
     assert out[0] == "bert-large-classifier: FAIL: output logits: datatype FP16, expected FP32"
@@ -408,6 +470,7 @@ def test_triton_non_json_reply_fails(triton_config, capsys):
 
 # ----------------------------------------------------------------------------- Triton on a fleet's shared endpoint
 
+
 @pytest.fixture
 def component_config(aws, config_copy):
     """dev's Triton models as inference components on the triton-shared fleet's endpoint (moto models them
@@ -419,8 +482,13 @@ def component_config(aws, config_copy):
     with moto_patches.applied("sagemaker-variant-without-model", "sagemaker-inference-components"):
         for name in ("bert-large-classifier", "t5-spelling"):
             edit_model(config_copy, name, dev_slo(5000))
-            aws_fakes.deploy_triton_component(aws_fakes.session("dev"), "dev", name,
-                                              f"111111111111.dkr.ecr.us-east-1.amazonaws.com/repo:{name}", "triton-shared")
+            aws_fakes.deploy_triton_component(
+                aws_fakes.session("dev"),
+                "dev",
+                name,
+                f"111111111111.dkr.ecr.us-east-1.amazonaws.com/repo:{name}",
+                "triton-shared",
+            )
         yield config_copy
 
 
@@ -452,10 +520,19 @@ class _Runtime:
         component = kwargs.get("InferenceComponentName")
         self.calls.append((kwargs["EndpointName"], component))
         if self.clock.now < self.ready_at[component]:
-            raise botocore.exceptions.ClientError({"Error": {"Code": "ValidationError", "Message": (
-                "Inference Component has no capacity to process this request. ApplicationAutoScaling may be "
-                "in-progress (if configured) or try to increase the capacity by invoking "
-                "UpdateInferenceComponentRuntimeConfig API.")}}, "InvokeEndpoint")
+            raise botocore.exceptions.ClientError(
+                {
+                    "Error": {
+                        "Code": "ValidationError",
+                        "Message": (
+                            "Inference Component has no capacity to process this request. "
+                            "ApplicationAutoScaling may be in-progress (if configured) or try to increase the capacity "
+                            "by invoking UpdateInferenceComponentRuntimeConfig API."
+                        ),
+                    }
+                },
+                "InvokeEndpoint",
+            )
         return {"Body": io.BytesIO(json.dumps(self.replies[component]).encode())}
 
 
@@ -473,8 +550,11 @@ def test_cold_starts_of_every_component_begin_together_and_are_waited_out(compon
     """A component scaled to zero answers "no capacity" until a copy is up: every component is sent one
     request before any is checked (their cold starts overlap), then each first answer is awaited."""
     clock = _Clock()
-    runtime = _Runtime({"dev-bert-large-classifier": BERT_REPLY, "dev-t5-spelling": T5_REPLY},
-                       {"dev-bert-large-classifier": 30.0, "dev-t5-spelling": 20.0}, clock)
+    runtime = _Runtime(
+        {"dev-bert-large-classifier": BERT_REPLY, "dev-t5-spelling": T5_REPLY},
+        {"dev-bert-large-classifier": 30.0, "dev-t5-spelling": 20.0},
+        clock,
+    )
     monkeypatch.setattr(smoke.aws_sessions, "session_for", lambda *args, **kwargs: _Session(runtime))
     monkeypatch.setattr(smoke.time, "sleep", clock.sleep)
     monkeypatch.setattr(smoke.time, "monotonic", lambda: clock.now)
@@ -515,13 +595,20 @@ def test_without_an_allowed_cold_start_no_capacity_fails_at_once():
 
 # ----------------------------------------------------------------------------- bad input
 
-@pytest.mark.parametrize("args, message", [
-    (["--env", "qa"], "smoke: error: --env: unknown environment 'qa'; known: dev, staging, prod"),
-    (["--env", "dev", "--timeout", "0"], "smoke: error: --timeout must be > 0 and --requests >= 1"),
-    (["--env", "dev", "--model", "nope"], "smoke: error: --model: unknown model(s) nope; known: "
-                                          "bert-large-classifier, duplicate-bert, intent-bert, intent-bert-inf2, "
-                                          "t5-spelling"),
-])
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--env", "qa"], "smoke: error: --env: unknown environment 'qa'; known: dev, staging, prod"),
+        (["--env", "dev", "--timeout", "0"], "smoke: error: --timeout must be > 0 and --requests >= 1"),
+        (
+            ["--env", "dev", "--model", "nope"],
+            "smoke: error: --model: unknown model(s) nope; known: "
+            "bert-large-classifier, duplicate-bert, intent-bert, intent-bert-inf2, "
+            "t5-spelling",
+        ),
+    ],
+)
 def test_bad_arguments_are_one_line_exit_2(args, message, capsys):
     assert cli.main(["smoke", *args]) == 2
     assert capsys.readouterr().err.splitlines() == [message]
@@ -530,13 +617,22 @@ def test_bad_arguments_are_one_line_exit_2(args, message, capsys):
 def test_pipeline_command_line_without_credentials_fails_cleanly(tmp_path):
     """Exactly what the pipeline's post-deploy step runs, with no AWS reachable: per-model FAIL lines,
     exit 1, no traceback."""
-    env = {"AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": "", "AWS_CONFIG_FILE": str(tmp_path / "none"),
-           "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"), "AWS_EC2_METADATA_DISABLED": "true"}
+    env = {
+        "AWS_ACCESS_KEY_ID": "",
+        "AWS_SECRET_ACCESS_KEY": "",
+        "AWS_CONFIG_FILE": str(tmp_path / "none"),
+        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
     result = run("-m", "inferstack", "smoke", "--env", "dev", "--timeout", "2", env=env)
     assert result.returncode == 1, result.stderr
     assert "Traceback" not in result.stderr + result.stdout
     lines = result.stdout.splitlines()
-    assert [line.split(":")[0] for line in lines] == ["bert-large-classifier", "duplicate-bert", "intent-bert",
-                                                      "intent-bert-inf2", "t5-spelling"]
+    assert [line.split(":")[0] for line in lines] == [
+        "bert-large-classifier",
+        "duplicate-bert",
+        "intent-bert",
+        "intent-bert-inf2",
+        "t5-spelling",
+    ]
     assert all(": FAIL: " in line for line in lines), lines
-

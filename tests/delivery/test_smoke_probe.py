@@ -22,7 +22,7 @@ class Recorder(BaseHTTPRequestHandler):
 
     received: list[dict] = []
 
-    def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+    def do_POST(self) -> None:  # http.server's naming
         body = self.rfile.read(int(self.headers["Content-Length"]))
         type(self).received.append({"path": self.path, "body": body, "headers": dict(self.headers)})
         if self.path.startswith("/status/"):
@@ -118,17 +118,23 @@ def test_https_to_a_plain_http_server_fails_cleanly(server, local):
     assert "\n" not in result["error"]
 
 
-@pytest.mark.parametrize("url, message", [
-    ("ftp://127.0.0.1/x", "url scheme must be http or https, got 'ftp'"),
-    ("file:///etc/passwd", "url scheme must be http or https, got 'file'"),
-    ("//127.0.0.1:8080/x", "url scheme must be http or https, got 'none'"),
-    ("http:///x", "url has no host: http:///x"),
-    ("http://user:pw@127.0.0.1/x", "url must not carry credentials"),
-    ("http://127.0.0.1:99999/x", "url has an invalid port: http://127.0.0.1:99999/x"),
-    ("http://169.254.169.254/latest/meta-data", "host 169.254.169.254 is not allowed (allowed: *localhost, *127.0.0.1)"),
-    ("http://example.com/x", "host example.com is not allowed (allowed: *localhost, *127.0.0.1)"),
-    ("http://evil-localhost/x", "host evil-localhost is not allowed (allowed: *localhost, *127.0.0.1)"),
-])
+@pytest.mark.parametrize(
+    "url, message",
+    [
+        ("ftp://127.0.0.1/x", "url scheme must be http or https, got 'ftp'"),
+        ("file:///etc/passwd", "url scheme must be http or https, got 'file'"),
+        ("//127.0.0.1:8080/x", "url scheme must be http or https, got 'none'"),
+        ("http:///x", "url has no host: http:///x"),
+        ("http://user:pw@127.0.0.1/x", "url must not carry credentials"),
+        ("http://127.0.0.1:99999/x", "url has an invalid port: http://127.0.0.1:99999/x"),
+        (
+            "http://169.254.169.254/latest/meta-data",
+            "host 169.254.169.254 is not allowed (allowed: *localhost, *127.0.0.1)",
+        ),
+        ("http://example.com/x", "host example.com is not allowed (allowed: *localhost, *127.0.0.1)"),
+        ("http://evil-localhost/x", "host evil-localhost is not allowed (allowed: *localhost, *127.0.0.1)"),
+    ],
+)
 def test_refused_urls_make_no_request(local, url, message):
     assert probe.handler({"url": url, "body": {}, "timeout": 2}) == {"error": message}
     assert Recorder.received == []
@@ -150,14 +156,17 @@ def test_load_balancer_names_match_the_region_suffix():
         allowed.check_host("us-east-1.elb.amazonaws.com.attacker.example")
 
 
-@pytest.mark.parametrize("event, message", [
-    ("not an object", "event must be an object with url, body and timeout"),
-    ({"body": {}}, "url must be a non-empty string"),
-    ({"url": "http://127.0.0.1/"}, "body is required (the JSON request to POST)"),
-    ({"url": "http://127.0.0.1/", "body": {}, "timeout": 0}, "timeout must be a number of seconds in (0, 50]"),
-    ({"url": "http://127.0.0.1/", "body": {}, "timeout": 51}, "timeout must be a number of seconds in (0, 50]"),
-    ({"url": "http://127.0.0.1/", "body": {}, "timeout": "5"}, "timeout must be a number of seconds in (0, 50]"),
-])
+@pytest.mark.parametrize(
+    "event, message",
+    [
+        ("not an object", "event must be an object with url, body and timeout"),
+        ({"body": {}}, "url must be a non-empty string"),
+        ({"url": "http://127.0.0.1/"}, "body is required (the JSON request to POST)"),
+        ({"url": "http://127.0.0.1/", "body": {}, "timeout": 0}, "timeout must be a number of seconds in (0, 50]"),
+        ({"url": "http://127.0.0.1/", "body": {}, "timeout": 51}, "timeout must be a number of seconds in (0, 50]"),
+        ({"url": "http://127.0.0.1/", "body": {}, "timeout": "5"}, "timeout must be a number of seconds in (0, 50]"),
+    ],
+)
 def test_bad_events_are_one_line(local, event, message):
     assert probe.handler(event) == {"error": message}
 

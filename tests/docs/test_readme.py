@@ -27,8 +27,11 @@ def documents() -> list[Path]:
     """README.md, every file under docs/, and every other Markdown file of the checkout."""
     found = {README}
     for directory, subdirectories, files in os.walk(ROOT):
-        subdirectories[:] = [d for d in subdirectories
-                             if not d.startswith(".") and d not in SKIPPED_DIRECTORIES and not d.startswith("cdk.out")]
+        subdirectories[:] = [
+            d
+            for d in subdirectories
+            if not d.startswith(".") and d not in SKIPPED_DIRECTORIES and not d.startswith("cdk.out")
+        ]
         here = Path(directory)
         in_docs = here == ROOT / "docs" or (ROOT / "docs") in here.parents
         found.update(here / f for f in files if in_docs or f.endswith(".md"))
@@ -36,10 +39,12 @@ def documents() -> list[Path]:
 
 
 def test_no_document_cites_files_outside_the_repository():
-    cited = [f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
-             for path in documents()
-             for number, line in enumerate(path.read_text(errors="replace").splitlines(), start=1)
-             if OUTSIDE_THE_REPOSITORY.search(line)]
+    cited = [
+        f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+        for path in documents()
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), start=1)
+        if OUTSIDE_THE_REPOSITORY.search(line)
+    ]
     assert cited == []
 
 
@@ -97,10 +102,12 @@ def problems(configs: Path) -> list[str]:
 
 def shared(dedicated: dict, additions: dict) -> dict:
     """The dedicated example with the shared endpoint's additions merged in (mappings key by key)."""
+
     def merge(base, extra):
         if isinstance(base, dict) and isinstance(extra, dict):
             return {**base, **{k: merge(base.get(k), v) for k, v in extra.items()}}
         return extra
+
     return merge(dedicated, additions)
 
 
@@ -109,8 +116,17 @@ def test_readme_has_a_neuron_and_a_minimal_triton_example_and_the_shared_endpoin
     assert set(blocks) == {"ticket-router", "review-sentiment", "shared-additions"}
     triton = blocks["review-sentiment"]
     # minimal: only what the schema requires, plus deploy_in and per-environment overrides
-    assert set(triton) == {"name", "kind", "deploy_in", "source", "serving", "slo", "throughput_profile",
-                           "capacity", "environments"}
+    assert set(triton) == {
+        "name",
+        "kind",
+        "deploy_in",
+        "source",
+        "serving",
+        "slo",
+        "throughput_profile",
+        "capacity",
+        "environments",
+    }
     assert triton["serving"] == {"backend": "onnx"}
     assert set(blocks["shared-additions"]) == {"serving", "export", "inference_component", "environments"}
 
@@ -128,11 +144,14 @@ def test_the_triton_example_validates_on_the_shared_endpoint_with_the_additions(
     assert project.fleet_of("review-sentiment", "staging") is None  # a dedicated endpoint there
 
 
-@pytest.mark.parametrize("left_out, expected", [
-    (("inference_component",), "review-sentiment needs inference_component"),
-    (("serving", "inference_ami_version"), "give them the same serving.inference_ami_version"),
-    (("environments", "dev", "slo", "cold_start_seconds"), "but its SLO has no slo.cold_start_seconds"),
-])
+@pytest.mark.parametrize(
+    "left_out, expected",
+    [
+        (("inference_component",), "review-sentiment needs inference_component"),
+        (("serving", "inference_ami_version"), "give them the same serving.inference_ami_version"),
+        (("environments", "dev", "slo", "cold_start_seconds"), "but its SLO has no slo.cold_start_seconds"),
+    ],
+)
 def test_each_shared_endpoint_addition_is_required_as_the_readme_says(tmp_path, section, left_out, expected):
     blocks = adding_a_model_blocks(section)
     model = shared(blocks["review-sentiment"], blocks["shared-additions"])

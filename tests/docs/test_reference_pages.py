@@ -78,15 +78,16 @@ def _without_description(schema: dict, definition: str, key: str) -> dict:
 
 def test_a_key_without_description_fails_generation(generator, monkeypatch):
     real = json_schema.SCHEMAS["model.schema.json"]
-    monkeypatch.setitem(json_schema.SCHEMAS, "model.schema.json",
-                        lambda: _without_description(real(), "NeuronServing", "port"))
+    monkeypatch.setitem(
+        json_schema.SCHEMAS, "model.schema.json", lambda: _without_description(real(), "NeuronServing", "port")
+    )
     with pytest.raises(generator.GenerationError, match=r"model.schema.json: serving.port: no description"):
         generator.config_pages()
 
 
 def test_a_curated_example_the_schema_rejects_fails_generation(generator, monkeypatch, tmp_path):
     examples = yaml.safe_load(generator.EXAMPLES.read_text())
-    examples["model.schema.json"]["serving.root_volume_gib"] = 8   # below the schema's minimum, 30
+    examples["model.schema.json"]["serving.root_volume_gib"] = 8  # below the schema's minimum, 30
     path = tmp_path / "examples.yaml"
     path.write_text(yaml.safe_dump(examples))
     monkeypatch.setattr(generator, "EXAMPLES", path)
@@ -97,7 +98,7 @@ def test_a_curated_example_the_schema_rejects_fails_generation(generator, monkey
 def test_a_key_without_any_example_fails_generation_and_a_needless_one_too(generator, monkeypatch, tmp_path):
     examples = yaml.safe_load(generator.EXAMPLES.read_text())
     del examples["model.schema.json"]["load_balancer.public"]
-    examples["model.schema.json"]["compile.batch_size"] = 2   # a shipped file sets it: cited from there
+    examples["model.schema.json"]["compile.batch_size"] = 2  # a shipped file sets it: cited from there
     path = tmp_path / "examples.yaml"
     path.write_text(yaml.safe_dump(examples))
     monkeypatch.setattr(generator, "EXAMPLES", path)

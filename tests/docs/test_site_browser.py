@@ -43,36 +43,57 @@ def browser_ready():
     require_docs_venv()
     missing = [name for name in ("chromium", "chromedriver") if shutil.which(name) is None]
     if missing:
-        pytest.fail(f"{', '.join(missing)} missing: run `make setup` (the browser target installs Debian's "
-                    f"chromium and chromium-driver)", pytrace=False)
+        pytest.fail(
+            f"{', '.join(missing)} missing: run `make setup` (the browser target installs Debian's "
+            f"chromium and chromium-driver)",
+            pytrace=False,
+        )
 
 
 def test_home_and_a_reference_page_render_with_their_navigation(browser_ready, built_site, served):
     from_disk = (built_site / "index.html").as_uri()
-    result = subprocess.run([str(DOCS_VENV / "bin" / "python"), str(BROWSER_CHECK), served, from_disk], cwd=ROOT,
-                            capture_output=True, text=True, timeout=CHECK_TIMEOUT_S)
+    result = subprocess.run(
+        [str(DOCS_VENV / "bin" / "python"), str(BROWSER_CHECK), served, from_disk],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=CHECK_TIMEOUT_S,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     seen = json.loads(result.stdout)
 
     home = seen["home"]
     assert home["title"] == "inferstack" and home["h1"] == "inferstack"
-    assert home["header"] and home["sidebar_width"] > 150          # the navigation is on screen, not folded
-    for section in ("Getting started", "How-to guides", "Reference", "Explanation", "Model file", "Roll back a release"):
+    assert home["header"] and home["sidebar_width"] > 150  # the navigation is on screen, not folded
+    for section in (
+        "Getting started",
+        "How-to guides",
+        "Reference",
+        "Explanation",
+        "Model file",
+        "Roll back a release",
+    ):
         assert section in home["nav"], section
     assert home["nav_active"] == ["Home"]
     assert home["toc"] == ["Two commands", "Find your way"]
 
-    reference = seen["reference"]                                  # reached by clicking "Model file"
-    assert reference["url"] == served + "reference/model-file.html"   # .html: the site opens from disk too
+    reference = seen["reference"]  # reached by clicking "Model file"
+    assert reference["url"] == served + "reference/model-file.html"  # .html: the site opens from disk too
     assert reference["h1"] == "Model file reference"
     assert reference["sidebar_width"] > 150 and reference["nav_active"] == ["Model file"]
     assert reference["nav"] == home["nav"]
-    for key in ("Keys of every kind", "capacity.min", "kind: neuron-ecs", "compile.neuron_generation",
-                "kind: triton-sagemaker", "serving.backend"):
+    for key in (
+        "Keys of every kind",
+        "capacity.min",
+        "kind: neuron-ecs",
+        "compile.neuron_generation",
+        "kind: triton-sagemaker",
+        "serving.backend",
+    ):
         assert key in reference["toc"], key
-    assert reference["code_blocks"] > 50                           # the examples, highlighted
+    assert reference["code_blocks"] > 50  # the examples, highlighted
 
-    diagram = seen["diagram"]                                      # mermaid ran, from the site's own copy
+    diagram = seen["diagram"]  # mermaid ran, from the site's own copy
     assert diagram["svg"] and diagram["nodes"] >= 10 and diagram["height"] > 100
     assert "one InferenceStage per environment" in diagram["text"]
     # Drawn left to right it was scaled down to 5 px text to fit the column at 1400 px; top to bottom, 11.8 px.

@@ -16,9 +16,16 @@ pytestmark = pytest.mark.docs
 
 def test_the_site_builds_strictly_with_every_page(built_site):
     # One .html file per page (no directory URLs): the site works opened from disk as well as served.
-    for page in ["index.html", "getting-started/concepts.html", "how-to/roll-back.html",
-                 "how-to/retire-a-model.html", "reference/model-file.html", "reference/cli.html",
-                 "explanation/architecture.html", "explanation/neuron-image.html"]:
+    for page in [
+        "index.html",
+        "getting-started/concepts.html",
+        "how-to/roll-back.html",
+        "how-to/retire-a-model.html",
+        "reference/model-file.html",
+        "reference/cli.html",
+        "explanation/architecture.html",
+        "explanation/neuron-image.html",
+    ]:
         assert (built_site / page).is_file(), page
     assert (built_site / "assets" / "vendor" / "mermaid.min.js").is_file()
     # What the search needs without a server: the index as a script, and the web-worker shim, both local.
@@ -43,7 +50,7 @@ def test_the_api_page_is_rendered_from_the_docstrings(built_site):
 
 def test_the_image_readmes_are_pages_of_the_site(built_site):
     html = (built_site / "explanation" / "neuron-image.html").read_text()
-    assert "Build-arg contract" in html and "--8&lt;--" not in html and '--8<--' not in html
+    assert "Build-arg contract" in html and "--8&lt;--" not in html and "--8<--" not in html
 
 
 def _copy_of_the_docs(tmp_path: Path) -> Path:
@@ -54,10 +61,13 @@ def _copy_of_the_docs(tmp_path: Path) -> Path:
     return tmp_path / "mkdocs.yml"
 
 
-@pytest.mark.parametrize("link, complaint", [
-    ("[a page that is not there](no-such-page.md)", "no-such-page.md"),
-    ("[an anchor that is not there](concepts.md#no-such-section)", "does not contain an anchor '#no-such-section'"),
-])
+@pytest.mark.parametrize(
+    "link, complaint",
+    [
+        ("[a page that is not there](no-such-page.md)", "no-such-page.md"),
+        ("[an anchor that is not there](concepts.md#no-such-section)", "does not contain an anchor '#no-such-section'"),
+    ],
+)
 def test_a_broken_link_fails_the_strict_build(tmp_path, link, complaint):
     config = _copy_of_the_docs(tmp_path)
     page = tmp_path / "docs" / "getting-started" / "two-commands.md"

@@ -14,8 +14,10 @@ from rehearsal import cli_deploy
 from tests.support.emulator import ACCOUNT, REGION
 from tests.support.threaded_server import JsonHandler, serving
 
-GOOD_OUTPUTS = [{"name": "logits", "datatype": "FP32", "shape": [1, 3], "data": [0.1, 0.2, 0.7]},
-                {"name": "label", "datatype": "BYTES", "shape": [1], "data": ["positive"]}]
+GOOD_OUTPUTS = [
+    {"name": "logits", "datatype": "FP32", "shape": [1, 3], "data": [0.1, 0.2, 0.7]},
+    {"name": "label", "datatype": "BYTES", "shape": [1], "data": ["positive"]},
+]
 
 
 @dataclass
@@ -44,7 +46,9 @@ def answerer() -> Iterator[Answerer]:
                 status, outputs = 200, [{**GOOD_OUTPUTS[0], "shape": [1, 2], "data": [0.1, 0.9]}, GOOD_OUTPUTS[1]]
             else:
                 status, outputs = 200, GOOD_OUTPUTS
-            self.reply(status, json.dumps({"model_name": "m", "outputs": outputs} if outputs else {"error": "busy"}).encode())
+            self.reply(
+                status, json.dumps({"model_name": "m", "outputs": outputs} if outputs else {"error": "busy"}).encode()
+            )
 
     with serving(Handler) as port:
         state.url = f"http://127.0.0.1:{port}/v2/models/m/infer"
@@ -67,4 +71,3 @@ def emulator(emulator_server, tmp_path, monkeypatch) -> cli_deploy.Aws:
     monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
     monkeypatch.delenv("AWS_PROFILE", raising=False)
     return emulator_server
-

@@ -12,19 +12,26 @@ from inferstack.loadtest import fargate
 from inferstack.loadtest.spec import ExpectedOutput, LoadTestSpec, Step, Target
 from tests.support.paths import CONFIG_DIR
 
-SPEC = LoadTestSpec(model="m", target=Target(kind="http", url="http://127.0.0.1:1/v2/models/m/infer"),
-                    bodies=({"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1], "data": ["hi"]}]},),
-                    outputs=(ExpectedOutput("logits", "FP32", (1, 2)),),
-                    steps=(Step(rate=10, seconds=5),), p99_slo_ms=100)
+SPEC = LoadTestSpec(
+    model="m",
+    target=Target(kind="http", url="http://127.0.0.1:1/v2/models/m/infer"),
+    bodies=({"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1], "data": ["hi"]}]},),
+    outputs=(ExpectedOutput("logits", "FP32", (1, 2)),),
+    steps=(Step(rate=10, seconds=5),),
+    p99_slo_ms=100,
+)
 
 
-@pytest.mark.parametrize("rate, per_worker, expected", [
-    (1, 300, 2),        # a trickle still runs distributed, on two workers
-    (600, 300, 2),      # exactly two workers' worth
-    (601, 300, 3),      # a request per second more needs a third
-    (6000, 300, 20),    # the most staging allows
-    (0.5, 0.2, 3),      # fractional rates round up
-])
+@pytest.mark.parametrize(
+    "rate, per_worker, expected",
+    [
+        (1, 300, 2),  # a trickle still runs distributed, on two workers
+        (600, 300, 2),  # exactly two workers' worth
+        (601, 300, 3),  # a request per second more needs a third
+        (6000, 300, 20),  # the most staging allows
+        (0.5, 0.2, 3),  # fractional rates round up
+    ],
+)
 def test_workers_for_a_rate(rate, per_worker, expected):
     assert fargate.workers_for(rate, per_worker, 20) == expected
 
@@ -32,8 +39,10 @@ def test_workers_for_a_rate(rate, per_worker, expected):
 def test_a_rate_beyond_max_workers_is_refused_in_one_line():
     with pytest.raises(fargate.FargateRunError) as caught:
         fargate.workers_for(6001, 300, 20)
-    assert str(caught.value) == ("6001 req/s needs 21 workers at 300 req/s each, more than load_test.max_workers "
-                                 "(20); raise it or test a lower rate")
+    assert str(caught.value) == (
+        "6001 req/s needs 21 workers at 300 req/s each, more than load_test.max_workers "
+        "(20); raise it or test a lower rate"
+    )
 
 
 @pytest.mark.parametrize("rate, per_worker", [(0, 300), (-1, 300), (float("nan"), 300), (10, 0), (10, float("inf"))])
@@ -67,21 +76,24 @@ def aws(monkeypatch):
 
 def test_an_environment_without_load_test_is_refused(project, aws):
     with pytest.raises(fargate.FargateRunError, match=r"^prod has no load_test: in environments.yaml"):
-        fargate.run_in_environment(aws, "prod", project.environments["prod"], SPEC, workers=2, release="r",
-                                   run_id="x", timeout=60)
+        fargate.run_in_environment(
+            aws, "prod", project.environments["prod"], SPEC, workers=2, release="r", run_id="x", timeout=60
+        )
 
 
 @pytest.mark.parametrize("workers", [1, 21])
 def test_workers_outside_the_configured_range_are_refused(project, aws, workers):
     with pytest.raises(fargate.FargateRunError, match=rf"^workers: {workers} is outside 2\.\.20"):
-        fargate.run_in_environment(aws, "staging", project.environments["staging"], SPEC, workers=workers,
-                                   release="r", run_id="x", timeout=60)
+        fargate.run_in_environment(
+            aws, "staging", project.environments["staging"], SPEC, workers=workers, release="r", run_id="x", timeout=60
+        )
 
 
 def test_a_missing_load_test_stack_is_a_clear_error_and_starts_nothing(project, aws):
     with pytest.raises(fargate.FargateRunError) as caught:
-        fargate.run_in_environment(aws, "staging", project.environments["staging"], SPEC, workers=2, release="r",
-                                   run_id="x", timeout=60)
+        fargate.run_in_environment(
+            aws, "staging", project.environments["staging"], SPEC, workers=2, release="r", run_id="x", timeout=60
+        )
     assert str(caught.value) == "LoadTest: stack staging-LoadTest not found (is staging deployed?)"
     assert aws.client("ecs").list_clusters()["clusterArns"] == []
 

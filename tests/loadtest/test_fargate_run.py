@@ -40,8 +40,10 @@ DOCKERFILE = ROOT / "container" / "loadtest" / "Dockerfile"
 # The image's /opt/inferstack is this checkout (the image build rehearsal checks what the image really holds).
 IMAGE_PATHS = {"/opt/inferstack": ROOT}
 MODEL = "tiny-classifier"
-ANSWER = {"model_name": MODEL, "outputs": [{"name": "logits", "datatype": "FP32", "shape": [1, 2],
-                                             "data": [0.25, 0.75]}]}
+ANSWER = {
+    "model_name": MODEL,
+    "outputs": [{"name": "logits", "datatype": "FP32", "shape": [1, 2], "data": [0.25, 0.75]}],
+}
 
 
 def stack_template(tmp_path_factory) -> dict:
@@ -70,17 +72,26 @@ def foundation_stand_in(template: dict, vpc: str, subnets: list[str], key_arn: s
         else:
             raise AssertionError(f"the LoadTest template imports {name}: give the stand-in foundation a value for it")
         outputs[f"Export{number}"] = {"Value": value, "Export": {"Name": name}}
-    return {"Resources": {"Marker": {"Type": "AWS::SSM::Parameter",
-                                     "Properties": {"Name": "/rehearsal/foundation-stand-in", "Type": "String",
-                                                    "Value": "stand-in foundation"}}},
-            "Outputs": outputs}
+    return {
+        "Resources": {
+            "Marker": {
+                "Type": "AWS::SSM::Parameter",
+                "Properties": {
+                    "Name": "/rehearsal/foundation-stand-in",
+                    "Type": "String",
+                    "Value": "stand-in foundation",
+                },
+            }
+        },
+        "Outputs": outputs,
+    }
 
 
 class KServeHandler(BaseHTTPRequestHandler):
     answered = 0
     lock = threading.Lock()
 
-    def do_POST(self):  # noqa: N802 - http.server's naming
+    def do_POST(self):  # http.server's naming
         length = int(self.headers.get("Content-Length") or 0)
         json.loads(self.rfile.read(length) or b"{}")
         body = json.dumps(ANSWER).encode()
@@ -117,18 +128,25 @@ def deployed(tmp_path_factory):
         ec2, kms, ssm = aws.client("ec2"), aws.client("kms"), aws.client("ssm")
         vpc = ec2.create_vpc(CidrBlock=ENVIRONMENT.network.cidr)["Vpc"]["VpcId"]
         ec2.modify_vpc_attribute(VpcId=vpc, EnableDnsHostnames={"Value": True})
-        subnets = [ec2.create_subnet(VpcId=vpc, CidrBlock=f"10.20.{16 * i}.0/20", AvailabilityZone=zone)["Subnet"]
-                   ["SubnetId"] for i, zone in enumerate(ENVIRONMENT.availability_zones)]
+        subnets = [
+            ec2.create_subnet(VpcId=vpc, CidrBlock=f"10.20.{16 * i}.0/20", AvailabilityZone=zone)["Subnet"]["SubnetId"]
+            for i, zone in enumerate(ENVIRONMENT.availability_zones)
+        ]
         key_arn = kms.create_key(Description="platform key stand-in")["KeyMetadata"]["Arn"]
         bootstrap = template.get("Parameters", {}).get("BootstrapVersion", {}).get("Default")
         if bootstrap:
             ssm.put_parameter(Name=bootstrap, Type="String", Value="30")
         cloudformation = aws.client("cloudformation")
-        for name, body in ((stack_outputs.stack_name(ENV, stack_outputs.FOUNDATION),
-                            foundation_stand_in(template, vpc, subnets, key_arn)),
-                           (stack_outputs.stack_name(ENV, stack_outputs.LOAD_TEST), template)):
-            cloudformation.create_stack(StackName=name, TemplateBody=json.dumps(body),
-                                        Capabilities=["CAPABILITY_IAM", "CAPABILITY_NAMED_IAM"])
+        for name, body in (
+            (
+                stack_outputs.stack_name(ENV, stack_outputs.FOUNDATION),
+                foundation_stand_in(template, vpc, subnets, key_arn),
+            ),
+            (stack_outputs.stack_name(ENV, stack_outputs.LOAD_TEST), template),
+        ):
+            cloudformation.create_stack(
+                StackName=name, TemplateBody=json.dumps(body), Capabilities=["CAPABILITY_IAM", "CAPABILITY_NAMED_IAM"]
+            )
             status = cloudformation.describe_stacks(StackName=name)["Stacks"][0]["StackStatus"]
             assert status == "CREATE_COMPLETE", (name, status)
         yield endpoint, subnets
@@ -146,8 +164,10 @@ def test_the_deployed_stack_names_everything_a_run_starts_from(session, deployed
     stack = fargate.read_stack(session.client("cloudformation"), ENV)
     assert stack.subnets == tuple(subnets)
     ecs = session.client("ecs")
-    for definition, container, command in ((stack.master_task_definition, stack.master_container, ["master"]),
-                                           (stack.worker_task_definition, stack.worker_container, ["worker"])):
+    for definition, container, command in (
+        (stack.master_task_definition, stack.master_container, ["master"]),
+        (stack.worker_task_definition, stack.worker_container, ["worker"]),
+    ):
         described = ecs.describe_task_definition(taskDefinition=definition)["taskDefinition"]
         assert described["requiresCompatibilities"] == ["FARGATE"] and described["networkMode"] == "awsvpc"
         (spec,) = described["containerDefinitions"]
@@ -157,12 +177,19 @@ def test_the_deployed_stack_names_everything_a_run_starts_from(session, deployed
 
 # ----------------------------------------------------------------------------- runs
 
+
 def spec_for(url: str, steps: tuple[tuple[float, float], ...], **changes) -> LoadTestSpec:
-    return LoadTestSpec(model=MODEL, target=Target(kind="http", url=url),
-                        bodies=({"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1], "data": ["hi"]}]},),
-                        outputs=(ExpectedOutput("logits", "FP32", (1, 2)),),
-                        steps=tuple(Step(rate=rate, seconds=seconds) for rate, seconds in steps),
-                        p99_slo_ms=1000, environment=ENV, release="r1", **changes)
+    return LoadTestSpec(
+        model=MODEL,
+        target=Target(kind="http", url=url),
+        bodies=({"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1], "data": ["hi"]}]},),
+        outputs=(ExpectedOutput("logits", "FP32", (1, 2)),),
+        steps=tuple(Step(rate=rate, seconds=seconds) for rate, seconds in steps),
+        p99_slo_ms=1000,
+        environment=ENV,
+        release="r1",
+        **changes,
+    )
 
 
 @pytest.fixture
@@ -198,8 +225,9 @@ def test_a_run_on_fargate_returns_what_the_real_run_stored(session, stand_in, ta
     calls = run_task_calls(session)
     answered_before = KServeHandler.answered
     spec = spec_for(target, ((8, 6), (12, 6)))
-    result = fargate.run_in_environment(session, ENV, ENVIRONMENT, spec, workers=2, release="r1", run_id="run-ok",
-                                        timeout=300, poll_s=0.5)
+    result = fargate.run_in_environment(
+        session, ENV, ENVIRONMENT, spec, workers=2, release="r1", run_id="run-ok", timeout=300, poll_s=0.5
+    )
 
     stack = fargate.read_stack(session.client("cloudformation"), ENV)
     key = results.results_key("r1", MODEL, "run-ok")
@@ -207,11 +235,13 @@ def test_a_run_on_fargate_returns_what_the_real_run_stored(session, stand_in, ta
     s3 = session.client("s3")
     stored = results.RunResult.from_json(s3.get_object(Bucket=stack.results_bucket, Key=key)["Body"].read().decode())
     assert stored == result  # what the master wrote, read back unchanged
-    picture = s3.get_object(Bucket=stack.results_bucket, Key=results.results_key("r1", MODEL, "run-ok",
-                                                                                   results.PICTURE_FILE))
+    picture = s3.get_object(
+        Bucket=stack.results_bucket, Key=results.results_key("r1", MODEL, "run-ok", results.PICTURE_FILE)
+    )
     assert picture["Body"].read(8) == b"\x89PNG\r\n\x1a\n"
-    assert s3.head_object(Bucket=stack.results_bucket, Key=results.results_key("r1", MODEL, "run-ok",
-                                                                                results.REPORT_FILE))
+    assert s3.head_object(
+        Bucket=stack.results_bucket, Key=results.results_key("r1", MODEL, "run-ok", results.REPORT_FILE)
+    )
     # Measured by the real run: every request it counted reached the target, and the two workers sent them.
     counted = sum(step.offered for step in result.steps)
     assert counted > 0 and KServeHandler.answered - answered_before >= counted
@@ -224,13 +254,17 @@ def test_a_run_on_fargate_returns_what_the_real_run_stored(session, stand_in, ta
     assert (worker_call["taskDefinition"], worker_call["count"]) == (stack.worker_task_definition, 2)
     for call, group in ((master_call, stack.master_security_group), (worker_call, stack.worker_security_group)):
         assert call["launchType"] == "FARGATE"
-        assert call["networkConfiguration"] == {"awsvpcConfiguration": {
-            "subnets": subnets, "securityGroups": [group], "assignPublicIp": "DISABLED"}}
+        assert call["networkConfiguration"] == {
+            "awsvpcConfiguration": {"subnets": subnets, "securityGroups": [group], "assignPublicIp": "DISABLED"}
+        }
     master_env, worker_env = environment_of(master_call), environment_of(worker_call)
     assert master_env[fargate.WORKERS_ENV] == "2"
     assert master_env[fargate.RESULTS_ENV] == f"s3://{stack.results_bucket}/r1/{MODEL}/run-ok/"
-    assert LoadTestSpec.from_json(master_env[fargate.SPEC_ENV]) == spec == LoadTestSpec.from_json(
-        worker_env[fargate.SPEC_ENV])
+    assert (
+        LoadTestSpec.from_json(master_env[fargate.SPEC_ENV])
+        == spec
+        == LoadTestSpec.from_json(worker_env[fargate.SPEC_ENV])
+    )
     # The workers were given the master's address on its network interface, as moto assigned it.
     (master,) = [t for t in stand_in.tasks.values() if t.container == stack.master_container]
     workers = [t for t in stand_in.tasks.values() if t.container == stack.worker_container]
@@ -246,8 +280,9 @@ def test_a_master_that_exits_non_zero_fails_the_run_and_stops_every_task(session
     # A spec of another schema version: the real master refuses it (exit 2) before Locust starts.
     spec = spec_for(target, ((5, 5),), schema_version=99)
     with pytest.raises(fargate.FargateRunError) as caught:
-        fargate.run_in_environment(session, ENV, ENVIRONMENT, spec, workers=2, release="r1", run_id="run-bad",
-                                   timeout=120, poll_s=0.5)
+        fargate.run_in_environment(
+            session, ENV, ENVIRONMENT, spec, workers=2, release="r1", run_id="run-bad", timeout=120, poll_s=0.5
+        )
     assert str(caught.value).startswith("the master exited with code 2: Essential container in task exited")
     stack = fargate.read_stack(session.client("cloudformation"), ENV)
     (master,) = [t for t in stand_in.tasks.values() if t.container == stack.master_container]
@@ -262,8 +297,9 @@ def test_a_master_that_exits_non_zero_fails_the_run_and_stops_every_task(session
 def test_a_run_past_its_timeout_stops_every_task(session, stand_in, target):
     spec = spec_for(target, ((5, 600),))  # ten minutes of load; the run may take seconds
     with pytest.raises(fargate.FargateRunError, match=r"^timed out waiting for the master to finish the run"):
-        fargate.run_in_environment(session, ENV, ENVIRONMENT, spec, workers=2, release="r1", run_id="run-slow",
-                                   timeout=15, poll_s=0.5)
+        fargate.run_in_environment(
+            session, ENV, ENVIRONMENT, spec, workers=2, release="r1", run_id="run-slow", timeout=15, poll_s=0.5
+        )
     stack = fargate.read_stack(session.client("cloudformation"), ENV)
     wait_for_reports(stand_in)
     tasks = stopped_tasks(session, stack, stand_in.tasks)
@@ -311,13 +347,23 @@ def serving(session, tmp_path):
         slo["peak_tps"] = PLANNED_RATE  # within what the capacity bounds carry at that profile
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     model = config.load(config_dir).model(NEURON_MODEL)
-    answer = json.dumps({"model_name": NEURON_MODEL, "outputs": [
-        {"name": o.name, "datatype": o.datatype, "shape": list(o.shape),
-         "data": ["label"] * o.shape[-1] if o.datatype == "BYTES" else [0.5] * (o.shape[0] * o.shape[-1])}
-        for o in probes.probe_for(model).outputs]}).encode()
+    answer = json.dumps(
+        {
+            "model_name": NEURON_MODEL,
+            "outputs": [
+                {
+                    "name": o.name,
+                    "datatype": o.datatype,
+                    "shape": list(o.shape),
+                    "data": ["label"] * o.shape[-1] if o.datatype == "BYTES" else [0.5] * (o.shape[0] * o.shape[-1]),
+                }
+                for o in probes.probe_for(model).outputs
+            ],
+        }
+    ).encode()
 
     class Model(BaseHTTPRequestHandler):
-        def do_POST(self):  # noqa: N802 - http.server's naming
+        def do_POST(self):  # http.server's naming
             self.rfile.read(int(self.headers.get("Content-Length") or 0))
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
@@ -331,18 +377,27 @@ def serving(session, tmp_path):
     server = ThreadingHTTPServer(("127.0.0.1", 0), Model)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    image = aws_fakes.push_image(session, aws_fakes.ASSET_REPOSITORY.format(account=ACCOUNT, region=REGION),
-                                 seed=NEURON_MODEL)
+    image = aws_fakes.push_image(
+        session, aws_fakes.ASSET_REPOSITORY.format(account=ACCOUNT, region=REGION), seed=NEURON_MODEL
+    )
     ecs = session.client("ecs")
     cluster = f"{ENV}-{NEURON_MODEL}-cluster"
     ecs.create_cluster(clusterName=cluster)
-    definition = ecs.register_task_definition(family=f"{ENV}-{NEURON_MODEL}", containerDefinitions=[
-        {"name": "Server", "image": image.uri, "memory": 1024}])["taskDefinition"]["taskDefinitionArn"]
-    ecs.create_service(cluster=cluster, serviceName=f"{NEURON_MODEL}-service", taskDefinition=definition,
-                       desiredCount=1)
-    aws_fakes.create_stack(session, stack_outputs.stack_name(ENV, NEURON_MODEL), {
-        "ClusterName": cluster, "ServiceName": f"{NEURON_MODEL}-service",
-        "Url": f"http://127.0.0.1:{server.server_address[1]}"})
+    definition = ecs.register_task_definition(
+        family=f"{ENV}-{NEURON_MODEL}", containerDefinitions=[{"name": "Server", "image": image.uri, "memory": 1024}]
+    )["taskDefinition"]["taskDefinitionArn"]
+    ecs.create_service(
+        cluster=cluster, serviceName=f"{NEURON_MODEL}-service", taskDefinition=definition, desiredCount=1
+    )
+    aws_fakes.create_stack(
+        session,
+        stack_outputs.stack_name(ENV, NEURON_MODEL),
+        {
+            "ClusterName": cluster,
+            "ServiceName": f"{NEURON_MODEL}-service",
+            "Url": f"http://127.0.0.1:{server.server_address[1]}",
+        },
+    )
     try:
         yield config_dir, image.digest
     finally:
@@ -351,7 +406,8 @@ def serving(session, tmp_path):
 
 
 def test_loadtest_in_the_environment_stores_a_result_named_by_the_digest_that_passes_the_gate(
-        session, stand_in, serving, monkeypatch, capsys):
+    session, stand_in, serving, monkeypatch, capsys
+):
     """`inferstack loadtest --env staging --model M` (no --target): the digest staging runs read from its ECS
     service, the target from the stack's outputs, Fargate tasks run by the stand-in (the real Locust), the result
     stored under <digest>/<model>/<run id>/; promotion's gate then finds it and accepts it."""
@@ -363,18 +419,34 @@ def test_loadtest_in_the_environment_stores_a_result_named_by_the_digest_that_pa
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", cli_deploy.SECRET)
     monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
     # At the planned rate (no --rate): a pass at a lower one would not open the gate.
-    code = cli.main(["loadtest", "--env", ENV, "--model", NEURON_MODEL, "--hold", "4", "--steps", "0.5,1",
-                     "--config-dir", str(config_dir)])
+    code = cli.main(
+        [
+            "loadtest",
+            "--env",
+            ENV,
+            "--model",
+            NEURON_MODEL,
+            "--hold",
+            "4",
+            "--steps",
+            "0.5,1",
+            "--config-dir",
+            str(config_dir),
+        ]
+    )
     out, err = capsys.readouterr()
     assert code == 0, out + err
     stack = fargate.read_stack(session.client("cloudformation"), ENV)
     (stored,) = [line.removeprefix("stored ") for line in out.splitlines() if line.startswith("stored ")]
-    assert stored.startswith(f"s3://{stack.results_bucket}/{digest}/{NEURON_MODEL}/") and stored.endswith("/result.json")
+    assert stored.startswith(f"s3://{stack.results_bucket}/{digest}/{NEURON_MODEL}/") and stored.endswith(
+        "/result.json"
+    )
     # the plan's minimum in staging (one instance), two workers (40 req/s needs fewer: a run is distributed)
     assert f"  {NEURON_MODEL}: {digest} on 1 inf2.xlarge instance(s), 2 steps through 40 req/s, 2 workers" in out
     key = stored.removeprefix(f"s3://{stack.results_bucket}/")
     result = results.RunResult.from_json(
-        session.client("s3").get_object(Bucket=stack.results_bucket, Key=key)["Body"].read().decode())
+        session.client("s3").get_object(Bucket=stack.results_bucket, Key=key)["Body"].read().decode()
+    )
     assert (result.model, result.environment, result.release, result.workers) == (NEURON_MODEL, ENV, digest, 2)
     assert result.verdict == results.PASS and sum(s.offered for s in result.steps) > 0
 
@@ -400,8 +472,11 @@ def step_session(deployed, monkeypatch):
     back after."""
     endpoint, _ = deployed
     monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
-    step = cli_deploy.Aws(endpoint, PIPELINE.account, REGION).client("sts").assume_role(
-        RoleArn=STEP_ROLE, RoleSessionName="codebuild", DurationSeconds=STEP_SESSION_S)["Credentials"]
+    step = (
+        cli_deploy.Aws(endpoint, PIPELINE.account, REGION)
+        .client("sts")
+        .assume_role(RoleArn=STEP_ROLE, RoleSessionName="codebuild", DurationSeconds=STEP_SESSION_S)["Credentials"]
+    )
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", step["AccessKeyId"])
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", step["SecretAccessKey"])
     monkeypatch.setenv("AWS_SESSION_TOKEN", step["SessionToken"])
@@ -417,8 +492,9 @@ def an_hour_passes(endpoint: str, monkeypatch) -> None:
     monkeypatch.setattr(botocore.credentials, "datetime", sts.datetime_ahead(HOUR_AND_MORE))
 
 
-def test_a_run_that_outlives_its_first_credentials_finishes(step_session, session, stand_in, target, deployed,
-                                                             monkeypatch):
+def test_a_run_that_outlives_its_first_credentials_finishes(
+    step_session, session, stand_in, target, deployed, monkeypatch
+):
     """An hour passes once the workers run: the master's end is still read (DescribeTasks), its result too
     (GetObject), and every task stopped, with the role assumed again."""
     endpoint, _ = deployed
@@ -428,8 +504,18 @@ def test_a_run_that_outlives_its_first_credentials_finishes(step_session, sessio
         if "workers started" in line:
             an_hour_passes(endpoint, monkeypatch)
 
-    result = fargate.run_in_environment(step_session, ENV, ENVIRONMENT, spec_for(target, ((5, 3),)), workers=2,
-                                        release="r1", run_id="run-long", timeout=120, poll_s=0.5, log=log)
+    result = fargate.run_in_environment(
+        step_session,
+        ENV,
+        ENVIRONMENT,
+        spec_for(target, ((5, 3),)),
+        workers=2,
+        release="r1",
+        run_id="run-long",
+        timeout=120,
+        poll_s=0.5,
+        log=log,
+    )
     stack = fargate.read_stack(session.client("cloudformation"), ENV)
     assert result.results_location == f"s3://{stack.results_bucket}/{results.results_key('r1', MODEL, 'run-long')}"
     assert sum(step.offered for step in result.steps) > 0
@@ -439,14 +525,16 @@ def test_a_run_that_outlives_its_first_credentials_finishes(step_session, sessio
     assert len(tasks) == 3 and {t["lastStatus"] for t in tasks.values()} == {"STOPPED"}
 
 
-def test_sigterm_after_the_first_credentials_expired_still_stops_every_task(step_session, session, stand_in, target,
-                                                                            deployed, monkeypatch):
+def test_sigterm_after_the_first_credentials_expired_still_stops_every_task(
+    step_session, session, stand_in, target, deployed, monkeypatch
+):
     """SIGTERM an hour into a run (the step's timeout, a cancelled build): StopTask of every task it started, with
     credentials assumed again, not the expired ones."""
     endpoint, _ = deployed
     started: list[str] = []
-    step_session.events.register("after-call.ecs.RunTask",
-                                 lambda parsed, **_: started.extend(t["taskArn"] for t in parsed.get("tasks") or []))
+    step_session.events.register(
+        "after-call.ecs.RunTask", lambda parsed, **_: started.extend(t["taskArn"] for t in parsed.get("tasks") or [])
+    )
 
     def log(line: str) -> None:
         if "workers started" in line:
@@ -459,12 +547,24 @@ def test_sigterm_after_the_first_credentials_expired_still_stops_every_task(step
 
     spec = spec_for(target, ((5, 600),))  # ten minutes of load: only StopTask ends it within the test
     with pytest.raises(runner.Terminated), runner.stopped_on_sigterm():
-        fargate.run_in_environment(step_session, ENV, ENVIRONMENT, spec, workers=2, release="r1", run_id="run-term",
-                                   timeout=120, poll_s=0.5, log=log)
+        fargate.run_in_environment(
+            step_session,
+            ENV,
+            ENVIRONMENT,
+            spec,
+            workers=2,
+            release="r1",
+            run_id="run-term",
+            timeout=120,
+            poll_s=0.5,
+            log=log,
+        )
     stack = fargate.read_stack(session.client("cloudformation"), ENV)
     tasks = stopped_tasks(session, stack, started)
     assert len(tasks) == 3 and sorted(stand_in.tasks) == sorted(started)
-    assert all((t.get("desiredStatus"), t.get("stoppedReason")) == ("STOPPED", "inferstack loadtest: interrupted")
-               for t in tasks.values())
+    assert all(
+        (t.get("desiredStatus"), t.get("stoppedReason")) == ("STOPPED", "inferstack loadtest: interrupted")
+        for t in tasks.values()
+    )
     wait_for_reports(stand_in)
     assert all(task.stop_requested_at is not None for task in stand_in.tasks.values())

@@ -16,6 +16,7 @@ from inferstack.loadtest.results import FAIL, INVALID, PASS, Generator, ResultEr
 from inferstack.loadtest.spec import ExpectedOutput, LoadTestSpec, Step, Target
 
 SLO_MS = 50.0
+LOCAL_GENERATORS = (Generator("local", 30.0, 20.0),)  # run_of's default (frozen: shared safely)
 
 
 class Clock:
@@ -27,19 +28,31 @@ class Clock:
 
 
 def spec(*steps: Step, slo_ms: float = SLO_MS, **changes) -> LoadTestSpec:
-    return LoadTestSpec(model="m", target=Target(kind="http", url="http://127.0.0.1:1/v2/models/m/infer"),
-                        bodies=({"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1], "data": ["hi"]}]},),
-                        outputs=(ExpectedOutput("logits", "FP32", (1, 2)),),
-                        steps=steps or (Step(rate=10, seconds=10), Step(rate=20, seconds=10)), p99_slo_ms=slo_ms,
-                        **changes)
+    return LoadTestSpec(
+        model="m",
+        target=Target(kind="http", url="http://127.0.0.1:1/v2/models/m/infer"),
+        bodies=({"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1], "data": ["hi"]}]},),
+        outputs=(ExpectedOutput("logits", "FP32", (1, 2)),),
+        steps=steps or (Step(rate=10, seconds=10), Step(rate=20, seconds=10)),
+        p99_slo_ms=slo_ms,
+        **changes,
+    )
 
 
 def recorder(name: str, clock: Clock) -> measure.Recorder:
     return measure.Recorder(name, slo_ms=SLO_MS, late_after_ms=5.0, clock=clock)
 
 
-def send(recorder: measure.Recorder, clock: Clock, latency_ms: float, kind: str | None = None, *, status: int = 200,
-         late_ms: float = 0.0, held: bool = False) -> None:
+def send(
+    recorder: measure.Recorder,
+    clock: Clock,
+    latency_ms: float,
+    kind: str | None = None,
+    *,
+    status: int = 200,
+    late_ms: float = 0.0,
+    held: bool = False,
+) -> None:
     """One request due now, leaving `late_ms` after it (`held`: waiting for a slot), ended `latency_ms` after it
     was due."""
     due = clock.now
@@ -49,8 +62,14 @@ def send(recorder: measure.Recorder, clock: Clock, latency_ms: float, kind: str 
     clock.now = due
 
 
-def run_steps(recorder: measure.Recorder, clock: Clock, *latencies_ms: float, rate: float = 10,
-              seconds: float = 10, settle_s: float = 1.0) -> None:
+def run_steps(
+    recorder: measure.Recorder,
+    clock: Clock,
+    *latencies_ms: float,
+    rate: float = 10,
+    seconds: float = 10,
+    settle_s: float = 1.0,
+) -> None:
     origin = clock.now
     for index, ms in enumerate(latencies_ms):
         clock.now = origin + index * seconds
@@ -136,8 +155,10 @@ def test_late_sends_that_could_account_for_a_miss_make_the_step_invalid_not_a_fa
     # 60 ms from the due time, 30 of them spent late in the generator: the server may have taken 30 (SLO 50).
     run = late_run(60.0)
     assert run.verdict == INVALID and run.highest_rate_within_slo is None
-    assert run.reasons == ["step 1 (100 req/s, 100 %): 10 late sends (10.0 % of 100, up to 30 ms after they were "
-                           "due) account for its p99 above the SLO: the generators fell behind (CPU); add workers"]
+    assert run.reasons == [
+        "step 1 (100 req/s, 100 %): 10 late sends (10.0 % of 100, up to 30 ms after they were "
+        "due) account for its p99 above the SLO: the generators fell behind (CPU); add workers"
+    ]
     # 200 ms from the due time: even less the 30 ms late, the server took 170, far above the SLO. A fail.
     assert late_run(200.0).verdict == FAIL
 
@@ -146,8 +167,10 @@ def test_a_send_held_back_by_the_in_flight_bound_makes_the_step_invalid_never_a_
     run = late_run(32.0, held=True)
     assert run.steps[0].held == 10
     assert run.verdict == INVALID
-    assert run.reasons == ["step 1 (100 req/s, 100 %): the in-flight bound held back 10 sends (the generators could "
-                           "not keep up); add workers"]
+    assert run.reasons == [
+        "step 1 (100 req/s, 100 %): the in-flight bound held back 10 sends (the generators could "
+        "not keep up); add workers"
+    ]
 
 
 def test_a_generator_that_sent_fewer_than_were_due_is_not_a_measurement():
@@ -183,8 +206,10 @@ def test_failures_count_by_kind_against_the_budget_and_not_in_the_latencies():
     # A refused request's 0.1 ms does not flatter the latencies, and the timeout counts as an error instead.
     assert step.p50_ms == pytest.approx(20.0, rel=1e-3) and step.p99_ms == pytest.approx(20.0, rel=1e-3)
     assert run.verdict == FAIL
-    assert run.reasons == ["step 1 (100 req/s, 100 %): errors 5.00 % above the budget's 0.1 % (invalid answer: "
-                           "output logits missing (got none): 5, HTTP 503: 4, timeout: 1)"]
+    assert run.reasons == [
+        "step 1 (100 req/s, 100 %): errors 5.00 % above the budget's 0.1 % (invalid answer: "
+        "output logits missing (got none): 5, HTTP 503: 4, timeout: 1)"
+    ]
 
 
 def test_requests_still_unanswered_when_the_run_ends_are_failures_not_forgotten():
@@ -212,9 +237,9 @@ def test_distinct_error_kinds_are_bounded():
 
 def test_the_master_merges_every_generators_histogram_and_keeps_only_each_ones_latest_report():
     clocks = [Clock(), Clock()]
-    recorders = [recorder(f"worker-{n}", c) for n, c in zip((1, 2), clocks)]
+    recorders = [recorder(f"worker-{n}", c) for n, c in zip((1, 2), clocks, strict=True)]
     aggregator = measure.Aggregator()
-    for each, clock, ms in zip(recorders, clocks, (5.0, 30.0)):
+    for each, clock, ms in zip(recorders, clocks, (5.0, 30.0), strict=True):
         each.begin_step(0, t0=0.0, settle_s=0.0)
         for _ in range(50):
             clock.now += 0.125  # 8 a second (exact in binary: whole seconds stay whole)
@@ -252,19 +277,50 @@ def test_cpu_is_sampled_while_steps_are_measured():
     assert (generator.max_cpu_percent, generator.mean_cpu_percent) == (40.0, 30.0)
 
 
-def step(rate: float, p99: float, *, answered: int | None = None, good: int | None = None, rejected: int = 0,
-         failures: int = 0, late: int = 0, seconds: float = 30.0) -> StepResult:
+def step(
+    rate: float,
+    p99: float,
+    *,
+    answered: int | None = None,
+    good: int | None = None,
+    rejected: int = 0,
+    failures: int = 0,
+    late: int = 0,
+    seconds: float = 30.0,
+) -> StepResult:
     offered = round(rate * seconds)
     answered = offered - failures if answered is None else answered
-    return StepResult(offered_rps=rate, seconds=seconds, offered=offered, late=late, late_max_ms=9.0 if late else 0.0,
-                      answered=answered, good=answered if good is None else good, rejected=rejected, timeouts=0,
-                      failures=failures, errors={"HTTP 503": rejected} if rejected else {}, p50_ms=p99 / 2,
-                      p90_ms=p99 * 0.8, p99_ms=p99, max_ms=p99 * 1.5)
+    return StepResult(
+        offered_rps=rate,
+        seconds=seconds,
+        offered=offered,
+        late=late,
+        late_max_ms=9.0 if late else 0.0,
+        answered=answered,
+        good=answered if good is None else good,
+        rejected=rejected,
+        timeouts=0,
+        failures=failures,
+        errors={"HTTP 503": rejected} if rejected else {},
+        p50_ms=p99 / 2,
+        p90_ms=p99 * 0.8,
+        p99_ms=p99,
+        max_ms=p99 * 1.5,
+    )
 
 
-def run_of(*steps: StepResult, generators=(Generator("local", 30.0, 20.0),), **changes) -> RunResult:
-    return RunResult(model="m", target="t", started="s", finished="f", p99_slo_ms=SLO_MS, error_budget_percent=0.1,
-                     steps=steps, generators=tuple(generators), **changes)
+def run_of(*steps: StepResult, generators=LOCAL_GENERATORS, **changes) -> RunResult:
+    return RunResult(
+        model="m",
+        target="t",
+        started="s",
+        finished="f",
+        p99_slo_ms=SLO_MS,
+        error_budget_percent=0.1,
+        steps=steps,
+        generators=tuple(generators),
+        **changes,
+    )
 
 
 def test_a_saturated_generator_makes_the_run_invalid_whatever_its_latencies():
@@ -273,8 +329,9 @@ def test_a_saturated_generator_makes_the_run_invalid_whatever_its_latencies():
     assert run_of(step(10, 10.0), generators=[calm]).verdict == PASS
     invalid = run_of(step(10, 10.0), generators=[calm, busy])
     assert invalid.verdict == INVALID
-    assert invalid.reasons == ["generator worker-2 saturated: CPU 97 % (>= 90 %); its latencies are its own, "
-                               "add workers"]
+    assert invalid.reasons == [
+        "generator worker-2 saturated: CPU 97 % (>= 90 %); its latencies are its own, add workers"
+    ]
     assert invalid.highest_rate_within_slo is None
     assert RunResult.from_json(invalid.to_json()).verdict == INVALID
 
@@ -297,8 +354,10 @@ def test_above_the_full_rate_a_step_is_judged_on_what_was_admitted_and_the_goodp
     drowned = step(200, 4000.0, good=600)
     run = run_of(full, drowned, full_rate=100.0)
     assert run.verdict == FAIL
-    assert run.reasons == ["step 2 (200 req/s, 200 %): admitted requests' p99 4000.0 ms above the SLO's 50 ms",
-                           "step 2 (200 req/s, 200 %): goodput 20.0 req/s within the SLO, below the full rate's 100"]
+    assert run.reasons == [
+        "step 2 (200 req/s, 200 %): admitted requests' p99 4000.0 ms above the SLO's 50 ms",
+        "step 2 (200 req/s, 200 %): goodput 20.0 req/s within the SLO, below the full rate's 100",
+    ]
     # Errors other than rejections still count above the full rate.
     broken = step(200, 30.0, answered=5000, rejected=0, failures=1000)
     assert run_of(full, broken, full_rate=100.0).verdict == FAIL
@@ -307,8 +366,10 @@ def test_above_the_full_rate_a_step_is_judged_on_what_was_admitted_and_the_goodp
 def test_a_run_below_the_planned_rate_says_so():
     run = run_of(step(10, 10.0), full_rate=10.0, planned_rate=100.0, plan_basis="1 x inf1.6xlarge in staging")
     assert run.verdict == PASS
-    assert run.below_plan == ("the full rate 10 req/s is 10 % of the planned 100 req/s (1 x inf1.6xlarge in "
-                              "staging): a pass here does not show the plan holds")
+    assert run.below_plan == (
+        "the full rate 10 req/s is 10 % of the planned 100 req/s (1 x inf1.6xlarge in "
+        "staging): a pass here does not show the plan holds"
+    )
     assert run_of(step(100, 10.0), full_rate=100.0, planned_rate=100.0).below_plan is None
     assert RunResult.from_json(run.to_json()).to_dict()["below_plan"] == run.below_plan
 
@@ -316,19 +377,23 @@ def test_a_run_below_the_planned_rate_says_so():
 def test_a_closed_loop_result_is_refused_not_read():
     old = run_of(step(10, 10.0)).to_dict()
     old["schema_version"] = 1
-    with pytest.raises(ResultError, match=r"^r\.json: schema_version 1, this tool reads 2 \(version 1 came from "
-                                          r"closed-loop users that a stalling server could fool"):
+    with pytest.raises(
+        ResultError,
+        match=r"^r\.json: schema_version 1, this tool reads 2 \(version 1 came from "
+        r"closed-loop users that a stalling server could fool",
+    ):
         RunResult.from_json(json.dumps(old), "r.json")
 
 
 def test_error_kinds_name_the_aws_error_code_or_a_timeout():
     model_error = botocore.exceptions.ClientError(
-        {"Error": {"Code": "ModelError", "Message": "Received server error (500)"}}, "InvokeEndpoint")
+        {"Error": {"Code": "ModelError", "Message": "Received server error (500)"}}, "InvokeEndpoint"
+    )
     throttled = botocore.exceptions.ClientError({"Error": {"Code": "ThrottlingException"}}, "InvokeEndpoint")
     read_timeout = botocore.exceptions.ReadTimeoutError(endpoint_url="http://x")
-    assert [measure.error_kind(e) for e in (model_error, throttled, read_timeout, TimeoutError(),
-                                            ConnectionRefusedError())] == [
-        "ModelError", "ThrottlingException", "timeout", "timeout", "ConnectionRefusedError"]
+    assert [
+        measure.error_kind(e) for e in (model_error, throttled, read_timeout, TimeoutError(), ConnectionRefusedError())
+    ] == ["ModelError", "ThrottlingException", "timeout", "timeout", "ConnectionRefusedError"]
 
 
 def test_the_timelines_percentiles_are_nearest_rank_over_three_significant_digits():

@@ -27,11 +27,12 @@ QUEUE_DELAY_MS = 1000  # the server's maximum: a batch waits this long for more 
 
 
 @pytest.fixture(scope="module")
-def servers(artifact):  # noqa: F811 (the fixture imported above)
+def servers(artifact):
     """A plain server and a slowed one, started side by side (each costs seconds of imports and warm-up)."""
-    started = [ServerProcess(artifact, args=("--model-name", MODEL)),
-               ServerProcess(artifact, env={"SERVER_MAX_QUEUE_DELAY_MS": str(QUEUE_DELAY_MS)},
-                             args=("--model-name", MODEL))]
+    started = [
+        ServerProcess(artifact, args=("--model-name", MODEL)),
+        ServerProcess(artifact, env={"SERVER_MAX_QUEUE_DELAY_MS": str(QUEUE_DELAY_MS)}, args=("--model-name", MODEL)),
+    ]
     try:
         for server in started:
             server.wait_ready()
@@ -61,21 +62,48 @@ def test_the_model_passes_at_a_modest_rate_with_a_generous_slo(servers, config_c
     edit_model(config_copy, generous)
     out = tmp_path / "out"
     result = subprocess.run(
-        [sys.executable, "-m", "inferstack", "loadtest", "--model", MODEL, "--env", "dev", "--config-dir",
-         str(config_copy), "--target", servers[0].url, "--workers", "2", "--rate", "40", "--steps", "0.5,1",
-         "--hold", "3", "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            "-m",
+            "inferstack",
+            "loadtest",
+            "--model",
+            MODEL,
+            "--env",
+            "dev",
+            "--config-dir",
+            str(config_copy),
+            "--target",
+            servers[0].url,
+            "--workers",
+            "2",
+            "--rate",
+            "40",
+            "--steps",
+            "0.5,1",
+            "--hold",
+            "3",
+            "--out",
+            str(out),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     run = RunResult.from_json((out / "result.json").read_text())
     assert run.verdict == PASS and run.workers == 2
     assert [g.name for g in run.generators] == ["master", "worker-1", "worker-2"]
     assert run.target == f"{servers[0].url}/v2/models/{MODEL}/infer"
-    for step, rate in zip(run.steps, (20, 40)):
+    for step, rate in zip(run.steps, (20, 40), strict=True):
         assert step.offered_rps == rate and step.failures == 0 and step.errors == {}
         assert step.offered >= 0.9 * rate * step.seconds and step.answered == step.offered
     # A line as each step starts and ends, before the report.
     lines = result.stdout.splitlines()
-    assert lines[0].startswith(f"load test of {MODEL} at {servers[0].url}/v2/models/{MODEL}/infer: 2 steps through 40 "
-                               f"req/s, 2 workers")
+    assert lines[0].startswith(
+        f"load test of {MODEL} at {servers[0].url}/v2/models/{MODEL}/infer: 2 steps through 40 req/s, 2 workers"
+    )
     assert lines[1] == "  step 1 of 2: 20 req/s (50 % of the full rate) for 3 s from 2 generators"
     assert lines[2].startswith("  step 1 (20 req/s, 50 %) of 2: sent ")
     assert lines[3] == "  step 2 of 2: 40 req/s (100 % of the full rate) for 3 s from 2 generators"
@@ -86,11 +114,14 @@ def test_the_model_passes_at_a_modest_rate_with_a_generous_slo(servers, config_c
 
 def test_a_server_made_slow_fails_on_its_p99(servers, tmp_path):
     model = config.load(ROOT / "model_configs").model(MODEL)
-    spec = LoadTestSpec(model=MODEL, target=Target(kind="http", url=f"{servers[1].url}/v2/models/{MODEL}/infer"),
-                        bodies=(probes.probe_for(model).body,),
-                        outputs=(ExpectedOutput("logits", "FP32", (1, len(LABELS))),
-                                 ExpectedOutput("label", "BYTES", (1,))),
-                        steps=(Step(rate=20, seconds=4),), p99_slo_ms=300.0)
+    spec = LoadTestSpec(
+        model=MODEL,
+        target=Target(kind="http", url=f"{servers[1].url}/v2/models/{MODEL}/infer"),
+        bodies=(probes.probe_for(model).body,),
+        outputs=(ExpectedOutput("logits", "FP32", (1, len(LABELS))), ExpectedOutput("label", "BYTES", (1,))),
+        steps=(Step(rate=20, seconds=4),),
+        p99_slo_ms=300.0,
+    )
     run = runner.run_local(spec, tmp_path, workers=2)
     assert run.verdict == FAIL
     (last,) = run.steps

@@ -54,10 +54,37 @@ RELEASES = {"pauses": "sha256:" + "a" * 64, "steady": "sha256:" + "b" * 64}
 
 def run_cli(config_dir: Path, url: str, out: Path, release: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "inferstack", "loadtest", "--model", MODEL, "--env", "dev", "--config-dir",
-         str(config_dir), "--target", url, "--workers", "2", "--rate", str(RATE), "--steps", "1", "--hold",
-         str(HOLD_S), "--release", release, "--out", str(out)], cwd=ROOT, capture_output=True, text=True,
-        timeout=180)
+        [
+            sys.executable,
+            "-m",
+            "inferstack",
+            "loadtest",
+            "--model",
+            MODEL,
+            "--env",
+            "dev",
+            "--config-dir",
+            str(config_dir),
+            "--target",
+            url,
+            "--workers",
+            "2",
+            "--rate",
+            str(RATE),
+            "--steps",
+            "1",
+            "--hold",
+            str(HOLD_S),
+            "--release",
+            release,
+            "--out",
+            str(out),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -71,8 +98,11 @@ def config_dir(tmp_path_factory) -> Path:
     path = directory / f"{MODEL}.yaml"
     data = yaml.safe_load(path.read_text())
     data["source"]["labels"] = list(LABELS)
-    data["environments"]["dev"]["slo"] = {**data["environments"]["dev"].get("slo", {}), "p99_latency_ms": SLO_MS,
-                                          "peak_tps": RATE // 2}
+    data["environments"]["dev"]["slo"] = {
+        **data["environments"]["dev"].get("slo", {}),
+        "p99_latency_ms": SLO_MS,
+        "peak_tps": RATE // 2,
+    }
     data["throughput_profile"]["inf1.xlarge"]["throughput_per_second"] = 2 * RATE  # dev's safety factor: 0.5
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     project = config.load(directory)
@@ -120,8 +150,26 @@ def test_the_same_server_without_pauses_passes(runs):
 
 def profile_from(config_dir: Path, result: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "inferstack", "profile", MODEL, "--env", "dev", "--config-dir", str(config_dir),
-         "--from-result", str(result), "--instances", "1"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+        [
+            sys.executable,
+            "-m",
+            "inferstack",
+            "profile",
+            MODEL,
+            "--env",
+            "dev",
+            "--config-dir",
+            str(config_dir),
+            "--from-result",
+            str(result),
+            "--instances",
+            "1",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_profile_writes_no_rate_the_stalling_server_does_not_hold(runs, config_dir, tmp_path):
@@ -151,8 +199,11 @@ def test_the_prod_gate_refuses_the_stalling_servers_release(runs, config_dir, aw
     for name, (_, path) in runs.items():
         result = RunResult.from_json(path.read_text())
         assert (result.environment, result.release) == ("dev", RELEASES[name])
-        session.client("s3").put_object(Bucket="results", Key=f"{RELEASES[name]}/{MODEL}/20261127T000000Z-000000/"
-                                                               "result.json", Body=path.read_bytes())
+        session.client("s3").put_object(
+            Bucket="results",
+            Key=f"{RELEASES[name]}/{MODEL}/20261127T000000Z-000000/result.json",
+            Body=path.read_bytes(),
+        )
         findings = load_test_gate.evaluate(session, project, "dev", {unit.name: RELEASES[name]})
         (finding,) = [f for f in findings if f.model == MODEL]
         verdicts[name] = finding
@@ -169,10 +220,15 @@ def test_a_generator_at_its_in_flight_bound_reports_late_sends_and_an_invalid_st
 
     with serving(Slow) as port:
         # Two requests in flight at most, 200 ms each: 10 req/s is all the generator can send of the 40 due.
-        spec = LoadTestSpec(model="m", target=Target(kind="http", url=f"http://127.0.0.1:{port}/v2/models/m/infer"),
-                            bodies=({"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1], "data": ["x"]}]},),
-                            outputs=tuple(ExpectedOutput(o["name"], o["datatype"], tuple(o["shape"])) for o in OUTPUTS),
-                            steps=(Step(rate=40, seconds=6),), p99_slo_ms=5000.0, in_flight_per_generator=2)
+        spec = LoadTestSpec(
+            model="m",
+            target=Target(kind="http", url=f"http://127.0.0.1:{port}/v2/models/m/infer"),
+            bodies=({"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1], "data": ["x"]}]},),
+            outputs=tuple(ExpectedOutput(o["name"], o["datatype"], tuple(o["shape"])) for o in OUTPUTS),
+            steps=(Step(rate=40, seconds=6),),
+            p99_slo_ms=5000.0,
+            in_flight_per_generator=2,
+        )
         result = runner.run_local(spec, tmp_path, workers=0)
     (step,) = result.steps
     assert result.verdict == INVALID and result.highest_rate_within_slo is None
@@ -206,10 +262,37 @@ def test_a_signal_stops_every_locust_process_the_run_started(config_dir, tmp_pat
     mark = uuid.uuid4().hex
     with pausing_server(None) as server:
         command = subprocess.Popen(
-            [sys.executable, "-m", "inferstack", "loadtest", "--model", MODEL, "--env", "dev", "--config-dir",
-             str(config_dir), "--target", server.url, "--workers", "2", "--rate", "20", "--steps", "1", "--hold",
-             "40", "--out", str(tmp_path / "out")], cwd=ROOT, env={**os.environ, "OPEN_MODEL_MARK": mark},
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=as_from_a_terminal)
+            [
+                sys.executable,
+                "-m",
+                "inferstack",
+                "loadtest",
+                "--model",
+                MODEL,
+                "--env",
+                "dev",
+                "--config-dir",
+                str(config_dir),
+                "--target",
+                server.url,
+                "--workers",
+                "2",
+                "--rate",
+                "20",
+                "--steps",
+                "1",
+                "--hold",
+                "40",
+                "--out",
+                str(tmp_path / "out"),
+            ],
+            cwd=ROOT,
+            env={**os.environ, "OPEN_MODEL_MARK": mark},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=as_from_a_terminal,
+        )
         try:
             deadline = time.monotonic() + 60
             while len(locust_processes(mark)) < 3 and time.monotonic() < deadline:
@@ -225,8 +308,10 @@ def test_a_signal_stops_every_locust_process_the_run_started(config_dir, tmp_pat
                 command.wait(10)
         assert sent > 0
         assert command.returncode == 128 + signum, out + err
-        assert err.strip().splitlines()[-1] == (f"loadtest: stopped by {signal.Signals(signum).name}: every load "
-                                                 f"generator it started was stopped, no result")
+        assert err.strip().splitlines()[-1] == (
+            f"loadtest: stopped by {signal.Signals(signum).name}: every load "
+            f"generator it started was stopped, no result"
+        )
         assert locust_processes(mark) == []
         received = server.received
         time.sleep(1.5)

@@ -57,11 +57,36 @@ def run(config_dir: Path, shed: bool, out: Path, payload: Path | None = None) ->
     seen: Counter = Counter()
     with serving(server_handler(shed, seen)) as port:
         completed = subprocess.run(
-            [sys.executable, "-m", "inferstack", "loadtest", "--model", MODEL, "--env", "dev", "--config-dir",
-             str(config_dir), "--target", f"http://127.0.0.1:{port}", "--rate", str(FULL_RATE), "--steps",
-             f"0.5,1,{OVERLOAD}", "--hold", "4", "--timeout", "5", "--out", str(out),
-             *(["--payload", str(payload)] if payload else [])],
-            cwd=ROOT, capture_output=True, text=True, timeout=120)
+            [
+                sys.executable,
+                "-m",
+                "inferstack",
+                "loadtest",
+                "--model",
+                MODEL,
+                "--env",
+                "dev",
+                "--config-dir",
+                str(config_dir),
+                "--target",
+                f"http://127.0.0.1:{port}",
+                "--rate",
+                str(FULL_RATE),
+                "--steps",
+                f"0.5,1,{OVERLOAD}",
+                "--hold",
+                "4",
+                "--timeout",
+                "5",
+                "--out",
+                str(out),
+                *(["--payload", str(payload)] if payload else []),
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     assert (out / "result.json").exists(), completed.stdout + completed.stderr
     return RunResult.from_json((out / "result.json").read_text()), seen, completed.stdout
 
@@ -82,8 +107,12 @@ def config_dir(tmp_path_factory) -> Path:
 
 def test_a_server_that_sheds_the_excess_holds_its_goodput_and_passes(config_dir, tmp_path):
     payload = tmp_path / "mix.jsonl"
-    payload.write_text("".join(json.dumps({"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1],
-                                                       "data": [text]}]}) + "\n" for text in TEXTS))
+    payload.write_text(
+        "".join(
+            json.dumps({"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1], "data": [text]}]}) + "\n"
+            for text in TEXTS
+        )
+    )
     result, seen, stdout = run(config_dir, shed=True, out=tmp_path / "out", payload=payload)
     assert result.verdict == PASS, stdout
     below, full, over = result.steps
@@ -103,6 +132,8 @@ def test_a_server_that_queues_the_excess_loses_its_goodput_and_fails(config_dir,
     below, full, over = result.steps
     assert result.step_held(below) and result.step_held(full)
     assert over.rejected == 0 and over.p99_ms > SLO_MS and over.goodput_rps < 0.95 * FULL_RATE
-    assert result.reasons[-1] == (f"step 3 (480 req/s, 400 %): goodput {over.goodput_rps:.1f} req/s within the "
-                                  f"SLO, below the full rate's {FULL_RATE}")
+    assert result.reasons[-1] == (
+        f"step 3 (480 req/s, 400 %): goodput {over.goodput_rps:.1f} req/s within the "
+        f"SLO, below the full rate's {FULL_RATE}"
+    )
     assert "overload not held" in stdout

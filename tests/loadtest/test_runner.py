@@ -13,10 +13,14 @@ pytestmark = pytest.mark.loadtest
 
 
 def spec(seconds: float) -> LoadTestSpec:
-    return LoadTestSpec(model="m", target=Target(kind="http", url="http://127.0.0.1:9/v2/models/m/infer"),
-                        bodies=({"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1], "data": ["hi"]}]},),
-                        outputs=(ExpectedOutput("logits", "FP32", (1, 2)),),
-                        steps=(Step(rate=5, seconds=seconds),), p99_slo_ms=100.0)
+    return LoadTestSpec(
+        model="m",
+        target=Target(kind="http", url="http://127.0.0.1:9/v2/models/m/infer"),
+        bodies=({"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1], "data": ["hi"]}]},),
+        outputs=(ExpectedOutput("logits", "FP32", (1, 2)),),
+        steps=(Step(rate=5, seconds=seconds),),
+        p99_slo_ms=100.0,
+    )
 
 
 def locust_children() -> list[psutil.Process]:
@@ -35,8 +39,9 @@ def test_locust_exiting_non_zero_is_one_error_with_its_last_words(tmp_path, monk
     broken.write_text("raise RuntimeError('the locustfile cannot start')\n")
     monkeypatch.setattr(runner, "LOCUSTFILE", broken)
     out = tmp_path / "out"
-    with pytest.raises(runner.LoadTestError,
-                       match=r"^Locust local exited 1: .*RuntimeError: the locustfile cannot start"):
+    with pytest.raises(
+        runner.LoadTestError, match=r"^Locust local exited 1: .*RuntimeError: the locustfile cannot start"
+    ):
         runner.run_local(spec(5), out, workers=0)
     assert list(out.iterdir()) == [] and locust_children() == []
 

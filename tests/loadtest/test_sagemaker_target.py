@@ -1,11 +1,11 @@
 """The SageMaker user: a signed InvokeEndpoint (built by botocore, sent by FastHttpUser, pointed at moto's server by
-AWS_ENDPOINT_URL) of an endpoint and inference component, every reply checked like smoke's. moto answers with canned replies (its
-endpoint-results queue): a right one proves the call (endpoint, component, body) and the answer check; a wrong
-one is counted, every time, as an error of kind "invalid answer: ...". moto checks no signature: a
-server of the tests' own does, over TLS, with botocore's SigV4 code and the secret the client was given, and
-answers some requests with SageMaker's ModelError reply; its self-signed certificate is trusted only through
-AWS_CA_BUNDLE, as boto3 would trust it. An emulator's latency says nothing about a model: the verdict's latency
-part is not asserted, the counts are."""
+AWS_ENDPOINT_URL) of an endpoint and inference component, every reply checked like smoke's. moto answers with
+canned replies (its endpoint-results queue): a right one proves the call (endpoint, component, body) and the
+answer check; a wrong one is counted, every time, as an error of kind "invalid answer: ...". moto checks no
+signature: a server of the tests' own does, over TLS, with botocore's SigV4 code and the secret the client was
+given, and answers some requests with SageMaker's ModelError reply; its self-signed certificate is trusted only
+through AWS_CA_BUNDLE, as boto3 would trust it. An emulator's latency says nothing about a model: the verdict's
+latency part is not asserted, the counts are."""
 
 from __future__ import annotations
 
@@ -45,9 +45,16 @@ PROJECT = config.load(CONFIG_DIR)
 
 
 def spec_for(endpoint: str, component: str | None):
-    spec = shape.spec_for(PROJECT.model(MODEL), "dev", PROJECT.environments["dev"],
-                          target=Target(kind="sagemaker", endpoint=endpoint, component=component, region=REGION),
-                          rate=10.0, hold=4.0, fractions=(1.0,), timeout_s=5.0)
+    spec = shape.spec_for(
+        PROJECT.model(MODEL),
+        "dev",
+        PROJECT.environments["dev"],
+        target=Target(kind="sagemaker", endpoint=endpoint, component=component, region=REGION),
+        rate=10.0,
+        hold=4.0,
+        fractions=(1.0,),
+        timeout_s=5.0,
+    )
     return dataclasses.replace(spec, p99_slo_ms=1000.0)
 
 
@@ -56,8 +63,12 @@ def bind_reply(aws, spec, outputs: list[dict]) -> None:
     seed_reply(aws, {"model_name": MODEL, "outputs": outputs})
     extra = {"InferenceComponentName": spec.target.component} if spec.target.component else {}
     boto3.client("sagemaker-runtime", region_name=REGION).invoke_endpoint(
-        EndpointName=spec.target.endpoint, ContentType="application/json", Accept="application/json",
-        Body=spec.body_bytes()[0], **extra)
+        EndpointName=spec.target.endpoint,
+        ContentType="application/json",
+        Accept="application/json",
+        Body=spec.body_bytes()[0],
+        **extra,
+    )
 
 
 def outputs_of(spec, change=None) -> list[dict]:
@@ -99,8 +110,10 @@ def test_a_wrong_answer_is_an_error_of_kind_invalid_answer(emulator, tmp_path):
 # moto does not check signatures; this server does, with botocore's SigV4 code and the secret the client was given.
 
 ACCESS_KEY, SECRET = "AKIDLOADTEST", "load-test-secret"
-AUTH = re.compile(r"AWS4-HMAC-SHA256 Credential=([^/]+)/(\d{8})/([^/]+)/([^/]+)/aws4_request, "
-                  r"SignedHeaders=([a-z0-9;-]+), Signature=([0-9a-f]{64})$")
+AUTH = re.compile(
+    r"AWS4-HMAC-SHA256 Credential=([^/]+)/(\d{8})/([^/]+)/([^/]+)/aws4_request, "
+    r"SignedHeaders=([a-z0-9;-]+), Signature=([0-9a-f]{64})$"
+)
 
 
 def signature_valid(method: str, path: str, headers: dict[str, str], body: bytes, secret: str = SECRET) -> bool:
@@ -113,8 +126,12 @@ def signature_valid(method: str, path: str, headers: dict[str, str], body: bytes
     names = signed.split(";")
     if not {"host", "x-amz-date"} <= set(names) or not lower["x-amz-date"].startswith(day):
         return False
-    request = AWSRequest(method=method, url=f"http://{lower['host']}{path}", data=body,
-                         headers={name: lower[name] for name in names if name in lower})
+    request = AWSRequest(
+        method=method,
+        url=f"http://{lower['host']}{path}",
+        data=body,
+        headers={name: lower[name] for name in names if name in lower},
+    )
     request.context["timestamp"] = lower["x-amz-date"]
     auth = SigV4Auth(Credentials(ACCESS_KEY, secret), service, region)
     expected = auth.signature(auth.string_to_sign(request, auth.canonical_request(request)), request)
@@ -134,18 +151,24 @@ def self_signed(directory: Path) -> tuple[Path, Path]:
     """A certificate for 127.0.0.1 (and its key), signed by itself: trusted only where it is named as the CA."""
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = datetime.datetime.now(datetime.timezone.utc)
-    certificate = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-                   .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
-                   .not_valid_after(now + datetime.timedelta(days=1))
-                   .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-                                  critical=False)
-                   .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-                   .sign(key, hashes.SHA256()))
+    now = datetime.datetime.now(datetime.UTC)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
     cert_file, key_file = directory / "cert.pem", directory / "key.pem"
     cert_file.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
-    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
+    key_file.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
     return cert_file, key_file
 
 
@@ -172,17 +195,26 @@ def checking_server(monkeypatch, tmp_path_factory) -> Iterator[Checked]:
                 self.reply(200, good)
 
         def aws_error(self, status: int, code: str, content: dict) -> None:
-            self.reply(status, json.dumps(content).encode(),
-                       {"x-amzn-ErrorType": f"{code}:http://internal.amazon.com/coral/com.amazon.sage/"})
+            self.reply(
+                status,
+                json.dumps(content).encode(),
+                {"x-amzn-ErrorType": f"{code}:http://internal.amazon.com/coral/com.amazon.sage/"},
+            )
 
     cert_file, key_file = self_signed(tmp_path_factory.mktemp("tls"))
     tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     tls.load_cert_chain(cert_file, key_file)
     with serving(Handler, tls) as port:
-        for key, value in {"AWS_ENDPOINT_URL": f"https://127.0.0.1:{port}", "AWS_CA_BUNDLE": str(cert_file),
-                           "AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET, "AWS_DEFAULT_REGION": REGION,
-                           "AWS_EC2_METADATA_DISABLED": "true", "AWS_CONFIG_FILE": "/nonexistent",
-                           "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent"}.items():
+        for key, value in {
+            "AWS_ENDPOINT_URL": f"https://127.0.0.1:{port}",
+            "AWS_CA_BUNDLE": str(cert_file),
+            "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+            "AWS_SECRET_ACCESS_KEY": SECRET,
+            "AWS_DEFAULT_REGION": REGION,
+            "AWS_EC2_METADATA_DISABLED": "true",
+            "AWS_CONFIG_FILE": "/nonexistent",
+            "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent",
+        }.items():
             monkeypatch.setenv(key, value)
         for key in ("AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME"):
             monkeypatch.delenv(key, raising=False)
@@ -225,7 +257,10 @@ def test_a_certificate_the_ca_bundle_does_not_vouch_for_fails_every_request(chec
 def test_no_credentials_stops_locust_in_one_line_before_a_request(checking_server, tmp_path, monkeypatch):
     for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         monkeypatch.delenv(key)
-    with pytest.raises(runner.LoadTestError, match=r"^Locust local exited 1: .*inferstack locustfile: no AWS "
-                                                   r"credentials to sign InvokeEndpoint of dev-shared with"):
+    with pytest.raises(
+        runner.LoadTestError,
+        match=r"^Locust local exited 1: .*inferstack locustfile: no AWS "
+        r"credentials to sign InvokeEndpoint of dev-shared with",
+    ):
         runner.run_local(spec_for("dev-shared", "bert-large-ic"), tmp_path / "out")
     assert sum(checking_server.outcomes.values()) == 0 and list((tmp_path / "out").iterdir()) == []

@@ -22,40 +22,76 @@ from tests.support.paths import ROOT
 
 
 def spec(url: str, *steps: Step) -> LoadTestSpec:
-    return LoadTestSpec(model="m", target=Target(kind="http", url=url),
-                        bodies=({"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1], "data": ["hi"]}]},),
-                        outputs=(ExpectedOutput("logits", "FP32", (1, 3)), ExpectedOutput("label", "BYTES", (1,))),
-                        steps=steps or (Step(rate=20, seconds=4),), p99_slo_ms=500.0, timeout_s=5.0)
+    return LoadTestSpec(
+        model="m",
+        target=Target(kind="http", url=url),
+        bodies=({"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1], "data": ["hi"]}]},),
+        outputs=(ExpectedOutput("logits", "FP32", (1, 3)), ExpectedOutput("label", "BYTES", (1,))),
+        steps=steps or (Step(rate=20, seconds=4),),
+        p99_slo_ms=500.0,
+        timeout_s=5.0,
+    )
 
 
 def run_task(role: str, env: dict[str, str], *args: str, timeout: float = 30) -> subprocess.CompletedProcess:
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("INFERSTACK_", "LOCUST_"))}
-    return subprocess.run([sys.executable, "-m", "inferstack.loadtest.task", role, *args], cwd=ROOT,
-                          env={**clean, **env}, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "inferstack.loadtest.task", role, *args],
+        cwd=ROOT,
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 GOOD = spec("http://127.0.0.1:9/v2/models/m/infer").to_json()
 
 
-@pytest.mark.parametrize("role, env, message", [
-    ("master", {}, "loadtest master: INFERSTACK_LOADTEST_SPEC: not set (the load test spec's JSON)"),
-    ("master", {runner.SPEC_ENV: "{"}, "loadtest master: INFERSTACK_LOADTEST_SPEC: load test spec: JSONDecodeError"),
-    ("master", {runner.SPEC_ENV: GOOD}, "loadtest master: INFERSTACK_LOADTEST_WORKERS: not set"),
-    ("master", {runner.SPEC_ENV: GOOD, task.WORKERS_ENV: "two"},
-     "loadtest master: INFERSTACK_LOADTEST_WORKERS: 'two' is not a whole number"),
-    ("master", {runner.SPEC_ENV: GOOD, task.WORKERS_ENV: "0"},
-     "loadtest master: INFERSTACK_LOADTEST_WORKERS: 0 is not within 1..64"),
-    ("master", {runner.SPEC_ENV: GOOD, task.WORKERS_ENV: "2", task.RESULTS_ENV: "s3://bucket/no-slash"},
-     "loadtest master: INFERSTACK_LOADTEST_RESULTS: 's3://bucket/no-slash' is not s3://bucket/prefix/"),
-    ("master", {runner.SPEC_ENV: GOOD, task.WORKERS_ENV: "2", task.RESULTS_ENV: "s3://b/p/",
-                task.MASTER_PORT_ENV: "70000"}, "loadtest master: LOCUST_MASTER_PORT: 70000 is not within 1..65535"),
-    ("worker", {runner.SPEC_ENV: GOOD}, "loadtest worker: LOCUST_MASTER_HOST: not set (the master task's address)"),
-])
+@pytest.mark.parametrize(
+    "role, env, message",
+    [
+        ("master", {}, "loadtest master: INFERSTACK_LOADTEST_SPEC: not set (the load test spec's JSON)"),
+        (
+            "master",
+            {runner.SPEC_ENV: "{"},
+            "loadtest master: INFERSTACK_LOADTEST_SPEC: load test spec: JSONDecodeError",
+        ),
+        ("master", {runner.SPEC_ENV: GOOD}, "loadtest master: INFERSTACK_LOADTEST_WORKERS: not set"),
+        (
+            "master",
+            {runner.SPEC_ENV: GOOD, task.WORKERS_ENV: "two"},
+            "loadtest master: INFERSTACK_LOADTEST_WORKERS: 'two' is not a whole number",
+        ),
+        (
+            "master",
+            {runner.SPEC_ENV: GOOD, task.WORKERS_ENV: "0"},
+            "loadtest master: INFERSTACK_LOADTEST_WORKERS: 0 is not within 1..64",
+        ),
+        (
+            "master",
+            {runner.SPEC_ENV: GOOD, task.WORKERS_ENV: "2", task.RESULTS_ENV: "s3://bucket/no-slash"},
+            "loadtest master: INFERSTACK_LOADTEST_RESULTS: 's3://bucket/no-slash' is not s3://bucket/prefix/",
+        ),
+        (
+            "master",
+            {
+                runner.SPEC_ENV: GOOD,
+                task.WORKERS_ENV: "2",
+                task.RESULTS_ENV: "s3://b/p/",
+                task.MASTER_PORT_ENV: "70000",
+            },
+            "loadtest master: LOCUST_MASTER_PORT: 70000 is not within 1..65535",
+        ),
+        ("worker", {runner.SPEC_ENV: GOOD}, "loadtest worker: LOCUST_MASTER_HOST: not set (the master task's address)"),
+    ],
+)
 def test_bad_settings_end_in_one_line_and_exit_2(role, env, message):
     result = run_task(role, env)
     assert result.returncode == 2, result.stderr
-    assert result.stdout == "" and len(result.stderr.splitlines()) == 1 and result.stderr.startswith(message), \
+    assert result.stdout == "" and len(result.stderr.splitlines()) == 1 and result.stderr.startswith(message), (
         result.stderr
+    )
 
 
 @pytest.mark.loadtest
@@ -64,13 +100,23 @@ def test_a_master_and_a_worker_task_measure_the_target_and_store_the_result_in_s
     s3.create_bucket(Bucket="loadtest-results")
     prefix = "r42/m/run-1/"
     port = runner.free_port()
-    env = {runner.SPEC_ENV: spec(answerer.url, Step(rate=40, seconds=4)).to_json(),
-           task.WORKERS_ENV: "1", task.RESULTS_ENV: f"s3://loadtest-results/{prefix}", task.MASTER_PORT_ENV: str(port),
-           task.MASTER_HOST_ENV: "127.0.0.1"}
+    env = {
+        runner.SPEC_ENV: spec(answerer.url, Step(rate=40, seconds=4)).to_json(),
+        task.WORKERS_ENV: "1",
+        task.RESULTS_ENV: f"s3://loadtest-results/{prefix}",
+        task.MASTER_PORT_ENV: str(port),
+        task.MASTER_HOST_ENV: "127.0.0.1",
+    }
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("INFERSTACK_", "LOCUST_"))}
-    worker = subprocess.Popen([sys.executable, "-m", "inferstack.loadtest.task", "worker"], cwd=ROOT,
-                              env={**clean, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                              start_new_session=True)
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "inferstack.loadtest.task", "worker"],
+        cwd=ROOT,
+        env={**clean, **env},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         master = run_task("master", env, "--bind-host", "127.0.0.1", timeout=120)
         assert master.returncode == 0, master.stderr[-3000:]
@@ -101,5 +147,7 @@ def test_a_master_and_a_worker_task_measure_the_target_and_store_the_result_in_s
     with Image.open(io.BytesIO(png["Body"].read())) as image:
         assert image.format == "PNG"
     assert f"stored s3://loadtest-results/{prefix}result.json (verdict fail)" in master.stdout
-    assert json.loads(s3.get_object(Bucket="loadtest-results", Key=prefix + "result.json")["Body"].read())[
-        "verdict"] == FAIL
+    assert (
+        json.loads(s3.get_object(Bucket="loadtest-results", Key=prefix + "result.json")["Body"].read())["verdict"]
+        == FAIL
+    )

@@ -1,6 +1,6 @@
 """End to end: `inferstack profile --target` runs the real Locust (one local process) against the real Neuron
-serving app (container/neuron/serving/serve.py, CPU backend, a tiny BERT) over real sockets, finds the highest step whose
-p99 held the SLO, writes it into the model's throughput_profile with its provenance, and `plan` then sizes the
+serving app (container/neuron/serving/serve.py, CPU backend, a tiny BERT) over real sockets, finds the highest step
+whose p99 held the SLO, writes it into the model's throughput_profile with its provenance, and `plan` then sizes the
 model from it. A second run on the same machine lands within TOLERANCE of the first (both figures printed).
 
 The SLO is generous (2 s) and the rates modest: the steps hold on a loaded 2-core machine, so what is measured is
@@ -53,9 +53,34 @@ def fit_the_tiny_model(config_dir: Path) -> None:
 
 def profile(config_dir: Path, server: ServerProcess, out: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "inferstack", "profile", MODEL, "--env", "dev", "--config-dir", str(config_dir),
-         "--target", server.url, "--instances", "1", "--rate", str(RATE), "--steps", "0.25,0.5,0.75,1",
-         "--hold", "3", "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=180)
+        [
+            sys.executable,
+            "-m",
+            "inferstack",
+            "profile",
+            MODEL,
+            "--env",
+            "dev",
+            "--config-dir",
+            str(config_dir),
+            "--target",
+            server.url,
+            "--instances",
+            "1",
+            "--rate",
+            str(RATE),
+            "--steps",
+            "0.25,0.5,0.75,1",
+            "--hold",
+            "3",
+            "--out",
+            str(out),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
 
 
 def test_profile_measures_the_server_writes_the_entry_and_plan_sizes_from_it(server, config_copy, tmp_path):
@@ -80,6 +105,8 @@ def test_profile_measures_the_server_writes_the_entry_and_plan_sizes_from_it(ser
     assert second.returncode == 0, second.stdout + second.stderr
     again = config.load(config_copy).model(MODEL).throughput_profile["inf1.xlarge"]
     measured_2 = again.throughput_per_second
-    print(f"\nprofile of {MODEL} on this machine: run 1 {measured_1:g}/s at p99 {point.p99_latency_ms:g} ms, run 2 "
-          f"{measured_2:g}/s at p99 {again.p99_latency_ms:g} ms per instance (tolerance {TOLERANCE:.0%})")
+    print(
+        f"\nprofile of {MODEL} on this machine: run 1 {measured_1:g}/s at p99 {point.p99_latency_ms:g} ms, run 2 "
+        f"{measured_2:g}/s at p99 {again.p99_latency_ms:g} ms per instance (tolerance {TOLERANCE:.0%})"
+    )
     assert abs(measured_1 - measured_2) <= TOLERANCE * max(measured_1, measured_2)

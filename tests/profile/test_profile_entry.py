@@ -16,8 +16,13 @@ TODAY = datetime.date(2025, 3, 10)
 
 
 def make(result, **kwargs):
-    options = {"instance_type": "inf1.xlarge", "results": "s3://bucket/r-42/intent-bert/run-1/result.json",
-               "environment": "staging", "today": TODAY, **kwargs}
+    options = {
+        "instance_type": "inf1.xlarge",
+        "results": "s3://bucket/r-42/intent-bert/run-1/result.json",
+        "environment": "staging",
+        "today": TODAY,
+        **kwargs,
+    }
     return entry.from_run(result, **options)
 
 
@@ -29,10 +34,23 @@ def test_a_passing_run_is_profiled_at_its_last_step_per_instance():
     assert made.point.throughput_per_second == pytest.approx(199.35)  # 398.7 / 2 instances
     assert made.point.p99_latency_ms == 9.5
     measured = made.point.measured
-    assert (measured.date, measured.method, measured.environment, measured.release, measured.instances,
-            measured.p99_latency_ms, measured.results) == (
-        datetime.date(2025, 3, 4), "inferstack profile", "staging", "r-42", 2, 9.5,
-        "s3://bucket/r-42/intent-bert/run-1/result.json")
+    assert (
+        measured.date,
+        measured.method,
+        measured.environment,
+        measured.release,
+        measured.instances,
+        measured.p99_latency_ms,
+        measured.results,
+    ) == (
+        datetime.date(2025, 3, 4),
+        "inferstack profile",
+        "staging",
+        "r-42",
+        2,
+        9.5,
+        "s3://bucket/r-42/intent-bert/run-1/result.json",
+    )
     assert "398.7 req/s held on 2 x inf1.xlarge in staging (release r-42)" in made.point.source
     assert "\n" not in made.point.source
 
@@ -67,8 +85,11 @@ def test_rounding_never_promises_more_than_measured():
 def test_an_invalid_run_is_refused_with_its_reason():
     result = run(step(100, 4.0), step(200, 6.0), cpu=97.0)
     assert result.verdict == INVALID
-    with pytest.raises(ProfileRefused, match=r"^the run is invalid, nothing written: generator local saturated: "
-                                             r"CPU 97 %"):
+    with pytest.raises(
+        ProfileRefused,
+        match=r"^the run is invalid, nothing written: generator local saturated: "
+        r"CPU 97 %",
+    ):
         make(result)
 
 
@@ -123,14 +144,23 @@ def test_a_stricter_slo_where_the_entry_is_written_judges_the_steps_again():
 
 
 def test_a_run_of_another_instance_type_is_refused():
-    with pytest.raises(ProfileRefused, match=r"^the run measured inf2.xlarge, not inf1.xlarge: write it with "
-                                             r"--instance-type inf2.xlarge$"):
+    with pytest.raises(
+        ProfileRefused,
+        match=r"^the run measured inf2.xlarge, not inf1.xlarge: write it with "
+        r"--instance-type inf2.xlarge$",
+    ):
         make(run(step(100, 4.0), instance_type="inf2.xlarge"))
     assert make(run(step(100, 4.0), instance_type="inf1.xlarge")).instance_type == "inf1.xlarge"
 
 
-P95_MEASURED = {"date": datetime.date(2025, 3, 4), "method": "inference-recommender job j-1", "environment": "staging",
-                "instances": 1, "p95_latency_ms": 212.0, "results": "job.json"}
+P95_MEASURED = {
+    "date": datetime.date(2025, 3, 4),
+    "method": "inference-recommender job j-1",
+    "environment": "staging",
+    "instances": 1,
+    "p95_latency_ms": 212.0,
+    "results": "job.json",
+}
 
 
 def test_a_p95_measurement_is_written_under_its_own_key():
@@ -138,18 +168,32 @@ def test_a_p95_measurement_is_written_under_its_own_key():
     made = entry.build("ml.g4dn.xlarge", throughput=53.2, p99_ms=300, source="s", measured=P95_MEASURED)
     assert (made.point.measured.latency_percentile, made.point.measured.latency_ms) == ("p95", 212)
     assert made.data()["measured"] == {**P95_MEASURED}
-    assert list(made.data()["measured"]) == ["date", "method", "environment", "instances", "p95_latency_ms",
-                                             "results"]
+    assert list(made.data()["measured"]) == ["date", "method", "environment", "instances", "p95_latency_ms", "results"]
 
 
-@pytest.mark.parametrize("p99_ms,measured,expected", [
-    (200, P95_MEASURED, "the measurement is not a valid profile entry: p99_latency_ms 200 is below the measured p95 "
-                        "212 (measured.p95_latency_ms): plan with what was measured"),
-    (300, {**P95_MEASURED, "p99_latency_ms": 250.0}, "the measurement is not a valid profile entry: "
-     "measured.p95_latency_ms: set with p99_latency_ms: a measurement records its latency at one percentile"),
-    (300, {k: v for k, v in P95_MEASURED.items() if k != "p95_latency_ms"}, "the measurement is not a valid profile "
-     "entry: measured: set p99_latency_ms (a load test's p99) or p95_latency_ms"),
-])
+@pytest.mark.parametrize(
+    "p99_ms,measured,expected",
+    [
+        (
+            200,
+            P95_MEASURED,
+            "the measurement is not a valid profile entry: p99_latency_ms 200 is below the measured p95 "
+            "212 (measured.p95_latency_ms): plan with what was measured",
+        ),
+        (
+            300,
+            {**P95_MEASURED, "p99_latency_ms": 250.0},
+            "the measurement is not a valid profile entry: "
+            "measured.p95_latency_ms: set with p99_latency_ms: a measurement records its latency at one percentile",
+        ),
+        (
+            300,
+            {k: v for k, v in P95_MEASURED.items() if k != "p95_latency_ms"},
+            "the measurement is not a valid profile "
+            "entry: measured: set p99_latency_ms (a load test's p99) or p95_latency_ms",
+        ),
+    ],
+)
 def test_a_p95_entry_that_does_not_add_up_is_refused(p99_ms, measured, expected):
     with pytest.raises(ProfileRefused) as caught:
         entry.build("ml.g4dn.xlarge", throughput=53.2, p99_ms=p99_ms, source="s", measured=measured)

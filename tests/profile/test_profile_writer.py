@@ -17,11 +17,20 @@ from inferstack.profile import writer
 from inferstack.profile.writer import WriteRefused
 from tests.support.fuzz import fuzz_examples
 
-MEASURED = {"throughput_per_second": 812.34, "p99_latency_ms": 7.91,
-            "source": "inferstack profile 2025-03-04: 1624.7 req/s held on 2 x inf1.xlarge in staging: p99 # 7.91 ms",
-            "measured": {"date": datetime.date(2025, 3, 4), "method": "inferstack profile", "environment": "staging",
-                         "release": "r-42", "instances": 2, "p99_latency_ms": 7.91,
-                         "results": "s3://bucket/r-42/intent-bert/run-1/result.json"}}
+MEASURED = {
+    "throughput_per_second": 812.34,
+    "p99_latency_ms": 7.91,
+    "source": "inferstack profile 2025-03-04: 1624.7 req/s held on 2 x inf1.xlarge in staging: p99 # 7.91 ms",
+    "measured": {
+        "date": datetime.date(2025, 3, 4),
+        "method": "inferstack profile",
+        "environment": "staging",
+        "release": "r-42",
+        "instances": 2,
+        "p99_latency_ms": 7.91,
+        "results": "s3://bucket/r-42/intent-bert/run-1/result.json",
+    },
+}
 
 
 def split_around(text: str, first: str, after: str) -> tuple[str, str]:
@@ -39,9 +48,11 @@ def test_replacing_an_entry_keeps_every_other_byte_of_the_shipped_file(config_co
     new = path.read_bytes().decode()
     before, after = split_around(old, "  inf1.xlarge:", "capacity:")
     assert new.startswith(before) and new.endswith(after)
-    middle = new[len(before):len(new) - len(after)]
+    middle = new[len(before) : len(new) - len(after)]
     assert yaml.safe_load(middle) == {"inf1.xlarge": MEASURED}
-    assert middle.splitlines()[0] == "  inf1.xlarge:" and all(line.startswith("    ") for line in middle.splitlines()[1:])
+    assert middle.splitlines()[0] == "  inf1.xlarge:" and all(
+        line.startswith("    ") for line in middle.splitlines()[1:]
+    )
     point = config.load(config_copy).model("intent-bert").throughput_profile["inf1.xlarge"]
     assert point.throughput_per_second == 812.34 and point.measured.environment == "staging"
 
@@ -81,20 +92,27 @@ def test_tricky_layout_survives_a_replacement_and_an_addition():
     head, tail = TRICKY.split("  'inf2.xlarge':\r\n")
     _, rest = tail.split("      two lines\r\n")
     assert new.startswith(head)  # including the comment above the entry
-    between, end = rest.split("  inf2.8xlarge: {throughput_per_second: 900, p99_latency_ms: 8, source: flow style "
-                              "entry}")
+    between, end = rest.split(
+        "  inf2.8xlarge: {throughput_per_second: 900, p99_latency_ms: 8, source: flow style entry}"
+    )
     assert between == "  # between the entries\r\n"
     assert new.endswith(end.removeprefix("\r\n")) and end.startswith("\r\n# after the profile")
     assert "\n" not in new.replace("\r\n", "")  # the file's line endings throughout
     data = yaml.safe_load(new)
-    assert data["throughput_profile"] == {"inf2.xlarge": MEASURED, "inf2.24xlarge": MEASURED, "inf2.8xlarge": {
-        "throughput_per_second": 900, "p99_latency_ms": 8, "source": "flow style entry"}}
+    assert data["throughput_profile"] == {
+        "inf2.xlarge": MEASURED,
+        "inf2.24xlarge": MEASURED,
+        "inf2.8xlarge": {"throughput_per_second": 900, "p99_latency_ms": 8, "source": "flow style entry"},
+    }
     assert list(data["throughput_profile"]) == ["inf2.xlarge", "inf2.8xlarge", "inf2.24xlarge"]
     # the added entry follows the last one, before the comment that opens the next section
-    assert "entry}\r\n  inf2.24xlarge:\r\n" in new and "results: s3://bucket/r-42/intent-bert/run-1/result.json\r\n" \
-        "# after the profile" in new
+    assert (
+        "entry}\r\n  inf2.24xlarge:\r\n" in new
+        and "results: s3://bucket/r-42/intent-bert/run-1/result.json\r\n# after the profile" in new
+    )
     assert {k: v for k, v in data.items() if k != "throughput_profile"} == {
-        k: v for k, v in yaml.safe_load(TRICKY).items() if k != "throughput_profile"}
+        k: v for k, v in yaml.safe_load(TRICKY).items() if k != "throughput_profile"
+    }
 
 
 def test_an_entry_written_in_flow_style_is_replaced_whole():
@@ -121,8 +139,9 @@ def test_an_entry_the_config_would_not_load_with_is_refused_and_the_file_kept(co
     assert message.startswith(f"{path}: not written: with the new entry the config would not load: ")
     assert "intent-bert.yaml" in message and "\n" not in message
     assert path.read_bytes() == old
-    assert sorted(p.name for p in config_copy.iterdir()) == sorted(p.name for p in config_copy.iterdir()
-                                                                   if not p.name.startswith("."))
+    assert sorted(p.name for p in config_copy.iterdir()) == sorted(
+        p.name for p in config_copy.iterdir() if not p.name.startswith(".")
+    )
 
 
 def test_a_failed_rename_leaves_the_old_file_and_no_temporary(config_copy, monkeypatch):
@@ -131,6 +150,7 @@ def test_a_failed_rename_leaves_the_old_file_and_no_temporary(config_copy, monke
 
     def refuse(*_args):
         raise OSError(28, "No space left on device")
+
     monkeypatch.setattr(os, "replace", refuse)
     with pytest.raises(WriteRefused, match="cannot write: No space left on device"):
         writer.write(path, config_copy, {"inf1.xlarge": MEASURED})
@@ -145,8 +165,12 @@ def test_the_shipped_files_accept_an_entry_for_every_model(config_copy):
         path = project.model_files[model.name]
         itype = model.capacity.instance_type
         current = model.throughput_profile[itype]
-        data = {"throughput_per_second": current.throughput_per_second, "p99_latency_ms": current.p99_latency_ms,
-                "source": "re-measured", "measured": {**MEASURED["measured"], "p99_latency_ms": current.p99_latency_ms}}
+        data = {
+            "throughput_per_second": current.throughput_per_second,
+            "p99_latency_ms": current.p99_latency_ms,
+            "source": "re-measured",
+            "measured": {**MEASURED["measured"], "p99_latency_ms": current.p99_latency_ms},
+        }
         before = yaml.safe_load(path.read_text())
         writer.write(path, config_copy, {itype: data})
         after = yaml.safe_load(path.read_text())
@@ -157,8 +181,10 @@ def test_the_shipped_files_accept_an_entry_for_every_model(config_copy):
 
 @pytest.mark.fuzz
 @settings(max_examples=fuzz_examples(150), deadline=None)
-@given(source=st.text(min_size=1, max_size=80).filter(lambda s: s.strip() == s and s.strip()),
-       results=st.from_regex(r"^[!-~]{1,40}$", fullmatch=True))
+@given(
+    source=st.text(min_size=1, max_size=80).filter(lambda s: s.strip() == s and s.strip()),
+    results=st.from_regex(r"^[!-~]{1,40}$", fullmatch=True),
+)
 def test_any_one_line_text_is_written_so_that_it_reads_back(source, results):
     if any(c in source for c in "\r\n\x85\u2028\u2029") or not source.isprintable():
         return  # a source line is one printable line; ProfilePoint would take the rest, the writer refuses it

@@ -31,11 +31,24 @@ TRITON_MODELS = ("bert-large-classifier", "t5-spelling")
 # What the Triton export may import of inferstack, and all the build context may hold of it: the
 # schema and the renderer (inferstack/triton/image.py BUILD_CONTEXT, kept identical to the Dockerfile's
 # .dockerignore). A change here is a change of the image's contract.
-TRITON_CLOSURE = {"inferstack", "inferstack.schema", "inferstack.schema.base", "inferstack.schema.deployment",
-                  "inferstack.schema.families", "inferstack.schema.instances", "inferstack.schema.model_file",
-                  "inferstack.schema.off_hours", "inferstack.schema.pipeline", "inferstack.schema.throughput",
-                  "inferstack.schema.triton_sagemaker", "inferstack.triton", "inferstack.triton.config",
-                  "inferstack.triton.folders", "inferstack.triton.queue_policy", "inferstack.triton.spec"}
+TRITON_CLOSURE = {
+    "inferstack",
+    "inferstack.schema",
+    "inferstack.schema.base",
+    "inferstack.schema.deployment",
+    "inferstack.schema.families",
+    "inferstack.schema.instances",
+    "inferstack.schema.model_file",
+    "inferstack.schema.off_hours",
+    "inferstack.schema.pipeline",
+    "inferstack.schema.throughput",
+    "inferstack.schema.triton_sagemaker",
+    "inferstack.triton",
+    "inferstack.triton.config",
+    "inferstack.triton.folders",
+    "inferstack.triton.queue_policy",
+    "inferstack.triton.spec",
+}
 
 
 def inf1_asset(inf2: image_build.ImageAsset) -> image_build.ImageAsset:
@@ -48,11 +61,14 @@ def patterns_of(asset: image_build.ImageAsset) -> list[str]:
 
 
 def test_the_environments_build_five_images_each_with_a_recipe(dev_images):
-    assert sorted(dev_images) == ["LoadTest", "bert-large-classifier", "intent-bert-inf2", "intent-pack",
-                                  "t5-spelling"]
+    assert sorted(dev_images) == ["LoadTest", "bert-large-classifier", "intent-bert-inf2", "intent-pack", "t5-spelling"]
     assert {name: image_build.recipe_for(a).name for name, a in dev_images.items()} == {
-        "bert-large-classifier": "triton", "t5-spelling": "triton", "intent-bert-inf2": "neuron-inf2",
-        "intent-pack": "neuron-inf1", "LoadTest": "loadtest"}
+        "bert-large-classifier": "triton",
+        "t5-spelling": "triton",
+        "intent-bert-inf2": "neuron-inf2",
+        "intent-pack": "neuron-inf1",
+        "LoadTest": "loadtest",
+    }
     assert dev_images["LoadTest"].stacks == ("staging/LoadTest",)
 
 
@@ -61,12 +77,23 @@ def test_the_triton_context_is_the_schema_the_renderer_and_the_export(dev_images
     files = image_build.build_context(asset.directory, asset.dockerfile, tmp_path)
     assert image_build.ignore_file(asset.directory, asset.dockerfile).name == "Dockerfile.dockerignore"
     assert [f for f in files if f.startswith("inferstack/")] == [
-        "inferstack/__init__.py", "inferstack/schema/__init__.py", "inferstack/schema/base.py",
-        "inferstack/schema/deployment.py", "inferstack/schema/families.py", "inferstack/schema/instances.py",
-        "inferstack/schema/model_file.py", "inferstack/schema/off_hours.py", "inferstack/schema/pipeline.py",
-        "inferstack/schema/throughput.py", "inferstack/schema/triton_sagemaker.py",
-        "inferstack/triton/__init__.py", "inferstack/triton/config.py", "inferstack/triton/folders.py",
-        "inferstack/triton/queue_policy.py", "inferstack/triton/spec.py"]
+        "inferstack/__init__.py",
+        "inferstack/schema/__init__.py",
+        "inferstack/schema/base.py",
+        "inferstack/schema/deployment.py",
+        "inferstack/schema/families.py",
+        "inferstack/schema/instances.py",
+        "inferstack/schema/model_file.py",
+        "inferstack/schema/off_hours.py",
+        "inferstack/schema/pipeline.py",
+        "inferstack/schema/throughput.py",
+        "inferstack/schema/triton_sagemaker.py",
+        "inferstack/triton/__init__.py",
+        "inferstack/triton/config.py",
+        "inferstack/triton/folders.py",
+        "inferstack/triton/queue_policy.py",
+        "inferstack/triton/spec.py",
+    ]
     assert "container/triton/export.py" in files and "container/triton/requirements-export.txt" in files
 
 
@@ -90,7 +117,11 @@ def test_triton_image_builds_its_repository_and_imports_only_its_closure(rehears
     assert folders == sorted([f"{name}-text", f"{name}-tokenize", *ids_folders, f"{name}-postprocess"])
     ensemble = triton_config.parse_config((repository / f"{name}-text" / "config.pbtxt").read_text())
     assert ensemble.platform == "ensemble" and ensemble.max_batch_size == 0
-    assert [s.model_name for s in ensemble.ensemble_scheduling.step] == [f"{name}-tokenize", name, f"{name}-postprocess"]
+    assert [s.model_name for s in ensemble.ensemble_scheduling.step] == [
+        f"{name}-tokenize",
+        name,
+        f"{name}-postprocess",
+    ]
     assert [i.name for i in ensemble.input] == ["TEXT"]
     # The text steps: their model.py, the tokenizer, and export.py's copy of the tokenizers package (the
     # Triton image has none). T5's postprocessing step detokenizes, so it carries both too.
@@ -118,19 +149,32 @@ def default_model_names(assembly: Path, asset: image_build.ImageAsset) -> dict[s
             if resource.get("Type") != "AWS::SageMaker::Model":
                 continue
             props = resource["Properties"]
-            for container in ([props["PrimaryContainer"]] if "PrimaryContainer" in props else props.get("Containers", [])):
+            for container in (
+                [props["PrimaryContainer"]] if "PrimaryContainer" in props else props.get("Containers", [])
+            ):
                 if asset.asset_id in json.dumps(container.get("Image")):
                     found[f"{template.relative_to(assembly)}/{key}"] = container.get("Environment", {}).get(
-                        "SAGEMAKER_TRITON_DEFAULT_MODEL_NAME")
+                        "SAGEMAKER_TRITON_DEFAULT_MODEL_NAME"
+                    )
     return found
 
 
 # What the load-test image's entrypoint runs of inferstack (task, and the locustfile Locust loads), and all its
 # context may hold of it (stacks/load_test_stack.py LOAD_TEST_BUILD_CONTEXT, kept identical to its ignore file).
-LOADTEST_CLOSURE = {"inferstack", "inferstack.atomic_write", "inferstack.loadtest", "inferstack.loadtest.answer",
-                    "inferstack.loadtest.locustfile", "inferstack.loadtest.measure", "inferstack.loadtest.pacing",
-                    "inferstack.loadtest.report", "inferstack.loadtest.results", "inferstack.loadtest.runner",
-                    "inferstack.loadtest.spec", "inferstack.loadtest.task"}
+LOADTEST_CLOSURE = {
+    "inferstack",
+    "inferstack.atomic_write",
+    "inferstack.loadtest",
+    "inferstack.loadtest.answer",
+    "inferstack.loadtest.locustfile",
+    "inferstack.loadtest.measure",
+    "inferstack.loadtest.pacing",
+    "inferstack.loadtest.report",
+    "inferstack.loadtest.results",
+    "inferstack.loadtest.runner",
+    "inferstack.loadtest.spec",
+    "inferstack.loadtest.task",
+}
 
 
 def test_the_load_test_image_imports_exactly_its_closure_and_its_pins(rehearsed, dev_images):
@@ -143,8 +187,10 @@ def test_the_load_test_image_imports_exactly_its_closure_and_its_pins(rehearsed,
     assert {"locust", "gevent", "zmq", "boto3", "matplotlib", "hdrh"} <= {m.split(".")[0] for m in imports}
     # The entrypoint's modules are in the image where its PYTHONPATH points, and nothing else of the package.
     package = built / "image-root" / "opt" / "inferstack" / "inferstack"
-    assert {p.relative_to(package.parent).with_suffix("").as_posix().replace("/", ".").removesuffix(".__init__")
-            for p in package.rglob("*.py")} == LOADTEST_CLOSURE
+    assert {
+        p.relative_to(package.parent).with_suffix("").as_posix().replace("/", ".").removesuffix(".__init__")
+        for p in package.rglob("*.py")
+    } == LOADTEST_CLOSURE
 
 
 def test_a_module_the_load_test_entrypoint_imports_left_out_of_the_context_fails(dev_images, tmp_path):
@@ -175,8 +221,13 @@ def test_neuron_image_compiles_an_artifact_where_the_entrypoint_reads_it(tmp_pat
     assert (app / "build/artifact.py").is_file() and (app / "build/backends.py").is_file()
     assert not (app / "serving/standin_accelerator.py").exists()
     # The entrypoint starts from the image's layout alone (no PYTHONPATH): serve.py finds build/ beside serving/.
-    started = subprocess.run([sys.executable, "-E", "-s", str(app / "serving/serve.py"), "--help"], capture_output=True,
-                             text=True, timeout=120, cwd=built)
+    started = subprocess.run(
+        [sys.executable, "-E", "-s", str(app / "serving/serve.py"), "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=built,
+    )
     assert started.returncode == 0 and "--model-dir" in started.stdout, started.stderr
 
 
@@ -187,8 +238,7 @@ def entrypoint_model_dir(dockerfile: Path) -> str:
     return argv[argv.index("--model-dir") + 1]
 
 
-def test_the_fleets_packed_image_compiles_every_member_where_the_entrypoint_reads_it(tmp_path_factory,
-                                                                                    dev_images):
+def test_the_fleets_packed_image_compiles_every_member_where_the_entrypoint_reads_it(tmp_path_factory, dev_images):
     """The neuron-cores fleet's one image: MODELS as FleetStack passes it (no MODEL_SOURCE), each member
     compiled into the artifact directory under its name."""
     asset = dev_images["intent-pack"]
@@ -220,8 +270,7 @@ def as_distilbert(asset: image_build.ImageAsset, *, token_type_ids: bool) -> ima
     return dataclasses.replace(asset, build_args={**asset.build_args, "TRITON_REPOSITORY_SPEC": json.dumps(spec)})
 
 
-def test_bert_s_token_type_ids_on_a_distilbert_fail_the_rehearsal_as_they_would_fail_docker_build(dev_images,
-                                                                                                 tmp_path):
+def test_bert_s_token_type_ids_on_a_distilbert_fail_the_rehearsal_as_they_would_fail_docker_build(dev_images, tmp_path):
     """The stand-in is a tiny DistilBERT, not "a tiny random bert whatever the architecture": its tokenizer
     emits no token_type_ids, so the export refuses them here as it would in docker build (validate says so
     first: tests/config/test_model_family.py)."""
@@ -229,13 +278,16 @@ def test_bert_s_token_type_ids_on_a_distilbert_fail_the_rehearsal_as_they_would_
         image_build.rehearse(as_distilbert(dev_images["bert-large-classifier"], token_type_ids=True), tmp_path / "w")
     message = str(caught.value)
     assert "\n" not in message
-    assert message.endswith(f"build step failed (exit 2): export.py: error: export.token_type_ids: the tokenizer of "
-                            f"container/triton/{image_build.CHECKPOINT_DIR} does not emit token_type_ids"), message
+    assert message.endswith(
+        f"build step failed (exit 2): export.py: error: export.token_type_ids: the tokenizer of "
+        f"container/triton/{image_build.CHECKPOINT_DIR} does not emit token_type_ids"
+    ), message
 
 
 def test_a_distilbert_image_is_rehearsed_with_a_distilbert_stand_in(dev_images, tmp_path):
-    report = image_build.rehearse(as_distilbert(dev_images["bert-large-classifier"], token_type_ids=False),
-                                  tmp_path / "w")
+    report = image_build.rehearse(
+        as_distilbert(dev_images["bert-large-classifier"], token_type_ids=False), tmp_path / "w"
+    )
     assert any("distilbert-base-uncased -> a tiny random distilbert (its name)" in line for line in report.stand_ins)
     repository = report.image_root / "opt" / "ml" / "model"
     triton_config.check_repository(repository, default_model="bert-large-classifier-text")
@@ -246,34 +298,44 @@ def test_a_pipeline_image_is_rehearsed_with_the_users_steps_in_its_repository(de
     """bert-large-classifier's image built from its file with the example pipeline of docs/how-to/build-a-pipeline.md
     (tests/support/pipeline_example/): the steps' code travels in the spec, as validate loaded it from the model's
     folder, and the export writes each step beside the ensemble and the tokenizer step."""
-    from tests.support.pipeline_models import EXAMPLE as example, NAME as name, with_example_pipeline
+    from tests.support.pipeline_models import EXAMPLE as example
+    from tests.support.pipeline_models import NAME as name
+    from tests.support.pipeline_models import with_example_pipeline
 
     model = with_example_pipeline(tmp_path)
     asset = dev_images[name]
     spec = json.loads(asset.build_args["TRITON_REPOSITORY_SPEC"])
     piped = triton_config.RepositorySpec.of(model).model_dump(mode="json")
     spec.update(pipeline=piped["pipeline"], step_code=piped["step_code"])
-    report = image_build.rehearse(dataclasses.replace(
-        asset, build_args={**asset.build_args, "TRITON_REPOSITORY_SPEC": json.dumps(spec)}), tmp_path / "w")
+    report = image_build.rehearse(
+        dataclasses.replace(asset, build_args={**asset.build_args, "TRITON_REPOSITORY_SPEC": json.dumps(spec)}),
+        tmp_path / "w",
+    )
     repository = report.image_root / "opt" / "ml" / "model"
     triton_config.check_repository(repository, default_model=f"{name}-text")
     assert sorted(p.name for p in repository.iterdir()) == sorted(
-        [f"{name}-text", f"{name}-tokenize", name, f"{name}-postprocess", f"{name}-step0", f"{name}-step2"])
+        [f"{name}-text", f"{name}-tokenize", name, f"{name}-postprocess", f"{name}-step0", f"{name}-step2"]
+    )
     for step, source in ((0, "normalize.py"), (2, "reply.py")):
-        assert (repository / f"{name}-step{step}" / "1" / "model.py").read_text() == (example / "steps" / source).read_text()
+        assert (repository / f"{name}-step{step}" / "1" / "model.py").read_text() == (
+            example / "steps" / source
+        ).read_text()
     assert (repository / f"{name}-tokenize" / "1" / "tokenizer" / "tokenizer.json").is_file()
 
 
 def test_a_packed_build_that_still_sets_model_source_fails_in_one_line(dev_images, tmp_path):
     packed, single = dev_images["intent-pack"], dev_images["intent-bert-inf2"]
-    asset = dataclasses.replace(packed, build_args={**packed.build_args,
-                                                    "MODEL_SOURCE": single.build_args["MODEL_SOURCE"]})
+    asset = dataclasses.replace(
+        packed, build_args={**packed.build_args, "MODEL_SOURCE": single.build_args["MODEL_SOURCE"]}
+    )
     with pytest.raises(image_build.RehearsalError) as caught:
         image_build.rehearse(asset, tmp_path / "w")
     message = str(caught.value)
     assert "\n" not in message
-    assert message.endswith("build step failed (exit 2): compile.py: error: "
-                            "--model (MODEL_SOURCE): must be empty when --models-json (MODELS) is set"), message
+    assert message.endswith(
+        "build step failed (exit 2): compile.py: error: "
+        "--model (MODEL_SOURCE): must be empty when --models-json (MODELS) is set"
+    ), message
 
 
 def test_a_module_the_export_imports_left_out_of_the_context_fails_in_one_line(dev_images, tmp_path):
@@ -288,25 +350,33 @@ def test_a_module_the_export_imports_left_out_of_the_context_fails_in_one_line(d
 
 
 def test_a_module_in_the_context_the_export_never_imports_fails():
-    problem = image_build.closure_problem("inferstack", TRITON_CLOSURE, TRITON_CLOSURE | {"inferstack.capacity.planning"})
-    assert problem == ("the build context holds inferstack.capacity.planning, which the build step never imports "
-                       "(drop it from the ignore file's allow-list)")
+    problem = image_build.closure_problem(
+        "inferstack", TRITON_CLOSURE, TRITON_CLOSURE | {"inferstack.capacity.planning"}
+    )
+    assert problem == (
+        "the build context holds inferstack.capacity.planning, which the build step never imports "
+        "(drop it from the ignore file's allow-list)"
+    )
     assert image_build.closure_problem("inferstack", TRITON_CLOSURE, TRITON_CLOSURE) is None
 
 
 def test_a_requirements_file_left_out_of_the_context_fails(dev_images, tmp_path):
     asset = dev_images["t5-spelling"]
-    with pytest.raises(image_build.RehearsalError,
-                       match=r"Dockerfile:\d+: COPY container/triton/requirements-export.txt: not in the build context$"):
-        image_build.rehearse(asset, tmp_path / "w",
-                             patterns=patterns_of(asset) + ["container/triton/requirements-export.txt"])
+    with pytest.raises(
+        image_build.RehearsalError,
+        match=r"Dockerfile:\d+: COPY container/triton/requirements-export.txt: not in the build context$",
+    ):
+        image_build.rehearse(
+            asset, tmp_path / "w", patterns=patterns_of(asset) + ["container/triton/requirements-export.txt"]
+        )
 
 
 def test_a_requirement_that_is_not_an_exact_pin_fails():
     with pytest.raises(image_build.RehearsalError, match=r"^requirements.txt:2: 'onnx>=1.20' is not an exact pin"):
         image_build.exact_pins("numpy==2.4.6\nonnx>=1.20\n", source="requirements.txt")
-    assert image_build.exact_pins("--extra-index-url https://x\ntritonclient[grpc]==2.73.0  # why\n",
-                                  source="r") == {"tritonclient": "2.73.0"}
+    assert image_build.exact_pins("--extra-index-url https://x\ntritonclient[grpc]==2.73.0  # why\n", source="r") == {
+        "tritonclient": "2.73.0"
+    }
 
 
 def test_a_distribution_the_export_imports_but_the_image_does_not_pin_fails(rehearsed):

@@ -38,9 +38,13 @@ def nodes(dot: str) -> dict[str, tuple[str, str | None]]:
 
 
 def test_stacks_are_clusters_and_constructs_are_nodes(dev_dot):
-    for stack, name in [("Foundation", "dev-Foundation"), ("intent-bert-inf2", "dev-intent-bert-inf2"),
-                        ("intent-pack", "dev-intent-pack"), ("bert-large-classifier", "dev-bert-large-classifier"),
-                        ("t5-spelling", "dev-t5-spelling")]:
+    for stack, name in [
+        ("Foundation", "dev-Foundation"),
+        ("intent-bert-inf2", "dev-intent-bert-inf2"),
+        ("intent-pack", "dev-intent-pack"),
+        ("bert-large-classifier", "dev-bert-large-classifier"),
+        ("t5-spelling", "dev-t5-spelling"),
+    ]:
         assert f'subgraph "cluster_{stack}" {{\n    label="{stack} ({name})";' in dev_dot
     found = nodes(dev_dot)
     assert found["dev/Foundation/Network/Vpc"][0].startswith(r"Vpc\nec2.Vpc\nAWS::EC2::VPC (+")
@@ -52,14 +56,17 @@ def test_stacks_are_clusters_and_constructs_are_nodes(dev_dot):
     assert 'subgraph "cluster_dev/Foundation/Network" {\n      label="Network"; style=dashed;' in dev_dot
     # Four interface endpoints of one class fold into one node; the ECS service is named by its own L1.
     assert found["dev/Foundation/Network/*ec2.InterfaceVpcEndpoint"][0] == (
-        r"4 × ec2.InterfaceVpcEndpoint\nAWS::EC2::VPCEndpoint\nEcrApi, EcrDocker, Logs, SageMakerRuntime")
+        r"4 × ec2.InterfaceVpcEndpoint\nAWS::EC2::VPCEndpoint\nEcrApi, EcrDocker, Logs, SageMakerRuntime"
+    )
     assert "dev/Foundation/Network/EcrApi" not in found
     assert found["dev/intent-bert-inf2/Neuron/Service"][0].startswith(r"Service\necs.Ec2Service\nAWS::ECS::Service")
     # An L1 kept at its L2's path (a plain construct holding "Resource") is drawn like that L2.
     assert found["dev/intent-bert-inf2/Neuron/*cloudwatch.CfnAlarm"][0].startswith(
-        r"8 × cloudwatch.CfnAlarm\nAWS::CloudWatch::Alarm\nCapacityShortfallAlarm, ")
+        r"8 × cloudwatch.CfnAlarm\nAWS::CloudWatch::Alarm\nCapacityShortfallAlarm, "
+    )
     assert found["dev/intent-bert-inf2/Neuron/Dashboard"][0] == (
-        r"Dashboard\ncloudwatch.CfnDashboard\nAWS::CloudWatch::Dashboard")
+        r"Dashboard\ncloudwatch.CfnDashboard\nAWS::CloudWatch::Dashboard"
+    )
     assert dev_dot.count("{") == dev_dot.count("}")
 
 
@@ -72,8 +79,12 @@ def test_cross_stack_references_are_edges(dev_dot):
         assert (f"dev/{stack}/Logs", "dev/Foundation/PlatformKey/Key", "Arn") in edges
     # References go to the foundation's exports, and from an inference-components fleet's members to its stack.
     fleets = [f"dev/{f}/" for f in PROJECT.fleets_in("dev")]
-    assert all(target.startswith(("dev/Foundation/", *fleets)) and not source.startswith("dev/Foundation/")
-               and target.split("/")[1] != source.split("/")[1] for source, target, _ in edges)
+    assert all(
+        target.startswith(("dev/Foundation/", *fleets))
+        and not source.startswith("dev/Foundation/")
+        and target.split("/")[1] != source.split("/")[1]
+        for source, target, _ in edges
+    )
     for member in PROJECT.fleets["triton-shared"].models:
         assert (f"dev/{member}/Triton/SharedEndpointAccess", "dev/triton-shared/Endpoint/ExecutionRole", "Ref") in edges
 
@@ -108,8 +119,16 @@ def test_cli_writes_diagrams_next_to_the_report(base, tmp_path, with_dot):
         _fake_dot(bin_dir)
     out = tmp_path / "review" / "diff.md"
     out.parent.mkdir()
-    result = run("-m", "inferstack", "diff", str(base), str(base), "--out", str(out),
-                 env={"PATH": f"{bin_dir}{os.pathsep}/usr/bin:/bin"})
+    result = run(
+        "-m",
+        "inferstack",
+        "diff",
+        str(base),
+        str(base),
+        "--out",
+        str(out),
+        env={"PATH": f"{bin_dir}{os.pathsep}/usr/bin:/bin"},
+    )
     assert result.returncode == 0, result.stderr
     assert (out.parent / "dev.dot").read_text() == diagram.build(assembly.load(base), "dev")
     report = out.read_text()
@@ -124,8 +143,9 @@ def test_cli_writes_diagrams_next_to_the_report(base, tmp_path, with_dot):
 
 
 def test_diagrams_option_and_json_listing(base, tmp_path):
-    result = run("-m", "inferstack", "diff", str(base), str(base), "--format", "json",
-                 "--diagrams", str(tmp_path / "pictures"))
+    result = run(
+        "-m", "inferstack", "diff", str(base), str(base), "--format", "json", "--diagrams", str(tmp_path / "pictures")
+    )
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "pictures" / "dev.dot").is_file()
     (listed,) = json.loads(result.stdout)["diagrams"]

@@ -49,12 +49,20 @@ def head_iam(base, tmp_path_factory) -> Path:
     def edit(template: dict) -> None:
         res = template["Resources"]
         res[ra.FLOW_LOG_POLICY]["Properties"]["PolicyDocument"]["Statement"].append(
-            {"Action": "s3:GetObject", "Effect": "Allow", "Resource": "arn:aws:s3:::models/*"})
+            {"Action": "s3:GetObject", "Effect": "Allow", "Resource": "arn:aws:s3:::models/*"}
+        )
         res[ra.PLATFORM_KEY]["Properties"]["KeyPolicy"]["Statement"].append(
-            {"Action": "kms:Decrypt", "Effect": "Allow", "Principal": {"AWS": "arn:aws:iam::222222222222:root"},
-             "Resource": "*"})
+            {
+                "Action": "kms:Decrypt",
+                "Effect": "Allow",
+                "Principal": {"AWS": "arn:aws:iam::222222222222:root"},
+                "Resource": "*",
+            }
+        )
         res[ra.ENDPOINT_SG]["Properties"]["SecurityGroupIngress"].append(
-            {"CidrIp": "10.99.0.0/16", "FromPort": 443, "ToPort": 443, "IpProtocol": "tcp"})
+            {"CidrIp": "10.99.0.0/16", "FromPort": 443, "ToPort": 443, "IpProtocol": "tcp"}
+        )
+
     return ra.edited_copy(base, tmp_path_factory.mktemp("head-iam") / "cdk.out", edit)
 
 
@@ -63,8 +71,9 @@ def head_asset(base, tmp_path_factory) -> Path:
     # What a rebuilt asset looks like after synth: the same template with another content hash, here in
     # the S3 key of the VPC custom resource's Lambda bundle, and the asset manifest naming the new hash.
     target = tmp_path_factory.mktemp("head-asset") / "cdk.out"
-    ra.edited_copy(base, target, lambda t: t["Resources"][ra.SG_HANDLER]["Properties"]["Code"].update(
-        S3Key=HASH_B + ".zip"))
+    ra.edited_copy(
+        base, target, lambda t: t["Resources"][ra.SG_HANDLER]["Properties"]["Code"].update(S3Key=HASH_B + ".zip")
+    )
     assets_path = target / "assembly-dev" / "devFoundation3D911934.assets.json"
     assets = json.loads(assets_path.read_text())
     # the bundle of that one Lambda (the foundation has others, e.g. the smoke probe's)
@@ -77,6 +86,7 @@ def head_asset(base, tmp_path_factory) -> Path:
 
 
 # --- real synths ----------------------------------------------------------------------------------
+
 
 def test_identical_assemblies_have_no_changes(base):
     report = load_diff(base, base)
@@ -92,12 +102,12 @@ def test_vpc_cidr_change_replaces_the_protected_vpc_and_what_hangs_off_it(base, 
     assert (vpc.type, vpc.action, vpc.replacement, vpc.protected) == ("AWS::EC2::VPC", "modified", "always", True)
     assert vpc.replacing_paths == ["Properties.CidrBlock"]
     assert [c.to_json() for c in vpc.changes] == [
-        {"path": "Properties.CidrBlock", "change": "modified", "base": "10.10.0.0/16", "head": "10.11.0.0/16"}]
+        {"path": "Properties.CidrBlock", "change": "modified", "base": "10.10.0.0/16", "head": "10.11.0.0/16"}
+    ]
     assert not vpc.cascaded
     # Subnet CIDRs are carved from the VPC's, so they change too: replaced in their own right.
     subnet = changes["NetworkVpcprivateSubnet1Subnet9EC58498"]
-    assert (subnet.replacement, subnet.replacing_paths, subnet.cascaded) == (
-        "always", ["Properties.CidrBlock"], False)
+    assert (subnet.replacement, subnet.replacing_paths, subnet.cascaded) == ("always", ["Properties.CidrBlock"], False)
     # Unchanged in the template, replaced all the same: the endpoint's VpcId is create-only.
     endpoint = changes["NetworkEcrApi143B6701"]
     assert (endpoint.replacement, endpoint.changes, endpoint.cascaded) == ("always", [], True)
@@ -126,8 +136,9 @@ def test_sagemaker_instance_type_change_replaces_endpoint_config_not_endpoint(ba
     (config,) = [r for r in changes.values() if r.type == "AWS::SageMaker::EndpointConfig"]
     assert (config.replacement, config.protected) == ("always", False)
     assert config.replacing_paths == ["Properties.ProductionVariants[0].InstanceType"]
-    assert [(c.base, c.head) for c in config.changes
-            if c.path == "Properties.ProductionVariants[0].InstanceType"] == [("ml.g4dn.xlarge", "ml.g5.xlarge")]
+    assert [(c.base, c.head) for c in config.changes if c.path == "Properties.ProductionVariants[0].InstanceType"] == [
+        ("ml.g4dn.xlarge", "ml.g5.xlarge")
+    ]
     (endpoint,) = [r for r in changes.values() if r.type == "AWS::SageMaker::Endpoint"]
     assert (endpoint.replacement, endpoint.protected) == (None, True)
     assert {"path": "Properties.EndpointConfigName", "logical_id": config.logical_id} in endpoint.caused_by
@@ -143,7 +154,8 @@ def test_neuron_instance_type_change_replaces_task_definition_not_service(base, 
     assert {"path": "Properties.TaskDefinition", "logical_id": task.logical_id} in service.caused_by
     (template,) = [r for r in changes.values() if r.type == "AWS::EC2::LaunchTemplate"]
     assert [(c.path, c.base, c.head) for c in template.changes] == [
-        ("Properties.LaunchTemplateData.InstanceType", "inf1.xlarge", "inf1.6xlarge")]
+        ("Properties.LaunchTemplateData.InstanceType", "inf1.xlarge", "inf1.6xlarge")
+    ]
     assert template.replacement is None
 
 
@@ -156,8 +168,10 @@ def test_markdown_for_config_changes(base, head_config):
     assert any(line.startswith("| t5-grammar | added |") for line in lines)
     assert "| t5-spelling | unchanged | 0 | 0 | 0 | 0 | 0 | 0 |" in lines
     assert "#### Protected resources (" in markdown and "#### Replacements (" in markdown
-    assert (f"- 🛑 **protected** `Foundation/{ra.VPC}` (AWS::EC2::VPC): **replaced**: "
-            "`Properties.CidrBlock` is create-only (/properties/CidrBlock)") in lines
+    assert (
+        f"- 🛑 **protected** `Foundation/{ra.VPC}` (AWS::EC2::VPC): **replaced**: "
+        "`Properties.CidrBlock` is create-only (/properties/CidrBlock)"
+    ) in lines
     assert "  - `Properties.CidrBlock`: `10.10.0.0/16` → `10.11.0.0/16`" in lines
     assert "more, because they refer to a replaced resource</summary>" in markdown
 
@@ -175,7 +189,8 @@ def test_cli_fails_on_protected_replacement_only_when_asked(base, head_config, t
     vpc = next(r for r in foundation["resources"] if r["logical_id"] == ra.VPC)
     assert vpc["changed_paths"] == ["Properties.CidrBlock"]
     assert vpc["replacement_reasons"] == [
-        {"path": "Properties.CidrBlock", "why": "create-only (/properties/CidrBlock)", "refers_to": None}]
+        {"path": "Properties.CidrBlock", "why": "create-only (/properties/CidrBlock)", "refers_to": None}
+    ]
     assert cli_diff(base, head_config).returncode == 0
 
 
@@ -185,13 +200,20 @@ def test_iam_and_security_group_edits_get_their_own_sections(base, head_iam):
     assert set(changes) == {ra.FLOW_LOG_POLICY, ra.PLATFORM_KEY, ra.ENDPOINT_SG}
     policy, key, sg = changes[ra.FLOW_LOG_POLICY], changes[ra.PLATFORM_KEY], changes[ra.ENDPOINT_SG]
     assert (policy.categories, policy.changed_paths, policy.replacement) == (
-        ["iam"], ["Properties.PolicyDocument.Statement[1]"], None)
+        ["iam"],
+        ["Properties.PolicyDocument.Statement[1]"],
+        None,
+    )
     assert (key.categories, key.protected, key.replacement) == (["iam"], True, None)
-    statements = json.loads((base / ra.FOUNDATION_TEMPLATE).read_text())["Resources"][ra.PLATFORM_KEY][
-        "Properties"]["KeyPolicy"]["Statement"]
+    statements = json.loads((base / ra.FOUNDATION_TEMPLATE).read_text())["Resources"][ra.PLATFORM_KEY]["Properties"][
+        "KeyPolicy"
+    ]["Statement"]
     assert key.changed_paths == [f"Properties.KeyPolicy.Statement[{len(statements)}]"]
     assert (sg.categories, sg.changed_paths, sg.replacement) == (
-        ["security-groups"], ["Properties.SecurityGroupIngress[1]"], None)
+        ["security-groups"],
+        ["Properties.SecurityGroupIngress[1]"],
+        None,
+    )
     markdown = render_markdown.render(report)
     iam = markdown.split("#### IAM (2)")[1].split("####")[0]
     assert f"`Foundation/{ra.FLOW_LOG_POLICY}` (AWS::IAM::Policy): modified" in iam
@@ -206,26 +228,34 @@ def test_iam_and_security_group_edits_get_their_own_sections(base, head_iam):
 def test_asset_hash_only_change_is_an_image_or_model_update(base, head_asset):
     report = load_diff(base, head_asset)
     (change,) = report.resources
-    assert (change.logical_id, change.type, change.action) == (ra.SG_HANDLER, "AWS::Lambda::Function",
-                                                                "asset-update")
+    assert (change.logical_id, change.type, change.action) == (ra.SG_HANDLER, "AWS::Lambda::Function", "asset-update")
     assert change.changes == [] and change.replacement is None
     (update,) = change.asset_updates
     assert update.path == "Properties.Code.S3Key"
     assert update.kind == "file asset (zip)"
     assert update.asset == "dev/Foundation/Custom::VpcRestrictDefaultSGCustomResourceProvider Code"
     assert update.head_hash == HASH_B and update.base_hash != HASH_B
-    assert diff.counts(report.resources) == {"added": 0, "removed": 0, "modified": 0, "replaced": 0,
-                                                 "asset_updates": 1, "protected": 0}
+    assert diff.counts(report.resources) == {
+        "added": 0,
+        "removed": 0,
+        "modified": 0,
+        "replaced": 0,
+        "asset_updates": 1,
+        "protected": 0,
+    }
     markdown = render_markdown.render(report)
     assert "#### Image/model updates (1)" in markdown
-    assert (f"- `Foundation/{ra.SG_HANDLER}` (AWS::Lambda::Function): new file asset (zip) "
-            "(dev/Foundation/Custom::VpcRestrictDefaultSGCustomResourceProvider Code) at `Properties.Code.S3Key`: "
-            f"`{update.base_hash[:12]}…` → `{HASH_B[:12]}…`") in markdown
+    assert (
+        f"- `Foundation/{ra.SG_HANDLER}` (AWS::Lambda::Function): new file asset (zip) "
+        "(dev/Foundation/Custom::VpcRestrictDefaultSGCustomResourceProvider Code) at `Properties.Code.S3Key`: "
+        f"`{update.base_hash[:12]}…` → `{HASH_B[:12]}…`"
+    ) in markdown
     assert "Other changes" not in markdown
     assert "| Foundation | modified | 0 | 0 | 0 | 0 | 1 | 0 |" in markdown
 
 
 # --- bad input ------------------------------------------------------------------------------------
+
 
 def _assert_one_line_error(result, *needles: str) -> None:
     assert result.returncode == 2
@@ -265,13 +295,15 @@ def test_out_in_a_missing_directory_creates_it(base, tmp_path):
     result = cli_diff(base, base, "--out", str(out))
     assert result.returncode == 0, result.stderr
     assert out.read_text().startswith("#")
-    assert (out.parent / "dev.dot").is_file()       # the diagrams go next to it, as before
+    assert (out.parent / "dev.dot").is_file()  # the diagrams go next to it, as before
 
 
 def test_out_under_a_file_is_a_one_line_error(base, tmp_path):
     (tmp_path / "a-file").write_text("")
-    _assert_one_line_error(cli_diff(base, base, "--out", str(tmp_path / "a-file" / "sub" / "r.md")),
-                           f"--out {tmp_path / 'a-file' / 'sub'}: cannot create")
+    _assert_one_line_error(
+        cli_diff(base, base, "--out", str(tmp_path / "a-file" / "sub" / "r.md")),
+        f"--out {tmp_path / 'a-file' / 'sub'}: cannot create",
+    )
 
 
 def test_bad_input_creates_no_directory(base, tmp_path):
@@ -285,26 +317,50 @@ def test_bad_input_creates_no_directory(base, tmp_path):
 ECR_IMAGE = "111111111111.dkr.ecr.us-east-1.${AWS::URLSuffix}/cdk-hnb659fds-container-assets-111111111111-us-east-1:"
 
 
-def sagemaker(*, instance: str = "ml.g4dn.xlarge", image_hash: str = HASH_A, config_name: dict | str | None = None,
-              endpoint_name: str | None = None) -> dict:
+def sagemaker(
+    *,
+    instance: str = "ml.g4dn.xlarge",
+    image_hash: str = HASH_A,
+    config_name: dict | str | None = None,
+    endpoint_name: str | None = None,
+) -> dict:
     endpoint = {"EndpointConfigName": config_name or {"Fn::GetAtt": ["Config", "EndpointConfigName"]}}
     if endpoint_name:
         endpoint["EndpointName"] = endpoint_name
-    return {"Resources": {
-        "Role": {"Type": "AWS::IAM::Role", "Properties": {"AssumeRolePolicyDocument": {"Statement": []}}},
-        "Model": {"Type": "AWS::SageMaker::Model", "Properties": {
-            "ExecutionRoleArn": {"Fn::GetAtt": ["Role", "Arn"]},
-            "PrimaryContainer": {"Image": {"Fn::Sub": ECR_IMAGE + image_hash}}}},
-        "Config": {"Type": "AWS::SageMaker::EndpointConfig", "Properties": {"ProductionVariants": [{
-            "ModelName": {"Fn::GetAtt": ["Model", "ModelName"]}, "VariantName": "AllTraffic",
-            "InitialInstanceCount": 1, "InitialVariantWeight": 1, "InstanceType": instance}]}},
-        "Endpoint": {"Type": "AWS::SageMaker::Endpoint", "Properties": endpoint},
-    }}
+    return {
+        "Resources": {
+            "Role": {"Type": "AWS::IAM::Role", "Properties": {"AssumeRolePolicyDocument": {"Statement": []}}},
+            "Model": {
+                "Type": "AWS::SageMaker::Model",
+                "Properties": {
+                    "ExecutionRoleArn": {"Fn::GetAtt": ["Role", "Arn"]},
+                    "PrimaryContainer": {"Image": {"Fn::Sub": ECR_IMAGE + image_hash}},
+                },
+            },
+            "Config": {
+                "Type": "AWS::SageMaker::EndpointConfig",
+                "Properties": {
+                    "ProductionVariants": [
+                        {
+                            "ModelName": {"Fn::GetAtt": ["Model", "ModelName"]},
+                            "VariantName": "AllTraffic",
+                            "InitialInstanceCount": 1,
+                            "InitialVariantWeight": 1,
+                            "InstanceType": instance,
+                        }
+                    ]
+                },
+            },
+            "Endpoint": {"Type": "AWS::SageMaker::Endpoint", "Properties": endpoint},
+        }
+    }
 
 
 def pair(tmp_path: Path, base_stacks: dict, head_stacks: dict) -> tuple[Path, Path]:
-    return (ra.write_assembly(tmp_path / "base", {"dev": base_stacks}),
-            ra.write_assembly(tmp_path / "head", {"dev": head_stacks}))
+    return (
+        ra.write_assembly(tmp_path / "base", {"dev": base_stacks}),
+        ra.write_assembly(tmp_path / "head", {"dev": head_stacks}),
+    )
 
 
 def test_endpoint_config_instance_type_is_create_only_endpoint_updates_in_place(tmp_path):
@@ -324,8 +380,7 @@ def test_endpoint_config_instance_type_is_create_only_endpoint_updates_in_place(
 
 
 def test_endpoint_config_name_is_not_create_only_but_endpoint_name_is(tmp_path):
-    base, head = pair(tmp_path, {"triton": sagemaker(config_name="cfg-1")},
-                      {"triton": sagemaker(config_name="cfg-2")})
+    base, head = pair(tmp_path, {"triton": sagemaker(config_name="cfg-1")}, {"triton": sagemaker(config_name="cfg-2")})
     (endpoint,) = resources(load_diff(base, head)).values()
     assert (endpoint.changed_paths, endpoint.replacement) == (["Properties.EndpointConfigName"], None)
     renamed = tmp_path / "renamed"
@@ -344,7 +399,11 @@ def test_new_triton_image_replaces_model_and_config_not_endpoint(tmp_path):
     assert (model.action, model.changes, model.replacement) == ("asset-update", [], "always")
     (update,) = model.asset_updates
     assert (update.path, update.kind, update.base_hash, update.head_hash) == (
-        "Properties.PrimaryContainer.Image", "container image", HASH_A, HASH_B)
+        "Properties.PrimaryContainer.Image",
+        "container image",
+        HASH_A,
+        HASH_B,
+    )
     config = changes["Config"]
     assert (config.replacement, config.cascaded) == ("always", True)
     assert config.replacing_paths == ["Properties.ProductionVariants[0].ModelName"]
@@ -354,14 +413,27 @@ def test_new_triton_image_replaces_model_and_config_not_endpoint(tmp_path):
 
 def component(*, image_hash: str = HASH_A, endpoint: str = "dev-triton-shared") -> dict:
     """A fleet member's stack: its Model and its inference component on the shared endpoint (by name)."""
-    return {"Resources": {
-        "Model": {"Type": "AWS::SageMaker::Model", "Properties": {
-            "ExecutionRoleArn": "arn:aws:iam::111111111111:role/x",
-            "PrimaryContainer": {"Image": {"Fn::Sub": ECR_IMAGE + image_hash}}}},
-        "Component": {"Type": "AWS::SageMaker::InferenceComponent", "Properties": {
-            "InferenceComponentName": "dev-bert", "EndpointName": endpoint, "VariantName": "AllTraffic",
-            "Specification": {"ModelName": {"Fn::GetAtt": ["Model", "ModelName"]}},
-            "RuntimeConfig": {"CopyCount": 1}}}}}
+    return {
+        "Resources": {
+            "Model": {
+                "Type": "AWS::SageMaker::Model",
+                "Properties": {
+                    "ExecutionRoleArn": "arn:aws:iam::111111111111:role/x",
+                    "PrimaryContainer": {"Image": {"Fn::Sub": ECR_IMAGE + image_hash}},
+                },
+            },
+            "Component": {
+                "Type": "AWS::SageMaker::InferenceComponent",
+                "Properties": {
+                    "InferenceComponentName": "dev-bert",
+                    "EndpointName": endpoint,
+                    "VariantName": "AllTraffic",
+                    "Specification": {"ModelName": {"Fn::GetAtt": ["Model", "ModelName"]}},
+                    "RuntimeConfig": {"CopyCount": 1},
+                },
+            },
+        }
+    }
 
 
 def test_a_new_image_replaces_the_model_and_updates_the_component_in_place(tmp_path):
@@ -377,19 +449,54 @@ def test_a_new_image_replaces_the_model_and_updates_the_component_in_place(tmp_p
 
 
 def ecs(*, image_hash: str = HASH_A, max_capacity: int = 2, ingress_port: int = 8080) -> dict:
-    return {"Resources": {
-        "TaskDef": {"Type": "AWS::ECS::TaskDefinition", "Properties": {"ContainerDefinitions": [{
-            "Name": "server", "Image": {"Fn::Join": ["", ["111111111111.dkr.ecr.us-east-1.",
-                                                         {"Ref": "AWS::URLSuffix"}, f"/repo:{image_hash}"]]}}]}},
-        "Service": {"Type": "AWS::ECS::Service", "Properties": {"TaskDefinition": {"Ref": "TaskDef"},
-                                                                "Cluster": "cluster"}},
-        "Target": {"Type": "AWS::ApplicationAutoScaling::ScalableTarget", "Properties": {
-            "MaxCapacity": max_capacity, "MinCapacity": 1, "ResourceId": "service/cluster/svc",
-            "ScalableDimension": "ecs:service:DesiredCount", "ServiceNamespace": "ecs"}},
-        "Ingress": {"Type": "AWS::EC2::SecurityGroupIngress", "Properties": {
-            "GroupId": "sg-1", "IpProtocol": "tcp", "FromPort": ingress_port, "ToPort": ingress_port,
-            "CidrIp": "10.0.0.0/16"}},
-    }}
+    return {
+        "Resources": {
+            "TaskDef": {
+                "Type": "AWS::ECS::TaskDefinition",
+                "Properties": {
+                    "ContainerDefinitions": [
+                        {
+                            "Name": "server",
+                            "Image": {
+                                "Fn::Join": [
+                                    "",
+                                    [
+                                        "111111111111.dkr.ecr.us-east-1.",
+                                        {"Ref": "AWS::URLSuffix"},
+                                        f"/repo:{image_hash}",
+                                    ],
+                                ]
+                            },
+                        }
+                    ]
+                },
+            },
+            "Service": {
+                "Type": "AWS::ECS::Service",
+                "Properties": {"TaskDefinition": {"Ref": "TaskDef"}, "Cluster": "cluster"},
+            },
+            "Target": {
+                "Type": "AWS::ApplicationAutoScaling::ScalableTarget",
+                "Properties": {
+                    "MaxCapacity": max_capacity,
+                    "MinCapacity": 1,
+                    "ResourceId": "service/cluster/svc",
+                    "ScalableDimension": "ecs:service:DesiredCount",
+                    "ServiceNamespace": "ecs",
+                },
+            },
+            "Ingress": {
+                "Type": "AWS::EC2::SecurityGroupIngress",
+                "Properties": {
+                    "GroupId": "sg-1",
+                    "IpProtocol": "tcp",
+                    "FromPort": ingress_port,
+                    "ToPort": ingress_port,
+                    "CidrIp": "10.0.0.0/16",
+                },
+            },
+        }
+    }
 
 
 def test_new_neuron_image_is_a_new_task_definition_and_an_in_place_service_update(tmp_path):
@@ -398,11 +505,15 @@ def test_new_neuron_image_is_a_new_task_definition_and_an_in_place_service_updat
     assert set(changes) == {"TaskDef", "Service"}
     task = changes["TaskDef"]
     assert (task.action, task.replacement, task.protected) == ("asset-update", "always", False)
-    assert [(a.path, a.kind) for a in task.asset_updates] == [("Properties.ContainerDefinitions[0].Image",
-                                                               "container image")]
+    assert [(a.path, a.kind) for a in task.asset_updates] == [
+        ("Properties.ContainerDefinitions[0].Image", "container image")
+    ]
     service = changes["Service"]
     assert (service.replacement, service.protected, service.caused_by) == (
-        None, True, [{"path": "Properties.TaskDefinition", "logical_id": "TaskDef"}])
+        None,
+        True,
+        [{"path": "Properties.TaskDefinition", "logical_id": "TaskDef"}],
+    )
     assert cli_diff(base, head, "--fail-on-replace").returncode == 0
 
 
@@ -410,7 +521,10 @@ def test_scaling_and_security_group_rule_changes(tmp_path):
     base, head = pair(tmp_path, {"neuron": ecs()}, {"neuron": ecs(max_capacity=8, ingress_port=8443)})
     changes = resources(load_diff(base, head))
     assert (changes["Target"].categories, changes["Target"].changed_paths, changes["Target"].replacement) == (
-        ["scaling"], ["Properties.MaxCapacity"], None)
+        ["scaling"],
+        ["Properties.MaxCapacity"],
+        None,
+    )
     ingress = changes["Ingress"]
     assert ingress.categories == ["security-groups"]
     assert ingress.replacement == "always"  # rule ports are create-only on AWS::EC2::SecurityGroupIngress
@@ -419,57 +533,104 @@ def test_scaling_and_security_group_rule_changes(tmp_path):
     assert "#### Scaling (1)" in markdown and "  - `Properties.MaxCapacity`: `2` → `8`" in markdown
 
 
-def log_group(logical_id: str, *, type_name: str = "AWS::Logs::LogGroup",
-              path: str = "dev/model/Logs/Resource") -> dict:
-    return {logical_id: {"Type": type_name, "Properties": {"RetentionInDays": 14},
-                         "Metadata": {"aws:cdk:path": path}}}
+def log_group(
+    logical_id: str, *, type_name: str = "AWS::Logs::LogGroup", path: str = "dev/model/Logs/Resource"
+) -> dict:
+    return {logical_id: {"Type": type_name, "Properties": {"RetentionInDays": 14}, "Metadata": {"aws:cdk:path": path}}}
 
 
 def test_logical_id_change_type_change_and_move_are_replacements(tmp_path):
-    base, head = pair(tmp_path, {"model": {"Resources": log_group("LogsAAAA")}},
-                      {"model": {"Resources": log_group("LogsBBBB")}})
+    base, head = pair(
+        tmp_path, {"model": {"Resources": log_group("LogsAAAA")}}, {"model": {"Resources": log_group("LogsBBBB")}}
+    )
     (change,) = resources(load_diff(base, head)).values()
     assert (change.logical_id, change.action, change.replacement, change.protected) == (
-        "LogsBBBB", "added", "always", True)
+        "LogsBBBB",
+        "added",
+        "always",
+        True,
+    )
     assert change.replaces == {"stack": "model", "logical_id": "LogsAAAA"}
     assert cli_diff(base, head, "--fail-on-replace").returncode == 3
 
-    retyped = ra.write_assembly(tmp_path / "retyped", {"dev": {"model": {"Resources": log_group(
-        "LogsAAAA", type_name="AWS::Logs::LogStream")}}})
+    retyped = ra.write_assembly(
+        tmp_path / "retyped", {"dev": {"model": {"Resources": log_group("LogsAAAA", type_name="AWS::Logs::LogStream")}}}
+    )
     (change,) = resources(load_diff(base, retyped)).values()
     assert (change.base_type, change.type, change.replacement, change.protected) == (
-        "AWS::Logs::LogGroup", "AWS::Logs::LogStream", "always", True)
+        "AWS::Logs::LogGroup",
+        "AWS::Logs::LogStream",
+        "always",
+        True,
+    )
 
-    moved = ra.write_assembly(tmp_path / "moved", {"dev": {"model": {"Resources": {}}, "shared": {
-        "Resources": log_group("LogsAAAA", path="dev/shared/Logs/Resource")}}})
+    moved = ra.write_assembly(
+        tmp_path / "moved",
+        {
+            "dev": {
+                "model": {"Resources": {}},
+                "shared": {"Resources": log_group("LogsAAAA", path="dev/shared/Logs/Resource")},
+            }
+        },
+    )
     (change,) = load_diff(base, moved).resources
     assert (change.stack, change.replacement, change.replaces) == (
-        "shared", "always", {"stack": "model", "logical_id": "LogsAAAA"})
+        "shared",
+        "always",
+        {"stack": "model", "logical_id": "LogsAAAA"},
+    )
     assert change.replacement_reasons[0]["why"].startswith("moved from stack model")
 
 
 def test_export_in_use_whose_value_changes_is_a_warning(tmp_path):
     def foundation(cidr: str) -> dict:
-        return {"Resources": {"Vpc": {"Type": "AWS::EC2::VPC", "Properties": {"CidrBlock": cidr}}},
-                "Outputs": {"VpcExport": {"Value": {"Ref": "Vpc"}, "Export": {"Name": "dev-Foundation:Vpc"}}}}
-    model = {"Resources": {"Sg": {"Type": "AWS::EC2::SecurityGroup", "Properties": {
-        "GroupDescription": "x", "VpcId": {"Fn::ImportValue": "dev-Foundation:Vpc"}}}}}
-    base, head = pair(tmp_path, {"Foundation": foundation("10.0.0.0/16"), "model": model},
-                      {"Foundation": foundation("10.1.0.0/16"), "model": copy.deepcopy(model)})
+        return {
+            "Resources": {"Vpc": {"Type": "AWS::EC2::VPC", "Properties": {"CidrBlock": cidr}}},
+            "Outputs": {"VpcExport": {"Value": {"Ref": "Vpc"}, "Export": {"Name": "dev-Foundation:Vpc"}}},
+        }
+
+    model = {
+        "Resources": {
+            "Sg": {
+                "Type": "AWS::EC2::SecurityGroup",
+                "Properties": {"GroupDescription": "x", "VpcId": {"Fn::ImportValue": "dev-Foundation:Vpc"}},
+            }
+        }
+    }
+    base, head = pair(
+        tmp_path,
+        {"Foundation": foundation("10.0.0.0/16"), "model": model},
+        {"Foundation": foundation("10.1.0.0/16"), "model": copy.deepcopy(model)},
+    )
     (env,) = load_diff(base, head).environments
-    assert env.warnings == ["Foundation: export dev-Foundation:Vpc changes (Vpc replaced) while model import(s) "
-                            "it: CloudFormation refuses to update an export in use"]
+    assert env.warnings == [
+        "Foundation: export dev-Foundation:Vpc changes (Vpc replaced) while model import(s) "
+        "it: CloudFormation refuses to update an export in use"
+    ]
 
 
-@pytest.mark.parametrize("pointer,path,base,head,expected", [
-    ("/properties/A", ("Properties", "A", 0, "B"), {}, {}, True),  # a change below a create-only property
-    ("/properties/A/*/B", ("Properties", "A", 1, "B", "C"), {}, {}, True),  # "*" is any list item
-    ("/properties/A/*/B", ("Properties", "A", 1, "D"), {}, {}, False),  # a sibling of the nested property
-    ("/properties/A/B", ("Properties", "A"),  # a whole block added above a nested create-only property
-     {"Properties": {}}, {"Properties": {"A": {"B": 1}}}, True),
-    ("/properties/A/B", ("Properties", "A"),  # ... and one whose nested create-only value is unchanged
-     {"Properties": {"A": {"B": 1, "C": 1}}}, {"Properties": {"A": {"B": 1, "C": 2}}}, False),
-])
+@pytest.mark.parametrize(
+    "pointer,path,base,head,expected",
+    [
+        ("/properties/A", ("Properties", "A", 0, "B"), {}, {}, True),  # a change below a create-only property
+        ("/properties/A/*/B", ("Properties", "A", 1, "B", "C"), {}, {}, True),  # "*" is any list item
+        ("/properties/A/*/B", ("Properties", "A", 1, "D"), {}, {}, False),  # a sibling of the nested property
+        (
+            "/properties/A/B",
+            ("Properties", "A"),  # a whole block added above a nested create-only property
+            {"Properties": {}},
+            {"Properties": {"A": {"B": 1}}},
+            True,
+        ),
+        (
+            "/properties/A/B",
+            ("Properties", "A"),  # ... and one whose nested create-only value is unchanged
+            {"Properties": {"A": {"B": 1, "C": 1}}},
+            {"Properties": {"A": {"B": 1, "C": 2}}},
+            False,
+        ),
+    ],
+)
 def test_create_only_pointer_matching(pointer, path, base, head, expected):
     assert (_replacing(path, (pointer,), base, head) == pointer) is expected
 
@@ -477,9 +638,16 @@ def test_create_only_pointer_matching(pointer, path, base, head, expected):
 def test_legacy_asset_parameters_renamed_by_a_new_hash_are_asset_updates(tmp_path):
     def stack(digest: str) -> dict:
         bucket = f"AssetParameters{digest}S3Bucket{digest[:8].upper()}"
-        return {"Parameters": {bucket: {"Type": "String", "Description": f"S3 bucket for asset \"{digest}\""}},
-                "Resources": {"Fn": {"Type": "AWS::Lambda::Function", "Properties": {
-                    "Code": {"S3Bucket": {"Ref": bucket}, "S3Key": f"{digest}.zip"}}}}}
+        return {
+            "Parameters": {bucket: {"Type": "String", "Description": f'S3 bucket for asset "{digest}"'}},
+            "Resources": {
+                "Fn": {
+                    "Type": "AWS::Lambda::Function",
+                    "Properties": {"Code": {"S3Bucket": {"Ref": bucket}, "S3Key": f"{digest}.zip"}},
+                }
+            },
+        }
+
     base, head = pair(tmp_path, {"legacy": stack("1" * 64)}, {"legacy": stack("2" * 64)})
     (stack_diff,) = load_diff(base, head).environments[0].stacks
     assert stack_diff.template_changes == []
@@ -488,4 +656,5 @@ def test_legacy_asset_parameters_renamed_by_a_new_hash_are_asset_updates(tmp_pat
     assert {a.path for a in by_id["Fn"].asset_updates} == {"Properties.Code.S3Bucket", "Properties.Code.S3Key"}
     assert [(a.path, a.kind, a.base_hash, a.head_hash) for a in by_id["(template)"].asset_updates] == [
         (f"Parameters.AssetParameters{'2' * 64}S3Bucket22222222", "asset parameter", "1" * 64, "2" * 64),
-        (f"Parameters.AssetParameters{'2' * 64}S3Bucket22222222.Description", "asset parameter", "1" * 64, "2" * 64)]
+        (f"Parameters.AssetParameters{'2' * 64}S3Bucket22222222.Description", "asset parameter", "1" * 64, "2" * 64),
+    ]

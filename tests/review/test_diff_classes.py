@@ -22,87 +22,196 @@ TARGET_GROUP = "AWS::ElasticLoadBalancingV2::TargetGroup"
 
 
 def weighted(primary: int = 100, alternate: int = 0) -> list[dict]:
-    return [{"Type": "forward", "ForwardConfig": {"TargetGroups": [
-        {"TargetGroupArn": {"Ref": "Targets"}, "Weight": primary},
-        {"TargetGroupArn": {"Ref": "AlternateTargets"}, "Weight": alternate}]}}]
+    return [
+        {
+            "Type": "forward",
+            "ForwardConfig": {
+                "TargetGroups": [
+                    {"TargetGroupArn": {"Ref": "Targets"}, "Weight": primary},
+                    {"TargetGroupArn": {"Ref": "AlternateTargets"}, "Weight": alternate},
+                ]
+            },
+        }
+    ]
 
 
 def target_group(port: int = 8080) -> dict:
-    return {"Type": TARGET_GROUP, "Properties": {"Port": port, "Protocol": "HTTP", "TargetType": "ip",
-                                                 "VpcId": "vpc-1"}}
+    return {
+        "Type": TARGET_GROUP,
+        "Properties": {"Port": port, "Protocol": "HTTP", "TargetType": "ip", "VpcId": "vpc-1"},
+    }
 
 
 def ecs() -> dict:
     """A blue/green ECS fleet as NeuronEcsService builds it: a listener whose default action and production
     rule forward weighted to two target groups, the service naming the rule, its task-count target, an
     Auto Scaling group on a launch template, a retained log group and a task policy."""
-    return {"Resources": {
-        "LaunchTemplate": {"Type": "AWS::EC2::LaunchTemplate", "Properties": {
-            "LaunchTemplateData": {"InstanceType": "inf1.xlarge"}}},
-        "Asg": {"Type": "AWS::AutoScaling::AutoScalingGroup", "Properties": {
-            "MinSize": "1", "MaxSize": "3", "LaunchTemplate": {
-                "LaunchTemplateId": {"Ref": "LaunchTemplate"},
-                "Version": {"Fn::GetAtt": ["LaunchTemplate", "LatestVersionNumber"]}}}},
-        "Lb": {"Type": LB, "Properties": {"Name": "dev-intent", "Scheme": "internal"}},
-        "Targets": target_group(),
-        "AlternateTargets": target_group(),
-        "Listener": {"Type": LISTENER, "Properties": {"LoadBalancerArn": {"Ref": "Lb"}, "Port": 80,
-                                                      "Protocol": "HTTP", "DefaultActions": weighted()}},
-        "Route": {"Type": RULE, "Properties": {
-            "ListenerArn": {"Ref": "Listener"}, "Priority": 50000, "Actions": weighted(),
-            "Conditions": [{"Field": "path-pattern", "PathPatternConfig": {"Values": ["/*"]}}]}},
-        "Service": {"Type": "AWS::ECS::Service", "Properties": {
-            "Cluster": "cluster", "TaskDefinition": "task:1", "LoadBalancers": [{
-                "ContainerName": "Server", "ContainerPort": 8080, "TargetGroupArn": {"Ref": "Targets"},
-                "AdvancedConfiguration": {"AlternateTargetGroupArn": {"Ref": "AlternateTargets"},
-                                          "ProductionListenerRule": {"Ref": "Route"},
-                                          "RoleArn": "arn:aws:iam::111111111111:role/lb"}}]}},
-        "TaskCount": {"Type": "AWS::ApplicationAutoScaling::ScalableTarget", "Properties": {
-            "MinCapacity": 1, "MaxCapacity": 4, "ScalableDimension": "ecs:service:DesiredCount",
-            "ServiceNamespace": "ecs",
-            "ResourceId": {"Fn::Join": ["", ["service/cluster/", {"Fn::GetAtt": ["Service", "Name"]}]]}}},
-        "Logs": {"Type": "AWS::Logs::LogGroup", "Properties": {"RetentionInDays": 30},
-                 "DeletionPolicy": "Retain", "UpdateReplacePolicy": "Retain"},
-        "TaskPolicy": {"Type": "AWS::IAM::Policy", "Properties": {
-            "PolicyName": "task", "Roles": ["task-role"], "PolicyDocument": {"Statement": [
-                {"Effect": "Allow", "Action": ["logs:PutLogEvents", "ecr:BatchGetImage"], "Resource": "*"},
-                {"Effect": "Allow", "Action": "logs:PutLogEvents", "Resource": "*"}]}}},
-    }}
+    return {
+        "Resources": {
+            "LaunchTemplate": {
+                "Type": "AWS::EC2::LaunchTemplate",
+                "Properties": {"LaunchTemplateData": {"InstanceType": "inf1.xlarge"}},
+            },
+            "Asg": {
+                "Type": "AWS::AutoScaling::AutoScalingGroup",
+                "Properties": {
+                    "MinSize": "1",
+                    "MaxSize": "3",
+                    "LaunchTemplate": {
+                        "LaunchTemplateId": {"Ref": "LaunchTemplate"},
+                        "Version": {"Fn::GetAtt": ["LaunchTemplate", "LatestVersionNumber"]},
+                    },
+                },
+            },
+            "Lb": {"Type": LB, "Properties": {"Name": "dev-intent", "Scheme": "internal"}},
+            "Targets": target_group(),
+            "AlternateTargets": target_group(),
+            "Listener": {
+                "Type": LISTENER,
+                "Properties": {
+                    "LoadBalancerArn": {"Ref": "Lb"},
+                    "Port": 80,
+                    "Protocol": "HTTP",
+                    "DefaultActions": weighted(),
+                },
+            },
+            "Route": {
+                "Type": RULE,
+                "Properties": {
+                    "ListenerArn": {"Ref": "Listener"},
+                    "Priority": 50000,
+                    "Actions": weighted(),
+                    "Conditions": [{"Field": "path-pattern", "PathPatternConfig": {"Values": ["/*"]}}],
+                },
+            },
+            "Service": {
+                "Type": "AWS::ECS::Service",
+                "Properties": {
+                    "Cluster": "cluster",
+                    "TaskDefinition": "task:1",
+                    "LoadBalancers": [
+                        {
+                            "ContainerName": "Server",
+                            "ContainerPort": 8080,
+                            "TargetGroupArn": {"Ref": "Targets"},
+                            "AdvancedConfiguration": {
+                                "AlternateTargetGroupArn": {"Ref": "AlternateTargets"},
+                                "ProductionListenerRule": {"Ref": "Route"},
+                                "RoleArn": "arn:aws:iam::111111111111:role/lb",
+                            },
+                        }
+                    ],
+                },
+            },
+            "TaskCount": {
+                "Type": "AWS::ApplicationAutoScaling::ScalableTarget",
+                "Properties": {
+                    "MinCapacity": 1,
+                    "MaxCapacity": 4,
+                    "ScalableDimension": "ecs:service:DesiredCount",
+                    "ServiceNamespace": "ecs",
+                    "ResourceId": {"Fn::Join": ["", ["service/cluster/", {"Fn::GetAtt": ["Service", "Name"]}]]},
+                },
+            },
+            "Logs": {
+                "Type": "AWS::Logs::LogGroup",
+                "Properties": {"RetentionInDays": 30},
+                "DeletionPolicy": "Retain",
+                "UpdateReplacePolicy": "Retain",
+            },
+            "TaskPolicy": {
+                "Type": "AWS::IAM::Policy",
+                "Properties": {
+                    "PolicyName": "task",
+                    "Roles": ["task-role"],
+                    "PolicyDocument": {
+                        "Statement": [
+                            {"Effect": "Allow", "Action": ["logs:PutLogEvents", "ecr:BatchGetImage"], "Resource": "*"},
+                            {"Effect": "Allow", "Action": "logs:PutLogEvents", "Resource": "*"},
+                        ]
+                    },
+                },
+            },
+        }
+    }
 
 
 def endpoint(*, instance: str = "ml.g4dn.xlarge", retain: bool | None = None) -> dict:
     """A dedicated SageMaker endpoint: Model, EndpointConfig, Endpoint (optionally retaining variant
     properties), its instance-count target."""
-    props: dict = {"EndpointName": "dev-bert",
-                   "EndpointConfigName": {"Fn::GetAtt": ["Config", "EndpointConfigName"]}}
+    props: dict = {"EndpointName": "dev-bert", "EndpointConfigName": {"Fn::GetAtt": ["Config", "EndpointConfigName"]}}
     if retain is not None:
         props["RetainAllVariantProperties"] = retain
-    return {"Resources": {
-        "Model": {"Type": "AWS::SageMaker::Model", "Properties": {
-            "ExecutionRoleArn": "arn:aws:iam::111111111111:role/x", "PrimaryContainer": {"Image": "repo:1"}}},
-        "Config": {"Type": "AWS::SageMaker::EndpointConfig", "Properties": {"ProductionVariants": [{
-            "ModelName": {"Fn::GetAtt": ["Model", "ModelName"]}, "VariantName": "AllTraffic",
-            "InitialInstanceCount": 2, "InstanceType": instance}]}},
-        "Endpoint": {"Type": "AWS::SageMaker::Endpoint", "Properties": props},
-        "Scaling": {"Type": "AWS::ApplicationAutoScaling::ScalableTarget", "Properties": {
-            "MinCapacity": 2, "MaxCapacity": 6, "ResourceId": "endpoint/dev-bert/variant/AllTraffic",
-            "ScalableDimension": "sagemaker:variant:DesiredInstanceCount", "ServiceNamespace": "sagemaker"}},
-    }}
+    return {
+        "Resources": {
+            "Model": {
+                "Type": "AWS::SageMaker::Model",
+                "Properties": {
+                    "ExecutionRoleArn": "arn:aws:iam::111111111111:role/x",
+                    "PrimaryContainer": {"Image": "repo:1"},
+                },
+            },
+            "Config": {
+                "Type": "AWS::SageMaker::EndpointConfig",
+                "Properties": {
+                    "ProductionVariants": [
+                        {
+                            "ModelName": {"Fn::GetAtt": ["Model", "ModelName"]},
+                            "VariantName": "AllTraffic",
+                            "InitialInstanceCount": 2,
+                            "InstanceType": instance,
+                        }
+                    ]
+                },
+            },
+            "Endpoint": {"Type": "AWS::SageMaker::Endpoint", "Properties": props},
+            "Scaling": {
+                "Type": "AWS::ApplicationAutoScaling::ScalableTarget",
+                "Properties": {
+                    "MinCapacity": 2,
+                    "MaxCapacity": 6,
+                    "ResourceId": "endpoint/dev-bert/variant/AllTraffic",
+                    "ScalableDimension": "sagemaker:variant:DesiredInstanceCount",
+                    "ServiceNamespace": "sagemaker",
+                },
+            },
+        }
+    }
 
 
 def component(*, image: str = "repo:1", copies: object = 1) -> dict:
-    return {"Resources": {
-        "Model": {"Type": "AWS::SageMaker::Model", "Properties": {
-            "ExecutionRoleArn": "arn:aws:iam::111111111111:role/x", "PrimaryContainer": {"Image": image}}},
-        "Reader": {"Type": "Custom::LiveValue", "Properties": {"ServiceToken": "arn:aws:lambda:::function:f"}},
-        "Component": {"Type": "AWS::SageMaker::InferenceComponent", "Properties": {
-            "InferenceComponentName": "dev-bert", "EndpointName": "dev-shared", "VariantName": "AllTraffic",
-            "Specification": {"ModelName": {"Fn::GetAtt": ["Model", "ModelName"]}},
-            "RuntimeConfig": {"CopyCount": copies}}},
-        "Copies": {"Type": "AWS::ApplicationAutoScaling::ScalableTarget", "Properties": {
-            "MinCapacity": 0, "MaxCapacity": 3, "ResourceId": "inference-component/dev-bert",
-            "ScalableDimension": "sagemaker:inference-component:DesiredCopyCount", "ServiceNamespace": "sagemaker"}},
-    }}
+    return {
+        "Resources": {
+            "Model": {
+                "Type": "AWS::SageMaker::Model",
+                "Properties": {
+                    "ExecutionRoleArn": "arn:aws:iam::111111111111:role/x",
+                    "PrimaryContainer": {"Image": image},
+                },
+            },
+            "Reader": {"Type": "Custom::LiveValue", "Properties": {"ServiceToken": "arn:aws:lambda:::function:f"}},
+            "Component": {
+                "Type": "AWS::SageMaker::InferenceComponent",
+                "Properties": {
+                    "InferenceComponentName": "dev-bert",
+                    "EndpointName": "dev-shared",
+                    "VariantName": "AllTraffic",
+                    "Specification": {"ModelName": {"Fn::GetAtt": ["Model", "ModelName"]}},
+                    "RuntimeConfig": {"CopyCount": copies},
+                },
+            },
+            "Copies": {
+                "Type": "AWS::ApplicationAutoScaling::ScalableTarget",
+                "Properties": {
+                    "MinCapacity": 0,
+                    "MaxCapacity": 3,
+                    "ResourceId": "inference-component/dev-bert",
+                    "ScalableDimension": "sagemaker:inference-component:DesiredCopyCount",
+                    "ServiceNamespace": "sagemaker",
+                },
+            },
+        }
+    }
 
 
 def write(directory: Path, environments: dict[str, dict[str, dict]]) -> Path:
@@ -110,8 +219,9 @@ def write(directory: Path, environments: dict[str, dict[str, dict]]) -> Path:
 
 
 def compare(tmp_path: Path, base: dict[str, dict], head: dict[str, dict], env: str = "dev") -> diff.Report:
-    return diff.diff(assembly.load(write(tmp_path / "base", {env: base})),
-                     assembly.load(write(tmp_path / "head", {env: head})))
+    return diff.diff(
+        assembly.load(write(tmp_path / "base", {env: base})), assembly.load(write(tmp_path / "head", {env: head}))
+    )
 
 
 def changes(report: diff.Report, stack: str | None = None) -> dict[str, diff.ResourceChange]:
@@ -128,21 +238,31 @@ def cli(base: Path, head: Path, *args: str):
 
 # --- replaces-serving-resource and interrupts-traffic ----------------------------------------------
 
+
 def test_replaced_load_balancer_listener_and_rule(tmp_path):
     head = ecs()
     head["Resources"]["Lb"]["Properties"]["Name"] = "dev-intent-2"  # create-only: a new load balancer
     report = compare(tmp_path, {"fleet": ecs()}, {"fleet": head})
     found = changes(report)
     assert found["Lb"].classes == ["replaces-serving-resource", "interrupts-traffic"]
-    assert found["Lb"].class_reasons["interrupts-traffic"].startswith(
-        "replaced (Properties.Name is create-only (/properties/Name)): a new load balancer")
+    assert (
+        found["Lb"]
+        .class_reasons["interrupts-traffic"]
+        .startswith("replaced (Properties.Name is create-only (/properties/Name)): a new load balancer")
+    )
     # The listener and its rule follow (their LoadBalancerArn / ListenerArn are create-only).
     assert found["Listener"].classes == ["replaces-serving-resource", "interrupts-traffic"]
     assert found["Route"].classes == ["replaces-serving-resource", "touches-production-rule"]
     assert found["Route"].class_reasons["touches-production-rule"].startswith("production listener rule replaced")
     assert diff.class_counts(report.resources) == {
-        "replaces-serving-resource": 3, "interrupts-traffic": 2, "resets-scaled-count": 0,
-        "pauses-autoscaling": 0, "touches-production-rule": 1, "adds": 0, "removes": 0}
+        "replaces-serving-resource": 3,
+        "interrupts-traffic": 2,
+        "resets-scaled-count": 0,
+        "pauses-autoscaling": 0,
+        "touches-production-rule": 1,
+        "adds": 0,
+        "removes": 0,
+    }
 
 
 def test_target_group_replacement_interrupts_only_when_something_forwards_to_it(tmp_path):
@@ -158,17 +278,20 @@ def test_target_group_replacement_interrupts_only_when_something_forwards_to_it(
 
 
 def test_endpoint_config_replacement_is_the_normal_update_path_not_an_interruption(tmp_path):
-    report = compare(tmp_path, {"model": endpoint(retain=True)},
-                     {"model": endpoint(instance="ml.g5.xlarge", retain=True)})
+    report = compare(
+        tmp_path, {"model": endpoint(retain=True)}, {"model": endpoint(instance="ml.g5.xlarge", retain=True)}
+    )
     found = changes(report)
     assert found["Config"].replacement == "always"
     assert found["Config"].classes == []
     assert found["Endpoint"].classes == []  # updated in place, keeping the autoscaled count
     # ... but not while its variant is a registered scalable target and nothing deregisters it first
     (warning,) = report.environments[0].warnings
-    assert warning.startswith("model: Endpoint: variant AllTraffic moves from ml.g4dn.xlarge to ml.g5.xlarge while "
-                              "it is a registered scalable target, and no scaling handover deregisters it first: AWS "
-                              "refuses the UpdateEndpoint and CloudFormation rolls the stack back")
+    assert warning.startswith(
+        "model: Endpoint: variant AllTraffic moves from ml.g4dn.xlarge to ml.g5.xlarge while "
+        "it is a registered scalable target, and no scaling handover deregisters it first: AWS "
+        "refuses the UpdateEndpoint and CloudFormation rolls the stack back"
+    )
 
 
 def test_removing_a_service_while_its_stack_stays_interrupts_traffic(tmp_path):
@@ -181,6 +304,7 @@ def test_removing_a_service_while_its_stack_stays_interrupts_traffic(tmp_path):
 
 
 # --- resets-scaled-count ---------------------------------------------------------------------------
+
 
 def test_service_gaining_a_desired_count_resets_it(tmp_path):
     head = ecs()
@@ -210,18 +334,22 @@ def test_scalable_target_literal_range_change_resets_it_a_live_value_does_not(tm
     assert classes(compare(tmp_path / "live", {"fleet": ecs()}, {"fleet": live}))["TaskCount"] == []
 
 
-@pytest.mark.parametrize("retain,exclude,reset", [
-    (None, None, True),  # RetainAllVariantProperties absent: the count goes back to InitialInstanceCount
-    (True, None, False),
-    (True, "DesiredInstanceCount", True),  # retained, except the count
-    (True, "DataCaptureConfig", False),
-])
+@pytest.mark.parametrize(
+    "retain,exclude,reset",
+    [
+        (None, None, True),  # RetainAllVariantProperties absent: the count goes back to InitialInstanceCount
+        (True, None, False),
+        (True, "DesiredInstanceCount", True),  # retained, except the count
+        (True, "DataCaptureConfig", False),
+    ],
+)
 def test_endpoint_with_a_new_config_resets_unless_variant_properties_are_retained(tmp_path, retain, exclude, reset):
     base, head = endpoint(retain=retain), endpoint(instance="ml.g5.xlarge", retain=retain)
     if exclude:
         for template in (base, head):
             template["Resources"]["Endpoint"]["Properties"]["ExcludeRetainedVariantProperties"] = [
-                {"VariantPropertyType": exclude}]
+                {"VariantPropertyType": exclude}
+            ]
     found = changes(compare(tmp_path, {"model": base}, {"model": head}))
     assert found["Endpoint"].caused_by == [{"path": "Properties.EndpointConfigName", "logical_id": "Config"}]
     assert found["Endpoint"].classes == (["resets-scaled-count"] if reset else [])
@@ -234,21 +362,34 @@ def test_component_with_a_literal_copy_count_resets_on_any_update(tmp_path):
     assert found["Component"].classes == ["resets-scaled-count"]
     assert "CopyCount is the literal 1" in found["Component"].class_reasons["resets-scaled-count"]
     live = {"Fn::GetAtt": ["Reader", "CopyCount"]}  # read live at deploy time (constructs/live_values.py)
-    assert classes(compare(tmp_path / "live", {"bert": component(copies=live)},
-                           {"bert": component(image="repo:2", copies=live)}))["Component"] == []
+    assert (
+        classes(
+            compare(
+                tmp_path / "live", {"bert": component(copies=live)}, {"bert": component(image="repo:2", copies=live)}
+            )
+        )["Component"]
+        == []
+    )
 
 
 # --- pauses-autoscaling (an autoscaled variant's instance type) ------------------------------------
+
 
 def handed_over(template: dict, *, variant: str = "AllTraffic") -> dict:
     """`template` with a scaling handover (inferstack.constructs.scaling_handover) the Endpoint waits for."""
     template = copy.deepcopy(template)
     props = template["Resources"]["Endpoint"]["Properties"]
     (config_variant,) = template["Resources"]["Config"]["Properties"]["ProductionVariants"]
-    template["Resources"]["Release"] = {"Type": "Custom::ScalingHandover", "Properties": {
-        "ServiceToken": "arn:aws:lambda:us-east-1:111111111111:function:handover", "EndpointName": props["EndpointName"],
-        "VariantName": variant, "InstanceType": config_variant["InstanceType"],
-        "Target": template["Resources"]["Scaling"]["Properties"]}}
+    template["Resources"]["Release"] = {
+        "Type": "Custom::ScalingHandover",
+        "Properties": {
+            "ServiceToken": "arn:aws:lambda:us-east-1:111111111111:function:handover",
+            "EndpointName": props["EndpointName"],
+            "VariantName": variant,
+            "InstanceType": config_variant["InstanceType"],
+            "Target": template["Resources"]["Scaling"]["Properties"],
+        },
+    }
     template["Resources"]["Endpoint"]["DependsOn"] = ["Release"]
     return template
 
@@ -260,23 +401,38 @@ def test_an_autoscaled_variants_new_instance_type_pauses_autoscaling_with_a_hand
     the same rule."""
     head = endpoint(instance=head_instance, retain=True)
     head["Resources"]["Config"]["Properties"]["ProductionVariants"][0]["VariantName"] = variant
-    report = compare(tmp_path, {"model": handed_over(endpoint(retain=True))},
-                     {"model": handed_over(head, variant=variant)})
+    report = compare(
+        tmp_path, {"model": handed_over(endpoint(retain=True))}, {"model": handed_over(head, variant=variant)}
+    )
     found = changes(report)
     assert found["Endpoint"].classes == ["pauses-autoscaling"]
     reason = found["Endpoint"].class_reasons["pauses-autoscaling"]
-    moved = ("variant AllTraffic moves from ml.g4dn.xlarge to ml.g5.xlarge" if variant == "AllTraffic"
-             else "variant AllTraffic (ml.g4dn.xlarge) is removed")
-    assert reason.startswith(f"{moved}: the scaling handover deregisters its scalable target (policies and scheduled "
-                             "actions with it) before UpdateEndpoint; SageMaker starts the new instances at the "
-                             "variant's current count (RetainAllVariantProperties)")
-    assert reason.endswith("registered again with the range it had and the template's policies and schedule, and "
-                           "the template's range (2-6) does not change. The scaled count is kept, within that range")
+    moved = (
+        "variant AllTraffic moves from ml.g4dn.xlarge to ml.g5.xlarge"
+        if variant == "AllTraffic"
+        else "variant AllTraffic (ml.g4dn.xlarge) is removed"
+    )
+    assert reason.startswith(
+        f"{moved}: the scaling handover deregisters its scalable target (policies and scheduled "
+        "actions with it) before UpdateEndpoint; SageMaker starts the new instances at the "
+        "variant's current count (RetainAllVariantProperties)"
+    )
+    assert reason.endswith(
+        "registered again with the range it had and the template's policies and schedule, and "
+        "the template's range (2-6) does not change. The scaled count is kept, within that range"
+    )
     head["Resources"]["Scaling"]["Properties"]["MaxCapacity"] = 4  # the new instance type's plan: a smaller fleet
-    wider = changes(compare(tmp_path / "range", {"model": handed_over(endpoint(retain=True))},
-                            {"model": handed_over(head, variant=variant)}))
-    assert "CloudFormation's target then sets the template's new range (2-4). The scaled count is kept, within " \
-           "that range" in wider["Endpoint"].class_reasons["pauses-autoscaling"]
+    wider = changes(
+        compare(
+            tmp_path / "range",
+            {"model": handed_over(endpoint(retain=True))},
+            {"model": handed_over(head, variant=variant)},
+        )
+    )
+    assert (
+        "CloudFormation's target then sets the template's new range (2-4). The scaled count is kept, within "
+        "that range" in wider["Endpoint"].class_reasons["pauses-autoscaling"]
+    )
     assert wider["Scaling"].classes == ["resets-scaled-count"]  # the range itself, as for any new range
     assert report.environments[0].warnings == []
     assert report.environments[0].to_json()["class_counts"]["pauses-autoscaling"] == 1
@@ -305,11 +461,14 @@ def test_fail_on_pauses_autoscaling(tmp_path):
     result = cli(base, head, "--fail-on", "pauses-autoscaling")
     assert result.returncode == 3
     (line,) = [x for x in result.stderr.splitlines() if x.startswith("fail-on: ")]
-    assert line.startswith("fail-on: dev/model/Endpoint (AWS::SageMaker::Endpoint): pauses-autoscaling: variant "
-                           "AllTraffic moves from ml.g4dn.xlarge to ml.g5.xlarge")
+    assert line.startswith(
+        "fail-on: dev/model/Endpoint (AWS::SageMaker::Endpoint): pauses-autoscaling: variant "
+        "AllTraffic moves from ml.g4dn.xlarge to ml.g5.xlarge"
+    )
 
 
 # --- touches-production-rule -----------------------------------------------------------------------
+
 
 def test_weights_of_a_production_rule_and_a_weighted_default_action(tmp_path):
     head = ecs()
@@ -317,26 +476,38 @@ def test_weights_of_a_production_rule_and_a_weighted_default_action(tmp_path):
     head["Resources"]["Listener"]["Properties"]["DefaultActions"] = weighted(0, 100)
     found = changes(compare(tmp_path, {"fleet": ecs()}, {"fleet": head}))
     assert found["Route"].classes == ["touches-production-rule"]
-    assert found["Route"].class_reasons["touches-production-rule"].startswith(
-        "Properties.Actions[0].ForwardConfig.TargetGroups[0].Weight changes on a production listener rule")
+    assert (
+        found["Route"]
+        .class_reasons["touches-production-rule"]
+        .startswith("Properties.Actions[0].ForwardConfig.TargetGroups[0].Weight changes on a production listener rule")
+    )
     assert found["Listener"].classes == ["touches-production-rule"]
 
 
 def test_production_rule_named_by_the_service_alone(tmp_path):
     """A rule with a single-target forward is a production rule when a service names it (here by
     Fn::GetAtt); an equal rule no service names is not."""
+
     def stack(port: int) -> dict:
         template = ecs()
         res = template["Resources"]
         single = [{"Type": "forward", "TargetGroupArn": {"Ref": "Targets"}}]
         res["Route"]["Properties"]["Actions"] = copy.deepcopy(single)
         res["Service"]["Properties"]["LoadBalancers"][0]["AdvancedConfiguration"]["ProductionListenerRule"] = {
-            "Fn::GetAtt": ["Route", "RuleArn"]}
+            "Fn::GetAtt": ["Route", "RuleArn"]
+        }
         res["Other"] = target_group(port)
-        res["PlainRoute"] = {"Type": RULE, "Properties": {
-            "ListenerArn": {"Ref": "Listener"}, "Priority": 10, "Actions": copy.deepcopy(single),
-            "Conditions": [{"Field": "path-pattern", "PathPatternConfig": {"Values": ["/plain"]}}]}}
+        res["PlainRoute"] = {
+            "Type": RULE,
+            "Properties": {
+                "ListenerArn": {"Ref": "Listener"},
+                "Priority": 10,
+                "Actions": copy.deepcopy(single),
+                "Conditions": [{"Field": "path-pattern", "PathPatternConfig": {"Values": ["/plain"]}}],
+            },
+        }
         return template
+
     head = stack(8080)
     for rule in ("Route", "PlainRoute"):
         head["Resources"][rule]["Properties"]["Actions"][0]["TargetGroupArn"] = {"Ref": "AlternateTargets"}
@@ -352,12 +523,14 @@ def test_production_rule_priority_change_is_not_touching_its_actions_but_removal
     removed = ecs()
     del removed["Resources"]["Route"]
     removed["Resources"]["Service"]["Properties"]["LoadBalancers"][0]["AdvancedConfiguration"].pop(
-        "ProductionListenerRule")
+        "ProductionListenerRule"
+    )
     found = changes(compare(tmp_path / "removed", {"fleet": ecs()}, {"fleet": removed}))
     assert found["Route"].classes == ["touches-production-rule", "removes"]
 
 
 # --- adds and removes; whole stacks -----------------------------------------------------------------
+
 
 def test_adds_and_removes_resources_and_stacks(tmp_path):
     head_fleet = ecs()
@@ -379,12 +552,12 @@ def test_a_model_retired_and_another_added_are_not_a_move(tmp_path):
     report = compare(tmp_path, {"bert-a": component()}, {"bert-b": component()})
     new = changes(report, "bert-b")
     component_change = new["Component"]
-    assert (component_change.replaces, component_change.replacement, component_change.classes) == (
-        None, None, ["adds"])
+    assert (component_change.replaces, component_change.replacement, component_change.classes) == (None, None, ["adds"])
     assert {r.classes[0] for r in changes(report, "bert-a").values()} == {"removes"}
 
 
 # --- --fail-on ------------------------------------------------------------------------------------
+
 
 @pytest.fixture
 def reset_pair(tmp_path) -> tuple[Path, Path]:
@@ -399,12 +572,13 @@ def test_fail_on_exits_3_with_one_line_per_offending_change(reset_pair):
     result = cli(base, head, "--fail-on", "resets-scaled-count")
     assert result.returncode == 3, result.stderr
     (line,) = [x for x in result.stderr.splitlines() if x.startswith("fail-on: ")]
-    assert line.startswith(
-        "fail-on: dev/fleet/Service (AWS::ECS::Service): resets-scaled-count: DesiredCount set to 2")
+    assert line.startswith("fail-on: dev/fleet/Service (AWS::ECS::Service): resets-scaled-count: DesiredCount set to 2")
     both = cli(base, head, "--fail-on", "adds,touches-production-rule", "--fail-on", "resets-scaled-count")
     assert both.returncode == 3
     assert sorted(x.split(" ")[1] for x in both.stderr.splitlines() if x.startswith("fail-on: ")) == [
-        "dev/fleet/Service", "dev/fleet/Spare"]
+        "dev/fleet/Service",
+        "dev/fleet/Spare",
+    ]
     assert cli(base, head, "--fail-on", "any").returncode == 3
 
 
@@ -422,11 +596,14 @@ def test_bad_fail_on_value_is_a_one_line_usage_error(reset_pair):
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
     (line,) = result.stderr.strip().splitlines()
-    assert "--fail-on: unknown class 'replaces'; valid: replaces-serving-resource, interrupts-traffic, " \
-           "resets-scaled-count, pauses-autoscaling, touches-production-rule, adds, removes, any" in line
+    assert (
+        "--fail-on: unknown class 'replaces'; valid: replaces-serving-resource, interrupts-traffic, "
+        "resets-scaled-count, pauses-autoscaling, touches-production-rule, adds, removes, any" in line
+    )
 
 
 # --- environments on one side; --env --------------------------------------------------------------
+
 
 @pytest.fixture
 def dev_only_head(tmp_path) -> tuple[Path, Path]:
@@ -451,13 +628,14 @@ def test_environment_synthesized_on_one_side_only_is_reported_not_counted(dev_on
     assert bert.summary.capacity[0].instance_type == "ml.g4dn.xlarge"
     markdown = render_markdown.render(report)
     assert "### environment staging: only in base (not synthesized in head?)" in markdown
-    assert "> - environment staging: only in base (not synthesized in head?): not compared, its 2 stack(s) " \
-           "not counted" in markdown
+    assert (
+        "> - environment staging: only in base (not synthesized in head?): not compared, its 2 stack(s) "
+        "not counted" in markdown
+    )
     assert "| fleet | removed |" not in markdown
     result = cli(base, head, "--fail-on", "removes,replaces-serving-resource", "--format", "json")
     assert result.returncode == 0, result.stderr
-    assert ("environment staging: only in base (not synthesized in head?): its 2 stack(s) not compared"
-            in result.stderr)
+    assert "environment staging: only in base (not synthesized in head?): its 2 stack(s) not compared" in result.stderr
     data = json.loads(result.stdout)
     assert (data["environments_only_in_base"], data["counts"]["removed"]) == (["staging"], 0)
     assert data["environments"][1]["status"] == "only-in-base"
@@ -480,19 +658,22 @@ def test_env_restricts_the_diff_and_an_unknown_env_is_a_one_line_error(dev_only_
 
 # --- stack summaries; retirement -------------------------------------------------------------------
 
+
 def test_added_stack_summary_capacity_iam_and_cost(tmp_path):
     report = compare(tmp_path, {}, {"fleet": ecs(), "bert": endpoint(), "shared-bert": component()})
     stacks = {s.name: s for s in report.environments[0].stacks}
     fleet = stacks["fleet"].summary
     assert [(c.resource, c.kind, c.instance_type, c.min, c.max, c.unit) for c in fleet.capacity] == [
         ("Asg", "EC2 Auto Scaling group", "inf1.xlarge", 1, 3, "instances"),
-        ("TaskCount", "ECS service autoscaling", None, 1, 4, "tasks")]
+        ("TaskCount", "ECS service autoscaling", None, 1, 4, "tasks"),
+    ]
     assert fleet.iam_actions == ["ecr:BatchGetImage", "logs:PutLogEvents"]  # deduplicated, sorted
     hourly = pricing.PRICES["inf1.xlarge"].usd_per_hour * pricing.HOURS_PER_MONTH
     assert fleet.cost == {"usd_per_month_min": round(hourly, 2), "usd_per_month_max": round(3 * hourly, 2)}
     bert = stacks["bert"].summary
     assert [(c.resource, c.instance_type, c.min, c.max, c.on) for c in bert.capacity] == [
-        ("Scaling", "ml.g4dn.xlarge", 2, 6, "dev-bert")]
+        ("Scaling", "ml.g4dn.xlarge", 2, 6, "dev-bert")
+    ]
     shared = stacks["shared-bert"].summary
     assert [(c.unit, c.min, c.max, c.on) for c in shared.capacity] == [("copies", 0, 3, "dev-shared")]
     assert shared.cost is None and "endpoint dev-shared" in shared.cost_note
@@ -505,13 +686,21 @@ def test_added_stack_summary_capacity_iam_and_cost(tmp_path):
 
 def test_managed_instance_scaling_is_the_capacity_of_a_fleet_endpoint():
     from inferstack.review import summary
+
     resources = endpoint()["Resources"]
     del resources["Scaling"]
     resources["Config"]["Properties"]["ProductionVariants"][0]["ManagedInstanceScaling"] = {
-        "Status": "ENABLED", "MinInstanceCount": 1, "MaxInstanceCount": 4}
+        "Status": "ENABLED",
+        "MinInstanceCount": 1,
+        "MaxInstanceCount": 4,
+    }
     (found,) = summary.capacity(resources)
     assert (found.kind, found.instance_type, found.min, found.max) == (
-        "managed instance scaling", "ml.g4dn.xlarge", 1, 4)
+        "managed instance scaling",
+        "ml.g4dn.xlarge",
+        1,
+        4,
+    )
 
 
 def test_retired_stack_lists_what_is_deleted_and_what_retain_keeps(tmp_path):
@@ -524,17 +713,30 @@ def test_retired_stack_lists_what_is_deleted_and_what_retain_keeps(tmp_path):
     retirement = env.retirement()
     assert retirement["removed_stacks"] == ["intent-pack"]
     assert retirement["kept"] == [
-        {"stack": "intent-pack", "logical_id": "Captures", "type": "AWS::S3::Bucket",
-         "policy": "DeletionPolicy: RetainExceptOnCreate"},
-        {"stack": "intent-pack", "logical_id": "Logs", "type": "AWS::Logs::LogGroup",
-         "policy": "DeletionPolicy: Retain"}]
+        {
+            "stack": "intent-pack",
+            "logical_id": "Captures",
+            "type": "AWS::S3::Bucket",
+            "policy": "DeletionPolicy: RetainExceptOnCreate",
+        },
+        {
+            "stack": "intent-pack",
+            "logical_id": "Logs",
+            "type": "AWS::Logs::LogGroup",
+            "policy": "DeletionPolicy: Retain",
+        },
+    ]
     assert retirement["deleted"] == len(old["Resources"]) - 2  # the key's UpdateReplacePolicy does not keep it
     markdown = render_markdown.render(report)
     assert f"#### Removed: what goes and what is kept ({len(old['Resources']) - 2} deleted, 2 kept)" in markdown
-    assert "_ECR images are never deleted by a stack removal: they live in the bootstrap and promoted " \
-           "repositories, which no stack here owns._" in markdown
-    assert (f"- `intent-pack` (`dev-intent-pack`), {len(old['Resources'])} resources: stack removed: "
-            f"{len(old['Resources']) - 2} deleted, 2 kept (Retain)") in markdown
+    assert (
+        "_ECR images are never deleted by a stack removal: they live in the bootstrap and promoted "
+        "repositories, which no stack here owns._" in markdown
+    )
+    assert (
+        f"- `intent-pack` (`dev-intent-pack`), {len(old['Resources'])} resources: stack removed: "
+        f"{len(old['Resources']) - 2} deleted, 2 kept (Retain)"
+    ) in markdown
     assert "  - kept (Retain): `intent-pack/Logs` (AWS::Logs::LogGroup): DeletionPolicy: Retain" in markdown
     assert "| intent-pack | removed |" in markdown
 

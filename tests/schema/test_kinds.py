@@ -19,15 +19,26 @@ from inferstack.schema.model_config import ModelConfig
 from tests.support.paths import CONFIG_DIR
 
 # What imports every module that may hold a per-kind table: the CDK app and the command line's commands.
-ENTRY_MODULES = ("stacks.app_builder", "inferstack.cli", "inferstack.delivery.smoke", "inferstack.delivery.promote",
-                 "inferstack.profile.command", "inferstack.profile.recommender_command",
-                 "inferstack.loadtest.command", "inferstack.loadtest.environment_run")
+ENTRY_MODULES = (
+    "stacks.app_builder",
+    "inferstack.cli",
+    "inferstack.delivery.smoke",
+    "inferstack.delivery.promote",
+    "inferstack.profile.command",
+    "inferstack.profile.recommender_command",
+    "inferstack.loadtest.command",
+    "inferstack.loadtest.environment_run",
+)
 # The tables there are today; discovery must find at least these (a table it missed would go unchecked).
 KNOWN_TABLES = {
-    "inferstack.config.checks.models.MODEL_CHECKS", "inferstack.config.checks.fleets.FLEET_CHECKS",
-    "inferstack.config.architecture.IMAGES", "inferstack.capacity.packing.PLANNERS",
-    "inferstack.commands.plan_report.MEMBER_ROWS", "inferstack.loadtest.probes.PROBES",
-    "stacks.serving_stack.SERVES", "stacks.fleet_stack.SERVES",
+    "inferstack.config.checks.models.MODEL_CHECKS",
+    "inferstack.config.checks.fleets.FLEET_CHECKS",
+    "inferstack.config.architecture.IMAGES",
+    "inferstack.capacity.packing.PLANNERS",
+    "inferstack.commands.plan_report.MEMBER_ROWS",
+    "inferstack.loadtest.probes.PROBES",
+    "stacks.serving_stack.SERVES",
+    "stacks.fleet_stack.SERVES",
 }
 
 
@@ -40,8 +51,11 @@ def per_kind_tables() -> dict[str, dict]:
         if not module_name.startswith(("inferstack.", "stacks.")):
             continue
         for attr, value in vars(module).items():
-            if isinstance(value, dict) and value and all(
-                    isinstance(key, (kinds.ModelKind, kinds.FleetKind)) for key in value):
+            if (
+                isinstance(value, dict)
+                and value
+                and all(isinstance(key, (kinds.ModelKind, kinds.FleetKind)) for key in value)
+            ):
                 found[f"{module_name}.{attr}"] = value
     return found
 
@@ -64,8 +78,11 @@ def union_members(annotated) -> set[type]:
 
 
 def test_every_schema_class_is_registered_and_every_registered_kind_is_in_the_schema():
-    assert {k.schema for k in kinds.MODEL_KINDS.values()} == union_members(ModelConfig) == set(
-        typing.get_args(kinds.Model))
+    assert (
+        {k.schema for k in kinds.MODEL_KINDS.values()}
+        == union_members(ModelConfig)
+        == set(typing.get_args(kinds.Model))
+    )
     assert {k.schema for k in kinds.FLEET_KINDS.values()} == union_members(Fleet)
     assert all(fleet.member in kinds.MODEL_KINDS.values() for fleet in kinds.FLEET_KINDS.values())
 
@@ -85,25 +102,40 @@ def test_a_new_kind_without_its_table_entries_fails_the_completeness_check(monke
     tables = per_kind_tables()
     monkeypatch.setattr(kinds, "MODEL_KINDS", dict(kinds.MODEL_KINDS))
     monkeypatch.setattr(kinds, "FLEET_KINDS", dict(kinds.FLEET_KINDS))
-    new_model = kinds.register(kinds.ModelKind("tagless", _Tagless, accelerator=instances.SAGEMAKER_GPU,
-                                               hosting="sagemaker", at_zero=None))
+    new_model = kinds.register(
+        kinds.ModelKind("tagless", _Tagless, accelerator=instances.SAGEMAKER_GPU, hosting="sagemaker", at_zero=None)
+    )
     model_tables = {name for name, table in tables.items() if isinstance(next(iter(table)), kinds.ModelKind)}
     assert {line.split(":")[0] for line in incomplete(tables)} == model_tables
     assert all("missing ['tagless']" in line for line in incomplete(tables))
-    kinds.register(kinds.FleetKind("tagless-fleet", type("TaglessFleet", (BaseModel,), {
-        "__annotations__": {"kind": Literal["tagless-fleet"]}}), member=new_model, serves_members=False,
-        at_zero="on-demand"))
+    kinds.register(
+        kinds.FleetKind(
+            "tagless-fleet",
+            type("TaglessFleet", (BaseModel,), {"__annotations__": {"kind": Literal["tagless-fleet"]}}),
+            member=new_model,
+            serves_members=False,
+            at_zero="on-demand",
+        )
+    )
     assert {line.split(":")[0] for line in incomplete(tables)} == set(tables)
 
 
 def test_a_kind_is_registered_once_under_its_schema_tag(monkeypatch):
     monkeypatch.setattr(kinds, "MODEL_KINDS", dict(kinds.MODEL_KINDS))
     with pytest.raises(ValueError, match="registered twice"):
-        kinds.register(kinds.ModelKind("neuron-ecs", kinds.NEURON_ECS.schema, accelerator=instances.INFERENTIA_EC2,
-                                       hosting="ecs", at_zero="closed"))
+        kinds.register(
+            kinds.ModelKind(
+                "neuron-ecs",
+                kinds.NEURON_ECS.schema,
+                accelerator=instances.INFERENTIA_EC2,
+                hosting="ecs",
+                at_zero="closed",
+            )
+        )
     with pytest.raises(ValueError, match=r"'other': _Tagless.kind is Literal\['tagless'\]"):
-        kinds.register(kinds.ModelKind("other", _Tagless, accelerator=instances.SAGEMAKER_GPU, hosting="sagemaker",
-                                       at_zero=None))
+        kinds.register(
+            kinds.ModelKind("other", _Tagless, accelerator=instances.SAGEMAKER_GPU, hosting="sagemaker", at_zero=None)
+        )
 
 
 def test_the_shipped_configs_use_every_registered_kind():

@@ -29,10 +29,20 @@ WAIT_S = 30
 
 def driver(profile: str) -> webdriver.Chrome:
     options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM   # given, with the driver's path: Selenium Manager downloads nothing
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic",
-                 "--no-first-run", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--window-size=1400,1000", f"--user-data-dir={profile}"):
+    options.binary_location = CHROMIUM  # given, with the driver's path: Selenium Manager downloads nothing
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--window-size=1400,1000",
+        f"--user-data-dir={profile}",
+    ):
         options.add_argument(flag)
     browser = webdriver.Chrome(options=options, service=Service(executable_path=CHROMEDRIVER))
     browser.set_page_load_timeout(WAIT_S)
@@ -58,7 +68,8 @@ def page_state(browser: webdriver.Chrome) -> dict:
         # Code blocks wider than their column (a scroll bar hiding the end of a line, comments included).
         "code_overflowing": browser.execute_script(
             "return [...document.querySelectorAll('article pre > code')]"
-            ".filter(c => c.scrollWidth > c.clientWidth + 1).length"),
+            ".filter(c => c.scrollWidth > c.clientWidth + 1).length"
+        ),
     }
 
 
@@ -75,23 +86,35 @@ def search(browser: webdriver.Chrome, page: str, query: str) -> dict:
     try:
         WebDriverWait(browser, WAIT_S).until(lambda b: "matching" in meta(b))
     except TimeoutException:
-        pass   # reported as it stands: "Initializing search" when the search never started
-    return {"meta": meta(browser),
-            "results": visible_texts(browser, ".md-search-result__item .md-search-result__article h1")}
+        pass  # reported as it stands: "Initializing search" when the search never started
+    return {
+        "meta": meta(browser),
+        "results": visible_texts(browser, ".md-search-result__item .md-search-result__article h1"),
+    }
 
 
 def rendered_diagram(browser: webdriver.Chrome) -> dict:
     """The first mermaid diagram as drawn: its SVG's node count and text, read through its shadow root."""
     document = browser.execute_cdp_cmd("DOM.getDocument", {"depth": -1, "pierce": True})["root"]
-    host = next(n for n in _nodes(document) if n.get("nodeName") == "DIV"
-                and "mermaid" in dict(zip(n.get("attributes", [])[::2], n.get("attributes", [])[1::2])).get("class", ""))
+    host = next(
+        n
+        for n in _nodes(document)
+        if n.get("nodeName") == "DIV"
+        and "mermaid"
+        in dict(zip(n.get("attributes", [])[::2], n.get("attributes", [])[1::2], strict=True)).get("class", "")
+    )
     inside = [n for root in host.get("shadowRoots", []) for n in _nodes(root)]
-    classes = [dict(zip(n.get("attributes", [])[::2], n.get("attributes", [])[1::2])).get("class", "") for n in inside]
-    return {"svg": any(n.get("nodeName") == "svg" for n in inside),
-            "nodes": sum(1 for c in classes if "node" in c.split()),
-            "text": " ".join(n["nodeValue"].strip() for n in inside if n.get("nodeType") == 3 and n["nodeValue"].strip()),
-            "height": browser.find_element(By.CSS_SELECTOR, "div.mermaid").size["height"],
-            "label_px": _label_px(browser, next(n for n in inside if n.get("nodeName") == "svg"))}
+    classes = [
+        dict(zip(n.get("attributes", [])[::2], n.get("attributes", [])[1::2], strict=True)).get("class", "")
+        for n in inside
+    ]
+    return {
+        "svg": any(n.get("nodeName") == "svg" for n in inside),
+        "nodes": sum(1 for c in classes if "node" in c.split()),
+        "text": " ".join(n["nodeValue"].strip() for n in inside if n.get("nodeType") == 3 and n["nodeValue"].strip()),
+        "height": browser.find_element(By.CSS_SELECTOR, "div.mermaid").size["height"],
+        "label_px": _label_px(browser, next(n for n in inside if n.get("nodeName") == "svg")),
+    }
 
 
 def _label_px(browser: webdriver.Chrome, svg: dict) -> float:
@@ -116,8 +139,9 @@ def main(base: str, from_disk: str) -> dict:
             browser.get(base)
             home = page_state(browser)
             # The reader's path to the reference: the navigation's "Model file" link, clicked.
-            link = browser.find_element(By.XPATH, "//nav[contains(@class,'md-nav--primary')]"
-                                                  "//a[normalize-space()='Model file']")
+            link = browser.find_element(
+                By.XPATH, "//nav[contains(@class,'md-nav--primary')]//a[normalize-space()='Model file']"
+            )
             link.click()
             WebDriverWait(browser, WAIT_S).until(expected_conditions.url_contains("reference/model-file"))
             reference = page_state(browser)
@@ -125,14 +149,22 @@ def main(base: str, from_disk: str) -> dict:
             # Material renders a ```mermaid block into a closed shadow root that replaces the <pre> holding its
             # source; the page's scripts cannot see inside, the DevTools protocol can (pierce).
             WebDriverWait(browser, WAIT_S).until(
-                lambda b: not b.find_elements(By.CSS_SELECTOR, "pre.mermaid")
-                and b.find_elements(By.CSS_SELECTOR, "div.mermaid"))
+                lambda b: (
+                    not b.find_elements(By.CSS_SELECTOR, "pre.mermaid")
+                    and b.find_elements(By.CSS_SELECTOR, "div.mermaid")
+                )
+            )
             diagram = rendered_diagram(browser)
             browser.get(base + "how-to/retire-a-model.html")
             wide_code = page_state(browser)
-            return {"home": home, "reference": reference, "diagram": diagram, "wide_code": wide_code,
-                    "search": search(browser, base, "rollback"),
-                    "search_from_disk": search(browser, from_disk, "rollback")}
+            return {
+                "home": home,
+                "reference": reference,
+                "diagram": diagram,
+                "wide_code": wide_code,
+                "search": search(browser, base, "rollback"),
+                "search_from_disk": search(browser, from_disk, "rollback"),
+            }
         finally:
             browser.quit()
 

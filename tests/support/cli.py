@@ -13,8 +13,9 @@ from tests.support.paths import ROOT
 
 
 def run(*args: str, cwd: Path = ROOT, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, timeout=300)
+    return subprocess.run(
+        [sys.executable, *args], cwd=cwd, capture_output=True, text=True, env={**os.environ, **(env or {})}, timeout=300
+    )
 
 
 def assert_nothing_written(outdir: Path) -> None:

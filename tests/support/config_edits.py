@@ -38,21 +38,25 @@ def problems_of(config_dir: Path) -> list[str]:
 
 def set_at(*path, value):
     """A change for `edit_yaml`: the key at `path` set to `value`."""
+
     def change(data):
         node = data
         for key in path[:-1]:
             node = node[key]
         node[path[-1]] = value
+
     return change
 
 
 def delete_at(*path):
     """A change for `edit_yaml`: the key at `path` deleted."""
+
     def change(data):
         node = data
         for key in path[:-1]:
             node = node[key]
         del node[path[-1]]
+
     return change
 
 
@@ -70,16 +74,21 @@ def without_fleets(config_dir: Path, keep_models: tuple[str, ...] | None = None)
     return config_dir
 
 
-def mark_measured(config_dir: Path, model: str, *instance_types: str, date: str = "2025-03-04",
-                  environment: str | None = "staging") -> None:
+def mark_measured(
+    config_dir: Path, model: str, *instance_types: str, date: str = "2025-03-04", environment: str | None = "staging"
+) -> None:
     """Give each entry a measured: block with its own p99, as `inferstack profile` would have written it."""
     path = config_dir / f"{model}.yaml"
     data = yaml.safe_load(path.read_text())
     for itype in instance_types:
         point = data["throughput_profile"][itype]
-        point["measured"] = {"date": date, "method": "inferstack profile", "instances": 2,
-                             "p99_latency_ms": point["p99_latency_ms"],
-                             "results": f"s3://inferstack-loadtest/r-1/{model}/run-1/result.json"}
+        point["measured"] = {
+            "date": date,
+            "method": "inferstack profile",
+            "instances": 2,
+            "p99_latency_ms": point["p99_latency_ms"],
+            "results": f"s3://inferstack-loadtest/r-1/{model}/run-1/result.json",
+        }
         if environment is not None:
             point["measured"]["environment"] = environment
     path.write_text(yaml.safe_dump(data, sort_keys=False))

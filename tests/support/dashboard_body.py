@@ -19,7 +19,7 @@ def _render(value: Any) -> str:
         return value
     if not (isinstance(value, dict) and len(value) == 1):
         raise ValueError(f"not a string or an intrinsic: {value!r}")
-    (name, argument), = value.items()
+    ((name, argument),) = value.items()
     if name == "Fn::Join":
         delimiter, parts = argument
         return delimiter.join(_render(part) for part in parts)

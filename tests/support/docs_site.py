@@ -30,6 +30,11 @@ def require_docs_venv() -> None:
 def mkdocs_build(config: Path, site: Path) -> subprocess.CompletedProcess:
     """`mkdocs build --strict` of `config` into `site`: what `make docs-build` runs."""
     require_docs_venv()
-    return subprocess.run([str(MKDOCS), "build", "--strict", "--config-file", str(config), "--site-dir", str(site)],
-                          cwd=config.parent, env=docs_environment(), capture_output=True, text=True,
-                          timeout=BUILD_TIMEOUT_S)
+    return subprocess.run(
+        [str(MKDOCS), "build", "--strict", "--config-file", str(config), "--site-dir", str(site)],
+        cwd=config.parent,
+        env=docs_environment(),
+        capture_output=True,
+        text=True,
+        timeout=BUILD_TIMEOUT_S,
+    )

@@ -9,10 +9,35 @@ from __future__ import annotations
 
 import jsonschema
 
-UNITS = ["Seconds", "Microseconds", "Milliseconds", "Bytes", "Kilobytes", "Megabytes", "Gigabytes", "Terabytes",
-         "Bits", "Kilobits", "Megabits", "Gigabits", "Terabits", "Percent", "Count", "Bytes/Second",
-         "Kilobytes/Second", "Megabytes/Second", "Gigabytes/Second", "Terabytes/Second", "Bits/Second",
-         "Kilobits/Second", "Megabits/Second", "Gigabits/Second", "Terabits/Second", "Count/Second", "None"]
+UNITS = [
+    "Seconds",
+    "Microseconds",
+    "Milliseconds",
+    "Bytes",
+    "Kilobytes",
+    "Megabytes",
+    "Gigabytes",
+    "Terabytes",
+    "Bits",
+    "Kilobits",
+    "Megabits",
+    "Gigabits",
+    "Terabits",
+    "Percent",
+    "Count",
+    "Bytes/Second",
+    "Kilobytes/Second",
+    "Megabytes/Second",
+    "Gigabytes/Second",
+    "Terabytes/Second",
+    "Bits/Second",
+    "Kilobits/Second",
+    "Megabits/Second",
+    "Gigabits/Second",
+    "Terabits/Second",
+    "Count/Second",
+    "None",
+]
 
 SCHEMA = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -25,7 +50,8 @@ SCHEMA = {
             "properties": {
                 "Timestamp": {"type": "integer", "minimum": 0},
                 "CloudWatchMetrics": {
-                    "type": "array", "minItems": 1,
+                    "type": "array",
+                    "minItems": 1,
                     "items": {
                         "type": "object",
                         "required": ["Namespace", "Dimensions", "Metrics"],
@@ -33,14 +59,23 @@ SCHEMA = {
                         "properties": {
                             "Namespace": {"type": "string", "minLength": 1, "maxLength": 1024},
                             "Dimensions": {
-                                "type": "array", "minItems": 1,
-                                "items": {"type": "array", "maxItems": 30, "uniqueItems": True,
-                                          "items": {"type": "string", "minLength": 1, "maxLength": 250}},
+                                "type": "array",
+                                "minItems": 1,
+                                "items": {
+                                    "type": "array",
+                                    "maxItems": 30,
+                                    "uniqueItems": True,
+                                    "items": {"type": "string", "minLength": 1, "maxLength": 250},
+                                },
                             },
                             "Metrics": {
-                                "type": "array", "minItems": 1, "maxItems": 100,
+                                "type": "array",
+                                "minItems": 1,
+                                "maxItems": 100,
                                 "items": {
-                                    "type": "object", "required": ["Name"], "additionalProperties": False,
+                                    "type": "object",
+                                    "required": ["Name"],
+                                    "additionalProperties": False,
                                     "properties": {
                                         "Name": {"type": "string", "minLength": 1, "maxLength": 1024},
                                         "Unit": {"enum": UNITS},
@@ -68,8 +103,11 @@ def referenced_members_problems(record: dict) -> list[str]:
         for metric in directive["Metrics"]:
             value = record.get(metric["Name"])
             numbers = value if isinstance(value, list) else [value]
-            if not numbers or len(numbers) > 100 or not all(
-                    isinstance(v, (int, float)) and not isinstance(v, bool) for v in numbers):
+            if (
+                not numbers
+                or len(numbers) > 100
+                or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in numbers)
+            ):
                 problems.append(f"metric {metric['Name']!r} is not a number or an array of 1-100 numbers")
     return problems
 

@@ -14,18 +14,56 @@ def fuzz_examples(count: int) -> int:
     return count * int(os.environ.get("FUZZ_SCALE", "1"))
 
 
-NUMBER_SPELLINGS = ["nan", "NaN", "-nan", "inf", "-inf", "Infinity", "1e400", "-1e400", "1e-400", "1e308",
-                    "0x7fffffffffffffff", "9" * 30, "1_000", "0b101", "0o17", "1:30", "-0", "+1", ".5"]
-ODD_STRINGS = ["", " ", "~", "null", "yes", "off", "2024-13-45", "2024-02-30", "inf1.xlarge", "ml.g4dn.xlarge",
-               "a\x00b", "\u202e", "x" * 300, "dev", "prod", "cron(0 20 ? * MON-FRI *)", "Mars/Olympus"]
+NUMBER_SPELLINGS = [
+    "nan",
+    "NaN",
+    "-nan",
+    "inf",
+    "-inf",
+    "Infinity",
+    "1e400",
+    "-1e400",
+    "1e-400",
+    "1e308",
+    "0x7fffffffffffffff",
+    "9" * 30,
+    "1_000",
+    "0b101",
+    "0o17",
+    "1:30",
+    "-0",
+    "+1",
+    ".5",
+]
+ODD_STRINGS = [
+    "",
+    " ",
+    "~",
+    "null",
+    "yes",
+    "off",
+    "2024-13-45",
+    "2024-02-30",
+    "inf1.xlarge",
+    "ml.g4dn.xlarge",
+    "a\x00b",
+    "\u202e",
+    "x" * 300,
+    "dev",
+    "prod",
+    "cron(0 20 ? * MON-FRI *)",
+    "Mars/Olympus",
+]
 
 scalars = st.one_of(
-    st.none(), st.booleans(),
+    st.none(),
+    st.booleans(),
     st.integers(min_value=-(2**70), max_value=2**70),
     st.sampled_from([0, 1, -1, 2**31, 2**63 - 1, 2**63, 10**30]),
     st.floats(allow_nan=True, allow_infinity=True),
     st.sampled_from([1e308, -1e308, 5e-324, 1e-300, 0.0, -0.0]),
-    st.text(max_size=12), st.sampled_from(NUMBER_SPELLINGS + ODD_STRINGS),
+    st.text(max_size=12),
+    st.sampled_from(NUMBER_SPELLINGS + ODD_STRINGS),
 )
 values = st.recursive(
     scalars,

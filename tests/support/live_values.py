@@ -43,6 +43,12 @@ def as_created(template: dict) -> dict:
             return [replace(item) for item in value]
         return value
 
-    return {**template, "Resources": {logical_id: {**resource, "Properties": replace(resource.get("Properties", {}))}
-                                      if resource.get("Type") != READER_TYPE else resource
-                                      for logical_id, resource in template.get("Resources", {}).items()}}
+    return {
+        **template,
+        "Resources": {
+            logical_id: {**resource, "Properties": replace(resource.get("Properties", {}))}
+            if resource.get("Type") != READER_TYPE
+            else resource
+            for logical_id, resource in template.get("Resources", {}).items()
+        },
+    }

@@ -49,15 +49,31 @@ def runtime_report(groups: list[str], env: dict[str, str], period: float) -> dic
     used = cores(env.get("NEURON_RT_VISIBLE_CORES"))
     report: dict = {}
     if "neuroncore_counters" in groups:
-        report["neuroncore_counters"] = {"period": period, "error": "", "neuroncores_in_use": {
-            str(core): {"neuroncore_utilization": 50.0 + core, "flops": 1000} for core in used}}
+        report["neuroncore_counters"] = {
+            "period": period,
+            "error": "",
+            "neuroncores_in_use": {str(core): {"neuroncore_utilization": 50.0 + core, "flops": 1000} for core in used},
+        }
     if "memory_used" in groups:
-        report["memory_used"] = {"period": period, "error": "", "neuron_runtime_used_bytes": {
-            "host": 5000, "neuron_device": 1_000_000 * len(used)}, "loaded_models": []}
+        report["memory_used"] = {
+            "period": period,
+            "error": "",
+            "neuron_runtime_used_bytes": {"host": 5000, "neuron_device": 1_000_000 * len(used)},
+            "loaded_models": [],
+        }
     if "execution_stats" in groups:
-        report["execution_stats"] = {"period": period, "error": "", "execution_summary": {
-            "completed": 10, "completed_with_err": 0, "completed_with_num_err": 0, "timed_out": 0,
-            "incorrect_input": 0, "failed_to_queue": 0}}
+        report["execution_stats"] = {
+            "period": period,
+            "error": "",
+            "execution_summary": {
+                "completed": 10,
+                "completed_with_err": 0,
+                "completed_with_num_err": 0,
+                "timed_out": 0,
+                "incorrect_input": 0,
+                "failed_to_queue": 0,
+            },
+        }
     return report
 
 
@@ -75,11 +91,21 @@ def main() -> int:
         for pid, env in siblings():
             tag = env.get("NEURON_PROCESS_TAG")
             if tag is not None and tag_filter.search(tag):
-                data.append({"pid": pid, "address": "", "neuron_runtime_tag": tag, "error": "",
-                             "report": runtime_report(groups, env, period)})
-        report = {"neuron_runtime_data": data, "system_data": {},
-                  "instance_info": {"instance_type": "inf2.xlarge", "error": ""},
-                  "neuron_hardware_info": {"neuron_device_count": 1, "neuroncore_per_device_count": 2, "error": ""}}
+                data.append(
+                    {
+                        "pid": pid,
+                        "address": "",
+                        "neuron_runtime_tag": tag,
+                        "error": "",
+                        "report": runtime_report(groups, env, period),
+                    }
+                )
+        report = {
+            "neuron_runtime_data": data,
+            "system_data": {},
+            "instance_info": {"instance_type": "inf2.xlarge", "error": ""},
+            "neuron_hardware_info": {"neuron_device_count": 1, "neuroncore_per_device_count": 2, "error": ""},
+        }
         sys.stdout.write(json.dumps(report) + "\n")
         sys.stdout.flush()
 

@@ -64,8 +64,10 @@ def neuron_monitor_standin(directory: Path) -> Path:
 def open_connections(url: str) -> dict[str, float]:
     """inference_open_connections per worker pid, as /metrics reports it (this request's connection included)."""
     text = requests.get(url + "/metrics", timeout=10).text
-    return {pid: float(value) for pid, value in re.findall(r'^inference_open_connections\{pid="(\d+)"\} (\S+)$', text,
-                                                            re.MULTILINE)}
+    return {
+        pid: float(value)
+        for pid, value in re.findall(r'^inference_open_connections\{pid="(\d+)"\} (\S+)$', text, re.MULTILINE)
+    }
 
 
 @contextlib.contextmanager
@@ -110,8 +112,18 @@ def build_tiny_bert(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def build_artifact(tmp_path_factory: pytest.TempPathFactory, tiny_bert: Path) -> Path:
     def build(target: Path) -> None:
         result = run_script(
-            COMPILE, "--backend", "cpu", "--model", str(tiny_bert), "--out", str(target / "art"),
-            "--sequence-length", str(SEQUENCE_LENGTH), "--batch-size", "2", "--compiler-args=--fp32-cast=all",
+            COMPILE,
+            "--backend",
+            "cpu",
+            "--model",
+            str(tiny_bert),
+            "--out",
+            str(target / "art"),
+            "--sequence-length",
+            str(SEQUENCE_LENGTH),
+            "--batch-size",
+            "2",
+            "--compiler-args=--fp32-cast=all",
         )
         assert result.returncode == 0, result.stderr
 
@@ -145,10 +157,25 @@ class ServerProcess:
     (the logs): `stdout_lines` and `lines`; otherwise both are in `lines`, as a terminal shows them.
     """
 
-    def __init__(self, artifact: Path, env: dict | None = None, args: tuple[str, ...] = (), port: str | None = "0",
-                 separate_stdout: bool = False) -> None:
+    def __init__(
+        self,
+        artifact: Path,
+        env: dict | None = None,
+        args: tuple[str, ...] = (),
+        port: str | None = "0",
+        separate_stdout: bool = False,
+    ) -> None:
         self.proc = subprocess.Popen(
-            [PYTHON, str(SERVE), "--model-dir", str(artifact), *(("--port", port) if port is not None else ()), "--host", "127.0.0.1", *args],
+            [
+                PYTHON,
+                str(SERVE),
+                "--model-dir",
+                str(artifact),
+                *(("--port", port) if port is not None else ()),
+                "--host",
+                "127.0.0.1",
+                *args,
+            ],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE if separate_stdout else subprocess.STDOUT,
             text=True,
@@ -220,4 +247,3 @@ class ServerProcess:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(10)
-

@@ -13,8 +13,10 @@ from dataclasses import dataclass
 
 from tests.support.threaded_server import JsonHandler, serving
 
-OUTPUTS = [{"name": "logits", "datatype": "FP32", "shape": [1, 3], "data": [0.1, 0.2, 0.7]},
-           {"name": "label", "datatype": "BYTES", "shape": [1], "data": ["positive"]}]
+OUTPUTS = [
+    {"name": "logits", "datatype": "FP32", "shape": [1, 3], "data": [0.1, 0.2, 0.7]},
+    {"name": "label", "datatype": "BYTES", "shape": [1], "data": ["positive"]},
+]
 REPLY = json.dumps({"model_name": "m", "outputs": OUTPUTS}).encode()
 
 

@@ -40,7 +40,16 @@ def promote_cli(capsys, config_dir, *args: str) -> tuple[int, list[str], list[st
 
 def release_manifest(images, tags: dict[str, str] | None = None) -> dict:
     tags = tags or {}
-    return {"format": "inferstack-release/1", "commit": "c" * 40, "config_sha256": "f" * 64,
-            "environments": {"dev": {"stacks": {m: {"images": [{"asset_id": tags.get(m, i.tag), "tag": tags.get(m, i.tag),
-                                                                "digest": None}]}
-                                                for m, i in images.items()}}}}
+    return {
+        "format": "inferstack-release/1",
+        "commit": "c" * 40,
+        "config_sha256": "f" * 64,
+        "environments": {
+            "dev": {
+                "stacks": {
+                    m: {"images": [{"asset_id": tags.get(m, i.tag), "tag": tags.get(m, i.tag), "digest": None}]}
+                    for m, i in images.items()
+                }
+            }
+        },
+    }

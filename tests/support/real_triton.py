@@ -43,7 +43,8 @@ from tests.support.tiny_models import varied_t5
 EXPORT = ROOT / "container" / "triton" / "export.py"
 MAKE_TINY = ROOT / "benchmarks" / "make_tiny_model.py"
 ENV = "dev"
-# Token ids up to 7592 (BERT's "hello") appear in the tests' requests to the token-id models: the tiny vocabularies must hold them.
+# Token ids up to 7592 (BERT's "hello") appear in the tests' requests to the token-id models: the tiny vocabularies
+# must hold them.
 TINY_VOCAB = 8192
 TINY_HIDDEN = 32  # make_tiny_model's default --hidden-size (T5's d_model)
 EOS_SCALE = 30
@@ -54,9 +55,11 @@ TRITON_MODELS = sorted(m.name for m in PROJECT.models if isinstance(m, TritonSag
 
 def model_params(task: str | None = None) -> list:
     """One param per shipped Triton model (of `task`)."""
-    return [pytest.param(m.name, id=m.name)
-            for m in sorted(PROJECT.models, key=lambda m: m.name)
-            if isinstance(m, TritonSageMakerModel) and (task is None or m.source.task == task)]
+    return [
+        pytest.param(m.name, id=m.name)
+        for m in sorted(PROJECT.models, key=lambda m: m.name)
+        if isinstance(m, TritonSageMakerModel) and (task is None or m.source.task == task)
+    ]
 
 
 def shipped(name: str) -> TritonSageMakerModel:
@@ -64,11 +67,18 @@ def shipped(name: str) -> TritonSageMakerModel:
 
 
 def _run(*args: str, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **(env or {})}, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+        cwd=ROOT,
+    )
 
 
 # ---------------------------------------------------------------- the contract from the synthesized app
+
 
 def _contract_from_assembly(outdir: Path, templates: dict[str, dict]) -> dict[str, dict]:
     """Model -> {"environment": the Model's Environment, "spec": its image's TRITON_REPOSITORY_SPEC}."""
@@ -94,6 +104,7 @@ def _contract_from_assembly(outdir: Path, templates: dict[str, dict]) -> dict[st
 
 def build_contract(tmp_path_factory) -> dict[str, dict]:
     """The contract from dev synthesized once per session (the `contract` fixture)."""
+
     def build(target: Path) -> None:
         from tests.support.synth import synth
 
@@ -107,9 +118,19 @@ def build_contract(tmp_path_factory) -> dict[str, dict]:
 
 # ---------------------------------------------------------------- tiny checkpoints and exports
 
+
 def _tiny_bert(target: Path, labels: list[str]) -> Path:
-    result = _run(str(MAKE_TINY), "--kind", "bert", "--out", str(target / "model"), "--labels", ",".join(labels),
-                  "--vocab-size", str(TINY_VOCAB))
+    result = _run(
+        str(MAKE_TINY),
+        "--kind",
+        "bert",
+        "--out",
+        str(target / "model"),
+        "--labels",
+        ",".join(labels),
+        "--vocab-size",
+        str(TINY_VOCAB),
+    )
     assert result.returncode == 0, result.stderr
     return target / "model"
 
@@ -119,14 +140,18 @@ def _tiny_t5(target: Path) -> Path:
     random init alone repeats one token; scaled, rows differ. The end-of-sequence row is scaled by
     EOS_SCALE (not 3 as there): with the larger vocabulary a factor 3 ends no row within 16 steps, 30
     ends some rows early (at different steps) and leaves others running to the full length."""
-    return varied_t5(target, eos_scale=EOS_SCALE,
-                     make_tiny_args=("--vocab-size", str(TINY_VOCAB), "--hidden-size", str(TINY_HIDDEN)))
+    return varied_t5(
+        target, eos_scale=EOS_SCALE, make_tiny_args=("--vocab-size", str(TINY_VOCAB), "--hidden-size", str(TINY_HIDDEN))
+    )
 
 
 def tiny_spec(synthesized_spec: dict, checkpoint: Path) -> RepositorySpec:
     spec = json.loads(json.dumps(synthesized_spec))
-    spec["source"] = {"local_path": str(checkpoint), "task": spec["source"]["task"],
-                      "labels": spec["source"].get("labels", [])}
+    spec["source"] = {
+        "local_path": str(checkpoint),
+        "task": spec["source"]["task"],
+        "labels": spec["source"].get("labels", []),
+    }
     if spec["source"]["task"] == "text2text-generation":
         spec["export"]["hidden_size"] = TINY_HIDDEN
     return RepositorySpec.model_validate(spec)
@@ -144,15 +169,19 @@ def exported(tmp_path_factory, contract: dict, name: str) -> Exported:
     synthesized_spec = contract[name]["spec"]
     task = synthesized_spec["source"]["task"]
     checkpoint_dir = build_once(
-        tmp_path_factory, f"real-triton-tiny-{task}-{name}",
-        (lambda t: _tiny_t5(t)) if task == "text2text-generation"
-        else (lambda t: _tiny_bert(t, synthesized_spec["source"]["labels"])))
+        tmp_path_factory,
+        f"real-triton-tiny-{task}-{name}",
+        (lambda t: _tiny_t5(t))
+        if task == "text2text-generation"
+        else (lambda t: _tiny_bert(t, synthesized_spec["source"]["labels"])),
+    )
     checkpoint = checkpoint_dir / "model"
     spec = tiny_spec(synthesized_spec, checkpoint)
 
     def build(target: Path) -> None:
-        result = _run(str(EXPORT), "--out", str(target / "repository"),
-                      env={"TRITON_REPOSITORY_SPEC": spec.model_dump_json()})
+        result = _run(
+            str(EXPORT), "--out", str(target / "repository"), env={"TRITON_REPOSITORY_SPEC": spec.model_dump_json()}
+        )
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr
         (target / "export.log").write_text(result.stdout)
 
@@ -161,6 +190,7 @@ def exported(tmp_path_factory, contract: dict, name: str) -> Exported:
 
 
 # ---------------------------------------------------------------- servers (the `serve` fixture)
+
 
 @dataclass
 class Served:

@@ -14,11 +14,21 @@ JOB = "bert-large-classifier-staging-20250304100000"
 def _recommendation(itype: str, per_minute: int, latency: int, count: int = 1, ended: str | None = None) -> dict:
     out = {
         "RecommendationId": f"{JOB}/{itype}-{per_minute}",
-        "Metrics": {"CostPerHour": 0.736 * count, "CostPerInference": 0.0000038, "MaxInvocations": per_minute,
-                    "ModelLatency": latency, "CpuUtilization": 42.5, "MemoryUtilization": 31.0,
-                    "ModelSetupTime": 412},
-        "EndpointConfiguration": {"EndpointName": f"{JOB}-{itype.replace('.', '-')}", "VariantName": "AllTraffic",
-                                  "InstanceType": itype, "InitialInstanceCount": count},
+        "Metrics": {
+            "CostPerHour": 0.736 * count,
+            "CostPerInference": 0.0000038,
+            "MaxInvocations": per_minute,
+            "ModelLatency": latency,
+            "CpuUtilization": 42.5,
+            "MemoryUtilization": 31.0,
+            "ModelSetupTime": 412,
+        },
+        "EndpointConfiguration": {
+            "EndpointName": f"{JOB}-{itype.replace('.', '-')}",
+            "VariantName": "AllTraffic",
+            "InstanceType": itype,
+            "InitialInstanceCount": count,
+        },
         "ModelConfiguration": {"EnvironmentParameters": []},
     }
     if ended:
@@ -37,8 +47,10 @@ SAMPLE = {
     "CompletionTime": "2025-03-04T12:31:07.456000+00:00",
     "LastModifiedTime": "2025-03-04T12:31:07.456000+00:00",
     "InputConfig": {"ModelName": "Model-1a2B3c4D5e6F", "JobDurationInSeconds": 5100},
-    "StoppingConditions": {"MaxInvocations": 3000,
-                           "ModelLatencyThresholds": [{"Percentile": "P95", "ValueInMilliseconds": 300}]},
+    "StoppingConditions": {
+        "MaxInvocations": 3000,
+        "ModelLatencyThresholds": [{"Percentile": "P95", "ValueInMilliseconds": 300}],
+    },
     "InferenceRecommendations": [
         _recommendation("ml.g4dn.xlarge", 3192, 212),
         _recommendation("ml.g4dn.xlarge", 3600, 340),  # more, but past the 300 ms threshold

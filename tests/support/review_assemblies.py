@@ -56,16 +56,19 @@ def change_configs(config_dir: Path) -> None:
 
 def head_config(tmp_path_factory) -> Path:
     """`dev` synthesized from a copy of model_configs/ changed by `change_configs`."""
+
     def make(out: Path) -> None:
         configs = tmp_path_factory.mktemp("configs") / "model_configs"
         shutil.copytree(CONFIG_DIR, configs)
         change_configs(configs)
         synth(config.load(configs), ["dev"], out)
+
     return _once("head-config", tmp_path_factory, make)
 
 
-def edited_copy(base_dir: Path, target: Path, edit: Callable[[dict], None],
-                template: str = FOUNDATION_TEMPLATE) -> Path:
+def edited_copy(
+    base_dir: Path, target: Path, edit: Callable[[dict], None], template: str = FOUNDATION_TEMPLATE
+) -> Path:
     shutil.copytree(base_dir, target)
     path = target / template
     data = json.loads(path.read_text())
@@ -74,8 +77,7 @@ def edited_copy(base_dir: Path, target: Path, edit: Callable[[dict], None],
     return target
 
 
-def write_assembly(directory: Path, environments: dict[str, dict[str, dict]], *,
-                   region: str = "us-east-1") -> Path:
+def write_assembly(directory: Path, environments: dict[str, dict[str, dict]], *, region: str = "us-east-1") -> Path:
     """A minimal cloud assembly as `cdk synth` lays it out: root manifest -> nested `assembly-<env>`
     manifests -> `aws:cloudformation:stack` artifacts -> template files."""
     directory.mkdir(parents=True)
@@ -83,16 +85,20 @@ def write_assembly(directory: Path, environments: dict[str, dict[str, dict]], *,
     for env, stacks in environments.items():
         nested_dir = directory / f"assembly-{env}"
         nested_dir.mkdir()
-        root["artifacts"][f"assembly-{env}"] = {"type": "cdk:cloud-assembly",
-                                                "properties": {"directoryName": nested_dir.name, "displayName": env}}
+        root["artifacts"][f"assembly-{env}"] = {
+            "type": "cdk:cloud-assembly",
+            "properties": {"directoryName": nested_dir.name, "displayName": env},
+        }
         nested = {"version": "55.0.0", "artifacts": {}}
         for name, template in stacks.items():
             artifact = f"{env}{name}".replace("-", "")
             (nested_dir / f"{artifact}.template.json").write_text(json.dumps(template))
             nested["artifacts"][artifact] = {
-                "type": "aws:cloudformation:stack", "environment": f"aws://111111111111/{region}",
+                "type": "aws:cloudformation:stack",
+                "environment": f"aws://111111111111/{region}",
                 "displayName": f"{env}/{name}",
-                "properties": {"templateFile": f"{artifact}.template.json", "stackName": f"{env}-{name}"}}
+                "properties": {"templateFile": f"{artifact}.template.json", "stackName": f"{env}-{name}"},
+            }
         (nested_dir / "manifest.json").write_text(json.dumps(nested))
     (directory / "manifest.json").write_text(json.dumps(root))
     return directory

@@ -18,9 +18,20 @@ def shard_assembly(root: Path, env: str, stacks: dict[str, str], asset: str = "a
     (nested / "manifest.json").write_text(json.dumps({"version": "55.0.0", "artifacts": artifacts}))
     (root / asset).mkdir()
     (root / asset / "Dockerfile").write_text("FROM scratch\n")
-    (root / "manifest.json").write_text(json.dumps({"version": "55.0.0", "artifacts": {
-        f"assembly-{env}": {"type": "cdk:cloud-assembly", "properties": {"directoryName": f"assembly-{env}"}},
-        "Tree": {"type": "cdk:tree", "properties": {"file": "tree.json"}}}}))
+    (root / "manifest.json").write_text(
+        json.dumps(
+            {
+                "version": "55.0.0",
+                "artifacts": {
+                    f"assembly-{env}": {
+                        "type": "cdk:cloud-assembly",
+                        "properties": {"directoryName": f"assembly-{env}"},
+                    },
+                    "Tree": {"type": "cdk:tree", "properties": {"file": "tree.json"}},
+                },
+            }
+        )
+    )
     children = {env: {"id": env, "children": {name: {"id": name} for name in stacks}}, "Tree": {"id": "Tree"}}
     (root / "tree.json").write_text(json.dumps({"version": "tree-0.1", "tree": {"id": "App", "children": children}}))
     return root

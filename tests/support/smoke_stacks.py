@@ -27,17 +27,21 @@ def deploy_url(url: str, model: str = "intent-bert") -> None:
     fleet's members, else the model's own."""
     if model in ("intent-bert", "duplicate-bert"):
         paths = {m: f"/v2/models/{m}" for m in ("intent-bert", "duplicate-bert")}
-        aws_fakes.create_stack(aws_fakes.session("dev"), f"dev-{FLEET}",
-                               {"Url": url, stack_outputs.MODEL_PATHS: stack_outputs.model_paths_value(paths)})
+        aws_fakes.create_stack(
+            aws_fakes.session("dev"),
+            f"dev-{FLEET}",
+            {"Url": url, stack_outputs.MODEL_PATHS: stack_outputs.model_paths_value(paths)},
+        )
     else:
         aws_fakes.create_stack(aws_fakes.session("dev"), f"dev-{model}", {"Url": url})
 
 
 def queue_replies(*bodies: dict | str) -> None:
     """moto answers InvokeEndpoint from this queue, one entry per distinct request (then repeats it)."""
-    results = [{"Body": b if isinstance(b, str) else json.dumps(b), "ContentType": "application/json"}
-               for b in bodies]
-    response = requests.post("http://motoapi.amazonaws.com/moto-api/static/sagemaker/endpoint-results",
-                             json={"account_id": aws_fakes.ACCOUNTS["dev"], "region": "us-east-1",
-                                   "results": results}, timeout=10)
+    results = [{"Body": b if isinstance(b, str) else json.dumps(b), "ContentType": "application/json"} for b in bodies]
+    response = requests.post(
+        "http://motoapi.amazonaws.com/moto-api/static/sagemaker/endpoint-results",
+        json={"account_id": aws_fakes.ACCOUNTS["dev"], "region": "us-east-1", "results": results},
+        timeout=10,
+    )
     assert response.status_code == 201, response.text

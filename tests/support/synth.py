@@ -39,13 +39,16 @@ class ValidationFailed(AssertionError):
     pass
 
 
-def synth(project: Project, env_names: list[str], outdir: Path, *, extend=None,
-          pipeline: bool | None = None) -> Synthesized:
+def synth(
+    project: Project, env_names: list[str], outdir: Path, *, extend=None, pipeline: bool | None = None
+) -> Synthesized:
     """`extend(stages)` may add constructs before synth (used to prove the checks can fail); `pipeline`
     None decides as `cdk synth` without `-c pipeline` does."""
     # What the CLI passes (cdk.json context, and failSynthOnValidationErrors=false), overridden as app.py does.
-    context = cdk_json_context() | {"@aws-cdk/core:validationReportJson": True,
-                                    "@aws-cdk/core:failSynthOnValidationErrors": False}
+    context = cdk_json_context() | {
+        "@aws-cdk/core:validationReportJson": True,
+        "@aws-cdk/core:failSynthOnValidationErrors": False,
+    }
     app = cdk.App(outdir=str(outdir), context=context, post_cli_context=POST_CLI_CONTEXT)
     if pipeline is None:
         pipeline = pipeline_wanted(project, env_names, None)
@@ -71,8 +74,7 @@ def synth(project: Project, env_names: list[str], outdir: Path, *, extend=None,
 def violations(report: dict | None, plugin: str | None = None) -> list[dict]:
     if not report:
         return []
-    return [v for p in report["pluginReports"] if plugin is None or p["pluginName"] == plugin
-            for v in p["violations"]]
+    return [v for p in report["pluginReports"] if plugin is None or p["pluginName"] == plugin for v in p["violations"]]
 
 
 def violation_summary(report: dict) -> str:
@@ -80,6 +82,7 @@ def violation_summary(report: dict) -> str:
     for plugin in report["pluginReports"]:
         for v in plugin["violations"]:
             paths = ", ".join(c["constructPath"] for c in v["violatingConstructs"])
-            lines.append(f"{plugin['pluginName']} {v['ruleName']} ({v.get('severity')}): {paths}: "
-                         f"{v['description'][:120]}")
+            lines.append(
+                f"{plugin['pluginName']} {v['ruleName']} ({v.get('severity')}): {paths}: {v['description'][:120]}"
+            )
     return "\n".join(lines)

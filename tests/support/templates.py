@@ -43,8 +43,14 @@ def raw_yaml(model: str) -> dict:
 
 def cfn_lint(paths: list[Path]) -> list[dict]:
     """cfn-lint's findings on these template files, with the repository's .cfnlintrc.yaml."""
-    command = [str(Path(sys.executable).with_name("cfn-lint")), "--config-file", ".cfnlintrc.yaml",
-               "--format", "json", *map(str, paths)]
+    command = [
+        str(Path(sys.executable).with_name("cfn-lint")),
+        "--config-file",
+        ".cfnlintrc.yaml",
+        "--format",
+        "json",
+        *map(str, paths),
+    ]
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     assert result.returncode in (0, 2, 4, 6, 8, 10, 12, 14), result.stderr  # bit flags: 2 error, 4 warning, 8 info
     return json.loads(result.stdout or "[]")

@@ -20,8 +20,12 @@ def varied_t5(target: Path, *, eos_scale: float, make_tiny_args: tuple[str, ...]
     import torch
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-    result = subprocess.run([sys.executable, str(MAKE_TINY), "--kind", "t5", "--out", str(target / "base"),
-                             *make_tiny_args], capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, str(MAKE_TINY), "--kind", "t5", "--out", str(target / "base"), *make_tiny_args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr
     model = AutoModelForSeq2SeqLM.from_pretrained(target / "base", attn_implementation="eager").eval()
     with torch.no_grad():
@@ -40,9 +44,13 @@ def greedy_reference(model, tensors: dict[str, np.ndarray], max_output_length: i
     import torch
 
     with torch.no_grad():
-        generated = model.generate(input_ids=torch.from_numpy(tensors["input_ids"]),
-                                   attention_mask=torch.from_numpy(tensors["attention_mask"]),
-                                   max_new_tokens=max_output_length, num_beams=1, do_sample=False).numpy()
+        generated = model.generate(
+            input_ids=torch.from_numpy(tensors["input_ids"]),
+            attention_mask=torch.from_numpy(tensors["attention_mask"]),
+            max_new_tokens=max_output_length,
+            num_beams=1,
+            do_sample=False,
+        ).numpy()
     out = np.full((generated.shape[0], max_output_length), model.generation_config.pad_token_id, dtype=np.int64)
-    out[:, :generated.shape[1] - 1] = generated[:, 1:]
+    out[:, : generated.shape[1] - 1] = generated[:, 1:]
     return out

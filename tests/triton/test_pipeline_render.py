@@ -29,10 +29,19 @@ def model(tmp_path_factory):
     steps = yaml.safe_load((EXAMPLE / "pipeline.yaml").read_text())["pipeline"]
     edit_yaml(configs / f"{NAME}.yaml", lambda d: d.update(pipeline=steps))
     shutil.copytree(EXAMPLE / "steps", configs / "t5-spelling" / "steps")
-    edit_yaml(configs / "t5-spelling.yaml", lambda d: d.update(pipeline=[
-        {"python": "steps/normalize.py", "inputs": [{"name": "TEXT", "datatype": "BYTES", "dims": [-1]}],
-         "outputs": [{"name": "clean_text", "datatype": "BYTES", "dims": [-1]}]},
-        {"model": "self", "input_map": {"TEXT": "clean_text"}}]))
+    edit_yaml(
+        configs / "t5-spelling.yaml",
+        lambda d: d.update(
+            pipeline=[
+                {
+                    "python": "steps/normalize.py",
+                    "inputs": [{"name": "TEXT", "datatype": "BYTES", "dims": [-1]}],
+                    "outputs": [{"name": "clean_text", "datatype": "BYTES", "dims": [-1]}],
+                },
+                {"model": "self", "input_map": {"TEXT": "clean_text"}},
+            ]
+        ),
+    )
     return config.load(configs)
 
 
@@ -70,17 +79,31 @@ def ensemble_problems(rendered: dict[str, str]) -> list[str]:
 def test_the_example_runs_the_users_steps_around_the_text_model(model):
     classifier = model.model(NAME)
     rendered = triton_config.render_repository(classifier)
-    assert list(rendered) == [f"{NAME}-text", f"{NAME}-tokenize", NAME, f"{NAME}-postprocess", f"{NAME}-step0",
-                              f"{NAME}-step2"]
+    assert list(rendered) == [
+        f"{NAME}-text",
+        f"{NAME}-tokenize",
+        NAME,
+        f"{NAME}-postprocess",
+        f"{NAME}-step0",
+        f"{NAME}-step2",
+    ]
     assert ensemble_problems(rendered) == []
     ensemble = parsed(rendered[f"{NAME}-text"])
     assert [s.model_name for s in ensemble.ensemble_scheduling.step] == [
-        f"{NAME}-step0", f"{NAME}-tokenize", NAME, f"{NAME}-postprocess", f"{NAME}-step2"]
+        f"{NAME}-step0",
+        f"{NAME}-tokenize",
+        NAME,
+        f"{NAME}-postprocess",
+        f"{NAME}-step2",
+    ]
     tokenize, postprocess = ensemble.ensemble_scheduling.step[1], ensemble.ensemble_scheduling.step[3]
     assert dict(tokenize.input_map) == {"TEXT": "clean_text"}
     assert dict(postprocess.output_map) == {"label": "sentiment", "logits": "sentiment_logits"}
     assert [(t.name, pb.DataType.Name(t.data_type), list(t.dims)) for t in ensemble.output] == [
-        ("label", "TYPE_STRING", [-1]), ("logits", "TYPE_FP32", [-1, 2]), ("reply", "TYPE_STRING", [-1])]
+        ("label", "TYPE_STRING", [-1]),
+        ("logits", "TYPE_FP32", [-1, 2]),
+        ("reply", "TYPE_STRING", [-1]),
+    ]
     assert [(t.name, list(t.dims)) for t in ensemble.input] == [("TEXT", [-1])]
 
 

@@ -34,8 +34,12 @@ def test_grows_with_size_and_instances(project):
     model = project.model("bert-large-classifier")
     base = startup.estimated_seconds(model)
     assert startup.estimated_seconds(_export(model, parameters_millions=670)) > base
-    assert startup.estimated_seconds(_serving(model, instance_group=model.serving.instance_group.model_copy(
-        update={"count": 4}))) > base
+    assert (
+        startup.estimated_seconds(
+            _serving(model, instance_group=model.serving.instance_group.model_copy(update={"count": 4}))
+        )
+        > base
+    )
     # a TensorRT plan is built ahead of time: nothing to build at load
     plan = _serving(model, backend="tensorrt", tensorrt_acceleration=None)
     assert startup.estimated_seconds(plan) < base
@@ -55,6 +59,9 @@ def test_a_configured_timeout_wins(project):
 
 
 def test_an_estimate_beyond_sagemakers_limit_is_rejected(config_copy):
-    assert_rejected(config_copy, "bert-large-classifier.yaml", set_at("export", "parameters_millions", value=6000),
-                    "export.parameters_millions: start-up (TensorRT engine builds, 2 instances per model, "
-                    "warm-up) is estimated at")
+    assert_rejected(
+        config_copy,
+        "bert-large-classifier.yaml",
+        set_at("export", "parameters_millions", value=6000),
+        "export.parameters_millions: start-up (TensorRT engine builds, 2 instances per model, warm-up) is estimated at",
+    )

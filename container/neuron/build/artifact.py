@@ -12,9 +12,9 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 MODEL_FILE = "model.pt"
 METADATA_FILE = "metadata.json"
@@ -77,7 +77,9 @@ def read_metadata(directory: Path) -> dict:
     except (OSError, json.JSONDecodeError) as exc:
         raise ArtifactError(f"--model-dir: cannot read {path}: {exc}") from None
     if metadata.get("format_version") != FORMAT_VERSION:
-        raise ArtifactError(f"--model-dir: {path} has format_version {metadata.get('format_version')!r}, expected {FORMAT_VERSION}")
+        raise ArtifactError(
+            f"--model-dir: {path} has format_version {metadata.get('format_version')!r}, expected {FORMAT_VERSION}"
+        )
     for name in (MODEL_FILE, TOKENIZER_FILE):
         if not (directory / name).is_file():
             raise ArtifactError(f"--model-dir: {directory} is missing {name}")

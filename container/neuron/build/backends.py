@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import logging
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 from compile_report import (
     IncompleteCompileError,
@@ -120,7 +121,7 @@ class Inf1Backend:
 
     def trace(self, model, example_inputs, compiler_args, workdir):
         import torch
-        import torch_neuron  # noqa: F401  registers torch.neuron
+        import torch_neuron  # noqa: F401 - registers torch.neuron
 
         logger = logging.getLogger("Neuron")
         capture = _NeuronLogCapture()
@@ -142,7 +143,7 @@ class Inf1Backend:
         return TraceResult(module, {"neuron_log": summary.to_json(), "operators": count.to_json()})
 
     def load(self, path):
-        import torch_neuron  # noqa: F401  must precede torch.jit.load to register neuron:: ops
+        import torch_neuron  # noqa: F401 - must precede torch.jit.load to register neuron:: ops
 
         return load_torchscript(path)
 
@@ -164,14 +165,12 @@ class Inf2Backend:
     def trace(self, model, example_inputs, compiler_args, workdir):
         import torch_neuronx
 
-        module = torch_neuronx.trace(
-            model, example_inputs, compiler_args=list(compiler_args), compiler_workdir=workdir
-        )
+        module = torch_neuronx.trace(model, example_inputs, compiler_args=list(compiler_args), compiler_workdir=workdir)
         count = count_operators(graph_kinds(module))
         return TraceResult(module, {"operators": count.to_json()})
 
     def load(self, path):
-        import torch_neuronx  # noqa: F401  registers the neuron ops before loading
+        import torch_neuronx  # noqa: F401 - registers the neuron ops before loading
 
         return load_torchscript(path)
 

@@ -22,7 +22,15 @@ import sys
 import tempfile
 from pathlib import Path
 
-from artifact import FORMAT_VERSION, MODEL_FILE, TOKENIZER_FILE, sha256_file, source_checksums, staged_directory, write_metadata
+from artifact import (
+    FORMAT_VERSION,
+    MODEL_FILE,
+    TOKENIZER_FILE,
+    sha256_file,
+    source_checksums,
+    staged_directory,
+    write_metadata,
+)
 from backends import get_backend, installed_versions
 from compile_models import PackedCompile, parse_models, relabel
 from compile_report import IncompleteCompileError
@@ -47,18 +55,30 @@ class OneLineParser(argparse.ArgumentParser):
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = OneLineParser(prog="compile.py", description=__doc__.splitlines()[0])
-    parser.add_argument("--backend", "--neuron-target", dest="backend", required=True, help="cpu, inf1 or inf2 (NEURON_TARGET)")
-    parser.add_argument("--model", "--model-source", dest="model", default=None, help="HF id or local dir (MODEL_SOURCE)")
-    parser.add_argument("--revision", "--model-revision", dest="revision", default=None, help="hub revision (MODEL_REVISION)")
+    parser.add_argument(
+        "--backend", "--neuron-target", dest="backend", required=True, help="cpu, inf1 or inf2 (NEURON_TARGET)"
+    )
+    parser.add_argument(
+        "--model", "--model-source", dest="model", default=None, help="HF id or local dir (MODEL_SOURCE)"
+    )
+    parser.add_argument(
+        "--revision", "--model-revision", dest="revision", default=None, help="hub revision (MODEL_REVISION)"
+    )
     parser.add_argument("--task", default="text-classification", help="TASK")
     parser.add_argument("--labels", default=None, help="comma-separated labels (LABELS); default: the model config's")
     parser.add_argument("--batch-size", default="1", help="compiled batch size (BATCH_SIZE)")
     parser.add_argument("--sequence-length", default="128", help="compiled sequence length (SEQUENCE_LENGTH)")
-    parser.add_argument("--neuron-cores", "--neuron-cores-per-model", dest="neuron_cores", default="1", help="NEURON_CORES_PER_MODEL")
-    parser.add_argument("--parallelism", default="data-parallel", help="data-parallel or pipeline (PARALLELISM)")
-    parser.add_argument("--compiler-args", default="", help='compiler flags, e.g. --compiler-args="--fp32-cast=all" (COMPILER_ARGS)')
     parser.add_argument(
-        "--models-json", default=None, help="JSON array of models to compile into OUT/<name>/ (MODELS); --model must be empty"
+        "--neuron-cores", "--neuron-cores-per-model", dest="neuron_cores", default="1", help="NEURON_CORES_PER_MODEL"
+    )
+    parser.add_argument("--parallelism", default="data-parallel", help="data-parallel or pipeline (PARALLELISM)")
+    parser.add_argument(
+        "--compiler-args", default="", help='compiler flags, e.g. --compiler-args="--fp32-cast=all" (COMPILER_ARGS)'
+    )
+    parser.add_argument(
+        "--models-json",
+        default=None,
+        help="JSON array of models to compile into OUT/<name>/ (MODELS); --model must be empty",
     )
     parser.add_argument("--out", required=True, help="artifact directory to create")
     return parser.parse_args(argv)
@@ -111,7 +131,9 @@ def load_model(model_dir: Path, settings: CompileSettings):
         # Eager attention: the plain matmul/softmax graph is what the Neuron compilers support.
         model = AutoModelForSequenceClassification.from_pretrained(model_dir, attn_implementation="eager")
     except Exception as exc:
-        raise UsageError(f"--model: cannot load a text classifier from {settings.model_source}: {type(exc).__name__}: {exc}") from None
+        raise UsageError(
+            f"--model: cannot load a text classifier from {settings.model_source}: {type(exc).__name__}: {exc}"
+        ) from None
     if not getattr(tokenizer, "is_fast", False):
         raise UsageError(f"--model: {settings.model_source} has no fast tokenizer (tokenizer.json)")
     config = model.config
@@ -159,10 +181,15 @@ def cpu_equivalence(traced, eager, tokenizer, settings: CompileSettings) -> floa
     import torch
 
     texts = [EXAMPLE_TEXT, "hello", "a much longer sentence " * 20]
-    batch = tokenizer(texts, padding="max_length", truncation=True, max_length=settings.sequence_length, return_tensors="pt")
+    batch = tokenizer(
+        texts, padding="max_length", truncation=True, max_length=settings.sequence_length, return_tensors="pt"
+    )
     worst = 0.0
     with torch.inference_mode():
-        for ids, mask in (example_inputs(tokenizer, settings.batch_size, settings.sequence_length), (batch["input_ids"], batch["attention_mask"])):
+        for ids, mask in (
+            example_inputs(tokenizer, settings.batch_size, settings.sequence_length),
+            (batch["input_ids"], batch["attention_mask"]),
+        ):
             worst = max(worst, (traced(ids, mask) - eager(ids, mask)).abs().max().item())
     if worst > CPU_TOLERANCE:
         raise CompileFailure(f"traced model differs from the eager model by {worst:.3g} (> {CPU_TOLERANCE})")
@@ -249,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
         packed = packed_models_json(args)
         if packed is not None:
             entries = parse_models(packed, backend=args.backend, out=args.out)
-            for entry, metadata in zip(entries, compile_packed(entries, Path(args.out))):
+            for entry, metadata in zip(entries, compile_packed(entries, Path(args.out)), strict=True):
                 print(summary(metadata, Path(args.out) / entry.name))
             return 0
         settings = build_settings(

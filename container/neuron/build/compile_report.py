@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Iterable
 
 _SUBGRAPHS_CREATED = re.compile(r"neuron partitioner created (\d+) sub-graphs")
 _SUBGRAPHS_COMPILED = re.compile(

@@ -127,7 +127,9 @@ def build_settings(
         # DataParallel copies a one-core model onto every visible core; it cannot run
         # pipeline-compiled models (Neuron docs), so the two settings must agree.
         if cores != 1:
-            raise SettingsError("--neuron-cores: data-parallel models use 1 core each; use --parallelism pipeline for more")
+            raise SettingsError(
+                "--neuron-cores: data-parallel models use 1 core each; use --parallelism pipeline for more"
+            )
         if flagged is not None:
             raise SettingsError(f"--compiler-args: {PIPELINE_FLAG} needs --parallelism pipeline")
     else:

@@ -25,16 +25,32 @@ _WORDS = re.compile(r"[^ !-/:-@\[-`{-~]+|[!-/:-@\[-`{-~]")
 CACHE_WORDS = 1 << 16  # a query vocabulary's head; beyond it words go to the library every time
 
 PROBES = (
-    "", " ", "a", "Hello, World!", "the QUICK brown fox's e-mail: fox@example.com (2024)",
+    "",
+    " ",
+    "a",
+    "Hello, World!",
+    "the QUICK brown fox's e-mail: fox@example.com (2024)",
     "don't stop--believing... #1 [ok] {x} `y` ~z^ _under_score_ \\back/slash|pipe",
-    "x" * 150, "aaaa" * 10 + " " + "zz" * 30, "MiXeD CaSe 123abc ABC123 9.99 $5 100%",
-    " ".join(["word"] * 200), "[CLS] inside text", "unaffable embeddings tokenizer",
+    "x" * 150,
+    "aaaa" * 10 + " " + "zz" * 30,
+    "MiXeD CaSe 123abc ABC123 9.99 $5 100%",
+    " ".join(["word"] * 200),
+    "[CLS] inside text",
+    "unaffable embeddings tokenizer",
 )
 
 
 class AsciiWordPiece:
-    def __init__(self, tokenizer: Any, *, lowercase: bool, prefix: list[int], suffix: list[int], budget: int,
-                 added: tuple[str, ...]) -> None:
+    def __init__(
+        self,
+        tokenizer: Any,
+        *,
+        lowercase: bool,
+        prefix: list[int],
+        suffix: list[int],
+        budget: int,
+        added: tuple[str, ...],
+    ) -> None:
         self._model = tokenizer.model
         self._lowercase = lowercase
         self._prefix = prefix
@@ -84,7 +100,7 @@ def from_tokenizer(tokenizer: Any, max_length: int) -> AsciiWordPiece | None:
         return None
     expected = [encoding.ids for encoding in tokenizer.encode_batch(list(PROBES))]
     got = [fast.encode(text) for text in PROBES]
-    for text, want, have in zip(PROBES, expected, got):
+    for text, want, have in zip(PROBES, expected, got, strict=True):
         if have is not None and have != want:
             log.warning("tokenizer fast path off: it disagrees with the tokenizer on %r", text[:40])
             return None
@@ -118,5 +134,6 @@ def _build(tokenizer: Any, config: dict, max_length: int) -> AsciiWordPiece | No
     if budget < 1:
         return None
     added = tuple(token["content"].lower() for token in config.get("added_tokens", []) if token["content"])
-    return AsciiWordPiece(tokenizer, lowercase=bool(normalizer.get("lowercase")), prefix=prefix, suffix=suffix,
-                          budget=budget, added=added)
+    return AsciiWordPiece(
+        tokenizer, lowercase=bool(normalizer.get("lowercase")), prefix=prefix, suffix=suffix, budget=budget, added=added
+    )

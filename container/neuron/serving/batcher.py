@@ -49,8 +49,9 @@ import math
 import queue
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from server_settings import Admission, admission_from_environment
 
@@ -253,8 +254,11 @@ class DynamicBatcher:
 
     def _refuse(self, expired: list[Pending]) -> None:
         """After the batcher's state is settled: a reply may bring the next request in at once."""
-        error = Overloaded(f"overloaded: waited longer than the {self._admission.slo_ms:g} ms SLO allows; retry later",
-                           max(1, math.ceil(self.estimate_s())), queued=True)
+        error = Overloaded(
+            f"overloaded: waited longer than the {self._admission.slo_ms:g} ms SLO allows; retry later",
+            max(1, math.ceil(self.estimate_s())),
+            queued=True,
+        )
         for item in expired:
             try:
                 item.done(False, error)
@@ -315,7 +319,7 @@ class DynamicBatcher:
             self._free_since = now
             self._wait_for_answered = self._queued_rows + sum(item.rows for item in batch) <= self._max_rows
         self._schedule()
-        for item, (ok, value) in zip(batch, outcome):
+        for item, (ok, value) in zip(batch, outcome, strict=True):
             try:
                 item.done(ok, value)
             except Exception:  # one reply that cannot be written must not cost the others theirs
@@ -403,6 +407,8 @@ class DynamicBatcher:
                 if not ok:
                     raise inputs
                 results = self._run_batch(inputs)
+                if len(results) != len(batch):  # every request gets an answer: a short batch fails them all
+                    raise RuntimeError(f"the model answered {len(results)} of {len(batch)} requests")
                 outcome: list[tuple[bool, Any]] = [(True, result) for result in results]
             except Exception as exc:  # a failed batch fails its requests, never the worker
                 log.exception("batch of %d requests failed", len(batch))

@@ -48,7 +48,9 @@ def partition(
         return [None] * workers
     cores = parse_cores(spec, label=cores_label)
     if len(cores) % workers:
-        raise SettingsError(f"{workers_label}: {len(cores)} cores in {spec!r} do not split evenly over {workers} workers")
+        raise SettingsError(
+            f"{workers_label}: {len(cores)} cores in {spec!r} do not split evenly over {workers} workers"
+        )
     share = len(cores) // workers
     if cores_per_model and share % cores_per_model:
         raise SettingsError(

@@ -46,8 +46,15 @@ IN_FLIGHT = "InFlight"  # requests in the worker (queued or executing), sampled 
 REQUESTS = "Requests"
 ERRORS = "ServerErrors"  # 5xx answers
 REJECTED = "Rejected"  # of those, 503s of admission: the request would not have been answered within the SLO
-UNITS = {REQUEST_LATENCY: "Milliseconds", INFERENCE_LATENCY: "Milliseconds", BATCH_SIZE: "Count",
-         QUEUE_DEPTH: "Count", IN_FLIGHT: "Count", REQUESTS: "Count", ERRORS: "Count"}
+UNITS = {
+    REQUEST_LATENCY: "Milliseconds",
+    INFERENCE_LATENCY: "Milliseconds",
+    BATCH_SIZE: "Count",
+    QUEUE_DEPTH: "Count",
+    IN_FLIGHT: "Count",
+    REQUESTS: "Count",
+    ERRORS: "Count",
+}
 # Per model (what alarms and scaling read) and per worker (to find a slow one).
 DIMENSION_SETS = (("Service", "Model"), ("Service", "Model", "Worker"))
 
@@ -84,8 +91,14 @@ class Recorder:
     reports zero requests and zero errors instead of no data, which alarms would treat as missing.
     """
 
-    def __init__(self, dimensions: Mapping[str, str], *, namespace: str = NAMESPACE,
-                 rng: random.Random | None = None, always_counted: Iterable[str] = ()) -> None:
+    def __init__(
+        self,
+        dimensions: Mapping[str, str],
+        *,
+        namespace: str = NAMESPACE,
+        rng: random.Random | None = None,
+        always_counted: Iterable[str] = (),
+    ) -> None:
         missing = [key for keys in DIMENSION_SETS for key in keys if key not in dimensions]
         if missing:
             raise ValueError(f"EMF dimensions missing: {', '.join(sorted(set(missing)))}")
@@ -135,7 +148,8 @@ class Recorder:
         with self._lock:
             window, self._window = self._window, self._fresh()
         values: dict[str, float | list[float]] = {
-            name: [_compact(v) for v in r.values] for name, r in window.samples.items() if r.values}
+            name: [_compact(v) for v in r.values] for name, r in window.samples.items() if r.values
+        }
         values.update({name: n for name, n in window.counts.items()})
         if not values:
             return None
@@ -153,8 +167,14 @@ def _compact(value: float) -> float | int:
     return int(rounded) if rounded.is_integer() else rounded
 
 
-def record(namespace: str, dimensions: Mapping[str, str], values: Mapping[str, float | list[float]],
-           timestamp_ms: int, dimension_sets=DIMENSION_SETS, units: Mapping[str, str] = UNITS) -> dict:
+def record(
+    namespace: str,
+    dimensions: Mapping[str, str],
+    values: Mapping[str, float | list[float]],
+    timestamp_ms: int,
+    dimension_sets=DIMENSION_SETS,
+    units: Mapping[str, str] = UNITS,
+) -> dict:
     """One EMF object: the dimension values and metric values at the root, the directive under `_aws`."""
     names = sorted(values)
     if len(names) > MAX_VALUES:  # a directive holds at most 100 metrics
@@ -163,11 +183,13 @@ def record(namespace: str, dimensions: Mapping[str, str], values: Mapping[str, f
     body.update({name: values[name] for name in names})
     body["_aws"] = {
         "Timestamp": int(timestamp_ms),
-        "CloudWatchMetrics": [{
-            "Namespace": namespace,
-            "Dimensions": [list(keys) for keys in dimension_sets],
-            "Metrics": [{"Name": name, "Unit": units.get(name, "None")} for name in names],
-        }],
+        "CloudWatchMetrics": [
+            {
+                "Namespace": namespace,
+                "Dimensions": [list(keys) for keys in dimension_sets],
+                "Metrics": [{"Name": name, "Unit": units.get(name, "None")} for name in names],
+            }
+        ],
     }
     return body
 
@@ -188,14 +210,18 @@ def lines(emf_record: Mapping, max_bytes: int = MAX_LINE_BYTES) -> list[str]:
     metrics = directive["Metrics"]
     if len(metrics) > 1:
         half = len(metrics) // 2
-        return [part for group in (metrics[:half], metrics[half:])
-                for part in lines(_with_metrics(emf_record, group), max_bytes)]
+        return [
+            part
+            for group in (metrics[:half], metrics[half:])
+            for part in lines(_with_metrics(emf_record, group), max_bytes)
+        ]
     name = metrics[0]["Name"]
     values = emf_record[name]
     if isinstance(values, list) and len(values) > 1:
         half = len(values) // 2
-        return [part for chunk in (values[:half], values[half:])
-                for part in lines({**emf_record, name: chunk}, max_bytes)]
+        return [
+            part for chunk in (values[:half], values[half:]) for part in lines({**emf_record, name: chunk}, max_bytes)
+        ]
     raise ValueError(f"EMF record of {len(text)} bytes cannot be split under {max_bytes} bytes: {text[:200]}")
 
 
@@ -235,7 +261,7 @@ class LineOutput:
                     for text in texts:
                         data = (text + "\n").encode("ascii")
                         while data:
-                            data = data[os.write(self._fd, data):]
+                            data = data[os.write(self._fd, data) :]
             except (OSError, ValueError) as exc:  # stdout closed, or a closed stream
                 if not self._failed:
                     self._failed = True
@@ -248,8 +274,15 @@ class Publisher:
     """Samples the gauges every second and writes the recorder's record every `interval_s`, from a daemon
     thread; `stop()` writes what is left (a draining worker's last requests count)."""
 
-    def __init__(self, recorder: Recorder, gauges: Mapping[str, Callable[[], float]], *, interval_s: float = 60.0,
-                 stream: IO[str] | None = None, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        recorder: Recorder,
+        gauges: Mapping[str, Callable[[], float]],
+        *,
+        interval_s: float = 60.0,
+        stream: IO[str] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.recorder = recorder
         self.gauges = dict(gauges)
         self.interval_s = interval_s
@@ -258,7 +291,7 @@ class Publisher:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="emf-publisher", daemon=True)
 
-    def start(self) -> "Publisher":
+    def start(self) -> Publisher:
         self._thread.start()
         return self
 

@@ -23,10 +23,13 @@ import http
 import logging
 import socket
 import urllib.parse
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import httptools
 
+# The modules beside this one, flat on the path (ruff would sort them in with the third-party ones).
+# isort: split
 from connection_share import AWAY, ConnectionShare
 
 log = logging.getLogger("http")
@@ -51,8 +54,19 @@ def json_error(message: str) -> bytes:
 
 
 class Request:
-    __slots__ = ("method", "target", "headers", "body", "size", "keep_alive", "http_version", "error",
-                 "header_length", "content_length", "expect_continue")
+    __slots__ = (
+        "method",
+        "target",
+        "headers",
+        "body",
+        "size",
+        "keep_alive",
+        "http_version",
+        "error",
+        "header_length",
+        "content_length",
+        "expect_continue",
+    )
 
     def __init__(self) -> None:
         self.target = b""
@@ -66,9 +80,17 @@ class Request:
 
 
 class HttpServer:
-    def __init__(self, *, app: Any, infer_routes: dict[str, str], infer: InferHandler, max_body_bytes: int,
-                 keep_alive_s: float = 75.0, share: ConnectionShare | None = None,
-                 on_connections: Callable[[int], None] = lambda count: None) -> None:
+    def __init__(
+        self,
+        *,
+        app: Any,
+        infer_routes: dict[str, str],
+        infer: InferHandler,
+        max_body_bytes: int,
+        keep_alive_s: float = 75.0,
+        share: ConnectionShare | None = None,
+        on_connections: Callable[[int], None] = lambda count: None,
+    ) -> None:
         """``app``: ASGI app for every request that is not a POST to one of ``infer_routes`` (path -> route
         name), which go to ``infer``; ``share``: the model's other workers, when there are any;
         ``on_connections``: told the number of open connections whenever it changes."""
@@ -355,8 +377,14 @@ class HttpConnection(asyncio.Protocol):
             body = b"".join(request.body) if len(request.body) != 1 else request.body[0]
             if route is not None:
                 try:
-                    self.server.infer(route, body, request.header_length,
-                                      lambda status, headers, content, request=request: self._reply(request, status, headers, content))
+                    self.server.infer(
+                        route,
+                        body,
+                        request.header_length,
+                        lambda status, headers, content, request=request: self._reply(
+                            request, status, headers, content
+                        ),
+                    )
                 except Exception:  # the handler answers its own errors; this is a bug, not a bad request
                     log.exception("inference handler failed")
                     if self.busy:
@@ -413,9 +441,16 @@ class HttpConnection(asyncio.Protocol):
         if "%" in text_path:
             text_path = urllib.parse.unquote(text_path)
         scope = {
-            "type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": request.http_version,
-            "method": request.method.decode("latin-1"), "scheme": "http", "path": text_path, "raw_path": raw_path,
-            "root_path": "", "query_string": query, "headers": request.headers,
+            "type": "http",
+            "asgi": {"version": "3.0", "spec_version": "2.3"},
+            "http_version": request.http_version,
+            "method": request.method.decode("latin-1"),
+            "scheme": "http",
+            "path": text_path,
+            "raw_path": raw_path,
+            "root_path": "",
+            "query_string": query,
+            "headers": request.headers,
             "server": _address(self.transport.get_extra_info("sockname")),
             "client": _address(self.transport.get_extra_info("peername")),
             "state": {},
@@ -445,8 +480,11 @@ class HttpConnection(asyncio.Protocol):
         try:
             await self.server.app(scope, receive, send)
             status = started["status"]
-            lines = b"".join(name.lower() + b": " + value + b"\r\n" for name, value in started.get("headers", ())
-                             if name.lower() not in (b"content-length", b"connection", b"transfer-encoding"))
+            lines = b"".join(
+                name.lower() + b": " + value + b"\r\n"
+                for name, value in started.get("headers", ())
+                if name.lower() not in (b"content-length", b"connection", b"transfer-encoding")
+            )
         except Exception:
             log.exception("request failed", extra={"path": text_path})
             status, lines, chunks = 500, JSON_HEADER, [json_error("internal error")]

@@ -9,18 +9,31 @@ from __future__ import annotations
 
 import os
 
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client import multiprocess
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    multiprocess,
+)
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 
 REQUEST_LATENCY = Histogram(
-    "inference_request_duration_seconds", "Time from request received to response ready.", ["route"], buckets=LATENCY_BUCKETS
+    "inference_request_duration_seconds",
+    "Time from request received to response ready.",
+    ["route"],
+    buckets=LATENCY_BUCKETS,
 )
 REQUESTS = Counter("inference_requests", "Inference requests by route and HTTP status.", ["route", "status"])
-BATCH_SIZE = Histogram("inference_batch_size", "Rows per model execution (after dynamic batching).", buckets=BATCH_BUCKETS)
+BATCH_SIZE = Histogram(
+    "inference_batch_size", "Rows per model execution (after dynamic batching).", buckets=BATCH_BUCKETS
+)
 BATCH_LATENCY = Histogram(
     "inference_batch_duration_seconds", "Tokenize + model time per executed batch.", buckets=LATENCY_BUCKETS
 )
@@ -31,21 +44,24 @@ BATCHES = Counter(
     ["trigger"],
 )
 REJECTED = Counter(
-    "inference_rejected", "Inference requests refused with 503 and Retry-After because they would not have been "
+    "inference_rejected",
+    "Inference requests refused with 503 and Retry-After because they would not have been "
     "answered within the SLO (SERVER_SLO_MS), by reason: admission (at once), expired (after waiting in the queue).",
     ["reason"],
 )
 REJECTION_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.01)
 REJECTION_LATENCY = Histogram(
-    "inference_rejection_duration_seconds", "Time from request received to its refusal ready, refused at admission.",
-    buckets=REJECTION_BUCKETS
+    "inference_rejection_duration_seconds",
+    "Time from request received to its refusal ready, refused at admission.",
+    buckets=REJECTION_BUCKETS,
 )
 QUEUE_DEPTH = Gauge("inference_queue_depth", "Requests waiting for the model.", multiprocess_mode="livesum")
 # Per worker (a pid label with several): the workers of a model share its port least-connections first.
 OPEN_CONNECTIONS = Gauge("inference_open_connections", "Open client connections.", multiprocess_mode="liveall")
 # Each worker reports its own slot's count (the supervisor passes it down): summed over the live workers.
 WORKER_RESTARTS = Gauge(
-    "inference_worker_restarts", "Times the supervisor restarted the live workers in place after they died.",
+    "inference_worker_restarts",
+    "Times the supervisor restarted the live workers in place after they died.",
     multiprocess_mode="livesum",
 )
 
@@ -58,7 +74,6 @@ def render() -> bytes:
         multiprocess.MultiProcessCollector(registry)
         return generate_latest(registry)
     return generate_latest(REGISTRY)
-
 
 
 class RequestTally:
@@ -131,7 +146,11 @@ def observe_many(histogram, values: list[float]) -> None:
     """histogram.observe(v) for every v, as one update per bucket touched and one of the sum (through
     prometheus_client's per-bucket values, which every release since 0.4 keeps as _upper_bounds, _buckets
     and _sum); one observe() each if a release ever lays them out otherwise."""
-    bounds, buckets, total = getattr(histogram, "_upper_bounds", None), getattr(histogram, "_buckets", None), getattr(histogram, "_sum", None)
+    bounds, buckets, total = (
+        getattr(histogram, "_upper_bounds", None),
+        getattr(histogram, "_buckets", None),
+        getattr(histogram, "_sum", None),
+    )
     if bounds is None or buckets is None or total is None or len(bounds) != len(buckets):
         for value in values:
             histogram.observe(value)

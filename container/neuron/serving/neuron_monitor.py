@@ -36,8 +36,16 @@ def render_config(interval_s: int, template: Path = CONFIG_TEMPLATE) -> dict:
 class NeuronMonitor:
     """One neuron-monitor process at a time, read by a daemon thread."""
 
-    def __init__(self, executable: Path, *, service: str, models: Collection[str], interval_s: int, directory: Path,
-                 output: emf.LineOutput | None = None) -> None:
+    def __init__(
+        self,
+        executable: Path,
+        *,
+        service: str,
+        models: Collection[str],
+        interval_s: int,
+        directory: Path,
+        output: emf.LineOutput | None = None,
+    ) -> None:
         self.executable = executable
         self.service = service
         self.models = frozenset(models)
@@ -65,7 +73,10 @@ class NeuronMonitor:
                 return None
             self._process = subprocess.Popen(
                 [str(self.executable), "-c", str(self.config_path)],
-                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True, errors="replace",
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                text=True,
+                errors="replace",
             )
             return self._process
 
@@ -80,7 +91,9 @@ class NeuronMonitor:
             else:
                 if process is None:
                     return
-                log.info("neuron-monitor started", extra={"monitor_pid": process.pid, "executable": str(self.executable)})
+                log.info(
+                    "neuron-monitor started", extra={"monitor_pid": process.pid, "executable": str(self.executable)}
+                )
                 for _ in neuron_monitor_emf.convert(process.stdout, self.service, self._output, models=self.models):
                     pass
                 outcome = {"monitor_pid": process.pid, "exit_code": process.wait()}
@@ -88,7 +101,9 @@ class NeuronMonitor:
                 return
             if time.monotonic() - started >= HEALTHY_RUN_S:
                 delay = FIRST_RESTART_DELAY_S
-            log.warning("neuron-monitor exited; serving goes on, restarting it", extra={**outcome, "restart_in_s": delay})
+            log.warning(
+                "neuron-monitor exited; serving goes on, restarting it", extra={**outcome, "restart_in_s": delay}
+            )
             if self._stopping.wait(delay):
                 return
             delay = min(delay * 2, MAX_RESTART_DELAY_S)

@@ -24,8 +24,12 @@ NEURONCORE_UTILIZATION = "NeuronCoreUtilization"  # percent, one value per core 
 DEVICE_MEMORY_USED = "NeuronDeviceMemoryUsed"  # bytes held on the Neuron devices by the runtime(s)
 HOST_MEMORY_USED = "NeuronHostMemoryUsed"  # bytes of host memory the runtime(s) hold
 EXECUTION_ERRORS = "NeuronExecutionErrors"  # failed, timed-out or erroneous executions in the period
-UNITS = {NEURONCORE_UTILIZATION: "Percent", DEVICE_MEMORY_USED: "Bytes", HOST_MEMORY_USED: "Bytes",
-         EXECUTION_ERRORS: "Count"}
+UNITS = {
+    NEURONCORE_UTILIZATION: "Percent",
+    DEVICE_MEMORY_USED: "Bytes",
+    HOST_MEMORY_USED: "Bytes",
+    EXECUTION_ERRORS: "Count",
+}
 PER_MODEL = (("Service", "Model"),)
 PER_TASK = (("Service",),)
 # What the workers set NEURON_PROCESS_TAG to: the model, a slash, the worker index.
@@ -35,17 +39,20 @@ ERROR_KINDS = ("completed_with_err", "completed_with_num_err", "timed_out", "inc
 
 def _runtime_values(report: dict) -> dict[str, float | list[float]]:
     values: dict[str, float | list[float]] = {}
-    cores = ((report.get("neuroncore_counters") or {}).get("neuroncores_in_use") or {})
-    utilization = [float(c["neuroncore_utilization"]) for c in cores.values()
-                   if isinstance(c, dict) and isinstance(c.get("neuroncore_utilization"), (int, float))]
+    cores = (report.get("neuroncore_counters") or {}).get("neuroncores_in_use") or {}
+    utilization = [
+        float(c["neuroncore_utilization"])
+        for c in cores.values()
+        if isinstance(c, dict) and isinstance(c.get("neuroncore_utilization"), (int, float))
+    ]
     if utilization:
         values[NEURONCORE_UTILIZATION] = utilization
-    used = ((report.get("memory_used") or {}).get("neuron_runtime_used_bytes") or {})
+    used = (report.get("memory_used") or {}).get("neuron_runtime_used_bytes") or {}
     if isinstance(used.get("neuron_device"), (int, float)):
         values[DEVICE_MEMORY_USED] = float(used["neuron_device"])
     if isinstance(used.get("host"), (int, float)):
         values[HOST_MEMORY_USED] = float(used["host"])
-    summary = ((report.get("execution_stats") or {}).get("execution_summary") or {})
+    summary = (report.get("execution_stats") or {}).get("execution_summary") or {}
     errors = [summary.get(kind) for kind in ERROR_KINDS]
     if any(isinstance(e, (int, float)) for e in errors):
         values[EXECUTION_ERRORS] = float(sum(e for e in errors if isinstance(e, (int, float))))
@@ -80,11 +87,22 @@ def records(report: dict, service: str, timestamp_ms: int, models: Collection[st
             _merge(per_model.setdefault(model, {}), values)
     out = []
     for model, values in sorted(per_model.items()):
-        out.append(emf.record(emf.NAMESPACE, {"Service": service, "Model": model}, _capped(values), timestamp_ms,
-                              dimension_sets=PER_MODEL, units=UNITS))
+        out.append(
+            emf.record(
+                emf.NAMESPACE,
+                {"Service": service, "Model": model},
+                _capped(values),
+                timestamp_ms,
+                dimension_sets=PER_MODEL,
+                units=UNITS,
+            )
+        )
     if task:
-        out.append(emf.record(emf.NAMESPACE, {"Service": service}, _capped(task), timestamp_ms,
-                              dimension_sets=PER_TASK, units=UNITS))
+        out.append(
+            emf.record(
+                emf.NAMESPACE, {"Service": service}, _capped(task), timestamp_ms, dimension_sets=PER_TASK, units=UNITS
+            )
+        )
     return out
 
 
@@ -93,13 +111,18 @@ def _capped(values: dict[str, float | list[float]]) -> dict[str, float | list[fl
     out = dict(values)
     for name, value in values.items():
         while isinstance(value, list) and len(value) > emf.MAX_VALUES:
-            value = [sum(value[i:i + 2]) / len(value[i:i + 2]) for i in range(0, len(value), 2)]
+            value = [sum(value[i : i + 2]) / len(value[i : i + 2]) for i in range(0, len(value), 2)]
         out[name] = value
     return out
 
 
-def convert(lines: Iterable[str], service: str, out: IO[str] | emf.LineOutput | None = None, clock=time.time,
-            models: Collection[str] | None = None) -> Iterator[int]:
+def convert(
+    lines: Iterable[str],
+    service: str,
+    out: IO[str] | emf.LineOutput | None = None,
+    clock=time.time,
+    models: Collection[str] | None = None,
+) -> Iterator[int]:
     """Each report line to EMF lines on `out` (default: stdout, emf.LineOutput); yields the number of records
     written per report. A line that is not a report (neuron-monitor's own messages) is skipped, never fatal:
     metrics must not stop the server."""

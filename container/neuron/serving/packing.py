@@ -12,8 +12,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from artifact import ArtifactError, read_metadata
 import json_entries
+from artifact import ArtifactError, read_metadata
 from compile_settings import SettingsError
 from core_ranges import LABEL as CORES_LABEL
 from core_ranges import format_cores, parse_cores, partition
@@ -64,14 +64,18 @@ def _entry(index: int, raw, *, workers: int, max_batch_size: int, max_queue_dela
     name = raw["name"]
     cores = raw["visible_cores"]
     if isinstance(cores, bool) or not isinstance(cores, (str, int)):
-        raise SettingsError(f"{where}.visible_cores: expected one range like \"0-1\" or one index, got {json.dumps(cores)}")
+        raise SettingsError(
+            f'{where}.visible_cores: expected one range like "0-1" or one index, got {json.dumps(cores)}'
+        )
     model = PackedModel(
         index=index,
         name=name,
         port=json_entries.integer(f"{where}.port", raw["port"], 1, 65535),
         visible_cores=format_cores(parse_cores(str(cores), label=f"{where}.visible_cores")),
         workers=json_entries.integer(f"{where}.workers", raw.get("workers", workers), 1, MAX_WORKERS),
-        max_batch_size=json_entries.integer(f"{where}.max_batch_size", raw.get("max_batch_size", max_batch_size), 1, MAX_BATCH_SIZE),
+        max_batch_size=json_entries.integer(
+            f"{where}.max_batch_size", raw.get("max_batch_size", max_batch_size), 1, MAX_BATCH_SIZE
+        ),
         max_queue_delay_ms=_number(
             f"{where}.max_queue_delay_ms", raw.get("max_queue_delay_ms", max_queue_delay_ms), 0, MAX_QUEUE_DELAY_MS
         ),
@@ -79,12 +83,18 @@ def _entry(index: int, raw, *, workers: int, max_batch_size: int, max_queue_dela
     )
     # The even split over the workers needs no artifact: reject an uneven one now.
     partition(
-        model.visible_cores, model.workers, 0, cores_label=model.label("visible_cores"), workers_label=model.label("workers")
+        model.visible_cores,
+        model.workers,
+        0,
+        cores_label=model.label("visible_cores"),
+        workers_label=model.label("workers"),
     )
     return model
 
 
-def parse(raw: str, *, label: str, workers: int, max_batch_size: int, max_queue_delay_ms: float) -> tuple[PackedModel, ...]:
+def parse(
+    raw: str, *, label: str, workers: int, max_batch_size: int, max_queue_delay_ms: float
+) -> tuple[PackedModel, ...]:
     """SERVER_MODELS as frozen entries; workers / max_batch_size / max_queue_delay_ms default to the
     container's single-model settings."""
     models = tuple(
@@ -96,7 +106,9 @@ def parse(raw: str, *, label: str, workers: int, max_batch_size: int, max_queue_
             if later.name == earlier.name:
                 raise SettingsError(f"{later.label('name')}: {later.name!r} is also {earlier.label('name')}")
             if later.port == earlier.port:
-                raise SettingsError(f"{later.label('port')}: {later.port} is also {earlier.label('port')} ({earlier.name})")
+                raise SettingsError(
+                    f"{later.label('port')}: {later.port} is also {earlier.label('port')} ({earlier.name})"
+                )
             if set(parse_cores(later.visible_cores)) & set(parse_cores(earlier.visible_cores)):
                 raise SettingsError(
                     f"{later.label('visible_cores')}: {later.visible_cores} overlaps {earlier.label('visible_cores')} "
@@ -116,8 +128,12 @@ def preflight(models: tuple[PackedModel, ...], model_dir: Path, container_cores:
     for model in models:
         directory = model_dir / model.name
         if not directory.is_dir():
-            compiled = ", ".join(sorted(p.name for p in model_dir.iterdir() if p.is_dir() and not p.name.startswith(".")))
-            raise SettingsError(f"{model.label('name')}: no artifact {model.name!r} in {model_dir} (compiled: {compiled or 'none'})")
+            compiled = ", ".join(
+                sorted(p.name for p in model_dir.iterdir() if p.is_dir() and not p.name.startswith("."))
+            )
+            raise SettingsError(
+                f"{model.label('name')}: no artifact {model.name!r} in {model_dir} (compiled: {compiled or 'none'})"
+            )
         try:
             metadata = read_metadata(directory)
         except ArtifactError as exc:

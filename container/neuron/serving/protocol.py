@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+# The modules beside this one, flat on the path (ruff would sort them in with the third-party ones).
+# isort: split
 from runner import TextRows, TokenRows
 
 TEXT, INPUT_IDS, ATTENTION_MASK = "TEXT", "input_ids", "attention_mask"
@@ -154,7 +156,9 @@ class ModelInterface:
         if offset != len(binary):
             raise ProtocolError(f"body: {len(binary)} bytes of binary data but the inputs declare {offset}")
         payload = self._payload(tensors)
-        outputs, binary_outputs = self._parse_outputs(request.get("outputs"), bool(parameters.get("binary_data_output")))
+        outputs, binary_outputs = self._parse_outputs(
+            request.get("outputs"), bool(parameters.get("binary_data_output"))
+        )
         return InferRequest(request_id, payload, outputs, binary_outputs)
 
     @staticmethod
@@ -175,12 +179,18 @@ class ModelInterface:
             raise ProtocolError(f"{where}: expected an object with name, datatype, shape and data")
         name = tensor.get("name")
         if name not in INPUT_TYPES:
-            raise ProtocolError(f"{where}.name: unknown input {name!r}; expected TEXT, or input_ids with attention_mask")
+            raise ProtocolError(
+                f"{where}.name: unknown input {name!r}; expected TEXT, or input_ids with attention_mask"
+            )
         datatype = tensor.get("datatype")
         if datatype != INPUT_TYPES[name]:
             raise ProtocolError(f"{where}.datatype: {name} must be {INPUT_TYPES[name]}, got {datatype!r}")
         shape = tensor.get("shape")
-        if not isinstance(shape, list) or not shape or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+        if (
+            not isinstance(shape, list)
+            or not shape
+            or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape)
+        ):
             raise ProtocolError(f"{where}.shape: expected a list of non-negative integers, got {shape!r}")
         count = prod(shape)
         rows = shape[0]
@@ -194,8 +204,15 @@ class ModelInterface:
             if len(shape) != 2:
                 raise ProtocolError(f"{where}.shape: {name} must be [n, tokens], got {shape}")
             if not 1 <= shape[1] <= self.sequence_length:
-                raise ProtocolError(f"{where}.shape: {shape[1]} tokens; the model takes 1 to {self.sequence_length}", 413 if shape[1] > self.sequence_length else 400)
-        size = (tensor.get("parameters") or {}).get("binary_data_size") if isinstance(tensor.get("parameters"), dict) else None
+                raise ProtocolError(
+                    f"{where}.shape: {shape[1]} tokens; the model takes 1 to {self.sequence_length}",
+                    413 if shape[1] > self.sequence_length else 400,
+                )
+        size = (
+            (tensor.get("parameters") or {}).get("binary_data_size")
+            if isinstance(tensor.get("parameters"), dict)
+            else None
+        )
         if size is not None:
             if not isinstance(size, int) or size < 0 or offset + size > len(binary):
                 raise ProtocolError(f"{where}.parameters.binary_data_size: {size!r} does not fit the binary data")
@@ -205,7 +222,9 @@ class ModelInterface:
                 values: Any = _decode_binary_strings(chunk, count, f"{where}.data")
             else:
                 if size != count * 8:
-                    raise ProtocolError(f"{where}.parameters.binary_data_size: shape {shape} needs {count * 8} bytes, got {size}")
+                    raise ProtocolError(
+                        f"{where}.parameters.binary_data_size: shape {shape} needs {count * 8} bytes, got {size}"
+                    )
                 values = np.frombuffer(chunk, dtype="<i8").astype(np.int64)
         else:
             if "data" not in tensor:
@@ -224,14 +243,18 @@ class ModelInterface:
             # 400, not 413, as the Triton ensemble's tokenizer step answers these (its Python backend cannot send
             # a 413): one status per mistake, whichever backend a model is on.
             if len(value) > self.max_text_chars:
-                raise ProtocolError(f"{where}.data[{k}]: text of {len(value)} characters exceeds the limit of {self.max_text_chars}")
+                raise ProtocolError(
+                    f"{where}.data[{k}]: text of {len(value)} characters exceeds the limit of {self.max_text_chars}"
+                )
             if not value or value.isspace():  # nothing for the model to read: an answer would be noise
                 raise ProtocolError(f"{where}.data[{k}]: empty text")
             if not value.isascii():
                 try:  # JSON's "\ud800" escapes decode to lone surrogates, which the tokenizer cannot take
                     value.encode("utf-8")
                 except UnicodeEncodeError as exc:
-                    raise ProtocolError(f"{where}.data[{k}]: not valid Unicode ({exc.reason} at character {exc.start})") from None
+                    raise ProtocolError(
+                        f"{where}.data[{k}]: not valid Unicode ({exc.reason} at character {exc.start})"
+                    ) from None
         return list(values)
 
     def _integers(self, name: str, values: Any, shape: list[int], where: str) -> np.ndarray:
@@ -264,7 +287,9 @@ class ModelInterface:
         if mask is None:
             mask = np.ones_like(ids)
         elif mask.shape != ids.shape:
-            raise ProtocolError(f"inputs: attention_mask shape {list(mask.shape)} differs from input_ids {list(ids.shape)}")
+            raise ProtocolError(
+                f"inputs: attention_mask shape {list(mask.shape)} differs from input_ids {list(ids.shape)}"
+            )
         return TokenRows(ids, mask)
 
     @staticmethod
@@ -273,7 +298,7 @@ class ModelInterface:
             names = (LOGITS, LABEL)
             return names, frozenset(names if binary_default else ())
         if not isinstance(requested, list) or not requested:
-            raise ProtocolError("outputs: expected a non-empty list of {\"name\": ...}")
+            raise ProtocolError('outputs: expected a non-empty list of {"name": ...}')
         names, binary = [], set()
         for i, output in enumerate(requested):
             name = output.get("name") if isinstance(output, dict) else None
@@ -298,13 +323,20 @@ class ModelInterface:
             if name == LOGITS:
                 values = logits.ravel().tolist()
                 # float repr is JSON's for finite values; NaN and infinities take json's spelling.
-                data = ",".join(map(float.__repr__, values)) if all(map(math.isfinite, values)) else json.dumps(values, separators=(",", ":"))[1:-1]
+                data = (
+                    ",".join(map(float.__repr__, values))
+                    if all(map(math.isfinite, values))
+                    else json.dumps(values, separators=(",", ":"))[1:-1]
+                )
                 parts.append(f'{{"name":"logits","datatype":"FP32","shape":[{rows},{width}],"data":[{data}]}}')
             else:
                 labels = ",".join([self._label_json[i] for i in logits.argmax(axis=1).tolist()])
                 parts.append(f'{{"name":"label","datatype":"BYTES","shape":[{rows}],"data":[{labels}]}}')
         request_id = "" if request.id is None else ',"id":' + json.dumps(request.id)
-        return f'{{"model_name":{self._name_json},"model_version":"{MODEL_VERSION}","outputs":[{",".join(parts)}]{request_id}}}'.encode()
+        return (
+            f'{{"model_name":{self._name_json},"model_version":"{MODEL_VERSION}",'
+            f'"outputs":[{",".join(parts)}]{request_id}}}'
+        ).encode()
 
     def response(self, request: InferRequest, logits: np.ndarray) -> tuple[bytes, dict[str, str] | None]:
         """The reply's body and, for a binary reply, its headers (None: a JSON reply)."""

@@ -15,7 +15,6 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-
 # A worker's exit status when its model failed to load: at start-up the supervisor stops rather than retry.
 LOAD_FAILED = 3
 RESTARTING = ".restarting"

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
+# The modules beside this one, flat on the path (ruff would sort them in with the third-party ones).
+# isort: split
 import ascii_wordpiece
 from artifact import MODEL_FILE, TOKENIZER_FILE
 from backends import get_backend
@@ -65,7 +67,9 @@ class Stacked:
 
 
 class ModelRunner:
-    def __init__(self, model_dir: Path, metadata: dict, torch_threads: int, standin_batch_ms: float | None = None) -> None:
+    def __init__(
+        self, model_dir: Path, metadata: dict, torch_threads: int, standin_batch_ms: float | None = None
+    ) -> None:
         """``standin_batch_ms`` replaces the model with the emulated accelerator (standin_accelerator.py),
         for benchmarks and tests: tokenization and everything around the model stay as they are."""
         from tokenizers import Tokenizer

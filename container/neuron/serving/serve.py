@@ -24,12 +24,12 @@ BUILD_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file_
 if BUILD_DIR not in sys.path:
     sys.path.insert(1, BUILD_DIR)
 
-import jsonlog  # noqa: E402 (the imports below need build/ on the path)
-from artifact import ArtifactError, read_metadata  # noqa: E402 (build/)
-from compile_settings import SettingsError  # noqa: E402 (build/)
-from packing import preflight  # noqa: E402 (imports build/'s artifact)
-from readiness import PackedReadiness  # noqa: E402 (after the path to build/)
-from server_settings import ServerSettings, add_arguments, for_model, from_args  # noqa: E402 (imports build/)
+import jsonlog  # noqa: E402 - after build/ is on sys.path, as all below
+from artifact import ArtifactError, read_metadata  # noqa: E402 - from build/
+from compile_settings import SettingsError  # noqa: E402 - from build/
+from packing import preflight  # noqa: E402 - imports build/'s artifact
+from readiness import PackedReadiness  # noqa: E402 - after build/ is on sys.path
+from server_settings import ServerSettings, add_arguments, for_model, from_args  # noqa: E402 - imports build/
 
 
 class UsageError(Exception):
@@ -74,7 +74,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"serve.py: error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:  # e.g. the port is taken
-        print(f"serve.py: error: --port: cannot listen on {settings.host}:{settings.port}: {exc.strerror}", file=sys.stderr)
+        print(
+            f"serve.py: error: --port: cannot listen on {settings.host}:{settings.port}: {exc.strerror}",
+            file=sys.stderr,
+        )
         return 2
 
 
@@ -83,7 +86,9 @@ def worker_share(args: argparse.Namespace):
         return None
     from connection_share import ConnectionShare
 
-    return ConnectionShare([int(fd) for fd in args.worker_share.split(",")], int(os.environ.get("SERVER_WORKER_INDEX", "0")))
+    return ConnectionShare(
+        [int(fd) for fd in args.worker_share.split(",")], int(os.environ.get("SERVER_WORKER_INDEX", "0"))
+    )
 
 
 def serve_packed(settings: ServerSettings, args: argparse.Namespace, argv: list[str]) -> int:

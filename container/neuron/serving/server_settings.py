@@ -68,8 +68,11 @@ def _admission_off(environ: Mapping[str, str]) -> bool:
 
 
 def _admission_for(slo_ms: float, current: Admission | None) -> Admission:
-    initial_s = current.initial_batch_s if current is not None else float(
-        os.environ.get("SERVER_INITIAL_BATCH_MS") or ADMISSION_ENVIRONMENT["initial_batch_ms"][1]) / 1000.0
+    initial_s = (
+        current.initial_batch_s
+        if current is not None
+        else float(os.environ.get("SERVER_INITIAL_BATCH_MS") or ADMISSION_ENVIRONMENT["initial_batch_ms"][1]) / 1000.0
+    )
     return Admission(slo_ms=slo_ms, budget_s=slo_ms * BUDGET_SHARE / 1000.0, initial_batch_s=initial_s)
 
 
@@ -160,7 +163,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="0.0.0.0")
     for name, (env, default) in ENVIRONMENT.items():
         flag = "--" + name.replace("_", "-")
-        parser.add_argument(flag, dest=name, default=None, help=f"env {env} (default {DEFAULT_HELP.get(name, default)})")
+        parser.add_argument(
+            flag, dest=name, default=None, help=f"env {env} (default {DEFAULT_HELP.get(name, default)})"
+        )
     parser.add_argument("--standin-accelerator-ms", dest="standin_accelerator_ms", default=None, help=argparse.SUPPRESS)
 
 
@@ -201,7 +206,9 @@ def from_args(args: argparse.Namespace, environ: dict[str, str] | None = None) -
         raise SettingsError(f"{_label('log_level')}: must be debug, info, warning or error, got {log_level!r}")
     model_name = _raw(args, "model_name", environ)
     if not model_name or "/" in model_name or model_name.strip() != model_name:
-        raise SettingsError(f"{_label('model_name')}: must be a non-empty name without '/' or spaces, got {model_name!r}")
+        raise SettingsError(
+            f"{_label('model_name')}: must be a non-empty name without '/' or spaces, got {model_name!r}"
+        )
     workers = _int(args, "workers", environ, 1, 64)
     max_batch_size = _int(args, "max_batch_size", environ, 1, 1024)
     max_queue_delay_ms = _float(args, "max_queue_delay_ms", environ, 0, 1000)
@@ -210,7 +217,9 @@ def from_args(args: argparse.Namespace, environ: dict[str, str] | None = None) -
     if raw_models is not None and raw_models.strip():
         for name in ("model_name", "port"):
             if getattr(args, name) is not None or environ.get(ENVIRONMENT[name][0]):
-                raise SettingsError(f"{_label(name)}: not allowed with {_label('models')}, which names each model and its port")
+                raise SettingsError(
+                    f"{_label(name)}: not allowed with {_label('models')}, which names each model and its port"
+                )
         models = packing.parse(
             raw_models,
             label=_label("models"),

@@ -139,8 +139,13 @@ def run(settings: ServerSettings, metadata: dict, argv: list[str]) -> int:
     sock = bind(settings)
     group = WorkerGroup(None, slices, sock, _metrics_dir(len(slices)), served=settings.model_name)
     children = start([group], argv)
-    return supervise(children, [group], ready_dir=None, monitor=start_neuron_monitor(settings, [group.served]),
-                     policy=RestartPolicy.of(settings))
+    return supervise(
+        children,
+        [group],
+        ready_dir=None,
+        monitor=start_neuron_monitor(settings, [group.served]),
+        policy=RestartPolicy.of(settings),
+    )
 
 
 def run_packed(settings: ServerSettings, plans: list[PackedPlan], argv: list[str]) -> int:
@@ -153,9 +158,14 @@ def run_packed(settings: ServerSettings, plans: list[PackedPlan], argv: list[str
                 sock = bind_port(settings.host, model.port)
             except OSError as exc:
                 reason = os.strerror(exc.errno) if exc.errno else str(exc)  # create_server appends the address
-                raise SettingsError(f"{model.label('port')}: cannot listen on {settings.host}:{model.port}: {reason}") from None
-            groups.append(WorkerGroup(model.name, list(plan.slices), sock, None, ("--worker-model", model.name),
-                                      served=model.name))
+                raise SettingsError(
+                    f"{model.label('port')}: cannot listen on {settings.host}:{model.port}: {reason}"
+                ) from None
+            groups.append(
+                WorkerGroup(
+                    model.name, list(plan.slices), sock, None, ("--worker-model", model.name), served=model.name
+                )
+            )
     except BaseException:
         for group in groups:
             group.sock.close()
@@ -174,8 +184,13 @@ def start_neuron_monitor(settings: ServerSettings, models: list[str]) -> NeuronM
     if settings.neuron_monitor is None:
         return None
     directory = Path(tempfile.mkdtemp(prefix="inferstack-neuron-monitor-"))
-    return NeuronMonitor(settings.neuron_monitor, service=settings.metrics_service, models=models,
-                         interval_s=settings.metrics_interval_s, directory=directory).start()
+    return NeuronMonitor(
+        settings.neuron_monitor,
+        service=settings.metrics_service,
+        models=models,
+        interval_s=settings.metrics_interval_s,
+        directory=directory,
+    ).start()
 
 
 def start(groups: list[WorkerGroup], argv: list[str]) -> dict[int, Child]:
@@ -201,8 +216,15 @@ def start(groups: list[WorkerGroup], argv: list[str]) -> dict[int, Child]:
                 env[MULTIPROC_ENV] = group.metrics_dir
             if cores is not None:
                 env["NEURON_RT_VISIBLE_CORES"] = cores
-            command = [sys.executable, SERVE_SCRIPT, *argv, *group.args, "--worker-fd", str(group.sock.fileno()),
-                       *share_args]
+            command = [
+                sys.executable,
+                SERVE_SCRIPT,
+                *argv,
+                *group.args,
+                "--worker-fd",
+                str(group.sock.fileno()),
+                *share_args,
+            ]
             slot = Slot(group, index, command, env, fds, group.port)
             process = spawn(slot)
             children[process.pid] = Child(process, slot)
@@ -215,15 +237,33 @@ def spawn(slot: Slot) -> subprocess.Popen:
     return subprocess.Popen(slot.command, env=env, pass_fds=slot.fds)
 
 
-def supervise(children: dict[int, Child], groups: list[WorkerGroup], *, ready_dir: str | None,
-              monitor: NeuronMonitor | None = None, policy: RestartPolicy = RestartPolicy()) -> int:
+def supervise(
+    children: dict[int, Child],
+    groups: list[WorkerGroup],
+    *,
+    ready_dir: str | None,
+    monitor: NeuronMonitor | None = None,
+    policy: RestartPolicy = RestartPolicy(),
+) -> int:
     return Supervisor(children, groups, ready_dir, monitor, policy).run()
 
 
 class Supervisor:
-    def __init__(self, children: dict[int, Child], groups: list[WorkerGroup], ready_dir: str | None,
-                 monitor: NeuronMonitor | None, policy: RestartPolicy) -> None:
-        self.children, self.groups, self.ready_dir, self.monitor, self.policy = children, groups, ready_dir, monitor, policy
+    def __init__(
+        self,
+        children: dict[int, Child],
+        groups: list[WorkerGroup],
+        ready_dir: str | None,
+        monitor: NeuronMonitor | None,
+        policy: RestartPolicy,
+    ) -> None:
+        self.children, self.groups, self.ready_dir, self.monitor, self.policy = (
+            children,
+            groups,
+            ready_dir,
+            monitor,
+            policy,
+        )
         self.stopping: int | None = None  # the signal that began the stop
         self.spawning = False  # a restart is between fork and bookkeeping: its socket must stay open
         self.exit_code = 0
@@ -319,16 +359,26 @@ class Supervisor:
             process = spawn(slot)
         except OSError as exc:  # e.g. out of memory or pids: the task cannot heal itself
             self.spawning = False
-            log.error("worker could not be restarted; stopping the others",
-                      extra={"dead_pid": dead_pid, **slot.describe(), "error": str(exc)})
+            log.error(
+                "worker could not be restarted; stopping the others",
+                extra={"dead_pid": dead_pid, **slot.describe(), "error": str(exc)},
+            )
             self.exit_code = 1
             self.forward(signal.SIGTERM, None)
             return
         self.children[process.pid] = Child(process, slot, replacement=True)
         self.spawning = False
-        log.warning("worker restarted", extra={"worker_pid": process.pid, "dead_pid": dead_pid, **slot.describe(),
-                                               **status, "restarts": len(slot.restarted_at),
-                                               "restarts_total": slot.restarts})
+        log.warning(
+            "worker restarted",
+            extra={
+                "worker_pid": process.pid,
+                "dead_pid": dead_pid,
+                **slot.describe(),
+                **status,
+                "restarts": len(slot.restarted_at),
+                "restarts_total": slot.restarts,
+            },
+        )
         if self.stopping is not None:  # a signal came while it started: stop it with the others
             self.forward(self.stopping, None)
 

@@ -40,8 +40,14 @@ class WorkerReadiness:
     """This worker's readiness: the routes' ServerState, plus its marker when models are packed, and its
     place in the connection share when it replaces a dead worker."""
 
-    def __init__(self, state: ServerState, packed: PackedReadiness | None, model: str, index: int,
-                 share: ConnectionShare | None = None) -> None:
+    def __init__(
+        self,
+        state: ServerState,
+        packed: PackedReadiness | None,
+        model: str,
+        index: int,
+        share: ConnectionShare | None = None,
+    ) -> None:
         self.state, self.packed, self.model, self.index, self.share = state, packed, model, index, share
 
     def ready(self) -> None:
@@ -89,12 +95,21 @@ def emf_publisher(settings: ServerSettings, state: ServerState, index: int) -> e
     return emf.Publisher(recorder, gauges, interval_s=settings.metrics_interval_s)
 
 
-def load_model(settings: ServerSettings, metadata: dict, readiness: WorkerReadiness, stop, failed: list,
-               recorder: emf.Recorder | None, loop: asyncio.AbstractEventLoop, tally: metrics.RequestTally) -> None:
+def load_model(
+    settings: ServerSettings,
+    metadata: dict,
+    readiness: WorkerReadiness,
+    stop,
+    failed: list,
+    recorder: emf.Recorder | None,
+    loop: asyncio.AbstractEventLoop,
+    tally: metrics.RequestTally,
+) -> None:
     state = readiness.state
     try:
         started = time.perf_counter()
-        from runner import ModelRunner  # imports torch (unless the stand-in replaces the model): only now, inside this worker
+        # runner imports torch (unless the stand-in replaces the model): only now, inside this worker.
+        from runner import ModelRunner
 
         runner = ModelRunner(settings.model_dir, metadata, settings.torch_threads, settings.standin_accelerator_ms)
         loaded = time.perf_counter()
@@ -158,15 +173,23 @@ def run_loop(main) -> None:
     uvloop.run(main)
 
 
-def run(settings: ServerSettings, metadata: dict, fd: int, packed: PackedReadiness | None = None,
-        share: ConnectionShare | None = None) -> int:
+def run(
+    settings: ServerSettings,
+    metadata: dict,
+    fd: int,
+    packed: PackedReadiness | None = None,
+    share: ConnectionShare | None = None,
+) -> int:
     """Serve on the listening socket ``fd``; ``share``: the model's other workers on that socket."""
     # The inference thread needs the GIL for a moment as each batch starts and ends, usually while the
     # event loop is busy with requests: it waits up to the switch interval each time, with the model idle
     # (Python's default of 5 ms is more than a Neuron batch takes). The two threads contend only then.
     sys.setswitchinterval(0.0001)
     interface = ModelInterface(
-        name=settings.model_name, metadata=metadata, max_rows=settings.max_batch_size, max_text_chars=settings.max_text_chars
+        name=settings.model_name,
+        metadata=metadata,
+        max_rows=settings.max_batch_size,
+        max_text_chars=settings.max_text_chars,
     )
     state = ServerState()
     index = int(os.environ.get("SERVER_WORKER_INDEX", "0"))
@@ -182,8 +205,14 @@ def run(settings: ServerSettings, metadata: dict, fd: int, packed: PackedReadine
         loop = asyncio.get_running_loop()
         stopping = asyncio.Event()
         tally = metrics.RequestTally(loop, lambda: state.batcher.queue_depth if state.batcher is not None else 0)
-        app = build_app(interface=interface, state=state, max_body_bytes=settings.max_body_bytes, tally=tally,
-                        packed=packed, recorder=recorder)
+        app = build_app(
+            interface=interface,
+            state=state,
+            max_body_bytes=settings.max_body_bytes,
+            tally=tally,
+            packed=packed,
+            recorder=recorder,
+        )
 
         def stop() -> None:  # from any thread: a signal, a failed load, a vanished supervisor
             readiness.drain()
@@ -193,13 +222,22 @@ def run(settings: ServerSettings, metadata: dict, fd: int, packed: PackedReadine
             loop.add_signal_handler(signum, stop)
         if publisher is not None:
             publisher.start()
-        server = HttpServer(app=app.asgi, infer_routes=app.infer_routes, infer=app.infer,
-                            max_body_bytes=settings.max_body_bytes,
-                            keep_alive_s=75,  # longer than the ALB's 60 s idle timeout, so the ALB closes first
-                            share=share, on_connections=metrics.OPEN_CONNECTIONS.set)
+        server = HttpServer(
+            app=app.asgi,
+            infer_routes=app.infer_routes,
+            infer=app.infer,
+            max_body_bytes=settings.max_body_bytes,
+            keep_alive_s=75,  # longer than the ALB's 60 s idle timeout, so the ALB closes first
+            share=share,
+            on_connections=metrics.OPEN_CONNECTIONS.set,
+        )
         server.listen(sock)
-        threading.Thread(target=load_model, args=(settings, metadata, readiness, stop, failed, recorder, loop, tally),
-                         name="loader", daemon=True).start()
+        threading.Thread(
+            target=load_model,
+            args=(settings, metadata, readiness, stop, failed, recorder, loop, tally),
+            name="loader",
+            daemon=True,
+        ).start()
         threading.Thread(target=watch_parent, args=(stop, stopping), name="parent-watch", daemon=True).start()
         await stopping.wait()
         # Readiness is off already; no new connections, in-flight requests answered, then the batcher's queue.

@@ -11,6 +11,17 @@ from inferstack.config.checks.fleets import check_fleets, fleet_too_small, fleet
 from inferstack.config.checks.models import check_model, model_warnings
 from inferstack.config.checks.pipeline import check_pipeline, check_pipeline_capacity
 
-__all__ = ["check_accounts", "check_fleets", "check_model", "check_networks", "check_pipeline",
-           "check_pipeline_capacity", "did_you_mean", "estimate_warnings", "fleet_estimate_warnings",
-           "fleet_too_small", "fleet_warnings", "model_warnings"]
+__all__ = [
+    "check_accounts",
+    "check_fleets",
+    "check_model",
+    "check_networks",
+    "check_pipeline",
+    "check_pipeline_capacity",
+    "did_you_mean",
+    "estimate_warnings",
+    "fleet_estimate_warnings",
+    "fleet_too_small",
+    "fleet_warnings",
+    "model_warnings",
+]

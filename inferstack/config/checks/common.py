@@ -28,14 +28,17 @@ def fleet_capacity_key(name: str, fleet: Fleet, env: str, field: str) -> KeyPath
     return ("fleets", name, "capacity", field)
 
 
-def unknown_environments(base: KeyPath, deploy_in: Sequence[str] | None,
-                         environments: Iterable[str]) -> Iterator[Finding]:
+def unknown_environments(
+    base: KeyPath, deploy_in: Sequence[str] | None, environments: Iterable[str]
+) -> Iterator[Finding]:
     """A `deploy_in` list (a model's or an inference-components fleet's) naming environments that do not exist."""
     known = list(environments)
     for index, env in enumerate(deploy_in or ()):
         if env not in known:
-            yield base + ("deploy_in", index), (
-                f"unknown environment {env!r}{did_you_mean(env, known)}; known: {', '.join(known)}")
+            yield (
+                base + ("deploy_in", index),
+                (f"unknown environment {env!r}{did_you_mean(env, known)}; known: {', '.join(known)}"),
+            )
 
 
 def did_you_mean(word: str, choices: Iterable[str], form: str = " (did you mean {!r}?)") -> str:

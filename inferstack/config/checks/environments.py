@@ -15,9 +15,13 @@ def check_networks(env_file: EnvironmentsFile) -> Iterator[Finding]:
         imported = environment.network.import_
         owner = environment.network.vpc_owner(environment.account)
         if imported is not None and owner != environment.account and imported.create_endpoints:
-            yield ("environments", name, "network", "import", "create_endpoints"), (
-                f"the VPC is shared from account {owner}: participants cannot create VPC endpoints or change "
-                f"route tables in a shared VPC; set create_endpoints: false and have the owner add them")
+            yield (
+                ("environments", name, "network", "import", "create_endpoints"),
+                (
+                    f"the VPC is shared from account {owner}: participants cannot create VPC endpoints or change "
+                    f"route tables in a shared VPC; set create_endpoints: false and have the owner add them"
+                ),
+            )
 
 
 def check_accounts(env_file: EnvironmentsFile) -> Iterator[Finding]:
@@ -28,7 +32,11 @@ def check_accounts(env_file: EnvironmentsFile) -> Iterator[Finding]:
     for name, environment in env_file.environments.items():
         other = first.setdefault(environment.account, name)
         if other != name:
-            yield ("environments", name, "account"), (
-                f"account {environment.account} is also {other}'s: each environment's foundation creates the "
-                f"IAM role {role} (the smoke test's), and role names are unique per account; give each "
-                f"environment its own account")
+            yield (
+                ("environments", name, "account"),
+                (
+                    f"account {environment.account} is also {other}'s: each environment's foundation creates the "
+                    f"IAM role {role} (the smoke test's), and role names are unique per account; give each "
+                    f"environment its own account"
+                ),
+            )

@@ -21,13 +21,18 @@ def _estimate_message(envs: Sequence[str], sizings: Sequence[provenance.Sizing])
         reasons.append(f"{entries} {'has' if len(estimates) == 1 else 'have'} no measured: block")
     reasons += [f"{s.model}'s throughput_profile.{s.instance_type} has a {s.caveat}" for s in sizings if s.measured]
     one = len(sizings) == 1
-    what = ("an estimate" if one else "estimates") if len(estimates) == len(sizings) else (
-        "an entry with no measured p99" if one else "entries with no measured p99")
+    what = (
+        ("an estimate" if one else "estimates")
+        if len(estimates) == len(sizings)
+        else ("an entry with no measured p99" if one else "entries with no measured p99")
+    )
     model = sizings[0].model if one else "MODEL"
     # Not --recommender: its job measures a p95, which leaves this warning standing.
-    return (f"{where} sized from {what} ({'; '.join(reasons)}): measure {'it' if one else 'them'} with `python -m "
-            f"inferstack profile {model} --env ENV` (a load test, which measures p99) in an environment on that "
-            f"instance type before relying on the plan")
+    return (
+        f"{where} sized from {what} ({'; '.join(reasons)}): measure {'it' if one else 'them'} with `python -m "
+        f"inferstack profile {model} --env ENV` (a load test, which measures p99) in an environment on that "
+        f"instance type before relying on the plan"
+    )
 
 
 def estimate_warnings(env_file: EnvironmentsFile, model: Model) -> Iterator[Finding]:
@@ -54,9 +59,15 @@ def fleet_estimate_warnings(env_file: EnvironmentsFile, models: Mapping[str, Mod
             if not (env_file.is_production(env) and fleet.deploys_in(env)):
                 continue
             # A member of another kind than the fleet carries is a problem check_fleets reports.
-            members = [models[m] for m in fleet.models
-                       if m in models and kinds.model_kind(models[m]) is kinds.fleet_kind(fleet).member]
-            estimates = [s for s in (provenance.fleet_member(m, name, fleet, env) for m in members)
-                         if s.point is not None and not s.p99_measured]
+            members = [
+                models[m]
+                for m in fleet.models
+                if m in models and kinds.model_kind(models[m]) is kinds.fleet_kind(fleet).member
+            ]
+            estimates = [
+                s
+                for s in (provenance.fleet_member(m, name, fleet, env) for m in members)
+                if s.point is not None and not s.p99_measured
+            ]
             if estimates:
                 yield fleet_capacity_key(name, fleet, env, "instance_type"), _estimate_message([env], estimates)

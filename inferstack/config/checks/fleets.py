@@ -28,9 +28,11 @@ def fleet_too_small(name: str, kind: str, error: Mapping) -> str:
     need = context.get("min_length", 1)
     has = f"it has {len(names)} ({', '.join(names)})" if names else "it has none"
     why = " (one model alone on its instances is a dedicated service)" if need > 1 else ""
-    return (f"a {kind} fleet needs at least {need} member{'s' if need != 1 else ''}{why}, {has}; to retire the fleet, "
-            f"remove its entry fleets.{name} from environments.yaml: its stack goes, and a member whose model file "
-            f"stays gets a stack of its own")
+    return (
+        f"a {kind} fleet needs at least {need} member{'s' if need != 1 else ''}{why}, {has}; to retire the fleet, "
+        f"remove its entry fleets.{name} from environments.yaml: its stack goes, and a member whose model file "
+        f"stays gets a stack of its own"
+    )
 
 
 def check_fleets(env_file: EnvironmentsFile, models: Mapping[str, Model]) -> Iterator[Finding]:
@@ -42,12 +44,16 @@ def check_fleets(env_file: EnvironmentsFile, models: Mapping[str, Model]) -> Ite
         own = FLEET_CHECKS[kind]
         base = ("fleets", name)
         if name in models or name in RESERVED_STACK_IDS:
-            yield base, (f"fleet name {name!r} is also a model's or a reserved stack's name; each names a stack "
-                         f"in every environment, so they must differ")
+            yield (
+                base,
+                (
+                    f"fleet name {name!r} is also a model's or a reserved stack's name; each names a stack "
+                    f"in every environment, so they must differ"
+                ),
+            )
         for env in fleet.environments:
             if env not in env_file.environments:
-                yield base + ("environments", env), (
-                    f"unknown environment; known: {', '.join(env_file.environments)}")
+                yield base + ("environments", env), (f"unknown environment; known: {', '.join(env_file.environments)}")
         yield from own.file(base, fleet, env_file)
         members: list[Model] = []
         for index, model_name in enumerate(fleet.models):
@@ -55,19 +61,28 @@ def check_fleets(env_file: EnvironmentsFile, models: Mapping[str, Model]) -> Ite
             if model is None:
                 hint = did_you_mean(model_name, models) or (
                     " (no model file names it: a model retired by removing its file leaves its fleet too; take it "
-                    "off this list)")
-                yield base + ("models", index), (
-                    f"unknown model {model_name!r}{hint}; known: {', '.join(sorted(models))}")
+                    "off this list)"
+                )
+                yield (
+                    base + ("models", index),
+                    (f"unknown model {model_name!r}{hint}; known: {', '.join(sorted(models))}"),
+                )
                 continue
             if kinds.model_kind(model) is not kind.member:
-                yield base + ("models", index), (
-                    f"{model_name} is a {model.kind} model; a {fleet.kind} fleet carries {kind.member.name} models")
+                yield (
+                    base + ("models", index),
+                    (f"{model_name} is a {model.kind} model; a {fleet.kind} fleet carries {kind.member.name} models"),
+                )
                 continue
             absent = [env for env in env_file.environments if fleet.deploys_in(env) and not model.deploys_in(env)]
             if absent:
-                yield base + ("models", index), (
-                    f"{model_name} is not deployed in {', '.join(absent)} (its deploy_in: "
-                    f"{', '.join(model.deploy_in or ())}), where fleet {name} deploys: {own.absent_remedy}")
+                yield (
+                    base + ("models", index),
+                    (
+                        f"{model_name} is not deployed in {', '.join(absent)} (its deploy_in: "
+                        f"{', '.join(model.deploy_in or ())}), where fleet {name} deploys: {own.absent_remedy}"
+                    ),
+                )
                 continue
             for env in env_file.environments:
                 if not fleet.deploys_in(env):
@@ -89,8 +104,9 @@ def check_fleets(env_file: EnvironmentsFile, models: Mapping[str, Model]) -> Ite
             yield key, f"{message} ({label} {', '.join(env_names)})"
 
 
-def _check_fleet_environment(name: str, fleet: Fleet, members: Sequence[Model], env_name: str,
-                             environment: Environment) -> Iterator[Finding]:
+def _check_fleet_environment(
+    name: str, fleet: Fleet, members: Sequence[Model], env_name: str, environment: Environment
+) -> Iterator[Finding]:
     kind = kinds.fleet_kind(fleet)
     capacity = fleet.capacity_for(env_name)
     spec = instances.get(capacity.instance_type)
@@ -104,8 +120,13 @@ def _check_fleet_environment(name: str, fleet: Fleet, members: Sequence[Model], 
         return
     windows = fleet.off_hours_for(env_name)
     for index, window in enumerate(windows):
-        yield from check_window(window, ("fleets", name, "environments", env_name, "off_hours", index),
-                                 capacity.max, zero=kind.at_zero, owner=f"fleet {name}")
+        yield from check_window(
+            window,
+            ("fleets", name, "environments", env_name, "off_hours", index),
+            capacity.max,
+            zero=kind.at_zero,
+            owner=f"fleet {name}",
+        )
     plannable = yield from FLEET_CHECKS[kind].members(name, fleet, members, env_name, environment, capacity, spec)
     if not plannable:
         return
@@ -117,15 +138,24 @@ def _check_fleet_environment(name: str, fleet: Fleet, members: Sequence[Model], 
     except planning.PlanningError as exc:  # PackingError among them: cores or a copy over the instance
         yield type_key, str(exc)
         return
-    for index, share in enumerate(result.shares):
+    shares: Sequence[packing.CoreShare | packing.ComponentShare] = result.shares
+    for index, share in enumerate(shares):
         if share.profile_p99_ms > share.slo_p99_ms:
-            yield ("fleets", name, "models", index), (
-                f"{share.model}: SLO p99 {share.slo_p99_ms:g} ms is below the profiled p99 "
-                f"{share.profile_p99_ms:g} ms on {result.instance_type}")
+            yield (
+                ("fleets", name, "models", index),
+                (
+                    f"{share.model}: SLO p99 {share.slo_p99_ms:g} ms is below the profiled p99 "
+                    f"{share.profile_p99_ms:g} ms on {result.instance_type}"
+                ),
+            )
     if not result.peak_within_max:
-        yield fleet_capacity_key(name, fleet, env_name, "max"), (
-            f"the members' peaks need {result.instances_at_peak} x {result.instance_type}, but max is "
-            f"{result.max_capacity}")
+        yield (
+            fleet_capacity_key(name, fleet, env_name, "max"),
+            (
+                f"the members' peaks need {result.instances_at_peak} x {result.instance_type}, but max is "
+                f"{result.max_capacity}"
+            ),
+        )
     yield from FLEET_CHECKS[kind].on_plan(name, result)
 
 
@@ -149,11 +179,16 @@ class FleetChecks:
 
 FLEET_CHECKS: dict[kinds.FleetKind, FleetChecks] = {
     kinds.NEURON_CORES: FleetChecks(
-        file=neuron_cores.check_file, members=neuron_cores.check_members, warnings=neuron_cores.warnings,
+        file=neuron_cores.check_file,
+        members=neuron_cores.check_members,
+        warnings=neuron_cores.warnings,
         absent_remedy="a neuron-cores fleet deploys in every environment (one image): add them to its deploy_in, or "
-                      "take it off the fleet"),
+        "take it off the fleet",
+    ),
     kinds.SAGEMAKER_INFERENCE_COMPONENTS: FleetChecks(
-        file=inference_components.check_file, members=inference_components.check_members,
+        file=inference_components.check_file,
+        members=inference_components.check_members,
         on_plan=inference_components.check_plan,
-        absent_remedy="add them to its deploy_in, or give the fleet a deploy_in without them"),
+        absent_remedy="add them to its deploy_in, or give the fleet a deploy_in without them",
+    ),
 }

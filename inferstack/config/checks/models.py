@@ -25,21 +25,31 @@ def check_model(model: Model, environments: dict[str, Environment]) -> Iterator[
     yield from unknown_environments((), model.deploy_in, environments)
     for env in model.environments:
         if env not in environments:
-            yield ("environments", env), (f"unknown environment{did_you_mean(env, environments)}; known: "
-                                          f"{', '.join(sorted(environments))}")
+            yield (
+                ("environments", env),
+                (f"unknown environment{did_you_mean(env, environments)}; known: {', '.join(sorted(environments))}"),
+            )
         elif not model.deploys_in(env):
             # An error, not a warning: the block would never apply, and whoever reads the file would take it
             # for the model's settings there (a prod override that silently stopped counting, or a prod
             # deployment someone meant to add).
-            yield ("environments", env), (
-                f"{env} is not in deploy_in ({', '.join(model.deploy_in or ())}), so this override would never "
-                f"apply: add {env} to deploy_in, or remove the block")
+            yield (
+                ("environments", env),
+                (
+                    f"{env} is not in deploy_in ({', '.join(model.deploy_in or ())}), so this override would never "
+                    f"apply: add {env} to deploy_in, or remove the block"
+                ),
+            )
     for itype, point in model.throughput_profile.items():
         measured_in = point.measured.environment if point.measured is not None else None
         if measured_in is not None and measured_in not in environments:
-            yield ("throughput_profile", itype, "measured", "environment"), (
-                f"unknown environment {measured_in!r}{did_you_mean(measured_in, environments)}; known: "
-                f"{', '.join(environments)}")
+            yield (
+                ("throughput_profile", itype, "measured", "environment"),
+                (
+                    f"unknown environment {measured_in!r}{did_you_mean(measured_in, environments)}; known: "
+                    f"{', '.join(environments)}"
+                ),
+            )
     yield from MODEL_CHECKS[kinds.model_kind(model)].file(model)
     yield from check_off_hours(model)
     # Instance-dependent rules run per environment, after its overrides; a finding shared by several
@@ -81,14 +91,22 @@ def _check_plan(model: Model, env_name: str, environment: Environment) -> Iterat
         yield ("throughput_profile",), str(exc)
         return
     if not result.latency_within_slo:
-        yield ("slo", "p99_latency_ms"), (
-            f"SLO p99 {result.slo_p99_ms:g} ms is below the profiled p99 {result.profile_p99_ms:g} ms "
-            f"of {result.instance_type}")
+        yield (
+            ("slo", "p99_latency_ms"),
+            (
+                f"SLO p99 {result.slo_p99_ms:g} ms is below the profiled p99 {result.profile_p99_ms:g} ms "
+                f"of {result.instance_type}"
+            ),
+        )
     if not result.peak_within_max:
-        yield capacity_key(model, env_name, "max"), (
-            f"peak {result.peak_tps:g} TPS needs {result.instances_at_peak} x {result.instance_type} at "
-            f"{result.throughput_per_instance:g}/s x safety factor {result.safety_factor:g}, "
-            f"but max is {result.max_capacity}")
+        yield (
+            capacity_key(model, env_name, "max"),
+            (
+                f"peak {result.peak_tps:g} TPS needs {result.instances_at_peak} x {result.instance_type} at "
+                f"{result.throughput_per_instance:g}/s x safety factor {result.safety_factor:g}, "
+                f"but max is {result.max_capacity}"
+            ),
+        )
 
 
 def model_warnings(env_file: EnvironmentsFile, model: Model) -> Iterator[Finding]:
@@ -109,8 +127,13 @@ class ModelChecks:
 
 
 MODEL_CHECKS: dict[kinds.ModelKind, ModelChecks] = {
-    kinds.NEURON_ECS: ModelChecks(file=neuron_ecs.check_file, on_instance=neuron_ecs.check_instance,
-                                  in_environment=neuron_ecs.check_load_balancer, warnings=neuron_ecs.warnings),
-    kinds.TRITON_SAGEMAKER: ModelChecks(file=triton_sagemaker.check_file, on_instance=triton_sagemaker.check_image,
-                                        warnings=triton_sagemaker.warnings),
+    kinds.NEURON_ECS: ModelChecks(
+        file=neuron_ecs.check_file,
+        on_instance=neuron_ecs.check_instance,
+        in_environment=neuron_ecs.check_load_balancer,
+        warnings=neuron_ecs.warnings,
+    ),
+    kinds.TRITON_SAGEMAKER: ModelChecks(
+        file=triton_sagemaker.check_file, on_instance=triton_sagemaker.check_image, warnings=triton_sagemaker.warnings
+    ),
 }

@@ -17,12 +17,12 @@ def check_off_hours(model: Model) -> Iterator[Finding]:
         planned_max = model.capacity_for(env).max
         for index, window in enumerate(override.off_hours):
             key = ("environments", env, "off_hours", index)
-            yield from check_window(window, key, planned_max, zero=kinds.model_kind(model).at_zero,
-                                     owner=model.kind)
+            yield from check_window(window, key, planned_max, zero=kinds.model_kind(model).at_zero, owner=model.kind)
 
 
-def check_window(window: OffHours, key: KeyPath, planned_max: int, *, zero: kinds.AtZero,
-                  owner: str) -> Iterator[Finding]:
+def check_window(
+    window: OffHours, key: KeyPath, planned_max: int, *, zero: kinds.AtZero, owner: str
+) -> Iterator[Finding]:
     """`zero`: the kind's at_zero (inferstack.schema.kinds): None where nothing can scale to zero (a dedicated
     real-time endpoint); "closed" where a window at min 0 must also be max 0 (ECS scales on requests per
     target, which no request can raise from zero tasks); "on-demand" where a request scales out from zero
@@ -40,20 +40,34 @@ def check_window(window: OffHours, key: KeyPath, planned_max: int, *, zero: kind
                 schedule.unix_recurrence(expression)  # what the stack renders; a readable cron fails only on its year
             except schedule.CronError:
                 year = expression.removesuffix(")").split()[-1]
-                yield key + (field,), (
-                    f"year {year!r}: the Auto Scaling group's scheduled actions take a 5-field Unix cron, which "
-                    f"has no year (https://docs.aws.amazon.com/autoscaling/ec2/APIReference/"
-                    f"API_ScheduledUpdateGroupActionRequest.html); use * for every year")
+                yield (
+                    key + (field,),
+                    (
+                        f"year {year!r}: the Auto Scaling group's scheduled actions take a 5-field Unix cron, which "
+                        f"has no year (https://docs.aws.amazon.com/autoscaling/ec2/APIReference/"
+                        f"API_ScheduledUpdateGroupActionRequest.html); use * for every year"
+                    ),
+                )
     if window.max > planned_max:
-        yield key + ("max",), (
-            f"off-hours max {window.max} exceeds the planned max {planned_max}; off-hours only scale down")
+        yield (
+            key + ("max",),
+            (f"off-hours max {window.max} exceeds the planned max {planned_max}; off-hours only scale down"),
+        )
     if window.min == 0 and zero is None:
-        yield key + ("min",), (
-            f"a dedicated real-time SageMaker endpoint keeps at least 1 instance; to scale {owner} to zero, "
-            f"carry it on a fleet of kind sagemaker-inference-components (environments.yaml fleets:)")
+        yield (
+            key + ("min",),
+            (
+                f"a dedicated real-time SageMaker endpoint keeps at least 1 instance; to scale {owner} to zero, "
+                f"carry it on a fleet of kind sagemaker-inference-components (environments.yaml fleets:)"
+            ),
+        )
     elif window.max == 0 and zero is None:
         yield key + ("max",), "a dedicated real-time SageMaker endpoint keeps at least 1 instance"
     elif window.min == 0 and window.max > 0 and zero == "closed":
-        yield key + ("max",), (
-            "an ECS service at 0 tasks has no target to count requests for, so nothing scales it out again "
-            "before the window ends: a window at min 0 must be closed (max 0)")
+        yield (
+            key + ("max",),
+            (
+                "an ECS service at 0 tasks has no target to count requests for, so nothing scales it out again "
+                "before the window ends: a window at min 0 must be closed (max 0)"
+            ),
+        )

@@ -26,13 +26,17 @@ def check_pipeline(env_file: EnvironmentsFile) -> Iterator[Finding]:
         seen.add(name)
     for index, name in enumerate(pipeline.approval_before):
         if name not in pipeline.stages:
-            yield ("pipeline", "approval_before", index), (
-                f"{name!r} is not one of pipeline.stages ({', '.join(pipeline.stages)})")
+            yield (
+                ("pipeline", "approval_before", index),
+                (f"{name!r} is not one of pipeline.stages ({', '.join(pipeline.stages)})"),
+            )
     # A pipeline can only use a connection of its own account (connections are not shared across accounts).
-    connection_account = re.fullmatch(CONNECTION_ARN_PATTERN, pipeline.connection_arn).group(2)  # type: ignore[union-attr]
+    connection_account = re.fullmatch(CONNECTION_ARN_PATTERN, pipeline.connection_arn).group(2)  # type: ignore[union-attr]  # the field's pattern
     if connection_account != pipeline.account:
-        yield ("pipeline", "connection_arn"), (
-            f"the connection belongs to account {connection_account}, not the pipeline's account {pipeline.account}")
+        yield (
+            ("pipeline", "connection_arn"),
+            (f"the connection belongs to account {connection_account}, not the pipeline's account {pipeline.account}"),
+        )
 
 
 # CodePipeline quota: at most 50 actions in one stage. CDK Pipelines deploys each stack of an environment
@@ -62,8 +66,12 @@ def check_pipeline_capacity(env_file: EnvironmentsFile, models: Sequence[Model])
         stacks = serving_stack_count(env_file, models, name)
         actions = pipeline_actions_per_stage(stacks, approval=name in pipeline.approval_before)
         if actions > PIPELINE_ACTIONS_PER_STAGE:
-            yield ("pipeline", "stages"), (
-                f"{stacks} serving stacks need {actions} actions in the {name} stage; CodePipeline allows "
-                f"{PIPELINE_ACTIONS_PER_STAGE} per stage: remove the pipeline block and deploy with the CLI "
-                f"(docs/how-to/external-ci.md)")
+            yield (
+                ("pipeline", "stages"),
+                (
+                    f"{stacks} serving stacks need {actions} actions in the {name} stage; CodePipeline allows "
+                    f"{PIPELINE_ACTIONS_PER_STAGE} per stage: remove the pipeline block and deploy with the CLI "
+                    f"(docs/how-to/external-ci.md)"
+                ),
+            )
             return

@@ -25,18 +25,24 @@ def _check_startup(model: TritonSageMakerModel) -> Iterator[Finding]:
     needed = triton_startup.padded_seconds(model)
     if needed > triton_startup.MAX_SECONDS:
         key = ("export", "parameters_millions") if model.export.parameters_millions else ("serving", "instance_group")
-        yield key, (
-            f"start-up (TensorRT engine builds, {model.serving.instance_group.count} instances per model, "
-            f"warm-up) is estimated at {needed} s with margin, above SageMaker's "
-            f"{triton_startup.MAX_SECONDS} s health-check limit: use fewer instances or a TensorRT plan, or "
-            f"set serving.container_startup_health_check_timeout_seconds if it starts faster")
+        yield (
+            key,
+            (
+                f"start-up (TensorRT engine builds, {model.serving.instance_group.count} instances per model, "
+                f"warm-up) is estimated at {needed} s with margin, above SageMaker's "
+                f"{triton_startup.MAX_SECONDS} s health-check limit: use fewer instances or a TensorRT plan, or "
+                f"set serving.container_startup_health_check_timeout_seconds if it starts faster"
+            ),
+        )
 
 
-def check_image(model: TritonSageMakerModel, spec: instances.InstanceSpec,
-                        environment: Environment) -> Iterator[Finding]:
+def check_image(
+    model: TritonSageMakerModel, spec: instances.InstanceSpec, environment: Environment
+) -> Iterator[Finding]:
     try:
-        triton_image.base_image_uri(region=environment.region, version=model.serving.image_version,
-                                    instance_type=spec.name)
+        triton_image.base_image_uri(
+            region=environment.region, version=model.serving.image_version, instance_type=spec.name
+        )
     except triton_image.UnknownTritonImage as exc:
         yield ("serving", "image_version"), str(exc)
 
@@ -45,10 +51,20 @@ def warnings(model: TritonSageMakerModel, env_file: EnvironmentsFile) -> Iterato
     """Settings of a model's own deployment that do not apply where a fleet carries it (its model file keys)."""
     if model.data_capture is None:
         return
-    envs = [env for env in env_file.environments for fleet in env_file.fleets.values()
-            if kinds.fleet_kind(fleet).member is kinds.TRITON_SAGEMAKER and model.name in fleet.models
-            and fleet.deploys_in(env) and model.deploys_in(env)]
+    envs = [
+        env
+        for env in env_file.environments
+        for fleet in env_file.fleets.values()
+        if kinds.fleet_kind(fleet).member is kinds.TRITON_SAGEMAKER
+        and model.name in fleet.models
+        and fleet.deploys_in(env)
+        and model.deploys_in(env)
+    ]
     if envs:
-        yield ("data_capture",), (
-            f"not applied in {', '.join(envs)}, where an inference-components fleet carries {model.name}: data "
-            f"capture is a setting of a dedicated endpoint's configuration")
+        yield (
+            ("data_capture",),
+            (
+                f"not applied in {', '.join(envs)}, where an inference-components fleet carries {model.name}: data "
+                f"capture is a setting of a dedicated endpoint's configuration"
+            ),
+        )

@@ -18,8 +18,10 @@ HTTP_PORT = 80
 HTTPS_PORT = 443
 # TLS 1.2 and 1.3 only, forward-secret ciphers (an HTTPS listener without a policy would admit TLS 1.0).
 TLS_POLICY = elbv2.SslPolicy.RECOMMENDED_TLS
-PLAIN_HTTP_REASON = ("internal load balancer without a certificate (defaults.certificate_arn): it listens only inside "
-                     "the VPC, admitting the VPC's range alone; setting a certificate makes this listener HTTPS")
+PLAIN_HTTP_REASON = (
+    "internal load balancer without a certificate (defaults.certificate_arn): it listens only inside "
+    "the VPC, admitting the VPC's range alone; setting a certificate makes this listener HTTPS"
+)
 
 
 @dataclass(frozen=True)
@@ -34,65 +36,101 @@ class LoadBalancer:
     url: str
 
 
-def add_load_balancer(scope: Construct, vpc: ec2.IVpc, vpc_cidr: str, subnets: ec2.SubnetSelection, public: bool,
-                      certificate_arn: str | None, access_log_retention: cdk.Duration,
-                      removal_policy: cdk.RemovalPolicy) -> LoadBalancer:
+def add_load_balancer(
+    scope: Construct,
+    vpc: ec2.IVpc,
+    vpc_cidr: str,
+    subnets: ec2.SubnetSelection,
+    public: bool,
+    certificate_arn: str | None,
+    access_log_retention: cdk.Duration,
+    removal_policy: cdk.RemovalPolicy,
+) -> LoadBalancer:
     # Public load balancers always have a certificate; internal ones serve HTTPS when the environment has one.
     tls = certificate_arn is not None
     port = HTTPS_PORT if tls else HTTP_PORT
     scheme = "HTTPS" if tls else "HTTP"
     security_group = ec2.SecurityGroup(
-        scope, "LoadBalancerSecurityGroup", vpc=vpc, allow_all_outbound=False,
+        scope,
+        "LoadBalancerSecurityGroup",
+        vpc=vpc,
+        allow_all_outbound=False,
         description=("HTTPS from the internet" if public else f"{scheme} from inside the VPC")
-        + " to the model load balancer")
+        + " to the model load balancer",
+    )
     if public:
         security_group.add_ingress_rule(ec2.Peer.any_ipv4(), ec2.Port.tcp(port), "HTTPS from clients")
-        nag.acknowledge(security_group, "EC23",
-                        "configured as a public endpoint: HTTPS (TLS only) from any client is the purpose")
+        nag.acknowledge(
+            security_group, "EC23", "configured as a public endpoint: HTTPS (TLS only) from any client is the purpose"
+        )
     else:
         security_group.add_ingress_rule(ec2.Peer.ipv4(vpc_cidr), ec2.Port.tcp(port), f"{scheme} from the VPC")
     load_balancer = elbv2.ApplicationLoadBalancer(
-        scope, "LoadBalancer", vpc=vpc, internet_facing=public,
+        scope,
+        "LoadBalancer",
+        vpc=vpc,
+        internet_facing=public,
         vpc_subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PUBLIC) if public else subnets,
-        security_group=security_group, drop_invalid_header_fields=True)
+        security_group=security_group,
+        drop_invalid_header_fields=True,
+    )
 
     # ALB log delivery writes only to SSE-S3 buckets (not SSE-KMS).
     auto_delete = removal_policy == cdk.RemovalPolicy.DESTROY
     access_logs = s3.Bucket(
-        scope, "AccessLogs", encryption=s3.BucketEncryption.S3_MANAGED, enforce_ssl=True,
+        scope,
+        "AccessLogs",
+        encryption=s3.BucketEncryption.S3_MANAGED,
+        enforce_ssl=True,
         block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
         object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
         lifecycle_rules=[s3.LifecycleRule(expiration=access_log_retention)],
-        removal_policy=removal_policy, auto_delete_objects=auto_delete)
+        removal_policy=removal_policy,
+        auto_delete_objects=auto_delete,
+    )
     if auto_delete:
         _lint_ignore_cdk_provider(scope, "Custom::S3AutoDeleteObjectsCustomResourceProvider")
         checkov.skip_provider_handler(scope, "Custom::S3AutoDeleteObjectsCustomResourceProvider")
-    nag.acknowledge(access_logs, "S1",
-                    "this bucket is the load balancer's access-log destination; logging access to the "
-                    "log bucket itself would need another bucket, and so on")
-    checkov.skip(access_logs, "CKV_AWS_18",
-                 "this bucket is the load balancer's access-log destination; logging access to the log "
-                 "bucket itself would need another bucket, and so on")
-    checkov.skip(access_logs, "CKV_AWS_21",
-                 "load balancer logs are written once under unique keys and never overwritten; the lifecycle "
-                 "rule deletes them at the environment's log retention, which versioning would defeat by "
-                 "keeping them as noncurrent versions")
+    nag.acknowledge(
+        access_logs,
+        "S1",
+        "this bucket is the load balancer's access-log destination; logging access to the "
+        "log bucket itself would need another bucket, and so on",
+    )
+    checkov.skip(
+        access_logs,
+        "CKV_AWS_18",
+        "this bucket is the load balancer's access-log destination; logging access to the log "
+        "bucket itself would need another bucket, and so on",
+    )
+    checkov.skip(
+        access_logs,
+        "CKV_AWS_21",
+        "load balancer logs are written once under unique keys and never overwritten; the lifecycle "
+        "rule deletes them at the environment's log retention, which versioning would defeat by "
+        "keeping them as noncurrent versions",
+    )
     load_balancer.log_access_logs(access_logs)
     url = f"{scheme.lower()}://{load_balancer.load_balancer_dns_name}"
     return LoadBalancer(port, security_group, load_balancer, access_logs, url)
 
 
-def add_listener(load_balancer: LoadBalancer, certificate_arn: str | None,
-                 default: dict) -> elbv2.ApplicationListener:
+def add_listener(load_balancer: LoadBalancer, certificate_arn: str | None, default: dict) -> elbv2.ApplicationListener:
     """The listener on the load balancer's `listener_port`, with `default` (its default action or target
     groups)."""
     if certificate_arn is not None:
         return load_balancer.load_balancer.add_listener(
-            "Listener", port=load_balancer.listener_port, protocol=elbv2.ApplicationProtocol.HTTPS, open=False,
-            certificates=[elbv2.ListenerCertificate.from_arn(certificate_arn)], ssl_policy=TLS_POLICY, **default)
+            "Listener",
+            port=load_balancer.listener_port,
+            protocol=elbv2.ApplicationProtocol.HTTPS,
+            open=False,
+            certificates=[elbv2.ListenerCertificate.from_arn(certificate_arn)],
+            ssl_policy=TLS_POLICY,
+            **default,
+        )
     listener = load_balancer.load_balancer.add_listener(
-        "Listener", port=load_balancer.listener_port, protocol=elbv2.ApplicationProtocol.HTTP, open=False,
-        **default)
+        "Listener", port=load_balancer.listener_port, protocol=elbv2.ApplicationProtocol.HTTP, open=False, **default
+    )
     checkov.skip(listener, "CKV_AWS_2", PLAIN_HTTP_REASON)
     checkov.skip(listener, "CKV_AWS_103", PLAIN_HTTP_REASON)
     return listener

@@ -35,8 +35,14 @@ class Metrics:
     """Made once the load balancer's target groups exist (`routes`), each set read on first use. Each
     token-valued name is read once: every read is a jsii round trip, which dominates synth at fleet scale."""
 
-    def __init__(self, context: ServiceContext, cluster: ecs.Cluster, ecs_service: ecs.Ec2Service,
-                 capacity_provider: ecs.AsgCapacityProvider, routes: Routes) -> None:
+    def __init__(
+        self,
+        context: ServiceContext,
+        cluster: ecs.Cluster,
+        ecs_service: ecs.Ec2Service,
+        capacity_provider: ecs.AsgCapacityProvider,
+        routes: Routes,
+    ) -> None:
         self._context = context
         self._cluster = cluster
         self._ecs_service = ecs_service
@@ -50,9 +56,11 @@ class Metrics:
         ecs_service = {"ClusterName": cluster_name, "ServiceName": self._ecs_service.service_name}
         return {
             "capacity_reservation": cwl1.Metric(
-                "AWS/ECS/ManagedScaling", "CapacityProviderReservation",
-                {"ClusterName": cluster_name,
-                 "CapacityProviderName": self._capacity_provider.capacity_provider_name}, "Minimum"),
+                "AWS/ECS/ManagedScaling",
+                "CapacityProviderReservation",
+                {"ClusterName": cluster_name, "CapacityProviderName": self._capacity_provider.capacity_provider_name},
+                "Minimum",
+            ),
             "cpu": cwl1.Metric("AWS/ECS", "CPUUtilization", ecs_service, "Average"),
             "memory": cwl1.Metric("AWS/ECS", "MemoryUtilization", ecs_service, "Average"),
             "task_count": cwl1.Metric("ECS/ContainerInsights", "RunningTaskCount", ecs_service, "Average"),
@@ -67,8 +75,11 @@ class Metrics:
             group = self._routes.target_groups[served.name]
             alternate = self._routes.alternate_target_groups.get(served.name)
             emf = self.emf[served.name]
-            out[served.name] = (_target_group_metrics(group, emf["rejected"]) if alternate is None
-                                else _target_group_pair_metrics(group, alternate, index, emf["rejected"]))
+            out[served.name] = (
+                _target_group_metrics(group, emf["rejected"])
+                if alternate is None
+                else _target_group_pair_metrics(group, alternate, index, emf["rejected"])
+            )
             out[served.name]["shed_rate"] = _shed_rate(emf["rejected"], emf["requests"], index)
         return out
 
@@ -96,8 +107,9 @@ class Metrics:
                 "requests": metric(m.REQUESTS, dims, "Sum"),  # every answered request, rejections included
                 "rejected": metric(m.REJECTED, dims, "Sum"),
             }
-        out[""] = {"core_utilization": metric(m.NEURONCORE_UTILIZATION,
-                                              {m.SERVICE: self._context.metrics_service}, "Average")}
+        out[""] = {
+            "core_utilization": metric(m.NEURONCORE_UTILIZATION, {m.SERVICE: self._context.metrics_service}, "Average")
+        }
         return out
 
 
@@ -107,6 +119,7 @@ def _alb_metric_factory(tg: elbv2.ApplicationTargetGroup):
 
     def target_group(metric_name: str, statistic: str) -> cwl1.Metric:
         return cwl1.Metric("AWS/ApplicationELB", metric_name, alb, statistic)
+
     return target_group
 
 
@@ -117,11 +130,14 @@ def _shed_rate(rejected: cwl1.Metric, requests: cwl1.Metric, index: int) -> cwl1
     shed, received = f"shed_{index}", f"received_{index}"
     return cwl1.MathExpression(
         expression=f"IF(FILL({received}, 0) > 0, 100 * FILL({shed}, 0) / FILL({received}, 1), 0)",
-        using={received: requests, shed: rejected}, label="shed by admission (503), % of requests")
+        using={received: requests, shed: rejected},
+        label="shed by admission (503), % of requests",
+    )
 
 
-def _target_group_pair_metrics(primary: elbv2.ApplicationTargetGroup, alternate: elbv2.ApplicationTargetGroup,
-                               index: int, rejected: cwl1.Metric) -> dict[str, cwl1.AnyMetric]:
+def _target_group_pair_metrics(
+    primary: elbv2.ApplicationTargetGroup, alternate: elbv2.ApplicationTargetGroup, index: int, rejected: cwl1.Metric
+) -> dict[str, cwl1.AnyMetric]:
     """A model behind two target groups (ECS native blue/green, linear, canary): the tasks sit in either, and
     in both while a deployment shifts traffic. Counts are summed over the two; latency, error rate and
     unhealthy targets are the worse of the two, so a failing canary alarms (and rolls back) even while it
@@ -134,8 +150,10 @@ def _target_group_pair_metrics(primary: elbv2.ApplicationTargetGroup, alternate:
     sources = (_alb_metric_factory(primary), _alb_metric_factory(alternate))
 
     def pair(key: str, metric_name: str, statistic: str) -> tuple[tuple[str, cwl1.Metric], ...]:
-        return tuple((f"{key}_{index}{suffix}", source(metric_name, statistic))
-                     for suffix, source in zip(("", "_alt"), sources, strict=True))
+        return tuple(
+            (f"{key}_{index}{suffix}", source(metric_name, statistic))
+            for suffix, source in zip(("", "_alt"), sources, strict=True)
+        )
 
     def combined(label: str, template: str, *pairs: tuple[tuple[str, cwl1.Metric], ...]) -> cwl1.MathExpression:
         ids = [query_id for p in pairs for query_id, _ in p]
@@ -151,20 +169,32 @@ def _target_group_pair_metrics(primary: elbv2.ApplicationTargetGroup, alternate:
     rate = "IF(FILL({r}, 0) > 0, 100 * IF(FILL({e}, 0) < {failed}, FILL({e}, 0), {failed}) / FILL({r}, 1), 0)"
     return {
         "requests": combined("requests (both target groups)", "FILL({}, 0) + FILL({}, 0)", requests),
-        "requests_per_task": combined("requests per task (both target groups)", "FILL({}, 0) + FILL({}, 0)",
-                                      pair("per_task", "RequestCountPerTarget", "Sum")),
-        "p99": combined("p99 (worse target group)", "MAX([FILL({}, 0), FILL({}, 0)])",
-                        pair("p99", "TargetResponseTime", "p99")),
-        "p50": combined("p50 (worse target group)", "MAX([FILL({}, 0), FILL({}, 0)])",
-                        pair("p50", "TargetResponseTime", "p50")),
+        "requests_per_task": combined(
+            "requests per task (both target groups)",
+            "FILL({}, 0) + FILL({}, 0)",
+            pair("per_task", "RequestCountPerTarget", "Sum"),
+        ),
+        "p99": combined(
+            "p99 (worse target group)", "MAX([FILL({}, 0), FILL({}, 0)])", pair("p99", "TargetResponseTime", "p99")
+        ),
+        "p50": combined(
+            "p50 (worse target group)", "MAX([FILL({}, 0), FILL({}, 0)])", pair("p50", "TargetResponseTime", "p50")
+        ),
         "error_rate": cwl1.MathExpression(
             expression=f"MAX([{rate.format(r=r1, e=e1, failed=failed)}, {rate.format(r=r2, e=e2, failed=failed)}])",
             using={**dict(requests + errors), shed: rejected},
-            label="target 5xx less admission rejections, % of requests (worse target group)"),
-        "unhealthy": combined("unhealthy targets (worse target group)", "MAX([FILL({}, 0), FILL({}, 0)])",
-                              pair("unhealthy", "UnHealthyHostCount", "Maximum")),
-        "healthy": combined("healthy targets (both target groups)", "FILL({}, 0) + FILL({}, 0)",
-                            pair("healthy", "HealthyHostCount", "Minimum")),
+            label="target 5xx less admission rejections, % of requests (worse target group)",
+        ),
+        "unhealthy": combined(
+            "unhealthy targets (worse target group)",
+            "MAX([FILL({}, 0), FILL({}, 0)])",
+            pair("unhealthy", "UnHealthyHostCount", "Maximum"),
+        ),
+        "healthy": combined(
+            "healthy targets (both target groups)",
+            "FILL({}, 0) + FILL({}, 0)",
+            pair("healthy", "HealthyHostCount", "Minimum"),
+        ),
     }
 
 
@@ -185,9 +215,13 @@ def _target_group_metrics(tg: elbv2.ApplicationTargetGroup, rejected: cwl1.Metri
         "p50": target_group("TargetResponseTime", "p50"),
         "error_rate": cwl1.MathExpression(
             expression=f"IF(FILL(requests, 0) > 0, 100 * {failed} / FILL(requests, 1), 0)",
-            using={"requests": requests, "errors": target_group("HTTPCode_Target_5XX_Count", "Sum"),
-                   "rejected": rejected},
-            label="target 5xx less admission rejections, % of requests"),
+            using={
+                "requests": requests,
+                "errors": target_group("HTTPCode_Target_5XX_Count", "Sum"),
+                "rejected": rejected,
+            },
+            label="target 5xx less admission rejections, % of requests",
+        ),
         "unhealthy": target_group("UnHealthyHostCount", "Maximum"),
         "healthy": target_group("HealthyHostCount", "Minimum"),
     }

@@ -29,11 +29,13 @@ def deployment_options(rollout: EcsRollout) -> dict:
     if rollout.strategy == "CANARY":
         assert rollout.canary_percent is not None and rollout.canary_bake_minutes is not None
         options["canary_configuration"] = ecs.TrafficShiftConfig(
-            step_percent=rollout.canary_percent, step_bake_time=cdk.Duration.minutes(rollout.canary_bake_minutes))
+            step_percent=rollout.canary_percent, step_bake_time=cdk.Duration.minutes(rollout.canary_bake_minutes)
+        )
     elif rollout.strategy == "LINEAR":
         assert rollout.step_percent is not None and rollout.step_bake_minutes is not None
         options["linear_configuration"] = ecs.TrafficShiftConfig(
-            step_percent=rollout.step_percent, step_bake_time=cdk.Duration.minutes(rollout.step_bake_minutes))
+            step_percent=rollout.step_percent, step_bake_time=cdk.Duration.minutes(rollout.step_bake_minutes)
+        )
     return options
 
 
@@ -48,18 +50,23 @@ def drop_rolling_parameters(ecs_service: ecs.Ec2Service) -> None:
     cdk.Annotations.of(ecs_service).acknowledge_warning(
         "@aws-cdk/aws-ecs:shouldUseCircuitBreaker",
         "the circuit breaker applies to rolling updates only (ECS API, DeploymentCircuitBreaker); this "
-        "blue/green-family deployment rolls back on the models' SLO alarms (deployment alarms)")
+        "blue/green-family deployment rolls back on the models' SLO alarms (deployment alarms)",
+    )
 
 
-def roll_back_on_alarms(context: ServiceContext, ecs_service: ecs.Ec2Service,
-                        alarms: Mapping[str, cw.CfnAlarm]) -> tuple[cw.CfnAlarm, ...]:
+def roll_back_on_alarms(
+    context: ServiceContext, ecs_service: ecs.Ec2Service, alarms: Mapping[str, cw.CfnAlarm]
+) -> tuple[cw.CfnAlarm, ...]:
     """ECS watches these during every deployment (and a blue/green-family bake time) and rolls back when one
     fires (deployment-alarm-failure): each model's SLO alarms, the ones its dashboard row shows. With a
     traffic-shifting rollout they read both target groups, so a canary's errors count. The 5xx alarm leaves
     out admission's 503s and the shedding alarm is not one of these: a traffic spike during a deploy is short
     capacity, not a broken release. `alarms`: observability's, by key. Returns the deployment alarms."""
-    keys = [(f"{s.name}/" if context.packed else "") + alarm_id
-            for s in context.served for alarm_id in ("LatencyAlarm", "ErrorRateAlarm")]
+    keys = [
+        (f"{s.name}/" if context.packed else "") + alarm_id
+        for s in context.served
+        for alarm_id in ("LatencyAlarm", "ErrorRateAlarm")
+    ]
     deployment_alarms = tuple(alarms[key] for key in keys)
     # Set on the CfnService, not through Ec2Service.enable_deployment_alarms: that adds an info "Deployment alarm
     # (...) may cause a circular dependency error when this stack deploys" for every alarm name that is a token
@@ -75,6 +82,12 @@ def roll_back_on_alarms(context: ServiceContext, ecs_service: ecs.Ec2Service,
     # (addInfo, not addInfoV2), so Annotations.acknowledge_info cannot silence it.
     resource = ecs_service.node.default_child
     assert isinstance(resource, ecs.CfnService)
-    resource.add_property_override("DeploymentConfiguration.Alarms", {  # ECS API, DeploymentAlarms
-        "AlarmNames": [alarm.ref for alarm in deployment_alarms], "Enable": True, "Rollback": True})
+    resource.add_property_override(
+        "DeploymentConfiguration.Alarms",
+        {  # ECS API, DeploymentAlarms
+            "AlarmNames": [alarm.ref for alarm in deployment_alarms],
+            "Enable": True,
+            "Rollback": True,
+        },
+    )
     return deployment_alarms

@@ -51,8 +51,10 @@ def check_fleet(fleet: str, served: Sequence[ServedModel], rollout: EcsRollout) 
     """What the fleet's listener and service could not hold: more target groups than a service takes, two rules
     at one priority, or two members on one port."""
     if len(served) > neuron_routing.MAX_TARGET_GROUPS:
-        raise ValueError(f"fleet {fleet}: {len(served)} models need as many target groups; an "
-                         f"ECS service takes at most {neuron_routing.MAX_TARGET_GROUPS}")
+        raise ValueError(
+            f"fleet {fleet}: {len(served)} models need as many target groups; an "
+            f"ECS service takes at most {neuron_routing.MAX_TARGET_GROUPS}"
+        )
     clashes = neuron_routing.priority_clashes([s.name for s in served], shifting=rollout.shifts_traffic)
     if clashes:
         raise ValueError(f"fleet {fleet}: two models' listener rule priorities collide: {clashes[0][1]}")
@@ -63,9 +65,15 @@ def check_fleet(fleet: str, served: Sequence[ServedModel], rollout: EcsRollout) 
             raise ValueError(f"fleet {fleet}: {model.name} and {other} both listen on port {model.port}")
 
 
-def add_routes(scope: Construct, context: ServiceContext, vpc: ec2.IVpc, certificate_arn: str | None,
-               load_balancer: LoadBalancer, ecs_service: ecs.Ec2Service,
-               live_values: Callable[[], LiveValues]) -> Routes:
+def add_routes(
+    scope: Construct,
+    context: ServiceContext,
+    vpc: ec2.IVpc,
+    certificate_arn: str | None,
+    load_balancer: LoadBalancer,
+    ecs_service: ecs.Ec2Service,
+    live_values: Callable[[], LiveValues],
+) -> Routes:
     """`live_values`: the service's reader of live values, made on first use (a traffic-shifting rollout's
     weights)."""
     target_groups: dict[str, elbv2.ApplicationTargetGroup] = {}
@@ -76,16 +84,20 @@ def add_routes(scope: Construct, context: ServiceContext, vpc: ec2.IVpc, certifi
         for served in context.served:
             parent = model_scope(scope, served) if context.packed else scope
             target_groups[served.name] = _target_group(parent, "Targets", vpc, served, attach_to=None)
-            alternate_target_groups[served.name] = _target_group(parent, "AlternateTargets", vpc, served,
-                                                                 attach_to=None)
+            alternate_target_groups[served.name] = _target_group(
+                parent, "AlternateTargets", vpc, served, attach_to=None
+            )
         # A forward, like every rule: ECS refuses blue/green on a listener mixing forward with fixed-response
         # actions. The catch-all production rule (`/*`) answers every path first, so this is never used.
         first = context.served[0].name
         default = {"default_action": _weighted_forward(target_groups[first], alternate_target_groups[first])}
     elif context.packed:
         # Any path but a served model's: a 404 that says what is served here.
-        default = {"default_action": elbv2.ListenerAction.fixed_response(
-            404, content_type="application/json", message_body=_not_found_body(context))}
+        default = {
+            "default_action": elbv2.ListenerAction.fixed_response(
+                404, content_type="application/json", message_body=_not_found_body(context)
+            )
+        }
     else:
         (only_model,) = context.served
         target_groups[only_model.name] = _target_group(scope, "Targets", vpc, only_model, attach_to=ecs_service)
@@ -94,26 +106,33 @@ def add_routes(scope: Construct, context: ServiceContext, vpc: ec2.IVpc, certifi
     if context.rollout.shifts_traffic:
         shifting = _Shifting(context, load_balancer, listener, target_groups, alternate_target_groups, live_values)
         production_rules, role = _add_production_rules(scope, shifting, ecs_service)
-        shifting.keep_live_weights(listener.node.default_child, "DefaultActions", "ListenerWeights",
-                                   context.served[0])
+        shifting.keep_live_weights(listener.node.default_child, "DefaultActions", "ListenerWeights", context.served[0])
         return Routes(listener, target_groups, alternate_target_groups, production_rules, role)
     if context.packed:
         for served in context.served:
             parent = model_scope(scope, served)
             target_group = _target_group(parent, "Targets", vpc, served, attach_to=ecs_service)
             elbv2.ApplicationListenerRule(
-                parent, "Route", listener=listener, priority=neuron_routing.rule_priority(served.name),
+                parent,
+                "Route",
+                listener=listener,
+                priority=neuron_routing.rule_priority(served.name),
                 conditions=[elbv2.ListenerCondition.path_patterns([served.path, f"{served.path}/*"])],
-                target_groups=[target_group])
+                target_groups=[target_group],
+            )
             target_groups[served.name] = target_group
     return Routes(listener, target_groups, alternate_target_groups, {}, None)
 
 
-def _weighted_forward(primary: elbv2.ApplicationTargetGroup,
-                      alternate: elbv2.ApplicationTargetGroup) -> elbv2.ListenerAction:
-    return elbv2.ListenerAction.weighted_forward([
-        elbv2.WeightedTargetGroup(target_group=primary, weight=PRIMARY_WEIGHT),
-        elbv2.WeightedTargetGroup(target_group=alternate, weight=ALTERNATE_WEIGHT)])
+def _weighted_forward(
+    primary: elbv2.ApplicationTargetGroup, alternate: elbv2.ApplicationTargetGroup
+) -> elbv2.ListenerAction:
+    return elbv2.ListenerAction.weighted_forward(
+        [
+            elbv2.WeightedTargetGroup(target_group=primary, weight=PRIMARY_WEIGHT),
+            elbv2.WeightedTargetGroup(target_group=alternate, weight=ALTERNATE_WEIGHT),
+        ]
+    )
 
 
 @dataclass(frozen=True)
@@ -131,21 +150,28 @@ class _Shifting:
     def forward(self, served: ServedModel) -> elbv2.ListenerAction:
         return _weighted_forward(self.target_groups[served.name], self.alternate_target_groups[served.name])
 
-    def keep_live_weights(self, resource: IConstruct | None, actions_key: str, reader_id: str,
-                          served: ServedModel) -> None:
+    def keep_live_weights(
+        self, resource: IConstruct | None, actions_key: str, reader_id: str, served: ServedModel
+    ) -> None:
         """A stack update writes the weights ECS left on the production rule, not the template's 100/0."""
         assert isinstance(resource, cdk.CfnResource)
         self.live_values().forward_weights(
-            reader_id, resource=resource, actions_key=actions_key,
+            reader_id,
+            resource=resource,
+            actions_key=actions_key,
             load_balancer_arn=self.load_balancer.load_balancer.load_balancer_arn,
             port=self.load_balancer.listener_port,
-            target_group_arns=(self.target_groups[served.name].target_group_arn,
-                               self.alternate_target_groups[served.name].target_group_arn),
-            planned=(PRIMARY_WEIGHT, ALTERNATE_WEIGHT))
+            target_group_arns=(
+                self.target_groups[served.name].target_group_arn,
+                self.alternate_target_groups[served.name].target_group_arn,
+            ),
+            planned=(PRIMARY_WEIGHT, ALTERNATE_WEIGHT),
+        )
 
 
-def _add_production_rules(scope: Construct, shifting: _Shifting, ecs_service: ecs.Ec2Service
-                          ) -> tuple[dict[str, elbv2.ApplicationListenerRule], iam.Role]:
+def _add_production_rules(
+    scope: Construct, shifting: _Shifting, ecs_service: ecs.Ec2Service
+) -> tuple[dict[str, elbv2.ApplicationListenerRule], iam.Role]:
     """Per model: the production listener rule (its paths; the first model's takes `/*`, evaluated last; every
     priority from the model's name, so a reorder or a retirement asks for no priority another rule holds),
     forwarding to its target group and its alternate, weighted 100/0; then the service's tasks registered
@@ -158,49 +184,88 @@ def _add_production_rules(scope: Construct, shifting: _Shifting, ecs_service: ec
     (inferstack.constructs.live_values), so an update writes back what ECS left."""
     context, listener = shifting.context, shifting.listener
     role = iam.Role(
-        scope, "LoadBalancerRole", assumed_by=iam.ServicePrincipal("ecs.amazonaws.com"),
+        scope,
+        "LoadBalancerRole",
+        assumed_by=iam.ServicePrincipal("ecs.amazonaws.com"),
         description="ECS infrastructure role for load balancers: registers this service's tasks and shifts "
-                    "its production listener rules between their two target groups")
+        "its production listener rules between their two target groups",
+    )
     production_rules: dict[str, elbv2.ApplicationListenerRule] = {}
     for index, served in enumerate(context.served):
         parent = model_scope(scope, served) if context.packed else scope
         catch_all = index == 0
         paths = [CATCH_ALL_PATH] if catch_all else [served.path, f"{served.path}/*"]
         rule = elbv2.ApplicationListenerRule(
-            parent, "Route", listener=listener,
+            parent,
+            "Route",
+            listener=listener,
             priority=(neuron_routing.catch_all_priority if catch_all else neuron_routing.rule_priority)(served.name),
-            conditions=[elbv2.ListenerCondition.path_patterns(paths)], action=shifting.forward(served))
+            conditions=[elbv2.ListenerCondition.path_patterns(paths)],
+            action=shifting.forward(served),
+        )
         production_rules[served.name] = rule
-        shifting.keep_live_weights(rule.node.default_child, "Actions",
-                                   f"{served.name}RouteWeights" if context.packed else "RouteWeights", served)
+        shifting.keep_live_weights(
+            rule.node.default_child,
+            "Actions",
+            f"{served.name}RouteWeights" if context.packed else "RouteWeights",
+            served,
+        )
         target = ecs_service.load_balancer_target(
-            container_name=CONTAINER_NAME, container_port=served.port,
-            alternate_target=ecs.AlternateTarget("AlternateTarget", alternate_target_group=(
-                shifting.alternate_target_groups[served.name]),
+            container_name=CONTAINER_NAME,
+            container_port=served.port,
+            alternate_target=ecs.AlternateTarget(
+                "AlternateTarget",
+                alternate_target_group=(shifting.alternate_target_groups[served.name]),
                 production_listener=ecs.ListenerRuleConfiguration.application_listener_rule(rule),
-                role=role))
+                role=role,
+            ),
+        )
         shifting.target_groups[served.name].add_target(target)
     # What the managed AmazonECSInfrastructureRolePolicyForLoadBalancers grants for an ALB, narrowed to this
     # service's target groups, listener and production rules (as AWS's blue/green sample scopes it).
-    groups = [g.target_group_arn for pair in zip(shifting.target_groups.values(),
-                                                 shifting.alternate_target_groups.values(), strict=True) for g in pair]
-    role.add_to_policy(iam.PolicyStatement(
-        sid="ReadLoadBalancing", resources=["*"],
-        actions=["elasticloadbalancing:DescribeListeners", "elasticloadbalancing:DescribeRules",
-                 "elasticloadbalancing:DescribeTargetGroups", "elasticloadbalancing:DescribeTargetHealth"]))
-    role.add_to_policy(iam.PolicyStatement(
-        sid="RegisterTasks", resources=groups,
-        actions=["elasticloadbalancing:RegisterTargets", "elasticloadbalancing:DeregisterTargets"]))
-    role.add_to_policy(iam.PolicyStatement(
-        sid="ShiftTraffic", actions=["elasticloadbalancing:ModifyRule"],
-        resources=[rule.listener_rule_arn for rule in production_rules.values()]))
-    role.add_to_policy(iam.PolicyStatement(
-        sid="ModifyListener", actions=["elasticloadbalancing:ModifyListener"],
-        resources=[listener.listener_arn]))
-    nag.acknowledge(role.node.find_child("DefaultPolicy"), "IAM5[Resource::*]",
-                    "elasticloadbalancing:Describe* supports no resource-level permission (Service "
-                    "Authorization Reference); every write is limited to this service's target groups, "
-                    "listener and production rules")
+    groups = [
+        g.target_group_arn
+        for pair in zip(shifting.target_groups.values(), shifting.alternate_target_groups.values(), strict=True)
+        for g in pair
+    ]
+    role.add_to_policy(
+        iam.PolicyStatement(
+            sid="ReadLoadBalancing",
+            resources=["*"],
+            actions=[
+                "elasticloadbalancing:DescribeListeners",
+                "elasticloadbalancing:DescribeRules",
+                "elasticloadbalancing:DescribeTargetGroups",
+                "elasticloadbalancing:DescribeTargetHealth",
+            ],
+        )
+    )
+    role.add_to_policy(
+        iam.PolicyStatement(
+            sid="RegisterTasks",
+            resources=groups,
+            actions=["elasticloadbalancing:RegisterTargets", "elasticloadbalancing:DeregisterTargets"],
+        )
+    )
+    role.add_to_policy(
+        iam.PolicyStatement(
+            sid="ShiftTraffic",
+            actions=["elasticloadbalancing:ModifyRule"],
+            resources=[rule.listener_rule_arn for rule in production_rules.values()],
+        )
+    )
+    role.add_to_policy(
+        iam.PolicyStatement(
+            sid="ModifyListener", actions=["elasticloadbalancing:ModifyListener"], resources=[listener.listener_arn]
+        )
+    )
+    nag.acknowledge(
+        role.node.find_child("DefaultPolicy"),
+        "IAM5[Resource::*]",
+        "elasticloadbalancing:Describe* supports no resource-level permission (Service "
+        "Authorization Reference); every write is limited to this service's target groups, "
+        "listener and production rules",
+    )
     # ECS assumes the role as soon as the service exists, and on deletion while it deregisters the tasks:
     # the service is created after the role's policy and deleted before it (the role itself it names).
     ecs_service.node.add_dependency(role.node.find_child("DefaultPolicy"))
@@ -212,26 +277,46 @@ def _add_production_rules(scope: Construct, shifting: _Shifting, ecs_service: ec
     return production_rules, role
 
 
-def _target_group(scope: Construct, construct_id: str, vpc: ec2.IVpc, served: ServedModel, *,
-                  attach_to: ecs.Ec2Service | None) -> elbv2.ApplicationTargetGroup:
+def _target_group(
+    scope: Construct, construct_id: str, vpc: ec2.IVpc, served: ServedModel, *, attach_to: ecs.Ec2Service | None
+) -> elbv2.ApplicationTargetGroup:
     """`attach_to`: the service whose tasks register now (a rolling service's only target group), or None."""
-    targets = ([attach_to.load_balancer_target(container_name=CONTAINER_NAME, container_port=served.port)]
-               if attach_to is not None else None)
+    targets = (
+        [attach_to.load_balancer_target(container_name=CONTAINER_NAME, container_port=served.port)]
+        if attach_to is not None
+        else None
+    )
     return elbv2.ApplicationTargetGroup(
-        scope, construct_id, vpc=vpc, port=served.port, protocol=elbv2.ApplicationProtocol.HTTP,
+        scope,
+        construct_id,
+        vpc=vpc,
+        port=served.port,
+        protocol=elbv2.ApplicationProtocol.HTTP,
         target_type=elbv2.TargetType.IP,
         targets=targets,
         deregistration_delay=cdk.Duration.seconds(served.model.load_balancer.deregistration_delay_seconds),
-        health_check=elbv2.HealthCheck(path=served.readiness_path, healthy_http_codes="200",
-                                       interval=cdk.Duration.seconds(10), timeout=cdk.Duration.seconds(5),
-                                       healthy_threshold_count=2, unhealthy_threshold_count=3))
+        health_check=elbv2.HealthCheck(
+            path=served.readiness_path,
+            healthy_http_codes="200",
+            interval=cdk.Duration.seconds(10),
+            timeout=cdk.Duration.seconds(5),
+            healthy_threshold_count=2,
+            unhealthy_threshold_count=3,
+        ),
+    )
 
 
 def _not_found_body(context: ServiceContext) -> str:
     paths = [f"{s.path}/infer" for s in context.served]
-    body = json.dumps({"error": f"no model at this path; {context.name} serves {', '.join(paths)}",
-                       "models": [s.name for s in context.served]}, separators=(",", ":"))
+    body = json.dumps(
+        {
+            "error": f"no model at this path; {context.name} serves {', '.join(paths)}",
+            "models": [s.name for s in context.served],
+        },
+        separators=(",", ":"),
+    )
     if len(body) > MAX_FIXED_RESPONSE_CHARS:  # five 40-character names stay far below
-        raise ValueError(f"{context.name}: the 404 body naming the models exceeds {MAX_FIXED_RESPONSE_CHARS} "
-                         f"characters")
+        raise ValueError(
+            f"{context.name}: the 404 body naming the models exceeds {MAX_FIXED_RESPONSE_CHARS} characters"
+        )
     return body

@@ -80,19 +80,32 @@ class ServedModel:
 
 def dedicated(model: NeuronEcsModel, capacity: CapacityPlan) -> ServedModel:
     # One task per instance: the planner's per-instance targets are per task.
-    return ServedModel(model, model.serving.port, READINESS_PATH, capacity.slo_p99_ms,
-                       capacity.target_per_instance_per_minute, capacity.target_in_flight_per_instance,
-                       model.serving.workers)
+    return ServedModel(
+        model,
+        model.serving.port,
+        READINESS_PATH,
+        capacity.slo_p99_ms,
+        capacity.target_per_instance_per_minute,
+        capacity.target_in_flight_per_instance,
+        model.serving.workers,
+    )
 
 
 def fleet(capacity: NeuronFleetPlan, models: Sequence[NeuronEcsModel]) -> tuple[ServedModel, ...]:
     """A neuron-cores fleet's members, in the plan's (port) order."""
     by_name = {m.name: m for m in models}
     return tuple(
-        ServedModel(by_name[share.model], share.port, MODEL_READINESS_PATH.format(name=share.model),
-                    share.slo_p99_ms, capacity.target_per_task_per_minute(share.model),
-                    capacity.target_in_flight_per_task(share.model), share.workers)
-        for share in capacity.shares)
+        ServedModel(
+            by_name[share.model],
+            share.port,
+            MODEL_READINESS_PATH.format(name=share.model),
+            share.slo_p99_ms,
+            capacity.target_per_task_per_minute(share.model),
+            capacity.target_in_flight_per_task(share.model),
+            share.workers,
+        )
+        for share in capacity.shares
+    )
 
 
 def health_check_grace_seconds(models: Sequence[NeuronEcsModel]) -> int:

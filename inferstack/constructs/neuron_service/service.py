@@ -105,13 +105,27 @@ class NeuronEcsService(Construct):
         deployment_alarms: The alarms ECS rolls a deployment back on.
         dashboard: The dashboard (an L1)."""
 
-    def __init__(self, scope: Construct, construct_id: str, *, models: Sequence[NeuronEcsModel],
-                 capacity: CapacityPlan | NeuronFleetPlan, vpc: ec2.IVpc, vpc_cidr: str,
-                 subnets: ec2.SubnetSelection, log_group: logs.ILogGroup, alarm_topic_arn: str, public: bool,
-                 certificate_arn: str | None, image: NeuronImage, access_log_retention: cdk.Duration,
-                 removal_policy: cdk.RemovalPolicy, metrics_service: str,
-                 rollout: EcsRollout = ROLLING,
-                 off_hours: Sequence[ScheduledWindow] = ()) -> None:
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        models: Sequence[NeuronEcsModel],
+        capacity: CapacityPlan | NeuronFleetPlan,
+        vpc: ec2.IVpc,
+        vpc_cidr: str,
+        subnets: ec2.SubnetSelection,
+        log_group: logs.ILogGroup,
+        alarm_topic_arn: str,
+        public: bool,
+        certificate_arn: str | None,
+        image: NeuronImage,
+        access_log_retention: cdk.Duration,
+        removal_policy: cdk.RemovalPolicy,
+        metrics_service: str,
+        rollout: EcsRollout = ROLLING,
+        off_hours: Sequence[ScheduledWindow] = (),
+    ) -> None:
         super().__init__(scope, construct_id)
         context = _context(models, capacity, rollout, off_hours, metrics_service)
         if public and not certificate_arn:
@@ -123,11 +137,11 @@ class NeuronEcsService(Construct):
         cluster = ecs.Cluster(self, "Cluster", vpc=vpc, container_insights_v2=ecs.ContainerInsights.ENABLED)
         instances = add_capacity(self, context, cluster, vpc, subnets)
         task = add_task(self, context, log_group, image)
-        service = add_service(self, context, vpc, subnets, cluster, task.task_definition,
-                              instances.capacity_provider)
+        service = add_service(self, context, vpc, subnets, cluster, task.task_definition, instances.capacity_provider)
         release = release_capacity_on_delete(self, log_group, cluster, instances, service.service)
-        load_balancer = add_load_balancer(self, vpc, vpc_cidr, subnets, public, certificate_arn,
-                                          access_log_retention, removal_policy)
+        load_balancer = add_load_balancer(
+            self, vpc, vpc_cidr, subnets, public, certificate_arn, access_log_retention, removal_policy
+        )
         routes = add_routes(self, context, vpc, certificate_arn, load_balancer, service.service, live_values)
         metrics = Metrics(context, cluster, service.service, instances.capacity_provider, routes)
         scalable_task_count = add_scaling(context, service.service, routes, metrics)
@@ -155,26 +169,44 @@ class NeuronEcsService(Construct):
         self.dashboard = dashboard
 
 
-def _context(models: Sequence[NeuronEcsModel], capacity: CapacityPlan | NeuronFleetPlan, rollout: EcsRollout,
-             off_hours: Sequence[ScheduledWindow], metrics_service: str) -> ServiceContext:
+def _context(
+    models: Sequence[NeuronEcsModel],
+    capacity: CapacityPlan | NeuronFleetPlan,
+    rollout: EcsRollout,
+    off_hours: Sequence[ScheduledWindow],
+    metrics_service: str,
+) -> ServiceContext:
     """What the parts share, once what the service is given is known to fit together."""
     if not metrics_service or cdk.Token.is_unresolved(metrics_service):
-        raise ValueError("metrics_service must be a literal known at synth (e.g. the stack's name): the "
-                         "alarms, dashboards and scaling policies name it as a metric dimension")
+        raise ValueError(
+            "metrics_service must be a literal known at synth (e.g. the stack's name): the "
+            "alarms, dashboards and scaling policies name it as a metric dimension"
+        )
     if isinstance(capacity, CapacityPlan):
         if [m.name for m in models] != [capacity.model]:
             raise ValueError(f"capacity plan is for {capacity.model}, not {', '.join(m.name for m in models)}")
         (model,) = models
         # The environment's SLO, which the server admits requests within.
         return ServiceContext(
-            name=model.name, task=neuron_task.for_instance(model, capacity.instance_type,
-                                                           slo_p99_ms=capacity.slo_p99_ms),
-            capacity=capacity, rollout=rollout, metrics_service=metrics_service,
-            served=(serving.dedicated(model, capacity),), off_hours=tuple(off_hours))
+            name=model.name,
+            task=neuron_task.for_instance(model, capacity.instance_type, slo_p99_ms=capacity.slo_p99_ms),
+            capacity=capacity,
+            rollout=rollout,
+            metrics_service=metrics_service,
+            served=(serving.dedicated(model, capacity),),
+            off_hours=tuple(off_hours),
+        )
     if off_hours:
         raise ValueError(f"fleet {capacity.fleet}: its off-hours windows come with its plan")
     task = neuron_task.for_fleet(capacity, models)
     served = serving.fleet(capacity, models)
     check_fleet(capacity.fleet, served, rollout)
-    return ServiceContext(name=capacity.fleet, task=task, capacity=capacity, rollout=rollout,
-                          metrics_service=metrics_service, served=served, off_hours=capacity.windows)
+    return ServiceContext(
+        name=capacity.fleet,
+        task=task,
+        capacity=capacity,
+        rollout=rollout,
+        metrics_service=metrics_service,
+        served=served,
+        off_hours=capacity.windows,
+    )

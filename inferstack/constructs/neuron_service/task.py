@@ -42,19 +42,32 @@ class Service:
     service: ecs.Ec2Service
 
 
-def _container_image(scope: Construct, context: ServiceContext,
-                     image: NeuronImage) -> tuple[ecr_assets.DockerImageAsset | None, ecs.ContainerImage]:
+def _container_image(
+    scope: Construct, context: ServiceContext, image: NeuronImage
+) -> tuple[ecr_assets.DockerImageAsset | None, ecs.ContainerImage]:
     """Both ways grant the execution role pulls from that one repository (plus ecr:GetAuthorizationToken)."""
     if isinstance(image, ImageBuild):
         asset = ecr_assets.DockerImageAsset(
-            scope, "Image", directory=image.directory, file=context.task.dockerfile,
-            build_args=dict(context.task.build_args), platform=ecr_assets.Platform.LINUX_AMD64)
+            scope,
+            "Image",
+            directory=image.directory,
+            file=context.task.dockerfile,
+            build_args=dict(context.task.build_args),
+            platform=ecr_assets.Platform.LINUX_AMD64,
+        )
         return asset, ecs.ContainerImage.from_docker_image_asset(asset)
     repository = ecr.Repository.from_repository_attributes(
-        scope, "PinnedRepository", repository_name=image.repository_name,
-        repository_arn=cdk.Stack.of(scope).format_arn(service="ecr", resource="repository",
-                                                      resource_name=image.repository_name,
-                                                      account=image.account, region=image.region))
+        scope,
+        "PinnedRepository",
+        repository_name=image.repository_name,
+        repository_arn=cdk.Stack.of(scope).format_arn(
+            service="ecr",
+            resource="repository",
+            resource_name=image.repository_name,
+            account=image.account,
+            region=image.region,
+        ),
+    )
     # A digest, never a tag: the task runs exactly the promoted image.
     return None, ecs.ContainerImage.from_ecr_repository(repository, image.digest)
 
@@ -68,51 +81,78 @@ def add_task(scope: Construct, context: ServiceContext, log_group: logs.ILogGrou
     linux.add_capabilities(ecs.Capability.IPC_LOCK)
     # ECS does not schedule Neuron devices: the task maps every device of the host, read and write
     # (CDK's default permission is read-only, which the Neuron runtime cannot use).
-    linux.add_devices(*[
-        ecs.Device(host_path=path, container_path=path,
-                   permissions=[ecs.DevicePermission.READ, ecs.DevicePermission.WRITE])
-        for path in task.device_paths])
+    linux.add_devices(
+        *[
+            ecs.Device(
+                host_path=path, container_path=path, permissions=[ecs.DevicePermission.READ, ecs.DevicePermission.WRITE]
+            )
+            for path in task.device_paths
+        ]
+    )
     container = task_definition.add_container(
         CONTAINER_NAME,
         image=container_image,
         cpu=task.cpu_units,
         memory_limit_mib=task.memory_mib,
-        environment={**task.environment,
-                     serving_metrics.METRICS_SERVICE_ENV: context.metrics_service,
-                     serving_metrics.METRICS_INTERVAL_ENV: str(METRICS_INTERVAL_SECONDS)},
+        environment={
+            **task.environment,
+            serving_metrics.METRICS_SERVICE_ENV: context.metrics_service,
+            serving_metrics.METRICS_INTERVAL_ENV: str(METRICS_INTERVAL_SECONDS),
+        },
         linux_parameters=linux,
         # One model: one mapping named http; several: one per model, named after it.
-        port_mappings=[ecs.PortMapping(container_port=s.port, name=s.name if context.packed else "http")
-                       for s in context.served],
-        logging=ecs.LogDrivers.aws_logs(stream_prefix="serving", log_group=log_group,
-                                        mode=ecs.AwsLogDriverMode.NON_BLOCKING,
-                                        max_buffer_size=cdk.Size.mebibytes(25)),
+        port_mappings=[
+            ecs.PortMapping(container_port=s.port, name=s.name if context.packed else "http") for s in context.served
+        ],
+        logging=ecs.LogDrivers.aws_logs(
+            stream_prefix="serving",
+            log_group=log_group,
+            mode=ecs.AwsLogDriverMode.NON_BLOCKING,
+            max_buffer_size=cdk.Size.mebibytes(25),
+        ),
     )
-    nag.acknowledge(task_definition, "ECS2",
-                    "the environment carries serving settings (port, workers, batch size, NeuronCore "
-                    "range), none of them secret")
+    nag.acknowledge(
+        task_definition,
+        "ECS2",
+        "the environment carries serving settings (port, workers, batch size, NeuronCore range), none of them secret",
+    )
     execution_policy = task_definition.obtain_execution_role().node.find_child("DefaultPolicy")
-    nag.acknowledge(execution_policy, "IAM5[Resource::*]",
-                    "ecr:GetAuthorizationToken supports no resource-level permission; image pulls are "
-                    "limited to the serving image's repository")
+    nag.acknowledge(
+        execution_policy,
+        "IAM5[Resource::*]",
+        "ecr:GetAuthorizationToken supports no resource-level permission; image pulls are "
+        "limited to the serving image's repository",
+    )
     return Task(asset, task_definition, container)
 
 
-def add_service(scope: Construct, context: ServiceContext, vpc: ec2.IVpc, subnets: ec2.SubnetSelection,
-                cluster: ecs.Cluster, task_definition: ecs.Ec2TaskDefinition,
-                capacity_provider: ecs.AsgCapacityProvider) -> Service:
+def add_service(
+    scope: Construct,
+    context: ServiceContext,
+    vpc: ec2.IVpc,
+    subnets: ec2.SubnetSelection,
+    cluster: ecs.Cluster,
+    task_definition: ecs.Ec2TaskDefinition,
+    capacity_provider: ecs.AsgCapacityProvider,
+) -> Service:
     task_security_group = ec2.SecurityGroup(
-        scope, "TaskSecurityGroup", vpc=vpc, allow_all_outbound=False,
+        scope,
+        "TaskSecurityGroup",
+        vpc=vpc,
+        allow_all_outbound=False,
         description="Neuron serving tasks: inbound from the load balancer only; no outbound (the image "
-                    "holds the model, the host pulls the image and ships the logs)")
+        "holds the model, the host pulls the image and ships the logs)",
+    )
     ecs_service = ecs.Ec2Service(
-        scope, "Service",
+        scope,
+        "Service",
         cluster=cluster,
         task_definition=task_definition,
         vpc_subnets=subnets,
         security_groups=[task_security_group],
-        capacity_provider_strategies=[ecs.CapacityProviderStrategy(
-            capacity_provider=capacity_provider.capacity_provider_name, weight=1)],
+        capacity_provider_strategies=[
+            ecs.CapacityProviderStrategy(capacity_provider=capacity_provider.capacity_provider_name, weight=1)
+        ],
         # The task owns every NeuronCore of its host: never two on one instance, never on another type.
         placement_constraints=[
             ecs.PlacementConstraint.distinct_instances(),

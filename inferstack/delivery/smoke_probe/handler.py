@@ -57,34 +57,44 @@ def _parse_event(event) -> tuple[str, object, float]:
 class Allowed:
     """Host name suffixes and networks the probe may call."""
 
-    def __init__(self, host_suffixes: tuple[str, ...], networks: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]):
+    def __init__(
+        self, host_suffixes: tuple[str, ...], networks: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]
+    ):
         self.host_suffixes = tuple(s.lower() for s in host_suffixes)
         self.networks = networks
 
     @classmethod
-    def from_environment(cls, environ) -> "Allowed":
+    def from_environment(cls, environ) -> Allowed:
         suffixes = tuple(s.strip() for s in environ.get("PROBE_ALLOWED_HOST_SUFFIXES", "").split(",") if s.strip())
         try:
-            networks = tuple(ipaddress.ip_network(n.strip())
-                             for n in environ.get("PROBE_ALLOWED_NETWORKS", "").split(",") if n.strip())
+            networks = tuple(
+                ipaddress.ip_network(n.strip())
+                for n in environ.get("PROBE_ALLOWED_NETWORKS", "").split(",")
+                if n.strip()
+            )
         except ValueError as exc:
             raise ProbeError(f"PROBE_ALLOWED_NETWORKS: {exc}") from None
         if not suffixes or not networks:
-            raise ProbeError("the probe is not configured: PROBE_ALLOWED_HOST_SUFFIXES and PROBE_ALLOWED_NETWORKS "
-                             "must name the hosts and networks it may call")
+            raise ProbeError(
+                "the probe is not configured: PROBE_ALLOWED_HOST_SUFFIXES and PROBE_ALLOWED_NETWORKS "
+                "must name the hosts and networks it may call"
+            )
         return cls(suffixes, networks)
 
     def check_host(self, host: str) -> None:
         name = host.lower().rstrip(".")
-        if not any(name == s.lstrip(".") or name.endswith(s if s.startswith(".") else "." + s)
-                   for s in self.host_suffixes):
+        if not any(
+            name == s.lstrip(".") or name.endswith(s if s.startswith(".") else "." + s) for s in self.host_suffixes
+        ):
             raise ProbeError(f"host {host} is not allowed (allowed: *{', *'.join(self.host_suffixes)})")
 
     def check_address(self, host: str, address: str) -> None:
         ip = ipaddress.ip_address(address)
         if not any(ip in network for network in self.networks):
-            raise ProbeError(f"host {host} resolves to {address}, outside the allowed networks "
-                             f"({', '.join(map(str, self.networks))})")
+            raise ProbeError(
+                f"host {host} resolves to {address}, outside the allowed networks "
+                f"({', '.join(map(str, self.networks))})"
+            )
 
 
 def post_json(url: str, body, timeout: float, allowed: Allowed) -> dict:
@@ -110,13 +120,14 @@ def post_json(url: str, body, timeout: float, allowed: Allowed) -> dict:
     connection = connection_class(parts.hostname, port, address=address, timeout=timeout)
     start = time.perf_counter()
     try:
-        connection.request("POST", path, body=payload, headers={"Content-Type": "application/json",
-                                                                "Accept": "application/json"})
+        connection.request(
+            "POST", path, body=payload, headers={"Content-Type": "application/json", "Accept": "application/json"}
+        )
         response = connection.getresponse()
         reply = response.read(MAX_REPLY_BYTES + 1)
         latency_ms = (time.perf_counter() - start) * 1000
         status = response.status
-    except (TimeoutError, socket.timeout):
+    except TimeoutError:
         raise ProbeError(f"{url}: no reply within {timeout:g} s") from None
     except ConnectionRefusedError:
         raise ProbeError(f"{url}: connection refused ({address}:{port})") from None
@@ -126,7 +137,7 @@ def post_json(url: str, body, timeout: float, allowed: Allowed) -> dict:
         connection.close()
     if len(reply) > MAX_REPLY_BYTES:
         raise ProbeError(f"{url}: reply larger than {MAX_REPLY_BYTES} bytes")
-    result = {"status": status, "latency_ms": round(latency_ms, 3), "body": None}
+    result: dict[str, object] = {"status": status, "latency_ms": round(latency_ms, 3), "body": None}
     try:
         result["body"] = json.loads(reply)
     except (ValueError, UnicodeDecodeError):
@@ -140,7 +151,7 @@ def _resolve(host: str, port: int, allowed: Allowed) -> str:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except socket.gaierror as exc:
         raise ProbeError(f"cannot resolve {host}: {exc.strerror or exc}") from None
-    addresses = list(dict.fromkeys(info[4][0] for info in infos))
+    addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))  # an IPv4/IPv6 sockaddr's host
     for address in addresses:
         allowed.check_address(host, address)
     return addresses[0]

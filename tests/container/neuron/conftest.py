@@ -11,8 +11,15 @@ from pathlib import Path
 import pytest
 
 from tests.support.build_once import build_once
-from tests.support.neuron_server import (COMPILE, LABELS, MAKE_TINY, SEQUENCE_LENGTH, ServerProcess,
-                                         neuron_dirs_on_path, run_script)
+from tests.support.neuron_server import (
+    COMPILE,
+    LABELS,
+    MAKE_TINY,
+    SEQUENCE_LENGTH,
+    ServerProcess,
+    neuron_dirs_on_path,
+    run_script,
+)
 from tests.support.packed_models import BETA_LABELS
 
 neuron_dirs_on_path()
@@ -38,7 +45,9 @@ def start_server():
 @pytest.fixture(scope="session")
 def tiny_bert_two_labels(tmp_path_factory) -> Path:
     def build(target: Path) -> None:
-        result = run_script(MAKE_TINY, "--kind", "bert", "--out", str(target / "model"), "--labels", ",".join(BETA_LABELS))
+        result = run_script(
+            MAKE_TINY, "--kind", "bert", "--out", str(target / "model"), "--labels", ",".join(BETA_LABELS)
+        )
         assert result.returncode == 0, result.stderr
 
     return build_once(tmp_path_factory, "tiny-bert-two-labels", build) / "model"
@@ -52,7 +61,13 @@ def packed_models(tiny_bert, tiny_bert_two_labels) -> list[dict]:
     return [
         {"name": "alpha", "model": str(tiny_bert), "labels": list(LABELS), "sequence_length": seq, "batch_size": 2},
         {"name": "beta", "model": str(tiny_bert_two_labels), "labels": list(BETA_LABELS), "sequence_length": seq},
-        {"name": "gamma", "model": str(tiny_bert), "sequence_length": seq, "parallelism": "pipeline", "neuron_cores": 2},
+        {
+            "name": "gamma",
+            "model": str(tiny_bert),
+            "sequence_length": seq,
+            "parallelism": "pipeline",
+            "neuron_cores": 2,
+        },
     ]
 
 

@@ -17,6 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+# serving/ and build/'s flat modules, on the path from conftest.py (ruff would count them third-party).
+# isort: split
 from batcher import DynamicBatcher, Overloaded
 from compile_settings import SettingsError
 from server_settings import Admission, admission_from_environment
@@ -26,20 +28,30 @@ from tests.support.fake_clock import Clock
 MAX_ROWS = 4
 BATCH_S = 0.010
 BUDGET_S = 0.040  # a 50 ms SLO's
+ADMISSION = Admission(slo_ms=50, budget_s=BUDGET_S, initial_batch_s=BATCH_S)  # the Harness's default
 
 
 class Harness:
     """A batcher with admission whose batches go to a list instead of a model, on a fake clock."""
 
-    def __init__(self, admission: Admission | None = Admission(slo_ms=50, budget_s=BUDGET_S, initial_batch_s=BATCH_S),
-                 delay_s: float = 0.0) -> None:
+    def __init__(
+        self,
+        admission: Admission | None = ADMISSION,
+        delay_s: float = 0.0,
+    ) -> None:
         self.clock = Clock()
         self.batches: list = []
         self.answers: list = []  # (payload, ok, value)
         self.batcher = DynamicBatcher(
-            lambda payloads: payloads, max_batch_size=MAX_ROWS, max_queue_delay_s=delay_s, loop=asyncio.new_event_loop(),
-            clock=self.clock, call_at=self.clock.call_at, execute=lambda batch, trigger: self.batches.append(batch),
-            admission=admission)
+            lambda payloads: payloads,
+            max_batch_size=MAX_ROWS,
+            max_queue_delay_s=delay_s,
+            loop=asyncio.new_event_loop(),
+            clock=self.clock,
+            call_at=self.clock.call_at,
+            execute=lambda batch, trigger: self.batches.append(batch),
+            admission=admission,
+        )
 
     def submit(self, payload, rows: int = 1) -> None:
         self.batcher.submit(payload, rows, lambda ok, value: self.answers.append((payload, ok, value)))
@@ -102,11 +114,11 @@ def test_an_idle_model_admits_whatever_the_estimate_so_a_batch_time_above_the_bu
     h.finish_batch(after_s=0.003)
     h.submit("second")  # idle again
     h.finish_batch(after_s=0.003)
-    assert h.batcher.batch_s == pytest.approx(0.010 * 0.8 ** 2 + 0.003 * (1 - 0.8 ** 2))
+    assert h.batcher.batch_s == pytest.approx(0.010 * 0.8**2 + 0.003 * (1 - 0.8**2))
     for _ in range(8):  # ten 3 ms batches in all: the estimate comes down to 3.8 ms
         h.submit("x")
         h.finish_batch(after_s=0.003)
-    assert h.batcher.batch_s == pytest.approx(0.003 + 0.007 * 0.8 ** 10)
+    assert h.batcher.batch_s == pytest.approx(0.003 + 0.007 * 0.8**10)
     h.submit("running")
     h.submit("queued behind it")  # what is left of the running batch + its own: within the 8 ms budget now
     assert [ok for _, ok, _ in h.answers] == [True] * 10 and h.batcher.queue_depth == 1
@@ -151,22 +163,31 @@ def test_without_admission_everything_is_queued():
     assert h.batcher.queue_depth == 1000
 
 
-@pytest.mark.parametrize("environ, expected", [
-    ({}, None),
-    ({"SERVER_SLO_MS": "100"}, Admission(slo_ms=100.0, budget_s=0.08, initial_batch_s=0.01)),
-    ({"SERVER_SLO_MS": "100", "SERVER_ADMISSION": "off"}, None),
-    ({"SERVER_SLO_MS": "250", "SERVER_INITIAL_BATCH_MS": "40"}, Admission(slo_ms=250.0, budget_s=0.2, initial_batch_s=0.04)),
-])
+@pytest.mark.parametrize(
+    "environ, expected",
+    [
+        ({}, None),
+        ({"SERVER_SLO_MS": "100"}, Admission(slo_ms=100.0, budget_s=0.08, initial_batch_s=0.01)),
+        ({"SERVER_SLO_MS": "100", "SERVER_ADMISSION": "off"}, None),
+        (
+            {"SERVER_SLO_MS": "250", "SERVER_INITIAL_BATCH_MS": "40"},
+            Admission(slo_ms=250.0, budget_s=0.2, initial_batch_s=0.04),
+        ),
+    ],
+)
 def test_admission_settings(environ, expected):
     assert admission_from_environment(environ) == expected
 
 
-@pytest.mark.parametrize("environ, message", [
-    ({"SERVER_SLO_MS": "0"}, "SERVER_SLO_MS: must be between 1 and 600000, got '0'"),
-    ({"SERVER_SLO_MS": "fast"}, "SERVER_SLO_MS: expected a number, got 'fast'"),
-    ({"SERVER_SLO_MS": "nan"}, "SERVER_SLO_MS: must be between 1 and 600000, got 'nan'"),
-    ({"SERVER_ADMISSION": "maybe"}, "SERVER_ADMISSION: must be on or off, got 'maybe'"),
-])
+@pytest.mark.parametrize(
+    "environ, message",
+    [
+        ({"SERVER_SLO_MS": "0"}, "SERVER_SLO_MS: must be between 1 and 600000, got '0'"),
+        ({"SERVER_SLO_MS": "fast"}, "SERVER_SLO_MS: expected a number, got 'fast'"),
+        ({"SERVER_SLO_MS": "nan"}, "SERVER_SLO_MS: must be between 1 and 600000, got 'nan'"),
+        ({"SERVER_ADMISSION": "maybe"}, "SERVER_ADMISSION: must be on or off, got 'maybe'"),
+    ],
+)
 def test_bad_admission_settings_are_one_line_errors(environ, message):
     with pytest.raises(SettingsError) as error:
         admission_from_environment(environ)
@@ -180,10 +201,14 @@ SLO_MS = 300  # budget 240 ms: the running batch and one more
 
 
 def infer_bytes(keep_alive: bool = True) -> bytes:
-    body = json.dumps({"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1], "data": ["a fine film"]}]}).encode()
+    body = json.dumps(
+        {"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1], "data": ["a fine film"]}]}
+    ).encode()
     connection = b"" if keep_alive else b"Connection: close\r\n"
-    return (b"POST /v2/models/model/infer HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n%s"
-            b"Content-Length: %d\r\n\r\n%s" % (connection, len(body), body))
+    return (
+        b"POST /v2/models/model/infer HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n%s"
+        b"Content-Length: %d\r\n\r\n%s" % (connection, len(body), body)
+    )
 
 
 def read_reply(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
@@ -213,11 +238,20 @@ def metric(text: str, name: str) -> float:
 
 
 def test_a_burst_beyond_the_budget_gets_503_with_retry_after_at_once_counted_and_the_admitted_succeed(
-        artifact, start_server):
-    server = start_server(artifact, env={
-        "SERVER_SLO_MS": str(SLO_MS), "SERVER_INITIAL_BATCH_MS": str(STANDIN_MS), "SERVER_MAX_QUEUE_DELAY_MS": "0",
-        "SERVER_MAX_BATCH_SIZE": "16", "SERVER_METRICS_INTERVAL_S": "1", "SERVER_WARMUP_ITERATIONS": "0",
-    }, args=("--standin-accelerator-ms", str(STANDIN_MS)))
+    artifact, start_server
+):
+    server = start_server(
+        artifact,
+        env={
+            "SERVER_SLO_MS": str(SLO_MS),
+            "SERVER_INITIAL_BATCH_MS": str(STANDIN_MS),
+            "SERVER_MAX_QUEUE_DELAY_MS": "0",
+            "SERVER_MAX_BATCH_SIZE": "16",
+            "SERVER_METRICS_INTERVAL_S": "1",
+            "SERVER_WARMUP_ITERATIONS": "0",
+        },
+        args=("--standin-accelerator-ms", str(STANDIN_MS)),
+    )
     server.wait_ready()
     sockets = [socket.create_connection(("127.0.0.1", server.port), timeout=60) for _ in range(48)]
     try:
@@ -248,7 +282,9 @@ def test_a_burst_beyond_the_budget_gets_503_with_retry_after_at_once_counted_and
     deadline = time.monotonic() + 30
 
     def rejected(text: str) -> float:
-        return sum(metric(text, f'inference_rejected_total{{reason="{reason}"}}') for reason in ("admission", "expired"))
+        return sum(
+            metric(text, f'inference_rejected_total{{reason="{reason}"}}') for reason in ("admission", "expired")
+        )
 
     while rejected(counted(server.port)) < refused and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -256,8 +292,11 @@ def test_a_burst_beyond_the_budget_gets_503_with_retry_after_at_once_counted_and
     assert rejected(text) == refused
     assert metric(text, 'inference_requests_total{route="infer",status="503"}') == refused
     # Those refused at once (most, if not all) have their server time recorded.
-    assert 1 <= metric(text, "inference_rejection_duration_seconds_count") == metric(
-        text, 'inference_rejected_total{reason="admission"}')
+    assert (
+        1
+        <= metric(text, "inference_rejection_duration_seconds_count")
+        == metric(text, 'inference_rejected_total{reason="admission"}')
+    )
     assert server.stop() == 0
     server.finish_reading()
     records = [json.loads(line) for line in server.lines if line.startswith('{"Service"')]
@@ -271,8 +310,13 @@ def test_a_packed_model_admits_within_its_own_slo(monkeypatch, tmp_path):
     import packing
     import server_settings
 
-    (model,) = packing.parse('[{"name": "a", "port": 8080, "visible_cores": "0", "slo_ms": 50}]', label="SERVER_MODELS",
-                             workers=1, max_batch_size=4, max_queue_delay_ms=1)
+    (model,) = packing.parse(
+        '[{"name": "a", "port": 8080, "visible_cores": "0", "slo_ms": 50}]',
+        label="SERVER_MODELS",
+        workers=1,
+        max_batch_size=4,
+        max_queue_delay_ms=1,
+    )
     assert model.slo_ms == 50
     import argparse
 
@@ -285,5 +329,10 @@ def test_a_packed_model_admits_within_its_own_slo(monkeypatch, tmp_path):
     monkeypatch.setenv("SERVER_ADMISSION", "off")
     assert server_settings.for_model(settings, model).admission is None
     with pytest.raises(SettingsError, match=r"SERVER_MODELS\[0\].slo_ms: must be between 1"):
-        packing.parse('[{"name": "a", "port": 8080, "visible_cores": "0", "slo_ms": 0}]', label="SERVER_MODELS",
-                      workers=1, max_batch_size=4, max_queue_delay_ms=1)
+        packing.parse(
+            '[{"name": "a", "port": 8080, "visible_cores": "0", "slo_ms": 0}]',
+            label="SERVER_MODELS",
+            workers=1,
+            max_batch_size=4,
+            max_queue_delay_ms=1,
+        )

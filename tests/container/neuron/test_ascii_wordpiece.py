@@ -13,6 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
+# serving/ and build/'s flat modules, on the path from conftest.py (ruff would count them third-party).
+# isort: split
 import ascii_wordpiece
 from runner import EncodedRows, TextRows
 
@@ -48,13 +50,21 @@ def bert_processing(config: dict) -> None:
     config["post_processor"] = {"type": "BertProcessing", "sep": ["[SEP]", 3], "cls": ["[CLS]", 2]}
 
 
-TOKENIZERS = {"bert": library("bert"), "distilbert": library("distilbert"), "cased": library("bert", cased),
-              "bert-processing": library("bert", bert_processing)}
+TOKENIZERS = {
+    "bert": library("bert"),
+    "distilbert": library("distilbert"),
+    "cased": library("bert", cased),
+    "bert-processing": library("bert", bert_processing),
+}
 FAST = {name: ascii_wordpiece.from_tokenizer(tok, MAX_LENGTH) for name, tok in TOKENIZERS.items()}
 
 printable = st.text(st.sampled_from(string.printable[:95]), max_size=120)  # printable ASCII: no tabs or newlines
-wordy = st.lists(st.sampled_from(["the", "Film", "e-mail", "don't", "x" * 101, "café", "[MASK]", "ok!!", "42",
-                                  "A.B.C", "__init__", "", "   "]), max_size=40).map(" ".join)
+wordy = st.lists(
+    st.sampled_from(
+        ["the", "Film", "e-mail", "don't", "x" * 101, "café", "[MASK]", "ok!!", "42", "A.B.C", "__init__", "", "   "]
+    ),
+    max_size=40,
+).map(" ".join)
 
 
 @settings(max_examples=fuzz_examples(300), deadline=None)
@@ -74,13 +84,16 @@ def test_non_ascii_control_characters_and_special_tokens_go_to_the_library(text)
     assert FAST["bert"].encode(text) is None
 
 
-@pytest.mark.parametrize("kind, edit, truncate", [
-    ("roberta", None, True),  # byte-level BPE
-    ("t5", None, True),  # Unigram with its own normalizer
-    ("bert", lambda c: c.update(pre_tokenizer={"type": "Whitespace"}), True),
-    ("bert", lambda c: c["normalizer"].update(type="Lowercase"), True),
-    ("bert", None, False),  # configured to truncate elsewhere than the server's length: the probes disagree
-])
+@pytest.mark.parametrize(
+    "kind, edit, truncate",
+    [
+        ("roberta", None, True),  # byte-level BPE
+        ("t5", None, True),  # Unigram with its own normalizer
+        ("bert", lambda c: c.update(pre_tokenizer={"type": "Whitespace"}), True),
+        ("bert", lambda c: c["normalizer"].update(type="Lowercase"), True),
+        ("bert", None, False),  # configured to truncate elsewhere than the server's length: the probes disagree
+    ],
+)
 def test_no_fast_path_for_a_tokenizer_it_does_not_match(kind, edit, truncate):
     assert ascii_wordpiece.from_tokenizer(library(kind, edit, truncate), MAX_LENGTH) is None
 
@@ -94,7 +107,8 @@ def test_the_runner_tokenizes_on_arrival_only_when_every_text_qualifies(artifact
     assert runner.fast_tokenizer is not None
     ascii_only = runner.prepare(TextRows(["a plain query", "Another, with punctuation!"]))
     assert isinstance(ascii_only, EncodedRows) and ascii_only.ids == [
-        e.ids for e in runner.tokenizer.encode_batch(["a plain query", "Another, with punctuation!"])]
+        e.ids for e in runner.tokenizer.encode_batch(["a plain query", "Another, with punctuation!"])
+    ]
     mixed = TextRows(["a plain query", "une requête"])
     assert runner.prepare(mixed) is mixed  # tokenized with the batch, by the library
     # Both kinds stack to the same rows the library alone would give.

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+# serving/ and build/'s flat modules, on the path from conftest.py (ruff would count them third-party).
+# isort: split
 from batcher import DELAY, DRAIN, FULL, BatcherClosed, DynamicBatcher
 
 from tests.support.fake_clock import Clock
@@ -33,8 +35,14 @@ class Harness:
         self.sent: list[tuple[list, str, float]] = []  # (payloads, trigger, when)
         self.answers: list = []
         self.batcher = DynamicBatcher(
-            lambda payloads: payloads, max_batch_size=max_batch_size, max_queue_delay_s=delay_s,
-            loop=asyncio.new_event_loop(), clock=self.clock, call_at=self.clock.call_at, execute=self._execute)
+            lambda payloads: payloads,
+            max_batch_size=max_batch_size,
+            max_queue_delay_s=delay_s,
+            loop=asyncio.new_event_loop(),
+            clock=self.clock,
+            call_at=self.clock.call_at,
+            execute=self._execute,
+        )
         self._batches: list = []
 
     def _execute(self, batch, trigger) -> None:
@@ -161,6 +169,7 @@ def test_the_model_thread_hands_results_back_in_order_and_a_failed_batch_fails_i
                 results.append((payload, ok, value if ok else str(value)))
                 if len(results) == 4:
                     done.set()
+
             return on
 
         for payload in ("a", "b", "boom", "c"):
@@ -174,9 +183,31 @@ def test_the_model_thread_hands_results_back_in_order_and_a_failed_batch_fails_i
     assert results == [("a", True, "A"), ("b", True, "B"), ("boom", False, "model fault"), ("c", False, "model fault")]
 
 
+def test_a_model_that_answers_fewer_rows_than_it_was_given_fails_every_request_of_the_batch():
+    async def run() -> list:
+        loop = asyncio.get_running_loop()
+        batcher = DynamicBatcher(lambda payloads: payloads[:1], max_batch_size=2, max_queue_delay_s=60, loop=loop)
+        batcher.start()
+        results: list = []
+        done = asyncio.Event()
+
+        def on(ok, value):
+            results.append((ok, value if ok else str(value)))
+            if len(results) == 2:
+                done.set()
+
+        for payload in ("a", "b"):
+            batcher.submit(payload, 1, on)
+        await asyncio.wait_for(done.wait(), 60)  # before, "b" was never answered
+        await batcher.drain(timeout=60)
+        return results
+
+    assert asyncio.run(run()) == [(False, "the model answered 1 of 2 requests")] * 2
+
+
 # -- over HTTP, with the emulated accelerator ---------------------------------------------------
 
-BODY = (b'{"inputs":[{"name":"TEXT","datatype":"BYTES","shape":[1],"data":["a query from connection %d"]}]}')
+BODY = b'{"inputs":[{"name":"TEXT","datatype":"BYTES","shape":[1],"data":["a query from connection %d"]}]}'
 
 
 def exchange(sock: socket.socket, request: bytes) -> bytes:
@@ -202,8 +233,10 @@ def metrics_on(sock: socket.socket) -> str:
 
 
 def counters(text: str) -> dict[str, float]:
-    found = {f"batches_{trigger}": float(value)
-             for trigger, value in re.findall(r'^inference_batches_total\{trigger="(\w+)"\} (\S+)$', text, re.M)}
+    found = {
+        f"batches_{trigger}": float(value)
+        for trigger, value in re.findall(r'^inference_batches_total\{trigger="(\w+)"\} (\S+)$', text, re.M)
+    }
     for name in ("inference_batch_size_count", "inference_batch_size_sum"):
         match = re.search(rf"^{name} (\S+)$", text, re.M)
         found[name] = float(match.group(1)) if match else 0.0
@@ -236,9 +269,16 @@ def open_evenly(port: int, connections: int, workers: int) -> list[socket.socket
 def test_batches_fill_from_every_connection(artifact: Path, start_server, workers):
     # Max batch 8 per worker and a 1 s delay (the most there is): a batch leaves before it only when 8 requests, from
     # 8 different connections, are queued in one worker. With 2 workers the 16 connections split 8/8.
-    server = start_server(artifact, env={"SERVER_WORKERS": str(workers), "SERVER_MAX_BATCH_SIZE": "8",
-                                         "SERVER_MAX_QUEUE_DELAY_MS": "1000", "SERVER_WARMUP_ITERATIONS": "0"},
-                          args=("--standin-accelerator-ms", "1"))
+    server = start_server(
+        artifact,
+        env={
+            "SERVER_WORKERS": str(workers),
+            "SERVER_MAX_BATCH_SIZE": "8",
+            "SERVER_MAX_QUEUE_DELAY_MS": "1000",
+            "SERVER_WARMUP_ITERATIONS": "0",
+        },
+        args=("--standin-accelerator-ms", "1"),
+    )
     server.wait_ready()
     deadline = time.monotonic() + 60
     while len([e for e in server.logs() if e.get("msg") == "model ready"]) < workers:  # ready is any one's
@@ -269,9 +309,11 @@ def test_batches_fill_from_every_connection(artifact: Path, start_server, worker
 
 
 def test_a_lone_request_leaves_by_the_delay_in_a_batch_of_its_own(artifact: Path, start_server):
-    server = start_server(artifact, env={"SERVER_MAX_BATCH_SIZE": "16", "SERVER_MAX_QUEUE_DELAY_MS": "50",
-                                         "SERVER_WARMUP_ITERATIONS": "0"},
-                          args=("--standin-accelerator-ms", "1"))
+    server = start_server(
+        artifact,
+        env={"SERVER_MAX_BATCH_SIZE": "16", "SERVER_MAX_QUEUE_DELAY_MS": "50", "SERVER_WARMUP_ITERATIONS": "0"},
+        args=("--standin-accelerator-ms", "1"),
+    )
     server.wait_ready()
     with socket.create_connection(("127.0.0.1", server.port), timeout=60) as sock:
         before = counters(metrics_on(sock))

@@ -13,10 +13,12 @@ import sys
 import jsonschema
 import pytest
 
+# serving/ and build/'s flat modules, on the path from conftest.py (ruff would count them third-party).
+# isort: split
 import emf
 import neuron_monitor_emf
 
-from tests.support.emf_schema import assert_valid_emf, referenced_members_problems, SCHEMA
+from tests.support.emf_schema import SCHEMA, assert_valid_emf, referenced_members_problems
 from tests.support.neuron_server import SERVING_DIR
 
 DIMENSIONS = {"Service": "dev-intent-pack", "Model": "intent-bert", "Worker": "0"}
@@ -61,8 +63,9 @@ def test_a_worker_interval_is_one_valid_line_with_its_counts_and_samples():
     assert directive["Namespace"] == emf.NAMESPACE
     assert directive["Dimensions"] == [["Service", "Model"], ["Service", "Model", "Worker"]]
     assert {m["Name"]: m["Unit"] for m in directive["Metrics"]} == {
-        name: emf.UNITS[name] for name in (emf.REQUEST_LATENCY, emf.REQUESTS, emf.ERRORS, emf.QUEUE_DEPTH,
-                                           emf.BATCH_SIZE)}
+        name: emf.UNITS[name]
+        for name in (emf.REQUEST_LATENCY, emf.REQUESTS, emf.ERRORS, emf.QUEUE_DEPTH, emf.BATCH_SIZE)
+    }
     publisher.flush()  # an empty interval writes nothing
     assert len(out.getvalue().splitlines()) == 1
 
@@ -74,6 +77,7 @@ def test_records_fall_on_interval_boundaries_stamped_with_the_interval_start():
     out = io.StringIO()
     publisher = emf.Publisher(recorder, {}, interval_s=0.25, stream=out).start()
     import time
+
     deadline = time.monotonic() + 1.2
     while time.monotonic() < deadline:
         recorder.count(emf.REQUESTS)
@@ -82,7 +86,8 @@ def test_records_fall_on_interval_boundaries_stamped_with_the_interval_start():
     stamps = [json.loads(t)["_aws"]["Timestamp"] for t in out.getvalue().splitlines()]
     assert len(stamps) >= 4 and stamps == sorted(set(stamps)), stamps
     assert all(stamp % 250 == 0 for stamp in stamps), stamps  # whole intervals of the wall clock
-    assert all(b - a == 250 for a, b in zip(stamps, stamps[1:])), stamps  # one record per interval, none skipped
+    # One record per interval, none skipped.
+    assert all(b - a == 250 for a, b in zip(stamps, stamps[1:], strict=False)), stamps
 
 
 def test_reservoir_keeps_a_uniform_sample():
@@ -104,6 +109,7 @@ def test_publisher_thread_writes_on_its_interval_and_on_stop():
     publisher = emf.Publisher(recorder, {emf.IN_FLIGHT: lambda: 2}, interval_s=0.2, stream=out).start()
     recorder.count(emf.REQUESTS)
     import time
+
     time.sleep(0.7)
     publisher.stop()
     lines = [json.loads(t) for t in out.getvalue().splitlines()]
@@ -117,22 +123,51 @@ def test_publisher_thread_writes_on_its_interval_and_on_stop():
 # of another, tagged "<model>/<worker>"). Stand-in: neuron-monitor itself needs Neuron hardware.
 REPORT = {
     "neuron_runtime_data": [
-        {"pid": 101, "neuron_runtime_tag": "intent-bert/0", "error": "", "report": {
-            "neuroncore_counters": {"period": 1.0, "neuroncores_in_use": {
-                "0": {"neuroncore_utilization": 61.5, "flops": 1}, "1": {"neuroncore_utilization": 58.5}}},
-            "memory_used": {"period": 1.0, "neuron_runtime_used_bytes": {"host": 1000, "neuron_device": 5000}},
-            "execution_stats": {"execution_summary": {"completed": 900, "completed_with_err": 1, "timed_out": 1,
-                                                      "completed_with_num_err": 0, "incorrect_input": 0,
-                                                      "failed_to_queue": 0}}}},
-        {"pid": 102, "neuron_runtime_tag": "intent-bert/1", "error": "", "report": {
-            "neuroncore_counters": {"neuroncores_in_use": {"2": {"neuroncore_utilization": 40.0}}},
-            "memory_used": {"neuron_runtime_used_bytes": {"host": 500, "neuron_device": 2500}}}},
-        {"pid": 103, "neuron_runtime_tag": "duplicate-bert/0", "error": "", "report": {
-            "neuroncore_counters": {"neuroncores_in_use": {"3": {"neuroncore_utilization": 10.0}}}}},
+        {
+            "pid": 101,
+            "neuron_runtime_tag": "intent-bert/0",
+            "error": "",
+            "report": {
+                "neuroncore_counters": {
+                    "period": 1.0,
+                    "neuroncores_in_use": {
+                        "0": {"neuroncore_utilization": 61.5, "flops": 1},
+                        "1": {"neuroncore_utilization": 58.5},
+                    },
+                },
+                "memory_used": {"period": 1.0, "neuron_runtime_used_bytes": {"host": 1000, "neuron_device": 5000}},
+                "execution_stats": {
+                    "execution_summary": {
+                        "completed": 900,
+                        "completed_with_err": 1,
+                        "timed_out": 1,
+                        "completed_with_num_err": 0,
+                        "incorrect_input": 0,
+                        "failed_to_queue": 0,
+                    }
+                },
+            },
+        },
+        {
+            "pid": 102,
+            "neuron_runtime_tag": "intent-bert/1",
+            "error": "",
+            "report": {
+                "neuroncore_counters": {"neuroncores_in_use": {"2": {"neuroncore_utilization": 40.0}}},
+                "memory_used": {"neuron_runtime_used_bytes": {"host": 500, "neuron_device": 2500}},
+            },
+        },
+        {
+            "pid": 103,
+            "neuron_runtime_tag": "duplicate-bert/0",
+            "error": "",
+            "report": {"neuroncore_counters": {"neuroncores_in_use": {"3": {"neuroncore_utilization": 10.0}}}},
+        },
         {"pid": 104, "neuron_runtime_tag": "x/0", "error": "runtime exited", "report": {}},
     ],
     "system_data": {"memory_info": {"memory_total_bytes": 1}},
-    "instance_info": {}, "neuron_hardware_info": {"neuron_device_count": 1},
+    "instance_info": {},
+    "neuron_hardware_info": {"neuron_device_count": 1},
 }
 
 
@@ -224,8 +259,9 @@ def test_lines_from_several_processes_on_one_pipe_never_interleave():
     """Two processes write lines close to PIPE_BUF to one pipe at once (as the supervisor and the workers share
     the container's stdout): every line read back is whole."""
     read, write = os.pipe()
-    writers = [subprocess.Popen([sys.executable, "-c", WRITER, str(SERVING_DIR), model], stdout=write)
-               for model in ("a", "b")]
+    writers = [
+        subprocess.Popen([sys.executable, "-c", WRITER, str(SERVING_DIR), model], stdout=write) for model in ("a", "b")
+    ]
     os.close(write)
     with os.fdopen(read, "rb") as pipe:
         received = pipe.read().decode().splitlines()
@@ -250,8 +286,14 @@ def test_a_failed_write_loses_the_line_and_never_raises(caplog):
 
 def test_only_the_containers_own_models_count_when_named():
     foreign = json.loads(json.dumps(REPORT))
-    foreign["neuron_runtime_data"].append({"pid": 9, "neuron_runtime_tag": "other-task/0", "error": "", "report": {
-        "neuroncore_counters": {"neuroncores_in_use": {"7": {"neuroncore_utilization": 99.0}}}}})
+    foreign["neuron_runtime_data"].append(
+        {
+            "pid": 9,
+            "neuron_runtime_tag": "other-task/0",
+            "error": "",
+            "report": {"neuroncore_counters": {"neuroncores_in_use": {"7": {"neuroncore_utilization": 99.0}}}},
+        }
+    )
     records = neuron_monitor_emf.records(foreign, "svc", 1, models={"intent-bert"})
     assert {r.get("Model") for r in records} == {"intent-bert", None}
     task = [r for r in records if "Model" not in r][0]

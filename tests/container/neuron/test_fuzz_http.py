@@ -26,22 +26,42 @@ MAX_BATCH = 4
 MAX_TEXT = 200
 MAX_BODY = 16 * 1024
 INFER_ROUTES = [f"/v2/models/{MODEL}/infer", f"/v2/models/{MODEL}/versions/1/infer", "/invocations"]
-OTHER_POST_ROUTES = ["/v2/repository/index", "/v2/models/other/infer", f"/v2/models/{MODEL}/versions/2/infer",
-                     "/ping", "/v2/health/ready", "/nowhere", "/v2/models/%ff%fe/infer"]
-GET_ROUTES = ["/ping", "/v2/health/live", "/v2/health/ready", "/v2", f"/v2/models/{MODEL}", "/v2/models/x/ready",
-              f"/v2/models/{MODEL}/versions/1/ready", "/metrics", "/v2/models/%00", "/invocations"]
+OTHER_POST_ROUTES = [
+    "/v2/repository/index",
+    "/v2/models/other/infer",
+    f"/v2/models/{MODEL}/versions/2/infer",
+    "/ping",
+    "/v2/health/ready",
+    "/nowhere",
+    "/v2/models/%ff%fe/infer",
+]
+GET_ROUTES = [
+    "/ping",
+    "/v2/health/live",
+    "/v2/health/ready",
+    "/v2",
+    f"/v2/models/{MODEL}",
+    "/v2/models/x/ready",
+    f"/v2/models/{MODEL}/versions/1/ready",
+    "/metrics",
+    "/v2/models/%00",
+    "/invocations",
+]
 
 
 @pytest.fixture(scope="module")
 def server(artifact: Path):
-    proc = ServerProcess(artifact, env={
-        "MODEL_NAME": MODEL,
-        "SERVER_MAX_BATCH_SIZE": str(MAX_BATCH),
-        "SERVER_MAX_QUEUE_DELAY_MS": "1",
-        "SERVER_MAX_TEXT_CHARS": str(MAX_TEXT),
-        "SERVER_MAX_BODY_BYTES": str(MAX_BODY),
-        "SERVER_WARMUP_ITERATIONS": "1",
-    })
+    proc = ServerProcess(
+        artifact,
+        env={
+            "MODEL_NAME": MODEL,
+            "SERVER_MAX_BATCH_SIZE": str(MAX_BATCH),
+            "SERVER_MAX_QUEUE_DELAY_MS": "1",
+            "SERVER_MAX_TEXT_CHARS": str(MAX_TEXT),
+            "SERVER_MAX_BODY_BYTES": str(MAX_BODY),
+            "SERVER_WARMUP_ITERATIONS": "1",
+        },
+    )
     proc.wait_ready()
     yield proc
     errors = [e for e in proc.logs() if e.get("level") in ("error", "critical")]
@@ -68,8 +88,12 @@ def assert_still_up(server, http) -> None:
 
 
 json_scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(min_value=-(2**70), max_value=2**70), st.floats(),
-    st.text(max_size=20), st.sampled_from([0, 1, -1, 2**63, 2**64, 10**300, 1e308, "TEXT", "INT64", "BYTES"]),
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(),
+    st.text(max_size=20),
+    st.sampled_from([0, 1, -1, 2**63, 2**64, 10**300, 1e308, "TEXT", "INT64", "BYTES"]),
 )
 json_values = st.recursive(
     json_scalars,
@@ -77,16 +101,29 @@ json_values = st.recursive(
     max_leaves=25,
 )
 
-dimension = st.one_of(st.integers(0, 5), st.integers(-3, 40), st.sampled_from([2**31, 2**63, 2**64, 10**30]),
-                      st.floats(0, 4), st.booleans(), st.text(max_size=3), st.none())
+dimension = st.one_of(
+    st.integers(0, 5),
+    st.integers(-3, 40),
+    st.sampled_from([2**31, 2**63, 2**64, 10**30]),
+    st.floats(0, 4),
+    st.booleans(),
+    st.text(max_size=3),
+    st.none(),
+)
 shape = st.one_of(st.lists(dimension, max_size=4), json_values)
-token = st.one_of(st.integers(-2, 40), st.sampled_from([2**63, -(2**63) - 1, 2**64, 0, 1]), st.floats(),
-                  st.text(max_size=3), st.none())
-text_item = st.one_of(st.text(max_size=30), st.sampled_from(["\ud800", "x\udfff", "a" * (MAX_TEXT + 1), ""]),
-                      st.integers(), st.none())
+token = st.one_of(
+    st.integers(-2, 40),
+    st.sampled_from([2**63, -(2**63) - 1, 2**64, 0, 1]),
+    st.floats(),
+    st.text(max_size=3),
+    st.none(),
+)
+text_item = st.one_of(
+    st.text(max_size=30), st.sampled_from(["\ud800", "x\udfff", "a" * (MAX_TEXT + 1), ""]), st.integers(), st.none()
+)
 # Any code point: Hypothesis leaves out surrogates unless asked, and JSON's "\ud800" escape decodes to one.
 any_char = st.one_of(st.characters(), st.characters(categories=["Cs"]), st.characters(categories=["Cc", "Zl", "Zp"]))
-HOSTILE_TEXTS = ["\ud800", "a\udfffb", "\x00", "x\u2028y", "\ufeff", "e\u0301", "\U0001F600", "\x1b[31m", " "]
+HOSTILE_TEXTS = ["\ud800", "a\udfffb", "\x00", "x\u2028y", "\ufeff", "e\u0301", "\U0001f600", "\x1b[31m", " "]
 any_text = st.one_of(st.sampled_from(HOSTILE_TEXTS), st.text(max_size=30), st.text(any_char, min_size=1, max_size=30))
 
 
@@ -120,16 +157,21 @@ def tensor(draw) -> dict:
     if draw(st.integers(0, 5)) == 0:
         del result["data"]
     if draw(st.integers(0, 4)) == 0:
-        result["parameters"] = draw(st.one_of(
-            st.fixed_dictionaries({"binary_data_size": st.one_of(st.integers(-5, 300), st.booleans(), st.floats(),
-                                                                 st.sampled_from([2**64, 10**30]))}),
-            json_values))
+        result["parameters"] = draw(
+            st.one_of(
+                st.fixed_dictionaries(
+                    {
+                        "binary_data_size": st.one_of(
+                            st.integers(-5, 300), st.booleans(), st.floats(), st.sampled_from([2**64, 10**30])
+                        )
+                    }
+                ),
+                json_values,
+            )
+        )
     for key in draw(st.lists(st.sampled_from(["name", "datatype", "shape"]), max_size=1)):
         result.pop(key, None)
     return result
-
-
-
 
 
 @st.composite
@@ -142,8 +184,7 @@ def well_formed_tensor(draw) -> dict:
         texts = draw(st.lists(any_text, min_size=rows, max_size=rows))
         if draw(st.integers(0, 5)) == 3:
             texts[draw(st.integers(0, rows - 1))] = draw(text_item)
-        return {"name": "TEXT", "datatype": "BYTES", "shape": draw(st.sampled_from([[rows], [rows, 1]])),
-                "data": texts}
+        return {"name": "TEXT", "datatype": "BYTES", "shape": draw(st.sampled_from([[rows], [rows, 1]])), "data": texts}
     width = SEQUENCE_LENGTH + 1 if draw(st.integers(0, 7)) == 5 else draw(st.integers(1, SEQUENCE_LENGTH))
     values = token if draw(st.integers(0, 3)) == 2 else st.integers(0, 40)
     data = draw(st.lists(st.lists(values, min_size=width, max_size=width), min_size=rows, max_size=rows))
@@ -158,12 +199,20 @@ def kserve_request(draw) -> tuple[bytes, dict]:
     else:
         body = {"inputs": draw(st.lists(st.one_of(tensor(), well_formed_tensor()), min_size=1, max_size=3))}
     if draw(st.integers(0, 2)) == 1:
-        body["outputs"] = draw(st.one_of(
-            st.lists(st.fixed_dictionaries({"name": st.sampled_from(["logits", "label", "probabilities", None])},
-                                           optional={"parameters": st.one_of(
-                                               st.fixed_dictionaries({"binary_data": st.booleans()}), json_values)}),
-                     max_size=3),
-            json_values))
+        body["outputs"] = draw(
+            st.one_of(
+                st.lists(
+                    st.fixed_dictionaries(
+                        {"name": st.sampled_from(["logits", "label", "probabilities", None])},
+                        optional={
+                            "parameters": st.one_of(st.fixed_dictionaries({"binary_data": st.booleans()}), json_values)
+                        },
+                    ),
+                    max_size=3,
+                ),
+                json_values,
+            )
+        )
     if draw(st.integers(0, 3)) == 1:
         body["id"] = draw(st.one_of(any_text, json_values))
     if draw(st.integers(0, 3)) == 1:
@@ -173,15 +222,24 @@ def kserve_request(draw) -> tuple[bytes, dict]:
     header = json.dumps(body, allow_nan=True).encode()
     headers = {"Content-Type": draw(st.sampled_from(["application/json", "application/octet-stream", "text/plain"]))}
     if draw(st.integers(0, 5)) == 3:
-        tail = draw(st.one_of(
-            st.binary(max_size=64),
-            st.lists(st.binary(max_size=8), max_size=4).map(
-                lambda parts: b"".join(struct.pack("<I", len(p)) + p for p in parts)),
-            st.lists(st.integers(-(2**63), 2**63 - 1), max_size=8).map(
-                lambda ints: b"".join(struct.pack("<q", i) for i in ints)),
-        ))
-        length = draw(st.one_of(st.just(len(header)), st.integers(-2, len(header) + len(tail) + 2),
-                                st.sampled_from(["", "x", "1e3", "+12", "0x10", "1_0", str(2**70)])))
+        tail = draw(
+            st.one_of(
+                st.binary(max_size=64),
+                st.lists(st.binary(max_size=8), max_size=4).map(
+                    lambda parts: b"".join(struct.pack("<I", len(p)) + p for p in parts)
+                ),
+                st.lists(st.integers(-(2**63), 2**63 - 1), max_size=8).map(
+                    lambda ints: b"".join(struct.pack("<q", i) for i in ints)
+                ),
+            )
+        )
+        length = draw(
+            st.one_of(
+                st.just(len(header)),
+                st.integers(-2, len(header) + len(tail) + 2),
+                st.sampled_from(["", "x", "1e3", "+12", "0x10", "1_0", str(2**70)]),
+            )
+        )
         headers["Inference-Header-Content-Length"] = str(length)
         return header + tail, headers
     return header, headers
@@ -193,8 +251,14 @@ def model_request(draw) -> dict:
     too), token ids and masks anywhere in INT64, optional outputs. Most of these reach the model."""
     rows = draw(st.integers(1, MAX_BATCH))
     if draw(st.booleans()):
-        inputs = [{"name": "TEXT", "datatype": "BYTES", "shape": [rows],
-                   "data": draw(st.lists(any_text, min_size=rows, max_size=rows))}]
+        inputs = [
+            {
+                "name": "TEXT",
+                "datatype": "BYTES",
+                "shape": [rows],
+                "data": draw(st.lists(any_text, min_size=rows, max_size=rows)),
+            }
+        ]
     else:
         width = draw(st.integers(1, SEQUENCE_LENGTH))
         ids = st.lists(st.lists(st.integers(0, 60), min_size=width, max_size=width), min_size=rows, max_size=rows)
@@ -204,8 +268,10 @@ def model_request(draw) -> dict:
             inputs.append({"name": "attention_mask", "datatype": "INT64", "shape": [rows, width], "data": draw(mask)})
     body: dict = {"inputs": inputs}
     if draw(st.booleans()):
-        body["outputs"] = [{"name": name, "parameters": {"binary_data": draw(st.booleans())}}
-                           for name in draw(st.lists(st.sampled_from(["logits", "label"]), min_size=1, max_size=2))]
+        body["outputs"] = [
+            {"name": name, "parameters": {"binary_data": draw(st.booleans())}}
+            for name in draw(st.lists(st.sampled_from(["logits", "label"]), min_size=1, max_size=2))
+        ]
     if draw(st.booleans()):
         body["id"] = draw(any_text)
     return body
@@ -234,17 +300,31 @@ def random_json(server, http, value, route):
 
 
 @settings(max_examples=fuzz_examples(150), deadline=None)
-@given(st.one_of(st.binary(max_size=300),
-                 st.sampled_from([b"[" * 5000, b'{"inputs":' * 1500, b"\xff\xfe", b"\x00" * 100,
-                                  b'{"inputs": [{"name": "TEXT"' + b" " * (MAX_BODY + 1)])),
-       st.sampled_from(INFER_ROUTES + OTHER_POST_ROUTES))
+@given(
+    st.one_of(
+        st.binary(max_size=300),
+        st.sampled_from(
+            [
+                b"[" * 5000,
+                b'{"inputs":' * 1500,
+                b"\xff\xfe",
+                b"\x00" * 100,
+                b'{"inputs": [{"name": "TEXT"' + b" " * (MAX_BODY + 1),
+            ]
+        ),
+    ),
+    st.sampled_from(INFER_ROUTES + OTHER_POST_ROUTES),
+)
 def random_bytes(server, http, body, route):
     send(server, http, "POST", route, body, {"Content-Type": "application/octet-stream"})
 
 
 @settings(max_examples=fuzz_examples(60), deadline=None)
-@given(st.sampled_from(GET_ROUTES + INFER_ROUTES), st.sampled_from(["GET", "PUT", "DELETE", "PATCH", "OPTIONS"]),
-       st.binary(max_size=50))
+@given(
+    st.sampled_from(GET_ROUTES + INFER_ROUTES),
+    st.sampled_from(["GET", "PUT", "DELETE", "PATCH", "OPTIONS"]),
+    st.binary(max_size=50),
+)
 def other_methods(server, http, route, method, body):
     send(server, http, method, route, body)
 
@@ -258,6 +338,9 @@ def test_every_route_answers_2xx_or_4xx_and_the_server_stays_up(server, http):
     for prop in PROPERTIES:
         prop(server, http)
     assert_still_up(server, http)
-    ok = http.post(server.url + INFER_ROUTES[0], timeout=60, json={
-        "inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1], "data": ["still serving"]}]})
+    ok = http.post(
+        server.url + INFER_ROUTES[0],
+        timeout=60,
+        json={"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1], "data": ["still serving"]}]},
+    )
     assert ok.status_code == 200, ok.text

@@ -12,6 +12,8 @@ from starlette.applications import Starlette
 from starlette.responses import JSONResponse, PlainTextResponse
 from starlette.routing import Route
 
+# serving/ and build/'s flat modules, on the path from conftest.py (ruff would count them third-party).
+# isort: split
 from http_server import CONTINUE, JSON_HEADER, HttpConnection, HttpServer
 
 INFER = b"/v2/models/m/infer"
@@ -72,14 +74,17 @@ class Setup:
     def __init__(self, answer_later: bool = True, max_body_bytes: int = 1000) -> None:
         self.pending: list = []  # (route, body, reply) the inference handler was given
         self.answer_later = answer_later
-        self.server = HttpServer(app=ASGI, infer_routes={INFER.decode(): "infer"}, infer=self.infer,
-                                 max_body_bytes=max_body_bytes)
+        self.server = HttpServer(
+            app=ASGI, infer_routes={INFER.decode(): "infer"}, infer=self.infer, max_body_bytes=max_body_bytes
+        )
 
     def infer(self, route, body, header_length, reply) -> None:
         if self.answer_later:  # as a batch would: after the handler returned
             self.pending.append((route, body, reply))
         elif body == b"binary":
-            reply(200, b"content-type: application/octet-stream\r\ninference-header-content-length: 2\r\n", b"{}\x01\x02")
+            reply(
+                200, b"content-type: application/octet-stream\r\ninference-header-content-length: 2\r\n", b"{}\x01\x02"
+            )
         else:
             reply(200, JSON_HEADER, json.dumps({"route": route, "echo": body.decode()}).encode())
 
@@ -151,7 +156,9 @@ def test_pipelined_requests_are_answered_in_order_one_write_each():
     async def scenario():
         setup = Setup(answer_later=True)
         connection, transport = setup.connect()
-        connection.data_received(post(INFER, b"first") + b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n" + post(INFER, b"third"))
+        connection.data_received(
+            post(INFER, b"first") + b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n" + post(INFER, b"third")
+        )
         assert len(setup.pending) == 1  # the second waits for the first's answer
         setup.answer_all()
         for _ in range(20):
@@ -170,7 +177,9 @@ def test_100_continue_is_sent_before_the_body_is_read():
     async def scenario():
         setup = Setup(answer_later=False)
         connection, transport = setup.connect()
-        connection.data_received(b"POST /v2/models/m/infer HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n")
+        connection.data_received(
+            b"POST /v2/models/m/infer HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n"
+        )
         assert transport.writes == [CONTINUE]
         connection.data_received(b"{}")
         assert len(transport.writes) == 2 and parse(transport.writes[1])[0] == 200
@@ -178,10 +187,13 @@ def test_100_continue_is_sent_before_the_body_is_read():
     run(scenario())
 
 
-@pytest.mark.parametrize("request_bytes, status", [
-    (b"NOT HTTP AT ALL\r\n\r\n", 400),
-    (b"GET /ping HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 70_000 + b"\r\n\r\n", 431),
-])
+@pytest.mark.parametrize(
+    "request_bytes, status",
+    [
+        (b"NOT HTTP AT ALL\r\n\r\n", 400),
+        (b"GET /ping HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 70_000 + b"\r\n\r\n", 431),
+    ],
+)
 def test_a_request_that_cannot_be_served_gets_json_and_the_connection_closes(request_bytes, status):
     async def scenario():
         setup = Setup()
@@ -197,10 +209,13 @@ def test_a_request_that_cannot_be_served_gets_json_and_the_connection_closes(req
     run(scenario())
 
 
-@pytest.mark.parametrize("request_bytes", [
-    post(INFER, b"{}", b"Connection: close"),
-    b"POST /v2/models/m/infer HTTP/1.0\r\nContent-Length: 2\r\n\r\n{}",
-])
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        post(INFER, b"{}", b"Connection: close"),
+        b"POST /v2/models/m/infer HTTP/1.0\r\nContent-Length: 2\r\n\r\n{}",
+    ],
+)
 def test_connection_close_and_http_1_0_close_after_the_reply(request_bytes):
     async def scenario():
         setup = Setup(answer_later=True)
@@ -221,7 +236,11 @@ def test_head_gets_the_headers_without_the_body():
         for _ in range(20):
             await asyncio.sleep(0)
         head, _, body = transport.writes[0].partition(b"\r\n\r\n")
-        assert head.startswith(b"HTTP/1.1 200") and body == b"" and b"content-length: %d" % len(b'{"status":"healthy"}') in head
+        assert (
+            head.startswith(b"HTTP/1.1 200")
+            and body == b""
+            and b"content-length: %d" % len(b'{"status":"healthy"}') in head
+        )
 
     run(scenario())
 

@@ -26,8 +26,9 @@ def imported(path: Path) -> set[str]:
 
 def upward_imports(build: Path, serving: Path) -> list[str]:
     serving_modules = modules(serving)
-    return sorted(f"{path.name} imports {name}" for path in build.glob("*.py")
-                  for name in imported(path) & serving_modules)
+    return sorted(
+        f"{path.name} imports {name}" for path in build.glob("*.py") for name in imported(path) & serving_modules
+    )
 
 
 def test_the_parts_share_no_module_name():

@@ -10,10 +10,12 @@ import pytest
 import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
+# serving/ and build/'s flat modules, on the path from conftest.py (ruff would count them third-party).
+# isort: split
 from artifact import source_checksums
 from backends import load_torchscript
 
-from tests.support.neuron_server import COMPILE, LABELS, run_script, SEQUENCE_LENGTH
+from tests.support.neuron_server import COMPILE, LABELS, SEQUENCE_LENGTH, run_script
 
 
 def test_metadata_describes_the_compiled_artifact(artifact: Path, tiny_bert: Path):
@@ -28,7 +30,10 @@ def test_metadata_describes_the_compiled_artifact(artifact: Path, tiny_bert: Pat
     assert metadata["labels"] == list(LABELS)
     assert metadata["compiler_args"] == ["--fp32-cast=all"]
     assert metadata["neuron_cores_per_model"] == 1 and metadata["parallelism"] == "data-parallel"
-    assert metadata["versions"]["torch"] == torch.__version__.split("+")[0] or metadata["versions"]["torch"] == torch.__version__
+    assert (
+        metadata["versions"]["torch"] == torch.__version__.split("+")[0]
+        or metadata["versions"]["torch"] == torch.__version__
+    )
     expected_sha, files = source_checksums(tiny_bert)
     assert metadata["source_sha256"] == expected_sha
     assert set(metadata["source_files"]) == set(files) and "model.safetensors" in files
@@ -92,7 +97,15 @@ def test_bad_flags_exit_2_naming_the_flag(tmp_path, tiny_bert, extra, flag):
 def test_bad_backend_and_inf2_pipeline(tmp_path, tiny_bert):
     _rejects(tmp_path, "--backend", "gpu", "--model", str(tiny_bert), flag="--backend")
     _rejects(
-        tmp_path, "--backend", "inf2", "--model", str(tiny_bert), "--parallelism", "pipeline", "--neuron-cores", "2",
+        tmp_path,
+        "--backend",
+        "inf2",
+        "--model",
+        str(tiny_bert),
+        "--parallelism",
+        "pipeline",
+        "--neuron-cores",
+        "2",
         flag="--parallelism",
     )
 

@@ -15,7 +15,7 @@ INFO:Neuron:Neuron successfully compiled 1 sub-graphs, Total fused subgraphs = 1
 INFO:Neuron:Compiled these operators (and operator counts) to Neuron:
 INFO:Neuron: => aten::Int: 96
 INFO:Neuron: => aten::linear: 74
-"""
+"""  # noqa: E501 - the compiler's log lines as it writes them
 
 PARTIAL = """\
 INFO:Neuron:Number of arithmetic operators (post-compilation) before = 565, compiled = 480, percent compiled = 84.96%
@@ -26,7 +26,7 @@ INFO:Neuron: => aten::linear: 70
 INFO:Neuron:Not compiled operators (and operator counts) to Neuron:
 INFO:Neuron: => aten::embedding: 3 [supported]
 INFO:Neuron: => aten::erfinv: 2 [not supported]
-"""
+"""  # noqa: E501 - the compiler's log lines as it writes them
 
 
 def test_full_compile_is_accepted():
@@ -61,11 +61,15 @@ def test_missing_summary_line_is_rejected():
 
 
 def test_operator_count_separates_neuron_glue_and_cpu():
-    whole = count_operators(["prim::Constant", "prim::GetAttr", "neuron::forward_v2_1", "aten::size", "prim::TupleUnpack"])
+    whole = count_operators(
+        ["prim::Constant", "prim::GetAttr", "neuron::forward_v2_1", "aten::size", "prim::TupleUnpack"]
+    )
     assert (whole.neuron, whole.cpu, whole.glue) == (1, 0, 4)
     assert neuron_graph_problems(whole) == []
 
-    split = count_operators(["neuron::forward_v2_1", "aten::embedding", "aten::erfinv", "aten::erfinv", "neuron::forward_v2_2"])
+    split = count_operators(
+        ["neuron::forward_v2_1", "aten::embedding", "aten::erfinv", "aten::erfinv", "neuron::forward_v2_2"]
+    )
     assert (split.neuron, split.cpu) == (2, 3)
     assert split.cpu_operators == {"aten::embedding": 1, "aten::erfinv": 2}
     assert neuron_graph_problems(split) == ["3 operators left on CPU: aten::embedding x1, aten::erfinv x2"]

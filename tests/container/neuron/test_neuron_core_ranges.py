@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+# serving/ and build/'s flat modules, on the path from conftest.py (ruff would count them third-party).
+# isort: split
 from compile_settings import SettingsError
 from core_ranges import parse_cores, partition
 

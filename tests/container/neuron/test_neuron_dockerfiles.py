@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+# serving/ and build/'s flat modules, on the path from conftest.py (ruff would count them third-party).
+# isort: split
 import compile as compile_cli
 
 from tests.support.neuron_server import NEURON_DIR, SERVING_DIR
@@ -18,8 +20,17 @@ from tests.support.paths import ROOT
 # Every Dockerfile under container/ (BuildKit reads Dockerfile.dockerignore beside one: not a Dockerfile).
 DOCKERFILES = sorted(p for p in (ROOT / "container").rglob("Dockerfile*") if p.suffix != ".dockerignore")
 BUILD_ARGS = (
-    "MODEL_SOURCE", "MODEL_REVISION", "TASK", "LABELS", "BATCH_SIZE", "SEQUENCE_LENGTH",
-    "NEURON_CORES_PER_MODEL", "PARALLELISM", "COMPILER_ARGS", "NEURON_TARGET", "MODELS",
+    "MODEL_SOURCE",
+    "MODEL_REVISION",
+    "TASK",
+    "LABELS",
+    "BATCH_SIZE",
+    "SEQUENCE_LENGTH",
+    "NEURON_CORES_PER_MODEL",
+    "PARALLELISM",
+    "COMPILER_ARGS",
+    "NEURON_TARGET",
+    "MODELS",
 )
 NEURON_DOCKERFILES = [NEURON_DIR / "Dockerfile.inf1", NEURON_DIR / "Dockerfile.inf2"]
 

@@ -22,13 +22,15 @@ from pathlib import Path
 import pytest
 import requests
 
+# serving/ and build/'s flat modules, on the path from conftest.py (ruff would count them third-party).
+# isort: split
 import emf
 import neuron_monitor_emf
 import server_settings
 
 from tests.support.build_once import build_once
 from tests.support.emf_schema import assert_valid_emf
-from tests.support.neuron_server import NEURON_MONITOR_STANDIN, neuron_monitor_standin, run_script, SERVE, ServerProcess
+from tests.support.neuron_server import NEURON_MONITOR_STANDIN, SERVE, ServerProcess, neuron_monitor_standin, run_script
 
 MODEL = "intent-bert"
 SERVICE = "test-intent-bert"
@@ -70,10 +72,15 @@ def alive(pid: int) -> bool:
 def run_scenario(artifact: Path, target: Path) -> None:
     target.mkdir(parents=True, exist_ok=True)
     env = {
-        "MODEL_NAME": MODEL, "SERVER_WORKERS": "2", "NEURON_RT_VISIBLE_CORES": "0-1",
-        "SERVER_METRICS_INTERVAL_S": "1", "SERVER_METRICS_SERVICE": SERVICE,
+        "MODEL_NAME": MODEL,
+        "SERVER_WORKERS": "2",
+        "NEURON_RT_VISIBLE_CORES": "0-1",
+        "SERVER_METRICS_INTERVAL_S": "1",
+        "SERVER_METRICS_SERVICE": SERVICE,
         "SERVER_NEURON_MONITOR": str(neuron_monitor_standin(target)),
-        "SERVER_MAX_BATCH_SIZE": "16", "SERVER_MAX_QUEUE_DELAY_MS": "20", "SERVER_WARMUP_ITERATIONS": "1",
+        "SERVER_MAX_BATCH_SIZE": "16",
+        "SERVER_MAX_QUEUE_DELAY_MS": "20",
+        "SERVER_WARMUP_ITERATIONS": "1",
     }
     server = ServerProcess(artifact, env=env, separate_stdout=True)
     url = f"{server.url}/v2/models/{MODEL}/infer"
@@ -83,7 +90,9 @@ def run_scenario(artifact: Path, target: Path) -> None:
         # While the model loads, inference is 503: a server error the metrics must count.
         early = 0
         while len(logged(server, "model ready")) < 2:
-            statuses[requests.post(server.url + "/invocations", json=text_body("too early"), timeout=30).status_code] += 1
+            statuses[
+                requests.post(server.url + "/invocations", json=text_body("too early"), timeout=30).status_code
+            ] += 1
             early += 1
             assert server.proc.poll() is None, "\n".join(server.lines)
             time.sleep(0.05)
@@ -104,14 +113,20 @@ def run_scenario(artifact: Path, target: Path) -> None:
         facts["killed_at_ms"] = int(time.time() * 1000)
         wait_for(lambda: len(logged(server, "neuron-monitor started")) == 2, "neuron-monitor restarted", server)
         with ThreadPoolExecutor(8) as pool:
-            after_kill = list(pool.map(lambda i: requests.post(url, json=text_body(f"after {i}"), timeout=60).status_code,
-                                       range(AFTER_KILL_REQUESTS)))
+            after_kill = list(
+                pool.map(
+                    lambda i: requests.post(url, json=text_body(f"after {i}"), timeout=60).status_code,
+                    range(AFTER_KILL_REQUESTS),
+                )
+            )
         statuses.update(after_kill)
         facts["after_kill"] = after_kill
 
         def utilization_after_kill() -> bool:
-            return any(neuron_monitor_emf.NEURONCORE_UTILIZATION in r and r["_aws"]["Timestamp"] > facts["killed_at_ms"]
-                       for r in emf_records(list(server.stdout_lines)))
+            return any(
+                neuron_monitor_emf.NEURONCORE_UTILIZATION in r and r["_aws"]["Timestamp"] > facts["killed_at_ms"]
+                for r in emf_records(list(server.stdout_lines))
+            )
 
         wait_for(utilization_after_kill, "neuron-monitor's metrics after its restart", server)
         facts["monitor_pids"] = [e["monitor_pid"] for e in logged(server, "neuron-monitor started")]
@@ -131,8 +146,9 @@ class Scenario:
     def __init__(self, directory: Path) -> None:
         self.facts = json.loads((directory / "facts.json").read_text())
         self.stdout = (directory / "stdout.txt").read_text().splitlines()
-        self.logs = [json.loads(line) for line in (directory / "stderr.txt").read_text().splitlines()
-                     if line.startswith("{")]
+        self.logs = [
+            json.loads(line) for line in (directory / "stderr.txt").read_text().splitlines() if line.startswith("{")
+        ]
         self.records = emf_records(self.stdout)
         self.statuses = {int(status): count for status, count in self.facts["statuses"].items()}
         self.sent = sum(self.statuses.values())
@@ -152,7 +168,7 @@ def scenario(tmp_path_factory, artifact) -> Scenario:
 def test_every_stdout_line_is_one_valid_emf_record_within_pipe_buf(scenario):
     assert scenario.facts["exit_code"] == 0
     assert scenario.stdout and len(scenario.records) == len(scenario.stdout), "stdout holds something not EMF"
-    for line, record in zip(scenario.stdout, scenario.records):
+    for line, record in zip(scenario.stdout, scenario.records, strict=True):
         assert_valid_emf(record)
         assert len(line) + 1 <= emf.MAX_LINE_BYTES
         assert record["_aws"]["CloudWatchMetrics"][0]["Namespace"] == emf.NAMESPACE
@@ -182,7 +198,8 @@ def test_per_model_and_per_worker_dimensions(scenario):
         directive = record["_aws"]["CloudWatchMetrics"][0]
         assert directive["Dimensions"] == [list(keys) for keys in emf.DIMENSION_SETS]
         assert {m["Name"]: m["Unit"] for m in directive["Metrics"]} == {
-            name: emf.UNITS[name] for name in record if name in emf.UNITS}
+            name: emf.UNITS[name] for name in record if name in emf.UNITS
+        }
     # Both workers took requests.
     assert all(sum(r[emf.REQUESTS] for r in serving if r["Worker"] == w) > 0 for w in ("0", "1"))
 
@@ -229,13 +246,19 @@ def test_killing_neuron_monitor_does_not_stop_serving(scenario):
 
 
 def test_metrics_off_writes_nothing_to_stdout_and_starts_no_neuron_monitor(artifact, tmp_path):
-    env = {"SERVER_METRICS": "off", "SERVER_METRICS_INTERVAL_S": "1", "SERVER_WARMUP_ITERATIONS": "1",
-           "SERVER_NEURON_MONITOR": str(neuron_monitor_standin(tmp_path))}
+    env = {
+        "SERVER_METRICS": "off",
+        "SERVER_METRICS_INTERVAL_S": "1",
+        "SERVER_WARMUP_ITERATIONS": "1",
+        "SERVER_NEURON_MONITOR": str(neuron_monitor_standin(tmp_path)),
+    }
     server = ServerProcess(artifact, env=env, separate_stdout=True)
     try:
         server.wait_ready()
         for i in range(5):
-            assert requests.post(server.url + "/invocations", json=text_body(f"quiet {i}"), timeout=60).status_code == 200
+            assert (
+                requests.post(server.url + "/invocations", json=text_body(f"quiet {i}"), timeout=60).status_code == 200
+            )
         time.sleep(2.5)  # two intervals
     finally:
         assert server.stop() == 0
@@ -248,17 +271,39 @@ def test_metrics_off_writes_nothing_to_stdout_and_starts_no_neuron_monitor(artif
     "args, env, expected",
     [
         ((), {"SERVER_METRICS": "prometheus"}, "--metrics (SERVER_METRICS): must be emf or off, got 'prometheus'"),
-        ((), {"SERVER_METRICS_INTERVAL_S": "0"}, "--metrics-interval-s (SERVER_METRICS_INTERVAL_S): must be between 1 and 3600, got 0"),
-        ((), {"SERVER_METRICS_INTERVAL_S": "1.5"}, "--metrics-interval-s (SERVER_METRICS_INTERVAL_S): expected an integer, got '1.5'"),
-        (("--metrics-interval-s", "3601"), {}, "--metrics-interval-s (SERVER_METRICS_INTERVAL_S): must be between 1 and 3600, got 3601"),
-        ((), {"SERVER_METRICS_SERVICE": "caf\u00e9"}, "--metrics-service (SERVER_METRICS_SERVICE): a metrics dimension"),
+        (
+            (),
+            {"SERVER_METRICS_INTERVAL_S": "0"},
+            "--metrics-interval-s (SERVER_METRICS_INTERVAL_S): must be between 1 and 3600, got 0",
+        ),
+        (
+            (),
+            {"SERVER_METRICS_INTERVAL_S": "1.5"},
+            "--metrics-interval-s (SERVER_METRICS_INTERVAL_S): expected an integer, got '1.5'",
+        ),
+        (
+            ("--metrics-interval-s", "3601"),
+            {},
+            "--metrics-interval-s (SERVER_METRICS_INTERVAL_S): must be between 1 and 3600, got 3601",
+        ),
+        (
+            (),
+            {"SERVER_METRICS_SERVICE": "caf\u00e9"},
+            "--metrics-service (SERVER_METRICS_SERVICE): a metrics dimension",
+        ),
         ((), {"SERVER_METRICS_SERVICE": " padded"}, "--metrics-service (SERVER_METRICS_SERVICE): a metrics dimension"),
         (("--metrics-service", "x" * 1025), {}, "--metrics-service (SERVER_METRICS_SERVICE): a metrics dimension"),
         ((), {"MODEL_NAME": "mod\u00e8le"}, "--model-name (MODEL_NAME): a metrics dimension (--metrics emf) must be"),
-        ((), {"SERVER_NEURON_MONITOR": "/nonexistent/neuron-monitor"},
-         "--neuron-monitor (SERVER_NEURON_MONITOR): '/nonexistent/neuron-monitor' is not an executable file"),
-        ((), {"SERVER_NEURON_MONITOR": str(NEURON_MONITOR_STANDIN)},  # a file, but not executable
-         "--neuron-monitor (SERVER_NEURON_MONITOR): "),
+        (
+            (),
+            {"SERVER_NEURON_MONITOR": "/nonexistent/neuron-monitor"},
+            "--neuron-monitor (SERVER_NEURON_MONITOR): '/nonexistent/neuron-monitor' is not an executable file",
+        ),
+        (
+            (),
+            {"SERVER_NEURON_MONITOR": str(NEURON_MONITOR_STANDIN)},  # a file, but not executable
+            "--neuron-monitor (SERVER_NEURON_MONITOR): ",
+        ),
     ],
 )
 def test_bad_metrics_settings_exit_2_in_one_line(artifact, args, env, expected):
@@ -271,7 +316,8 @@ def test_bad_metrics_settings_exit_2_in_one_line(artifact, args, env, expected):
 
 def settings_for(artifact: Path, environ: dict) -> server_settings.ServerSettings:
     args = server_settings.argparse.Namespace(
-        **{name: None for name in server_settings.ENVIRONMENT}, model_dir=str(artifact), host="127.0.0.1")
+        **{name: None for name in server_settings.ENVIRONMENT}, model_dir=str(artifact), host="127.0.0.1"
+    )
     return server_settings.from_args(args, environ)
 
 

@@ -12,6 +12,8 @@ import time
 import pytest
 import requests
 
+# serving/ and build/'s flat modules, on the path from conftest.py (ruff would count them third-party).
+# isort: split
 from artifact import read_metadata
 
 from tests.support.neuron_server import SERVE, idle_connections, run_script
@@ -87,7 +89,12 @@ def test_sigterm_drains_in_flight_requests_then_exits_0(artifact, start_server):
     # A long queue delay parks requests in the batcher, so they are surely in flight at SIGTERM.
     server = start_server(
         artifact,
-        env={"SERVER_MAX_QUEUE_DELAY_MS": "1000", "SERVER_MAX_BATCH_SIZE": "64", "NEURON_RT_VISIBLE_CORES": "0-3", "SERVER_WORKERS": "2"},
+        env={
+            "SERVER_MAX_QUEUE_DELAY_MS": "1000",
+            "SERVER_MAX_BATCH_SIZE": "64",
+            "NEURON_RT_VISIBLE_CORES": "0-3",
+            "SERVER_WORKERS": "2",
+        },
     )
     server.wait_ready()
     # Both workers must be up before traffic, or a request could land on one still loading.

@@ -23,8 +23,17 @@ import pytest
 import requests
 
 from tests.support.emf_schema import assert_valid_emf
-from tests.support.neuron_server import (COMPILE, HEALTHCHECK, LABELS, SEQUENCE_LENGTH, SERVE, ServerProcess,
-                                         neuron_monitor_standin, reference_logits, run_script)
+from tests.support.neuron_server import (
+    COMPILE,
+    HEALTHCHECK,
+    LABELS,
+    SEQUENCE_LENGTH,
+    SERVE,
+    ServerProcess,
+    neuron_monitor_standin,
+    reference_logits,
+    run_script,
+)
 from tests.support.packed_models import BETA_LABELS, free_ports, server_models
 
 PACK_SERVICE = "test-pack"
@@ -68,9 +77,13 @@ def server(packed_artifact, tmp_path_factory):
     so the readiness a port reports while another model is still loading is observed, not raced.
     Its metrics: every second, and neuron-monitor's stand-in (the real one needs Inferentia)."""
     alpha_port, beta_port = free_ports(2)
-    env = {"SERVER_MODELS": json.dumps(server_models(alpha_port, beta_port)), "SERVER_WARMUP_ITERATIONS": "1",
-           "SERVER_METRICS_SERVICE": PACK_SERVICE, "SERVER_METRICS_INTERVAL_S": "1",
-           "SERVER_NEURON_MONITOR": str(neuron_monitor_standin(tmp_path_factory.mktemp("neuron-monitor")))}
+    env = {
+        "SERVER_MODELS": json.dumps(server_models(alpha_port, beta_port)),
+        "SERVER_WARMUP_ITERATIONS": "1",
+        "SERVER_METRICS_SERVICE": PACK_SERVICE,
+        "SERVER_METRICS_INTERVAL_S": "1",
+        "SERVER_NEURON_MONITOR": str(neuron_monitor_standin(tmp_path_factory.mktemp("neuron-monitor"))),
+    }
     proc = ServerProcess(packed_artifact, env=env, port=None)
     proc.ports = {"alpha": alpha_port, "beta": beta_port}
     proc.urls = {name: f"http://127.0.0.1:{port}" for name, port in proc.ports.items()}
@@ -111,7 +124,9 @@ def test_compile_writes_one_artifact_per_model(packed_artifact, packed_models):
         assert metadata["neuron_cores_per_model"] == entry.get("neuron_cores", 1)
     assert json.loads((packed_artifact / "beta" / "metadata.json").read_text())["labels"] == list(BETA_LABELS)
     stdout = (packed_artifact.parent / "stdout.txt").read_text().splitlines()
-    assert [line.rsplit(" -> ", 1)[1] for line in stdout] == [str(packed_artifact / n) for n in ("alpha", "beta", "gamma")]
+    assert [line.rsplit(" -> ", 1)[1] for line in stdout] == [
+        str(packed_artifact / n) for n in ("alpha", "beta", "gamma")
+    ]
 
 
 def test_ping_is_503_on_every_port_until_every_model_is_ready(server):
@@ -149,7 +164,9 @@ def test_each_port_serves_its_own_model(server, packed_artifact):
         assert reply["model_name"] == name and sagemaker.json()["outputs"] == reply["outputs"]
         outputs = {o["name"]: o for o in reply["outputs"]}
         want = reference_logits(packed_artifact / name, texts)
-        np.testing.assert_allclose(np.array(outputs["logits"]["data"]).reshape(outputs["logits"]["shape"]), want, atol=1e-5)
+        np.testing.assert_allclose(
+            np.array(outputs["logits"]["data"]).reshape(outputs["logits"]["shape"]), want, atol=1e-5
+        )
         assert outputs["label"]["data"] == [labels[i] for i in want.argmax(axis=1)]
 
 
@@ -165,7 +182,9 @@ def test_a_model_asked_on_the_wrong_port_is_404_naming_its_port(server):
         port = server.ports[asked]
         assert response.json() == {"error": f"model '{asked}' is served on port {port}; this port serves '{served}'"}
     unknown = requests.post(alpha + "/v2/models/gamma/infer", json=text_body(["x"]))
-    assert unknown.status_code == 404 and unknown.json() == {"error": "model 'gamma' not found; this server serves 'alpha'"}
+    assert unknown.status_code == 404 and unknown.json() == {
+        "error": "model 'gamma' not found; this server serves 'alpha'"
+    }
 
 
 def test_each_model_batches_on_its_own(server):
@@ -180,7 +199,9 @@ def test_each_model_batches_on_its_own(server):
     assert statuses == [200] * 64
     after = {name: requests.get(url + "/metrics").text for name, url in server.urls.items()}
     # alpha's two workers share one metrics directory, so either worker's /metrics counts both.
-    batches = metric(after["alpha"], "inference_batch_size_count") - metric(before["alpha"], "inference_batch_size_count")
+    batches = metric(after["alpha"], "inference_batch_size_count") - metric(
+        before["alpha"], "inference_batch_size_count"
+    )
     rows = metric(after["alpha"], "inference_batch_size_sum") - metric(before["alpha"], "inference_batch_size_sum")
     assert rows == 64 and batches < rows, f"{rows} rows ran in {batches} batches: no batching happened"
     assert metric(after["beta"], "inference_batch_size_count") == metric(before["beta"], "inference_batch_size_count")
@@ -243,7 +264,14 @@ def serve_rejects(model_dir: Path, tmp_path: Path, env: dict, *args: str) -> str
     scratch = tmp_path / "tmpdir"
     scratch.mkdir(exist_ok=True)
     result = run_script(
-        SERVE, "--model-dir", str(model_dir), "--host", "127.0.0.1", *args, env={"TMPDIR": str(scratch), **env}, timeout=60
+        SERVE,
+        "--model-dir",
+        str(model_dir),
+        "--host",
+        "127.0.0.1",
+        *args,
+        env={"TMPDIR": str(scratch), **env},
+        timeout=60,
     )
     assert result.returncode == 2, result.stdout + result.stderr
     lines = result.stderr.strip().splitlines()
@@ -277,8 +305,10 @@ BETA = {"name": "beta", "port": 18002, "visible_cores": "2-3"}
         ([{**ALPHA, "max_queue_delay_ms": "1"}], 'SERVER_MODELS[0].max_queue_delay_ms: expected a number, got "1"'),
         ([ALPHA, {**BETA, "name": "alpha"}], "SERVER_MODELS[1].name: 'alpha' is also SERVER_MODELS[0].name"),
         ([ALPHA, {**BETA, "port": 18001}], "SERVER_MODELS[1].port: 18001 is also SERVER_MODELS[0].port (alpha)"),
-        ([ALPHA, {**BETA, "visible_cores": "1-2"}],
-         "SERVER_MODELS[1].visible_cores: 1-2 overlaps SERVER_MODELS[0].visible_cores (alpha: 0-1)"),
+        (
+            [ALPHA, {**BETA, "visible_cores": "1-2"}],
+            "SERVER_MODELS[1].visible_cores: 1-2 overlaps SERVER_MODELS[0].visible_cores (alpha: 0-1)",
+        ),
     ],
 )
 def test_bad_server_models_exit_2_in_one_line(packed_artifact, tmp_path, models, expected):
@@ -300,7 +330,9 @@ def test_model_name_and_port_cannot_be_set_with_server_models(packed_artifact, t
 
 
 def test_every_packed_model_needs_its_artifact(packed_artifact, tmp_path):
-    message = serve_rejects(packed_artifact, tmp_path, {"SERVER_MODELS": json.dumps([ALPHA, {**BETA, "name": "delta"}])})
+    message = serve_rejects(
+        packed_artifact, tmp_path, {"SERVER_MODELS": json.dumps([ALPHA, {**BETA, "name": "delta"}])}
+    )
     assert message == f"SERVER_MODELS[1].name: no artifact 'delta' in {packed_artifact} (compiled: alpha, beta, gamma)"
     broken = tmp_path / "broken"
     (broken / "alpha").mkdir(parents=True)
@@ -357,22 +389,50 @@ def compile_rejects(tmp_path: Path, models: str | list, *args: str, compiled_fir
         ("{", "--models-json (MODELS): not valid JSON"),
         ("[]", "--models-json (MODELS): expected a non-empty JSON array of model objects"),
         ([["a"]], "MODELS[0]: expected an object with name and model"),
-        ([{"name": "a", "model": "{tiny}", "gpus": 1}], "MODELS[0].gpus: unknown key (known: name, model, revision, task,"),
+        (
+            [{"name": "a", "model": "{tiny}", "gpus": 1}],
+            "MODELS[0].gpus: unknown key (known: name, model, revision, task,",
+        ),
         ([{"name": "a"}], "MODELS[0].model: required"),
         ([{"name": "A b", "model": "{tiny}"}], "MODELS[0].name: expected a name like intent-bert"),
-        ([{"name": "a", "model": "{tiny}"}, {"name": "a", "model": "{tiny}"}], "MODELS[1].name: 'a' is also MODELS[0].name"),
+        (
+            [{"name": "a", "model": "{tiny}"}, {"name": "a", "model": "{tiny}"}],
+            "MODELS[1].name: 'a' is also MODELS[0].name",
+        ),
         ([{"name": "a", "model": "{tiny}", "batch_size": "2"}], 'MODELS[0].batch_size: expected an integer, got "2"'),
-        ([{"name": "a", "model": "{tiny}", "batch_size": 0}], "MODELS[0].batch_size: must be between 1 and 1024, got 0"),
-        ([{"name": "a", "model": "{tiny}", "sequence_length": 4}], "MODELS[0].sequence_length: must be between 8 and 8192"),
-        ([{"name": "a", "model": "{tiny}", "labels": "x,y,z"}],
-         'MODELS[0].labels: expected a list of non-empty strings, got "x,y,z"'),
+        (
+            [{"name": "a", "model": "{tiny}", "batch_size": 0}],
+            "MODELS[0].batch_size: must be between 1 and 1024, got 0",
+        ),
+        (
+            [{"name": "a", "model": "{tiny}", "sequence_length": 4}],
+            "MODELS[0].sequence_length: must be between 8 and 8192",
+        ),
+        (
+            [{"name": "a", "model": "{tiny}", "labels": "x,y,z"}],
+            'MODELS[0].labels: expected a list of non-empty strings, got "x,y,z"',
+        ),
         ([{"name": "a", "model": "{tiny}", "labels": ["x,y", "z"]}], "MODELS[0].labels: 'x,y' contains ','"),
-        ([{"name": "a", "model": "{tiny}", "task": "translation"}], "MODELS[0].task: must be one of text-classification"),
-        ([{"name": "a", "model": "{tiny}", "parallelism": "tensor"}], "MODELS[0].parallelism: must be one of data-parallel"),
-        ([{"name": "a", "model": "{tiny}", "neuron_cores": 4}], "MODELS[0].neuron_cores: data-parallel models use 1 core"),
-        ([{"name": "a", "model": "{tiny}", "compiler_args": ["fp32"]}], "MODELS[0].compiler_args: expected flags such as"),
-        ([{"name": "a", "model": "{tiny}"}, {"name": "b", "model": "./nowhere"}],
-         "MODELS[1].model: model directory not found: ./nowhere"),
+        (
+            [{"name": "a", "model": "{tiny}", "task": "translation"}],
+            "MODELS[0].task: must be one of text-classification",
+        ),
+        (
+            [{"name": "a", "model": "{tiny}", "parallelism": "tensor"}],
+            "MODELS[0].parallelism: must be one of data-parallel",
+        ),
+        (
+            [{"name": "a", "model": "{tiny}", "neuron_cores": 4}],
+            "MODELS[0].neuron_cores: data-parallel models use 1 core",
+        ),
+        (
+            [{"name": "a", "model": "{tiny}", "compiler_args": ["fp32"]}],
+            "MODELS[0].compiler_args: expected flags such as",
+        ),
+        (
+            [{"name": "a", "model": "{tiny}"}, {"name": "b", "model": "./nowhere"}],
+            "MODELS[1].model: model directory not found: ./nowhere",
+        ),
     ],
 )
 def test_bad_models_exit_2_in_one_line_naming_the_entry_and_key(tmp_path, tiny_bert, models, expected):

@@ -14,7 +14,7 @@ import requests
 import tritonclient.http as triton
 from tokenizers import Tokenizer
 
-from tests.support.neuron_server import LABELS, reference_logits, SEQUENCE_LENGTH, ServerProcess
+from tests.support.neuron_server import LABELS, SEQUENCE_LENGTH, ServerProcess, reference_logits
 
 MODEL = "tiny-bert"
 MAX_BATCH = 16
@@ -120,7 +120,10 @@ def test_tritonclient_http(server, artifact):
     result = client.infer(
         MODEL,
         [text],
-        outputs=[triton.InferRequestedOutput("logits", binary_data=False), triton.InferRequestedOutput("label", binary_data=False)],
+        outputs=[
+            triton.InferRequestedOutput("logits", binary_data=False),
+            triton.InferRequestedOutput("label", binary_data=False),
+        ],
     )
     want = reference_logits(artifact, texts)
     np.testing.assert_allclose(result.as_numpy("logits"), want, atol=1e-5)
@@ -144,7 +147,9 @@ def test_concurrent_requests_are_batched(server):
     count0, sum0 = metric(before, "inference_batch_size_count"), metric(before, "inference_batch_size_sum")
 
     def one(i: int) -> int:
-        return requests.post(f"{server.url}/v2/models/{MODEL}/infer", json=text_body([f"request number {i}"])).status_code
+        return requests.post(
+            f"{server.url}/v2/models/{MODEL}/infer", json=text_body([f"request number {i}"])
+        ).status_code
 
     with ThreadPoolExecutor(32) as pool:
         statuses = list(pool.map(one, range(128)))
@@ -161,15 +166,34 @@ def test_concurrent_requests_are_batched(server):
 def binary_text_request(texts: list[str], declared: int | None = None) -> tuple[bytes, dict]:
     raw = b"".join(struct.pack("<I", len(t.encode())) + t.encode() for t in texts)
     header = json.dumps(
-        {"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [len(texts)], "parameters": {"binary_data_size": declared or len(raw)}}]}
+        {
+            "inputs": [
+                {
+                    "name": "TEXT",
+                    "datatype": "BYTES",
+                    "shape": [len(texts)],
+                    "parameters": {"binary_data_size": declared or len(raw)},
+                }
+            ]
+        }
     ).encode()
     return header + raw, {"Inference-Header-Content-Length": str(len(header))}
 
 
 def binary_bytes_request(elements: list[bytes]) -> tuple[bytes, dict]:
     raw = b"".join(struct.pack("<I", len(e)) + e for e in elements)
-    header = json.dumps({"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [len(elements)],
-                                     "parameters": {"binary_data_size": len(raw)}}]}).encode()
+    header = json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "TEXT",
+                    "datatype": "BYTES",
+                    "shape": [len(elements)],
+                    "parameters": {"binary_data_size": len(raw)},
+                }
+            ]
+        }
+    ).encode()
     return header + raw, {"Inference-Header-Content-Length": str(len(header))}
 
 
@@ -181,37 +205,123 @@ MALFORMED = [
     ("malformed JSON", b'{"inputs": [', {}, 400, "body"),
     ("not an object", b"[1, 2]", {}, 400, "body"),
     ("no inputs", json.dumps({"outputs": []}).encode(), {}, 400, "inputs"),
-    ("unknown input", json.dumps({"inputs": [{"name": "IMAGE", "datatype": "BYTES", "shape": [1], "data": ["x"]}]}).encode(), {}, 400, "inputs[0].name"),
-    ("wrong datatype", json.dumps({"inputs": [{"name": "TEXT", "datatype": "FP32", "shape": [1], "data": [1.0]}]}).encode(), {}, 400, "inputs[0].datatype"),
-    ("wrong TEXT shape", json.dumps(text_body(["a", "b", "c", "d"], shape=[2, 2])).encode(), {}, 400, "inputs[0].shape"),
+    (
+        "unknown input",
+        json.dumps({"inputs": [{"name": "IMAGE", "datatype": "BYTES", "shape": [1], "data": ["x"]}]}).encode(),
+        {},
+        400,
+        "inputs[0].name",
+    ),
+    (
+        "wrong datatype",
+        json.dumps({"inputs": [{"name": "TEXT", "datatype": "FP32", "shape": [1], "data": [1.0]}]}).encode(),
+        {},
+        400,
+        "inputs[0].datatype",
+    ),
+    (
+        "wrong TEXT shape",
+        json.dumps(text_body(["a", "b", "c", "d"], shape=[2, 2])).encode(),
+        {},
+        400,
+        "inputs[0].shape",
+    ),
     ("negative shape", json.dumps(text_body(["a"], shape=[-1])).encode(), {}, 400, "inputs[0].shape"),
     ("count mismatch", json.dumps(text_body(["a", "b"], shape=[3])).encode(), {}, 400, "inputs[0].data"),
     ("non-string text", json.dumps(text_body([1, 2])).encode(), {}, 400, "inputs[0].data[0]"),
-    ("missing data", json.dumps({"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1]}]}).encode(), {}, 400, "inputs[0].data"),
+    (
+        "missing data",
+        json.dumps({"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1]}]}).encode(),
+        {},
+        400,
+        "inputs[0].data",
+    ),
     ("too many items", json.dumps(text_body(["x"] * (MAX_BATCH + 1))).encode(), {}, 413, "inputs[0].shape"),
-    ("text too long", json.dumps(text_body(["a" * (MAX_TEXT + 1)])).encode(), {}, 400,
-     f"inputs[0].data[0]: text of {MAX_TEXT + 1} characters exceeds the limit of {MAX_TEXT}"),
+    (
+        "text too long",
+        json.dumps(text_body(["a" * (MAX_TEXT + 1)])).encode(),
+        {},
+        400,
+        f"inputs[0].data[0]: text of {MAX_TEXT + 1} characters exceeds the limit of {MAX_TEXT}",
+    ),
     ("empty text", json.dumps(text_body(["fine", ""])).encode(), {}, 400, "inputs[0].data[1]: empty text"),
     ("blank text", json.dumps(text_body([" \t\n"])).encode(), {}, 400, "inputs[0].data[0]: empty text"),
     # Valid JSON padded past the body limit, so only the size rule can reject it.
     ("body too large", json.dumps(text_body(["x"])).encode() + b" " * (MAX_BODY + 1), {}, 413, "body"),
-    ("token id outside vocab", json.dumps({"inputs": [ids_input([1, 2], [2, 99999])]}).encode(), {}, 400, "inputs[0].data"),
+    (
+        "token id outside vocab",
+        json.dumps({"inputs": [ids_input([1, 2], [2, 99999])]}).encode(),
+        {},
+        400,
+        "inputs[0].data",
+    ),
     ("float token ids", json.dumps({"inputs": [ids_input([1, 2], [2.5, 3])]}).encode(), {}, 400, "inputs[0].data"),
-    ("sequence too long", json.dumps({"inputs": [ids_input([1, SEQUENCE_LENGTH + 1], [5] * (SEQUENCE_LENGTH + 1))]}).encode(), {}, 413, "inputs[0].shape"),
-    ("mask shape mismatch", json.dumps({"inputs": [ids_input([1, 2], [5, 6]), ids_input([1, 3], [1, 1, 1], "attention_mask")]}).encode(), {}, 400, "attention_mask"),
-    ("mask not binary", json.dumps({"inputs": [ids_input([1, 2], [5, 6]), ids_input([1, 2], [1, 7], "attention_mask")]}).encode(), {}, 400, "inputs[1].data"),
-    ("text and ids", json.dumps({"inputs": [text_body(["a"])["inputs"][0], ids_input([1, 1], [5])]}).encode(), {}, 400, "inputs"),
-    ("duplicate input", json.dumps({"inputs": [text_body(["a"])["inputs"][0]] * 2}).encode(), {}, 400, "inputs[1].name"),
-    ("unknown output", json.dumps(text_body(["a"], outputs=[{"name": "probabilities"}])).encode(), {}, 400, "outputs[0].name"),
-    ("bad binary header", b'{"inputs": []}', {"Inference-Header-Content-Length": "999"}, 400, "Inference-Header-Content-Length"),
+    (
+        "sequence too long",
+        json.dumps({"inputs": [ids_input([1, SEQUENCE_LENGTH + 1], [5] * (SEQUENCE_LENGTH + 1))]}).encode(),
+        {},
+        413,
+        "inputs[0].shape",
+    ),
+    (
+        "mask shape mismatch",
+        json.dumps({"inputs": [ids_input([1, 2], [5, 6]), ids_input([1, 3], [1, 1, 1], "attention_mask")]}).encode(),
+        {},
+        400,
+        "attention_mask",
+    ),
+    (
+        "mask not binary",
+        json.dumps({"inputs": [ids_input([1, 2], [5, 6]), ids_input([1, 2], [1, 7], "attention_mask")]}).encode(),
+        {},
+        400,
+        "inputs[1].data",
+    ),
+    (
+        "text and ids",
+        json.dumps({"inputs": [text_body(["a"])["inputs"][0], ids_input([1, 1], [5])]}).encode(),
+        {},
+        400,
+        "inputs",
+    ),
+    (
+        "duplicate input",
+        json.dumps({"inputs": [text_body(["a"])["inputs"][0]] * 2}).encode(),
+        {},
+        400,
+        "inputs[1].name",
+    ),
+    (
+        "unknown output",
+        json.dumps(text_body(["a"], outputs=[{"name": "probabilities"}])).encode(),
+        {},
+        400,
+        "outputs[0].name",
+    ),
+    (
+        "bad binary header",
+        b'{"inputs": []}',
+        {"Inference-Header-Content-Length": "999"},
+        400,
+        "Inference-Header-Content-Length",
+    ),
     ("binary size overrun", *binary_text_request(["abc"], declared=50), 400, "binary_data_size"),
     # Found by tests/container/neuron/test_fuzz_http.py (500s before): JSON nested past the parser's recursion
     # limit, a lone surrogate (the "\ud800" escape) that the tokenizer refuses, binary BYTES not UTF-8.
     ("nested too deeply", b"[" * 50_000, {}, 400, "body: malformed JSON: nested too deeply"),
-    ("lone surrogate", json.dumps(text_body(["ok", "a\ud800b"])).encode(), {}, 400,
-     "inputs[0].data[1]: not valid Unicode (surrogates not allowed at character 1)"),
-    ("binary BYTES not UTF-8", *binary_bytes_request([b"ok", b"\xff\xfe"]), 400,
-     "inputs[0].data[1]: not UTF-8 (invalid start byte at byte 0)"),
+    (
+        "lone surrogate",
+        json.dumps(text_body(["ok", "a\ud800b"])).encode(),
+        {},
+        400,
+        "inputs[0].data[1]: not valid Unicode (surrogates not allowed at character 1)",
+    ),
+    (
+        "binary BYTES not UTF-8",
+        *binary_bytes_request([b"ok", b"\xff\xfe"]),
+        400,
+        "inputs[0].data[1]: not UTF-8 (invalid start byte at byte 0)",
+    ),
 ]
 
 

@@ -12,6 +12,8 @@ import threading
 
 import pytest
 
+# serving/ and build/'s flat modules, on the path from conftest.py (ruff would count them third-party).
+# isort: split
 from batcher import DRAIN, FULL, DynamicBatcher, Overloaded
 from compile_settings import SettingsError
 from server_settings import Admission
@@ -40,7 +42,8 @@ class Stages:
     def wait_for_another_prepare(self, batch: tuple) -> bool:
         with self._changed:
             return self._changed.wait_for(
-                lambda: any(event == "prepare" and other != batch for event, other in self.events), WAIT_S)
+                lambda: any(event == "prepare" and other != batch for event, other in self.events), WAIT_S
+            )
 
     def prepare(self, payloads):
         batch = tuple(payloads)
@@ -64,8 +67,15 @@ def serve(payloads, *, stages: Stages, drain_after: int | None = None, pipeline:
 
     async def go() -> list:
         loop = asyncio.get_running_loop()
-        batcher = DynamicBatcher(stages.run, prepare_batch=stages.prepare, pipeline=pipeline, max_batch_size=2,
-                                 max_queue_delay_s=60, loop=loop, admission=None)
+        batcher = DynamicBatcher(
+            stages.run,
+            prepare_batch=stages.prepare,
+            pipeline=pipeline,
+            max_batch_size=2,
+            max_queue_delay_s=60,
+            loop=loop,
+            admission=None,
+        )
         batcher.start()
         answers: list = []
         all_answered = asyncio.Event()
@@ -76,6 +86,7 @@ def serve(payloads, *, stages: Stages, drain_after: int | None = None, pipeline:
                 answers.append((payload, ok, value if ok else str(value)))
                 if len(answers) == expected:
                     all_answered.set()
+
             return on
 
         for payload in payloads:
@@ -103,12 +114,18 @@ def test_without_the_pipeline_a_batch_is_prepared_only_after_the_one_before_ran(
     assert [value for _, _, value in answers] == ["A", "B", "C", "D"]
 
 
-@pytest.mark.parametrize("payloads", [["x", "bad", "e", "f"], ["e", "f", "x", "bad"]], ids=["while-free", "behind-a-batch"])
+@pytest.mark.parametrize(
+    "payloads", [["x", "bad", "e", "f"], ["e", "f", "x", "bad"]], ids=["while-free", "behind-a-batch"]
+)
 def test_a_batch_that_cannot_be_prepared_fails_its_requests_only(payloads):
     stages = Stages(hold_first="bad" not in payloads[:2])  # the failing batch is prepared while "e", "f" runs
     answers = serve(payloads, stages=stages)
-    assert sorted(answers) == [("bad", False, "cannot tokenize"), ("e", True, "E"), ("f", True, "F"),
-                               ("x", False, "cannot tokenize")]
+    assert sorted(answers) == [
+        ("bad", False, "cannot tokenize"),
+        ("e", True, "E"),
+        ("f", True, "F"),
+        ("x", False, "cannot tokenize"),
+    ]
     assert ("run", ("x", "bad")) not in stages.events  # never reached the model
     if payloads[0] == "e":
         assert stages.events.index(("prepare", ("x", "bad"))) < stages.events.index(("ran", ("e", "f")))
@@ -134,9 +151,16 @@ class Harness:
         self._batches: list = []
         self.answers: list = []
         self.batcher = DynamicBatcher(
-            lambda inputs: inputs, pipeline=True, max_batch_size=max_batch_size, max_queue_delay_s=delay_s,
-            loop=asyncio.new_event_loop(), clock=self.clock, call_at=self.clock.call_at, execute=self._execute,
-            admission=admission)
+            lambda inputs: inputs,
+            pipeline=True,
+            max_batch_size=max_batch_size,
+            max_queue_delay_s=delay_s,
+            loop=asyncio.new_event_loop(),
+            clock=self.clock,
+            call_at=self.clock.call_at,
+            execute=self._execute,
+            admission=admission,
+        )
 
     def _execute(self, batch, trigger) -> None:
         self._batches.append(batch)

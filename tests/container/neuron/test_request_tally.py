@@ -8,12 +8,16 @@ import random
 
 from prometheus_client import CollectorRegistry, Histogram
 
+# serving/ and build/'s flat modules, on the path from conftest.py (ruff would count them third-party).
+# isort: split
 import metrics
 
 
 def test_observe_many_is_observe_for_each_value():
     rng = random.Random(3)
-    values = [rng.choice([0.0, 0.001, 0.0011, 0.004, 0.3, 7.0, 99.0]) for _ in range(200)] + [rng.random() for _ in range(50)]
+    values = [rng.choice([0.0, 0.001, 0.0011, 0.004, 0.3, 7.0, 99.0]) for _ in range(200)] + [
+        rng.random() for _ in range(50)
+    ]
     one, many = CollectorRegistry(), CollectorRegistry()
     a = Histogram("lat_seconds", "x", ["route"], buckets=metrics.LATENCY_BUCKETS, registry=one).labels("infer")
     b = Histogram("lat_seconds", "x", ["route"], buckets=metrics.LATENCY_BUCKETS, registry=many).labels("infer")
@@ -24,8 +28,12 @@ def test_observe_many_is_observe_for_each_value():
 
 
 def samples(registry: CollectorRegistry) -> list:
-    return [(s.name, s.labels, s.value) for metric in registry.collect() for s in metric.samples
-            if not s.name.endswith("_created")]
+    return [
+        (s.name, s.labels, s.value)
+        for metric in registry.collect()
+        for s in metric.samples
+        if not s.name.endswith("_created")
+    ]
 
 
 def sample(name: str, labels: dict) -> float:

@@ -7,11 +7,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+# serving/ and build/'s flat modules, on the path from conftest.py (ruff would count them third-party).
+# isort: split
 import server_settings
-from rehearsal import image_build
 import standin_accelerator
 from standin_accelerator import StandinAccelerator
-from tests.support.neuron_server import NEURON_DIR, run_script, SERVE
+
+from rehearsal import image_build
+from tests.support.neuron_server import NEURON_DIR, SERVE, run_script
 
 
 def test_it_answers_shaped_like_the_model_one_answer_per_row():
@@ -37,8 +40,9 @@ def test_a_batch_sleeps_its_time_per_started_group_of_rows(monkeypatch, rows, ca
 def test_nothing_deployed_can_turn_it_on():
     # The flag is serve.py's alone: no environment variable (what a task definition sets) maps to it.
     assert not any("STANDIN" in variable for variable, _ in server_settings.ENVIRONMENT.values())
-    context = image_build.exclude_paths(str(NEURON_DIR), image_build.ignore_patterns(NEURON_DIR / ".dockerignore"),
-                                        dockerfile="Dockerfile.inf2")
+    context = image_build.exclude_paths(
+        str(NEURON_DIR), image_build.ignore_patterns(NEURON_DIR / ".dockerignore"), dockerfile="Dockerfile.inf2"
+    )
     assert "serving/serve.py" in context and "serving/runner.py" in context
     assert not any(path.endswith("standin_accelerator.py") for path in context)
 

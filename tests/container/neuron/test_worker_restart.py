@@ -37,17 +37,25 @@ def wait_for(server: ServerProcess, predicate, what: str, timeout: float = 60) -
 
 def workers(server: ServerProcess) -> dict[int, dict]:
     """The first two workers' 'worker started' entries by index, once both are ready."""
-    wait_for(server, lambda e: len([x for x in server.logs() if x.get("msg") == "model ready"]) >= 2, "two ready workers")
+    wait_for(
+        server, lambda e: len([x for x in server.logs() if x.get("msg") == "model ready"]) >= 2, "two ready workers"
+    )
     return {e["worker"]: e for e in server.logs() if e.get("msg") == "worker started"}
 
 
 def restarted(server: ServerProcess, dead_pid: int) -> dict:
-    return wait_for(server, lambda e: e.get("msg") == "worker restarted" and e.get("dead_pid") == dead_pid,
-                    f"restart of worker pid {dead_pid}", timeout=30)
+    return wait_for(
+        server,
+        lambda e: e.get("msg") == "worker restarted" and e.get("dead_pid") == dead_pid,
+        f"restart of worker pid {dead_pid}",
+        timeout=30,
+    )
 
 
 def ready_of(server: ServerProcess, pid: int, timeout: float = 60) -> dict:
-    return wait_for(server, lambda e: e.get("msg") == "model ready" and e.get("pid") == pid, f"ready worker {pid}", timeout)
+    return wait_for(
+        server, lambda e: e.get("msg") == "model ready" and e.get("pid") == pid, f"ready worker {pid}", timeout
+    )
 
 
 def wall(ts: str) -> float:
@@ -80,8 +88,13 @@ class Load:
                 started = time.time()
                 try:
                     response = session.post(self.url + "/v2/models/model/infer", json=TEXT, timeout=30)
-                    result = Result(n, started, time.time(), response.status_code,
-                                    "" if response.status_code == 200 else response.text)
+                    result = Result(
+                        n,
+                        started,
+                        time.time(),
+                        response.status_code,
+                        "" if response.status_code == 200 else response.text,
+                    )
                 except requests.RequestException as exc:  # not kept: its traceback holds the failed socket open
                     result = Result(n, started, time.time(), type(exc), repr(exc))
                 self.results.append(result)
@@ -127,17 +140,20 @@ def test_kill_9_costs_only_that_workers_requests_and_it_comes_back_on_its_cores(
     # No request ever reached the replacement before it was warm: it would have answered 503, model loading.
     assert not [r for r in failed if isinstance(r.outcome, int)], [(r.outcome, r.body) for r in failed]
     # The dead worker's requests failed fast with a closed connection, never a hang: one per connection it had.
-    assert all(issubclass(r.outcome, requests.ConnectionError) and not issubclass(r.outcome, requests.Timeout)
-               for r in failed), [r.body for r in failed]
+    assert all(
+        issubclass(r.outcome, requests.ConnectionError) and not issubclass(r.outcome, requests.Timeout) for r in failed
+    ), [r.body for r in failed]
     assert all(r.ended - r.started < 10 for r in failed)
     assert len(failed) <= on_dead <= len(load.threads)
     assert len({r.client for r in failed}) == len(failed), "a client failed twice"
     # The other worker answered all along the restart.
     during = [r for r in results if r.outcome == 200 and killed < r.ended < wall(ready["ts"])]
     assert during
-    print(f"\nkill -9 under load of {len(load.threads)} clients: {len(results)} requests, {len(failed)} failed "
-          f"(the dead worker had {on_dead} connections), {len(during)} answered during the restart; "
-          f"replacement ready {restart_s:.2f} s after the kill (load {ready['load_s']} s, warm-up {ready['warmup_s']} s)")
+    print(
+        f"\nkill -9 under load of {len(load.threads)} clients: {len(results)} requests, {len(failed)} failed "
+        f"(the dead worker had {on_dead} connections), {len(during)} answered during the restart; "
+        f"replacement ready {restart_s:.2f} s after the kill (load {ready['load_s']} s, warm-up {ready['warmup_s']} s)"
+    )
 
     # Back in the share: new connections split between the two workers again.
     with idle_connections(server, 8) as counts:
@@ -146,11 +162,17 @@ def test_kill_9_costs_only_that_workers_requests_and_it_comes_back_on_its_cores(
     assert server.stop() == 0, "\n".join(server.lines)
 
 
-@pytest.mark.parametrize("env, needle", [
-    ({"SERVER_MAX_RESTARTS": "-1"}, "--max-restarts (SERVER_MAX_RESTARTS): must be between 0 and 1000, got -1"),
-    ({"SERVER_MAX_RESTARTS": "few"}, "--max-restarts (SERVER_MAX_RESTARTS): expected an integer, got 'few'"),
-    ({"SERVER_RESTART_WINDOW_S": "0"}, "--restart-window-s (SERVER_RESTART_WINDOW_S): must be between 1 and 86400, got 0"),
-])
+@pytest.mark.parametrize(
+    "env, needle",
+    [
+        ({"SERVER_MAX_RESTARTS": "-1"}, "--max-restarts (SERVER_MAX_RESTARTS): must be between 0 and 1000, got -1"),
+        ({"SERVER_MAX_RESTARTS": "few"}, "--max-restarts (SERVER_MAX_RESTARTS): expected an integer, got 'few'"),
+        (
+            {"SERVER_RESTART_WINDOW_S": "0"},
+            "--restart-window-s (SERVER_RESTART_WINDOW_S): must be between 1 and 86400, got 0",
+        ),
+    ],
+)
 def test_bad_restart_settings_exit_2_in_one_line(artifact, env, needle):
     result = run_script(SERVE, "--model-dir", str(artifact), env=env, timeout=60)
     assert result.returncode == 2, result.stderr
@@ -158,8 +180,9 @@ def test_bad_restart_settings_exit_2_in_one_line(artifact, env, needle):
 
 
 def test_a_worker_that_keeps_dying_stops_the_task_with_one_line_naming_it(artifact, start_server):
-    server = start_server(artifact, env={**TWO_WORKERS, "SERVER_MAX_RESTARTS": "2", "SERVER_RESTART_WINDOW_S": "600"},
-                          args=STANDIN)
+    server = start_server(
+        artifact, env={**TWO_WORKERS, "SERVER_MAX_RESTARTS": "2", "SERVER_RESTART_WINDOW_S": "600"}, args=STANDIN
+    )
     server.wait_ready()
     pid = workers(server)[1]["worker_pid"]
     for restarts in (1, 2):
@@ -174,7 +197,12 @@ def test_a_worker_that_keeps_dying_stops_the_task_with_one_line_naming_it(artifa
     logs = server.logs()
     (line,) = [e for e in logs if e.get("msg") == "worker crash loop; stopping the others"]
     assert (line["worker"], line["visible_cores"], line["restarts"], line["window_s"], line["signal"]) == (
-        1, "2-3", 2, 600, "SIGKILL")
+        1,
+        "2-3",
+        2,
+        600,
+        "SIGKILL",
+    )
     assert line["level"] == "error"
     assert len([e for e in logs if e.get("msg") == "worker restarted"]) == 2
     assert not [e for e in logs if e.get("msg") == "worker failed while stopping"]  # worker 0 drained
@@ -195,23 +223,35 @@ def test_sigterm_while_a_worker_restarts_drains_and_exits_0_without_restarting_i
     assert "worker failed while stopping" not in messages
     stop = messages.index("stopping workers")
     # It was restarting when the signal came: not ready before it.
-    assert not [i for i, e in enumerate(logs) if e.get("msg") == "model ready" and e.get("pid") == replacement and i < stop]
+    assert not [
+        i for i, e in enumerate(logs) if e.get("msg") == "model ready" and e.get("pid") == replacement and i < stop
+    ]
     assert logs[-1]["msg"] == "supervisor exiting" and logs[-1]["exit_code"] == 0
 
 
-def test_a_packed_models_worker_is_restarted_and_the_container_stays_ready(packed_artifact):  # noqa: F811
+def test_a_packed_models_worker_is_restarted_and_the_container_stays_ready(packed_artifact):
     """alpha: two workers on 0-1, beta: one on 2-3 (test_neuron_packed.py's models). While alpha's worker 1 is
     restarted, its ready marker is replaced by a restarting one: alpha's port and /ping on both ports stay 200."""
     alpha_port, beta_port = free_ports(2)
-    env = {"SERVER_MODELS": json.dumps(server_models(alpha_port, beta_port)), "SERVER_WARMUP_ITERATIONS": "600",
-           "SERVER_METRICS": "off"}
+    env = {
+        "SERVER_MODELS": json.dumps(server_models(alpha_port, beta_port)),
+        "SERVER_WARMUP_ITERATIONS": "600",
+        "SERVER_METRICS": "off",
+    }
     server = ServerProcess(packed_artifact, env=env, port=None, args=STANDIN)
     try:
         urls = {"alpha": f"http://127.0.0.1:{alpha_port}", "beta": f"http://127.0.0.1:{beta_port}"}
-        wait_for(server, lambda e: len([x for x in server.logs() if x.get("msg") == "model ready"]) >= 3,
-                 "three ready workers", timeout=180)
-        dead = next(e for e in server.logs() if e.get("msg") == "worker started" and e.get("model") == "alpha"
-                    and e["worker"] == 1)
+        wait_for(
+            server,
+            lambda e: len([x for x in server.logs() if x.get("msg") == "model ready"]) >= 3,
+            "three ready workers",
+            timeout=180,
+        )
+        dead = next(
+            e
+            for e in server.logs()
+            if e.get("msg") == "worker started" and e.get("model") == "alpha" and e["worker"] == 1
+        )
         os.kill(dead["worker_pid"], signal.SIGKILL)
         replacement = restarted(server, dead["worker_pid"])
         assert (replacement["model"], replacement["worker"], replacement["visible_cores"]) == ("alpha", 1, "1")
@@ -283,7 +323,8 @@ def test_a_worker_with_two_more_connections_than_another_hands_the_excess_over_a
 
 
 def test_after_a_restart_the_connections_that_moved_to_the_other_worker_come_back_without_a_failed_request(
-        artifact, start_server):
+    artifact, start_server
+):
     server = start_server(artifact, env={**TWO_WORKERS, "SERVER_WARMUP_ITERATIONS": "300"}, args=STANDIN)
     server.wait_ready()
     dead, other = workers(server)[0], workers(server)[1]

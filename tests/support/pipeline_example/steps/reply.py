@@ -21,9 +21,13 @@ class TritonPythonModel:
             labels = pb_utils.get_input_tensor_by_name(request, "sentiment").as_numpy()
             logits = pb_utils.get_input_tensor_by_name(request, "sentiment_logits").as_numpy()
             replies = [REPLIES.get(label.decode("utf-8"), "?").encode("utf-8") for label in labels]
-            responses.append(pb_utils.InferenceResponse(output_tensors=[
-                pb_utils.Tensor("label", labels),
-                pb_utils.Tensor("logits", logits),
-                pb_utils.Tensor("reply", np.array(replies, dtype=np.object_)),
-            ]))
+            responses.append(
+                pb_utils.InferenceResponse(
+                    output_tensors=[
+                        pb_utils.Tensor("label", labels),
+                        pb_utils.Tensor("logits", logits),
+                        pb_utils.Tensor("reply", np.array(replies, dtype=np.object_)),
+                    ]
+                )
+            )
         return responses
