@@ -16,7 +16,7 @@ from constructs import Construct
 
 from inferstack.constructs import checkov, nag
 
-# Reads `inferstack loadtest` makes to find the digest each model runs (promote.running_image): through the
+# Reads `inferstack loadtest` makes to find the digest each model runs (aws/ecr_images.running_image): through the
 # serving stacks' outputs to the ECS service's task definition, or the SageMaker endpoint's model, then ECR.
 IMAGE_READS = (
     "ecs:DescribeServices",
