@@ -1,0 +1,230 @@
+/* A native load generator for benchmarks/turnaround_floor.py, cheap enough not to be what it measures.
+ *
+ *   load_client PORTS CONNECTIONS SECONDS REQUESTS [RATE]
+ *
+ * PORTS: comma-separated loopback ports, the connections spread over them in turn. REQUESTS: a file of whole
+ * HTTP/1.1 requests, each followed by a NUL byte, sent in turn. Without RATE, a closed loop: each connection
+ * sends its next request as soon as its reply has arrived. With RATE (requests per second), an open system:
+ * a request falls due every 1 / RATE seconds whatever the server does, goes out on the first connection with
+ * nothing in flight (HTTP/1.1, one request at a time each), and its latency counts from when it was due.
+ * A closed-loop second first warms the server up. Prints one line:
+ *   requests=N seconds=S p50_ms=X p99_ms=Y late=L warmup=W reconnects=R
+ * (late: requests sent more than 1 ms after they were due, for want of a free connection; warmup: the
+ * warm-up's replies, which a caller counting the server's CPU includes; reconnects: replies that said
+ * "connection: close", after which the connection's next request went on a new one).
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_CONNECTIONS 1024
+#define MAX_REQUESTS 4096
+
+typedef struct {
+    int fd, next;
+    char buf[65536];
+    int len;
+    double due;
+} conn_t;
+
+static char *requests[MAX_REQUESTS];
+static int request_len[MAX_REQUESTS], request_count;
+static int ports[64], port_count;
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec / 1e9;
+}
+
+static int by_value(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Length of the first whole reply in the buffer; 0: not all there yet; -1: no Content-Length. */
+static int reply_length(conn_t *c) {
+    char *end = memmem(c->buf, c->len, "\r\n\r\n", 4);
+    if (!end) return 0;
+    for (char *line = c->buf; line < end;) {
+        char *next = memmem(line, end - line, "\r\n", 2);
+        if (!next) next = end;
+        if (next - line > 15 && strncasecmp(line, "content-length:", 15) == 0) {
+            int need = (int)(end - c->buf) + 4 + atoi(line + 15);
+            return c->len >= need ? need : 0;
+        }
+        line = next + 2;
+    }
+    return -1;
+}
+
+static long reconnects;
+
+static void open_connection(int epoll, conn_t *c, int index) {
+    int one = 1;
+    c->fd = socket(AF_INET, SOCK_STREAM, 0);
+    c->len = 0;
+    struct sockaddr_in address = {.sin_family = AF_INET, .sin_port = htons(ports[index % port_count])};
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(c->fd, (void *)&address, sizeof address)) {
+        perror("load_client: connect");
+        exit(1);
+    }
+    setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    struct epoll_event ev = {.events = EPOLLIN, .data.u32 = index};
+    epoll_ctl(epoll, EPOLL_CTL_ADD, c->fd, &ev);
+}
+
+/* A reply saying "connection: close" (the app evens out its workers' connections that way): the next request
+ * goes on a new connection, as an HTTP client or a load balancer would send it. */
+static int says_close(conn_t *c, int length) {
+    char *end = memmem(c->buf, length, "\r\n\r\n", 4);
+    for (char *line = c->buf; end && line < end;) {
+        char *next = memmem(line, end - line, "\r\n", 2);
+        if (!next) next = end;
+        if (next - line >= 17 && strncasecmp(line, "connection: close", 17) == 0) return 1;
+        line = next + 2;
+    }
+    return 0;
+}
+
+static void send_next(conn_t *c, double due) {
+    int k = c->next++ % request_count;
+    c->due = due;
+    if (write(c->fd, requests[k], request_len[k]) != request_len[k]) {
+        perror("load_client: write");
+        exit(1);
+    }
+}
+
+/* One run; fills latencies (seconds) and returns the run's length in seconds. */
+static double run(int connections, double seconds, double rate, double *latencies, long *count, long *late) {
+    static conn_t conns[MAX_CONNECTIONS];
+    int epoll = epoll_create1(0), idle[MAX_CONNECTIONS], idle_count = 0;
+    *count = *late = 0;
+    for (int i = 0; i < connections; i++) {
+        conns[i].next = i * 7;
+        open_connection(epoll, &conns[i], i);
+        idle[idle_count++] = i;
+    }
+    double start = now(), stop = start + seconds;
+    long issued = 0, backlog = 0;
+    if (rate <= 0) {
+        for (int i = 0; i < connections; i++) send_next(&conns[i], now());
+        idle_count = 0;
+    }
+    int open = connections;
+    while (open) {
+        int wait_ms = 1000;
+        if (rate > 0) {
+            double t = now();
+            while (start + issued / rate <= t && start + issued / rate < stop) issued++, backlog++;
+            while (backlog && idle_count) {
+                double due = start + (issued - backlog) / rate;
+                backlog--;
+                if (t - due > 0.001) (*late)++;
+                send_next(&conns[idle[--idle_count]], due);
+            }
+            if (t >= stop && !backlog && idle_count == connections) break;
+            wait_ms = 0; /* the schedule needs sends finer than epoll's milliseconds: this core is the client's */
+        }
+        struct epoll_event events[MAX_CONNECTIONS];
+        int n = epoll_wait(epoll, events, MAX_CONNECTIONS, wait_ms);
+        for (int j = 0; j < n; j++) {
+            conn_t *c = &conns[events[j].data.u32];
+            int got = read(c->fd, c->buf + c->len, sizeof c->buf - c->len);
+            if (got <= 0) {
+                fprintf(stderr, "load_client: the server closed a connection\n");
+                exit(1);
+            }
+            c->len += got;
+            int need;
+            while ((need = reply_length(c)) > 0) {
+                double t = now();
+                latencies[(*count)++] = t - c->due;
+                int closing = says_close(c, need);
+                memmove(c->buf, c->buf + need, c->len - need);
+                c->len -= need;
+                if (closing && (rate > 0 || t < stop)) {
+                    epoll_ctl(epoll, EPOLL_CTL_DEL, c->fd, NULL);
+                    close(c->fd);
+                    open_connection(epoll, c, (int)(c - conns));
+                    reconnects++;
+                }
+                if (rate > 0)
+                    idle[idle_count++] = (int)(c - conns);
+                else if (t < stop)
+                    send_next(c, t);
+                else {
+                    close(c->fd);
+                    open--;
+                }
+                if (closing) break;
+            }
+            if (need < 0) {
+                fprintf(stderr, "load_client: a reply without Content-Length\n");
+                exit(1);
+            }
+        }
+    }
+    double elapsed = now() - start;
+    if (rate > 0)
+        for (int i = 0; i < connections; i++) close(conns[i].fd);
+    close(epoll);
+    return elapsed;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 5 && argc != 6) {
+        fprintf(stderr, "usage: load_client PORTS CONNECTIONS SECONDS REQUESTS [RATE]\n");
+        return 2;
+    }
+    for (char *p = strtok(argv[1], ","); p && port_count < 64; p = strtok(NULL, ",")) ports[port_count++] = atoi(p);
+    int connections = atoi(argv[2]);
+    double seconds = atof(argv[3]), rate = argc == 6 ? atof(argv[5]) : 0;
+    if (!port_count || connections < 1 || connections > MAX_CONNECTIONS || !(seconds > 0) || rate < 0) {
+        fprintf(stderr, "load_client: PORTS, 1 to %d CONNECTIONS, SECONDS > 0, RATE >= 0\n", MAX_CONNECTIONS);
+        return 2;
+    }
+    FILE *file = fopen(argv[4], "rb");
+    if (!file) {
+        perror("load_client: REQUESTS");
+        return 2;
+    }
+    static char data[1 << 24];
+    size_t size = fread(data, 1, sizeof data, file);
+    fclose(file);
+    for (size_t i = 0; i < size && request_count < MAX_REQUESTS;) {
+        char *end = memchr(data + i, 0, size - i);
+        if (!end) break;
+        requests[request_count] = data + i;
+        request_len[request_count] = (int)(end - (data + i));
+        i += request_len[request_count++] + 1;
+    }
+    if (!request_count) {
+        fprintf(stderr, "load_client: no NUL-terminated request in %s\n", argv[4]);
+        return 2;
+    }
+    long capacity = (long)((rate > 0 ? rate : 200000) * seconds * 1.5) + 1000000;
+    double *latencies = malloc(capacity * sizeof(double));
+    long count, late;
+    run(connections, 1.0, 0, latencies, &count, &late); /* warm-up, closed loop */
+    long warmup = count;
+    double elapsed = run(connections, seconds, rate, latencies, &count, &late);
+    if (!count) {
+        fprintf(stderr, "load_client: no reply\n");
+        return 1;
+    }
+    qsort(latencies, count, sizeof(double), by_value);
+    printf("requests=%ld seconds=%.4f p50_ms=%.3f p99_ms=%.3f late=%ld warmup=%ld reconnects=%ld\n", count, elapsed,
+           latencies[count / 2] * 1e3, latencies[(long)(count * 0.99)] * 1e3, late, warmup, reconnects);
+    return 0;
+}

@@ -1,0 +1,326 @@
+"""How far the serving app's Python request path stands from what this machine allows: the app beside two floors.
+
+    .venv/bin/python benchmarks/turnaround_floor.py [--model-dir ART] [--seconds 4] [--rounds 2]
+
+With as many clients as the workers have batch rows (32 connections for 2 workers of 16), nothing overlaps the
+accelerator's time while a batch's replies go out and its clients' next requests come in: the share of the
+limit is at most batch / (batch + turnaround), whatever the batching does, and the turnaround is the request
+path's cost, sixteen times. This runs, on the same emulated accelerator (--batch-ms per batch of up to 16 rows,
+2 workers, --max-queue-delay-ms, the app's batching rules), side by side:
+  native        benchmarks/floor/floor_server.c: epoll, the request's head and length read, a fixed reply;
+                no interpreter on the path (compiled here with cc);
+  python        benchmarks/floor/python_floor.py: the app's own stack (uvloop, a Protocol, httptools), nothing
+                else: a fixed reply;
+  python+json   the same, also decoding each request's JSON body;
+  python+work   the same glue doing the request work the app cannot skip, with the app's own code: the request
+                parsed and checked, its text tokenized, the batch stacked, each reply built from its logits;
+  app           serve.py itself (container/neuron/serving), SERVER_PIPELINE on, with the stand-in accelerator.
+Each is measured by one native load generator (benchmarks/floor/load_client.c), closed loop at --levels
+connections, then as an open system at --paced fractions of its own sustained rate at the highest level, with
+latency from when each request was due. Servers run on every CPU but the last; the generator alone on the last
+(--no-pin shares them). Prints figures and each goal met or missed per server; asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import peers  # noqa: E402  (the benchmarks share their setup; they are scripts, not a package)
+import serve_bench as sb  # noqa: E402
+
+FLOOR = HERE / "floor"
+SERVERS = ("native", "python", "python+json", "python+work", "app")
+ROWS = 16
+WORKERS = 2
+RESULT = re.compile(r"requests=(\d+) seconds=([\d.]+) p50_ms=([\d.]+) p99_ms=([\d.]+) late=(\d+) warmup=(\d+)")
+
+
+@dataclass(frozen=True)
+class Cell:
+    rps: float
+    p50_ms: float
+    p99_ms: float
+    late: int
+    cpu_us: float  # the server's CPU per request, every process and thread
+
+
+def build(work: Path) -> tuple[Path, Path]:
+    """The native floor server and load generator, compiled from benchmarks/floor/ with the system's cc."""
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        raise SystemExit("turnaround_floor.py: error: no C compiler (cc) on PATH to build benchmarks/floor/*.c")
+    built = []
+    for name in ("floor_server", "load_client"):
+        target = work / name
+        command = [compiler, "-O2", "-Wall", "-Werror", "-o", str(target), str(FLOOR / f"{name}.c")]
+        result = subprocess.run(command, capture_output=True, text=True)
+        if result.returncode != 0:
+            raise SystemExit(f"turnaround_floor.py: error: {name}.c does not compile: {result.stderr.strip()[:500]}")
+        built.append(target)
+    return built[0], built[1]
+
+
+def pinned(cpus: set[int] | None):
+    return (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
+
+
+def read_ports(proc: subprocess.Popen, count: int, timeout: float = 30) -> list[int]:
+    """The "port N" lines a floor server prints as it listens."""
+    ports, deadline = [], time.monotonic() + timeout
+    while len(ports) < count:
+        line = proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the floor server exited (code {proc.poll()}) before listening")
+        match = re.fullmatch(r"port (\d+)\n?", line)
+        if match:
+            ports.append(int(match.group(1)))
+        if time.monotonic() > deadline:
+            raise RuntimeError("the floor server did not listen in time")
+    return ports
+
+
+def start(kind: str, args: argparse.Namespace, art: Path | None, server: Path, batch_s: float, cpus) -> tuple:
+    """(the processes, the ports a client spreads its connections over)."""
+    delay_ms = args.max_queue_delay_ms
+    if kind == "native":
+        proc = subprocess.Popen(
+            [str(server), str(WORKERS), str(round(batch_s * 1e6)), str(round(delay_ms * 1000))],
+            stdout=subprocess.PIPE,
+            text=True,
+            preexec_fn=pinned(cpus),
+            start_new_session=True,
+        )
+        return [proc], read_ports(proc, WORKERS)
+    if kind in ("python", "python+json", "python+work"):
+        # --batch-ms, not the measured batch: time.sleep wakes as late here as it does in the app's stand-in.
+        extra = {"python": [], "python+json": ["--json"], "python+work": ["--work", str(art)]}[kind]
+        procs = [
+            subprocess.Popen(
+                [sys.executable, str(FLOOR / "python_floor.py"), str(args.batch_ms), str(delay_ms), *extra],
+                stdout=subprocess.PIPE,
+                text=True,
+                preexec_fn=pinned(cpus),
+            )
+            for _ in range(WORKERS)
+        ]
+        return procs, [read_ports(proc, 1)[0] for proc in procs]
+    port = sb.free_port()
+    ns = argparse.Namespace(max_batch_size=ROWS, max_queue_delay_ms=delay_ms, workers=WORKERS, torch_threads=1)
+    proc = sb.start_server(
+        art,
+        port,
+        ns,
+        {"SERVER_PIPELINE": "on"},
+        extra_args=("--standin-accelerator-ms", str(args.batch_ms)),
+        cpus=cpus,
+    )
+    return [proc], [port]
+
+
+def stop(procs: list[subprocess.Popen], kind: str) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            # The native server's workers are its children, in its own session; serve.py stops its own workers.
+            if kind == "native":
+                os.killpg(proc.pid, signal.SIGTERM)
+            else:
+                proc.terminate()
+    for proc in procs:
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def server_cpu(procs: list[subprocess.Popen]) -> float:
+    return sum(peers.tree_cpu(proc.pid) for proc in procs)
+
+
+def measure(procs, client: Path, ports: list[int], connections: int, seconds: float, requests: Path, rate: float, cpus):
+    before = server_cpu(procs)
+    command = [str(client), ",".join(map(str, ports)), str(connections), str(seconds), str(requests)]
+    if rate:
+        command.append(f"{rate:.1f}")
+    result = subprocess.run(
+        command, capture_output=True, text=True, timeout=seconds + 60, preexec_fn=pinned(cpus), check=False
+    )
+    match = RESULT.search(result.stdout)
+    if result.returncode != 0 or match is None:
+        raise RuntimeError(f"load_client failed ({result.returncode}): {result.stderr.strip()[:300]}")
+    count, elapsed, p50, p99, late, warmup = match.groups()
+    cpu_us = (server_cpu(procs) - before) / (int(count) + int(warmup)) * 1e6  # the warm-up's requests cost CPU too
+    return Cell(int(count) / float(elapsed), float(p50), float(p99), int(late), cpu_us)
+
+
+def median_cell(cells: list[Cell]) -> Cell:
+    ordered = sorted(cells, key=lambda cell: cell.rps)
+    return ordered[len(ordered) // 2]
+
+
+def run(args: argparse.Namespace, work: Path) -> dict:
+    server, client = build(work)
+    server_cpus, generator_cpus = sb.cpu_split(not args.no_pin)
+    ns = argparse.Namespace(sequence_length=32, layers=4, hidden_size=256, attention_heads=4)
+    art = None
+    if {"app", "python+work"} & set(args.server_list):
+        art = args.model_dir or sb.build_artifact(work, ns)
+    batch_s = peers.standin_batch_s(args.batch_ms)
+    requests = work / "requests.bin"
+    texts = sb.sample_texts(256)
+    requests.write_bytes(b"".join(r + b"\0" for r in peers.request_bytes("/v2/models/model/infer", texts)))
+    kinds = args.server_list
+    closed: dict[str, dict[int, list[Cell]]] = {kind: {level: [] for level in args.level_list} for kind in kinds}
+    paced: dict[str, dict[float, list[Cell]]] = {kind: {f: [] for f in args.paced_list} for kind in kinds}
+    for _ in range(args.rounds):  # rounds interleave the servers, so a noisy minute does not land on one of them
+        for kind in args.server_list:
+            procs, ports = start(kind, args, art, server, batch_s, server_cpus)
+            try:
+                for level in args.level_list:
+                    closed[kind][level].append(
+                        measure(procs, client, ports, level, args.seconds, requests, 0, generator_cpus)
+                    )
+                sustained = closed[kind][max(args.level_list)][-1].rps
+                for fraction in args.paced_list:
+                    cell = measure(
+                        procs,
+                        client,
+                        ports,
+                        max(args.level_list),
+                        args.seconds,
+                        requests,
+                        fraction * sustained,
+                        generator_cpus,
+                    )
+                    paced[kind][fraction].append(cell)
+            finally:
+                stop(procs, kind)
+    return {
+        "batch_s": batch_s,
+        "cpus": (server_cpus, generator_cpus),
+        "closed": {k: {lv: median_cell(c) for lv, c in v.items()} for k, v in closed.items()},
+        "paced": {k: {f: median_cell(c) for f, c in v.items()} for k, v in paced.items()},
+    }
+
+
+def report(args: argparse.Namespace, result: dict) -> None:
+    batch_s = result["batch_s"]
+    limit = WORKERS * ROWS / batch_s
+    bound_ms = 2 * batch_s * 1000 + args.max_queue_delay_ms
+    server_cpus, generator_cpus = result["cpus"]
+    where = (
+        f"servers on CPU {','.join(map(str, sorted(server_cpus)))}, the load generator alone on CPU "
+        f"{','.join(map(str, sorted(generator_cpus)))}"
+        if server_cpus
+        else "servers and load generator share the CPUs"
+    )
+    print(
+        f"{WORKERS} workers, emulated accelerator {batch_s * 1000:.2f} ms per batch of up to {ROWS} rows "
+        f"(--batch-ms {args.batch_ms:g}), queue delay {args.max_queue_delay_ms:g} ms: limit {limit:,.0f} req/s; "
+        f"{where}; {args.seconds:g} s per cell, median of {args.rounds} round(s); "
+        f"load average {os.getloadavg()[0]:.2f} at the end"
+    )
+    head = ["server".ljust(12)]
+    head += [f"{level} connections: of limit, p50 / p99 ms, CPU".ljust(44) for level in args.level_list]
+    head += [f"paced {fraction:.0%}: req/s, p99 ms".ljust(24) for fraction in args.paced_list]
+    print(" | ".join(head))
+    for kind in args.server_list:
+        cells = [kind.ljust(12)]
+        for level in args.level_list:
+            cell = result["closed"][kind][level]
+            cells.append(
+                f"{cell.rps / limit:4.0%} ({cell.rps:6,.0f}), {cell.p50_ms:5.2f} / {cell.p99_ms:5.2f}, "
+                f"{cell.cpu_us:3.0f} µs".ljust(44)
+            )
+        for fraction in args.paced_list:
+            cell = result["paced"][kind][fraction]
+            late = f", {cell.late} late" if cell.late else ""
+            cells.append(f"{cell.rps:6,.0f}, {cell.p99_ms:5.2f}{late}".ljust(24))
+        print(" | ".join(cells))
+    share = args.share_goal
+    verdicts = []
+    for kind in args.server_list:
+        met = all(result["closed"][kind][level].rps / limit >= share for level in args.level_list)
+        verdicts.append(f"{kind} {'met' if met else 'MISSED'}")
+    levels = " and ".join(map(str, args.level_list))
+    print(f"goal >= {share:.0%} of the limit at {levels} connections: " + ", ".join(verdicts))
+    top = max(args.paced_list)
+    verdicts = [
+        f"{kind} {'met' if result['paced'][kind][top].p99_ms <= bound_ms else 'MISSED'}" for kind in args.server_list
+    ]
+    print(f"goal p99 <= 2 x batch + delay ({bound_ms:.2f} ms) paced at {top:.0%} of sustained: " + ", ".join(verdicts))
+    for level in args.level_list:
+        for kind in args.server_list:
+            rps = result["closed"][kind][level].rps
+            turnaround_ms = WORKERS * ROWS / rps * 1000 - batch_s * 1000 if rps else float("inf")
+            print(
+                f"turnaround at {level} connections, {kind}: {turnaround_ms:.2f} ms per cycle "
+                f"(the cycle is {ROWS * WORKERS} / req/s, less the batch)"
+            )
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model-dir", type=Path, help="a compiled CPU artifact (default: build the tiny BERT)")
+    parser.add_argument("--batch-ms", type=float, default=3.0, help="the emulated accelerator's time per batch")
+    parser.add_argument("--max-queue-delay-ms", type=float, default=1.0)
+    parser.add_argument("--seconds", type=float, default=4.0, help="seconds per cell, after a second of warm-up")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--levels", default="32,64", help="closed-loop connection counts")
+    parser.add_argument("--paced", default="0.5,0.8", help="open-system rates, as fractions of each one's sustained")
+    parser.add_argument("--share-goal", type=float, default=0.85, help="the share of the limit asked for")
+    parser.add_argument("--servers", default=",".join(SERVERS), help=f"any of {', '.join(SERVERS)}")
+    parser.add_argument("--no-pin", action="store_true", help="share the CPUs between servers and load generator")
+    args = parser.parse_args(argv)
+
+    def fail(message: str) -> None:  # one line, as the other benchmarks refuse arguments
+        parser.exit(2, f"{parser.prog}: error: {message}\n")
+
+    for name in ("batch_ms", "seconds"):
+        if not getattr(args, name) > 0:
+            fail(f"--{name.replace('_', '-')}: must be greater than 0, got {getattr(args, name)}")
+    if not args.max_queue_delay_ms >= 0:
+        fail(f"--max-queue-delay-ms: not negative, got {args.max_queue_delay_ms}")
+    if args.rounds < 1:
+        fail(f"--rounds: at least 1, got {args.rounds}")
+    try:
+        args.level_list = [int(v) for v in args.levels.split(",") if v]
+    except ValueError:
+        args.level_list = []
+    if not args.level_list or not all(1 <= v <= 1024 for v in args.level_list):
+        fail(f"--levels: a comma-separated list of connection counts from 1 to 1024, got {args.levels!r}")
+    try:
+        args.paced_list = [float(v) for v in args.paced.split(",") if v]
+    except ValueError:
+        args.paced_list = []
+    if not args.paced_list or not all(0 < v <= 1 for v in args.paced_list):
+        fail(f"--paced: a comma-separated list of fractions in (0, 1], got {args.paced!r}")
+    args.server_list = [s for s in args.servers.split(",") if s]
+    unknown = sorted(set(args.server_list) - set(SERVERS))
+    if unknown or not args.server_list:
+        fail(f"--servers: a comma-separated list of {', '.join(SERVERS)}, got {args.servers!r}")
+    return args
+
+
+def main() -> int:
+    args = parse_args()
+    with tempfile.TemporaryDirectory(prefix="turnaround-floor-") as work:
+        result = run(args, Path(work))
+    report(args, result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

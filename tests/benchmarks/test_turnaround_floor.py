@@ -1,0 +1,126 @@
+"""benchmarks/turnaround_floor.py: the native and Python floors beside serve.py, end to end on the tiny artifact,
+and its native load generator's open system. Asserted: what the behaviour decides (every server answered, a
+paced run sends what fell due), never a timing."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from tests.support.neuron_server import run_script
+from tests.support.paths import ROOT
+
+SCRIPT = ROOT / "benchmarks" / "turnaround_floor.py"
+FLOOR = ROOT / "benchmarks" / "floor"
+SERVERS = ("native", "python", "python+json", "python+work", "app")
+ROW = re.compile(r"^(\S+) +\| +(\d+)% \( *([\d,]+)\), +[\d.]+ / +[\d.]+, +(\d+) µs +\| +([\d,]+), +[\d.]+", re.M)
+
+
+def test_the_floors_and_the_app_are_measured_side_by_side(artifact):
+    result = run_script(
+        SCRIPT,
+        "--model-dir",
+        str(artifact),
+        "--seconds",
+        "0.5",
+        "--rounds",
+        "1",
+        "--levels",
+        "16",
+        "--paced",
+        "0.5",
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    out = result.stdout
+    rows = {m.group(1): m for m in ROW.finditer(out)}
+    assert sorted(rows) == sorted(SERVERS), out
+    for server, row in rows.items():
+        closed_rps, cpu_us, paced_rps = int(row.group(3).replace(",", "")), int(row.group(4)), row.group(5)
+        assert closed_rps > 0 and cpu_us > 0 and int(paced_rps.replace(",", "")) > 0, (server, out)
+    for goal in ("goal >= 85% of the limit at 16 connections: ", "goal p99 <= 2 x batch + delay"):
+        line = next(line for line in out.splitlines() if line.startswith(goal))
+        assert re.findall(r"(\S+) (?:met|MISSED)", line.split(": ", 1)[1]) == list(SERVERS), line
+    assert re.search(r"servers on CPU [\d,]+, the load generator alone on CPU \d+|share the CPUs", out), out
+
+
+@pytest.fixture(scope="module")
+def native(tmp_path_factory):
+    """The floor server and the load generator, compiled as the benchmark compiles them."""
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    assert compiler, "the benchmark needs a C compiler (cc) on PATH"
+    out = tmp_path_factory.mktemp("floor")
+    for name in ("floor_server", "load_client"):
+        subprocess.run(
+            [compiler, "-O2", "-Wall", "-Werror", "-o", str(out / name), str(FLOOR / f"{name}.c")], check=True
+        )
+    return out
+
+
+def test_a_paced_run_sends_every_request_that_fell_due_and_no_more(native, tmp_path):
+    """The open system: at 400 req/s for 1.5 s, 600 requests, however fast the server answers; the warm-up's closed
+    loop is reported apart."""
+    server = subprocess.Popen([str(native / "floor_server"), "2", "3000", "1000"], stdout=subprocess.PIPE, text=True)
+    try:
+        ports = [server.stdout.readline().split()[1] for _ in range(2)]
+        body = b'{"inputs":[{"name":"TEXT","datatype":"BYTES","shape":[1],"data":["hello"]}]}'
+        request = b"POST /v2/models/model/infer HTTP/1.1\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+        (tmp_path / "requests.bin").write_bytes(request + b"\0")
+        result = subprocess.run(
+            [str(native / "load_client"), ",".join(ports), "8", "1.5", str(tmp_path / "requests.bin"), "400"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        subprocess.run(["pkill", "-P", str(server.pid)], check=False)
+        server.terminate()
+        server.wait()
+    assert result.returncode == 0, result.stderr
+    fields = dict(item.split("=") for item in result.stdout.split())
+    assert int(fields["requests"]) == 600, result.stdout
+    assert int(fields["warmup"]) > 0 and int(fields["reconnects"]) == 0, result.stdout
+
+
+def test_the_load_generator_refuses_a_server_that_closes_with_a_request_in_flight(native, tmp_path):
+    """A connection closed before its reply is an error, not a latency: the run stops with one line."""
+    import socket
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    port = listener.getsockname()[1]
+    (tmp_path / "requests.bin").write_bytes(b"GET / HTTP/1.1\r\n\r\n\0")
+    client = subprocess.Popen(
+        [str(native / "load_client"), str(port), "1", "1", str(tmp_path / "requests.bin")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    connection, _ = listener.accept()
+    connection.recv(100)
+    connection.close()
+    _, stderr = client.communicate(timeout=30)
+    listener.close()
+    assert client.returncode == 1 and stderr.strip() == "load_client: the server closed a connection", stderr
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--seconds", "0"], "--seconds: must be greater than 0, got 0.0"),
+        (["--rounds", "0"], "--rounds: at least 1, got 0"),
+        (["--levels", "32,x"], "--levels: a comma-separated list of connection counts from 1 to 1024, got '32,x'"),
+        (["--paced", "1.5"], "--paced: a comma-separated list of fractions in (0, 1], got '1.5'"),
+        (["--servers", "app,nginx"], "--servers: a comma-separated list of native, python, python+json, "),
+        (["--max-queue-delay-ms", "-1"], "--max-queue-delay-ms: not negative, got -1.0"),
+    ],
+)
+def test_bad_arguments(args, message):
+    result = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and result.stdout == ""
+    assert message in result.stderr and len(result.stderr.splitlines()) == 1, result.stderr
