@@ -149,11 +149,11 @@ def server_cpu(procs: list[subprocess.Popen]) -> float:
     return sum(peers.tree_cpu(proc.pid) for proc in procs)
 
 
-def measure(procs, client: Path, ports: list[int], connections: int, seconds: float, requests: Path, rate: float, cpus):
+def measure(procs, client: Path, ports: list[int], connections: int, args, requests: Path, rate: float, cpus):
     before = server_cpu(procs)
+    seconds = args.seconds
     command = [str(client), ",".join(map(str, ports)), str(connections), str(seconds), str(requests)]
-    if rate:
-        command.append(f"{rate:.1f}")
+    command += [f"{rate:.1f}", str(args.warmup)]  # rate 0: a closed loop
     result = subprocess.run(
         command, capture_output=True, text=True, timeout=seconds + 60, preexec_fn=pinned(cpus), check=False
     )
@@ -189,9 +189,7 @@ def run(args: argparse.Namespace, work: Path) -> dict:
             procs, ports = start(kind, args, art, server, batch_s, server_cpus)
             try:
                 for level in args.level_list:
-                    closed[kind][level].append(
-                        measure(procs, client, ports, level, args.seconds, requests, 0, generator_cpus)
-                    )
+                    closed[kind][level].append(measure(procs, client, ports, level, args, requests, 0, generator_cpus))
                 sustained = closed[kind][max(args.level_list)][-1].rps
                 for fraction in args.paced_list:
                     cell = measure(
@@ -199,7 +197,7 @@ def run(args: argparse.Namespace, work: Path) -> dict:
                         client,
                         ports,
                         max(args.level_list),
-                        args.seconds,
+                        args,
                         requests,
                         fraction * sustained,
                         generator_cpus,
@@ -276,7 +274,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--model-dir", type=Path, help="a compiled CPU artifact (default: build the tiny BERT)")
     parser.add_argument("--batch-ms", type=float, default=3.0, help="the emulated accelerator's time per batch")
     parser.add_argument("--max-queue-delay-ms", type=float, default=1.0)
-    parser.add_argument("--seconds", type=float, default=4.0, help="seconds per cell, after a second of warm-up")
+    parser.add_argument("--seconds", type=float, default=4.0, help="seconds per cell, after the warm-up")
+    parser.add_argument("--warmup", type=float, default=1.0, help="seconds of closed loop before each cell")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--levels", default="32,64", help="closed-loop connection counts")
     parser.add_argument("--paced", default="0.5,0.8", help="open-system rates, as fractions of each one's sustained")
@@ -288,7 +287,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     def fail(message: str) -> None:  # one line, as the other benchmarks refuse arguments
         parser.exit(2, f"{parser.prog}: error: {message}\n")
 
-    for name in ("batch_ms", "seconds"):
+    for name in ("batch_ms", "seconds", "warmup"):
         if not getattr(args, name) > 0:
             fail(f"--{name.replace('_', '-')}: must be greater than 0, got {getattr(args, name)}")
     if not args.max_queue_delay_ms >= 0:

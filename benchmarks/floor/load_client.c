@@ -1,13 +1,13 @@
 /* A native load generator for benchmarks/turnaround_floor.py, cheap enough not to be what it measures.
  *
- *   load_client PORTS CONNECTIONS SECONDS REQUESTS [RATE]
+ *   load_client PORTS CONNECTIONS SECONDS REQUESTS [RATE [WARMUP]]
  *
  * PORTS: comma-separated loopback ports, the connections spread over them in turn. REQUESTS: a file of whole
  * HTTP/1.1 requests, each followed by a NUL byte, sent in turn. Without RATE, a closed loop: each connection
  * sends its next request as soon as its reply has arrived. With RATE (requests per second), an open system:
  * a request falls due every 1 / RATE seconds whatever the server does, goes out on the first connection with
  * nothing in flight (HTTP/1.1, one request at a time each), and its latency counts from when it was due.
- * A closed-loop second first warms the server up. Prints one line:
+ * A closed loop of WARMUP seconds (default 1; RATE 0 is a closed loop) first warms the server up. Prints one line:
  *   requests=N seconds=S p50_ms=X p99_ms=Y late=L warmup=W reconnects=R
  * (late: requests sent more than 1 ms after they were due, for want of a free connection; warmup: the
  * warm-up's replies, which a caller counting the server's CPU includes; reconnects: replies that said
@@ -183,15 +183,17 @@ static double run(int connections, double seconds, double rate, double *latencie
 }
 
 int main(int argc, char **argv) {
-    if (argc != 5 && argc != 6) {
-        fprintf(stderr, "usage: load_client PORTS CONNECTIONS SECONDS REQUESTS [RATE]\n");
+    if (argc < 5 || argc > 7) {
+        fprintf(stderr, "usage: load_client PORTS CONNECTIONS SECONDS REQUESTS [RATE [WARMUP]]\n");
         return 2;
     }
     for (char *p = strtok(argv[1], ","); p && port_count < 64; p = strtok(NULL, ",")) ports[port_count++] = atoi(p);
     int connections = atoi(argv[2]);
-    double seconds = atof(argv[3]), rate = argc == 6 ? atof(argv[5]) : 0;
-    if (!port_count || connections < 1 || connections > MAX_CONNECTIONS || !(seconds > 0) || rate < 0) {
-        fprintf(stderr, "load_client: PORTS, 1 to %d CONNECTIONS, SECONDS > 0, RATE >= 0\n", MAX_CONNECTIONS);
+    double seconds = atof(argv[3]), rate = argc >= 6 ? atof(argv[5]) : 0, warmup_s = argc == 7 ? atof(argv[6]) : 1.0;
+    if (!port_count || connections < 1 || connections > MAX_CONNECTIONS || !(seconds > 0) || !(rate >= 0) ||
+        !(warmup_s > 0)) {
+        fprintf(stderr, "load_client: PORTS, 1 to %d CONNECTIONS, SECONDS > 0, RATE >= 0, WARMUP > 0\n",
+                MAX_CONNECTIONS);
         return 2;
     }
     FILE *file = fopen(argv[4], "rb");
@@ -216,7 +218,7 @@ int main(int argc, char **argv) {
     long capacity = (long)((rate > 0 ? rate : 200000) * seconds * 1.5) + 1000000;
     double *latencies = malloc(capacity * sizeof(double));
     long count, late;
-    run(connections, 1.0, 0, latencies, &count, &late); /* warm-up, closed loop */
+    run(connections, warmup_s, 0, latencies, &count, &late); /* warm-up, closed loop */
     long warmup = count;
     double elapsed = run(connections, seconds, rate, latencies, &count, &late);
     if (!count) {

@@ -27,6 +27,8 @@ def test_the_floors_and_the_app_are_measured_side_by_side(artifact):
         str(artifact),
         "--seconds",
         "0.5",
+        "--warmup",
+        "0.2",
         "--rounds",
         "1",
         "--levels",
@@ -113,6 +115,7 @@ def test_the_load_generator_refuses_a_server_that_closes_with_a_request_in_fligh
     "args, message",
     [
         (["--seconds", "0"], "--seconds: must be greater than 0, got 0.0"),
+        (["--warmup", "-1"], "--warmup: must be greater than 0, got -1.0"),
         (["--rounds", "0"], "--rounds: at least 1, got 0"),
         (["--levels", "32,x"], "--levels: a comma-separated list of connection counts from 1 to 1024, got '32,x'"),
         (["--paced", "1.5"], "--paced: a comma-separated list of fractions in (0, 1], got '1.5'"),
