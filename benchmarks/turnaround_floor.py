@@ -16,8 +16,9 @@ path's cost, sixteen times. This runs, on the same emulated accelerator (--batch
                 parsed and checked, its text tokenized, the batch stacked, each reply built from its logits;
   app           serve.py itself (container/neuron/serving), SERVER_PIPELINE on, with the stand-in accelerator.
 Each is measured by one native load generator (benchmarks/floor/load_client.c), closed loop at --levels
-connections, then as an open system at --paced fractions of its own sustained rate at the highest level, with
-latency from when each request was due. Servers run on every CPU but the last; the generator alone on the last
+connections, then as an open system at --paced fractions of its own sustained rate at the highest level, over
+--paced-connections connections (HTTP/1.1 carries one request at a time each), with latency from when each
+request was due. Servers run on every CPU but the last; the generator alone on the last
 (--no-pin shares them). Prints figures and each goal met or missed per server; asserts nothing.
 """
 
@@ -196,7 +197,7 @@ def run(args: argparse.Namespace, work: Path) -> dict:
                         procs,
                         client,
                         ports,
-                        max(args.level_list),
+                        args.paced_connections,
                         args,
                         requests,
                         fraction * sustained,
@@ -279,6 +280,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--levels", default="32,64", help="closed-loop connection counts")
     parser.add_argument("--paced", default="0.5,0.8", help="open-system rates, as fractions of each one's sustained")
+    parser.add_argument(
+        "--paced-connections",
+        type=int,
+        default=256,
+        help="connections of the paced runs: enough that a request due never waits for a free one",
+    )
     parser.add_argument("--share-goal", type=float, default=0.85, help="the share of the limit asked for")
     parser.add_argument("--servers", default=",".join(SERVERS), help=f"any of {', '.join(SERVERS)}")
     parser.add_argument("--no-pin", action="store_true", help="share the CPUs between servers and load generator")
@@ -294,6 +301,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         fail(f"--max-queue-delay-ms: not negative, got {args.max_queue_delay_ms}")
     if args.rounds < 1:
         fail(f"--rounds: at least 1, got {args.rounds}")
+    if not 1 <= args.paced_connections <= 1024:
+        fail(f"--paced-connections: from 1 to 1024, got {args.paced_connections}")
     try:
         args.level_list = [int(v) for v in args.levels.split(",") if v]
     except ValueError:

@@ -9,7 +9,8 @@
  * nothing in flight (HTTP/1.1, one request at a time each), and its latency counts from when it was due.
  * A closed loop of WARMUP seconds (default 1; RATE 0 is a closed loop) first warms the server up. Prints one line:
  *   requests=N seconds=S p50_ms=X p99_ms=Y late=L warmup=W reconnects=R
- * (late: requests sent more than 1 ms after they were due, for want of a free connection; warmup: the
+ * (late: requests sent more than 1 ms after they were due, for want of a free connection or because this
+ * process was held up; warmup: the
  * warm-up's replies, which a caller counting the server's CPU includes; reconnects: replies that said
  * "connection: close", after which the connection's next request went on a new one).
  */

@@ -35,6 +35,8 @@ def test_the_floors_and_the_app_are_measured_side_by_side(artifact):
         "16",
         "--paced",
         "0.5",
+        "--paced-connections",
+        "32",
         timeout=300,
     )
     assert result.returncode == 0, result.stderr[-2000:]
@@ -117,6 +119,7 @@ def test_the_load_generator_refuses_a_server_that_closes_with_a_request_in_fligh
         (["--seconds", "0"], "--seconds: must be greater than 0, got 0.0"),
         (["--warmup", "-1"], "--warmup: must be greater than 0, got -1.0"),
         (["--rounds", "0"], "--rounds: at least 1, got 0"),
+        (["--paced-connections", "0"], "--paced-connections: from 1 to 1024, got 0"),
         (["--levels", "32,x"], "--levels: a comma-separated list of connection counts from 1 to 1024, got '32,x'"),
         (["--paced", "1.5"], "--paced: a comma-separated list of fractions in (0, 1], got '1.5'"),
         (["--servers", "app,nginx"], "--servers: a comma-separated list of native, python, python+json, "),
