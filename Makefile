@@ -24,8 +24,9 @@ CDK_OUT ?= cdk.out
 QUIET_SYNTH = set -o pipefail; $(CDK) synth --quiet $(1) 2>&1 | { grep --line-buffered -v '^Supply a stack id (' || true; }
 
 .PHONY: setup synth test lint test-real-triton validate clean constraints rehearse-images rehearse-deploy peers docs \
-	docs-build docs-reference browser
-setup: .make/python .make/node .make/checkov .make/images .make/triton .make/docs docs/assets/vendor/iframe-worker-shim.js browser
+	docs-build docs-reference browser compiler
+setup: .make/python .make/node .make/checkov .make/images .make/triton .make/docs docs/assets/vendor/iframe-worker-shim.js browser \
+	compiler
 
 .make/python: requirements.txt requirements-dev.txt constraints.txt
 	@mkdir -p .make
@@ -157,6 +158,14 @@ browser:
 	@if command -v chromium > /dev/null && command -v chromedriver > /dev/null; then :; else \
 		echo "installing Debian's chromium and chromium-driver (the docs browser test)"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver > /dev/null; \
+	fi
+
+# A C compiler for benchmarks/turnaround_floor.py's native floor server and load generator (benchmarks/floor/*.c),
+# which its test builds too: Debian's gcc, installed only when no cc is on PATH, as the browser above.
+compiler:
+	@if command -v cc > /dev/null; then :; else \
+		echo "installing Debian's gcc (benchmarks/floor/*.c)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc libc6-dev > /dev/null; \
 	fi
 
 docs: .make/docs $(SEARCH_SHIM)
