@@ -10,9 +10,9 @@ accelerator does the same) and hands the batch back to the event loop, which wri
 The batching rules are the app's (batcher.py). ``--json`` also decodes each request's JSON body and takes its
 texts, the least the app must do with a request. ``--work`` does the request work the app cannot skip, with the
 app's own code on a compiled artifact's metadata and tokenizer: the request parsed and checked
-(protocol.ModelInterface.parse), its text tokenized (the ASCII WordPiece fast path, as runner.prepare does),
-the batch stacked into padded arrays in the inference thread (runner.stack), and each reply built from its
-logits row (ModelInterface.response). No metrics, admission, keep-alive bookkeeping or per-request
+(protocol.ModelInterface.parse), its text tokenized (runner.prepare), the batch stacked into padded arrays and
+run on the stand-in accelerator in the inference thread (runner.stack, runner.execute), and each reply built
+from its logits row (ModelInterface.response). No metrics, admission, keep-alive bookkeeping or per-request
 callbacks: nothing here is the product; it bounds what a Python request path reaches on this machine.
 """
 
@@ -40,52 +40,27 @@ REPLY = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %
 
 
 class Work:
-    """The app's unavoidable request work (``--work``), with its own modules."""
+    """The app's unavoidable request work (``--work``), with its own modules: protocol.ModelInterface and
+    runner.ModelRunner on the stand-in accelerator, as serve.py runs them with --standin-accelerator-ms."""
 
-    def __init__(self, model_dir: Path) -> None:
+    def __init__(self, model_dir: Path, batch_ms: float) -> None:
         sys.path[:0] = [str(SERVING / "serving"), str(SERVING / "build")]
-        import ascii_wordpiece
-        import numpy as np
         from protocol import ModelInterface
-        from tokenizers import Tokenizer
+        from runner import ModelRunner
 
         metadata = json.loads((model_dir / "metadata.json").read_text())
-        self.np = np
-        self.sequence_length = int(metadata["sequence_length"])
-        self.pad_id = int(metadata["pad_token_id"])
-        self.labels = len(metadata["labels"])
         self.interface = ModelInterface(name="model", metadata=metadata, max_rows=ROWS, max_text_chars=8192)
-        tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
-        tokenizer.enable_truncation(max_length=self.sequence_length)
-        tokenizer.no_padding()
-        self.fast = ascii_wordpiece.from_tokenizer(tokenizer, self.sequence_length)
-        if self.fast is None:
-            raise SystemExit("python_floor.py: the artifact's tokenizer has no ASCII WordPiece fast path")
+        self.runner = ModelRunner(model_dir, metadata, 1, standin_batch_ms=batch_ms)
 
     def request(self, body: bytes):
-        """(the parsed request, its token ids) on the event loop, as the app's handler does."""
+        """(the parsed request, its payload tokenized) on the event loop, as the app's handler does."""
         parsed = self.interface.parse(body, None)
-        return parsed, [self.fast.encode(text) for text in parsed.payload.texts]
+        return parsed, self.runner.prepare(parsed.payload)
 
     def run(self, batch: list) -> list:
-        """Stacked as runner.stack does, then logits as the stand-in accelerator computes them, split per request."""
-        np = self.np
-        rows = sum(len(ids) for _, _, (_, ids) in batch)
-        input_ids = np.full((rows, self.sequence_length), self.pad_id, dtype=np.int64)
-        mask = np.zeros((rows, self.sequence_length), dtype=np.int64)
-        row = 0
-        for _, _, (_, ids) in batch:
-            for tokens in ids:
-                input_ids[row, : len(tokens)] = tokens
-                mask[row, : len(tokens)] = 1
-                row += 1
-        sums = (input_ids * mask).sum(axis=1, dtype=np.int64)
-        logits = ((sums[:, None] * np.arange(1, self.labels + 1)) % 97).astype(np.float32)
-        out, row = [], 0
-        for _, _, (_, ids) in batch:
-            out.append(logits[row : row + len(ids)])
-            row += len(ids)
-        return out
+        """The batch stacked and run on the stand-in accelerator (a fixed time per batch, without the GIL), its
+        logits split per request: runner.execute(runner.stack(...)), as the app's inference thread calls them."""
+        return self.runner.execute(self.runner.stack([payload for _, _, (_, payload) in batch]))
 
     def reply(self, parsed, logits) -> bytes:
         content, _ = self.interface.response(parsed, logits)
@@ -129,9 +104,11 @@ class Batcher:
     def _work(self) -> None:
         while True:
             batch = self.jobs.get()
-            started = time.perf_counter()
-            results = self.work.run(batch) if self.work is not None else None
-            time.sleep(max(0.0, started + self.batch_s - time.perf_counter()))  # as the stand-in: a fixed time
+            if self.work is not None:
+                results = self.work.run(batch)  # the stand-in accelerator keeps the batch time
+            else:
+                results = None
+                time.sleep(self.batch_s)  # without the GIL, as the stand-in accelerator sleeps
             self.loop.call_soon_threadsafe(self._finished, batch, results)
 
     def _finished(self, batch: list[tuple[Connection, float, object]], results: list | None) -> None:
@@ -206,7 +183,7 @@ def main() -> int:
         if at + 1 >= len(arguments):
             print("python_floor.py: --work needs a model directory", file=sys.stderr)
             return 2
-        work = Work(Path(arguments.pop(at + 1)))
+        model_dir = Path(arguments.pop(at + 1))
         arguments.pop(at)
     decode = "--json" in arguments
     arguments = [a for a in arguments if a != "--json"]
@@ -214,6 +191,8 @@ def main() -> int:
         print("usage: python_floor.py BATCH_MS DELAY_MS [--json | --work MODEL_DIR]", file=sys.stderr)
         return 2
     batch_ms, delay_ms = (float(a) for a in arguments)
+    if "--work" in sys.argv[1:]:
+        work = Work(model_dir, batch_ms)
     uvloop.run(serve(batch_ms / 1000, delay_ms / 1000, decode, work))
     return 0
 
