@@ -18,6 +18,7 @@ callbacks: nothing here is the product; it bounds what a Python request path rea
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import queue
@@ -36,7 +37,14 @@ BODY = (
     b'{"model_name":"model","model_version":"1","outputs":[{"name":"logits","datatype":"FP32","shape":[1,4],'
     b'"data":[12.0,24.0,36.0,48.0]},{"name":"label","datatype":"BYTES","shape":[1],"data":["label_3"]}]}'
 )
-REPLY = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (len(BODY), BODY)
+
+
+def http_reply(content: bytes) -> bytes:
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n" % len(content)
+    return head + content
+
+
+REPLY = http_reply(BODY)
 
 
 class Work:
@@ -63,11 +71,7 @@ class Work:
         return self.runner.execute(self.runner.stack([payload for _, _, (_, payload) in batch]))
 
     def reply(self, parsed, logits) -> bytes:
-        content, _ = self.interface.response(parsed, logits)
-        return b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (
-            len(content),
-            content,
-        )
+        return http_reply(self.interface.response(parsed, logits)[0])
 
 
 class Batcher:
@@ -176,24 +180,15 @@ async def serve(batch_s: float, delay_s: float, decode: bool, work: Work | None)
 
 
 def main() -> int:
-    arguments = sys.argv[1:]
-    work = None
-    if "--work" in arguments:
-        at = arguments.index("--work")
-        if at + 1 >= len(arguments):
-            print("python_floor.py: --work needs a model directory", file=sys.stderr)
-            return 2
-        model_dir = Path(arguments.pop(at + 1))
-        arguments.pop(at)
-    decode = "--json" in arguments
-    arguments = [a for a in arguments if a != "--json"]
-    if len(arguments) != 2:
-        print("usage: python_floor.py BATCH_MS DELAY_MS [--json | --work MODEL_DIR]", file=sys.stderr)
-        return 2
-    batch_ms, delay_ms = (float(a) for a in arguments)
-    if "--work" in sys.argv[1:]:
-        work = Work(model_dir, batch_ms)
-    uvloop.run(serve(batch_ms / 1000, delay_ms / 1000, decode, work))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("batch_ms", type=float, help="the emulated accelerator's time per batch")
+    parser.add_argument("delay_ms", type=float, help="the queue delay")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--json", action="store_true", help="decode each request's JSON body")
+    mode.add_argument("--work", type=Path, metavar="MODEL_DIR", help="do the app's request work on this artifact")
+    args = parser.parse_args()
+    work = Work(args.work, args.batch_ms) if args.work else None
+    uvloop.run(serve(args.batch_ms / 1000, args.delay_ms / 1000, args.json, work))
     return 0
 
 
