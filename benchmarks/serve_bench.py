@@ -116,6 +116,11 @@ def wait_ready(port: int, proc: subprocess.Popen, path: str, timeout: float = 12
     raise SystemExit("server never became ready")
 
 
+def pinned(cpus: set[int] | None):
+    """A subprocess's preexec_fn that keeps it (and what it starts) on ``cpus``; None: no pinning."""
+    return (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
+
+
 def start_server(
     art: Path,
     port: int,
@@ -141,7 +146,7 @@ def start_server(
         env=env,
         stdout=stdout,
         stderr=stderr,
-        preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
+        preexec_fn=pinned(cpus),
     )
     wait_ready(port, proc, "/v2/health/ready")
     if args.workers > 1:

@@ -73,10 +73,6 @@ def build(work: Path) -> tuple[Path, Path]:
     return built[0], built[1]
 
 
-def pinned(cpus: set[int] | None):
-    return (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
-
-
 def read_ports(proc: subprocess.Popen, count: int, timeout: float = 30) -> list[int]:
     """The "port N" lines a floor server prints as it listens."""
     ports, deadline = [], time.monotonic() + timeout
@@ -100,7 +96,7 @@ def start(kind: str, args: argparse.Namespace, art: Path | None, server: Path, b
             [str(server), str(WORKERS), str(round(batch_s * 1e6)), str(round(delay_ms * 1000))],
             stdout=subprocess.PIPE,
             text=True,
-            preexec_fn=pinned(cpus),
+            preexec_fn=sb.pinned(cpus),
             start_new_session=True,
         )
         return [proc], read_ports(proc, WORKERS)
@@ -112,7 +108,7 @@ def start(kind: str, args: argparse.Namespace, art: Path | None, server: Path, b
                 [sys.executable, str(FLOOR / "python_floor.py"), str(args.batch_ms), str(delay_ms), *extra],
                 stdout=subprocess.PIPE,
                 text=True,
-                preexec_fn=pinned(cpus),
+                preexec_fn=sb.pinned(cpus),
             )
             for _ in range(WORKERS)
         ]
@@ -156,7 +152,7 @@ def measure(procs, client: Path, ports: list[int], connections: int, args, reque
     command = [str(client), ",".join(map(str, ports)), str(connections), str(seconds), str(requests)]
     command += [f"{rate:.1f}", str(args.warmup)]  # rate 0: a closed loop
     result = subprocess.run(
-        command, capture_output=True, text=True, timeout=seconds + 60, preexec_fn=pinned(cpus), check=False
+        command, capture_output=True, text=True, timeout=seconds + 60, preexec_fn=sb.pinned(cpus), check=False
     )
     match = RESULT.search(result.stdout)
     if result.returncode != 0 or match is None:
