@@ -40,6 +40,21 @@ def pytest_collection_modifyitems(items):
     items.sort(key=lambda item: item.get_closest_marker("cli_rehearsal") is None)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def shared_botocore_data():
+    """Every botocore session the tests create (theirs, moto's, the product's) on the process's shared data
+    loader, as the product's own sessions are (inferstack/aws/aws_sessions.py): parsing botocore's JSON again
+    for each new session was over half of the moto-backed tests' time. The loader holds read-only data."""
+    import botocore.session
+
+    from inferstack.aws import aws_sessions
+
+    patch = pytest.MonkeyPatch()
+    patch.setattr(botocore.session, "create_loader", aws_sessions.shared_loader)
+    yield
+    patch.undo()
+
+
 @pytest.fixture
 def aws(monkeypatch):
     """Emulated AWS (moto) with fake credentials, for tests of boto3 code."""

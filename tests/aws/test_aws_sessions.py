@@ -4,6 +4,8 @@ must outlive that hour, as a load test does."""
 
 from __future__ import annotations
 
+import os
+
 import boto3
 import botocore.credentials
 import pytest
@@ -128,3 +130,37 @@ def test_without_a_role_the_ambient_credentials_are_used(chained):
         .startswith("arn:aws:sts::444444444444:assumed-role/inferstack-pipeline-LoadTest/")
     )
     assert session.region_name == ENVIRONMENT.region
+
+
+def test_sessions_share_botocore_data_and_nothing_else(aws, monkeypatch):
+    """Two sessions on the shared loader: one parse of the service model between them, boto3's data directory
+    listed once however many sessions appended it, and credentials and region each session's own."""
+    monkeypatch.delenv("AWS_DATA_PATH", raising=False)
+    first = aws_sessions.new_session(region_name="us-east-1")
+    second = aws_sessions.new_session(
+        region_name="eu-west-1", aws_access_key_id="other", aws_secret_access_key="other-secret"
+    )
+    loader = first._session.get_component("data_loader")
+    assert second._session.get_component("data_loader") is loader
+    assert len(loader.search_paths) == len(set(loader.search_paths))
+    assert first.client("sts").meta.service_model is not None
+    parsed = loader.load_service_model("sts", "service-2")
+    assert second.client("sts").meta.service_model._service_description is parsed  # cached, not parsed again
+    assert (first.region_name, second.region_name) == ("us-east-1", "eu-west-1")
+    assert first.get_credentials().access_key == os.environ["AWS_ACCESS_KEY_ID"]  # the ambient ones
+    assert second.get_credentials().access_key == "other"
+    assert first.client("sts").get_caller_identity()["Account"]  # a working client, against moto
+
+
+def test_another_data_path_gets_its_own_loader(tmp_path, monkeypatch):
+    """AWS_DATA_PATH adds model directories: sessions with a different one must not see the default loader's."""
+    monkeypatch.setenv("AWS_DATA_PATH", str(tmp_path))
+    loader = aws_sessions.core_session().get_component("data_loader")
+    assert str(tmp_path) in loader.search_paths
+    monkeypatch.delenv("AWS_DATA_PATH")
+    assert str(tmp_path) not in aws_sessions.core_session().get_component("data_loader").search_paths
+
+
+def test_session_for_is_on_the_shared_loader(aws):
+    session = aws_sessions.session_for(ENV, ENVIRONMENT, purpose="test")
+    assert session._session.get_component("data_loader") is aws_sessions.shared_loader(None)
