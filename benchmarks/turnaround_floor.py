@@ -19,7 +19,10 @@ Each is measured by one native load generator (benchmarks/floor/load_client.c), 
 connections, then as an open system at --paced fractions of its own sustained rate at the highest level, over
 --paced-connections connections (HTTP/1.1 carries one request at a time each), with latency from when each
 request was due. Servers run on every CPU but the last; the generator alone on the last
-(--no-pin shares them). Prints figures and each goal met or missed per server; asserts nothing.
+(--no-pin shares them). Prints figures and each goal met or missed per server; asserts nothing. For the app's
+paced runs it also prints the model's cycle, from its own batch metrics: rows per batch, and time per batch per
+worker against the emulated batch's, the rest being the model idle between batches (the hand-off from the
+inference thread to the event loop and back).
 """
 
 from __future__ import annotations
@@ -32,7 +35,9 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,6 +51,7 @@ SERVERS = ("native", "python", "python+json", "python+work", "app")
 ROWS = 16
 WORKERS = 2
 RESULT = re.compile(r"requests=(\d+) seconds=([\d.]+) p50_ms=([\d.]+) p99_ms=([\d.]+) late=(\d+) warmup=(\d+)")
+BATCH_ROWS = re.compile(r"^inference_batch_size_(sum|count) ([\d.e+]+)$", re.M)  # the app's /metrics, every worker
 
 
 @dataclass(frozen=True)
@@ -55,6 +61,8 @@ class Cell:
     p99_ms: float
     late: int
     cpu_us: float  # the server's CPU per request, every process and thread
+    rows_per_batch: float | None = None  # the app's paced cells: its batches after the warm-up, from /metrics
+    cycle_ms: float | None = None  # the model's time per batch per worker, idle time between batches included
 
 
 def build(work: Path) -> tuple[Path, Path]:
@@ -146,20 +154,59 @@ def server_cpu(procs: list[subprocess.Popen]) -> float:
     return sum(peers.tree_cpu(proc.pid) for proc in procs)
 
 
-def measure(procs, client: Path, ports: list[int], connections: int, args, requests: Path, rate: float, cpus):
+def batch_rows(port: int) -> tuple[float, float]:
+    """(rows, batches) the app's workers have executed so far, from its Prometheus batch-size histogram."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    found = {name: float(value) for name, value in BATCH_ROWS.findall(text)}
+    if set(found) != {"sum", "count"}:
+        raise RuntimeError(f"the app's /metrics on port {port} has no inference_batch_size histogram")
+    return found["sum"], found["count"]
+
+
+def measure(
+    procs,
+    client: Path,
+    ports: list[int],
+    connections: int,
+    args,
+    requests: Path,
+    rate: float,
+    cpus,
+    metrics_port: int | None = None,
+):
+    """One cell; with ``metrics_port`` (the app's), also its batches from the end of the warm-up (read then, from
+    a timer: the generator runs the warm-up and the cell in one process) to the end."""
     before = server_cpu(procs)
     seconds = args.seconds
     command = [str(client), ",".join(map(str, ports)), str(connections), str(seconds), str(requests)]
     command += [f"{rate:.1f}", str(args.warmup)]  # rate 0: a closed loop
-    result = subprocess.run(
-        command, capture_output=True, text=True, timeout=seconds + 60, preexec_fn=sb.pinned(cpus), check=False
-    )
+    at_start: list[tuple[float, float]] = []
+    timer = None
+    if metrics_port is not None:
+        timer = threading.Timer(args.warmup, lambda: at_start.append(batch_rows(metrics_port)))
+        timer.start()
+    try:
+        result = subprocess.run(
+            command, capture_output=True, text=True, timeout=seconds + 60, preexec_fn=sb.pinned(cpus), check=False
+        )
+    finally:
+        if timer is not None:
+            timer.cancel()
+            timer.join()
     match = RESULT.search(result.stdout)
     if result.returncode != 0 or match is None:
         raise RuntimeError(f"load_client failed ({result.returncode}): {result.stderr.strip()[:300]}")
     count, elapsed, p50, p99, late, warmup = match.groups()
     cpu_us = (server_cpu(procs) - before) / (int(count) + int(warmup)) * 1e6  # the warm-up's requests cost CPU too
-    return Cell(int(count) / float(elapsed), float(p50), float(p99), int(late), cpu_us)
+    rows_per_batch = cycle_ms = None
+    if metrics_port is not None and not at_start:  # the timer's own failure is printed by its thread
+        raise RuntimeError(f"the app's /metrics on port {metrics_port} could not be read at the end of the warm-up")
+    if at_start:
+        rows, batches = (end - start for end, start in zip(batch_rows(metrics_port), at_start[0], strict=True))
+        if batches > 0:
+            rows_per_batch, cycle_ms = rows / batches, float(elapsed) * WORKERS / batches * 1000
+    return Cell(int(count) / float(elapsed), float(p50), float(p99), int(late), cpu_us, rows_per_batch, cycle_ms)
 
 
 def median_cell(cells: list[Cell]) -> Cell:
@@ -198,6 +245,7 @@ def run(args: argparse.Namespace, work: Path) -> dict:
                         requests,
                         fraction * sustained,
                         generator_cpus,
+                        metrics_port=ports[0] if kind == "app" else None,
                     )
                     paced[kind][fraction].append(cell)
             finally:
@@ -256,6 +304,15 @@ def report(args: argparse.Namespace, result: dict) -> None:
         f"{kind} {'met' if result['paced'][kind][top].p99_ms <= bound_ms else 'MISSED'}" for kind in args.server_list
     ]
     print(f"goal p99 <= 2 x batch + delay ({bound_ms:.2f} ms) paced at {top:.0%} of sustained: " + ", ".join(verdicts))
+    for fraction in args.paced_list:
+        cell = result["paced"].get("app", {}).get(fraction)
+        if cell is not None and cell.cycle_ms is not None:
+            idle = cell.cycle_ms - batch_s * 1000
+            print(
+                f"model cycle, app paced at {fraction:.0%}: {cell.rows_per_batch:.1f} rows per batch, "
+                f"{cell.cycle_ms:.2f} ms per batch per worker against the {batch_s * 1000:.2f} ms batch "
+                f"({idle:.2f} ms of it with the model idle or waiting to fill)"
+            )
     for level in args.level_list:
         for kind in args.server_list:
             rps = result["closed"][kind][level].rps

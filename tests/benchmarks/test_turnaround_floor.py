@@ -50,6 +50,17 @@ def test_the_floors_and_the_app_are_measured_side_by_side(artifact):
         line = next(line for line in out.splitlines() if line.startswith(goal))
         assert re.findall(r"(\S+) (?:met|MISSED)", line.split(": ", 1)[1]) == list(SERVERS), line
     assert re.search(r"servers on CPU [\d,]+, the load generator alone on CPU \d+|share the CPUs", out), out
+    # The app's model cycle, from its own batch metrics after the warm-up: rows it batched, and no batch faster than
+    # the emulated accelerator allows (the cycle includes the batch).
+    cycle = re.search(
+        r"^model cycle, app paced at 50%: ([\d.]+) rows per batch, ([\d.]+) ms per batch per worker against the "
+        r"([\d.]+) ms batch",
+        out,
+        re.M,
+    )
+    assert cycle, out
+    rows, cycle_ms, batch_ms = map(float, cycle.groups())
+    assert 1 <= rows <= 16 and cycle_ms >= 0.95 * batch_ms, cycle.group(0)
 
 
 @pytest.fixture(scope="module")
