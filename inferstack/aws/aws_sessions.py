@@ -5,8 +5,9 @@ assumed role's credentials are renewed before they expire, so a session outlives
 hours).
 
 Every session of the process shares one botocore data loader (``new_session``): a fresh botocore session parses
-the endpoint rules and each service's model from botocore's JSON again, about 0.3 s of CPU per first client, which
-a command that reaches several environments (promote, rollback, smoke) paid for each of them."""
+the endpoint rules and each service's model from botocore's JSON again (a session with ECR and CloudFormation
+clients: 0.06-0.25 s of CPU, against 0.02 s on the shared loader), which a command that reaches several
+environments (promote, rollback, smoke) paid for each of them, and a test suite on moto for every test."""
 
 from __future__ import annotations
 
