@@ -6,7 +6,7 @@ With as many clients as the workers have batch rows (32 connections for 2 worker
 accelerator's time while a batch's replies go out and its clients' next requests come in: the share of the
 limit is at most batch / (batch + turnaround), whatever the batching does, and the turnaround is the request
 path's cost, sixteen times. This runs, on the same emulated accelerator (--batch-ms per batch of up to 16 rows,
-2 workers, --max-queue-delay-ms, the app's batching rules), side by side:
+--workers (2 by default), --max-queue-delay-ms, the app's batching rules), side by side:
   native        benchmarks/floor/floor_server.c: epoll, the request's head and length read, a fixed reply;
                 no interpreter on the path (compiled here with cc);
   python        benchmarks/floor/python_floor.py: the app's own stack (uvloop, a Protocol, httptools), nothing
@@ -49,7 +49,6 @@ import serve_bench as sb  # noqa: E402
 FLOOR = HERE / "floor"
 SERVERS = ("native", "python", "python+json", "python+work", "app")
 ROWS = 16
-WORKERS = 2
 RESULT = re.compile(r"requests=(\d+) seconds=([\d.]+) p50_ms=([\d.]+) p99_ms=([\d.]+) late=(\d+) warmup=(\d+)")
 BATCH_ROWS = re.compile(r"^inference_batch_size_(sum|count) ([\d.e+]+)$", re.M)  # the app's /metrics, every worker
 
@@ -101,13 +100,13 @@ def start(kind: str, args: argparse.Namespace, art: Path | None, server: Path, b
     delay_ms = args.max_queue_delay_ms
     if kind == "native":
         proc = subprocess.Popen(
-            [str(server), str(WORKERS), str(round(batch_s * 1e6)), str(round(delay_ms * 1000))],
+            [str(server), str(args.workers), str(round(batch_s * 1e6)), str(round(delay_ms * 1000))],
             stdout=subprocess.PIPE,
             text=True,
             preexec_fn=sb.pinned(cpus),
             start_new_session=True,
         )
-        return [proc], read_ports(proc, WORKERS)
+        return [proc], read_ports(proc, args.workers)
     if kind in ("python", "python+json", "python+work"):
         # --batch-ms, not the measured batch: time.sleep wakes as late here as it does in the app's stand-in.
         extra = {"python": [], "python+json": ["--json"], "python+work": ["--work", str(art)]}[kind]
@@ -118,11 +117,11 @@ def start(kind: str, args: argparse.Namespace, art: Path | None, server: Path, b
                 text=True,
                 preexec_fn=sb.pinned(cpus),
             )
-            for _ in range(WORKERS)
+            for _ in range(args.workers)
         ]
         return procs, [read_ports(proc, 1)[0] for proc in procs]
     port = sb.free_port()
-    ns = argparse.Namespace(max_batch_size=ROWS, max_queue_delay_ms=delay_ms, workers=WORKERS, torch_threads=1)
+    ns = argparse.Namespace(max_batch_size=ROWS, max_queue_delay_ms=delay_ms, workers=args.workers, torch_threads=1)
     proc = sb.start_server(
         art,
         port,
@@ -205,7 +204,7 @@ def measure(
     if at_start:
         rows, batches = (end - start for end, start in zip(batch_rows(metrics_port), at_start[0], strict=True))
         if batches > 0:
-            rows_per_batch, cycle_ms = rows / batches, float(elapsed) * WORKERS / batches * 1000
+            rows_per_batch, cycle_ms = rows / batches, float(elapsed) * args.workers / batches * 1000
     return Cell(int(count) / float(elapsed), float(p50), float(p99), int(late), cpu_us, rows_per_batch, cycle_ms)
 
 
@@ -260,7 +259,7 @@ def run(args: argparse.Namespace, work: Path) -> dict:
 
 def report(args: argparse.Namespace, result: dict) -> None:
     batch_s = result["batch_s"]
-    limit = WORKERS * ROWS / batch_s
+    limit = args.workers * ROWS / batch_s
     bound_ms = 2 * batch_s * 1000 + args.max_queue_delay_ms
     server_cpus, generator_cpus = result["cpus"]
     where = (
@@ -270,7 +269,7 @@ def report(args: argparse.Namespace, result: dict) -> None:
         else "servers and load generator share the CPUs"
     )
     print(
-        f"{WORKERS} workers, emulated accelerator {batch_s * 1000:.2f} ms per batch of up to {ROWS} rows "
+        f"{args.workers} worker(s), emulated accelerator {batch_s * 1000:.2f} ms per batch of up to {ROWS} rows "
         f"(--batch-ms {args.batch_ms:g}), queue delay {args.max_queue_delay_ms:g} ms: limit {limit:,.0f} req/s; "
         f"{where}; {args.seconds:g} s per cell, median of {args.rounds} round(s); "
         f"load average {os.getloadavg()[0]:.2f} at the end"
@@ -316,10 +315,10 @@ def report(args: argparse.Namespace, result: dict) -> None:
     for level in args.level_list:
         for kind in args.server_list:
             rps = result["closed"][kind][level].rps
-            turnaround_ms = WORKERS * ROWS / rps * 1000 - batch_s * 1000 if rps else float("inf")
+            turnaround_ms = args.workers * ROWS / rps * 1000 - batch_s * 1000 if rps else float("inf")
             print(
                 f"turnaround at {level} connections, {kind}: {turnaround_ms:.2f} ms per cycle "
-                f"(the cycle is {ROWS * WORKERS} / req/s, less the batch)"
+                f"(the cycle is {ROWS * args.workers} / req/s, less the batch)"
             )
 
 
@@ -328,6 +327,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--model-dir", type=Path, help="a compiled CPU artifact (default: build the tiny BERT)")
     parser.add_argument("--batch-ms", type=float, default=3.0, help="the emulated accelerator's time per batch")
     parser.add_argument("--max-queue-delay-ms", type=float, default=1.0)
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=2,
+        help="workers of every server (1: one worker alone on the servers' core, as where each has cores of its "
+        "own; pass --levels to match, 16 rows per worker)",
+    )
     parser.add_argument("--seconds", type=float, default=4.0, help="seconds per cell, after the warm-up")
     parser.add_argument("--warmup", type=float, default=1.0, help="seconds of closed loop before each cell")
     parser.add_argument("--rounds", type=int, default=2)
@@ -354,6 +360,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         fail(f"--max-queue-delay-ms: not negative, got {args.max_queue_delay_ms}")
     if args.rounds < 1:
         fail(f"--rounds: at least 1, got {args.rounds}")
+    if not 1 <= args.workers <= 16:
+        fail(f"--workers: from 1 to 16, got {args.workers}")
     if not 1 <= args.paced_connections <= 1024:
         fail(f"--paced-connections: from 1 to 1024, got {args.paced_connections}")
     try:

@@ -63,6 +63,26 @@ def test_the_floors_and_the_app_are_measured_side_by_side(artifact):
     assert 1 <= rows <= 16 and cycle_ms >= 0.95 * batch_ms, cycle.group(0)
 
 
+def test_one_worker_each_is_measured_against_one_workers_limit(artifact):
+    """--workers 1: every server runs one worker, and the limit, the share and the model cycle are one worker's."""
+    args = ["--model-dir", str(artifact), "--workers", "1", "--servers", "native,app", "--levels", "8"]
+    args += ["--seconds", "0.5", "--warmup", "0.2", "--rounds", "1", "--paced", "0.5", "--paced-connections", "16"]
+    result = run_script(SCRIPT, *args, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    out = result.stdout
+    header = re.search(
+        r"^1 worker\(s\), emulated accelerator ([\d.]+) ms per batch .*: limit ([\d,]+) req/s", out, re.M
+    )
+    assert header, out
+    batch_ms, limit = float(header.group(1)), int(header.group(2).replace(",", ""))
+    assert abs(limit - 16 / batch_ms * 1000) <= 0.005 * limit, header.group(0)  # 16 rows (ms rounded)
+    rows = {m.group(1): m for m in ROW.finditer(out)}
+    assert sorted(rows) == ["app", "native"], out
+    for row in rows.values():  # the share printed is of one worker's limit
+        assert int(row.group(2)) == round(int(row.group(3).replace(",", "")) / limit * 100), row.group(0)
+    assert re.search(r"^model cycle, app paced at 50%: [\d.]+ rows per batch", out, re.M), out
+
+
 @pytest.fixture(scope="module")
 def native(tmp_path_factory):
     """The floor server and the load generator, compiled as the benchmark compiles them."""
@@ -135,6 +155,7 @@ def test_the_load_generator_refuses_a_server_that_closes_with_a_request_in_fligh
         (["--paced", "1.5"], "--paced: a comma-separated list of fractions in (0, 1], got '1.5'"),
         (["--servers", "app,nginx"], "--servers: a comma-separated list of native, python, python+json, "),
         (["--max-queue-delay-ms", "-1"], "--max-queue-delay-ms: not negative, got -1.0"),
+        (["--workers", "0"], "--workers: from 1 to 16, got 0"),
     ],
 )
 def test_bad_arguments(args, message):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import pytest
 
@@ -241,6 +242,68 @@ def test_admission_counts_the_batch_waiting_behind_the_running_one_and_times_eac
     h.finish_batch(after_s=0.010)  # "running" took 10 ms
     h.finish_batch(after_s=0.010)  # the one behind it: sent at 100.0, but it ran from 100.010 to 100.020
     assert h.batcher.batch_s == pytest.approx(0.010)
+
+
+class SlowStages(Stages):
+    """Stages whose prepare of the batches in ``slow`` takes ``seconds`` (time.sleep: the GIL released, as a
+    stack of texts the fast tokenizer cannot take would not, but its length is what matters here)."""
+
+    def __init__(self, slow: set[tuple], seconds: float) -> None:
+        super().__init__(hold_first=False)
+        self.slow, self.seconds = slow, seconds
+
+    def prepare(self, payloads):
+        if tuple(payloads) in self.slow:
+            time.sleep(self.seconds)
+        return super().prepare(payloads)
+
+
+def hand_over(stages: SlowStages, handoff_wait_s: float) -> list[tuple[str, tuple]]:
+    """A full batch (one request "ab" of 2 rows) runs while "c" queues; as it comes back "c" goes straight to the
+    model (no queue delay). Every stage and every answer, in the order they happened."""
+
+    async def go() -> None:
+        batcher = DynamicBatcher(
+            stages.run,
+            prepare_batch=stages.prepare,
+            pipeline=True,
+            max_batch_size=2,
+            max_queue_delay_s=0.0,
+            loop=asyncio.get_running_loop(),
+            admission=None,
+            handoff_wait_s=handoff_wait_s,
+        )
+        batcher.start()
+        answered = asyncio.Event()
+
+        def on(payload):
+            def answer(ok, value):
+                stages._record("answer", (payload,))
+                if payload == "c":
+                    answered.set()
+
+            return answer
+
+        for payload, rows in (("ab", 2), ("c", 1)):  # one go, on the loop: "c" is queued before "ab" comes back
+            batcher.submit(payload, rows, on(payload))
+        await asyncio.wait_for(answered.wait(), WAIT_S)
+        await batcher.drain(timeout=WAIT_S)
+
+    asyncio.run(go())
+    return stages.events
+
+
+def test_the_next_batch_is_stacked_before_the_replies_of_the_one_before_are_written():
+    """Otherwise the inference thread waits for the GIL while the loop writes them, and the model idles."""
+    events = hand_over(SlowStages({("c",)}, 0.2), handoff_wait_s=WAIT_S)
+    assert events.index(("run", ("ab",))) < events.index(("prepared", ("c",))) < events.index(("answer", ("ab",)))
+    assert [batch[0] for event, batch in events if event == "answer"] == ["ab", "c"]
+
+
+def test_the_replies_wait_for_the_next_batch_no_longer_than_the_handoff_bound():
+    events = hand_over(SlowStages({("c",)}, 1.0), handoff_wait_s=0.01)
+    assert events.index(("run", ("ab",))) < events.index(("answer", ("ab",))) < events.index(("prepared", ("c",)))
+    assert [batch[0] for event, batch in events if event == "answer"] == ["ab", "c"]
 
 
 def test_server_pipeline_is_on_by_default_and_off_for_baselines(tmp_path):
