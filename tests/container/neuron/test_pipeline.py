@@ -245,22 +245,28 @@ def test_admission_counts_the_batch_waiting_behind_the_running_one_and_times_eac
 
 
 class SlowStages(Stages):
-    """Stages whose prepare of the batches in ``slow`` takes ``seconds`` (time.sleep: the GIL released, as a
-    stack of texts the fast tokenizer cannot take would not, but its length is what matters here)."""
+    """Stages whose prepare of a batch takes ``slow[batch]`` seconds (time.sleep, the GIL released, as the
+    tokenizers library releases it), and whose model stage of ("c",) waits for "d" to be queued."""
 
-    def __init__(self, slow: set[tuple], seconds: float) -> None:
+    def __init__(self, slow: dict[tuple, float]) -> None:
         super().__init__(hold_first=False)
-        self.slow, self.seconds = slow, seconds
+        self.slow = slow
+        self.d_queued = threading.Event()
 
     def prepare(self, payloads):
-        if tuple(payloads) in self.slow:
-            time.sleep(self.seconds)
+        time.sleep(self.slow.get(tuple(payloads), 0.0))
         return super().prepare(payloads)
+
+    def run(self, batch):
+        if batch == ("c",):
+            self.d_queued.wait(WAIT_S)
+        return super().run(batch)
 
 
 def hand_over(stages: SlowStages, handoff_wait_s: float) -> list[tuple[str, tuple]]:
     """A full batch (one request "ab" of 2 rows) runs while "c" queues; as it comes back "c" goes straight to the
-    model (no queue delay). Every stage and every answer, in the order they happened."""
+    model (no queue delay), and "d", queued while "c" runs, as "c" comes back. Every stage and every answer, in
+    the order they happened."""
 
     async def go() -> None:
         batcher = DynamicBatcher(
@@ -279,7 +285,10 @@ def hand_over(stages: SlowStages, handoff_wait_s: float) -> list[tuple[str, tupl
         def on(payload):
             def answer(ok, value):
                 stages._record("answer", (payload,))
-                if payload == "c":
+                if payload == "ab":  # "c" is with the thread: "d" queues behind it
+                    batcher.submit("d", 1, on("d"))
+                    stages.d_queued.set()
+                if payload == "d":
                     answered.set()
 
             return answer
@@ -293,17 +302,25 @@ def hand_over(stages: SlowStages, handoff_wait_s: float) -> list[tuple[str, tupl
     return stages.events
 
 
+def answered_before_stacked(events, answer: str, stacked: str) -> bool:
+    """Was ``answer``'s reply written before the batch of ``stacked`` was stacked (prepared)?"""
+    return events.index(("answer", (answer,))) < events.index(("prepared", (stacked,)))
+
+
 def test_the_next_batch_is_stacked_before_the_replies_of_the_one_before_are_written():
     """Otherwise the inference thread waits for the GIL while the loop writes them, and the model idles."""
-    events = hand_over(SlowStages({("c",)}, 0.2), handoff_wait_s=WAIT_S)
-    assert events.index(("run", ("ab",))) < events.index(("prepared", ("c",))) < events.index(("answer", ("ab",)))
-    assert [batch[0] for event, batch in events if event == "answer"] == ["ab", "c"]
+    events = hand_over(SlowStages({("c",): 0.2, ("d",): 0.2}), handoff_wait_s=WAIT_S)
+    assert not answered_before_stacked(events, "ab", "c") and not answered_before_stacked(events, "c", "d")
+    assert [batch[0] for event, batch in events if event == "answer"] == ["ab", "c", "d"]
 
 
-def test_the_replies_wait_for_the_next_batch_no_longer_than_the_handoff_bound():
-    events = hand_over(SlowStages({("c",)}, 1.0), handoff_wait_s=0.01)
-    assert events.index(("run", ("ab",))) < events.index(("answer", ("ab",))) < events.index(("prepared", ("c",)))
-    assert [batch[0] for event, batch in events if event == "answer"] == ["ab", "c"]
+def test_the_replies_wait_no_longer_than_the_bound_and_not_at_all_after_a_hand_off_past_it():
+    """A stack longer than the bound (texts the fast tokenizer cannot take) costs the loop the bound once: the
+    next hand-off is not waited for, however short."""
+    events = hand_over(SlowStages({("c",): 1.0, ("d",): 0.2}), handoff_wait_s=0.5)
+    assert answered_before_stacked(events, "ab", "c")  # waited 0.5 s of the 1 s, then wrote the reply
+    assert answered_before_stacked(events, "c", "d")  # 0.2 s would fit the bound: not waited for
+    assert [batch[0] for event, batch in events if event == "answer"] == ["ab", "c", "d"]
 
 
 def test_server_pipeline_is_on_by_default_and_off_for_baselines(tmp_path):
