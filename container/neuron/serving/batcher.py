@@ -28,10 +28,10 @@ event loop, so the two threads meet twice per batch (a queue put, a loop wake-up
 turns at a condition variable, and at the GIL, per request. When a batch comes back and the next one goes
 straight to the inference thread, the loop waits (at most HANDOFF_WAIT_S, the GIL released) until the thread
 has started the model before it writes the replies: otherwise the thread waited for the GIL through them, with
-the model idle. It does not wait when the last such hand-off took longer than that (a stack that runs long,
-texts the fast tokenizer cannot take, which the library tokenizes without the GIL anyway). The thread also keeps
-the queue delay's time while it waits for work: the event loop's timers (and uvloop's clock) tick in whole
-milliseconds, which for a 1 ms delay sent batches anywhere from at once to 2 ms late.
+the model idle. It does not wait when the thread's last stack took longer than that (texts the fast tokenizer
+cannot take, which the library tokenizes without the GIL anyway). The thread also keeps the queue delay's time
+while it waits for work: the event loop's timers (and uvloop's clock) tick in whole milliseconds, which for a
+1 ms delay sent batches anywhere from at once to 2 ms late.
 
 Admission (SERVER_SLO_MS): a request is queued only if it would be answered within the budget (80 % of
 the SLO), or if the model is idle (its batch measures the batch time, so a wrong estimate cannot refuse
@@ -168,8 +168,7 @@ class DynamicBatcher:
         self._handoff_wait_s = handoff_wait_s
         self._started = threading.Event()  # set by the inference thread as it starts a batch
         self._handed_over = False  # finished() sent the next batch straight to the inference thread
-        self._handed_at = 0.0  # when the last batch went straight to the thread (perf_counter), and how long
-        self._handoff_s = 0.0  # it took the thread to start it: the loop waits only while that fits the bound
+        self._stack_s = 0.0  # how long the thread's last stack of a batch handed straight to it took
 
     def start(self) -> None:
         for thread in self._threads:
@@ -335,7 +334,7 @@ class DynamicBatcher:
         self._started.clear()
         self._handed_over = False
         self._schedule()
-        if self._handed_over and self._handoff_s <= self._handoff_wait_s:
+        if self._handed_over and self._stack_s <= self._handoff_wait_s:
             # The model is free and its next batch waits for the inference thread to stack it, which takes the GIL.
             # Writing the replies first kept the thread waiting for it through them (the model idle a median
             # 0.35 ms of every cycle at 80 % load, docs/explanation/performance.md); the wait releases the GIL.
@@ -377,7 +376,6 @@ class DynamicBatcher:
             self._to_prepare.put((batch, trigger))
         else:
             self._handed_over = True
-            self._handed_at = time.perf_counter()
             self._jobs.put((batch, trigger))
 
     def _wake_at(self, when: float, callback: Callable[[], None]) -> _NoCancel:
@@ -423,7 +421,7 @@ class DynamicBatcher:
             if len(job) == 2:  # not prepared yet: the model is free, so this thread prepares it
                 batch, trigger = job
                 ok, inputs, seconds = self._prepare(batch)
-                self._handoff_s = time.perf_counter() - self._handed_at  # read by the loop after the next one
+                self._stack_s = seconds  # the loop waits for the next such hand-off only if this fits its bound
             else:
                 batch, trigger, ok, inputs, seconds = job
             self._started.set()  # the loop may write the last batch's replies now (a failed stack runs nothing)

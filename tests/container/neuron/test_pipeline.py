@@ -316,7 +316,7 @@ def test_the_next_batch_is_stacked_before_the_replies_of_the_one_before_are_writ
 
 def test_the_replies_wait_no_longer_than_the_bound_and_not_at_all_after_a_hand_off_past_it():
     """A stack longer than the bound (texts the fast tokenizer cannot take) costs the loop the bound once: the
-    next hand-off is not waited for, however short."""
+    next hand-off is not waited for, however short its own stack."""
     events = hand_over(SlowStages({("c",): 1.0, ("d",): 0.2}), handoff_wait_s=0.5)
     assert answered_before_stacked(events, "ab", "c")  # waited 0.5 s of the 1 s, then wrote the reply
     assert answered_before_stacked(events, "c", "d")  # 0.2 s would fit the bound: not waited for
