@@ -37,7 +37,6 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,7 +49,6 @@ FLOOR = HERE / "floor"
 SERVERS = ("native", "python", "python+json", "python+work", "app")
 ROWS = 16
 RESULT = re.compile(r"requests=(\d+) seconds=([\d.]+) p50_ms=([\d.]+) p99_ms=([\d.]+) late=(\d+) warmup=(\d+)")
-BATCH_ROWS = re.compile(r"^inference_batch_size_(sum|count) ([\d.e+]+)$", re.M)  # the app's /metrics, every worker
 
 
 @dataclass(frozen=True)
@@ -153,16 +151,6 @@ def server_cpu(procs: list[subprocess.Popen]) -> float:
     return sum(peers.tree_cpu(proc.pid) for proc in procs)
 
 
-def batch_rows(port: int) -> tuple[float, float]:
-    """(rows, batches) the app's workers have executed so far, from its Prometheus batch-size histogram."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
-        text = response.read().decode()
-    found = {name: float(value) for name, value in BATCH_ROWS.findall(text)}
-    if set(found) != {"sum", "count"}:
-        raise RuntimeError(f"the app's /metrics on port {port} has no inference_batch_size histogram")
-    return found["sum"], found["count"]
-
-
 def measure(
     procs,
     client: Path,
@@ -183,7 +171,7 @@ def measure(
     at_start: list[tuple[float, float]] = []
     timer = None
     if metrics_port is not None:
-        timer = threading.Timer(args.warmup, lambda: at_start.append(batch_rows(metrics_port)))
+        timer = threading.Timer(args.warmup, lambda: at_start.append(sb.batch_stats(metrics_port)))
         timer.start()
     try:
         result = subprocess.run(
@@ -202,7 +190,7 @@ def measure(
     if metrics_port is not None and not at_start:  # the timer's own failure is printed by its thread
         raise RuntimeError(f"the app's /metrics on port {metrics_port} could not be read at the end of the warm-up")
     if at_start:
-        rows, batches = (end - start for end, start in zip(batch_rows(metrics_port), at_start[0], strict=True))
+        rows, batches = (end - start for end, start in zip(sb.batch_stats(metrics_port), at_start[0], strict=True))
         if batches > 0:
             rows_per_batch, cycle_ms = rows / batches, float(elapsed) * args.workers / batches * 1000
     return Cell(int(count) / float(elapsed), float(p50), float(p99), int(late), cpu_us, rows_per_batch, cycle_ms)
