@@ -33,15 +33,23 @@ cannot take, which the library tokenizes without the GIL anyway). The thread als
 while it waits for work: the event loop's timers (and uvloop's clock) tick in whole milliseconds, which for a
 1 ms delay sent batches anywhere from at once to 2 ms late.
 
-Admission (SERVER_SLO_MS): a request is queued only if it would be answered within the budget (80 % of
-the SLO), or if the model is idle (its batch measures the batch time, so a wrong estimate cannot refuse
-everything for good): the batches ahead of it and its own (queued rows over the max batch size, rounded up, plus one
-already sent behind the running batch) times the batch time (an EWMA of batches as the event loop sees
-them, from sent, or from when the one before was answered if later, to answered), plus what is left of
-the batch now running, plus the queue delay. Otherwise submit raises Overloaded at once: a queue bounded by
-the SLO instead of one that grows until every request waits. A request that still waits when its batch
-could no longer finish within the budget (the batch time grew after it was admitted) is failed with
-Overloaded rather than run. Both cost O(1) per request on the event loop.
+Admission (SERVER_SLO_MS): a request is queued if it would be answered within the budget (80 % of the SLO). The
+estimate: the batches ahead of it and its own (queued rows over the max batch size, rounded up, plus one already
+sent behind the running batch) times the batch time (an EWMA of batches as the event loop sees them, from sent,
+or from when the one before was answered if later, to answered), plus what is left of the batch now running, plus
+the queue delay where the batching rule waits it: for the next batch to leave (and, the model idle, for all
+behind it), never for a batch behind a full one, which leaves at once. Two cases bypass the budget. An idle model
+admits whatever the estimate (its batch measures the batch time, so a wrong estimate cannot refuse everything for
+good). A request that rides the next batch to leave is admitted if that batch ends within the SLO itself: it
+waits for no backlog, only for the running batch and the queue delay, which no refusal shortens. The budget's
+reserve is for a backlog, where the estimate's error adds up batch by batch; applied to the next batch too, it
+refused requests at any load wherever the batch as the loop sees it took over (budget - delay) / 2: 0.2-0.3 % at
+half load on a 16-core host, 1-2 % on two cores (docs/explanation/performance.md). Otherwise submit raises
+Overloaded at once: a queue bounded by the SLO instead of one that grows until every request waits. A request
+that still waits when its batch could no longer finish within the budget (the batch time grew after it was
+admitted) is failed with Overloaded rather than run while a backlog waits behind it; once the rest of the queue
+fits the batch about to leave, only if that batch would end past the SLO, as at the door. Both cost O(1) per
+request on the event loop.
 """
 
 from __future__ import annotations
@@ -199,12 +207,19 @@ class DynamicBatcher:
 
     def estimate_s(self, rows: int = 1) -> float:
         """When a request of ``rows`` queued now would be answered, from now: the batches ahead of it and
-        its own, what is left of the running batch, and the queue delay."""
+        its own, what is left of the running batch, and the queue delay where the batching rule waits it."""
         batches = -(-(self._queued_rows + rows) // self._max_rows) + max(0, self._running - 1)
-        wait = batches * self._batch_s + self._max_delay
-        if self._busy:
-            wait += max(0.0, self._batch_s - (self._clock() - self._running_since()))
+        wait = batches * self._batch_s
+        if not self._busy:
+            return wait + self._max_delay  # the next batch waits out the delay, and everything behind it
+        wait += max(0.0, self._batch_s - (self._clock() - self._running_since()))
+        if self._rides_next(rows):
+            wait += self._max_delay  # the batch may wait for company once the model is free; a full one never does
         return wait
+
+    def _rides_next(self, rows: int) -> bool:
+        """A request of ``rows`` queued now would leave in the next batch: nothing but the running batch ahead."""
+        return self._running <= 1 and self._queued_rows + rows <= self._max_rows
 
     def _running_since(self) -> float:
         """When the oldest batch with the model started, as the loop sees it: when it left the queue, or
@@ -223,6 +238,15 @@ class DynamicBatcher:
             # for good. Its batch is the measurement that corrects the estimate.
             return
         wait = self.estimate_s(rows)
+        if self._rides_next(rows):
+            # It waits only for the running batch and the queue delay, which no refusal shortens.
+            if wait > admission.slo_ms / 1000.0:
+                raise Overloaded(
+                    f"overloaded: the next batch would answer in about {wait * 1000:.0f} ms, beyond the "
+                    f"{admission.slo_ms:g} ms SLO; retry later",
+                    max(1, math.ceil(wait)),
+                )
+            return
         if wait > admission.budget_s:
             raise Overloaded(
                 f"overloaded: about {wait * 1000:.0f} ms of queued work exceeds the {admission.budget_s * 1000:.0f} ms "
@@ -254,12 +278,17 @@ class DynamicBatcher:
 
     def _expire(self) -> list[Pending]:
         """The queued requests, oldest first, that could no longer be answered within the budget even if
-        their batch left now: failed rather than run, which leaves the model to requests that can."""
-        queue, expired = self._queue, []
-        if self._batch_s + self._max_delay > self._admission.budget_s:
+        their batch left now: failed rather than run, which leaves the model to requests that can. Once the
+        rest of the queue fits the batch about to leave, no one waits behind it: then only what would end
+        past the SLO itself goes (as at the door, see admit)."""
+        queue, expired, admission = self._queue, [], self._admission
+        if self._batch_s + self._max_delay > admission.budget_s:
             return expired  # not even a batch of its own fits: the estimate must be measured first (see admit)
-        latest = self._clock() + self._batch_s - self._admission.budget_s  # enqueued before this: too late
-        while queue and queue[0].enqueued < latest:
+        ends = self._clock() + self._batch_s
+        while queue:
+            limit = admission.budget_s if self._queued_rows > self._max_rows else admission.slo_ms / 1000.0
+            if queue[0].enqueued >= ends - limit:
+                break
             item = queue.popleft()
             self._queued_rows -= item.rows
             expired.append(item)

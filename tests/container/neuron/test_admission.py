@@ -134,6 +134,47 @@ def test_the_warm_up_measurement_replaces_the_initial_estimate_until_a_live_batc
     assert h.batcher.batch_s == pytest.approx(0.8 * 0.002 + 0.2 * 0.004)
 
 
+def test_a_request_riding_the_next_batch_is_held_to_the_slo_not_the_budget():
+    # The reference workload's case: a 10 ms SLO (8 ms budget), 1 ms queue delay, a 3.6 ms batch as the loop
+    # sees it. A request that arrives as a batch starts waits for it, the delay and its own batch: 8.2 ms.
+    h = Harness(Admission(slo_ms=10, budget_s=0.008, initial_batch_s=0.0036), delay_s=0.001)
+    h.submit("running")
+    h.clock.advance_to_next_timer()  # the delay ran out: the first batch leaves
+    assert len(h.batches) == 1
+    h.submit("rides the next batch")  # 3.6 ms left + 1 ms + 3.6 ms = 8.2 ms: over the budget, within the SLO
+    for i in range(MAX_ROWS - 1):
+        h.submit(i)  # the next batch is full
+    with pytest.raises(Overloaded) as refused:  # behind a whole batch: 11.8 ms, judged by the 8 ms budget
+        h.submit("behind a backlog")
+    assert "8 ms budget of the 10 ms SLO" in str(refused.value)
+    h.finish_batch(after_s=0.0036)
+    assert [item.payload for item in h.batches[0]] == ["rides the next batch", 0, 1, 2]  # left at once, full
+
+
+def test_the_next_batch_is_refused_too_when_it_would_end_past_the_slo():
+    h = Harness(Admission(slo_ms=10, budget_s=0.008, initial_batch_s=0.0046), delay_s=0.001)
+    h.submit("running")
+    h.clock.advance_to_next_timer()
+    with pytest.raises(Overloaded) as refused:  # 4.6 + 1 + 4.6 = 10.2 ms: past the SLO itself
+        h.submit("next")
+    assert "beyond the 10 ms SLO" in str(refused.value)
+    h.clock.now += 0.0004  # 0.4 ms of the running batch gone: 9.8 ms, within it
+    h.submit("next")
+    assert h.batcher.queue_depth == 1
+
+
+def test_the_queue_delay_counts_for_the_next_batch_but_not_behind_a_full_one():
+    h = Harness(delay_s=0.005)
+    h.submit("running")
+    h.clock.advance_to_next_timer()  # the delay ran out: it left alone, the model busy for 10 ms
+    assert h.batcher.estimate_s() == pytest.approx(0.010 + 0.005 + 0.010)  # the next batch may wait for company
+    for i in range(MAX_ROWS):
+        h.submit(i)  # the next batch is full: it leaves as the model comes free, and the one behind it too
+    assert h.batcher.estimate_s() == pytest.approx(0.010 + 2 * 0.010)
+    h.finish_batch(after_s=0.010)
+    assert [item.payload for item in h.batches[0]] == [0, 1, 2, 3]  # at once, no delay waited
+
+
 def test_the_queue_delay_counts_against_the_budget():
     h = Harness(delay_s=0.025)
     h.submit("a")  # waits for company: 10 ms + 25 ms = 35 ms
@@ -146,13 +187,27 @@ def test_a_request_that_could_no_longer_finish_within_the_budget_is_refused_inst
     h.submit("running")
     for i in range(8):
         h.submit(i)
-    h.finish_batch(after_s=0.035)  # the model slowed down: the queued requests have waited 35 ms already
-    # Another 15 ms batch (the EWMA) would end past the 40 ms budget: all eight are refused, none is run.
+    h.finish_batch(after_s=0.040)  # the model slowed down: the queued requests have waited 40 ms already
+    # Another 16 ms batch (the EWMA) would end past the 40 ms budget and the 50 ms SLO: all eight are refused,
+    # none is run.
     refused = [payload for payload, ok, value in h.answers if not ok]
     assert refused == list(range(8)) and all(isinstance(v, Overloaded) for _, ok, v in h.answers if not ok)
     assert h.batches == [] and h.batcher.queue_depth == 0
     h.submit("fresh")  # the model is free: a new request goes at once
     assert [item.payload for item in h.batches[0]] == ["fresh"]
+
+
+def test_past_the_budget_a_backlog_is_refused_but_the_batch_leaving_now_runs_if_it_ends_within_the_slo():
+    h = Harness()
+    h.submit("running")
+    for i in range(8):  # two batches' worth
+        h.submit(i)
+    h.finish_batch(after_s=0.035)  # waited 35 ms; the next batch (15 ms, the EWMA) ends at 50 ms: past the budget
+    answered = [(payload, ok) for payload, ok, _ in h.answers]
+    # The oldest four wait in front of a backlog: refused, so that the four behind them leave now instead of
+    # after them. Those four then ride the batch that leaves at once and ends within the 50 ms SLO: run.
+    assert set(answered) == {("running", True), (0, False), (1, False), (2, False), (3, False)}
+    assert [item.payload for item in h.batches[0]] == [4, 5, 6, 7] and h.batcher.queue_depth == 0
 
 
 def test_without_admission_everything_is_queued():
