@@ -33,7 +33,11 @@ generator's CPU, what was sent on time and late, the p99 and the verdict. --serv
 --serve-workers W: the target is the serving app instead (container/neuron/serving/serve.py, W workers on the emulated
 accelerator, --batch-ms per batch of up to 16 rows, its SLO --slo-ms: admission on), with serve_bench.py's tiny
 BERT (or --model-dir): the reference workload's server, one intent-bert task of 6 workers, is
-`--peak 16000 --serve-workers 6 --workers 12 --server-cpus 0-5 --generator-cpus 6-15` on a 16-core machine.
+`--peak 16000 --serve-workers 6 --workers 12 --server-cpus 0-5 --generator-cpus 6-15` on a 16-core machine. It also
+prints the server's side: its CPU per request (every process) and how full its batches were.
+--client native (with --serve-workers): the same open system from one compiled process
+(benchmarks/floor/load_client.c) instead of Locust, where the cores left over cannot run enough Locust workers to
+send the rate on time; the same verdict rule (p99 from the due time within the SLO, errors within 0.1 %).
 Figures are printed, never asserted.
 """
 
@@ -58,7 +62,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from inferstack.loadtest import report, runner  # noqa: E402 - after sys.path is set
-from inferstack.loadtest.spec import ExpectedOutput, LoadTestSpec, Step, Target  # noqa: E402 - after sys.path is set
+from inferstack.loadtest.spec import (  # noqa: E402 - after sys.path is set
+    DEFAULT_ERROR_BUDGET_PERCENT,
+    ExpectedOutput,
+    LoadTestSpec,
+    Step,
+    Target,
+)
 
 REFERENCE_PEAK = 16_000  # req/s: the reference workload's peak (model_configs/intent-bert.yaml)
 # The closed-loop pacing the open model replaced (inferstack/loadtest/pacing.py before it): users of one request in
@@ -371,14 +381,24 @@ def peak_against_serve(args) -> int:
         f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}; "
         f"serve.py, {args.serve_workers} workers "
         f"on the emulated accelerator ({args.batch_ms:g} ms per batch of up to 16: limit {limit:,.0f} req/s); "
-        f"{args.workers} Locust workers offering {args.peak:g} req/s for {args.seconds:g} s (open system, SLO "
-        f"{args.slo_ms:g} ms); {where}"
+        f"{f'{args.workers} Locust workers' if args.client == 'locust' else 'one native client'} offering "
+        f"{args.peak:g} req/s for {args.seconds:g} s (open system, SLO {args.slo_ms:g} ms); "
+        f"{where.replace('Locust', 'the generator')}"
     )
     with tempfile.TemporaryDirectory(prefix="loadtest-serve-") as scratch:
         workdir = Path(scratch)
         server, url, outputs = start_serving_app(workdir, port, args)
         if args.generator_cpus:
             os.sched_setaffinity(0, {int(c) for part in args.generator_cpus.split(",") for c in _cpu_range(part)})
+        import serve_bench  # on sys.path since start_serving_app
+
+        if args.client == "native":
+            try:
+                return native_against_serve(args, workdir, server, port)
+            finally:
+                stop_serving_app(server)
+        tree = psutil.Process(server.pid)
+        cpu_before, (rows_before, batches_before) = cpu_seconds(tree), serve_bench.batch_stats(port)
         try:
             spec = LoadTestSpec(
                 model="model",
@@ -391,14 +411,66 @@ def peak_against_serve(args) -> int:
             result = runner.run_local(
                 spec, workdir / "out", workers=args.workers, on_progress=lambda line: print(f"  {line}", flush=True)
             )
+            # The server's side of the run, from the warm server's state to the drained one: its CPU (every
+            # process, tokenization included) per request it answered, and how full its batches were.
+            cpu = cpu_seconds(tree) - cpu_before
+            rows_after, batches_after = serve_bench.batch_stats(port)
+            rows, batches = rows_after - rows_before, batches_after - batches_before
         finally:
-            server.terminate()  # serve.py drains, and its supervisor stops the workers
-            try:
-                server.wait(60)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait(10)
-    return print_peak(args, result)
+            stop_serving_app(server)
+    status = print_peak(args, result)
+    (step,) = result.steps
+    print(
+        f"server: {cpu * 1e6 / max(step.answered + step.rejected, 1):,.0f} µs of CPU per request answered or "
+        f"refused ({cpu:.1f} s over {step.answered:,} answered and {step.rejected:,} refused, every process); "
+        f"{rows / max(batches, 1):.1f} rows per batch over {batches:,.0f} batches "
+        f"({batches / args.serve_workers / max(step.seconds, 1e-9):,.0f} a second per worker)"
+    )
+    return status
+
+
+def stop_serving_app(server: subprocess.Popen) -> None:
+    server.terminate()  # serve.py drains, and its supervisor stops the workers
+    try:
+        server.wait(60)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        server.wait(10)
+
+
+def native_against_serve(args, workdir: Path, server: subprocess.Popen, port: int) -> int:
+    """--client native: the same open system from benchmarks/floor/load_client.c, one process of compiled code
+    instead of Locust, for where the cores left to Locust cannot send the rate on time (a Locust worker spends
+    about 450 µs of CPU per request): the server's p99 from the due time, with a generator that is not the
+    bottleneck. Prints the figures and the verdict by the same rule: p99 within the SLO, errors within 0.1 %."""
+    import turnaround_floor  # the benchmarks share their setup; on sys.path since start_serving_app
+
+    _, client = turnaround_floor.build(workdir)
+    requests = workdir / "requests.bin"
+    bodies = turnaround_floor.peers.request_bytes("/v2/models/model/infer", turnaround_floor.sb.sample_texts(256))
+    requests.write_bytes(b"".join(body + b"\0" for body in bodies))
+    # HTTP/1.1 carries one request at a time per connection: enough that a request due finds an idle one while
+    # those ahead of it take up to twice the SLO.
+    connections = min(1024, max(64, math.ceil(args.peak * args.slo_ms / 1000 * 2)))
+    cpus = {c for part in args.generator_cpus.split(",") for c in _cpu_range(part)} if args.generator_cpus else None
+    run = argparse.Namespace(seconds=args.seconds, warmup=1.0, workers=args.serve_workers)
+    cell = turnaround_floor.measure([server], client, [port], connections, run, requests, args.peak, cpus, port)
+    sent = cell.rps * args.seconds + cell.refused
+    errors = 100.0 * cell.refused / sent if sent else 0.0
+    good = cell.p99_ms <= args.slo_ms and errors <= DEFAULT_ERROR_BUDGET_PERCENT
+    print(
+        f"native client (benchmarks/floor/load_client.c, {connections} connections, after a 1 s closed-loop "
+        f"warm-up): answered {cell.rps:,.0f} req/s, refused {cell.refused:,} ({errors:.2f} %), "
+        f"{cell.late:,} sent more than 1 ms late; from the due time p50 {cell.p50_ms:.2f} ms, "
+        f"p99 {cell.p99_ms:.2f} ms; verdict {'pass' if good else 'fail'} "
+        f"(p99 <= {args.slo_ms:g} ms, errors <= {DEFAULT_ERROR_BUDGET_PERCENT:g} %)"
+    )
+    print(
+        f"server: {cell.cpu_us:,.0f} µs of CPU per request, the warm-up's included (every process); "
+        f"{cell.rows_per_batch or 0:.1f} rows per batch, {cell.cycle_ms or 0:.2f} ms per batch per worker "
+        f"(the measured run)"
+    )
+    return 0
 
 
 def print_peak(args, result) -> int:
@@ -441,6 +513,12 @@ def main(argv: list[str] | None = None) -> int:
         metavar="W",
         help="with --peak: the target is serve.py with W workers on the emulated accelerator",
     )
+    parser.add_argument(
+        "--client",
+        choices=("locust", "native"),
+        default="locust",
+        help="with --serve-workers: the project's distributed Locust run, or one compiled open-system client",
+    )
     parser.add_argument("--batch-ms", type=float, default=3.0, help="with --serve-workers: emulated time per batch")
     parser.add_argument(
         "--model-dir", type=Path, help="with --serve-workers: a compiled CPU artifact (default: build one)"
@@ -448,6 +526,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.serve_workers < 0 or (args.serve_workers and args.peak is None):
         parser.exit(2, f"{parser.prog}: error: --serve-workers: a positive number of workers, with --peak\n")
+    if args.client == "native" and not args.serve_workers:
+        parser.exit(2, f"{parser.prog}: error: --client native: only against the serving app (--serve-workers)\n")
     if not (math.isfinite(args.batch_ms) and args.batch_ms > 0):
         parser.exit(2, f"{parser.prog}: error: --batch-ms: must be a number > 0, got {args.batch_ms:g}\n")
     for flag, value in (

@@ -48,7 +48,10 @@ import serve_bench as sb  # noqa: E402
 FLOOR = HERE / "floor"
 SERVERS = ("native", "python", "python+json", "python+work", "app")
 ROWS = 16
-RESULT = re.compile(r"requests=(\d+) seconds=([\d.]+) p50_ms=([\d.]+) p99_ms=([\d.]+) late=(\d+) warmup=(\d+)")
+RESULT = re.compile(
+    r"requests=(\d+) seconds=([\d.]+) p50_ms=([\d.]+) p99_ms=([\d.]+) late=(\d+) warmup=(\d+)"
+    r" reconnects=\d+ refused=(\d+)"
+)
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,7 @@ class Cell:
     cpu_us: float  # the server's CPU per request, every process and thread
     rows_per_batch: float | None = None  # the app's paced cells: its batches after the warm-up, from /metrics
     cycle_ms: float | None = None  # the model's time per batch per worker, idle time between batches included
+    refused: int = 0  # non-2xx replies (a server shedding load): not in rps or the percentiles
 
 
 def build(work: Path) -> tuple[Path, Path]:
@@ -184,8 +188,9 @@ def measure(
     match = RESULT.search(result.stdout)
     if result.returncode != 0 or match is None:
         raise RuntimeError(f"load_client failed ({result.returncode}): {result.stderr.strip()[:300]}")
-    count, elapsed, p50, p99, late, warmup = match.groups()
-    cpu_us = (server_cpu(procs) - before) / (int(count) + int(warmup)) * 1e6  # the warm-up's requests cost CPU too
+    count, elapsed, p50, p99, late, warmup, refused = match.groups()
+    # The warm-up's requests cost CPU too; refusals (admission on) are the measured run's.
+    cpu_us = (server_cpu(procs) - before) / (int(count) + int(warmup) + int(refused)) * 1e6
     rows_per_batch = cycle_ms = None
     if metrics_port is not None and not at_start:  # the timer's own failure is printed by its thread
         raise RuntimeError(f"the app's /metrics on port {metrics_port} could not be read at the end of the warm-up")
@@ -193,7 +198,9 @@ def measure(
         rows, batches = (end - start for end, start in zip(sb.batch_stats(metrics_port), at_start[0], strict=True))
         if batches > 0:
             rows_per_batch, cycle_ms = rows / batches, float(elapsed) * args.workers / batches * 1000
-    return Cell(int(count) / float(elapsed), float(p50), float(p99), int(late), cpu_us, rows_per_batch, cycle_ms)
+    return Cell(
+        int(count) / float(elapsed), float(p50), float(p99), int(late), cpu_us, rows_per_batch, cycle_ms, int(refused)
+    )
 
 
 def median_cell(cells: list[Cell]) -> Cell:

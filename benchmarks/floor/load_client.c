@@ -8,8 +8,9 @@
  * a request falls due every 1 / RATE seconds whatever the server does, goes out on the first connection with
  * nothing in flight (HTTP/1.1, one request at a time each), and its latency counts from when it was due.
  * A closed loop of WARMUP seconds (default 1; RATE 0 is a closed loop) first warms the server up. Prints one line:
- *   requests=N seconds=S p50_ms=X p99_ms=Y late=L warmup=W reconnects=R
- * (late: requests sent more than 1 ms after they were due, for want of a free connection or because this
+ *   requests=N seconds=S p50_ms=X p99_ms=Y late=L warmup=W reconnects=R refused=F
+ * (requests and the percentiles: 2xx replies only; refused: the measured run's other replies, a server's 503s
+ * when it sheds load, which would otherwise pass for fast answers; late: requests sent more than 1 ms after they were due, for want of a free connection or because this
  * process was held up; warmup: the
  * warm-up's replies, which a caller counting the server's CPU includes; reconnects: replies that said
  * "connection: close", after which the connection's next request went on a new one).
@@ -67,7 +68,7 @@ static int reply_length(conn_t *c) {
     return -1;
 }
 
-static long reconnects;
+static long reconnects, refused;
 
 static void open_connection(int epoll, conn_t *c, int index) {
     int one = 1;
@@ -150,7 +151,10 @@ static double run(int connections, double seconds, double rate, double *latencie
             int need;
             while ((need = reply_length(c)) > 0) {
                 double t = now();
-                latencies[(*count)++] = t - c->due;
+                if (c->len >= 10 && memcmp(c->buf, "HTTP/1.1 2", 10) == 0)
+                    latencies[(*count)++] = t - c->due;
+                else
+                    refused++;
                 int closing = says_close(c, need);
                 memmove(c->buf, c->buf + need, c->len - need);
                 c->len -= need;
@@ -221,13 +225,15 @@ int main(int argc, char **argv) {
     long count, late;
     run(connections, warmup_s, 0, latencies, &count, &late); /* warm-up, closed loop */
     long warmup = count;
+    refused = 0; /* the warm-up's refusals are not the measured run's */
     double elapsed = run(connections, seconds, rate, latencies, &count, &late);
     if (!count) {
-        fprintf(stderr, "load_client: no reply\n");
+        fprintf(stderr, "load_client: no 2xx reply (%ld refused)\n", refused);
         return 1;
     }
     qsort(latencies, count, sizeof(double), by_value);
-    printf("requests=%ld seconds=%.4f p50_ms=%.3f p99_ms=%.3f late=%ld warmup=%ld reconnects=%ld\n", count, elapsed,
-           latencies[count / 2] * 1e3, latencies[(long)(count * 0.99)] * 1e3, late, warmup, reconnects);
+    printf("requests=%ld seconds=%.4f p50_ms=%.3f p99_ms=%.3f late=%ld warmup=%ld reconnects=%ld refused=%ld\n", count,
+           elapsed, latencies[count / 2] * 1e3, latencies[(long)(count * 0.99)] * 1e3, late, warmup, reconnects,
+           refused);
     return 0;
 }

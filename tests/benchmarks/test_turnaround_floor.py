@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -119,6 +120,56 @@ def test_a_paced_run_sends_every_request_that_fell_due_and_no_more(native, tmp_p
     fields = dict(item.split("=") for item in result.stdout.split())
     assert int(fields["requests"]) == 600, result.stdout
     assert int(fields["warmup"]) > 0 and int(fields["reconnects"]) == 0, result.stdout
+
+
+def test_replies_other_than_2xx_are_counted_refused_and_kept_out_of_the_latencies(native, tmp_path):
+    """A server shedding load answers 503 in microseconds: counted apart, or they would pass for fast answers.
+    Here every other reply is a 503 after no wait and every 200 comes 20 ms after its request."""
+    import socket
+    import threading
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    port = listener.getsockname()[1]
+
+    def serve(connection):
+        replies = 0
+        with connection:
+            while connection.recv(65536):
+                replies += 1
+                if replies % 2:
+                    time.sleep(0.02)
+                    connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                else:
+                    connection.sendall(
+                        b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Length: 0\r\n\r\n"
+                    )
+
+    def accept():
+        while True:
+            try:
+                connection, _ = listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=serve, args=(connection,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    (tmp_path / "requests.bin").write_bytes(b"GET / HTTP/1.1\r\n\r\n\0")
+    try:
+        result = subprocess.run(
+            [str(native / "load_client"), str(port), "1", "1", str(tmp_path / "requests.bin"), "0", "0.2"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        listener.close()
+    assert result.returncode == 0, result.stderr
+    fields = dict(item.split("=") for item in result.stdout.split())
+    answered, refused = int(fields["requests"]), int(fields["refused"])
+    assert refused > 0 and abs(answered - refused) <= 1, result.stdout  # alternate replies on one connection
+    assert float(fields["p50_ms"]) >= 20, result.stdout  # the 200s' latency only: no instant 503 among them
 
 
 def test_the_load_generator_refuses_a_server_that_closes_with_a_request_in_flight(native, tmp_path):
