@@ -461,7 +461,8 @@ def native_against_serve(args, workdir: Path, server: subprocess.Popen, port: in
     print(
         f"native client (benchmarks/floor/load_client.c, {connections} connections, after a 1 s closed-loop "
         f"warm-up): answered {cell.rps:,.0f} req/s, refused {cell.refused:,} ({errors:.2f} %), "
-        f"{cell.late:,} sent more than 1 ms late; from the due time p50 {cell.p50_ms:.2f} ms, "
+        f"{cell.late:,} sent more than 1 ms late, {cell.reconnects:,} sent on a new connection after a "
+        f"'connection: close'; from the due time p50 {cell.p50_ms:.2f} ms, "
         f"p99 {cell.p99_ms:.2f} ms; verdict {'pass' if good else 'fail'} "
         f"(p99 <= {args.slo_ms:g} ms, errors <= {DEFAULT_ERROR_BUDGET_PERCENT:g} %)"
     )

@@ -50,7 +50,7 @@ SERVERS = ("native", "python", "python+json", "python+work", "app")
 ROWS = 16
 RESULT = re.compile(
     r"requests=(\d+) seconds=([\d.]+) p50_ms=([\d.]+) p99_ms=([\d.]+) late=(\d+) warmup=(\d+)"
-    r" reconnects=\d+ refused=(\d+)"
+    r" reconnects=(\d+) refused=(\d+)"
 )
 
 
@@ -64,6 +64,7 @@ class Cell:
     rows_per_batch: float | None = None  # the app's paced cells: its batches after the warm-up, from /metrics
     cycle_ms: float | None = None  # the model's time per batch per worker, idle time between batches included
     refused: int = 0  # non-2xx replies (a server shedding load): not in rps or the percentiles
+    reconnects: int = 0  # replies that said "connection: close" (the app evening out its workers' connections)
 
 
 def build(work: Path) -> tuple[Path, Path]:
@@ -188,7 +189,7 @@ def measure(
     match = RESULT.search(result.stdout)
     if result.returncode != 0 or match is None:
         raise RuntimeError(f"load_client failed ({result.returncode}): {result.stderr.strip()[:300]}")
-    count, elapsed, p50, p99, late, warmup, refused = match.groups()
+    count, elapsed, p50, p99, late, warmup, reconnects, refused = match.groups()
     # The warm-up's requests cost CPU too; refusals (admission on) are the measured run's.
     cpu_us = (server_cpu(procs) - before) / (int(count) + int(warmup) + int(refused)) * 1e6
     rows_per_batch = cycle_ms = None
@@ -199,7 +200,15 @@ def measure(
         if batches > 0:
             rows_per_batch, cycle_ms = rows / batches, float(elapsed) * args.workers / batches * 1000
     return Cell(
-        int(count) / float(elapsed), float(p50), float(p99), int(late), cpu_us, rows_per_batch, cycle_ms, int(refused)
+        int(count) / float(elapsed),
+        float(p50),
+        float(p99),
+        int(late),
+        cpu_us,
+        rows_per_batch,
+        cycle_ms,
+        int(refused),
+        int(reconnects),
     )
 
 
