@@ -11,8 +11,8 @@
  *   requests=N seconds=S p50_ms=X p99_ms=Y late=L warmup=W reconnects=R refused=F
  * (requests and the percentiles: 2xx replies only; refused: the measured run's other replies, a server's 503s
  * when it sheds load, which would otherwise pass for fast answers; late: requests sent more than 1 ms after they
- * were due, for want of a free connection or because this process was held up; warmup: the warm-up's replies,
- * which a caller counting the server's CPU includes; reconnects: the measured run's replies that said
+ * were due, for want of a free connection or because this process was held up; warmup: the warm-up's replies
+ * of any status, which a caller counting the server's CPU includes; reconnects: the measured run's replies that said
  * "connection: close", after which the connection's next request went on a new one).
  */
 #define _GNU_SOURCE
@@ -224,8 +224,8 @@ int main(int argc, char **argv) {
     double *latencies = malloc(capacity * sizeof(double));
     long count, late;
     run(connections, warmup_s, 0, latencies, &count, &late); /* warm-up, closed loop */
-    long warmup = count;
-    refused = reconnects = 0; /* the warm-up's are not the measured run's */
+    long warmup = count + refused; /* every reply, for a caller counting the server's CPU per request */
+    refused = reconnects = 0;      /* the warm-up's are not the measured run's */
     double elapsed = run(connections, seconds, rate, latencies, &count, &late);
     if (!count) {
         fprintf(stderr, "load_client: no 2xx reply (%ld refused)\n", refused);
