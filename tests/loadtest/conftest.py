@@ -22,11 +22,13 @@ GOOD_OUTPUTS = [
 
 @dataclass
 class Answerer:
-    """Every `every`-th request gets a 503, the one after it an answer with the wrong logits shape."""
+    """Every `every`-th request gets a 503, the one after it an answer with the wrong logits shape. Every reply
+    sets a cookie, as a load balancer's stickiness would; `cookies_back` counts the requests that sent one."""
 
     url: str
     every: int
     received: int = 0
+    cookies_back: int = 0
 
 
 @pytest.fixture
@@ -39,6 +41,7 @@ def answerer() -> Iterator[Answerer]:
             self.rfile.read(int(self.headers.get("Content-Length", 0)))
             with lock:
                 state.received += 1
+                state.cookies_back += "Cookie" in self.headers
                 number = state.received
             if number % state.every == 0:
                 status, outputs = 503, None
@@ -47,7 +50,9 @@ def answerer() -> Iterator[Answerer]:
             else:
                 status, outputs = 200, GOOD_OUTPUTS
             self.reply(
-                status, json.dumps({"model_name": "m", "outputs": outputs} if outputs else {"error": "busy"}).encode()
+                status,
+                json.dumps({"model_name": "m", "outputs": outputs} if outputs else {"error": "busy"}).encode(),
+                {"Set-Cookie": "AWSALB=target-1; Path=/"},
             )
 
     with serving(Handler) as port:

@@ -138,6 +138,8 @@ def test_a_master_and_a_worker_task_measure_the_target_and_store_the_result_in_s
     for kind, count in step.errors.items():
         assert abs(count - step.offered / 10) <= 2, (kind, count, step.offered)
     assert step.failures == sum(step.errors.values()) and step.rejected == step.errors["HTTP 503"]
+    # Each request stands for an independent caller: the generators keep no cookie the target sets.
+    assert answerer.received >= step.offered and answerer.cookies_back == 0
     assert result.verdict == FAIL
     assert any(": errors " in reason and "above the budget's 0.1 %" in reason for reason in result.reasons)
     report = s3.get_object(Bucket="loadtest-results", Key=prefix + "report.txt")["Body"].read().decode()
