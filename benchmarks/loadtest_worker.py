@@ -318,7 +318,7 @@ def start_serving_app(workdir: Path, port: int, args) -> tuple[subprocess.Popen,
     settings = argparse.Namespace(
         max_batch_size=16, max_queue_delay_ms=1.0, workers=args.serve_workers, torch_threads=1
     )
-    cpus = {c for part in args.server_cpus.split(",") for c in _cpu_range(part)} if args.server_cpus else None
+    cpus = cpu_set(args.server_cpus) if args.server_cpus else None
     server = serve_bench.start_server(
         art,
         port,
@@ -350,9 +350,7 @@ def peak(args) -> int:
         workdir = Path(scratch)
         server = start_server(workdir, port, args.server_cpus)
         if args.generator_cpus:
-            os.sched_setaffinity(
-                0, {int(c) for part in args.generator_cpus.split(",") for c in _cpu_range(part)}
-            )  # inherited by the Locust processes
+            os.sched_setaffinity(0, cpu_set(args.generator_cpus))  # inherited by the Locust processes
         try:
             spec = spec_for(
                 Target(kind="http", url=f"http://127.0.0.1:{port}/v2/models/m/infer"),
@@ -389,14 +387,14 @@ def peak_against_serve(args) -> int:
         workdir = Path(scratch)
         server, url, outputs = start_serving_app(workdir, port, args)
         if args.generator_cpus:
-            os.sched_setaffinity(0, {int(c) for part in args.generator_cpus.split(",") for c in _cpu_range(part)})
-        import serve_bench  # on sys.path since start_serving_app
-
+            os.sched_setaffinity(0, cpu_set(args.generator_cpus))
         if args.client == "native":
             try:
                 return native_against_serve(args, workdir, server, port)
             finally:
                 stop_serving_app(server)
+        import serve_bench  # on sys.path since start_serving_app
+
         tree = psutil.Process(server.pid)
         cpu_before, (rows_before, batches_before) = cpu_seconds(tree), serve_bench.batch_stats(port)
         try:
@@ -452,9 +450,9 @@ def native_against_serve(args, workdir: Path, server: subprocess.Popen, port: in
     # HTTP/1.1 carries one request at a time per connection: enough that a request due finds an idle one while
     # those ahead of it take up to twice the SLO.
     connections = min(1024, max(64, math.ceil(args.peak * args.slo_ms / 1000 * 2)))
-    cpus = {c for part in args.generator_cpus.split(",") for c in _cpu_range(part)} if args.generator_cpus else None
     run = argparse.Namespace(seconds=args.seconds, warmup=1.0, workers=args.serve_workers)
-    cell = turnaround_floor.measure([server], client, [port], connections, run, requests, args.peak, cpus, port)
+    # The client inherits this process's CPUs: peak_against_serve has pinned it to --generator-cpus.
+    cell = turnaround_floor.measure([server], client, [port], connections, run, requests, args.peak, None, port)
     sent = cell.rps * args.seconds + cell.refused
     errors = 100.0 * cell.refused / sent if sent else 0.0
     good = cell.p99_ms <= args.slo_ms and errors <= DEFAULT_ERROR_BUDGET_PERCENT
@@ -485,6 +483,11 @@ def print_peak(args, result) -> int:
         f"mean {sum(g.mean_cpu_percent for g in workers) / len(workers):.0f} %; verdict {result.verdict}"
     )
     return 0
+
+
+def cpu_set(text: str) -> set[int]:
+    """A taskset-style CPU list ("0-5,8") as a set of CPU numbers."""
+    return {c for part in text.split(",") for c in _cpu_range(part)}
 
 
 def _cpu_range(part: str) -> range:
