@@ -42,6 +42,7 @@ LOAD_TEST_BUILD_CONTEXT = (
             "runner",
             "spec",
             "task",
+            "wire",
         )
     ),
     "!container/loadtest",

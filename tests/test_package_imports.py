@@ -17,8 +17,9 @@ And what inferstack/ imports when a module loads comes from requirements.txt, th
 steps (smoke, promote, loadtest) install alone: every module-level import of a third-party module is provided
 by a distribution requirements.txt names or one those depend on (with the extras named). What only one feature
 needs is imported inside the function that uses it (the Triton client's numpy and tokenizers, the load-test
-report's matplotlib). One file is exempt: the locustfile, which Locust loads in the load-test image
-(container/loadtest/requirements.txt installs locust, gevent and psutil there)."""
+report's matplotlib). Two files are exempt: the locustfile, which Locust loads in the load-test image
+(container/loadtest/requirements.txt installs locust, gevent and psutil there), and wire.py, the HTTP client
+only the locustfile imports (gevent's sockets)."""
 
 from __future__ import annotations
 
@@ -171,8 +172,9 @@ def test_no_inferstack_source_imports_moto_docker_or_rehearsal():
     assert found == []
 
 
-# The load-test image's Locust file: run by Locust there, with the image's own requirements (docstring).
-OWN_REQUIREMENTS = {"inferstack/loadtest/locustfile.py"}
+# The load-test image's Locust file and its HTTP client: run by Locust there, with the image's own requirements
+# (docstring).
+OWN_REQUIREMENTS = {"inferstack/loadtest/locustfile.py", "inferstack/loadtest/wire.py"}
 
 
 def module_level_imports(tree: ast.Module) -> list[tuple[int, str]]:

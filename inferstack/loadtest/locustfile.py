@@ -5,7 +5,8 @@ The spec (LoadTestSpec JSON) comes from INFERSTACK_LOADTEST_SPEC, or a file name
 INFERSTACK_LOADTEST_SPEC_FILE. Load is an open system (pacing.py): each generator runs one scheduling user that
 starts every request when it is due, in a greenlet of its own, without waiting for earlier answers. Requests: an
 HTTP POST of the spec's bodies in turn, or a SigV4-signed InvokeEndpoint as botocore builds it (AWS_ENDPOINT_URL
-is honoured), both sent by FastHttpUser, each answer checked like smoke's (answer.py): a wrong answer is a
+is honoured), both sent on pooled keep-alive connections by wire.py and reported to Locust's statistics as its
+own HTTP users report them, each answer checked like smoke's (answer.py): a wrong answer is a
 failure of kind "invalid answer: <reason>". The shape walks the spec's steps; at each step the master tells every
 generator the step and its grid, and prints a line for the step that ended (prefix PROGRESS). Every generator
 records its own requests (measure.Recorder: due, sent, ended) and sends that record with its stats reports; at
@@ -18,6 +19,7 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -26,11 +28,12 @@ import gevent
 import gevent.event
 import gevent.pool
 import psutil
-from locust import FastHttpUser, LoadTestShape, events, runners
-from locust.contrib.fasthttp import FastHttpSession
+from locust import LoadTestShape, User, events, runners
+from locust.env import Environment
+from locust.exception import CatchResponseError
 from locust.runners import MasterRunner, WorkerRunner
 
-from inferstack.loadtest import answer, measure, pacing, report
+from inferstack.loadtest import answer, measure, pacing, report, wire
 from inferstack.loadtest.runner import OUT_ENV, PROGRESS, SPEC_ENV, SPEC_FILE_ENV
 from inferstack.loadtest.spec import LoadTestSpec, SpecError
 
@@ -96,8 +99,9 @@ class _OpenArrivals:
     next request waits for a slot and leaves late, its latency still counted from when it was due. Nothing owed
     is skipped (pacing.next_due)."""
 
-    concurrency = SPEC.in_flight_per_generator  # FastHttpSession's connection pool: opened as needed
-    client: FastHttpSession  # the targets below are FastHttpUsers
+    connections: wire.Client  # its pool holds a connection per request in flight, opened as needed
+    environment: Environment  # the targets below are Locust Users
+    url = ""  # what Locust's statistics name the requests by
 
     def on_start(self) -> None:
         # Interleaved across generators: generator g of n takes its users' phases from indices g, g + n, g + 2n...
@@ -108,10 +112,12 @@ class _OpenArrivals:
         self._due = pacing.next_slot(time.monotonic(), _State.anchor, _State.interval, self._phase)
         self._body = index % len(BODIES)  # generators start at different requests of a payload
         self._requests = gevent.pool.Group()
-        # Each request stands for an independent caller, and no endpoint this drives sets a cookie that matters
-        # (the project's target groups have no stickiness): the session's cookie jar, read and written on every
-        # request, was about 8 % of a generator's CPU for nothing.
-        self.client.client.cookiejar = None
+        # No cookie jar: each request stands for an independent caller, and the project's target groups have no
+        # stickiness (FastHttpSession's, read and written on every request, was 8 % of a generator's CPU).
+        self.connections = self.new_client()
+
+    def new_client(self) -> wire.Client:
+        raise NotImplementedError
 
     def until_due(self) -> float:
         return DRAIN_POLL_S if _State.draining else max(0.0, self._due - time.monotonic())
@@ -129,13 +135,13 @@ class _OpenArrivals:
             _State.freed.clear()
             _State.freed.wait()
         _State.in_flight += 1
-        body = BODIES[self._body]
+        body = self._body
         self._body = (self._body + 1) % len(BODIES)
         self._requests.spawn(self._one, due, body, held)
         self._due = pacing.next_due(due, self._interval, _State.anchor, _State.interval, self._phase)
         self._interval = self._interval if self._due < _State.anchor else _State.interval
 
-    def _one(self, due: float, body: bytes, held: bool) -> None:
+    def _one(self, due: float, body: int, held: bool) -> None:
         try:
             _State.recorder.left(due, time.monotonic(), held)
             kind, status = self.send(body)
@@ -144,13 +150,39 @@ class _OpenArrivals:
             _State.in_flight -= 1
             _State.freed.set()
 
-    def send(self, body: bytes) -> tuple[str | None, int]:
+    def send(self, body: int) -> tuple[str | None, int]:
+        """Sends BODIES[body]; returns the failure's kind (None: answered) and the HTTP status (0: none)."""
         raise NotImplementedError
+
+    def exchange(self, request: bytes, status_kind: Callable[[wire.Reply], str]) -> tuple[str | None, int]:
+        """One request and its verdict: no answer at all (refused, reset, timed out: the exception's kind), a
+        status outside 2xx (its kind from `status_kind`), or a wrong answer; reported to Locust's statistics as
+        its HTTP users do, the response time from the request's start."""
+        started = time.perf_counter()
+        reply: wire.Reply | None = None
+        try:
+            reply = self.connections.send(request)
+        except Exception as exc:  # what the socket, TLS or the reply's framing raised: counted, not fatal
+            kind: str | None = measure.error_kind(exc)
+        else:
+            kind = _wrong_answer(reply.body) if 200 <= reply.status < 300 else status_kind(reply)
+        self.environment.events.request.fire(
+            request_type="POST",
+            name=SPEC.model,
+            response_time=(time.perf_counter() - started) * 1000.0,
+            response_length=len(reply.body) if reply else 0,
+            exception=None if kind is None else CatchResponseError(kind),
+            context={},
+            url=self.url,
+            response=None,
+        )
+        return kind, reply.status if reply else 0
 
     def on_stop(self) -> None:
         # Normally nothing is in flight by now (the shape drains the run first); on an early stop, the requests
         # already sent are still waited for, within the request timeout.
         self._requests.join(timeout=SPEC.timeout_s + 1.0)
+        self.connections.close()
 
 
 def _paced(user: _OpenArrivals) -> float:
@@ -165,52 +197,43 @@ def _wrong_answer(reply: bytes) -> str | None:
     return None
 
 
-def _judge(response, status_kind) -> tuple[str | None, int]:
-    """Mark a FastHttpUser reply (caught) a success or a failure of its kind: no answer at all (refused, reset,
-    timed out), a status outside 2xx (its kind from `status_kind()`), or a wrong answer. Returns the kind (None:
-    answered) and the status (0: none)."""
-    if not response.status_code:
-        kind: str | None = measure.error_kind(response.error) if response.error else "no response"
-    elif not 200 <= response.status_code < 300:
-        kind = status_kind()
-    else:
-        kind = _wrong_answer(response.content or b"")
-    if kind is None:
-        response.success()
-    else:
-        response.failure(kind)
-    return kind, response.status_code or 0
+def _http_status(reply: wire.Reply) -> str:
+    return f"HTTP {reply.status}"
 
 
 _url = urlsplit(SPEC.target.url or "http://unused")
+# Each body's request, built once: a request to an HTTP target is the same bytes every time it is sent.
+_HTTP_HEADERS = {"Content-Type": "application/json", "Accept": "application/json", "User-Agent": "inferstack-loadtest"}
+_origin = wire.Origin(f"{_url.scheme}://{_url.netloc}") if SPEC.target.kind == "http" else None
+_path = (_url.path or "/") + (f"?{_url.query}" if _url.query else "")
+_http_requests = [wire.post(_origin, _path, _HTTP_HEADERS, body) for body in BODIES] if _origin else []
 
 
-class HttpTarget(_OpenArrivals, FastHttpUser):
+class HttpTarget(_OpenArrivals, User):
     abstract = SPEC.target.kind != "http"
     host = f"{_url.scheme}://{_url.netloc}"
-    network_timeout = connection_timeout = SPEC.timeout_s
+    url = SPEC.target.url or ""
     wait_time = _paced
     tasks = [_OpenArrivals.arrive]  # Locust collects @task only from User classes, not from a mixin
-    path = (_url.path or "/") + (f"?{_url.query}" if _url.query else "")
 
-    def send(self, body: bytes) -> tuple[str | None, int]:
-        with self.client.post(
-            self.path,
-            data=body,  # type: ignore[arg-type]  # locust annotates str | dict, but sends bytes as they are (its docs)
-            name=SPEC.model,
-            catch_response=True,
-            headers={"Content-Type": "application/json", "Accept": "application/json"},
-        ) as response:
-            return _judge(response, lambda: f"HTTP {response.status_code}")
+    def new_client(self) -> wire.Client:
+        assert _origin is not None  # set whenever the target is HTTP; otherwise this class is abstract
+        # An https target's certificate is checked against the system's CAs, as `smoke` checks it.
+        context = gevent.ssl.create_default_context() if _origin.scheme == "https" else None
+        return wire.Client(_origin, timeout=SPEC.timeout_s, ssl_context=context)
+
+    def send(self, body: int) -> tuple[str | None, int]:
+        return self.exchange(_http_requests[body], _http_status)
 
 
 class _SignedInvoke:
     """InvokeEndpoint as boto3 sends it, built by botocore (its endpoint resolution, AWS_ENDPOINT_URL included,
     its serializer for the path and headers, its SigV4 signer with the process's credentials, refreshed as they
-    expire) and sent by FastHttpUser's client: half of a generator's CPU per request that boto3's own call took
-    (benchmarks/loadtest_worker.py, 1,000 req/s: 404 against 867 us), whose cost saturated a generator at about
-    1,000 req/s, half of load_test.per_worker_rps. Only the reply is read differently; an error reply goes through
-    botocore's parser, so its kind is the AWS error code boto3 would raise ("ModelError", "ThrottlingException")."""
+    expire) and sent by wire.py: boto3's own call cost a generator twice its CPU per request
+    (benchmarks/loadtest_worker.py, 1,000 req/s: 867 against 404 us with FastHttpUser sending), which saturated
+    it at about 1,000 req/s, half of load_test.per_worker_rps. Only the reply is read differently; an error reply
+    goes through botocore's parser, so its kind is the AWS error code boto3 would raise ("ModelError",
+    "ThrottlingException")."""
 
     def __init__(self) -> None:
         import boto3
@@ -232,6 +255,7 @@ class _SignedInvoke:
         request = serialize.create_serializer(protocol).serialize_to_request(params, self.operation)
         endpoint = urlsplit(client.meta.endpoint_url)
         self.host = f"{endpoint.scheme}://{endpoint.netloc}"
+        self.origin = wire.Origin(self.host)
         self.path = endpoint.path.rstrip("/") + request["url_path"]
         self.url = self.host + self.path
         self.headers = dict(request["headers"])
@@ -246,23 +270,23 @@ class _SignedInvoke:
         self.parser = parsers.create_parser(protocol)
         self.signer, self.request = SigV4Auth, AWSRequest  # imported once, not per request
 
-    def signed_headers(self, body: bytes) -> dict[str, str]:
-        # A signer per request: it holds the credentials, frozen now, as they may have been refreshed since.
+    def signed(self, body: bytes) -> bytes:
+        """The request's bytes, signed now. A signer per request: it holds the credentials, frozen now, as they may
+        have been refreshed since."""
         request = self.request(method="POST", url=self.url, data=body, headers=dict(self.headers))
         self.signer(self.credentials.get_frozen_credentials(), self.signing_name, self.region).add_auth(request)
-        return dict(request.headers.items())
+        return wire.post(self.origin, self.path, dict(request.headers.items()), body)
 
-    def error_kind(self, status: int, headers, body: bytes) -> str:
-        headers = {str(name).lower(): value for name, value in headers.items()}  # botocore reads them lower-cased
+    def error_kind(self, reply: wire.Reply) -> str:
+        # botocore's parser reads the headers lower-cased, as wire.py gives them
         parsed = self.parser.parse(
-            {"status_code": status, "headers": headers, "body": body}, self.operation.output_shape
+            {"status_code": reply.status, "headers": reply.headers, "body": reply.body}, self.operation.output_shape
         )
-        return str((parsed.get("Error") or {}).get("Code") or f"HTTP {status}")
+        return str((parsed.get("Error") or {}).get("Code") or f"HTTP {reply.status}")
 
 
-def _ca_bundle(cafile: str | None = None):
-    """Certificates checked against the bundle boto3 would use: AWS_CA_BUNDLE, else botocore's own. The `cafile`
-    geventhttpclient passes (certifi's, always) is not it, so it is not used."""
+def _ca_bundle():
+    """Certificates checked against the bundle boto3 would use: AWS_CA_BUNDLE, else botocore's own."""
     from botocore.httpsession import DEFAULT_CA_BUNDLE
 
     return gevent.ssl.create_default_context(cafile=os.environ.get("AWS_CA_BUNDLE") or DEFAULT_CA_BUNDLE)
@@ -271,28 +295,22 @@ def _ca_bundle(cafile: str | None = None):
 _invoke: _SignedInvoke | None = _SignedInvoke() if SPEC.target.kind == "sagemaker" else None
 
 
-class SageMakerTarget(_OpenArrivals, FastHttpUser):
+class SageMakerTarget(_OpenArrivals, User):
     abstract = SPEC.target.kind != "sagemaker"
     host = _invoke.host if _invoke else "http://unused"
-    network_timeout = connection_timeout = SPEC.timeout_s
-    insecure = False  # FastHttpUser's default skips certificate checks: SageMaker's are checked, as boto3 does
-    ssl_context_factory = staticmethod(_ca_bundle)
+    url = _invoke.url if _invoke else ""
     wait_time = _paced
     tasks = [_OpenArrivals.arrive]
 
-    def send(self, body: bytes) -> tuple[str | None, int]:
-        invoke = _invoke
-        assert invoke is not None  # set whenever the target is SageMaker; otherwise this class is abstract
-        with self.client.post(
-            invoke.path,
-            data=body,  # type: ignore[arg-type]  # locust annotates str | dict, but sends bytes as they are (its docs)
-            name=SPEC.model,
-            catch_response=True,
-            headers=invoke.signed_headers(body),
-        ) as response:
-            return _judge(
-                response, lambda: invoke.error_kind(response.status_code, response.headers, response.content or b"")
-            )
+    def new_client(self) -> wire.Client:
+        assert _invoke is not None  # set whenever the target is SageMaker; otherwise this class is abstract
+        # Certificates are checked as boto3 checks them (an http:// endpoint, such as an emulator's, has none)
+        context = _ca_bundle() if _invoke.origin.scheme == "https" else None
+        return wire.Client(_invoke.origin, timeout=SPEC.timeout_s, ssl_context=context)
+
+    def send(self, body: int) -> tuple[str | None, int]:
+        assert _invoke is not None
+        return self.exchange(_invoke.signed(BODIES[body]), _invoke.error_kind)
 
 
 class Steps(LoadTestShape):

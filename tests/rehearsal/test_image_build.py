@@ -174,6 +174,7 @@ LOADTEST_CLOSURE = {
     "inferstack.loadtest.runner",
     "inferstack.loadtest.spec",
     "inferstack.loadtest.task",
+    "inferstack.loadtest.wire",
 }
 
 
