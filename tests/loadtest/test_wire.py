@@ -273,6 +273,7 @@ def read_all(data: bytes, cuts: list[int]) -> tuple[wire.Reply, bool]:
     return wire._read(Feed(data, cuts), time.monotonic() + 60)
 
 
+@pytest.mark.fuzz
 @settings(max_examples=300, deadline=None)
 @given(st.binary(max_size=400), st.lists(st.integers(0, 400), max_size=6))
 def test_any_bytes_parse_to_a_reply_or_one_of_the_three_errors(data, cuts):
@@ -283,6 +284,7 @@ def test_any_bytes_parse_to_a_reply_or_one_of_the_three_errors(data, cuts):
     assert 200 <= reply.status <= 999 and isinstance(reply.body, bytes)
 
 
+@pytest.mark.fuzz
 @settings(max_examples=300, deadline=None)
 @example(304, b"", "close", [], [])  # no body, whatever the framing: the connection stays usable
 @given(
