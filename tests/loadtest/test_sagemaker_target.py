@@ -10,9 +10,7 @@ latency part is not asserted, the counts are."""
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import hmac
-import ipaddress
 import json
 import re
 import ssl
@@ -20,17 +18,12 @@ import threading
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import boto3
 import pytest
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from inferstack import config
 from inferstack.loadtest import runner, shape
@@ -38,6 +31,7 @@ from inferstack.loadtest.spec import Target
 from tests.support.emulator import REGION, seed_reply
 from tests.support.paths import CONFIG_DIR
 from tests.support.threaded_server import JsonHandler, serving
+from tests.support.tls import self_signed
 
 pytestmark = pytest.mark.loadtest
 MODEL = "bert-large-classifier"
@@ -145,31 +139,6 @@ class Checked:
     every: int = 10  # every `every`-th good request is answered with a ModelError, as a failing model would be
     outcomes: Counter = field(default_factory=Counter)
     targets: set = field(default_factory=set)
-
-
-def self_signed(directory: Path) -> tuple[Path, Path]:
-    """A certificate for 127.0.0.1 (and its key), signed by itself: trusted only where it is named as the CA."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = datetime.datetime.now(datetime.UTC)
-    certificate = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    cert_file, key_file = directory / "cert.pem", directory / "key.pem"
-    cert_file.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
-    key_file.write_bytes(
-        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    )
-    return cert_file, key_file
 
 
 @pytest.fixture

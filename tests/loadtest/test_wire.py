@@ -5,16 +5,20 @@ from __future__ import annotations
 
 import http.client
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
+import gevent.ssl
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from inferstack.loadtest import measure, wire
+from tests.support.tls import self_signed
 
 REQUEST_END = b"\r\n\r\n"
 Reading = Callable[[socket.socket], "bytes | None"]
@@ -220,6 +224,33 @@ def test_the_timeout_bounds_the_whole_request_not_each_wait():
         with pytest.raises(TimeoutError) as caught:
             c.send(request(port))
     assert measure.error_kind(caught.value) == measure.TIMEOUT
+
+
+@pytest.fixture
+def tls_server(tmp_path) -> Iterator[tuple[int, Path]]:
+    """A TLS server answering OK with a self-signed certificate for 127.0.0.1; yields its port and certificate."""
+    cert_file, key_file = self_signed(tmp_path)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert_file, key_file)
+
+    def script(conn: socket.socket, read: Reading) -> None:
+        with context.wrap_socket(conn, server_side=True) as tls:
+            serve([OK])(tls, read)  # type: ignore[arg-type]
+
+    with scripted(script) as (port, _):
+        yield port, cert_file
+
+
+def test_https_checks_the_certificate_against_the_contexts_cas_and_keeps_the_connection(tls_server):
+    port, cert_file = tls_server
+    origin = wire.Origin(f"https://127.0.0.1:{port}")
+    trusting = wire.Client(origin, timeout=5, ssl_context=gevent.ssl.create_default_context(cafile=str(cert_file)))
+    assert [trusting.send(request(port)).body for _ in range(2)] == [b'{"ok":true}'] * 2
+    assert trusting.connections_opened == 1
+    system = wire.Client(origin, timeout=5, ssl_context=gevent.ssl.create_default_context())
+    with pytest.raises(ssl.SSLCertVerificationError) as caught:
+        system.send(request(port))
+    assert measure.error_kind(caught.value) == "SSLCertVerificationError"
 
 
 def test_a_refused_connection_is_its_error():
