@@ -120,13 +120,13 @@ class _OpenArrivals:
         raise NotImplementedError
 
     def until_due(self) -> float:
-        return DRAIN_POLL_S if _State.draining else max(0.0, self._due - time.monotonic())
+        return DRAIN_POLL_S if _State.draining else max(0.0, self._due - pacing.TIMER_LEAD_S - time.monotonic())
 
     def arrive(self) -> None:
         if _State.draining:
             return
         due = self._due
-        delay = due - time.monotonic()
+        delay = due - pacing.TIMER_LEAD_S - time.monotonic()
         if delay > 0:
             gevent.sleep(delay)
         held = False
@@ -143,9 +143,10 @@ class _OpenArrivals:
 
     def _one(self, due: float, body: int, held: bool) -> None:
         try:
-            _State.recorder.left(due, time.monotonic(), held)
+            sent = time.monotonic()
+            _State.recorder.left(due, sent, held)
             kind, status = self.send(body)
-            _State.recorder.ended(due, kind, status)
+            _State.recorder.ended(due, kind, status, sent=sent)
         finally:
             _State.in_flight -= 1
             _State.freed.set()

@@ -53,12 +53,12 @@ def send(
     late_ms: float = 0.0,
     held: bool = False,
 ) -> None:
-    """One request due now, leaving `late_ms` after it (`held`: waiting for a slot), ended `latency_ms` after it
-    was due."""
+    """One request due now, leaving `late_ms` after it (before it if negative; `held`: waiting for a slot), ended
+    `latency_ms` after it was due."""
     due = clock.now
     recorder.left(due, due + late_ms / 1000.0, held)
     clock.now = due + latency_ms / 1000.0
-    recorder.ended(due, kind, status)
+    recorder.ended(due, kind, status, sent=due + late_ms / 1000.0)
     clock.now = due
 
 
@@ -149,6 +149,20 @@ def test_late_sends_are_counted_with_their_lateness_and_their_wait_is_in_the_lat
     assert step.p99_ms == pytest.approx(32.0, rel=1e-3)
     # Lateness only adds to a latency counted from the due time: within the SLO despite it, the step stands.
     assert run.verdict == PASS
+
+
+def test_a_request_woken_early_counts_its_latency_from_when_it_left_and_a_late_one_from_when_it_was_due():
+    # The locustfile wakes each request a timer tick early (pacing.TIMER_LEAD_S): one that left 0.8 ms before it
+    # was due and was answered 5 ms after it was due took 5.8 ms; one that left 3 ms late, 5 ms from its due time.
+    clock = Clock()
+    one = one_step(clock)
+    for i in range(100):
+        clock.now += 0.01
+        send(one, clock, 5.0, late_ms=-0.8 if i < 50 else 3.0)
+    one.stop()
+    (step,) = result_of(one, the_spec=spec(Step(rate=100, seconds=1))).steps
+    assert (step.offered, step.late) == (100, 0)
+    assert step.p50_ms == pytest.approx(5.0, rel=1e-3) and step.p99_ms == pytest.approx(5.8, rel=1e-3)
 
 
 def test_late_sends_that_could_account_for_a_miss_make_the_step_invalid_not_a_fail():
