@@ -65,9 +65,11 @@ def post(origin: Origin, path: str, headers: dict[str, str], body: bytes) -> byt
     fields = {name: value for name, value in headers.items() if name.lower() not in ("host", "content-length")}
     if not any(name.lower() == "accept-encoding" for name in fields):
         fields["Accept-Encoding"] = "identity"
+    if " " in path:
+        raise ValueError(f"request path {path[:40]!r}: a space would split the request line")
     for text in (path, *fields, *fields.values()):
-        if any(c in text for c in "\r\n\0") or (text is path and " " in text):
-            raise ValueError(f"request line or header {text[:40]!r}: a space, line break or NUL")
+        if any(c in text for c in "\r\n\0"):
+            raise ValueError(f"request line or header {text[:40]!r}: a line break or NUL")
     lines = [f"POST {path} HTTP/1.1", f"Host: {origin.host_header}"]
     lines += [f"{name}: {value}" for name, value in fields.items()]
     lines.append(f"Content-Length: {len(body)}")
@@ -116,7 +118,7 @@ class Client:
         deadline = time.monotonic() + self.timeout
         connection = self._take(deadline)
         try:
-            connection.sock.settimeout(max(0.001, deadline - time.monotonic()))
+            connection.sock.settimeout(_left(deadline))
             connection.sock.sendall(request)
             reply, reusable = _read(connection.sock, deadline)
         except BaseException:
@@ -141,19 +143,23 @@ class Client:
         return self._open(deadline)
 
     def _open(self, deadline: float) -> _Connection:
-        sock = gevent.socket.create_connection(
-            (self.origin.host, self.origin.port), timeout=max(0.0, deadline - time.monotonic())
-        )
+        sock = gevent.socket.create_connection((self.origin.host, self.origin.port), timeout=_left(deadline))
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # the request leaves in one write anyway
             if self._ssl is not None:
-                sock.settimeout(max(0.0, deadline - time.monotonic()))
+                sock.settimeout(_left(deadline))
                 sock = self._ssl.wrap_socket(sock, server_hostname=self.origin.host)
         except BaseException:
             sock.close()
             raise
         self.connections_opened += 1
         return _Connection(sock)
+
+
+def _left(deadline: float) -> float:
+    """A socket timeout for what is left of the request's time: never 0, which would make the socket non-blocking
+    (a wait past the deadline then fails as a timeout, not as a would-block)."""
+    return max(0.001, deadline - time.monotonic())
 
 
 class _Reader:

@@ -279,6 +279,13 @@ def test_a_header_that_would_split_the_request_is_refused(bad):
         wire.post(wire.Origin("http://h"), "/p", bad, b"")
 
 
+def test_a_path_that_would_split_the_request_line_is_refused():
+    with pytest.raises(ValueError, match="a space would split the request line"):
+        wire.post(wire.Origin("http://h"), "/a b", {}, b"")
+    with pytest.raises(ValueError, match="line break or NUL"):
+        wire.post(wire.Origin("http://h"), "/a\r\nX:1", {}, b"")
+
+
 # -- the parser, fuzzed: whatever a server sends, a reply, one of three errors, or more bytes awaited -------------
 
 
