@@ -1,8 +1,8 @@
 """HTTP/1.1 for the open-model generator: a request already built as bytes, sent on a pooled keep-alive
 connection over gevent's sockets, and its reply read back. What FastHttpSession did per request and the load
 test does not need (a URL parsed, headers rebuilt and quoted, a response object, a Timeout armed, a select() on
-the whole pool) cost a Locust worker about half its CPU per request (benchmarks/loadtest_worker.py); here each
-request's bytes are built once per body, and the reply is read by a parser that knows only what a load test
+the whole pool) cost a Locust worker over a third of its CPU per request (benchmarks/loadtest_worker.py). Here
+a request's bytes are built once per body, and the reply is read by a parser that knows only what a load test
 must: the status, the headers, the body by Content-Length, chunks, or the connection's end.
 
 Strict where a reply is malformed (BadReply, one line; the connection is dropped), bounded in time (one deadline
