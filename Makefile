@@ -26,13 +26,19 @@ QUIET_SYNTH = set -o pipefail; $(CDK) synth --quiet $(1) 2>&1 | { grep --line-bu
 .PHONY: setup synth test lint test-real-triton validate clean constraints rehearse-images rehearse-deploy peers docs \
 	docs-build docs-reference browser compiler
 setup: .make/python .make/node .make/checkov .make/images .make/triton .make/docs docs/assets/vendor/iframe-worker-shim.js browser \
-	compiler
+	compiler $(TEXT_SCAN)
 
 .make/python: requirements.txt requirements-dev.txt constraints.txt
 	@mkdir -p .make
 	python3 -m venv $(VENV)
 	$(PYTHON) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt -c constraints.txt
 	@touch $@
+
+# The serving worker's C fast path (container/neuron/serving/text_scan.c) for the checkout's Python (the venv's
+# EXT_SUFFIX is python3's): the tests and benchmarks serve through it as the images do, which compile their own.
+TEXT_SCAN := container/neuron/serving/_text_scan$(shell python3 -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))")
+$(TEXT_SCAN): .make/python container/neuron/serving/text_scan.c container/neuron/serving/build_text_scan.py | compiler
+	$(PYTHON) container/neuron/serving/build_text_scan.py
 
 .make/checkov: requirements-checkov.txt
 	@mkdir -p .make
@@ -78,7 +84,7 @@ rehearse-deploy: setup
 	$(PYTHON) -m rehearsal.cli_deploy
 
 clean:
-	rm -rf cdk.out cdk.out.images .make .venv-images $(CHECKOV_VENV) .venv-triton .venv-peers $(DOCS_VENV) site docs/assets/vendor \
+	rm -rf cdk.out cdk.out.images .make .venv-images $(TEXT_SCAN) $(CHECKOV_VENV) .venv-triton .venv-peers $(DOCS_VENV) site docs/assets/vendor \
 	  .cache/docs
 
 # Side environment of the real-Triton tier (pytest -m real_triton): tritonserver 2.51 from nvidia-pytriton,

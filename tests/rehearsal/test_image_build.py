@@ -221,6 +221,18 @@ def test_neuron_image_compiles_an_artifact_where_the_entrypoint_reads_it(tmp_pat
     assert json.loads((app / "serving/neuron-monitor.json").read_text())["neuron_runtimes"]
     assert (app / "build/artifact.py").is_file() and (app / "build/backends.py").is_file()
     assert not (app / "serving/standin_accelerator.py").exists()
+    # The worker's C fast path, compiled by the image's own step (a checkout's build stays out of the context),
+    # loads in the image's layout.
+    assert "serving/build_text_scan.py" in report
+    (module,) = (app / "serving").glob("_text_scan*.so")
+    loaded = subprocess.run(
+        [sys.executable, "-E", "-s", "-c", "import _text_scan; print(_text_scan.Scanner.__name__)"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=module.parent,
+    )
+    assert loaded.returncode == 0 and loaded.stdout.strip() == "Scanner", loaded.stderr
     # The entrypoint starts from the image's layout alone (no PYTHONPATH): serve.py finds build/ beside serving/.
     started = subprocess.run(
         [sys.executable, "-E", "-s", str(app / "serving/serve.py"), "--help"],

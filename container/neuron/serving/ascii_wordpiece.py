@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+from collections.abc import Callable
 from typing import Any
 
 log = logging.getLogger("runner")
@@ -85,6 +86,26 @@ class AsciiWordPiece:
                 break
         ids += self._suffix
         return ids
+
+    def scanner(self, *, max_rows: int, max_text_chars: int) -> Callable[[bytes], list[list[int]] | None] | None:
+        """The common request's body straight to its texts' ids (text_scan.c), reading this object's word
+        cache: ``scan(body)`` gives what parsing the body and ``encode`` would give each text, or None for
+        any body or text it leaves to them. None when the extension is not built (build_text_scan.py)."""
+        try:
+            import _text_scan
+        except ImportError:
+            return None
+        return _text_scan.Scanner(
+            cache=self._cache,
+            lowercase=self._lowercase,
+            prefix=tuple(self._prefix),
+            suffix=tuple(self._suffix),
+            budget=self._budget,
+            # A text the scanner reads is printable ASCII, which no other added token can be found in.
+            added=tuple(added.encode() for added in self._added if added.isascii()),
+            max_rows=max_rows,
+            max_chars=max_text_chars,
+        ).scan
 
 
 def from_tokenizer(tokenizer: Any, max_length: int) -> AsciiWordPiece | None:

@@ -32,8 +32,9 @@ from starlette.routing import Route
 import metrics
 from batcher import BatcherClosed, DynamicBatcher, Overloaded
 from emf import Recorder
-from protocol import HEADER_LENGTH, MODEL_VERSION, ModelInterface, ProtocolError, parse_json
+from protocol import HEADER_LENGTH, MODEL_VERSION, PLAIN_TEXT_REPLY, ModelInterface, ProtocolError, parse_json
 from readiness import PackedReadiness
+from runner import EncodedRows
 
 log = logging.getLogger("http")
 SERVER_NAME = "inferstack-neuron"
@@ -47,6 +48,7 @@ class ServerState:
     draining: bool = False
     batcher: DynamicBatcher | None = None
     prepare: Any = staticmethod(lambda payload: payload)  # the runner's early tokenization, once loaded
+    scan: Any = None  # the runner's text_scanner: the common request's body to ids in C, once loaded
     not_ready_reason: str = "model is loading"
     in_flight: int = 0  # inference requests accepted and not yet answered (changed on the event loop only)
 
@@ -187,8 +189,12 @@ def build_app(
             if batcher is None or not state.ready:
                 raise ProtocolError(state.not_ready_reason, 503)
             batcher.admit()  # before parsing: a refusal costs a few microseconds, whatever the body
-            parsed = interface.parse(body, header_length)
-            payload = state.prepare(parsed.payload)
+            rows = state.scan(body) if state.scan is not None and header_length is None else None
+            if rows is not None:  # the common request, read and tokenized in one C call
+                parsed, payload = PLAIN_TEXT_REPLY, EncodedRows(rows)
+            else:  # everything else, and every refusal
+                parsed = interface.parse(body, header_length)
+                payload = state.prepare(parsed.payload)
             batcher.submit(payload, payload.rows, lambda ok, value: done(parsed, ok, value))
             tally.touch()  # the queue depth changed
         except ProtocolError as exc:

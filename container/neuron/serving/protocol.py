@@ -45,6 +45,11 @@ class InferRequest:
     binary_outputs: frozenset[str]
 
 
+# The reply's side of a request of one TEXT tensor and nothing else (no id, parameters or outputs): all
+# that a request text_scan.c read asks of its reply (its payload is built apart, from the scanner's ids).
+PLAIN_TEXT_REPLY = InferRequest(None, TextRows([]), (LOGITS, LABEL), frozenset())
+
+
 def _flatten(data: Any, field: str) -> list:
     """Row-major values of a nested JSON list, one nesting level at a time: a loop, not recursion, so
     data nested as deep as the JSON parser allows cannot exhaust the stack."""

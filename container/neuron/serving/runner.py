@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -120,6 +120,13 @@ class ModelRunner:
                 return payload
             ids.append(encoded)
         return EncodedRows(ids)
+
+    def text_scanner(self, max_rows: int, max_text_chars: int) -> Callable[[bytes], list[list[int]] | None] | None:
+        """``scan(body)``: the common TEXT request's body to each text's ids in C, or None for what it leaves to
+        parsing and ``prepare`` (ascii_wordpiece.AsciiWordPiece.scanner); None without the fast path or the
+        extension. On the event loop only, as ``prepare``: they share the word cache."""
+        fast = self.fast_tokenizer
+        return None if fast is None else fast.scanner(max_rows=max_rows, max_text_chars=max_text_chars)
 
     def stack(self, requests: Sequence[TextRows | EncodedRows | TokenRows]) -> Stacked:
         """A batch's model inputs (the batcher's prepare stage, off the event loop): texts not tokenized yet

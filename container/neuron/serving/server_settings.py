@@ -118,6 +118,9 @@ class ServerSettings:
     # SERVER_PIPELINE: prepare each batch while the model runs the one before (batcher.py); off: one at a time,
     # the way batches ran before (benchmark baselines).
     pipeline: bool = True
+    # SERVER_TEXT_SCAN: the common TEXT request read and tokenized in C (text_scan.c) where the image built it;
+    # off: every request through the Python path (protocol.py), the benchmarks' baseline and a kill switch.
+    text_scan: bool = True
 
     def packed_model(self, name: str) -> PackedModel:
         for model in self.models:
@@ -148,6 +151,7 @@ ENVIRONMENT = {
     "max_restarts": ("SERVER_MAX_RESTARTS", "3"),
     "restart_window_s": ("SERVER_RESTART_WINDOW_S", "300"),
     "pipeline": ("SERVER_PIPELINE", "on"),
+    "text_scan": ("SERVER_TEXT_SCAN", "on"),
 }
 # Where aws-neuronx-tools installs neuron-monitor in both Neuron base images.
 DEFAULT_NEURON_MONITOR = Path("/opt/aws/neuron/bin/neuron-monitor")
@@ -230,9 +234,10 @@ def from_args(args: argparse.Namespace, environ: dict[str, str] | None = None) -
     metrics = _raw(args, "metrics", environ).strip().lower()
     if metrics not in ("emf", "off"):
         raise SettingsError(f"{_label('metrics')}: must be emf or off, got {_raw(args, 'metrics', environ)!r}")
-    pipeline = _raw(args, "pipeline", environ).strip().lower()
-    if pipeline not in ("on", "off"):
-        raise SettingsError(f"{_label('pipeline')}: must be on or off, got {_raw(args, 'pipeline', environ)!r}")
+    pipeline, text_scan = (_raw(args, name, environ).strip().lower() for name in ("pipeline", "text_scan"))
+    for name, value in (("pipeline", pipeline), ("text_scan", text_scan)):
+        if value not in ("on", "off"):
+            raise SettingsError(f"{_label(name)}: must be on or off, got {_raw(args, name, environ)!r}")
     service = _raw(args, "metrics_service", environ)
     if service is None:
         service = "+".join(m.name for m in models) if models else model_name
@@ -265,6 +270,7 @@ def from_args(args: argparse.Namespace, environ: dict[str, str] | None = None) -
         standin_accelerator_ms=_standin(getattr(args, "standin_accelerator_ms", None)),
         admission=admission_from_environment(environ),
         pipeline=pipeline == "on",
+        text_scan=text_scan == "on",
     )
 
 

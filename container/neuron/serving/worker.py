@@ -129,6 +129,8 @@ def load_model(
         batcher.assume_batch_s(full_batch_s)  # admission starts from this machine's measured batch time
         batcher.start()
         state.prepare = runner.prepare
+        if settings.text_scan:  # SERVER_TEXT_SCAN
+            state.scan = runner.text_scanner(settings.max_batch_size, settings.max_text_chars)
         state.batcher = batcher
         # Everything loaded so far lives as long as the worker: out of the garbage collector's sight, a
         # full collection no longer walks it (13 ms with the emulated accelerator, 83 ms with torch
@@ -143,6 +145,7 @@ def load_model(
                 "visible_cores": os.environ.get("NEURON_RT_VISIBLE_CORES"),
                 "load_s": round(loaded - started, 3),
                 "warmup_s": round(time.perf_counter() - loaded, 3),
+                "text_scan": state.scan is not None,
             },
         )
     except Exception as exc:

@@ -94,7 +94,7 @@ def test_the_build_part_is_copied_before_the_compile_and_the_serving_part_after_
 @pytest.mark.parametrize("dockerfile", NEURON_DOCKERFILES, ids=lambda p: p.name)
 def test_every_script_the_image_runs_is_in_the_part_it_names(dockerfile: Path):
     scripts = set(re.findall(r"/opt/inferstack/app/(\w+/\w+\.py)", dockerfile.read_text()))
-    assert scripts == {"build/compile.py", "serving/serve.py", "serving/healthcheck.py"}
+    assert scripts == {"build/compile.py", "serving/build_text_scan.py", "serving/serve.py", "serving/healthcheck.py"}
     assert all((NEURON_DIR / script).is_file() for script in scripts)
 
 

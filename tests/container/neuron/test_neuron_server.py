@@ -90,6 +90,22 @@ def test_v2_and_sagemaker_routes_agree_with_the_model(server, artifact):
     assert sm.json()["outputs"] == reply["outputs"]
 
 
+def test_the_common_request_read_in_c_gets_the_reply_the_python_path_gives(server):
+    # The worker reads a body of TEXT alone in C (text_scan.c) once its words are cached; the same request with
+    # an empty "parameters" is the Python path's (protocol.py) alone. The replies must be the same bytes.
+    ready = [e for e in server.logs() if e.get("msg") == "model ready"]
+    assert ready and all(e["text_scan"] is True for e in ready)
+    url = f"{server.url}/v2/models/{MODEL}/infer"
+    texts = ["Plain words, and punctuation!", "a second text of the batch"]
+    headers = {"content-type": "application/json"}
+    replies = [
+        requests.post(url, data=json.dumps(text_body(texts, **extra)), headers=headers)
+        for extra in ({}, {}, {"parameters": {}})  # the first caches the words; the second is read in C
+    ]
+    assert [r.status_code for r in replies] == [200, 200, 200]
+    assert replies[1].content == replies[2].content == replies[0].content
+
+
 def test_pretokenized_inputs_match_text(server, artifact):
     tokenizer = Tokenizer.from_file(str(artifact / "tokenizer.json"))
     tokenizer.no_padding()  # the saved tokenizer.json remembers compile-time padding

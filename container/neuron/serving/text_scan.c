@@ -1,0 +1,405 @@
+/* _text_scan: an inference request's body to token ids in one C call, for the common request only.
+ *
+ * The common request is the one the load test and most clients send: a JSON body of one TEXT tensor
+ * ({"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [n] or [n, 1], "data": [...]}]}), no id,
+ * no parameters, no outputs, strings of printable ASCII without escapes. For it, Scanner.scan(body)
+ * returns the token ids ascii_wordpiece.AsciiWordPiece.encode would give each text, reading the same
+ * word cache (a dict it shares with that object and never writes). For any other body, and for any
+ * text or word the cache cannot answer, it returns None and the server takes its Python path
+ * (protocol.py, then ascii_wordpiece.py), which answers every request, malformed ones with their
+ * 4xx, and fills the cache. So this module decides nothing the Python path would decide otherwise:
+ * it only declines more often. tests/container/neuron/test_text_scan.py holds it to that.
+ *
+ * Why C: at 32 connections a worker's turnaround between batches is sixteen requests' parsing and
+ * tokenization in a row, and in Python those were about a fifth of a request's CPU
+ * (docs/explanation/performance.md).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <string.h>
+
+#define MAX_TEXTS 1024 /* a request's texts gathered before tokenizing; more are left to the Python path */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *cache;  /* dict: word (str) -> list of ids */
+    PyObject *prefix; /* tuple of ids before the text's */
+    PyObject *suffix; /* tuple of ids after them */
+    PyObject *added;  /* tuple of bytes: the added tokens' lower-cased texts */
+    Py_ssize_t budget;
+    Py_ssize_t max_rows;
+    Py_ssize_t max_chars;
+    int lowercase;
+} Scanner;
+
+typedef struct {
+    const char *p;
+    const char *end;
+} Cursor;
+
+typedef struct {
+    const char *start;
+    Py_ssize_t length;
+} Span;
+
+static void skip_ws(Cursor *c)
+{
+    while (c->p < c->end && (*c->p == ' ' || *c->p == '\t' || *c->p == '\n' || *c->p == '\r'))
+        c->p++;
+}
+
+static int expect(Cursor *c, char ch)
+{
+    skip_ws(c);
+    if (c->p < c->end && *c->p == ch) {
+        c->p++;
+        return 1;
+    }
+    return 0;
+}
+
+static int peek(Cursor *c, char ch)
+{
+    skip_ws(c);
+    return c->p < c->end && *c->p == ch;
+}
+
+/* A string of printable ASCII with no escape: anything else is left to json.loads. */
+static int read_string(Cursor *c, Span *out)
+{
+    if (!expect(c, '"'))
+        return 0;
+    const char *start = c->p;
+    while (c->p < c->end) {
+        unsigned char ch = (unsigned char)*c->p;
+        if (ch == '"') {
+            out->start = start;
+            out->length = c->p - start;
+            c->p++;
+            return 1;
+        }
+        if (ch == '\\' || ch < 0x20 || ch > 0x7e)
+            return 0;
+        c->p++;
+    }
+    return 0;
+}
+
+static int is(const Span *s, const char *text)
+{
+    size_t n = strlen(text);
+    return (size_t)s->length == n && memcmp(s->start, text, n) == 0;
+}
+
+/* A JSON integer as json.loads reads one into an int: no sign, no leading zero, at most 9 digits. A
+ * fraction, an exponent (a float, which the Python path refuses) or a tenth digit fails the caller's
+ * next expect. */
+static int read_count(Cursor *c, Py_ssize_t *out)
+{
+    skip_ws(c);
+    const char *start = c->p;
+    Py_ssize_t value = 0;
+    while (c->p < c->end && *c->p >= '0' && *c->p <= '9' && c->p - start < 9)
+        value = value * 10 + (*c->p++ - '0');
+    Py_ssize_t digits = c->p - start;
+    if (digits == 0 || (digits > 1 && *start == '0'))
+        return 0; /* a tenth digit fails the caller's next expect too */
+    *out = value;
+    return 1;
+}
+
+/* "data": a list of strings, or a list of lists of strings (protocol._flatten's one level). */
+static int read_data(Cursor *c, Span *texts, Py_ssize_t *count)
+{
+    if (!expect(c, '['))
+        return 0;
+    *count = 0;
+    if (peek(c, ']'))
+        return 0; /* no texts: the Python path says what is wrong */
+    int nested = peek(c, '[');
+    do {
+        if (nested) {
+            if (!expect(c, '[') || peek(c, ']'))
+                return 0;
+            do {
+                if (*count == MAX_TEXTS || !read_string(c, &texts[*count]))
+                    return 0;
+                (*count)++;
+            } while (expect(c, ','));
+            if (!expect(c, ']'))
+                return 0;
+        } else {
+            if (*count == MAX_TEXTS || !read_string(c, &texts[*count]))
+                return 0;
+            (*count)++;
+        }
+    } while (expect(c, ','));
+    return expect(c, ']');
+}
+
+/* The one tensor: name, datatype, shape and data, each once, in any order, nothing else. */
+static int read_tensor(Scanner *self, Cursor *c, Span *texts, Py_ssize_t *count)
+{
+    int seen_name = 0, seen_type = 0, seen_shape = 0, seen_data = 0;
+    Py_ssize_t rows = 0;
+    Span key, value;
+    if (!expect(c, '{'))
+        return 0;
+    do {
+        if (!read_string(c, &key) || !expect(c, ':'))
+            return 0;
+        if (is(&key, "name") && !seen_name) {
+            if (!read_string(c, &value) || !is(&value, "TEXT"))
+                return 0;
+            seen_name = 1;
+        } else if (is(&key, "datatype") && !seen_type) {
+            if (!read_string(c, &value) || !is(&value, "BYTES"))
+                return 0;
+            seen_type = 1;
+        } else if (is(&key, "shape") && !seen_shape) {
+            Py_ssize_t second;
+            if (!expect(c, '[') || !read_count(c, &rows))
+                return 0;
+            if (expect(c, ',') && (!read_count(c, &second) || second != 1))
+                return 0;
+            if (!expect(c, ']'))
+                return 0;
+            seen_shape = 1;
+        } else if (is(&key, "data") && !seen_data) {
+            if (!read_data(c, texts, count))
+                return 0;
+            seen_data = 1;
+        } else {
+            return 0; /* parameters, a repeated key, anything else */
+        }
+    } while (expect(c, ','));
+    if (!expect(c, '}') || !(seen_name && seen_type && seen_shape && seen_data))
+        return 0;
+    return rows >= 1 && rows <= self->max_rows && rows == *count;
+}
+
+/* {"inputs": [tensor]} and nothing else, then only whitespace. */
+static int read_body(Scanner *self, Cursor *c, Span *texts, Py_ssize_t *count)
+{
+    Span key;
+    if (!expect(c, '{') || !read_string(c, &key) || !is(&key, "inputs") || !expect(c, ':'))
+        return 0;
+    if (!expect(c, '[') || !read_tensor(self, c, texts, count) || !expect(c, ']') || !expect(c, '}'))
+        return 0;
+    skip_ws(c);
+    return c->p == c->end;
+}
+
+/* BertPreTokenizer's punctuation in printable ASCII (Rust's is_ascii_punctuation). */
+static int is_punct(unsigned char ch)
+{
+    return (ch >= '!' && ch <= '/') || (ch >= ':' && ch <= '@') || (ch >= '[' && ch <= '`') || (ch >= '{' && ch <= '~');
+}
+
+static int extend(PyObject *row, PyObject *items)
+{
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(items);
+    PyObject **item = PySequence_Fast_ITEMS(items);
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (PyList_Append(row, item[i]) < 0)
+            return -1;
+    return 0;
+}
+
+/* One text's ids as AsciiWordPiece.encode gives them; Py_None when it would not answer or a word is
+ * not cached; NULL on a Python error. ``low`` has room for the text. */
+static PyObject *encode(Scanner *self, const Span *text, char *low)
+{
+    Py_ssize_t n = text->length;
+    int blank = 1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)text->start[i];
+        low[i] = (ch >= 'A' && ch <= 'Z') ? (char)(ch + 32) : (char)ch;
+        blank &= ch == ' ';
+    }
+    if (blank)
+        Py_RETURN_NONE; /* empty or spaces only: the Python path's 400 (too long: Scanner_scan declined it) */
+    Py_ssize_t n_added = PyTuple_GET_SIZE(self->added);
+    for (Py_ssize_t a = 0; a < n_added; a++) {
+        PyObject *token = PyTuple_GET_ITEM(self->added, a);
+        Py_ssize_t size = PyBytes_GET_SIZE(token);
+        const char *bytes = PyBytes_AS_STRING(token);
+        for (Py_ssize_t i = 0; i + size <= n; i++)
+            if (memcmp(low + i, bytes, size) == 0)
+                Py_RETURN_NONE; /* the library matches added tokens first */
+    }
+    const char *words = self->lowercase ? low : text->start;
+    PyObject *row = PyList_New(0);
+    if (row == NULL || extend(row, self->prefix) < 0)
+        goto error;
+    Py_ssize_t limit = self->budget + PyTuple_GET_SIZE(self->prefix);
+    Py_ssize_t i = 0;
+    while (i < n) {
+        unsigned char ch = (unsigned char)words[i];
+        if (ch == ' ') {
+            i++;
+            continue;
+        }
+        Py_ssize_t start = i++;
+        if (!is_punct(ch))
+            while (i < n && words[i] != ' ' && !is_punct((unsigned char)words[i]))
+                i++;
+        PyObject *word = PyUnicode_New(i - start, 127);
+        if (word == NULL)
+            goto error;
+        memcpy(PyUnicode_1BYTE_DATA(word), words + start, i - start);
+        PyObject *pieces = PyDict_GetItemWithError(self->cache, word); /* borrowed */
+        Py_DECREF(word);
+        if (pieces == NULL) {
+            if (PyErr_Occurred())
+                goto error;
+            Py_DECREF(row);
+            Py_RETURN_NONE; /* not cached: the Python path asks the library and caches it */
+        }
+        if (!PyList_CheckExact(pieces)) {
+            PyErr_SetString(PyExc_TypeError, "the word cache holds a non-list");
+            goto error;
+        }
+        if (extend(row, pieces) < 0)
+            goto error;
+        if (PyList_GET_SIZE(row) >= limit) {
+            if (PyList_SetSlice(row, limit, PyList_GET_SIZE(row), NULL) < 0)
+                goto error;
+            break;
+        }
+    }
+    if (extend(row, self->suffix) < 0)
+        goto error;
+    return row;
+error:
+    Py_XDECREF(row);
+    return NULL;
+}
+
+static PyObject *Scanner_scan(Scanner *self, PyObject *arg)
+{
+    Py_buffer view;
+    Span texts[MAX_TEXTS];
+    Py_ssize_t count = 0, longest = 0;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    Cursor cursor = {(const char *)view.buf, (const char *)view.buf + view.len};
+    PyObject *rows = NULL;
+    char *low = NULL;
+    if (!read_body(self, &cursor, texts, &count)) {
+        PyBuffer_Release(&view);
+        Py_RETURN_NONE;
+    }
+    for (Py_ssize_t t = 0; t < count; t++)
+        if (texts[t].length > longest)
+            longest = texts[t].length;
+    if (longest > self->max_chars) {
+        PyBuffer_Release(&view);
+        Py_RETURN_NONE;
+    }
+    low = PyMem_Malloc(longest + 1);
+    rows = PyList_New(count);
+    if (low == NULL || rows == NULL) {
+        if (low == NULL)
+            PyErr_NoMemory();
+        goto error;
+    }
+    for (Py_ssize_t t = 0; t < count; t++) {
+        PyObject *row = encode(self, &texts[t], low);
+        if (row == NULL)
+            goto error;
+        if (row == Py_None) {
+            Py_DECREF(rows);
+            PyMem_Free(low);
+            PyBuffer_Release(&view);
+            return row;
+        }
+        PyList_SET_ITEM(rows, t, row);
+    }
+    PyMem_Free(low);
+    PyBuffer_Release(&view);
+    return rows;
+error:
+    Py_XDECREF(rows);
+    PyMem_Free(low);
+    PyBuffer_Release(&view);
+    return NULL;
+}
+
+static int Scanner_init(Scanner *self, PyObject *args, PyObject *kwargs)
+{
+    static char *keywords[] = {"cache", "lowercase", "prefix", "suffix", "budget", "added", "max_rows", "max_chars", NULL};
+    PyObject *cache, *prefix, *suffix, *added;
+    int lowercase;
+    Py_ssize_t budget, max_rows, max_chars;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "$O!pO!O!nO!nn", keywords, &PyDict_Type, &cache, &lowercase,
+                                     &PyTuple_Type, &prefix, &PyTuple_Type, &suffix, &budget, &PyTuple_Type, &added,
+                                     &max_rows, &max_chars))
+        return -1;
+    if (budget < 1 || max_rows < 1 || max_chars < 1) {
+        PyErr_SetString(PyExc_ValueError, "budget, max_rows and max_chars must be at least 1");
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(added); i++)
+        if (!PyBytes_CheckExact(PyTuple_GET_ITEM(added, i)) || PyBytes_GET_SIZE(PyTuple_GET_ITEM(added, i)) == 0) {
+            PyErr_SetString(PyExc_TypeError, "added must hold non-empty bytes");
+            return -1;
+        }
+    Py_INCREF(cache);
+    Py_INCREF(prefix);
+    Py_INCREF(suffix);
+    Py_INCREF(added);
+    Py_XSETREF(self->cache, cache);
+    Py_XSETREF(self->prefix, prefix);
+    Py_XSETREF(self->suffix, suffix);
+    Py_XSETREF(self->added, added);
+    self->lowercase = lowercase;
+    self->budget = budget;
+    self->max_rows = max_rows;
+    self->max_chars = max_chars;
+    return 0;
+}
+
+static void Scanner_dealloc(Scanner *self)
+{
+    Py_XDECREF(self->cache);
+    Py_XDECREF(self->prefix);
+    Py_XDECREF(self->suffix);
+    Py_XDECREF(self->added);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMethodDef Scanner_methods[] = {
+    {"scan", (PyCFunction)Scanner_scan, METH_O,
+     "scan(body) -> list of each text's token ids, or None: leave this body to the Python path."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject ScannerType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "_text_scan.Scanner",
+    .tp_basicsize = sizeof(Scanner),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "The common TEXT request's body to token ids, through a shared word cache.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Scanner_init,
+    .tp_dealloc = (destructor)Scanner_dealloc,
+    .tp_methods = Scanner_methods,
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_text_scan", NULL, -1, NULL};
+
+PyMODINIT_FUNC PyInit__text_scan(void)
+{
+    if (PyType_Ready(&ScannerType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    Py_INCREF(&ScannerType);
+    if (PyModule_AddObject(m, "Scanner", (PyObject *)&ScannerType) < 0) {
+        Py_DECREF(&ScannerType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

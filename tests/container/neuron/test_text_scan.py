@@ -1,0 +1,275 @@
+"""text_scan.c (the _text_scan extension) against the Python path it shortcuts: for any body, either it
+declines (None) or the Python path (protocol.py's parse, then ascii_wordpiece.py's encode) accepts the
+same body as a plain TEXT request with exactly the same ids. It must also not decline the common request,
+or it would save nothing. Bodies are random near-misses of the common shape, mutated bytes and raw bytes.
+Derandomized (tests/conftest.py)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+# serving/ and build/'s flat modules, on the path from conftest.py (ruff would count them third-party).
+# isort: split
+import _text_scan
+import ascii_wordpiece
+import build_text_scan
+from protocol import PLAIN_TEXT_REPLY, ModelInterface, ProtocolError
+from runner import TextRows
+
+from tests.container.neuron.test_ascii_wordpiece import MAX_LENGTH, TOKENIZERS, printable, wordy
+from tests.support.fuzz import fuzz_examples
+
+MAX_ROWS, MAX_CHARS = 8, 200
+INTERFACE = ModelInterface(
+    name="m",
+    metadata={"backend": "cpu", "sequence_length": MAX_LENGTH, "labels": ["a", "b"], "vocab_size": 1000},
+    max_rows=MAX_ROWS,
+    max_text_chars=MAX_CHARS,
+)
+
+
+def fast_path(name: str):
+    """A fresh AsciiWordPiece (empty word cache) and its scanner, as a worker builds them."""
+    fast = ascii_wordpiece.from_tokenizer(TOKENIZERS[name], MAX_LENGTH)
+    scan = fast.scanner(max_rows=MAX_ROWS, max_text_chars=MAX_CHARS)
+    assert scan is not None
+    return fast, scan
+
+
+SCANNERS = {name: fast_path(name) for name in TOKENIZERS}
+
+
+def python_path(fast, body: bytes):
+    """What the server does without the scanner: the parsed request and each text's fast-path ids, or why not."""
+    try:
+        parsed = INTERFACE.parse(body, None)
+    except ProtocolError as exc:
+        return f"refused: {exc}"
+    if not isinstance(parsed.payload, TextRows):
+        return "token ids"
+    ids = [fast.encode(text) for text in parsed.payload.texts]  # fills the cache, as a worker's prepare does
+    if any(row is None for row in ids):
+        return "left to the library"
+    return parsed, ids
+
+
+def agree(name: str, body: bytes) -> list[list[int]] | None:
+    """Scan ``body`` with a warm cache and hold any answer to the Python path's."""
+    fast, scan = SCANNERS[name]
+    expected = python_path(fast, body)  # first, as the server falls back on a cache miss and caches the words
+    got = scan(body)
+    if got is not None:
+        assert not isinstance(expected, str), (body, expected)
+        parsed, ids = expected
+        assert got == ids, body
+        assert (parsed.id, parsed.outputs, parsed.binary_outputs) == (
+            PLAIN_TEXT_REPLY.id,
+            PLAIN_TEXT_REPLY.outputs,
+            PLAIN_TEXT_REPLY.binary_outputs,
+        )
+    return got
+
+
+def body(texts: list[str], shape: list | None = None, *, nested: bool = False, **extra) -> bytes:
+    data = [[text] for text in texts] if nested else texts
+    tensor = {"name": "TEXT", "datatype": "BYTES", "shape": shape or [len(texts)], "data": data}
+    return json.dumps({"inputs": [tensor], **extra}).encode()
+
+
+COMMON = [
+    body(["a plain query"]),
+    body(["a plain query"], [1, 1]),
+    body(["one", "Two, with punctuation!", "three's e-mail: x@y.z"], nested=True),
+    body(["x" * MAX_CHARS]),  # at the limit
+    b' {\n\t"inputs" : [ { "data":["reordered keys"], "shape":[1,1], "datatype":"BYTES", "name":"TEXT" } ] }\r\n',
+    json.dumps({"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [2], "data": [["a", "b"]]}]}).encode(),
+    body([" ".join(["word"] * 40)]),  # truncated to the sequence length
+]
+
+
+@pytest.mark.parametrize("name", sorted(TOKENIZERS))
+@pytest.mark.parametrize("request_body", COMMON, ids=range(len(COMMON)))
+def test_the_common_request_is_read_in_c_with_the_python_path_s_ids(name, request_body):
+    assert agree(name, request_body) is not None
+
+
+DECLINED = {
+    "an id": body(["q"], id="r-1"),
+    "parameters": body(["q"], parameters={"binary_data_output": True}),
+    "outputs": body(["q"], outputs=[{"name": "label"}]),
+    "tensor parameters": json.dumps(
+        {"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1], "data": ["q"], "parameters": {}}]}
+    ).encode(),
+    "two tensors": json.dumps(
+        {"inputs": [json.loads(body(["q"]))["inputs"][0], json.loads(body(["r"]))["inputs"][0]]}
+    ).encode(),
+    "a repeated key": body(["q"]).replace(b'"name": "TEXT"', b'"name": "TEXT", "name": "TEXT"'),
+    "a repeated top-level key": body(["q"])[:-1] + b', "inputs": []}',
+    "an escape": body(['say "hi"']),
+    "a unicode escape": body(["caf\u00e9"]),
+    "an escaped backslash": body(["back\\slash"]),
+    "an escaped letter": body(["Q"]).replace(b'"Q"', b'"\\u0051"'),
+    "an escaped solidus": body(["a/b"]).replace(b"a/b", b"a\\/b"),
+    "raw UTF-8": body(["caf\u00e9"]).replace(b"\\u00e9", "\u00e9".encode()),
+    "a tab in the text": body(["a\tb"]),
+    "an empty text": body([""]),
+    "a blank text": body(["   "]),
+    "a text over the limit": body(["x" * (MAX_CHARS + 1)]),
+    "more rows than a request may have": body(["q"] * (MAX_ROWS + 1)),
+    "a shape the data does not fill": body(["q"], [2]),
+    "a zero batch": body(["q"], [0]),
+    "a float in the shape": b'{"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1.0], "data": ["q"]}]}',
+    "an exponent in the shape": body(["q"]).replace(b"[1]", b"[1e0]"),
+    "a leading zero": b'{"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [01], "data": ["q"]}]}',
+    "a second dimension of 2": body(["q", "r"], [1, 2]),
+    "a second dimension of 2 over as many texts": body(["q", "r"], [2, 2]),
+    "three dimensions": body(["q"], [1, 1, 1]),
+    "nested deeper": b'{"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1], "data": [[["q"]]]}]}',
+    "mixed nesting": b'{"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [2], "data": ["q", ["r"]]}]}',
+    "no data": b'{"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1]}]}',
+    "token ids": b'{"inputs": [{"name": "input_ids", "datatype": "INT64", "shape": [1, 1], "data": [5]}]}',
+    "another datatype": body(["q"]).replace(b"BYTES", b"STRING"),
+    "trailing data": body(["q"]) + b" {}",
+    "a byte-order mark": b"\xef\xbb\xbf" + body(["q"]),
+    "an added token": body(["a [MASK] b"]),
+    "an added token in upper case": body(["a [cls] b".upper()]),
+    "not JSON": b"inputs=TEXT",
+    "empty": b"",
+}
+
+
+@pytest.mark.parametrize("case", sorted(DECLINED))
+def test_anything_else_is_left_to_the_python_path(case):
+    fast, scan = SCANNERS["bert"]
+    # Every word of these bodies cached first, so that a decline is the scanner's rule, not a cache miss.
+    python_path(fast, body(["q r a b mask cls [ ] say hi x caf e words STRING back \\ slash u0051 u00e9 /"]))
+    fast.encode("x" * (MAX_CHARS + 1))  # a word the Python path refuses to reach, cached all the same
+    python_path(fast, DECLINED[case])
+    assert scan(DECLINED[case]) is None
+
+
+def test_a_word_not_cached_yet_is_left_to_the_python_path_which_caches_it():
+    fast, scan = fast_path("bert")
+    request = body(["words nobody has asked about"])
+    assert scan(request) is None
+    python_path(fast, request)
+    assert scan(request) is not None
+
+
+def test_the_scanner_checks_what_it_is_given():
+    with pytest.raises(TypeError):
+        _text_scan.Scanner(
+            cache={}, lowercase=True, prefix=(2,), suffix=(3,), budget=8, added=("[cls]",), max_rows=1, max_chars=1
+        )
+    with pytest.raises(ValueError):
+        _text_scan.Scanner(
+            cache={}, lowercase=True, prefix=(2,), suffix=(3,), budget=0, added=(), max_rows=1, max_chars=1
+        )
+    with pytest.raises(TypeError):
+        SCANNERS["bert"][1]("not bytes")
+    odd_cache = _text_scan.Scanner(
+        cache={"q": (5,)}, lowercase=True, prefix=(2,), suffix=(3,), budget=8, added=(), max_rows=1, max_chars=9
+    )
+    with pytest.raises(TypeError, match="non-list"):
+        odd_cache.scan(body(["q"]))
+
+
+# Half the bodies common in shape and half of those without extras, so a quarter are the scanner's to read.
+shapes = st.one_of(st.sampled_from([None, "n1"]), st.sampled_from(["n2", [1], [2], [0], [1, 2], ["1"], [True]]))
+extras = st.one_of(st.just({}), st.sampled_from([{"id": "x"}, {"parameters": {}}, {"outputs": [{"name": "logits"}]}]))
+escapes = st.lists(st.sampled_from(["a", " ", "\\", '"', "/", "\x7f", "Z"]), max_size=8).map("".join)
+
+
+@st.composite
+def near_common(draw) -> bytes:
+    texts = draw(st.lists(st.one_of(printable, wordy, escapes), min_size=1, max_size=4))
+    shape = draw(shapes)
+    shape = {"n1": [len(texts), 1], "n2": [len(texts), 2]}.get(shape, shape) if isinstance(shape, str) else shape
+    tensor = {"name": "TEXT", "datatype": "BYTES", "shape": shape or [len(texts)], "data": texts}
+    if draw(st.booleans()):
+        tensor["data"] = [[text] for text in texts]
+    order = draw(st.permutations(sorted(tensor)))
+    document = {"inputs": [{key: tensor[key] for key in order}], **draw(extras)}
+    separators = draw(st.sampled_from([(", ", ": "), (",", ":"), (" ,\n", " :\t")]))
+    return json.dumps(document, separators=separators, ensure_ascii=draw(st.booleans())).encode()
+
+
+@settings(max_examples=fuzz_examples(400), deadline=None)
+@given(near_common(), st.sampled_from(sorted(TOKENIZERS)))
+@pytest.mark.fuzz
+def test_near_misses_of_the_common_request_are_read_as_the_python_path_reads_them(request_body, name):
+    got = agree(name, request_body)
+    document = json.loads(request_body)
+    tensor = document["inputs"][0]
+    texts = [t for item in tensor["data"] for t in (item if isinstance(item, list) else [item])]
+    common = (
+        set(document) == {"inputs"}
+        and all(type(d) is int for d in tensor["shape"])  # json reads true as a bool, which equals 1
+        and tensor["shape"] in ([len(texts)], [len(texts), 1])
+        and len(texts) <= MAX_ROWS
+        and all(0 < len(t) <= MAX_CHARS and t.strip(" ") and t.isascii() and t.isprintable() for t in texts)
+        and not any(set(t) & {'"', "\\", "["} for t in texts)  # escaped in JSON; "[" starts the added tokens
+    )
+    if common:  # the bodies it exists for are read in C (the cache is warm after the Python path)
+        assert got is not None, request_body
+
+
+@settings(max_examples=fuzz_examples(400), deadline=None)
+@given(st.sampled_from(COMMON), st.data())
+@pytest.mark.fuzz
+def test_a_mutated_body_is_declined_or_read_as_the_python_path_reads_it(request_body, data):
+    mutated = bytearray(request_body)
+    for _ in range(data.draw(st.integers(1, 4))):
+        at = data.draw(st.integers(0, len(mutated)))
+        edit = data.draw(st.sampled_from(["flip", "insert", "delete"]))
+        byte = data.draw(st.sampled_from(b'{}[]",: \\\t0123456789aZ\x00\xff'))
+        if edit == "insert" or not mutated:
+            mutated[at:at] = bytes([byte])
+        elif edit == "flip":
+            mutated[min(at, len(mutated) - 1)] = byte
+        else:
+            del mutated[min(at, len(mutated) - 1)]
+    agree("bert", bytes(mutated))
+
+
+@settings(max_examples=fuzz_examples(300), deadline=None)
+@given(st.binary(max_size=300))
+@pytest.mark.fuzz
+def test_any_bytes_are_declined_or_read_as_the_python_path_reads_them(raw):
+    assume(raw.strip())
+    agree("bert", raw)
+
+
+def test_the_build_writes_the_module_whole_and_reports_a_failed_compile():
+    built = build_text_scan.target()
+    assert built.is_file()  # make setup built it: the suite reads the C path, not only the Python one
+    before = built.stat().st_mtime_ns
+    result = subprocess.run(
+        [sys.executable, build_text_scan.__file__],
+        capture_output=True,
+        text=True,
+        env={"CC": "false", "PATH": "/usr/bin:/bin"},
+    )
+    assert result.returncode == 1 and "the compiler failed" in result.stderr
+    assert built.stat().st_mtime_ns == before and not built.with_name(built.name + ".partial").exists()
+
+
+def test_server_text_scan_is_on_by_default_and_off_on_request(tmp_path):
+    import argparse
+
+    from server_settings import SettingsError, add_arguments, from_args
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["--model-dir", str(tmp_path)])
+    assert from_args(args, {}).text_scan is True
+    assert from_args(args, {"SERVER_TEXT_SCAN": "off"}).text_scan is False
+    assert from_args(parser.parse_args(["--model-dir", str(tmp_path), "--text-scan", "OFF"]), {}).text_scan is False
+    with pytest.raises(SettingsError, match="SERVER_TEXT_SCAN"):
+        from_args(args, {"SERVER_TEXT_SCAN": "sometimes"})
