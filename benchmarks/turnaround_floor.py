@@ -14,7 +14,9 @@ path's cost, sixteen times. This runs, on the same emulated accelerator (--batch
   python+json   the same, also decoding each request's JSON body;
   python+work   the same glue doing the request work the app cannot skip, with the app's own code: the request
                 parsed and checked, its text tokenized, the batch stacked, each reply built from its logits;
-  app           serve.py itself (container/neuron/serving), SERVER_PIPELINE on, with the stand-in accelerator.
+  app-python    serve.py itself (container/neuron/serving), SERVER_PIPELINE on, with the stand-in accelerator,
+                every request through its Python path (SERVER_TEXT_SCAN=off): the app as it was before text_scan.c;
+  app           the same with the common request read and tokenized in C (SERVER_TEXT_SCAN=on, the default).
 Each is measured by one native load generator (benchmarks/floor/load_client.c), closed loop at --levels
 connections, then as an open system at --paced fractions of its own sustained rate at the highest level, over
 --paced-connections connections (HTTP/1.1 carries one request at a time each), with latency from when each
@@ -34,6 +36,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import threading
 import time
@@ -46,7 +49,8 @@ import peers  # noqa: E402  (the benchmarks share their setup; they are scripts,
 import serve_bench as sb  # noqa: E402
 
 FLOOR = HERE / "floor"
-SERVERS = ("native", "python", "python+json", "python+work", "app")
+SERVERS = ("native", "python", "python+json", "python+work", "app-python", "app")
+APPS = ("app-python", "app")  # serve.py, SERVER_TEXT_SCAN off and on
 ROWS = 16
 RESULT = re.compile(
     r"requests=(\d+) seconds=([\d.]+) p50_ms=([\d.]+) p99_ms=([\d.]+) late=(\d+) warmup=(\d+)"
@@ -129,7 +133,7 @@ def start(kind: str, args: argparse.Namespace, art: Path | None, server: Path, b
         art,
         port,
         ns,
-        {"SERVER_PIPELINE": "on"},
+        {"SERVER_PIPELINE": "on", "SERVER_TEXT_SCAN": "off" if kind == "app-python" else "on"},
         extra_args=("--standin-accelerator-ms", str(args.batch_ms)),
         cpus=cpus,
     )
@@ -222,7 +226,7 @@ def run(args: argparse.Namespace, work: Path) -> dict:
     server_cpus, generator_cpus = sb.cpu_split(not args.no_pin)
     ns = argparse.Namespace(sequence_length=32, layers=4, hidden_size=256, attention_heads=4)
     art = None
-    if {"app", "python+work"} & set(args.server_list):
+    if {*APPS, "python+work"} & set(args.server_list):
         art = args.model_dir or sb.build_artifact(work, ns)
     batch_s = peers.standin_batch_s(args.batch_ms)
     requests = work / "requests.bin"
@@ -248,7 +252,7 @@ def run(args: argparse.Namespace, work: Path) -> dict:
                         requests,
                         fraction * sustained,
                         generator_cpus,
-                        metrics_port=ports[0] if kind == "app" else None,
+                        metrics_port=ports[0] if kind in APPS else None,
                     )
                     paced[kind][fraction].append(cell)
             finally:
@@ -307,12 +311,14 @@ def report(args: argparse.Namespace, result: dict) -> None:
         f"{kind} {'met' if result['paced'][kind][top].p99_ms <= bound_ms else 'MISSED'}" for kind in args.server_list
     ]
     print(f"goal p99 <= 2 x batch + delay ({bound_ms:.2f} ms) paced at {top:.0%} of sustained: " + ", ".join(verdicts))
-    for fraction in args.paced_list:
-        cell = result["paced"].get("app", {}).get(fraction)
-        if cell is not None and cell.cycle_ms is not None:
+    for kind in APPS:
+        for fraction in args.paced_list:
+            cell = result["paced"].get(kind, {}).get(fraction)
+            if cell is None or cell.cycle_ms is None:
+                continue
             idle = cell.cycle_ms - batch_s * 1000
             print(
-                f"model cycle, app paced at {fraction:.0%}: {cell.rows_per_batch:.1f} rows per batch, "
+                f"model cycle, {kind} paced at {fraction:.0%}: {cell.rows_per_batch:.1f} rows per batch, "
                 f"{cell.cycle_ms:.2f} ms per batch per worker against the {batch_s * 1000:.2f} ms batch "
                 f"({idle:.2f} ms of it with the model idle or waiting to fill)"
             )
@@ -384,6 +390,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     unknown = sorted(set(args.server_list) - set(SERVERS))
     if unknown or not args.server_list:
         fail(f"--servers: a comma-separated list of {', '.join(SERVERS)}, got {args.servers!r}")
+    text_scan = sb.SERVE.parent / f"_text_scan{sysconfig.get_config_var('EXT_SUFFIX')}"
+    if "app" in args.server_list and not text_scan.is_file():  # else "app" would quietly measure app-python
+        fail(f"--servers app: {text_scan} is not built (make setup)")
     return args
 
 

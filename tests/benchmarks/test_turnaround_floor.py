@@ -17,7 +17,7 @@ from tests.support.paths import ROOT
 
 SCRIPT = ROOT / "benchmarks" / "turnaround_floor.py"
 FLOOR = ROOT / "benchmarks" / "floor"
-SERVERS = ("native", "python", "python+json", "python+work", "app")
+SERVERS = ("native", "python", "python+json", "python+work", "app-python", "app")
 ROW = re.compile(r"^(\S+) +\| +(\d+)% \( *([\d,]+)\), +[\d.]+ / +[\d.]+, +(\d+) µs +\| +([\d,]+), +[\d.]+", re.M)
 
 
@@ -213,3 +213,16 @@ def test_bad_arguments(args, message):
     result = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and result.stdout == ""
     assert message in result.stderr and len(result.stderr.splitlines()) == 1, result.stderr
+
+
+def test_the_app_is_not_measured_without_its_c_path_built():
+    # As if this Python's extensions had another suffix: no _text_scan module for it beside serve.py.
+    code = (
+        "import runpy, sys, sysconfig; get = sysconfig.get_config_var; "
+        "sysconfig.get_config_var = lambda key: '.elsewhere.so' if key == 'EXT_SUFFIX' else get(key); "
+        f"sys.argv = [{str(SCRIPT)!r}, '--servers', 'native,app']; runpy.run_path(sys.argv[0], run_name='__main__')"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.strip().endswith("_text_scan.elsewhere.so is not built (make setup)"), result.stderr
+    assert len(result.stderr.splitlines()) == 1, result.stderr
