@@ -167,11 +167,16 @@ browser:
 	fi
 
 # A C compiler for benchmarks/turnaround_floor.py's native floor server and load generator (benchmarks/floor/*.c),
-# which its test builds too: Debian's gcc, installed only when no cc is on PATH, as the browser above.
+# which its test builds too, and for the serving worker's extension (text_scan.c, which also needs Python's
+# headers): Debian's gcc and python3-dev, each installed only when missing, as the browser above.
 compiler:
 	@if command -v cc > /dev/null; then :; else \
-		echo "installing Debian's gcc (benchmarks/floor/*.c)"; \
+		echo "installing Debian's gcc (benchmarks/floor/*.c, container/neuron/serving/text_scan.c)"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc libc6-dev > /dev/null; \
+	fi
+	@if [ -f "$$(python3 -c "import sysconfig; print(sysconfig.get_paths()['include'])")/Python.h" ]; then :; else \
+		echo "installing Debian's python3-dev (container/neuron/serving/text_scan.c)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-dev > /dev/null; \
 	fi
 
 docs: .make/docs $(SEARCH_SHIM)
