@@ -22,8 +22,8 @@ import build_text_scan
 from protocol import PLAIN_TEXT_REPLY, ModelInterface, ProtocolError
 from runner import TextRows
 
-from tests.container.neuron.test_ascii_wordpiece import MAX_LENGTH, TOKENIZERS, printable, wordy
 from tests.support.fuzz import fuzz_examples
+from tests.support.wordpiece import MAX_LENGTH, TOKENIZERS, printable, wordy
 
 MAX_ROWS, MAX_CHARS = 8, 200
 INTERFACE = ModelInterface(
