@@ -6,6 +6,8 @@ Texts are tokenized as each request arrives, on the event loop, when the ASCII W
 (ascii_wordpiece.py) can answer them, so a batch only waits for its stacking once it leaves the
 queue; other texts are tokenized together, per batch, by the tokenizers library off the event loop, in the
 batcher's prepare stage (stack), which runs while the model executes the batch before (execute).
+The common request (one TEXT tensor and nothing else) is read and tokenized before any of that, in one C
+call from the same word cache (text_scanner, text_scan.c), whenever every one of its words is cached.
 """
 
 from __future__ import annotations
