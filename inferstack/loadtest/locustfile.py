@@ -145,39 +145,43 @@ class _OpenArrivals:
         try:
             sent = time.monotonic()
             _State.recorder.left(due, sent, held)
-            kind, status = self.send(body)
-            _State.recorder.ended(due, kind, status, sent=sent)
+            kind, status, arrived = self.send(body)
+            _State.recorder.ended(due, kind, status, sent=sent, at=arrived)
         finally:
             _State.in_flight -= 1
             _State.freed.set()
 
-    def send(self, body: int) -> tuple[str | None, int]:
-        """Sends BODIES[body]; returns the failure's kind (None: answered) and the HTTP status (0: none)."""
+    def send(self, body: int) -> tuple[str | None, int, float]:
+        """Sends BODIES[body]; returns the failure's kind (None: answered), the HTTP status (0: none) and when the
+        reply (or the failure) arrived (time.monotonic)."""
         raise NotImplementedError
 
-    def exchange(self, request: bytes, status_kind: Callable[[wire.Reply], str]) -> tuple[str | None, int]:
+    def exchange(self, request: bytes, status_kind: Callable[[wire.Reply], str]) -> tuple[str | None, int, float]:
         """One request and its verdict: no answer at all (refused, reset, timed out: the exception's kind), a
         status outside 2xx (its kind from `status_kind`), or a wrong answer; reported to Locust's statistics as
-        its HTTP users do, the response time from the request's start."""
-        started = time.perf_counter()
+        its HTTP users do, the response time from the request's start. Also returns when the reply arrived: the
+        checks and the event after it are the generator's time, not the server's."""
+        started = time.monotonic()
         reply: wire.Reply | None = None
         try:
             reply = self.connections.send(request)
         except Exception as exc:  # what the socket, TLS or the reply's framing raised: counted, not fatal
+            arrived = time.monotonic()
             kind: str | None = measure.error_kind(exc)
         else:
+            arrived = time.monotonic()
             kind = _wrong_answer(reply.body) if 200 <= reply.status < 300 else status_kind(reply)
         self.environment.events.request.fire(
             request_type="POST",
             name=SPEC.model,
-            response_time=(time.perf_counter() - started) * 1000.0,
+            response_time=(arrived - started) * 1000.0,
             response_length=len(reply.body) if reply else 0,
             exception=None if kind is None else CatchResponseError(kind),
             context={},
             url=self.url,
             response=None,
         )
-        return kind, reply.status if reply else 0
+        return kind, reply.status if reply else 0, arrived
 
     def on_stop(self) -> None:
         # Normally nothing is in flight by now (the shape drains the run first); on an early stop, the requests
@@ -223,7 +227,7 @@ class HttpTarget(_OpenArrivals, User):
         context = gevent.ssl.create_default_context() if _origin.scheme == "https" else None
         return wire.Client(_origin, timeout=SPEC.timeout_s, ssl_context=context)
 
-    def send(self, body: int) -> tuple[str | None, int]:
+    def send(self, body: int) -> tuple[str | None, int, float]:
         return self.exchange(_http_requests[body], _http_status)
 
 
@@ -309,7 +313,7 @@ class SageMakerTarget(_OpenArrivals, User):
         context = _ca_bundle() if _invoke.origin.scheme == "https" else None
         return wire.Client(_invoke.origin, timeout=SPEC.timeout_s, ssl_context=context)
 
-    def send(self, body: int) -> tuple[str | None, int]:
+    def send(self, body: int) -> tuple[str | None, int, float]:
         assert _invoke is not None
         return self.exchange(_invoke.signed(BODIES[body]), _invoke.error_kind)
 

@@ -291,12 +291,15 @@ class Recorder:
         if tally is not None:
             tally.left((sent - due) * 1000.0, self.late_after_ms, held)
 
-    def ended(self, due: float, kind: str | None, status: int = 0, *, sent: float | None = None) -> None:
-        """The request due at `due` ended now: answered (kind None) or failed (its error kind; `status`, the HTTP
-        status when there was one, tells a rejection). Its latency counts from when it was due, or from when it
-        was `sent` if that was earlier (pacing.TIMER_LEAD_S: woken early, never measured from a time it was not
-        yet out)."""
-        now = self._clock()
+    def ended(
+        self, due: float, kind: str | None, status: int = 0, *, sent: float | None = None, at: float | None = None
+    ) -> None:
+        """The request due at `due` ended at `at` (this generator's clock; default now): answered (kind None) or
+        failed (its error kind; `status`, the HTTP status when there was one, tells a rejection). Its latency counts
+        from when it was due, or from when it was `sent` if that was earlier (pacing.TIMER_LEAD_S: woken early,
+        never measured from a time it was not yet out), to when its reply arrived (`at`: the generator's own checks
+        of the reply, after that, are not the server's time)."""
+        now = self._clock() if at is None else at
         latency_ms = (now - (due if sent is None else min(due, sent))) * 1000.0
         tally = self._measured(due)
         if tally is not None:
