@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import pytest
+import requests
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
@@ -273,3 +274,19 @@ def test_server_text_scan_is_on_by_default_and_off_on_request(tmp_path):
     assert from_args(parser.parse_args(["--model-dir", str(tmp_path), "--text-scan", "OFF"]), {}).text_scan is False
     with pytest.raises(SettingsError, match="SERVER_TEXT_SCAN"):
         from_args(args, {"SERVER_TEXT_SCAN": "sometimes"})
+
+
+def test_without_the_extension_there_is_no_scanner_and_the_python_path_serves(monkeypatch):
+    fast, _ = fast_path("bert")
+    monkeypatch.setitem(sys.modules, "_text_scan", None)  # as if the image had not built it: import fails
+    assert fast.scanner(max_rows=MAX_ROWS, max_text_chars=MAX_CHARS) is None
+
+
+def test_a_worker_with_server_text_scan_off_reads_every_request_in_python(artifact, start_server):
+    # The emulated accelerator (a stand-in: no torch) keeps start-up short; this is about the switch only.
+    server = start_server(artifact, env={"SERVER_TEXT_SCAN": "off"}, args=("--standin-accelerator-ms", "1"))
+    server.wait_ready()
+    reply = requests.post(f"{server.url}/v2/models/model/infer", data=body(["a plain query"]), timeout=30)
+    assert reply.status_code == 200 and reply.json()["outputs"][1]["name"] == "label"
+    ready = [e for e in server.logs() if e.get("msg") == "model ready"]
+    assert ready and all(e["text_scan"] is False for e in ready)
