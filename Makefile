@@ -25,6 +25,12 @@ QUIET_SYNTH = set -o pipefail; $(CDK) synth --quiet $(1) 2>&1 | { grep --line-bu
 
 .PHONY: setup synth test lint test-real-triton validate clean constraints rehearse-images rehearse-deploy peers docs \
 	docs-build docs-reference browser compiler
+
+# The serving worker's C fast path (container/neuron/serving/text_scan.c) for the checkout's Python (the venv's
+# EXT_SUFFIX is python3's): the tests and benchmarks serve through it as the images do, which compile their own.
+# Defined before the rules that name it: a rule's prerequisites expand when make reads it.
+TEXT_SCAN := container/neuron/serving/_text_scan$(shell python3 -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))")
+
 setup: .make/python .make/node .make/checkov .make/images .make/triton .make/docs docs/assets/vendor/iframe-worker-shim.js browser \
 	compiler $(TEXT_SCAN)
 
@@ -34,9 +40,6 @@ setup: .make/python .make/node .make/checkov .make/images .make/triton .make/doc
 	$(PYTHON) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt -c constraints.txt
 	@touch $@
 
-# The serving worker's C fast path (container/neuron/serving/text_scan.c) for the checkout's Python (the venv's
-# EXT_SUFFIX is python3's): the tests and benchmarks serve through it as the images do, which compile their own.
-TEXT_SCAN := container/neuron/serving/_text_scan$(shell python3 -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))")
 $(TEXT_SCAN): .make/python container/neuron/serving/text_scan.c container/neuron/serving/build_text_scan.py | compiler
 	$(PYTHON) container/neuron/serving/build_text_scan.py
 

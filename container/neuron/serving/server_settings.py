@@ -118,8 +118,8 @@ class ServerSettings:
     # SERVER_PIPELINE: prepare each batch while the model runs the one before (batcher.py); off: one at a time,
     # the way batches ran before (benchmark baselines).
     pipeline: bool = True
-    # SERVER_TEXT_SCAN: the common TEXT request read and tokenized in C (text_scan.c) where the image built it;
-    # off: every request through the Python path (protocol.py), the benchmarks' baseline and a kill switch.
+    # SERVER_TEXT_SCAN: the common TEXT request read, tokenized and replied to in C (text_scan.c) where the image
+    # built it; off: every request through the Python path (protocol.py), the benchmarks' baseline and a kill switch.
     text_scan: bool = True
 
     def packed_model(self, name: str) -> PackedModel:

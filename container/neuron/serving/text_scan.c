@@ -10,12 +10,16 @@
  * 4xx, and fills the cache. So this module decides nothing the Python path would decide otherwise:
  * it only declines more often. tests/container/neuron/test_text_scan.py holds it to that.
  *
+ * Replier.json(logits) writes such a request's reply, the bytes protocol.ModelInterface._json_response gives
+ * (float32 logits, C-contiguous, finite; None otherwise, and the Python code writes it).
+ *
  * Why C: at 32 connections a worker's turnaround between batches is sixteen requests' parsing and
  * tokenization in a row, and in Python those were about a fifth of a request's CPU
  * (docs/explanation/performance.md).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <math.h>
 #include <string.h>
 
 #define MAX_TEXTS 1024 /* a request's texts gathered before tokenizing; more are left to the Python path */
@@ -386,18 +390,153 @@ static PyTypeObject ScannerType = {
     .tp_methods = Scanner_methods,
 };
 
+typedef struct {
+    PyObject_HEAD
+    PyObject *name;   /* bytes: the model's name as JSON */
+    PyObject *labels; /* tuple of bytes: each label as JSON */
+    Py_ssize_t longest_label;
+} Replier;
+
+static int is_float32(const Py_buffer *view)
+{
+    const char *f = view->format;
+    if (f != NULL && (*f == '<' || *f == '=' || *f == '@'))
+        f++;
+    return view->itemsize == 4 && f != NULL && strcmp(f, "f") == 0;
+}
+
+static PyObject *Replier_json(Replier *self, PyObject *arg)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        PyErr_Clear(); /* not a contiguous buffer: the Python code writes it */
+        Py_RETURN_NONE;
+    }
+    Py_ssize_t width = PyTuple_GET_SIZE(self->labels);
+    if (view.ndim != 2 || !is_float32(&view) || view.shape[0] < 1 || view.shape[1] != width) {
+        PyBuffer_Release(&view);
+        Py_RETURN_NONE;
+    }
+    Py_ssize_t rows = view.shape[0];
+    const float *values = (const float *)view.buf;
+    for (Py_ssize_t i = 0; i < rows * width; i++)
+        if (!isfinite(values[i])) { /* json's NaN and Infinity spellings: the Python code's */
+            PyBuffer_Release(&view);
+            Py_RETURN_NONE;
+        }
+    /* A float's repr is at most 24 characters; every other piece is bounded by what is counted here. */
+    Py_ssize_t room = PyBytes_GET_SIZE(self->name) + 512 + rows * width * 26 + rows * (self->longest_label + 1);
+    char *out = PyMem_Malloc(room), *at = out;
+    if (out == NULL) {
+        PyBuffer_Release(&view);
+        return PyErr_NoMemory();
+    }
+    at += sprintf(at, "{\"model_name\":%s,\"model_version\":\"1\",\"outputs\":[{\"name\":\"logits\",\"datatype\":"
+                      "\"FP32\",\"shape\":[%zd,%zd],\"data\":[",
+                  PyBytes_AS_STRING(self->name), rows, width);
+    for (Py_ssize_t i = 0; i < rows * width; i++) {
+        /* float.__repr__ of the value as Python reads it (tolist: the float32 widened to a double) */
+        char *text = PyOS_double_to_string((double)values[i], 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
+        if (text == NULL) {
+            PyMem_Free(out);
+            PyBuffer_Release(&view);
+            return NULL;
+        }
+        if (i)
+            *at++ = ',';
+        size_t n = strlen(text);
+        memcpy(at, text, n);
+        at += n;
+        PyMem_Free(text);
+    }
+    at += sprintf(at, "]},{\"name\":\"label\",\"datatype\":\"BYTES\",\"shape\":[%zd],\"data\":[", rows);
+    for (Py_ssize_t r = 0; r < rows; r++) {
+        const float *row = values + r * width;
+        Py_ssize_t best = 0; /* numpy's argmax: the first of equal maxima */
+        for (Py_ssize_t k = 1; k < width; k++)
+            if (row[k] > row[best])
+                best = k;
+        PyObject *label = PyTuple_GET_ITEM(self->labels, best);
+        if (r)
+            *at++ = ',';
+        memcpy(at, PyBytes_AS_STRING(label), PyBytes_GET_SIZE(label));
+        at += PyBytes_GET_SIZE(label);
+    }
+    memcpy(at, "]}]}", 4);
+    at += 4;
+    PyBuffer_Release(&view);
+    PyObject *reply = PyBytes_FromStringAndSize(out, at - out);
+    PyMem_Free(out);
+    return reply;
+}
+
+static int Replier_init(Replier *self, PyObject *args, PyObject *kwargs)
+{
+    static char *keywords[] = {"name", "labels", NULL};
+    PyObject *name, *labels;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "$O!O!", keywords, &PyBytes_Type, &name, &PyTuple_Type, &labels))
+        return -1;
+    if (PyTuple_GET_SIZE(labels) < 1) {
+        PyErr_SetString(PyExc_ValueError, "labels must not be empty");
+        return -1;
+    }
+    Py_ssize_t longest = 0;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(labels); i++) {
+        PyObject *label = PyTuple_GET_ITEM(labels, i);
+        if (!PyBytes_CheckExact(label)) {
+            PyErr_SetString(PyExc_TypeError, "labels must hold bytes");
+            return -1;
+        }
+        if (PyBytes_GET_SIZE(label) > longest)
+            longest = PyBytes_GET_SIZE(label);
+    }
+    if (strlen(PyBytes_AS_STRING(name)) != (size_t)PyBytes_GET_SIZE(name)) {
+        PyErr_SetString(PyExc_ValueError, "name must not hold a NUL byte");
+        return -1;
+    }
+    Py_INCREF(name);
+    Py_INCREF(labels);
+    Py_XSETREF(self->name, name);
+    Py_XSETREF(self->labels, labels);
+    self->longest_label = longest;
+    return 0;
+}
+
+static void Replier_dealloc(Replier *self)
+{
+    Py_XDECREF(self->name);
+    Py_XDECREF(self->labels);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMethodDef Replier_methods[] = {
+    {"json", (PyCFunction)Replier_json, METH_O,
+     "json(logits) -> the plain TEXT request's JSON reply, or None: leave these logits to the Python code."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject ReplierType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "_text_scan.Replier",
+    .tp_basicsize = sizeof(Replier),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "The JSON reply of a request of one TEXT tensor and nothing else.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Replier_init,
+    .tp_dealloc = (destructor)Replier_dealloc,
+    .tp_methods = Replier_methods,
+};
+
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_text_scan", NULL, -1, NULL};
 
 PyMODINIT_FUNC PyInit__text_scan(void)
 {
-    if (PyType_Ready(&ScannerType) < 0)
+    if (PyType_Ready(&ScannerType) < 0 || PyType_Ready(&ReplierType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
-    Py_INCREF(&ScannerType);
-    if (PyModule_AddObject(m, "Scanner", (PyObject *)&ScannerType) < 0) {
-        Py_DECREF(&ScannerType);
+    if (PyModule_AddObjectRef(m, "Scanner", (PyObject *)&ScannerType) < 0 ||
+        PyModule_AddObjectRef(m, "Replier", (PyObject *)&ReplierType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -193,6 +193,7 @@ def run(
         metadata=metadata,
         max_rows=settings.max_batch_size,
         max_text_chars=settings.max_text_chars,
+        native_replies=settings.text_scan,  # SERVER_TEXT_SCAN: the common request's reply in C too
     )
     state = ServerState()
     index = int(os.environ.get("SERVER_WORKER_INDEX", "0"))

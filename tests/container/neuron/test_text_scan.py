@@ -10,6 +10,7 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import requests
 from hypothesis import assume, given, settings
@@ -20,7 +21,7 @@ from hypothesis import strategies as st
 import _text_scan
 import ascii_wordpiece
 import build_text_scan
-from protocol import PLAIN_TEXT_REPLY, ModelInterface, ProtocolError
+from protocol import PLAIN_TEXT_REPLY, InferRequest, ModelInterface, ProtocolError
 from runner import TextRows
 
 from tests.support.fuzz import fuzz_examples
@@ -290,3 +291,79 @@ def test_a_worker_with_server_text_scan_off_reads_every_request_in_python(artifa
     assert reply.status_code == 200 and reply.json()["outputs"][1]["name"] == "label"
     ready = [e for e in server.logs() if e.get("msg") == "model ready"]
     assert ready and all(e["text_scan"] is False for e in ready)
+
+
+# -- the reply: Replier.json against protocol.py's own writer --------------------------------------------------
+
+LABELS = ["book_flight", "cancel_order", 'what\'s "this"', "café", "back\\slash"]
+REPLY_METADATA = {"backend": "cpu", "sequence_length": MAX_LENGTH, "labels": LABELS, "vocab_size": 1000}
+NATIVE = ModelInterface(
+    name="intent-bert", metadata=REPLY_METADATA, max_rows=16, max_text_chars=MAX_CHARS, native_replies=True
+)
+PYTHON = ModelInterface(name="intent-bert", metadata=REPLY_METADATA, max_rows=16, max_text_chars=MAX_CHARS)
+
+WIDTH = len(LABELS)
+logit_arrays = st.integers(1, 16).flatmap(
+    lambda rows: st.lists(st.floats(width=32), min_size=rows * WIDTH, max_size=rows * WIDTH).map(
+        lambda values: np.array(values, dtype=np.float32).reshape(rows, WIDTH)
+    )
+)
+
+
+@settings(max_examples=fuzz_examples(400), deadline=None)
+@given(logit_arrays)
+@pytest.mark.fuzz
+def test_the_reply_written_in_c_is_the_python_writers_bytes(logits):
+    assert NATIVE.native_reply is not None and PYTHON.native_reply is None
+    native = NATIVE.native_reply(logits)
+    if np.isfinite(logits).all():
+        assert native is not None  # what it exists for: finite float32 logits
+    else:
+        assert native is None  # json's NaN and Infinity: left to the Python writer
+    assert NATIVE.response(PLAIN_TEXT_REPLY, logits) == PYTHON.response(PLAIN_TEXT_REPLY, logits)
+
+
+def test_ties_negative_zero_and_extremes_reply_as_numpy_and_float_repr_do():
+    logits = np.array(
+        [[1.0, 1.0, 0.5, 0.5, 0.0], [-0.0, 0.0, -1e-45, 3.4028235e38, -3.4028235e38], [0.1, 0.2, 0.3, 0.3, 0.3]],
+        dtype=np.float32,
+    )
+    native = NATIVE.native_reply(logits)
+    assert native is not None and native == PYTHON._json_response(PLAIN_TEXT_REPLY, logits)
+    assert json.loads(native)["outputs"][1]["data"] == [LABELS[0], LABELS[3], LABELS[2]]
+
+
+@pytest.mark.parametrize(
+    "case, logits",
+    [
+        ("float64", np.zeros((2, WIDTH), dtype=np.float64)),
+        ("big-endian", np.zeros((2, WIDTH), dtype=">f4")),
+        ("not contiguous", np.zeros((2, 2 * WIDTH), dtype=np.float32)[:, ::2]),
+        ("a width other than the labels'", np.zeros((2, WIDTH + 1), dtype=np.float32)),
+        ("one dimension", np.zeros(WIDTH, dtype=np.float32)),
+        ("no rows", np.zeros((0, WIDTH), dtype=np.float32)),
+        ("a NaN", np.array([[np.nan] + [0.0] * (WIDTH - 1)], dtype=np.float32)),
+        ("not a buffer", [[0.0] * WIDTH]),
+    ],
+)
+def test_logits_the_replier_does_not_take_are_left_to_the_python_writer(case, logits):
+    assert NATIVE.native_reply(logits) is None
+
+
+def test_a_request_with_an_id_or_its_own_outputs_is_replied_by_the_python_writer():
+    logits = np.ones((1, WIDTH), dtype=np.float32)
+    with_id = InferRequest("r-1", TextRows([]), PLAIN_TEXT_REPLY.outputs, frozenset())
+    label_only = InferRequest(None, TextRows([]), ("label",), frozenset())
+    assert NATIVE.response(with_id, logits) == PYTHON.response(with_id, logits)
+    assert NATIVE.response(with_id, logits)[0].endswith(b',"id":"r-1"}')
+    assert NATIVE.response(label_only, logits) == PYTHON.response(label_only, logits)
+    assert b'"logits"' not in NATIVE.response(label_only, logits)[0]
+
+
+def test_the_replier_checks_what_it_is_given():
+    with pytest.raises(TypeError):
+        _text_scan.Replier(name=b'"m"', labels=("a",))
+    with pytest.raises(ValueError):
+        _text_scan.Replier(name=b'"m"', labels=())
+    with pytest.raises(ValueError):
+        _text_scan.Replier(name=b'"m\0"', labels=(b'"a"',))
