@@ -16,7 +16,8 @@ path's cost, sixteen times. This runs, on the same emulated accelerator (--batch
                 parsed and checked, its text tokenized, the batch stacked, each reply built from its logits;
   app-python    serve.py itself (container/neuron/serving), SERVER_PIPELINE on, with the stand-in accelerator,
                 every request through its Python path (SERVER_TEXT_SCAN=off): the app as it was before text_scan.c;
-  app           the same with the common request read and tokenized in C (SERVER_TEXT_SCAN=on, the default).
+  app           the same with the common request read, tokenized and replied to in C (SERVER_TEXT_SCAN=on, the
+                default).
 Each is measured by one native load generator (benchmarks/floor/load_client.c), closed loop at --levels
 connections, then as an open system at --paced fractions of its own sustained rate at the highest level, over
 --paced-connections connections (HTTP/1.1 carries one request at a time each), with latency from when each
