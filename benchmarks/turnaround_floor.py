@@ -16,8 +16,10 @@ path's cost, sixteen times. This runs, on the same emulated accelerator (--batch
                 parsed and checked, its text tokenized, the batch stacked, each reply built from its logits;
   app-python    serve.py itself (container/neuron/serving), SERVER_PIPELINE on, with the stand-in accelerator,
                 every request through its Python path (SERVER_TEXT_SCAN=off): the app as it was before text_scan.c;
-  app           the same with the common request read, tokenized and replied to in C (SERVER_TEXT_SCAN=on, the
-                default).
+  app-body      the same with the common request's body read, tokenized and replied to in C, its HTTP head through
+                httptools (SERVER_TEXT_SCAN=body): the app as it was before the HTTP front;
+  app           the same with a read that holds one whole common request taken in C, its head included, before the
+                parser (SERVER_TEXT_SCAN=on, the default).
 Each is measured by one native load generator (benchmarks/floor/load_client.c), closed loop at --levels
 connections, then as an open system at --paced fractions of its own sustained rate at the highest level, over
 --paced-connections connections (HTTP/1.1 carries one request at a time each), with latency from when each
@@ -50,8 +52,8 @@ import peers  # noqa: E402  (the benchmarks share their setup; they are scripts,
 import serve_bench as sb  # noqa: E402
 
 FLOOR = HERE / "floor"
-SERVERS = ("native", "python", "python+json", "python+work", "app-python", "app")
-APPS = ("app-python", "app")  # serve.py, SERVER_TEXT_SCAN off and on
+SERVERS = ("native", "python", "python+json", "python+work", "app-python", "app-body", "app")
+APPS = ("app-python", "app-body", "app")  # serve.py, SERVER_TEXT_SCAN off, body and on
 ROWS = 16
 RESULT = re.compile(
     r"requests=(\d+) seconds=([\d.]+) p50_ms=([\d.]+) p99_ms=([\d.]+) late=(\d+) warmup=(\d+)"
@@ -134,7 +136,7 @@ def start(kind: str, args: argparse.Namespace, art: Path | None, server: Path, b
         art,
         port,
         ns,
-        {"SERVER_PIPELINE": "on", "SERVER_TEXT_SCAN": "off" if kind == "app-python" else "on"},
+        {"SERVER_PIPELINE": "on", "SERVER_TEXT_SCAN": {"app-python": "off", "app-body": "body", "app": "on"}[kind]},
         extra_args=("--standin-accelerator-ms", str(args.batch_ms)),
         cpus=cpus,
     )
@@ -392,8 +394,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if unknown or not args.server_list:
         fail(f"--servers: a comma-separated list of {', '.join(SERVERS)}, got {args.servers!r}")
     text_scan = sb.SERVE.parent / f"_text_scan{sysconfig.get_config_var('EXT_SUFFIX')}"
-    if "app" in args.server_list and not text_scan.is_file():  # else "app" would quietly measure app-python
-        fail(f"--servers app: {text_scan} is not built (make setup)")
+    needs = [kind for kind in ("app-body", "app") if kind in args.server_list]
+    if needs and not text_scan.is_file():  # else they would quietly measure app-python
+        fail(f"--servers {needs[0]}: {text_scan} is not built (make setup)")
     return args
 
 

@@ -17,7 +17,7 @@ from tests.support.paths import ROOT
 
 SCRIPT = ROOT / "benchmarks" / "turnaround_floor.py"
 FLOOR = ROOT / "benchmarks" / "floor"
-SERVERS = ("native", "python", "python+json", "python+work", "app-python", "app")
+SERVERS = ("native", "python", "python+json", "python+work", "app-python", "app-body", "app")
 ROW = re.compile(r"^(\S+) +\| +(\d+)% \( *([\d,]+)\), +[\d.]+ / +[\d.]+, +(\d+) µs +\| +([\d,]+), +[\d.]+", re.M)
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Callable
 from typing import Any
 
 log = logging.getLogger("runner")
@@ -87,10 +86,12 @@ class AsciiWordPiece:
         ids += self._suffix
         return ids
 
-    def scanner(self, *, max_rows: int, max_text_chars: int) -> Callable[[bytes], list[list[int]] | None] | None:
-        """The common request's body straight to its texts' ids (text_scan.c), reading this object's word
-        cache: ``scan(body)`` gives what parsing the body and ``encode`` would give each text, or None for
-        any body or text it leaves to them. None when the extension is not built (build_text_scan.py)."""
+    def scanner(self, *, max_rows: int, max_text_chars: int) -> Any:
+        """The common request's body straight to its texts' ids (text_scan.c's Scanner), reading this object's
+        word cache: ``.scan(body)`` gives what parsing the body and ``encode`` would give each text, or None for
+        any body or text it leaves to them; ``.request(data, paths, max_body)`` does the same for one whole HTTP
+        request as it was read (its head checked in C too). None when the extension is not built
+        (build_text_scan.py)."""
         try:
             import _text_scan
         except ImportError:
@@ -105,7 +106,7 @@ class AsciiWordPiece:
             added=tuple(added.encode() for added in self._added if added.isascii()),
             max_rows=max_rows,
             max_chars=max_text_chars,
-        ).scan
+        )
 
 
 def from_tokenizer(tokenizer: Any, max_length: int) -> AsciiWordPiece | None:

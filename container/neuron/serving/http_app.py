@@ -48,7 +48,7 @@ class ServerState:
     draining: bool = False
     batcher: DynamicBatcher | None = None
     prepare: Any = staticmethod(lambda payload: payload)  # the runner's early tokenization, once loaded
-    scan: Any = None  # the runner's text_scanner: the common request's body to ids in C, once loaded
+    scanner: Any = None  # the runner's text_scanner: the common request to ids in C (text_scan.c), once loaded
     not_ready_reason: str = "model is loading"
     in_flight: int = 0  # inference requests accepted and not yet answered (changed on the event loop only)
 
@@ -97,11 +97,13 @@ async def read_body(request: Request, limit: int) -> bytes:
 @dataclass(frozen=True)
 class App:
     """The worker's routes as http_server.py serves them: ``asgi`` for everything, ``infer`` for POSTs to
-    ``infer_routes`` (path -> route name)."""
+    ``infer_routes`` (path -> route name), and before either ``fast`` for a read that holds one whole common
+    request (``fast(data, reply)``: False leaves the bytes to the HTTP parser)."""
 
     asgi: Starlette
     infer_routes: dict[str, str]
     infer: Any
+    fast: Any = None
 
 
 def build_app(
@@ -152,9 +154,12 @@ def build_app(
     def not_ready() -> Response:
         return error(not_ready_reason(), 503)
 
-    def handle_inference(route: str, body: bytes, header_length: str | None, reply) -> None:
+    def handle_inference(
+        route: str, body: bytes, header_length: str | None, reply, scanned: list[list[int]] | None = None
+    ) -> None:
         """One inference request, answered through ``reply(status, header lines, content)`` exactly once:
-        at once when it is refused, else when its batch has run (http_server.py calls this)."""
+        at once when it is refused, else when its batch has run (http_server.py calls this). ``scanned``: the
+        request's rows of ids, already read in C with its HTTP head (``fast_inference``); ``body`` is unused then."""
         started = time.perf_counter()
         state.in_flight += 1
 
@@ -188,13 +193,18 @@ def build_app(
             batcher = state.batcher
             if batcher is None or not state.ready:
                 raise ProtocolError(state.not_ready_reason, 503)
-            batcher.admit()  # before parsing: a refusal costs a few microseconds, whatever the body
-            rows = state.scan(body) if state.scan is not None and header_length is None else None
+            if scanned is not None:  # read and tokenized with its head in C (fast_inference)
+                rows = scanned
+            else:
+                batcher.admit()  # before parsing: a refusal costs a few microseconds, whatever the body
+                scanner = state.scanner
+                rows = scanner.scan(body) if scanner is not None and header_length is None else None
             if rows is not None:  # the common request, read and tokenized in one C call
                 parsed, payload = PLAIN_TEXT_REPLY, EncodedRows(rows)
             else:  # everything else, and every refusal
                 parsed = interface.parse(body, header_length)
                 payload = state.prepare(parsed.payload)
+            # submit admits it with its rows: the scanned request's one check, the parsed one's second.
             batcher.submit(payload, payload.rows, lambda ok, value: done(parsed, ok, value))
             tally.touch()  # the queue depth changed
         except ProtocolError as exc:
@@ -207,6 +217,20 @@ def build_app(
         except Exception:
             log.exception("inference failed", extra={"route": route})
             finish(500, JSON_HEADER, error_body("internal error while running the model"))
+
+    def fast_inference(data: bytes, reply) -> bool:
+        """One read that holds exactly one whole common request (text_scan.c's Scanner.request: the HTTP head and
+        the body checked and tokenized in one C call), answered as ``handle_inference`` answers it; False, having
+        done nothing, for everything else, which the HTTP parser and the Python path take as before."""
+        scanner = state.scanner
+        if scanner is None:
+            return False
+        taken = scanner.request(data, fast_paths, max_body_bytes)
+        if taken is None:
+            return False
+        index, rows = taken
+        handle_inference(fast_names[index], b"", None, reply, rows)
+        return True
 
     async def starlette_inference(request: Request, route: str) -> Response:
         """The inference routes reached through Starlette (a path http_server.py does not match as it is,
@@ -293,6 +317,8 @@ def build_app(
         f"/v2/models/{name}/versions/{MODEL_VERSION}/infer": "infer",
         "/invocations": "invocations",
     }
+    fast_paths = tuple(path.encode() for path in fast_routes)  # for fast_inference, in C
+    fast_names = tuple(fast_routes.values())
     routes = [
         Route("/v2/models/{model}/infer", infer, methods=["POST"]),
         Route("/invocations", invocations, methods=["POST"]),
@@ -309,4 +335,4 @@ def build_app(
         Route("/metrics", prometheus, methods=["GET"]),
     ]
     app = Starlette(routes=routes, exception_handlers={HTTPException: http_error})
-    return App(app, fast_routes, handle_inference)
+    return App(app, fast_routes, handle_inference, fast_inference)

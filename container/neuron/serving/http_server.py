@@ -39,6 +39,9 @@ log = logging.getLogger("http")
 Reply = Callable[[int, bytes, bytes], None]
 # handler(route, body, inference-header-content-length or None, reply): answers now or later, once.
 InferHandler = Callable[[str, bytes, "str | None", Reply], None]
+# fast(data, reply): True when ``data`` was one whole request it took (and answers through ``reply``, once);
+# False, having done nothing, leaves the bytes to the parser.
+FastHandler = Callable[[bytes, Reply], bool]
 
 STATUS_LINES = {status.value: f"HTTP/1.1 {status.value} {status.phrase}\r\n".encode() for status in http.HTTPStatus}
 JSON_HEADER = b"content-type: application/json\r\n"
@@ -79,6 +82,12 @@ class Request:
         self.expect_continue = False
 
 
+# What the fast handler takes, as the parser would have given it: a keep-alive HTTP/1.1 POST (no Connection:
+# close, no HTTP/1.0); _reply reads only these.
+FAST_REQUEST = Request()
+FAST_REQUEST.method, FAST_REQUEST.http_version, FAST_REQUEST.keep_alive = b"POST", "1.1", True
+
+
 class HttpServer:
     def __init__(
         self,
@@ -90,13 +99,16 @@ class HttpServer:
         keep_alive_s: float = 75.0,
         share: ConnectionShare | None = None,
         on_connections: Callable[[int], None] = lambda count: None,
+        fast: FastHandler | None = None,
     ) -> None:
         """``app``: ASGI app for every request that is not a POST to one of ``infer_routes`` (path -> route
         name), which go to ``infer``; ``share``: the model's other workers, when there are any;
-        ``on_connections``: told the number of open connections whenever it changes."""
+        ``on_connections``: told the number of open connections whenever it changes; ``fast``: offered each
+        read that starts a request on an idle connection, before the parser (http_app.fast_inference)."""
         self.app = app
         self.infer_routes = {path.encode(): route for path, route in infer_routes.items()}
         self.infer = infer
+        self.fast = fast
         self.max_body_bytes = max_body_bytes
         self.keep_alive_s = keep_alive_s
         self.share = share
@@ -278,6 +290,18 @@ class HttpConnection(asyncio.Protocol):
         if self.closing:
             return  # nothing more is answered on this connection
         self.idle_since = None
+        fast = self.server.fast
+        # A read on an idle connection (nothing half-parsed, queued or being answered) that is one whole request
+        # of the common kind is read in C and answered without the parser's callbacks: a keep-alive HTTP/1.1
+        # POST, as the parser would have seen it (http_app.fast_inference). Anything else is fed to the parser.
+        if fast is not None and self.request is None and not self.busy and not self.waiting:
+            self.busy = True
+            try:
+                if fast(data, self._fast_reply):
+                    return
+            except Exception:  # the handler answers its own errors; this is a bug: the parser takes the bytes
+                log.exception("fast inference handler failed")
+            self.busy = False
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -401,6 +425,9 @@ class HttpConnection(asyncio.Protocol):
                 self.transport.close()
             else:
                 self.idle_since = self.loop.time()
+
+    def _fast_reply(self, status: int, headers: bytes, content: bytes) -> None:
+        self._reply(FAST_REQUEST, status, headers, content)
 
     def _reply(self, request: Request, status: int, headers: bytes, content: bytes) -> None:
         """Write one reply (one write: head and body together) and move on to the next request."""

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -123,10 +124,10 @@ class ModelRunner:
             ids.append(encoded)
         return EncodedRows(ids)
 
-    def text_scanner(self, max_rows: int, max_text_chars: int) -> Callable[[bytes], list[list[int]] | None] | None:
-        """``scan(body)``: the common TEXT request's body to each text's ids in C, or None for what it leaves to
-        parsing and ``prepare`` (ascii_wordpiece.AsciiWordPiece.scanner); None without the fast path or the
-        extension. On the event loop only, as ``prepare``: they share the word cache."""
+    def text_scanner(self, max_rows: int, max_text_chars: int) -> Any:
+        """The common TEXT request to each text's ids in C (ascii_wordpiece.AsciiWordPiece.scanner): ``.scan(body)``
+        and ``.request(data, paths, max_body)``, None for what they leave to parsing and ``prepare``; None without
+        the fast path or the extension. On the event loop only, as ``prepare``: they share the word cache."""
         fast = self.fast_tokenizer
         return None if fast is None else fast.scanner(max_rows=max_rows, max_text_chars=max_text_chars)
 

@@ -119,8 +119,11 @@ class ServerSettings:
     # the way batches ran before (benchmark baselines).
     pipeline: bool = True
     # SERVER_TEXT_SCAN: the common TEXT request read, tokenized and replied to in C (text_scan.c) where the image
-    # built it; off: every request through the Python path (protocol.py), the benchmarks' baseline and a kill switch.
+    # built it, its HTTP head too when a read holds the whole request (on); body: the head through the HTTP parser,
+    # the body in C; off: every request through the Python path (protocol.py). The benchmarks' baselines, and kill
+    # switches that need no new image.
     text_scan: bool = True
+    text_scan_head: bool = True
 
     def packed_model(self, name: str) -> PackedModel:
         for model in self.models:
@@ -235,9 +238,10 @@ def from_args(args: argparse.Namespace, environ: dict[str, str] | None = None) -
     if metrics not in ("emf", "off"):
         raise SettingsError(f"{_label('metrics')}: must be emf or off, got {_raw(args, 'metrics', environ)!r}")
     pipeline, text_scan = (_raw(args, name, environ).strip().lower() for name in ("pipeline", "text_scan"))
-    for name, value in (("pipeline", pipeline), ("text_scan", text_scan)):
-        if value not in ("on", "off"):
-            raise SettingsError(f"{_label(name)}: must be on or off, got {_raw(args, name, environ)!r}")
+    if pipeline not in ("on", "off"):
+        raise SettingsError(f"{_label('pipeline')}: must be on or off, got {_raw(args, 'pipeline', environ)!r}")
+    if text_scan not in ("on", "body", "off"):
+        raise SettingsError(f"{_label('text_scan')}: must be on, body or off, got {_raw(args, 'text_scan', environ)!r}")
     service = _raw(args, "metrics_service", environ)
     if service is None:
         service = "+".join(m.name for m in models) if models else model_name
@@ -270,7 +274,8 @@ def from_args(args: argparse.Namespace, environ: dict[str, str] | None = None) -
         standin_accelerator_ms=_standin(getattr(args, "standin_accelerator_ms", None)),
         admission=admission_from_environment(environ),
         pipeline=pipeline == "on",
-        text_scan=text_scan == "on",
+        text_scan=text_scan != "off",
+        text_scan_head=text_scan == "on",
     )
 
 

@@ -280,29 +280,22 @@ error:
     return NULL;
 }
 
-static PyObject *Scanner_scan(Scanner *self, PyObject *arg)
+/* The body's rows of ids (a new list), Py_None (new reference) to leave it to the Python path, or NULL with
+ * an exception set. */
+static PyObject *scan_span(Scanner *self, const char *start, Py_ssize_t length)
 {
-    Py_buffer view;
     Span texts[MAX_TEXTS];
     Py_ssize_t count = 0, longest = 0;
-    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
-        return NULL;
-    Cursor cursor = {(const char *)view.buf, (const char *)view.buf + view.len};
-    PyObject *rows = NULL;
-    char *low = NULL;
-    if (!read_body(self, &cursor, texts, &count)) {
-        PyBuffer_Release(&view);
+    Cursor cursor = {start, start + length};
+    if (!read_body(self, &cursor, texts, &count))
         Py_RETURN_NONE;
-    }
     for (Py_ssize_t t = 0; t < count; t++)
         if (texts[t].length > longest)
             longest = texts[t].length;
-    if (longest > self->max_chars) {
-        PyBuffer_Release(&view);
+    if (longest > self->max_chars)
         Py_RETURN_NONE;
-    }
-    low = PyMem_Malloc(longest + 1);
-    rows = PyList_New(count);
+    char *low = PyMem_Malloc(longest + 1);
+    PyObject *rows = PyList_New(count);
     if (low == NULL || rows == NULL) {
         if (low == NULL)
             PyErr_NoMemory();
@@ -315,19 +308,171 @@ static PyObject *Scanner_scan(Scanner *self, PyObject *arg)
         if (row == Py_None) {
             Py_DECREF(rows);
             PyMem_Free(low);
-            PyBuffer_Release(&view);
             return row;
         }
         PyList_SET_ITEM(rows, t, row);
     }
     PyMem_Free(low);
-    PyBuffer_Release(&view);
     return rows;
 error:
     Py_XDECREF(rows);
     PyMem_Free(low);
-    PyBuffer_Release(&view);
     return NULL;
+}
+
+static PyObject *Scanner_scan(Scanner *self, PyObject *arg)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    PyObject *rows = scan_span(self, (const char *)view.buf, view.len);
+    PyBuffer_Release(&view);
+    return rows;
+}
+
+/* -- The HTTP front: a whole request in one read ------------------------------------------------------------
+ *
+ * Scanner.request(data, paths, max_body) takes what one read of a keep-alive connection brought, when it is
+ * exactly one request of the common kind and nothing else:
+ *
+ *     POST <one of paths> HTTP/1.1 CRLF
+ *     *( field-name ":" OWS field-value OWS CRLF )      names: RFC 9110 tokens; values: printable ASCII, SP, HTAB
+ *     CRLF
+ *     <Content-Length bytes: a body scan() answers>
+ *
+ * with exactly one Content-Length (1 to 9 digits, at most max_body), no Transfer-Encoding, Expect, Upgrade or
+ * Inference-Header-Content-Length, a Connection field only if it says keep-alive, and the head within
+ * MAX_HEAD bytes. It returns (the path's index, the rows scan() gives); None for anything else: another method,
+ * path, version or field, a request cut short or followed by another (pipelined), a bare CR or LF, obs-fold,
+ * obs-text, and every body scan() declines. Those reach the HTTP parser (httptools) untouched, as before, so
+ * this decides nothing the parser and the Python path would decide otherwise; the tests hold it to that.
+ *
+ * Why: the parser calls Python back for the request line, each header, the body and the end, about a quarter
+ * of the request's Python time on the event loop (docs/explanation/performance.md). */
+
+#define MAX_HEAD 16384 /* within http_server.py's 64 KiB limit on the head, so nothing it refuses gets here */
+
+static int is_tchar(unsigned char ch)
+{
+    return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+           (ch != 0 && strchr("!#$%&'*+-.^_`|~", ch) != NULL);
+}
+
+static int name_is(const char *name, Py_ssize_t length, const char *lower)
+{
+    if ((size_t)length != strlen(lower))
+        return 0;
+    for (Py_ssize_t i = 0; i < length; i++) {
+        unsigned char ch = (unsigned char)name[i];
+        if (ch >= 'A' && ch <= 'Z')
+            ch += 'a' - 'A';
+        if (ch != (unsigned char)lower[i])
+            return 0;
+    }
+    return 1;
+}
+
+/* The head's end (the byte after its blank line) and the declared body length; 0 to decline. */
+static int read_head(const char *p, const char *end, PyObject *paths, Py_ssize_t *index, const char **body,
+                     Py_ssize_t *length)
+{
+    const char *limit = end - p > MAX_HEAD ? p + MAX_HEAD : end;
+    if (limit - p < 5 || memcmp(p, "POST ", 5) != 0)
+        return 0;
+    p += 5;
+    const char *target = p;
+    while (p < limit && *p != ' ' && (unsigned char)*p > 0x20 && (unsigned char)*p < 0x7f)
+        p++;
+    Py_ssize_t target_length = p - target;
+    if (limit - p < 11 || memcmp(p, " HTTP/1.1\r\n", 11) != 0)
+        return 0;
+    p += 11;
+    *index = -1;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(paths); i++) {
+        PyObject *path = PyTuple_GET_ITEM(paths, i);
+        if (PyBytes_GET_SIZE(path) == target_length && memcmp(PyBytes_AS_STRING(path), target, target_length) == 0) {
+            *index = i;
+            break;
+        }
+    }
+    if (*index < 0)
+        return 0;
+    int seen_length = 0;
+    for (;;) {
+        if (limit - p >= 2 && p[0] == '\r' && p[1] == '\n') {
+            *body = p + 2;
+            return seen_length;
+        }
+        const char *name = p;
+        while (p < limit && is_tchar((unsigned char)*p))
+            p++;
+        Py_ssize_t name_length = p - name;
+        if (name_length == 0 || p == limit || *p != ':')
+            return 0;
+        p++;
+        while (p < limit && (*p == ' ' || *p == '\t'))
+            p++;
+        const char *value = p;
+        while (p < limit && (*p == '\t' || ((unsigned char)*p >= 0x20 && (unsigned char)*p < 0x7f)))
+            p++;
+        const char *value_end = p;
+        while (value_end > value && (value_end[-1] == ' ' || value_end[-1] == '\t'))
+            value_end--;
+        if (limit - p < 2 || p[0] != '\r' || p[1] != '\n')
+            return 0; /* a bare CR or LF, a control byte, obs-text, or the head too long */
+        p += 2;
+        Py_ssize_t value_length = value_end - value;
+        if (name_is(name, name_length, "content-length")) {
+            if (seen_length || value_length < 1 || value_length > 9)
+                return 0;
+            Py_ssize_t n = 0;
+            for (Py_ssize_t i = 0; i < value_length; i++) {
+                if (value[i] < '0' || value[i] > '9')
+                    return 0;
+                n = n * 10 + (value[i] - '0');
+            }
+            *length = n;
+            seen_length = 1;
+        } else if (name_is(name, name_length, "connection")) {
+            if (!name_is(value, value_length, "keep-alive"))
+                return 0;
+        } else if (name_is(name, name_length, "transfer-encoding") || name_is(name, name_length, "expect") ||
+                   name_is(name, name_length, "upgrade") ||
+                   name_is(name, name_length, "inference-header-content-length")) {
+            return 0;
+        }
+    }
+}
+
+static PyObject *Scanner_request(Scanner *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !PyTuple_Check(args[1]) || !PyLong_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "request(data, paths: tuple of bytes, max_body: int)");
+        return NULL;
+    }
+    PyObject *paths = args[1];
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(paths); i++)
+        if (!PyBytes_CheckExact(PyTuple_GET_ITEM(paths, i))) {
+            PyErr_SetString(PyExc_TypeError, "paths must hold bytes");
+            return NULL;
+        }
+    Py_ssize_t max_body = PyLong_AsSsize_t(args[2]);
+    if (max_body == -1 && PyErr_Occurred())
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    const char *start = (const char *)view.buf, *end = start + view.len, *body = NULL;
+    Py_ssize_t index = -1, length = 0;
+    if (!read_head(start, end, paths, &index, &body, &length) || length > max_body || end - body != length) {
+        PyBuffer_Release(&view);
+        Py_RETURN_NONE;
+    }
+    PyObject *rows = scan_span(self, body, length);
+    PyBuffer_Release(&view);
+    if (rows == NULL || rows == Py_None)
+        return rows;
+    return Py_BuildValue("(nN)", index, rows);
 }
 
 static int Scanner_init(Scanner *self, PyObject *args, PyObject *kwargs)
@@ -376,6 +521,9 @@ static void Scanner_dealloc(Scanner *self)
 static PyMethodDef Scanner_methods[] = {
     {"scan", (PyCFunction)Scanner_scan, METH_O,
      "scan(body) -> list of each text's token ids, or None: leave this body to the Python path."},
+    {"request", (PyCFunction)(void (*)(void))Scanner_request, METH_FASTCALL,
+     "request(data, paths, max_body) -> (path index, rows) for one whole common request, or None: leave the "
+     "bytes to the HTTP parser."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -130,7 +130,7 @@ def load_model(
         batcher.start()
         state.prepare = runner.prepare
         if settings.text_scan:  # SERVER_TEXT_SCAN
-            state.scan = runner.text_scanner(settings.max_batch_size, settings.max_text_chars)
+            state.scanner = runner.text_scanner(settings.max_batch_size, settings.max_text_chars)
         state.batcher = batcher
         # Everything loaded so far lives as long as the worker: out of the garbage collector's sight, a
         # full collection no longer walks it (13 ms with the emulated accelerator, 83 ms with torch
@@ -145,7 +145,8 @@ def load_model(
                 "visible_cores": os.environ.get("NEURON_RT_VISIBLE_CORES"),
                 "load_s": round(loaded - started, 3),
                 "warmup_s": round(time.perf_counter() - loaded, 3),
-                "text_scan": state.scan is not None,
+                "text_scan": state.scanner is not None,
+                "http_front": state.scanner is not None and settings.text_scan_head,
             },
         )
     except Exception as exc:
@@ -234,6 +235,7 @@ def run(
             keep_alive_s=75,  # longer than the ALB's 60 s idle timeout, so the ALB closes first
             share=share,
             on_connections=metrics.OPEN_CONNECTIONS.set,
+            fast=app.fast if settings.text_scan_head else None,  # SERVER_TEXT_SCAN=on
         )
         server.listen(sock)
         threading.Thread(

@@ -39,9 +39,9 @@ INTERFACE = ModelInterface(
 def fast_path(name: str):
     """A fresh AsciiWordPiece (empty word cache) and its scanner, as a worker builds them."""
     fast = ascii_wordpiece.from_tokenizer(TOKENIZERS[name], MAX_LENGTH)
-    scan = fast.scanner(max_rows=MAX_ROWS, max_text_chars=MAX_CHARS)
-    assert scan is not None
-    return fast, scan
+    scanner = fast.scanner(max_rows=MAX_ROWS, max_text_chars=MAX_CHARS)
+    assert scanner is not None
+    return fast, scanner.scan
 
 
 SCANNERS = {name: fast_path(name) for name in TOKENIZERS}
@@ -262,7 +262,7 @@ def test_the_build_writes_the_module_whole_and_reports_a_failed_compile():
     assert built.stat().st_mtime_ns == before and not built.with_name(built.name + ".partial").exists()
 
 
-def test_server_text_scan_is_on_by_default_and_off_on_request(tmp_path):
+def test_server_text_scan_is_on_by_default_and_body_or_off_on_request(tmp_path):
     import argparse
 
     from server_settings import SettingsError, add_arguments, from_args
@@ -270,10 +270,13 @@ def test_server_text_scan_is_on_by_default_and_off_on_request(tmp_path):
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     args = parser.parse_args(["--model-dir", str(tmp_path)])
-    assert from_args(args, {}).text_scan is True
-    assert from_args(args, {"SERVER_TEXT_SCAN": "off"}).text_scan is False
-    assert from_args(parser.parse_args(["--model-dir", str(tmp_path), "--text-scan", "OFF"]), {}).text_scan is False
-    with pytest.raises(SettingsError, match="SERVER_TEXT_SCAN"):
+    modes = lambda settings: (settings.text_scan, settings.text_scan_head)  # noqa: E731
+    assert modes(from_args(args, {})) == (True, True)  # the body in C, and the HTTP head with it (test_http_front.py)
+    assert modes(from_args(args, {"SERVER_TEXT_SCAN": "body"})) == (True, False)
+    assert modes(from_args(args, {"SERVER_TEXT_SCAN": "off"})) == (False, False)
+    flagged = parser.parse_args(["--model-dir", str(tmp_path), "--text-scan", "OFF"])
+    assert modes(from_args(flagged, {})) == (False, False)
+    with pytest.raises(SettingsError, match=r"SERVER_TEXT_SCAN\): must be on, body or off, got 'sometimes'"):
         from_args(args, {"SERVER_TEXT_SCAN": "sometimes"})
 
 
