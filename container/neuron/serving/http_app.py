@@ -225,7 +225,11 @@ def build_app(
         scanner = state.scanner
         if scanner is None:
             return False
-        taken = scanner.request(data, fast_paths, max_body_bytes)
+        try:
+            taken = scanner.request(data, fast_paths, max_body_bytes)
+        except Exception:  # a bug (or no memory): the parser still answers the request
+            log.exception("the HTTP front failed; the parser takes the request")
+            return False
         if taken is None:
             return False
         index, rows = taken

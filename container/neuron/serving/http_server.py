@@ -299,8 +299,11 @@ class HttpConnection(asyncio.Protocol):
             try:
                 if fast(data, self._fast_reply):
                     return
-            except Exception:  # the handler answers its own errors; this is a bug: the parser takes the bytes
-                log.exception("fast inference handler failed")
+            except Exception:  # it had taken the request (it answers its own errors): this is a bug, not a bad request
+                log.exception("inference handler failed")
+                if self.busy:
+                    self._fast_reply(500, JSON_HEADER, json_error("internal error"))
+                return
             self.busy = False
         try:
             self.parser.feed_data(data)

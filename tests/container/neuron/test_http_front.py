@@ -20,6 +20,9 @@ from hypothesis import strategies as st
 # isort: split
 import ascii_wordpiece
 import http_server
+import metrics
+from http_app import ServerState, build_app
+from protocol import ModelInterface
 
 from tests.support.fuzz import fuzz_examples
 from tests.support.wordpiece import MAX_LENGTH, TOKENIZERS
@@ -28,6 +31,12 @@ MAX_ROWS, MAX_CHARS, MAX_BODY = 8, 200, 4096
 ROUTES = {"/v2/models/m/infer": "infer", "/v2/models/m/versions/1/infer": "infer", "/invocations": "invocations"}
 PATHS = tuple(path.encode() for path in ROUTES)
 NAMES = tuple(ROUTES.values())
+INTERFACE = ModelInterface(
+    name="m",
+    metadata={"backend": "cpu", "sequence_length": MAX_LENGTH, "labels": ["a", "b"], "vocab_size": 1000},
+    max_rows=MAX_ROWS,
+    max_text_chars=MAX_CHARS,
+)
 WORDS = "a plain query with punctuation , and e-mail x@y.z one two three".split()
 
 FAST = ascii_wordpiece.from_tokenizer(TOKENIZERS["bert"], MAX_LENGTH)
@@ -294,7 +303,7 @@ class Harness:
     """One connection of http_server.py with a fast handler that takes what the front takes (SCANNER.request) and
     answers when the test says; the parser's requests go to ``infer``, answered the same way."""
 
-    def __init__(self, fast_raises: bool = False) -> None:
+    def __init__(self, fast_raises: bool = False) -> None:  # raises: as a handler that took the request
         self.pending: list = []  # (how it came, reply)
         self.fast_raises = fast_raises
 
@@ -353,10 +362,25 @@ def test_reads_the_front_declines_or_that_arrive_mid_request_go_to_the_parser_in
     assert order == ["parser", "fast"]
 
 
-def test_a_handler_that_raises_leaves_the_bytes_to_the_parser(caplog):
-    order, written = asyncio.run(Harness(fast_raises=True).run([request()]))
-    assert order == ["parser"] and len(written) == 1
-    assert "fast inference handler failed" in caplog.text
+def test_a_handler_that_raises_after_taking_the_request_answers_500_and_keeps_the_connection(caplog):
+    order, written = asyncio.run(Harness(fast_raises=True).run([request(), request()]))
+    assert order == [] and [w.split(b"\r\n", 1)[0] for w in written] == [b"HTTP/1.1 500 Internal Server Error"] * 2
+    assert "inference handler failed" in caplog.text
+
+
+def test_a_front_that_fails_leaves_the_request_to_the_parser(caplog):
+    class Failing:
+        def request(self, data, paths, max_body):
+            raise MemoryError
+
+    async def offer() -> bool:
+        state = ServerState(ready=True, scanner=Failing())
+        tally = metrics.RequestTally(asyncio.get_running_loop(), lambda: 0)
+        app = build_app(interface=INTERFACE, state=state, max_body_bytes=MAX_BODY, tally=tally)
+        return app.fast(request("/v2/models/m/infer"), lambda *reply: pytest.fail("answered"))
+
+    assert asyncio.run(offer()) is False
+    assert "the HTTP front failed; the parser takes the request" in caplog.text
 
 
 # -- a worker, over real sockets -----------------------------------------------------------------------------
