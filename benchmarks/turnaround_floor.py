@@ -27,7 +27,8 @@ request was due. Servers run on every CPU but the last; the generator alone on t
 (--no-pin shares them). Prints figures and each goal met or missed per server; asserts nothing. For the app's
 paced runs it also prints the model's cycle, from its own batch metrics: rows per batch, and time per batch per
 worker against the emulated batch's, the rest being the model idle between batches (the hand-off from the
-inference thread to the event loop and back).
+inference thread to the event loop and back), and how its CPU per request splits between its workers' event loops
+(their main threads) and the rest (their inference, prepare and metrics threads, and the supervisor).
 """
 
 from __future__ import annotations
@@ -72,6 +73,7 @@ class Cell:
     cycle_ms: float | None = None  # the model's time per batch per worker, idle time between batches included
     refused: int = 0  # non-2xx replies (a server shedding load): not in rps or the percentiles
     reconnects: int = 0  # replies that said "connection: close" (the app evening out its workers' connections)
+    loop_us: float | None = None  # the app's: of cpu_us, its workers' main threads (the event loops)
 
 
 def build(work: Path) -> tuple[Path, Path]:
@@ -163,6 +165,23 @@ def server_cpu(procs: list[subprocess.Popen]) -> float:
     return sum(peers.tree_cpu(proc.pid) for proc in procs)
 
 
+def event_loop_cpu(procs: list[subprocess.Popen]) -> float:
+    """CPU seconds of the app's workers' main threads, where each runs its event loop (a thread's id is its
+    process's for the main one); the rest of server_cpu is their other threads (inference, prepare, metrics)
+    and serve.py's own supervisor."""
+    total = 0
+    for proc in procs:
+        for worker in peers.descendants(proc.pid):
+            if worker == proc.pid:
+                continue
+            try:
+                fields = Path(f"/proc/{worker}/task/{worker}/stat").read_text().rsplit(")", 1)[1].split()
+            except FileNotFoundError:
+                continue
+            total += int(fields[11]) + int(fields[12])
+    return total / peers.CLK_TCK
+
+
 def measure(
     procs,
     client: Path,
@@ -173,10 +192,13 @@ def measure(
     rate: float,
     cpus,
     metrics_port: int | None = None,
+    app: bool = False,
 ):
     """One cell; with ``metrics_port`` (the app's), also its batches from the end of the warm-up (read then, from
-    a timer: the generator runs the warm-up and the cell in one process) to the end."""
+    a timer: the generator runs the warm-up and the cell in one process) to the end; ``app``: also the share of
+    its CPU its event loops took."""
     before = server_cpu(procs)
+    loop_before = event_loop_cpu(procs) if app else 0.0
     seconds = args.seconds
     command = [str(client), ",".join(map(str, ports)), str(connections), str(seconds), str(requests)]
     command += [f"{rate:.1f}", str(args.warmup)]  # rate 0: a closed loop
@@ -198,7 +220,9 @@ def measure(
         raise RuntimeError(f"load_client failed ({result.returncode}): {result.stderr.strip()[:300]}")
     count, elapsed, p50, p99, late, warmup, reconnects, refused = match.groups()
     # The warm-up's requests cost CPU too; refusals (admission on) are the measured run's.
-    cpu_us = (server_cpu(procs) - before) / (int(count) + int(warmup) + int(refused)) * 1e6
+    answered = int(count) + int(warmup) + int(refused)
+    cpu_us = (server_cpu(procs) - before) / answered * 1e6
+    loop_us = (event_loop_cpu(procs) - loop_before) / answered * 1e6 if app else None
     rows_per_batch = cycle_ms = None
     if metrics_port is not None and not at_start:  # the timer's own failure is printed by its thread
         raise RuntimeError(f"the app's /metrics on port {metrics_port} could not be read at the end of the warm-up")
@@ -216,6 +240,7 @@ def measure(
         cycle_ms,
         int(refused),
         int(reconnects),
+        loop_us,
     )
 
 
@@ -243,7 +268,9 @@ def run(args: argparse.Namespace, work: Path) -> dict:
             procs, ports = start(kind, args, art, server, batch_s, server_cpus)
             try:
                 for level in args.level_list:
-                    closed[kind][level].append(measure(procs, client, ports, level, args, requests, 0, generator_cpus))
+                    closed[kind][level].append(
+                        measure(procs, client, ports, level, args, requests, 0, generator_cpus, app=kind in APPS)
+                    )
                 sustained = closed[kind][max(args.level_list)][-1].rps
                 for fraction in args.paced_list:
                     cell = measure(
@@ -332,6 +359,16 @@ def report(args: argparse.Namespace, result: dict) -> None:
             print(
                 f"turnaround at {level} connections, {kind}: {turnaround_ms:.2f} ms per cycle "
                 f"(the cycle is {ROWS * args.workers} / req/s, less the batch)"
+            )
+    for level in args.level_list:
+        for kind in APPS:
+            cell = result["closed"].get(kind, {}).get(level)
+            if cell is None or cell.loop_us is None:
+                continue
+            print(
+                f"CPU per request at {level} connections, {kind}: {cell.cpu_us:.0f} µs, of which the workers' event "
+                f"loops {cell.loop_us:.0f} µs and their other threads (inference, prepare, metrics) and the "
+                f"supervisor {cell.cpu_us - cell.loop_us:.0f} µs"
             )
 
 

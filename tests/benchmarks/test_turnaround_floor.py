@@ -62,6 +62,19 @@ def test_the_floors_and_the_app_are_measured_side_by_side(artifact):
     assert cycle, out
     rows, cycle_ms, batch_ms = map(float, cycle.groups())
     assert 1 <= rows <= 16 and cycle_ms >= 0.95 * batch_ms, cycle.group(0)
+    # The app's CPU split: its workers' event loops (their main threads) and the rest, adding up to the table's.
+    table = {m.group(1): m for m in ROW.finditer(out)}
+    for kind in ("app-python", "app-body", "app"):
+        split = re.search(
+            rf"^CPU per request at 16 connections, {kind}: (\d+) µs, of which the workers' event loops (\d+) µs and "
+            r"their other threads \(inference, prepare, metrics\) and the supervisor (-?\d+) µs",
+            out,
+            re.M,
+        )
+        assert split, out
+        total, loop, rest = map(int, split.groups())
+        assert 0 < loop < total and rest >= 0 and abs(loop + rest - total) <= 1, split.group(0)
+        assert abs(total - int(table[kind].group(4))) <= 1, (split.group(0), table[kind].group(0))
 
 
 def test_one_worker_each_is_measured_against_one_workers_limit(artifact):
