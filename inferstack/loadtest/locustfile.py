@@ -134,6 +134,10 @@ class _OpenArrivals:
             held = True
             _State.freed.clear()
             _State.freed.wait()
+        if _State.draining:
+            # The drain began while this one waited (for its due time or a slot): nothing more is sent. Sent now, it
+            # could leave after the drain found nothing in flight and ended the run, and count as never answered.
+            return
         _State.in_flight += 1
         body = self._body
         self._body = (self._body + 1) % len(BODIES)
