@@ -9,6 +9,23 @@ import os
 from hypothesis import strategies as st
 
 
+def mutate(document: bytes, data, alphabet: bytes, max_edits: int) -> bytes:
+    """``document`` with 1 to ``max_edits`` bytes flipped, inserted or deleted where Hypothesis draws them (``data``:
+    a test's ``st.data()``), each new byte one of ``alphabet``."""
+    mutated = bytearray(document)
+    for _ in range(data.draw(st.integers(1, max_edits))):
+        at = data.draw(st.integers(0, len(mutated)))
+        edit = data.draw(st.sampled_from(["flip", "insert", "delete"]))
+        byte = data.draw(st.sampled_from(alphabet))
+        if edit == "insert" or not mutated:
+            mutated[at:at] = bytes([byte])
+        elif edit == "flip":
+            mutated[min(at, len(mutated) - 1)] = byte
+        else:
+            del mutated[min(at, len(mutated) - 1)]
+    return bytes(mutated)
+
+
 def fuzz_examples(count: int) -> int:
     """A fuzz test's example count: modest by default (the suite stays fast), scaled by FUZZ_SCALE."""
     return count * int(os.environ.get("FUZZ_SCALE", "1"))

@@ -24,7 +24,7 @@ import metrics
 from http_app import ServerState, build_app
 from protocol import ModelInterface
 
-from tests.support.fuzz import fuzz_examples
+from tests.support.fuzz import fuzz_examples, mutate
 from tests.support.wordpiece import MAX_LENGTH, TOKENIZERS
 
 MAX_ROWS, MAX_CHARS, MAX_BODY = 8, 200, 4096
@@ -275,18 +275,7 @@ def test_well_formed_fields_of_any_kind_leave_the_common_request_taken(fields):
 @given(st.sampled_from(sorted(TAKEN)), st.data())
 @pytest.mark.fuzz
 def test_a_mutated_request_is_declined_or_read_as_the_parser_reads_it(case, data):
-    mutated = bytearray(TAKEN[case])
-    for _ in range(data.draw(st.integers(1, 3))):
-        at = data.draw(st.integers(0, len(mutated)))
-        edit = data.draw(st.sampled_from(["flip", "insert", "delete"]))
-        byte = data.draw(st.sampled_from(b' :\r\n\t0123456789aZ-/\x00\x7f\xff{}"'))
-        if edit == "insert" or not mutated:
-            mutated[at:at] = bytes([byte])
-        elif edit == "flip":
-            mutated[min(at, len(mutated) - 1)] = byte
-        else:
-            del mutated[min(at, len(mutated) - 1)]
-    agree(bytes(mutated))
+    agree(mutate(TAKEN[case], data, b' :\r\n\t0123456789aZ-/\x00\x7f\xff{}"', 3))
 
 
 @settings(max_examples=fuzz_examples(200), deadline=None)

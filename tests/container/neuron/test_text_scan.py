@@ -24,7 +24,7 @@ import build_text_scan
 from protocol import PLAIN_TEXT_REPLY, InferRequest, ModelInterface, ProtocolError
 from runner import TextRows
 
-from tests.support.fuzz import fuzz_examples
+from tests.support.fuzz import fuzz_examples, mutate
 from tests.support.wordpiece import MAX_LENGTH, TOKENIZERS, printable, wordy
 
 MAX_ROWS, MAX_CHARS = 8, 200
@@ -226,18 +226,7 @@ def test_near_misses_of_the_common_request_are_read_as_the_python_path_reads_the
 @given(st.sampled_from(COMMON), st.data())
 @pytest.mark.fuzz
 def test_a_mutated_body_is_declined_or_read_as_the_python_path_reads_it(request_body, data):
-    mutated = bytearray(request_body)
-    for _ in range(data.draw(st.integers(1, 4))):
-        at = data.draw(st.integers(0, len(mutated)))
-        edit = data.draw(st.sampled_from(["flip", "insert", "delete"]))
-        byte = data.draw(st.sampled_from(b'{}[]",: \\\t0123456789aZ\x00\xff'))
-        if edit == "insert" or not mutated:
-            mutated[at:at] = bytes([byte])
-        elif edit == "flip":
-            mutated[min(at, len(mutated) - 1)] = byte
-        else:
-            del mutated[min(at, len(mutated) - 1)]
-    agree("bert", bytes(mutated))
+    agree("bert", mutate(request_body, data, b'{}[]",: \\\t0123456789aZ\x00\xff', 4))
 
 
 @settings(max_examples=fuzz_examples(300), deadline=None)
