@@ -76,7 +76,7 @@ async def run_mode(mode: str, art: Path, cycles: int, warmup: int, requests: lis
     metadata = json.loads((art / "metadata.json").read_text())
     scan = mode != "off"
     interface = ModelInterface(name="model", metadata=metadata, max_rows=ROWS, max_text_chars=2048, native_replies=scan)
-    runner = ModelRunner(art, metadata, 1, 0.0)
+    runner = ModelRunner(art, metadata, 1, 0.0, native_stack=scan)  # as worker.py sets it from SERVER_TEXT_SCAN
     state = ServerState()
     tally = metrics.RequestTally(loop, lambda: state.batcher.queue_depth)
     recorder = emf.Recorder({"Service": "bench", "Model": "model", "Worker": "0"}, always_counted=(emf.REQUESTS,))

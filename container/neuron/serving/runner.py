@@ -30,6 +30,15 @@ from backends import get_backend
 log = logging.getLogger("runner")
 
 
+def native_pack() -> Any:
+    """text_scan.c's pack (pre-tokenized rows to the model's padded inputs), None when the extension is not built."""
+    try:
+        from _text_scan import pack
+    except ImportError:
+        return None
+    return pack
+
+
 @dataclass(frozen=True)
 class TextRows:
     texts: list[str]
@@ -71,11 +80,20 @@ class Stacked:
 
 class ModelRunner:
     def __init__(
-        self, model_dir: Path, metadata: dict, torch_threads: int, standin_batch_ms: float | None = None
+        self,
+        model_dir: Path,
+        metadata: dict,
+        torch_threads: int,
+        standin_batch_ms: float | None = None,
+        native_stack: bool = False,
     ) -> None:
         """``standin_batch_ms`` replaces the model with the emulated accelerator (standin_accelerator.py),
-        for benchmarks and tests: tokenization and everything around the model stay as they are."""
+        for benchmarks and tests: tokenization and everything around the model stay as they are.
+        ``native_stack``: stack batches of pre-tokenized rows in C (text_scan.c's pack) when the extension is
+        built; the worker asks for it with SERVER_TEXT_SCAN on or body."""
         from tokenizers import Tokenizer
+
+        self._pack = native_pack() if native_stack else None
 
         self.sequence_length = int(metadata["sequence_length"])
         self.compiled_batch = int(metadata["batch_size"])
@@ -136,6 +154,13 @@ class ModelRunner:
         tokenized together, every row padded into the compiled shape."""
         total = sum(r.rows for r in requests)
         padded = self.padded_rows(total)
+        pack = self._pack
+        if pack is not None and all(type(r) is EncodedRows for r in requests):  # the common batch: one C call
+            ids_bytes, mask_bytes = pack([r.ids for r in requests], padded, self.sequence_length, self.pad_id)
+            shape = (padded, self.sequence_length)
+            ids = np.frombuffer(ids_bytes, dtype=np.int64).reshape(shape)
+            mask = np.frombuffer(mask_bytes, dtype=np.int64).reshape(shape)
+            return Stacked(ids, mask, tuple(r.rows for r in requests))
         ids = np.full((padded, self.sequence_length), self.pad_id, dtype=np.int64)
         mask = np.zeros((padded, self.sequence_length), dtype=np.int64)
         mask[total:, 0] = 1  # filler rows attend to one token so softmax stays finite

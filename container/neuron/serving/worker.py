@@ -111,7 +111,13 @@ def load_model(
         # runner imports torch (unless the stand-in replaces the model): only now, inside this worker.
         from runner import ModelRunner
 
-        runner = ModelRunner(settings.model_dir, metadata, settings.torch_threads, settings.standin_accelerator_ms)
+        runner = ModelRunner(
+            settings.model_dir,
+            metadata,
+            settings.torch_threads,
+            settings.standin_accelerator_ms,
+            native_stack=settings.text_scan,  # SERVER_TEXT_SCAN on or body: the common batch stacked in C too
+        )
         loaded = time.perf_counter()
         full_batch_s = runner.warm_up(settings.warmup_iterations, settings.max_batch_size)
         batcher = DynamicBatcher(

@@ -359,3 +359,72 @@ def test_the_replier_checks_what_it_is_given():
         _text_scan.Replier(name=b'"m"', labels=())
     with pytest.raises(ValueError):
         _text_scan.Replier(name=b'"m\0"', labels=(b'"a"',))
+
+
+def padded_reference(requests: list[list[list[int]]], padded: int, width: int, pad: int) -> tuple:
+    """runner.ModelRunner.stack's layout in numpy: each row's ids then pad, its mask over its ids; filler rows all
+    pad, attending to their first token."""
+    ids = np.full((padded, width), pad, dtype=np.int64)
+    mask = np.zeros((padded, width), dtype=np.int64)
+    rows = [row for request in requests for row in request]
+    mask[len(rows) :, 0] = 1
+    for i, row in enumerate(rows):
+        ids[i, : len(row)] = row
+        mask[i, : len(row)] = 1
+    return ids, mask
+
+
+token_rows = st.lists(st.integers(0, 2**40), max_size=8)
+batches = st.lists(st.lists(token_rows, min_size=1, max_size=4), max_size=6)
+
+
+@settings(max_examples=fuzz_examples(300), deadline=None)
+@given(batches, st.integers(0, 5), st.integers(-(2**63), 2**63 - 1))
+@pytest.mark.fuzz
+def test_pack_lays_out_a_batch_as_numpy_stacking_does(requests, filler, pad):
+    padded = max(1, sum(map(len, requests)) + filler)
+    ids, mask = _text_scan.pack(requests, padded, 8, pad)
+    want_ids, want_mask = padded_reference(requests, padded, 8, pad)
+    assert np.array_equal(np.frombuffer(ids, dtype=np.int64).reshape(padded, 8), want_ids)
+    assert np.array_equal(np.frombuffer(mask, dtype=np.int64).reshape(padded, 8), want_mask)
+
+
+@pytest.mark.parametrize(
+    "args, error, message",
+    [
+        (([[[1, 2, 3]]], 1, 2, 0), ValueError, "a row longer than width"),
+        (([[[1], [2]]], 1, 4, 0), ValueError, "more rows than padded"),
+        (([[[1]]], 0, 4, 0), ValueError, "at least 1"),
+        (([[[1]]], 1, 0, 0), ValueError, "at least 1"),
+        (([[[1]]], 2**62, 2**62, 0), ValueError, "at least 1"),  # the buffers' size would overflow
+        (([[(1,)]], 1, 4, 0), TypeError, "a list of ids"),
+        (([((1,),)], 1, 4, 0), TypeError, "a list of rows"),
+        (([[["1"]]], 1, 4, 0), TypeError, "integer"),
+        (([[[2**64]]], 1, 4, 0), OverflowError, "too"),
+        (([[[1]]], 1, 4), TypeError, "pack(requests"),
+        (((([1],),), 1, 4, 0), TypeError, "pack(requests"),
+    ],
+)
+def test_pack_refuses_what_it_cannot_lay_out(args, error, message):
+    with pytest.raises(error, match=message.replace("(", r"\(")):
+        _text_scan.pack(*args)
+
+
+def test_the_runner_stacks_pre_tokenized_batches_in_c_as_in_numpy(artifact):
+    from artifact import read_metadata
+    from runner import EncodedRows, ModelRunner
+
+    metadata = read_metadata(artifact)
+    # The emulated accelerator (a stand-in for a NeuronCore): this test is about the model's inputs only.
+    numpy_runner = ModelRunner(artifact, metadata, torch_threads=1, standin_batch_ms=0)
+    native_runner = ModelRunner(artifact, metadata, torch_threads=1, standin_batch_ms=0, native_stack=True)
+    assert numpy_runner._pack is None and native_runner._pack is _text_scan.pack
+    encoded = [native_runner.prepare(TextRows([text])) for text in ("a plain query", "Another, with punctuation!")]
+    encoded.append(EncodedRows([[101, 102], [101, 7, 102]]))
+    mixed = [*encoded, TextRows(["une requête"])]  # a text for the library: the whole batch stacks in numpy
+    for batch in (encoded, mixed):
+        native, python = native_runner.stack(batch), numpy_runner.stack(batch)
+        assert np.array_equal(native.input_ids, python.input_ids) and native.input_ids.dtype == np.int64
+        assert np.array_equal(native.attention_mask, python.attention_mask) and native.rows == python.rows
+        assert native.input_ids.flags.writeable  # torch.from_numpy warns on a read-only array
+    assert native_runner.execute(native_runner.stack(encoded))[2].shape[0] == 2
