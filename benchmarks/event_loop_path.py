@@ -78,8 +78,8 @@ async def run_mode(mode: str, art: Path, cycles: int, warmup: int, requests: lis
     interface = ModelInterface(name="model", metadata=metadata, max_rows=ROWS, max_text_chars=2048, native_replies=scan)
     runner = ModelRunner(art, metadata, 1, 0.0, native_stack=scan)  # as worker.py sets it from SERVER_TEXT_SCAN
     state = ServerState()
-    tally = metrics.RequestTally(loop, lambda: state.batcher.queue_depth)
     recorder = emf.Recorder({"Service": "bench", "Model": "model", "Worker": "0"}, always_counted=(emf.REQUESTS,))
+    tally = metrics.RequestTally(loop, lambda: state.batcher.queue_depth, recorder=recorder)
     sent: list = []
     batcher = DynamicBatcher(
         runner.execute,
@@ -99,7 +99,7 @@ async def run_mode(mode: str, art: Path, cycles: int, warmup: int, requests: lis
     state.scanner = runner.text_scanner(ROWS, 2048) if scan else None
     if scan and state.scanner is None:
         raise SystemExit(f"event_loop_path.py: error: SERVER_TEXT_SCAN={mode} needs the _text_scan module (make setup)")
-    app = build_app(interface=interface, state=state, max_body_bytes=1 << 20, tally=tally, recorder=recorder)
+    app = build_app(interface=interface, state=state, max_body_bytes=1 << 20, tally=tally)
     taken = [0]
 
     def fast(data: bytes, reply) -> bool:

@@ -77,6 +77,15 @@ class Reservoir:
             if slot < self.size:
                 self.values[slot] = value
 
+    def add_many(self, values: list[float]) -> None:
+        """add(v) for every v, in order."""
+        if len(self.values) + len(values) <= self.size:  # the sample is not full: every value is kept
+            self.values.extend(values)
+            self.count += len(values)
+            return
+        for value in values:
+            self.add(value)
+
 
 @dataclass
 class _Window:
@@ -136,6 +145,23 @@ class Recorder:
                 counts[ERRORS] = counts.get(ERRORS, 0) + 1
             if rejected:
                 counts[REJECTED] = counts.get(REJECTED, 0) + 1
+
+    def requests(self, latencies_ms: list[float], server_errors: int = 0, rejected: int = 0) -> None:
+        """``request`` for many answered requests at once (metrics.RequestTally gathers them per batch): their
+        latencies, how many were 5xx and how many refused; one lock for all."""
+        if not latencies_ms:
+            return
+        with self._lock:
+            reservoir = self._window.samples.get(REQUEST_LATENCY)
+            if reservoir is None:
+                reservoir = self._window.samples[REQUEST_LATENCY] = Reservoir(rng=self._rng)
+            reservoir.add_many(latencies_ms)
+            counts = self._window.counts
+            counts[REQUESTS] = counts.get(REQUESTS, 0) + len(latencies_ms)
+            if server_errors:
+                counts[ERRORS] = counts.get(ERRORS, 0) + server_errors
+            if rejected:
+                counts[REJECTED] = counts.get(REJECTED, 0) + rejected
 
     def batch(self, rows: int, latency_ms: float) -> None:
         """One executed batch: its rows and its tokenize + model time."""

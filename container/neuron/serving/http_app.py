@@ -31,7 +31,6 @@ from starlette.routing import Route
 # isort: split
 import metrics
 from batcher import BatcherClosed, DynamicBatcher, Overloaded
-from emf import Recorder
 from protocol import HEADER_LENGTH, MODEL_VERSION, PLAIN_TEXT_REPLY, ModelInterface, ProtocolError, parse_json
 from readiness import PackedReadiness
 from runner import EncodedRows
@@ -113,11 +112,10 @@ def build_app(
     max_body_bytes: int,
     tally: metrics.RequestTally,
     packed: PackedReadiness | None = None,
-    recorder: Recorder | None = None,
 ) -> App:
-    """The worker's routes; ``tally`` takes every inference request's latency and status for Prometheus,
-    ``recorder`` for the EMF metrics (emf.py); ``packed`` is set when this worker is one of several
-    packed models'."""
+    """The worker's routes; ``tally`` takes every inference request's latency and status for Prometheus and,
+    when it has one, the EMF recorder (emf.py); ``packed`` is set when this worker is one of several packed
+    models'."""
     name = interface.name
 
     def check_model(request: Request) -> Response | None:
@@ -166,9 +164,7 @@ def build_app(
         def finish(status: int, headers: bytes, content: bytes, rejected: str | None = None) -> None:
             state.in_flight -= 1
             elapsed = time.perf_counter() - started
-            tally.request(route, status, elapsed, rejected)
-            if recorder is not None:
-                recorder.request(elapsed * 1000.0, status >= 500, rejected is not None)
+            tally.request(route, status, elapsed, rejected)  # and, gathered, to the EMF recorder
             reply(status, headers, content)
 
         def refuse(exc: Overloaded) -> None:

@@ -202,6 +202,8 @@ class HttpServer:
         if share is None:
             return False
         mine = share.mine - self._handing_over
+        if mine <= min(share.counts) + 1:  # the common case, asked at every reply: nobody has two fewer
+            return False
         if mine >= AWAY // 2:  # draining or not yet warm: the accept side handles it
             return False
         counts, index = share.counts, share.index

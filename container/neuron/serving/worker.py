@@ -215,14 +215,15 @@ def run(
     async def serve() -> None:
         loop = asyncio.get_running_loop()
         stopping = asyncio.Event()
-        tally = metrics.RequestTally(loop, lambda: state.batcher.queue_depth if state.batcher is not None else 0)
+        tally = metrics.RequestTally(
+            loop, lambda: state.batcher.queue_depth if state.batcher is not None else 0, recorder=recorder
+        )
         app = build_app(
             interface=interface,
             state=state,
             max_body_bytes=settings.max_body_bytes,
             tally=tally,
             packed=packed,
-            recorder=recorder,
         )
 
         def stop() -> None:  # from any thread: a signal, a failed load, a vanished supervisor
@@ -257,6 +258,7 @@ def run(
         if state.batcher is not None:
             await state.batcher.drain(settings.drain_timeout_s)
         if publisher is not None:  # after the drain, so the last requests and batches are in its last line
+            tally.flush()  # the requests answered since the last batch (refusals, say) to the recorder
             await loop.run_in_executor(None, publisher.stop)
         log.info("worker stopped")
 

@@ -196,6 +196,30 @@ def test_converter_skips_what_is_not_a_report():
         assert_valid_emf(json.loads(text))
 
 
+@pytest.mark.parametrize("before, added", [(0, 7), (95, 5), (95, 6), (100, 40), (0, 250)])
+def test_reservoir_add_many_is_add_for_each_value(before, added):
+    one, many = emf.Reservoir(size=100, rng=random.Random(5)), emf.Reservoir(size=100, rng=random.Random(5))
+    for value in range(before):
+        one.add(value)
+        many.add(value)
+    values = [float(v) for v in range(before, before + added)]
+    for value in values:
+        one.add(value)
+    many.add_many(values)
+    assert (many.count, many.values) == (one.count, one.values)
+
+
+def test_requests_at_once_record_as_one_request_call_each():
+    latencies = [1.5, 2.25, 40.0, 0.5]
+    one, many = emf.Recorder(DIMENSIONS, rng=random.Random(2)), emf.Recorder(DIMENSIONS, rng=random.Random(2))
+    errors, refused = [False, True, True, False], [False, True, False, False]
+    for latency, error, rejected in zip(latencies, errors, refused, strict=True):
+        one.request(latency, server_error=error, rejected=rejected)
+    many.requests(latencies, server_errors=2, rejected=1)
+    many.requests([])  # nothing answered since the last flush: nothing counted
+    assert many.drain(1) == one.drain(1)
+
+
 def test_request_and_batch_record_in_one_call_and_counts_can_always_be_written():
     recorder = emf.Recorder(DIMENSIONS, always_counted=(emf.REQUESTS, emf.ERRORS))
     idle = recorder.drain(1)

@@ -10,6 +10,7 @@ from prometheus_client import CollectorRegistry, Histogram
 
 # serving/ and build/'s flat modules, on the path from conftest.py (ruff would count them third-party).
 # isort: split
+import emf
 import metrics
 
 
@@ -60,5 +61,26 @@ def test_requests_are_written_at_the_flush_or_when_none_comes_soon_after():
         while sample("inference_requests_total", {"route": "tally-test", "status": "413"}) != 1:
             await asyncio.sleep(0.001)  # the idle flush; the test waits for it, whatever it takes
         assert sample("inference_queue_depth", {}) == 0
+
+    asyncio.run(scenario())
+
+
+def test_the_flush_hands_each_request_to_the_emf_recorder_with_its_5xx_and_refusals():
+    async def scenario():
+        recorder = emf.Recorder({"Service": "s", "Model": "m", "Worker": "0"}, always_counted=(emf.REQUESTS,))
+        tally = metrics.RequestTally(asyncio.get_running_loop(), lambda: 0, idle_s=60, recorder=recorder)
+        tally.request("infer", 200, 0.002)
+        tally.request("invocations", 200, 0.004)
+        tally.request("infer", 500, 0.010)
+        tally.request("infer", 503, 0.00003, "admission")
+        tally.request("infer", 503, 0.050, "expired")
+        tally.request("infer", 400, 0.0001)
+        assert recorder.drain(1)[emf.REQUESTS] == 0  # gathered until the flush
+        tally.flush()
+        data = recorder.drain(2)
+        assert (data[emf.REQUESTS], data[emf.ERRORS], data[emf.REJECTED]) == (6, 3, 2)
+        assert sorted(data[emf.REQUEST_LATENCY]) == [0.03, 0.1, 2, 4, 10, 50]
+        tally.flush()  # nothing since: nothing more
+        assert recorder.drain(3)[emf.REQUESTS] == 0
 
     asyncio.run(scenario())
