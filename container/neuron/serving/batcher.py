@@ -120,6 +120,7 @@ class DynamicBatcher:
         run_batch: Callable[[Any], Sequence[Any]],
         *,
         prepare_batch: Callable[[Sequence[Any]], Any] | None = None,
+        prepare_now: Callable[[Sequence[Any]], Any] | None = None,
         pipeline: bool = False,
         max_batch_size: int,
         max_queue_delay_s: float,
@@ -134,19 +135,21 @@ class DynamicBatcher:
         handoff_wait_s: float = HANDOFF_WAIT_S,
     ) -> None:
         """A batch runs as ``run_batch(prepare_batch(payloads))`` (``prepare_batch`` default: the payloads
-        as a list), both off the loop; ``pipeline``: prepare a batch on its own thread while the one before
-        runs (see above; the server turns it on through SERVER_PIPELINE). Everything but ``prepare_batch`` and
-        ``run_batch`` runs on ``loop``; ``on_send`` is told when a batch leaves the queue (its depth changed),
-        ``on_batch`` of each executed batch (rows, seconds stacking and running it, trigger) once its results have
-        been handed out, then ``on_delivered``: both before the loop reads another request, so whoever has read a
-        reply finds its batch in the metrics.
+        as a list), both off the loop, or as ``run_batch(prepare_now(payloads))`` where ``prepare_now`` (on the
+        loop, so only for what takes microseconds) gives inputs rather than None; ``pipeline``: prepare a batch on
+        its own thread while the one before runs (see above; the server turns it on through SERVER_PIPELINE).
+        Everything but ``prepare_batch`` and ``run_batch`` runs on ``loop``; ``on_send`` is told when a batch
+        leaves the queue (its depth changed), ``on_batch`` of each executed batch (rows, seconds stacking and
+        running it, trigger) as it comes back, before its results are handed out (whoever has read a reply finds
+        its batch in the metrics, whichever worker answers the scrape), ``on_delivered`` once they have been.
         ``clock``, ``call_at`` (the queue-delay timer) and ``execute`` (hand a batch to the model) default
-        to time.monotonic and the inference thread's; tests replace them to drive the rules without waiting.
-        ``admission``: the budget requests are admitted within (None: all are queued); by default
+        to time.monotonic, a timerfd on the loop and the inference thread; tests replace them to drive the rules
+        without waiting. ``admission``: the budget requests are admitted within (None: all are queued); by default
         SERVER_SLO_MS's, from the environment the worker inherited. ``handoff_wait_s``: at most how long
         ``finished`` waits for the inference thread to start the batch it handed over (see above)."""
         self._run_batch = run_batch
         self._prepare_batch = prepare_batch or list
+        self._prepare_now = prepare_now
         # Batches with the model at once: the one running and, pipelined, the next one being prepared.
         self._depth = 2 if pipeline else 1
         self._max_rows = max_batch_size
@@ -171,6 +174,7 @@ class DynamicBatcher:
         # The inference thread's: batches (prepared or not), and the timer's wake-ups while it is idle.
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._to_prepare: queue.SimpleQueue = queue.SimpleQueue()  # pipelined: batches sent behind a running one
+        self._via_prepare: collections.deque[list[Pending]] = collections.deque()  # sent there, not answered yet
         self._threads = [threading.Thread(target=self._work, name="inference", daemon=True)]
         if pipeline:
             self._threads.append(threading.Thread(target=self._prepare_work, name="prepare", daemon=True))
@@ -356,14 +360,16 @@ class DynamicBatcher:
     def finished(
         self, batch: list[Pending], outcome: list[tuple[bool, Any]], measured: tuple[int, float, str] | None = None
     ) -> None:
-        """A batch came back from the model: start the next one, deliver the results, then tell ``on_batch``
-        ``measured`` (its rows, its stack and model time, its trigger), before ``on_delivered``."""
+        """A batch came back from the model: start the next one, tell ``on_batch`` ``measured`` (its rows, its stack
+        and model time, its trigger), then deliver the results."""
         now = self._clock()
         # The batch as its requests lived it (sent, or the batch ahead answered, to answered, the hand-offs
         # included), on the loop's clock.
         self._batch_s += EWMA_WEIGHT * ((now - self._running_since()) - self._batch_s)
         self._measured = True
         self._sent.popleft()
+        if self._via_prepare and self._via_prepare[0] is batch:
+            self._via_prepare.popleft()
         self._answered_at = now
         self._running -= 1
         if not self._busy:
@@ -377,13 +383,13 @@ class DynamicBatcher:
             # Writing the replies first kept the thread waiting for it through them (the model idle a median
             # 0.35 ms of every cycle at 80 % load, docs/explanation/performance.md); the wait releases the GIL.
             self._started.wait(self._handoff_wait_s)
+        if measured is not None:  # before the replies: whoever has read one finds its batch in the metrics
+            self._on_batch(*measured)
         for item, (ok, value) in zip(batch, outcome, strict=True):
             try:
                 item.done(ok, value)
             except Exception:  # one reply that cannot be written must not cost the others theirs
                 log.exception("delivering a result failed")
-        if measured is not None:
-            self._on_batch(*measured)
         self._on_delivered()
         if self._closing and not self._busy and not self._queue and self._idle is not None:
             self._idle.set()
@@ -411,11 +417,28 @@ class DynamicBatcher:
     # -- the inference thread -------------------------------------------------------------------
 
     def _to_thread(self, batch: list[Pending], trigger: str) -> None:
-        # A batch sent while the model is free goes straight to the inference thread, which prepares it
-        # itself: a detour through the prepare thread would only add a thread wake-up before the model
-        # starts. One sent behind a running batch is prepared meanwhile, and reaches the inference thread
-        # after that batch (it was sent later), so the batches run in the order they were sent.
-        if self._running > 1:
+        # A batch ``prepare_now`` can prepare (a few microseconds: every request pre-tokenized) is prepared here and
+        # goes to the inference thread ready to run, so the thread only starts the model, and no prepare thread is
+        # woken for it; unless a batch sent before it is still with the prepare thread, which it must not overtake.
+        # Any other batch sent while the model is free goes straight to the inference thread, which prepares it
+        # itself: a detour through the prepare thread would only add a thread wake-up before the model starts. One
+        # sent behind a running batch is prepared meanwhile, and reaches the inference thread after that batch (it
+        # was sent later), so the batches run in the order they were sent.
+        straight = self._running <= 1
+        if self._prepare_now is not None and not self._via_prepare:
+            started = time.perf_counter()
+            try:
+                inputs = self._prepare_now([item.payload for item in batch])
+            except Exception:  # left to prepare_batch, which fails the batch's requests if it fails too
+                inputs = None
+            if inputs is not None:
+                seconds = time.perf_counter() - started
+                if straight:
+                    self._handed_over, self._stack_s = True, seconds
+                self._jobs.put((batch, trigger, True, inputs, seconds))
+                return
+        if not straight:
+            self._via_prepare.append(batch)
             self._to_prepare.put((batch, trigger))
         else:
             self._handed_over = True
@@ -485,8 +508,8 @@ class DynamicBatcher:
             except Exception as exc:  # a failed batch fails its requests, never the worker
                 log.exception("batch of %d requests failed", len(batch))
                 outcome = [(False, exc)] * len(batch)
-            # Its metrics are written on the loop, after the replies (finished): here they held the GIL while the
-            # loop waited to write those replies, 40 us of every cycle on two shared cores.
+            # Its metrics are written on the loop (finished): here they held the GIL while the loop waited for it to
+            # write the replies, about 40 us of every cycle on two shared cores.
             measured = (sum(item.rows for item in batch), seconds + time.perf_counter() - started, trigger)
             try:
                 self._loop.call_soon_threadsafe(self.finished, batch, outcome, measured)

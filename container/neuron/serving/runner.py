@@ -28,6 +28,7 @@ from artifact import MODEL_FILE, TOKENIZER_FILE
 from backends import get_backend
 
 log = logging.getLogger("runner")
+INT64 = np.dtype(np.int64)
 
 
 def native_pack() -> Any:
@@ -152,15 +153,11 @@ class ModelRunner:
     def stack(self, requests: Sequence[TextRows | EncodedRows | TokenRows]) -> Stacked:
         """A batch's model inputs (the batcher's prepare stage, off the event loop): texts not tokenized yet
         tokenized together, every row padded into the compiled shape."""
+        packed = self.stack_now(requests)
+        if packed is not None:
+            return packed
         total = sum(r.rows for r in requests)
         padded = self.padded_rows(total)
-        pack = self._pack
-        if pack is not None and all(type(r) is EncodedRows for r in requests):  # the common batch: one C call
-            ids_bytes, mask_bytes = pack([r.ids for r in requests], padded, self.sequence_length, self.pad_id)
-            shape = (padded, self.sequence_length)
-            ids = np.frombuffer(ids_bytes, dtype=np.int64).reshape(shape)
-            mask = np.frombuffer(mask_bytes, dtype=np.int64).reshape(shape)
-            return Stacked(ids, mask, tuple(r.rows for r in requests))
         ids = np.full((padded, self.sequence_length), self.pad_id, dtype=np.int64)
         mask = np.zeros((padded, self.sequence_length), dtype=np.int64)
         mask[total:, 0] = 1  # filler rows attend to one token so softmax stays finite
@@ -185,6 +182,21 @@ class ModelRunner:
                 mask[row : row + n, :width] = request.attention_mask
                 row += n
         return Stacked(ids, mask, tuple(r.rows for r in requests))
+
+    def stack_now(self, requests: Sequence[TextRows | EncodedRows | TokenRows]) -> Stacked | None:
+        """``stack``'s result when one C call makes it (every request pre-tokenized, text_scan.c's pack: a few
+        microseconds, cheap enough for the event loop), else None."""
+        pack = self._pack
+        if pack is None:
+            return None
+        ids = [request.ids for request in requests if type(request) is EncodedRows]
+        if len(ids) != len(requests):
+            return None
+        rows = tuple(map(len, ids))
+        padded = self.padded_rows(sum(rows))
+        ids_bytes, mask_bytes = pack(ids, padded, self.sequence_length, self.pad_id)
+        shape = (padded, self.sequence_length)
+        return Stacked(np.ndarray(shape, INT64, ids_bytes), np.ndarray(shape, INT64, mask_bytes), rows)
 
     def execute(self, stacked: Stacked) -> list[np.ndarray]:
         """Logits (float32 [rows, labels]) for each request of a stacked batch, in order (the batcher's

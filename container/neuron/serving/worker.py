@@ -123,6 +123,7 @@ def load_model(
         batcher = DynamicBatcher(
             runner.execute,
             prepare_batch=runner.stack,
+            prepare_now=runner.stack_now,  # the common batch, stacked in C on the loop: the thread only starts it
             pipeline=settings.pipeline,  # SERVER_PIPELINE
             max_batch_size=settings.max_batch_size,
             max_queue_delay_s=settings.max_queue_delay_ms / 1000.0,

@@ -183,6 +183,35 @@ def test_the_model_thread_hands_results_back_in_order_and_a_failed_batch_fails_i
     assert results == [("a", True, "A"), ("b", True, "B"), ("boom", False, "model fault"), ("c", False, "model fault")]
 
 
+def test_a_batch_s_metrics_are_written_on_the_loop_before_any_of_its_replies():
+    async def run() -> list:
+        loop = asyncio.get_running_loop()
+        events: list = []
+        done = asyncio.Event()
+
+        def on_batch(rows, seconds, trigger):
+            events.append(("batch", rows, trigger, seconds > 0, threading.get_ident()))
+
+        def on(ok, value):
+            events.append(("reply", value))
+            if len(events) == 3:
+                done.set()
+
+        batcher = DynamicBatcher(
+            lambda payloads: payloads, max_batch_size=2, max_queue_delay_s=60, loop=loop, on_batch=on_batch
+        )
+        batcher.start()
+        for payload in ("a", "b"):
+            batcher.submit(payload, 1, on)
+        await asyncio.wait_for(done.wait(), 60)
+        await batcher.drain(timeout=60)
+        return events
+
+    events = asyncio.run(run())
+    # Whichever worker answers a scrape, whoever has read a reply finds its batch counted.
+    assert events == [("batch", 2, "full", True, threading.get_ident()), ("reply", "a"), ("reply", "b")]
+
+
 def test_a_model_that_answers_fewer_rows_than_it_was_given_fails_every_request_of_the_batch():
     async def run() -> list:
         loop = asyncio.get_running_loop()

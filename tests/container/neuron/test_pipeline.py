@@ -62,7 +62,7 @@ class Stages:
         return [payload.upper() for payload in batch]
 
 
-def serve(payloads, *, stages: Stages, drain_after: int | None = None, pipeline: bool = True):
+def serve(payloads, *, stages: Stages, drain_after: int | None = None, pipeline: bool = True, prepare_now=None):
     """Submit ``payloads`` to a real two-row batcher (threads and all, a 60 s queue delay), then drain it;
     the answers in the order they came."""
 
@@ -71,6 +71,7 @@ def serve(payloads, *, stages: Stages, drain_after: int | None = None, pipeline:
         batcher = DynamicBatcher(
             stages.run,
             prepare_batch=stages.prepare,
+            prepare_now=prepare_now,
             pipeline=pipeline,
             max_batch_size=2,
             max_queue_delay_s=60,
@@ -138,6 +139,53 @@ def test_drain_runs_everything_queued_through_both_stages():
     answers = serve(["e", "f", "g", "h", "i"], stages=stages, drain_after=4)
     assert answers[-1] == ("i", True, "I")  # answered by the drain, not by the delay
     assert [payload for payload, _, _ in answers] == list("efghi")
+
+
+class NowStages(Stages):
+    """Stages with a ``prepare_now`` that prepares, on the loop, any batch without a "t" (a text the thread must
+    tokenize) and records where it ran; "boom" makes it raise."""
+
+    def __init__(self, slow: dict[tuple, float] | None = None) -> None:
+        super().__init__(hold_first=False)
+        self.slow = slow or {}
+        self.now_threads: set[int] = set()
+
+    def prepare_now(self, payloads):
+        batch = tuple(payloads)
+        self.now_threads.add(threading.get_ident())
+        if "boom" in batch:
+            raise RuntimeError("a bug in the quick stage")
+        if any(payload.startswith("t") for payload in batch):
+            return None
+        self._record("prepared now", batch)
+        return batch
+
+    def prepare(self, payloads):
+        time.sleep(self.slow.get(tuple(payloads), 0.0))
+        return super().prepare(payloads)
+
+
+@pytest.mark.parametrize("pipeline", [True, False], ids=["pipelined", "serial"])
+def test_a_batch_prepared_on_the_loop_goes_to_the_model_ready_and_any_other_through_the_prepare_stage(pipeline):
+    stages = NowStages()
+    payloads = ["a", "b", "t1", "t2", "boom", "c"]
+    answers = serve(payloads, stages=stages, pipeline=pipeline, prepare_now=stages.prepare_now)
+    assert sorted(answers) == [(p, True, p.upper()) for p in ["a", "b", "boom", "c", "t1", "t2"]]
+    prepared = [(event, batch) for event, batch in stages.events if event.startswith("prepare")]
+    assert ("prepared now", ("a", "b")) in prepared and ("prepare", ("a", "b")) not in prepared
+    assert ("prepare", ("t1", "t2")) in prepared  # declined: the thread tokenizes it
+    assert ("prepare", ("boom", "c")) in prepared  # the quick stage raised: the thread's prepare took it
+    assert stages.now_threads == {threading.main_thread().ident}  # on the loop (asyncio.run's thread)
+
+
+def test_a_batch_prepared_on_the_loop_never_overtakes_one_still_with_the_prepare_thread():
+    # ("t1", "t2") is sent behind ("a", "b") and takes the prepare thread 0.3 s; ("c", "d"), which the loop could
+    # prepare at once, is sent behind it as ("a", "b") comes back, and must still run after it.
+    stages = NowStages(slow={("t1", "t2"): 0.3})
+    answers = serve(["a", "b", "t1", "t2", "c", "d"], stages=stages, prepare_now=stages.prepare_now)
+    runs = [batch for event, batch in stages.events if event == "run"]
+    assert runs == [("a", "b"), ("t1", "t2"), ("c", "d")]
+    assert [payload for payload, _, _ in answers] == ["a", "b", "t1", "t2", "c", "d"]
 
 
 # -- the rules, on the fake clock ---------------------------------------------------------------
