@@ -168,6 +168,7 @@ class DynamicBatcher:
         self._wait_for_answered = False
         self._free_since = self._clock()  # when the model last became free
         self._timer: Any = None
+        self._settled_until = 0.0  # with the model free and the timer set: when _schedule could next decide otherwise
         self._loop_timer: Any = None  # the queue delay's timerfd (loop_timer.py), made as a delay is first waited
         self._closing = False
         self._idle: asyncio.Event | None = None  # set once closing and nothing is left (drain)
@@ -272,9 +273,12 @@ class DynamicBatcher:
         if self._closing:
             raise BatcherClosed("server is shutting down")
         self.admit(rows)
-        self._queue.append(Pending(payload, rows, done, self._clock()))
+        now = self._clock()
+        self._queue.append(Pending(payload, rows, done, now))
         self._queued_rows += rows
         if not self._busy:
+            if self._timer is not None and self._queued_rows < self._max_rows and now < self._settled_until:
+                return  # what _schedule would decide: the batch's timer stands, nothing has expired or fallen due
             self._schedule()
         elif self._running < self._depth and self._queued_rows >= self._max_rows:
             self._send(FULL)  # pipelined: prepared while the model runs the batch ahead
@@ -334,8 +338,16 @@ class DynamicBatcher:
         deadline = start + self._max_delay
         if deadline <= self._clock():
             self._send(DELAY)
-        elif self._timer is None:
+            return
+        if self._timer is None:
             self._timer = self._call_at(deadline, self._deadline)
+        # Until then, with the model free and this head, a request that does not fill the batch changes nothing here
+        # or in _expire (its limit for a batch that fits is the SLO): submit skips asking again (a microsecond each).
+        self._settled_until = deadline
+        if self._admission is not None and self._batch_s + self._max_delay <= self._admission.budget_s:
+            self._settled_until = min(
+                deadline, self._queue[0].enqueued + self._admission.slo_ms / 1000.0 - self._batch_s
+            )
 
     def _deadline(self) -> None:
         self._timer = None

@@ -17,12 +17,16 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 # serving/ and build/'s flat modules, on the path from conftest.py (ruff would count them third-party).
 # isort: split
-from batcher import DELAY, DRAIN, FULL, BatcherClosed, DynamicBatcher
+from batcher import DELAY, DRAIN, FULL, BatcherClosed, DynamicBatcher, Pending
+from server_settings import Admission
 
 from tests.support.fake_clock import Clock
+from tests.support.fuzz import fuzz_examples
 
 DELAY_S = 0.001
 
@@ -354,3 +358,100 @@ def test_a_lone_request_leaves_by_the_delay_in_a_batch_of_its_own(artifact: Path
     assert after["batches_delay"] - before["batches_delay"] == 1
     assert after["inference_batch_size_sum"] - before["inference_batch_size_sum"] == 1
     assert after["batches_full"] == before["batches_full"]
+
+
+# -- submit's shortcut (a request that cannot change _schedule's decision skips it) --------------------------------
+
+
+class Unshortcut(DynamicBatcher):
+    """The reference: submit as it was before the shortcut, every request asking _schedule."""
+
+    def submit(self, payload, rows: int, done) -> None:
+        if rows > self._max_rows:
+            raise ValueError(f"{rows} rows exceed max batch size {self._max_rows}")
+        if self._closing:
+            raise BatcherClosed("server is shutting down")
+        self.admit(rows)
+        self._queue.append(Pending(payload, rows, done, self._clock()))
+        self._queued_rows += rows
+        if not self._busy:
+            self._schedule()
+        elif self._running < self._depth and self._queued_rows >= self._max_rows:
+            self._send(FULL)
+
+
+def drive(batcher_class, operations, admission, pipeline: bool) -> list:
+    """Everything a batcher did under ``operations`` on a fake clock: its batches (payloads, trigger, when), each
+    answer or refusal, and its pending timers after each step."""
+    clock, trace, running = Clock(), [], []
+
+    def execute(batch, trigger) -> None:
+        running.append(batch)
+        trace.append(("sent", [item.payload for item in batch], trigger, clock.now))
+
+    batcher = batcher_class(
+        lambda payloads: payloads,
+        pipeline=pipeline,
+        max_batch_size=4,
+        max_queue_delay_s=DELAY_S,
+        loop=asyncio.new_event_loop(),
+        clock=clock,
+        call_at=clock.call_at,
+        execute=execute,
+        admission=admission,
+    )
+    for i, (kind, value) in enumerate(operations):
+        if kind == "submit":
+            try:
+                batcher.submit(i, value, lambda ok, result, i=i: trace.append(("answer", i, ok, type(result).__name__)))
+            except Exception as exc:  # Overloaded at the door
+                trace.append(("refused", i, type(exc).__name__))
+        elif kind == "advance":
+            target = clock.now + value
+            while any(not cancelled and when <= target for when, _, cancelled in clock.timers):
+                clock.advance_to_next_timer()
+            clock.now = target
+        elif kind == "busy":  # time passes with the loop busy elsewhere: no timer has fired yet
+            clock.now += value
+        elif running:  # "finish": the model hands back its oldest batch
+            batch = running.pop(0)
+            batcher.finished(batch, [(True, item.payload) for item in batch])
+        trace.append(("timers", clock.pending()))
+    return trace
+
+
+operations = st.lists(
+    st.one_of(
+        st.tuples(st.just("submit"), st.sampled_from([1, 1, 1, 2, 4])),
+        st.tuples(st.just("advance"), st.sampled_from([0.0, 0.0002, 0.0007, 0.001, 0.003, 0.02])),
+        st.tuples(st.just("busy"), st.sampled_from([0.0003, 0.0012, 0.01])),
+        st.tuples(st.just("finish"), st.none()),
+    ),
+    max_size=30,
+)
+admissions = st.one_of(
+    st.none(),
+    st.builds(
+        lambda slo, budget_share, batch_ms: Admission(
+            slo_ms=slo, budget_s=slo * budget_share / 1000, initial_batch_s=batch_ms / 1000
+        ),
+        st.sampled_from([2.0, 5.0, 10.0, 50.0]),
+        st.sampled_from([0.5, 0.8]),
+        st.sampled_from([0.5, 1.0, 3.0]),
+    ),
+)
+
+
+@settings(max_examples=fuzz_examples(1000), deadline=None)
+@given(operations, admissions, st.booleans())
+# The head waited while the model was busy; once it is free, a request arrives after the head has outlived what
+# the SLO allows but before the delay runs out: submit must still expire it.
+@example(
+    [("submit", 2), ("advance", 0.001), ("submit", 1), ("busy", 0.0012), ("finish", None), ("busy", 0.0003)]
+    + [("submit", 1)],
+    Admission(slo_ms=2.0, budget_s=0.0018, initial_batch_s=0.0005),
+    False,
+)
+@pytest.mark.fuzz
+def test_submit_s_shortcut_decides_as_asking_schedule_every_time(operations, admission, pipeline):
+    assert drive(DynamicBatcher, operations, admission, pipeline) == drive(Unshortcut, operations, admission, pipeline)
