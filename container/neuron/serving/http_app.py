@@ -19,6 +19,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from starlette.applications import Starlette
@@ -152,6 +153,40 @@ def build_app(
     def not_ready() -> Response:
         return error(not_ready_reason(), 503)
 
+    def finish(
+        route: str, reply, started: float, status: int, headers: bytes, content: bytes, rejected: str | None = None
+    ) -> None:
+        state.in_flight -= 1
+        tally.request(route, status, time.perf_counter() - started, rejected)  # and, gathered, to the EMF recorder
+        reply(status, headers, content)
+
+    def refuse(route: str, reply, started: float, exc: Overloaded) -> None:
+        headers = JSON_HEADER + b"retry-after: %d\r\n" % exc.retry_after_s
+        finish(route, reply, started, 503, headers, error_body(str(exc)), exc.reason)
+
+    native_reply = interface.native_reply  # the common request's reply in C (None: SERVER_TEXT_SCAN off)
+
+    def done(route: str, reply, started: float, parsed, ok: bool, value) -> None:
+        """A request's batch came back (the batcher calls this, through a partial, with ``ok`` and ``value``)."""
+        if ok:
+            try:
+                # The common request (no id, the default outputs) straight to the C writer; None (logits it does not
+                # take) and every other request go through interface.response, which answers them all.
+                content = native_reply(value) if parsed is PLAIN_TEXT_REPLY and native_reply is not None else None
+                if content is not None:
+                    headers = None
+                else:
+                    content, headers = interface.response(parsed, value)
+            except Exception:
+                log.exception("inference failed", extra={"route": route})
+                finish(route, reply, started, 500, JSON_HEADER, error_body("internal error while running the model"))
+                return
+            finish(route, reply, started, 200, JSON_HEADER if headers is None else header_lines(headers), content)
+        elif isinstance(value, Overloaded):  # waited past what the SLO allows: refused, not run
+            refuse(route, reply, started, value)
+        else:
+            finish(route, reply, started, 500, JSON_HEADER, error_body("internal error while running the model"))
+
     def handle_inference(
         route: str, body: bytes, header_length: str | None, reply, scanned: list[list[int]] | None = None
     ) -> None:
@@ -160,31 +195,6 @@ def build_app(
         request's rows of ids, already read in C with its HTTP head (``fast_inference``); ``body`` is unused then."""
         started = time.perf_counter()
         state.in_flight += 1
-
-        def finish(status: int, headers: bytes, content: bytes, rejected: str | None = None) -> None:
-            state.in_flight -= 1
-            elapsed = time.perf_counter() - started
-            tally.request(route, status, elapsed, rejected)  # and, gathered, to the EMF recorder
-            reply(status, headers, content)
-
-        def refuse(exc: Overloaded) -> None:
-            finish(503, JSON_HEADER + b"retry-after: %d\r\n" % exc.retry_after_s, error_body(str(exc)), exc.reason)
-
-        def done(parsed, ok: bool, value) -> None:
-            if not ok:
-                if isinstance(value, Overloaded):  # waited past what the SLO allows: refused, not run
-                    refuse(value)
-                    return
-                finish(500, JSON_HEADER, error_body("internal error while running the model"))
-                return
-            try:
-                content, headers = interface.response(parsed, value)
-            except Exception:
-                log.exception("inference failed", extra={"route": route})
-                finish(500, JSON_HEADER, error_body("internal error while running the model"))
-                return
-            finish(200, JSON_HEADER if headers is None else header_lines(headers), content)
-
         try:
             batcher = state.batcher
             if batcher is None or not state.ready:
@@ -200,19 +210,20 @@ def build_app(
             else:  # everything else, and every refusal
                 parsed = interface.parse(body, header_length)
                 payload = state.prepare(parsed.payload)
-            # submit admits it with its rows: the scanned request's one check, the parsed one's second.
-            batcher.submit(payload, payload.rows, lambda ok, value: done(parsed, ok, value))
+            # submit admits it with its rows: the scanned request's one check, the parsed one's second. A partial,
+            # not a closure per request: this runs for every request, and a closure is built each time.
+            batcher.submit(payload, payload.rows, partial(done, route, reply, started, parsed))
             tally.touch()  # the queue depth changed
         except ProtocolError as exc:
             log.info("rejected request", extra={"route": route, "status": exc.status, "error": str(exc)})
-            finish(exc.status, JSON_HEADER, error_body(str(exc)))
+            finish(route, reply, started, exc.status, JSON_HEADER, error_body(str(exc)))
         except Overloaded as exc:
-            refuse(exc)
+            refuse(route, reply, started, exc)
         except BatcherClosed as exc:
-            finish(503, JSON_HEADER, error_body(str(exc)))
+            finish(route, reply, started, 503, JSON_HEADER, error_body(str(exc)))
         except Exception:
             log.exception("inference failed", extra={"route": route})
-            finish(500, JSON_HEADER, error_body("internal error while running the model"))
+            finish(route, reply, started, 500, JSON_HEADER, error_body("internal error while running the model"))
 
     def fast_inference(data: bytes, reply) -> bool:
         """One read that holds exactly one whole common request (text_scan.c's Scanner.request: the HTTP head and

@@ -12,6 +12,7 @@ import json
 import socket
 import time
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -21,6 +22,7 @@ from hypothesis import strategies as st
 import ascii_wordpiece
 import http_server
 import metrics
+from batcher import Overloaded
 from http_app import ServerState, build_app
 from protocol import ModelInterface
 
@@ -31,12 +33,8 @@ MAX_ROWS, MAX_CHARS, MAX_BODY = 8, 200, 4096
 ROUTES = {"/v2/models/m/infer": "infer", "/v2/models/m/versions/1/infer": "infer", "/invocations": "invocations"}
 PATHS = tuple(path.encode() for path in ROUTES)
 NAMES = tuple(ROUTES.values())
-INTERFACE = ModelInterface(
-    name="m",
-    metadata={"backend": "cpu", "sequence_length": MAX_LENGTH, "labels": ["a", "b"], "vocab_size": 1000},
-    max_rows=MAX_ROWS,
-    max_text_chars=MAX_CHARS,
-)
+METADATA = {"backend": "cpu", "sequence_length": MAX_LENGTH, "labels": ["a", "b"], "vocab_size": 1000}
+INTERFACE = ModelInterface(name="m", metadata=METADATA, max_rows=MAX_ROWS, max_text_chars=MAX_CHARS)
 WORDS = "a plain query with punctuation , and e-mail x@y.z one two three".split()
 
 FAST = ascii_wordpiece.from_tokenizer(TOKENIZERS["bert"], MAX_LENGTH)
@@ -370,6 +368,49 @@ def test_a_front_that_fails_leaves_the_request_to_the_parser(caplog):
 
     assert asyncio.run(offer()) is False
     assert "the HTTP front failed; the parser takes the request" in caplog.text
+
+
+def test_every_outcome_of_a_batch_answers_each_request_once_and_a_writer_that_raises_is_a_500(caplog):
+    class Batcher:  # takes every request and holds its answer for the test to give
+        def __init__(self) -> None:
+            self.answers: list = []
+
+        def admit(self, rows: int = 1) -> None:
+            pass
+
+        def submit(self, payload, rows: int, done) -> None:
+            self.answers.append(done)
+
+    def broken_writer(logits):
+        raise RuntimeError("a bug in the reply writer")
+
+    async def run() -> tuple[list, int]:
+        state = ServerState(ready=True, batcher=Batcher())
+        tally = metrics.RequestTally(asyncio.get_running_loop(), lambda: 0)
+        interface = ModelInterface(
+            name="m", metadata=METADATA, max_rows=MAX_ROWS, max_text_chars=MAX_CHARS, native_replies=True
+        )
+        good = build_app(interface=interface, state=state, max_body_bytes=MAX_BODY, tally=tally)
+        interface.native_reply = broken_writer  # the app below captures it as it is built
+        broken = build_app(interface=interface, state=state, max_body_bytes=MAX_BODY, tally=tally)
+        replies: list = []
+        for app, scanned in [(good, [[101, 102]]), (broken, [[101, 102]]), (broken, None), (good, None), (good, None)]:
+            app.infer("infer", BODY, None, lambda *reply: replies.append(reply), scanned)
+        logits = np.array([[0.25, 0.75]], dtype=np.float32)
+        two = np.array([[0.25, 0.75], [1.0, 0.0]], dtype=np.float32)
+        answers = state.batcher.answers
+        answers[0](True, logits)  # the common request, written in C
+        answers[1](True, logits)  # its writer raises: 500, not a request left unanswered
+        answers[2](True, two)  # a parsed request: interface.response, whose writer raises too
+        answers[3](False, RuntimeError("the model failed"))
+        answers[4](False, Overloaded("waited too long", 3, queued=True))
+        return replies, state.in_flight
+
+    replies, in_flight = asyncio.run(run())
+    assert [status for status, _, _ in replies] == [200, 500, 500, 500, 503]
+    assert json.loads(replies[0][2])["outputs"][1]["data"] == ["b"]
+    assert b"retry-after: 3\r\n" in replies[4][1] and in_flight == 0
+    assert [r.getMessage() for r in caplog.records if r.exc_info] == ["inference failed"] * 2
 
 
 # -- a worker, over real sockets -----------------------------------------------------------------------------
