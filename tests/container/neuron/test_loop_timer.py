@@ -1,10 +1,12 @@
 """loop_timer.LoopTimer, the queue delay's timerfd, on both loops the server may run (uvloop, asyncio's own): a
 callback runs on the loop at its instant and never before it, at once for an instant past, never once cancelled
-or replaced; the batcher keeps its delay on it, and on the inference thread where there is no timerfd."""
+or replaced; the batcher keeps its delay on it, and on the inference thread where there is no timerfd. And the
+batcher's threads run under SCHED_BATCH, the loop under the default policy."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 
@@ -109,3 +111,38 @@ def test_a_lone_request_leaves_when_the_delay_runs_out_on_either_timer(timerfd, 
         assert isinstance(kept_by, LoopTimer)
     else:
         assert kept_by is batcher_module._NO_LOOP_TIMER
+
+
+def test_the_batcher_s_threads_run_without_wakeup_preemption_and_the_loop_as_it_was():
+    policies: dict[str, int] = {}
+
+    async def scenario():
+        loop = asyncio.get_running_loop()
+
+        def model(payloads):
+            policies[threading.current_thread().name] = os.sched_getscheduler(0)  # the calling thread's
+            return payloads
+
+        def prepare(payloads):
+            policies[threading.current_thread().name] = os.sched_getscheduler(0)
+            return list(payloads)
+
+        batcher = DynamicBatcher(
+            model,
+            prepare_batch=prepare,
+            pipeline=True,
+            max_batch_size=1,
+            max_queue_delay_s=0,
+            loop=loop,
+            admission=None,
+        )
+        batcher.start()
+        answered = [loop.create_future() for _ in range(3)]
+        for i in range(3):  # the second and third are sent behind a running batch: the prepare thread's
+            batcher.submit(i, 1, lambda ok, value, i=i: answered[i].set_result(ok))
+        await asyncio.wait_for(asyncio.gather(*answered), 30)
+        await batcher.drain(timeout=30)
+        policies["loop"] = os.sched_getscheduler(0)
+
+    run_on("uvloop", scenario)
+    assert policies == {"inference": os.SCHED_BATCH, "prepare": os.SCHED_BATCH, "loop": os.SCHED_OTHER}
