@@ -121,11 +121,14 @@ class Recorder:
     def _fresh(self) -> _Window:
         return _Window(counts=dict.fromkeys(self._always_counted, 0))
 
-    def _sample(self, name: str, value: float) -> None:  # the caller holds the lock
+    def _reservoir(self, name: str) -> Reservoir:  # the caller holds the lock
         reservoir = self._window.samples.get(name)
         if reservoir is None:
             reservoir = self._window.samples[name] = Reservoir(rng=self._rng)
-        reservoir.add(value)
+        return reservoir
+
+    def _sample(self, name: str, value: float) -> None:  # the caller holds the lock
+        self._reservoir(name).add(value)
 
     def observe(self, name: str, value: float) -> None:
         with self._lock:
@@ -152,10 +155,7 @@ class Recorder:
         if not latencies_ms:
             return
         with self._lock:
-            reservoir = self._window.samples.get(REQUEST_LATENCY)
-            if reservoir is None:
-                reservoir = self._window.samples[REQUEST_LATENCY] = Reservoir(rng=self._rng)
-            reservoir.add_many(latencies_ms)
+            self._reservoir(REQUEST_LATENCY).add_many(latencies_ms)
             counts = self._window.counts
             counts[REQUESTS] = counts.get(REQUESTS, 0) + len(latencies_ms)
             if server_errors:
