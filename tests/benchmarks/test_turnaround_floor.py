@@ -135,6 +135,51 @@ def test_a_paced_run_sends_every_request_that_fell_due_and_no_more(native, tmp_p
     assert int(fields["warmup"]) > 0 and int(fields["reconnects"]) == 0, result.stdout
 
 
+def test_the_measured_run_goes_out_on_the_connections_the_warm_up_opened(native, tmp_path):
+    """A paced run whose connections opened as its schedule started would time the server accepting them all at
+    once: 6 connections, a warm-up and a paced run, 6 accepts; and every connection carries paced requests."""
+    import socket
+    import threading
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    port = listener.getsockname()[1]
+    accepted, served = [], {}
+
+    def serve(connection, index):
+        with connection:
+            while connection.recv(65536):
+                served[index] = served.get(index, 0) + 1
+                connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+
+    def accept():
+        while True:
+            try:
+                connection, _ = listener.accept()
+            except OSError:
+                return
+            accepted.append(connection)
+            threading.Thread(target=serve, args=(connection, len(accepted)), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    (tmp_path / "requests.bin").write_bytes(b"GET / HTTP/1.1\r\n\r\n\0")
+    try:
+        result = subprocess.run(
+            [str(native / "load_client"), str(port), "6", "0.5", str(tmp_path / "requests.bin"), "200", "0.2"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        listener.close()
+    assert result.returncode == 0, result.stderr
+    fields = dict(item.split("=") for item in result.stdout.split())
+    assert int(fields["requests"]) == 100 and int(fields["reconnects"]) == 0, result.stdout
+    assert len(accepted) == 6, f"{len(accepted)} connections accepted for 6: {result.stdout}"
+    assert sum(served.values()) == int(fields["warmup"]) + 100, (served, result.stdout)
+
+
 def test_replies_other_than_2xx_are_counted_refused_and_kept_out_of_the_latencies(native, tmp_path):
     """A server shedding load answers 503 in microseconds: counted apart, or they would pass for fast answers.
     Here every other reply is a 503 after no wait and every 200 comes 20 ms after its request."""
