@@ -29,6 +29,10 @@ paced runs it also prints the model's cycle, from its own batch metrics: rows pe
 worker against the emulated batch's, the rest being the model idle between batches (the hand-off from the
 inference thread to the event loop and back), and how its CPU per request splits between its workers' event loops
 (their main threads) and the rest (their inference, prepare and metrics threads, and the supervisor).
+--paced-rates paces every server at the same absolute rates too: "80 % of sustained" offers a server that sustains
+more a higher rate, and near the limit the p99 turns on the rate (the generator reuses the connection freed last, so
+which worker gets a request follows which answered last, and the split between two workers swings for a second at a
+time); at one rate for all, the servers' p99 compare like for like.
 """
 
 from __future__ import annotations
@@ -249,6 +253,12 @@ def median_cell(cells: list[Cell]) -> Cell:
     return ordered[len(ordered) // 2]
 
 
+def median_p99(cells: list[Cell]) -> Cell:
+    """At one offered rate the rounds' req/s are the same: the median is of the p99."""
+    ordered = sorted(cells, key=lambda cell: cell.p99_ms)
+    return ordered[len(ordered) // 2]
+
+
 def run(args: argparse.Namespace, work: Path) -> dict:
     server, client = build(work)
     server_cpus, generator_cpus = sb.cpu_split(not args.no_pin)
@@ -263,6 +273,7 @@ def run(args: argparse.Namespace, work: Path) -> dict:
     kinds = args.server_list
     closed: dict[str, dict[int, list[Cell]]] = {kind: {level: [] for level in args.level_list} for kind in kinds}
     paced: dict[str, dict[float, list[Cell]]] = {kind: {f: [] for f in args.paced_list} for kind in kinds}
+    paced_at: dict[str, dict[float, list[Cell]]] = {kind: {r: [] for r in args.paced_rate_list} for kind in kinds}
     for _ in range(args.rounds):  # rounds interleave the servers, so a noisy minute does not land on one of them
         for kind in args.server_list:
             procs, ports = start(kind, args, art, server, batch_s, server_cpus)
@@ -285,6 +296,10 @@ def run(args: argparse.Namespace, work: Path) -> dict:
                         metrics_port=ports[0] if kind in APPS else None,
                     )
                     paced[kind][fraction].append(cell)
+                for rate in args.paced_rate_list:
+                    paced_at[kind][rate].append(
+                        measure(procs, client, ports, args.paced_connections, args, requests, rate, generator_cpus)
+                    )
             finally:
                 stop(procs, kind)
     return {
@@ -292,6 +307,7 @@ def run(args: argparse.Namespace, work: Path) -> dict:
         "cpus": (server_cpus, generator_cpus),
         "closed": {k: {lv: median_cell(c) for lv, c in v.items()} for k, v in closed.items()},
         "paced": {k: {f: median_cell(c) for f, c in v.items()} for k, v in paced.items()},
+        "paced_at": {k: {r: median_p99(c) for r, c in v.items()} for k, v in paced_at.items()},
     }
 
 
@@ -315,6 +331,7 @@ def report(args: argparse.Namespace, result: dict) -> None:
     head = ["server".ljust(12)]
     head += [f"{level} connections: of limit, p50 / p99 ms, CPU".ljust(44) for level in args.level_list]
     head += [f"paced {fraction:.0%}: req/s, p99 ms".ljust(24) for fraction in args.paced_list]
+    head += [f"paced {rate:,.0f}/s: p99 ms".ljust(20) for rate in args.paced_rate_list]
     print(" | ".join(head))
     for kind in args.server_list:
         cells = [kind.ljust(12)]
@@ -328,6 +345,10 @@ def report(args: argparse.Namespace, result: dict) -> None:
             cell = result["paced"][kind][fraction]
             late = f", {cell.late} late" if cell.late else ""
             cells.append(f"{cell.rps:6,.0f}, {cell.p99_ms:5.2f}{late}".ljust(24))
+        for rate in args.paced_rate_list:
+            cell = result["paced_at"][kind][rate]
+            late = f", {cell.late} late" if cell.late else ""
+            cells.append(f"{cell.p99_ms:5.2f}{late}".ljust(20))
         print(" | ".join(cells))
     share = args.share_goal
     verdicts = []
@@ -341,6 +362,14 @@ def report(args: argparse.Namespace, result: dict) -> None:
         f"{kind} {'met' if result['paced'][kind][top].p99_ms <= bound_ms else 'MISSED'}" for kind in args.server_list
     ]
     print(f"goal p99 <= 2 x batch + delay ({bound_ms:.2f} ms) paced at {top:.0%} of sustained: " + ", ".join(verdicts))
+    for rate in args.paced_rate_list:
+        within = [
+            f"{kind} {'within' if result['paced_at'][kind][rate].p99_ms <= bound_ms else 'PAST'}"
+            for kind in args.server_list
+        ]
+        print(
+            f"p99 paced at {rate:,.0f} req/s for every server ({rate / limit:.0%} of the limit): " + ", ".join(within)
+        )
     for kind in APPS:
         for fraction in args.paced_list:
             cell = result["paced"].get(kind, {}).get(fraction)
@@ -390,6 +419,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--levels", default="32,64", help="closed-loop connection counts")
     parser.add_argument("--paced", default="0.5,0.8", help="open-system rates, as fractions of each one's sustained")
     parser.add_argument(
+        "--paced-rates",
+        default="",
+        help="open-system rates in req/s, the same for every server (default: none), after the --paced cells",
+    )
+    parser.add_argument(
         "--paced-connections",
         type=int,
         default=256,
@@ -426,6 +460,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.paced_list = []
     if not args.paced_list or not all(0 < v <= 1 for v in args.paced_list):
         fail(f"--paced: a comma-separated list of fractions in (0, 1], got {args.paced!r}")
+    try:
+        args.paced_rate_list = [float(v) for v in args.paced_rates.split(",") if v]
+    except ValueError:
+        args.paced_rate_list = [0.0]
+    if not all(0 < v <= 1_000_000 for v in args.paced_rate_list):
+        fail(f"--paced-rates: a comma-separated list of req/s above 0, at most 1,000,000, got {args.paced_rates!r}")
     args.server_list = [s for s in args.servers.split(",") if s]
     unknown = sorted(set(args.server_list) - set(SERVERS))
     if unknown or not args.server_list:

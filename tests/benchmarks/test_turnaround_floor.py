@@ -81,6 +81,7 @@ def test_one_worker_each_is_measured_against_one_workers_limit(artifact):
     """--workers 1: every server runs one worker, and the limit, the share and the model cycle are one worker's."""
     args = ["--model-dir", str(artifact), "--workers", "1", "--servers", "native,app", "--levels", "8"]
     args += ["--seconds", "0.5", "--warmup", "0.2", "--rounds", "1", "--paced", "0.5", "--paced-connections", "16"]
+    args += ["--paced-rates", "500"]
     result = run_script(SCRIPT, *args, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     out = result.stdout
@@ -94,6 +95,11 @@ def test_one_worker_each_is_measured_against_one_workers_limit(artifact):
     assert sorted(rows) == ["app", "native"], out
     for row in rows.values():  # the share printed is of one worker's limit
         assert int(row.group(2)) == round(int(row.group(3).replace(",", "")) / limit * 100), row.group(0)
+    # --paced-rates: every server also paced at 500 req/s, its p99 in a column of its own and judged by the bound.
+    assert re.search(r"\| paced 500/s: p99 ms *$", out.splitlines()[1]), out
+    same = re.search(r"^p99 paced at 500 req/s for every server \((\d+)% of the limit\): (.*)$", out, re.M)
+    assert same and int(same.group(1)) == round(500 / limit * 100), out
+    assert re.findall(r"(\S+) (?:within|PAST)", same.group(2)) == ["native", "app"], same.group(0)
     assert re.search(r"^model cycle, app paced at 50%: [\d.]+ rows per batch", out, re.M), out
 
 
@@ -262,6 +268,8 @@ def test_the_load_generator_refuses_a_server_that_closes_with_a_request_in_fligh
         (["--paced-connections", "0"], "--paced-connections: from 1 to 1024, got 0"),
         (["--levels", "32,x"], "--levels: a comma-separated list of connection counts from 1 to 1024, got '32,x'"),
         (["--paced", "1.5"], "--paced: a comma-separated list of fractions in (0, 1], got '1.5'"),
+        (["--paced-rates", "8000,x"], "--paced-rates: a comma-separated list of req/s above 0, at most 1,000,000, got"),
+        (["--paced-rates", "0"], "--paced-rates: a comma-separated list of req/s above 0, at most 1,000,000, got '0'"),
         (["--servers", "app,nginx"], "--servers: a comma-separated list of native, python, python+json, "),
         (["--max-queue-delay-ms", "-1"], "--max-queue-delay-ms: not negative, got -1.0"),
         (["--workers", "0"], "--workers: from 1 to 16, got 0"),
