@@ -169,21 +169,39 @@ def server_cpu(procs: list[subprocess.Popen]) -> float:
     return sum(peers.tree_cpu(proc.pid) for proc in procs)
 
 
-def event_loop_cpu(procs: list[subprocess.Popen]) -> float:
-    """CPU seconds of the app's workers' main threads, where each runs its event loop (a thread's id is its
-    process's for the main one); the rest of server_cpu is their other threads (inference, prepare, metrics)
-    and serve.py's own supervisor."""
-    total = 0
+def thread_cpu(procs: list[subprocess.Popen]) -> dict[tuple[int, int], int]:
+    """Nanoseconds on a CPU of every live thread of the app's processes, by (process, thread): each thread's
+    schedstat, not /proc/PID/stat's clock ticks, as a short cell's split of the app's CPU between its event loops
+    and the rest is a few ticks, and two tick counts subtracted could put the rest below zero."""
+    found = {}
     for proc in procs:
-        for worker in peers.descendants(proc.pid):
-            if worker == proc.pid:
-                continue
+        for process in peers.descendants(proc.pid):
             try:
-                fields = Path(f"/proc/{worker}/task/{worker}/stat").read_text().rsplit(")", 1)[1].split()
+                tasks = os.listdir(f"/proc/{process}/task")
             except FileNotFoundError:
                 continue
-            total += int(fields[11]) + int(fields[12])
-    return total / peers.CLK_TCK
+            for task in tasks:
+                try:
+                    found[process, int(task)] = int(
+                        Path(f"/proc/{process}/task/{task}/schedstat").read_text().split()[0]
+                    )
+                except (FileNotFoundError, ProcessLookupError):  # gone meanwhile
+                    continue
+    return found
+
+
+def app_cpu(before: dict, after: dict, procs: list[subprocess.Popen]) -> tuple[float, float]:
+    """(all of the app's CPU seconds between two thread_cpu readings, those of its workers' main threads, where
+    each runs its event loop: a main thread's id is its process's). A thread that started meanwhile counts from
+    zero, one that ended is lost: the app's threads live as long as their worker."""
+    supervisors = {proc.pid for proc in procs}
+    total = loops = 0
+    for (process, task), ns in after.items():
+        spent = ns - before.get((process, task), 0)
+        total += spent
+        if task == process and process not in supervisors:
+            loops += spent
+    return total / 1e9, loops / 1e9
 
 
 def measure(
@@ -201,8 +219,8 @@ def measure(
     """One cell; with ``metrics_port`` (the app's), also its batches from the end of the warm-up (read then, from
     a timer: the generator runs the warm-up and the cell in one process) to the end; ``app``: also the share of
     its CPU its event loops took."""
-    before = server_cpu(procs)
-    loop_before = event_loop_cpu(procs) if app else 0.0
+    before = 0.0 if app else server_cpu(procs)
+    threads_before = thread_cpu(procs) if app else {}
     seconds = args.seconds
     command = [str(client), ",".join(map(str, ports)), str(connections), str(seconds), str(requests)]
     command += [f"{rate:.1f}", str(args.warmup)]  # rate 0: a closed loop
@@ -225,8 +243,11 @@ def measure(
     count, elapsed, p50, p99, late, warmup, reconnects, refused = match.groups()
     # The warm-up's requests cost CPU too; refusals (admission on) are the measured run's.
     answered = int(count) + int(warmup) + int(refused)
-    cpu_us = (server_cpu(procs) - before) / answered * 1e6
-    loop_us = (event_loop_cpu(procs) - loop_before) / answered * 1e6 if app else None
+    if app:  # the app's CPU and its split, both from the same threads' counters
+        cpu_s, loop_s = app_cpu(threads_before, thread_cpu(procs), procs)
+        cpu_us, loop_us = cpu_s / answered * 1e6, loop_s / answered * 1e6
+    else:
+        cpu_us, loop_us = (server_cpu(procs) - before) / answered * 1e6, None
     rows_per_batch = cycle_ms = None
     if metrics_port is not None and not at_start:  # the timer's own failure is printed by its thread
         raise RuntimeError(f"the app's /metrics on port {metrics_port} could not be read at the end of the warm-up")
