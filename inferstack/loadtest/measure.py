@@ -278,16 +278,21 @@ class Recorder:
         window = self._windows[-1]
         return window.t0 + ((self._clock() if now is None else now) - window.began)
 
-    def _measured(self, due: float) -> StepTally | None:
+    def _measured(self, due: float, sent: float | None) -> StepTally | None:
+        """The tally of the window a request due at `due` counts in. It opens by the due time; it closes (the run
+        stops sending) by when the request left, if that was earlier: the locustfile sends up to
+        pacing.TIMER_LEAD_S early, and a request sent before the close but due after it was counted offered when it
+        left, so its answer must count there too, or it would be a request never answered."""
         for window in reversed(self._windows):
             if due >= window.began:
-                inside = due >= window.opens and (window.closes is None or due < window.closes)
+                left = due if sent is None else min(due, sent)
+                inside = due >= window.opens and (window.closes is None or left < window.closes)
                 return self._tallies[window.index] if inside else None
         return None
 
     def left(self, due: float, sent: float, held: bool = False) -> None:
         """A request due at `due` left at `sent` (this generator's clock); `held`: it waited for a slot."""
-        tally = self._measured(due)
+        tally = self._measured(due, sent)
         if tally is not None:
             tally.left((sent - due) * 1000.0, self.late_after_ms, held)
 
@@ -301,7 +306,7 @@ class Recorder:
         of the reply, after that, are not the server's time)."""
         now = self._clock() if at is None else at
         latency_ms = (now - (due if sent is None else min(due, sent))) * 1000.0
-        tally = self._measured(due)
+        tally = self._measured(due, sent)
         if tally is not None:
             tally.ended(latency_ms, kind, status, self.slo_ms)
         run_time = self.run_time(now)

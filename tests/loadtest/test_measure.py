@@ -258,6 +258,24 @@ def test_requests_still_unanswered_when_the_run_ends_are_failures_not_forgotten(
     assert step.errors == {measure.UNANSWERED: 3}
 
 
+def test_a_request_sent_just_before_the_run_stops_but_due_after_it_counts_answered_where_it_left():
+    # The locustfile wakes pacing.TIMER_LEAD_S before a request is due and sends it then: one that left before the
+    # drain closed the window, due just after the close, was counted offered; its answer counts there too.
+    clock = Clock()
+    one = one_step(clock)
+    for _ in range(99):
+        clock.now += 0.01
+        send(one, clock, 2.0)
+    clock.now += 0.01
+    due, sent = clock.now, clock.now - 0.0008
+    one.left(due, sent)
+    clock.now = due - 0.0003
+    one.stop()  # the drain: nothing more is sent from here
+    one.ended(due, None, 200, sent=sent, at=due + 0.002)
+    (step,) = result_of(one, the_spec=spec(Step(rate=100, seconds=1))).steps
+    assert (step.offered, step.answered, step.failures) == (100, 100, 0) and step.errors == {}
+
+
 def test_distinct_error_kinds_are_bounded():
     tally = measure.StepTally()
     for i in range(measure.MAX_ERROR_KINDS + 5):
