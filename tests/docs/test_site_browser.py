@@ -17,6 +17,7 @@ import pytest
 
 from tests.support.docs_site import BROWSER_CHECK, DOCS_VENV, require_docs_venv
 from tests.support.paths import ROOT
+from tests.support.threaded_server import QuietServer
 
 pytestmark = pytest.mark.docs
 CHECK_TIMEOUT_S = 180
@@ -27,14 +28,13 @@ def served(built_site):
     """The built site over HTTP on a loopback port of its own, as `mkdocs serve` would show it."""
     handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(built_site))
     handler.log_message = lambda *args: None
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server = QuietServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}/"
     finally:
-        server.shutdown()
-        server.server_close()
+        server.end()
         thread.join(timeout=10)
 
 

@@ -13,7 +13,7 @@ import os
 import signal
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import boto3
 import botocore.credentials
@@ -28,6 +28,7 @@ from rehearsal.aws_rules import sts
 from rehearsal.fargate_standin import ROOT, FargateStandIn, Image, leftover_processes
 from tests.support.paths import CONFIG_DIR
 from tests.support.synth import synth
+from tests.support.threaded_server import QuietServer
 
 # The real Locust in the stand-in's tasks.
 pytestmark = pytest.mark.loadtest
@@ -109,12 +110,11 @@ class KServeHandler(BaseHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def target():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), KServeHandler)
+    server = QuietServer(("127.0.0.1", 0), KServeHandler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{server.server_address[1]}/v2/models/{MODEL}/infer"
-    server.shutdown()
-    server.server_close()
+    server.end()
 
 
 @pytest.fixture(scope="module")
@@ -374,7 +374,7 @@ def serving(session, tmp_path):
         def log_message(self, *args):
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Model)
+    server = QuietServer(("127.0.0.1", 0), Model)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     image = aws_fakes.push_image(
@@ -401,8 +401,7 @@ def serving(session, tmp_path):
     try:
         yield config_dir, image.digest
     finally:
-        server.shutdown()
-        server.server_close()
+        server.end()
 
 
 def test_loadtest_in_the_environment_stores_a_result_named_by_the_digest_that_passes_the_gate(

@@ -1,4 +1,5 @@
-"""A small HTTP/1.1 server in a thread of the test process, on a free loopback port: the load tests' targets."""
+"""A small HTTP/1.1 server in a thread of the test process, on a free loopback port: the load tests' targets, and
+the server class every test's own HTTP server uses."""
 
 from __future__ import annotations
 
@@ -31,26 +32,35 @@ class JsonHandler(BaseHTTPRequestHandler):
         pass
 
 
-class _Server(ThreadingHTTPServer):
+class QuietServer(ThreadingHTTPServer):
+    """Every test's HTTP server in a thread: one whose handler threads print nothing into later tests."""
+
     # An open-model generator opens a connection per request in flight: the default backlog of 5 would make
     # the kernel drop connects (a second of SYN retry each) while a burst is accepted.
     request_queue_size = 256
+    daemon_threads = True
     ended = False  # the block that served it has ended: its test is over
 
     def handle_error(self, request, client_address) -> None:
         """A client gone mid-request (a load generator stopping) is not the server's error, and a handler thread
         that outlives its test (daemon threads are not joined) must not print into the next test's captured
-        stderr: one did, and failed a CLI test that checks its own stderr line for line."""
+        stderr: one did, twice (from two different servers), and failed a CLI test that checks its own stderr
+        line for line."""
         if self.ended or isinstance(sys.exc_info()[1], ConnectionError):
             return
         super().handle_error(request, client_address)
+
+    def end(self) -> None:
+        """Stop serving and close the socket; a handler thread still running prints nothing from here on."""
+        self.ended = True
+        self.shutdown()
+        self.server_close()
 
 
 @contextmanager
 def serving(handler: type[BaseHTTPRequestHandler], tls: ssl.SSLContext | None = None) -> Iterator[int]:
     """Serve `handler` (over TLS with `tls`) until the block ends; yields the port."""
-    server = _Server(("127.0.0.1", 0), handler)
-    server.daemon_threads = True
+    server = QuietServer(("127.0.0.1", 0), handler)
     if tls is not None:
         server.socket = tls.wrap_socket(server.socket, server_side=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -58,7 +68,5 @@ def serving(handler: type[BaseHTTPRequestHandler], tls: ssl.SSLContext | None = 
     try:
         yield server.server_address[1]
     finally:
-        server.ended = True
-        server.shutdown()
-        server.server_close()
+        server.end()
         thread.join(10)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +30,7 @@ from inferstack.triton import client as triton_client
 from inferstack.triton import config as triton_config
 from rehearsal import triton_server
 from tests.support.real_triton import ENV, PROJECT, TRITON_MODELS, exported, model_params, shipped
+from tests.support.threaded_server import QuietServer
 from tests.support.tiny_models import greedy_reference
 
 pytestmark = pytest.mark.real_triton
@@ -272,7 +273,7 @@ class _SageMakerRuntimeFront:
 
         self.paths: list[str] = []
         self.components: list[str | None] = []  # the inference component each request named, if any
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = QuietServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
@@ -281,8 +282,7 @@ class _SageMakerRuntimeFront:
         return self
 
     def __exit__(self, *exc):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self.httpd.end()
 
 
 @pytest.mark.parametrize("name", model_params())
