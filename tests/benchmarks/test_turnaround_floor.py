@@ -93,12 +93,14 @@ def test_one_worker_each_is_measured_against_one_workers_limit(artifact):
     assert abs(limit - 16 / batch_ms * 1000) <= 0.005 * limit, header.group(0)  # 16 rows (ms rounded)
     rows = {m.group(1): m for m in ROW.finditer(out)}
     assert sorted(rows) == ["app", "native"], out
-    for row in rows.values():  # the share printed is of one worker's limit
-        assert int(row.group(2)) == round(int(row.group(3).replace(",", "")) / limit * 100), row.group(0)
+    # The share printed is of one worker's limit: rounded from the unrounded rate and limit, so within half a point
+    # (and the two roundings' 0.02) of the printed rate over the printed limit.
+    for row in rows.values():
+        assert abs(int(row.group(2)) - int(row.group(3).replace(",", "")) / limit * 100) <= 0.55, row.group(0)
     # --paced-rates: every server also paced at 500 req/s, its p99 in a column of its own and judged by the bound.
     assert re.search(r"\| paced 500/s: p99 ms *$", out.splitlines()[1]), out
     same = re.search(r"^p99 paced at 500 req/s for every server \((\d+)% of the limit\): (.*)$", out, re.M)
-    assert same and int(same.group(1)) == round(500 / limit * 100), out
+    assert same and abs(int(same.group(1)) - 500 / limit * 100) <= 0.55, out
     assert re.findall(r"(\S+) (?:within|PAST)", same.group(2)) == ["native", "app"], same.group(0)
     assert re.search(r"^model cycle, app paced at 50%: [\d.]+ rows per batch", out, re.M), out
 
