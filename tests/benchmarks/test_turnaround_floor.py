@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import re
 import shutil
+import socket
 import subprocess
 import sys
+import threading
 import time
+from contextlib import contextmanager
 
 import pytest
 
@@ -143,61 +146,60 @@ def test_a_paced_run_sends_every_request_that_fell_due_and_no_more(native, tmp_p
     assert int(fields["warmup"]) > 0 and int(fields["reconnects"]) == 0, result.stdout
 
 
-def test_the_measured_run_goes_out_on_the_connections_the_warm_up_opened(native, tmp_path):
-    """A paced run whose connections opened as its schedule started would time the server accepting them all at
-    once: 6 connections, a warm-up and a paced run, 6 accepts; and every connection carries paced requests."""
-    import socket
-    import threading
-
+@contextmanager
+def accepting(serve):
+    """A loopback listener that answers each connection with ``serve(connection)``, in a thread of its own, until
+    the block ends; yields its port."""
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(64)
-    port = listener.getsockname()[1]
-    accepted, served = [], {}
-
-    def serve(connection, index):
-        with connection:
-            while connection.recv(65536):
-                served[index] = served.get(index, 0) + 1
-                connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
 
     def accept():
         while True:
             try:
                 connection, _ = listener.accept()
-            except OSError:
+            except OSError:  # closed: the block has ended
                 return
-            accepted.append(connection)
-            threading.Thread(target=serve, args=(connection, len(accepted)), daemon=True).start()
+            threading.Thread(target=serve, args=(connection,), daemon=True).start()
 
     threading.Thread(target=accept, daemon=True).start()
-    (tmp_path / "requests.bin").write_bytes(b"GET / HTTP/1.1\r\n\r\n\0")
     try:
-        result = subprocess.run(
-            [str(native / "load_client"), str(port), "6", "0.5", str(tmp_path / "requests.bin"), "200", "0.2"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        yield listener.getsockname()[1]
     finally:
         listener.close()
+
+
+def run_client(native, tmp_path, port: int, connections: str, seconds: str, *rate_warmup: str) -> dict[str, str]:
+    """The generator sending a bare GET; the fields of the line it printed."""
+    (tmp_path / "requests.bin").write_bytes(b"GET / HTTP/1.1\r\n\r\n\0")
+    command = [str(native / "load_client"), str(port), connections, seconds, str(tmp_path / "requests.bin")]
+    result = subprocess.run([*command, *rate_warmup], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
-    fields = dict(item.split("=") for item in result.stdout.split())
-    assert int(fields["requests"]) == 100 and int(fields["reconnects"]) == 0, result.stdout
-    assert len(accepted) == 6, f"{len(accepted)} connections accepted for 6: {result.stdout}"
-    assert sum(served.values()) == int(fields["warmup"]) + 100, (served, result.stdout)
+    return dict(item.split("=") for item in result.stdout.split())
+
+
+def test_the_measured_run_goes_out_on_the_connections_the_warm_up_opened(native, tmp_path):
+    """A paced run whose connections opened as its schedule started would time the server accepting them all at
+    once: 6 connections, a warm-up and a paced run, 6 accepts; and every connection carries paced requests."""
+    accepted, served = [], []
+
+    def serve(connection):
+        accepted.append(connection)
+        with connection:
+            while connection.recv(65536):
+                served.append(connection)
+                connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+
+    with accepting(serve) as port:
+        fields = run_client(native, tmp_path, port, "6", "0.5", "200", "0.2")
+    assert int(fields["requests"]) == 100 and int(fields["reconnects"]) == 0, fields
+    assert len(accepted) == 6, f"{len(accepted)} connections accepted for 6: {fields}"
+    assert len(served) == int(fields["warmup"]) + 100, (len(served), fields)
 
 
 def test_replies_other_than_2xx_are_counted_refused_and_kept_out_of_the_latencies(native, tmp_path):
     """A server shedding load answers 503 in microseconds: counted apart, or they would pass for fast answers.
     Here every other reply is a 503 after no wait and every 200 comes 20 ms after its request."""
-    import socket
-    import threading
-
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen()
-    port = listener.getsockname()[1]
 
     def serve(connection):
         replies = 0
@@ -212,36 +214,15 @@ def test_replies_other_than_2xx_are_counted_refused_and_kept_out_of_the_latencie
                         b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Length: 0\r\n\r\n"
                     )
 
-    def accept():
-        while True:
-            try:
-                connection, _ = listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=serve, args=(connection,), daemon=True).start()
-
-    threading.Thread(target=accept, daemon=True).start()
-    (tmp_path / "requests.bin").write_bytes(b"GET / HTTP/1.1\r\n\r\n\0")
-    try:
-        result = subprocess.run(
-            [str(native / "load_client"), str(port), "1", "1", str(tmp_path / "requests.bin"), "0", "0.2"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-    finally:
-        listener.close()
-    assert result.returncode == 0, result.stderr
-    fields = dict(item.split("=") for item in result.stdout.split())
+    with accepting(serve) as port:
+        fields = run_client(native, tmp_path, port, "1", "1", "0", "0.2")
     answered, refused = int(fields["requests"]), int(fields["refused"])
-    assert refused > 0 and abs(answered - refused) <= 1, result.stdout  # alternate replies on one connection
-    assert float(fields["p50_ms"]) >= 20, result.stdout  # the 200s' latency only: no instant 503 among them
+    assert refused > 0 and abs(answered - refused) <= 1, fields  # alternate replies on one connection
+    assert float(fields["p50_ms"]) >= 20, fields  # the 200s' latency only: no instant 503 among them
 
 
 def test_the_load_generator_refuses_a_server_that_closes_with_a_request_in_flight(native, tmp_path):
     """A connection closed before its reply is an error, not a latency: the run stops with one line."""
-    import socket
-
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen()
