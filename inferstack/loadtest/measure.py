@@ -285,8 +285,8 @@ class Recorder:
         left, so its answer must count there too, or it would be a request never answered."""
         for window in reversed(self._windows):
             if due >= window.began:
-                left = due if sent is None else min(due, sent)
-                inside = due >= window.opens and (window.closes is None or left < window.closes)
+                out = due if sent is None else min(due, sent)  # when it went out, as far as it counts
+                inside = due >= window.opens and (window.closes is None or out < window.closes)
                 return self._tallies[window.index] if inside else None
         return None
 
