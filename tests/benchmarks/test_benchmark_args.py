@@ -87,7 +87,10 @@ def test_the_native_client_runs_the_same_open_system_and_judges_it_by_the_same_r
     )
     assert line, out
     rate, refused, p99 = int(line.group(1).replace(",", "")), int(line.group(2)), float(line.group(4))
-    assert 240 <= rate <= 310 and refused < rate, line.group(0)  # an open system at 300 req/s, not a closed loop
+    # An open system at 300 req/s for 3 s, not a closed loop: what it sent, answered or refused. How much of it the
+    # server admits is the server's (with a 10 ms SLO over a 7 ms batching floor, the full suite's load next to it
+    # once made it refuse 23 %).
+    assert 0.9 * 900 <= rate * 3 + refused <= 1.03 * 900, line.group(0)
     passed = p99 <= 10 and float(line.group(3)) <= 0.1
     assert line.group(5) == ("pass" if passed else "fail"), line.group(0)
     assert re.search(r"^server: [\d,]+ µs of CPU per request", out, re.M), out
