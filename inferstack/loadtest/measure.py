@@ -278,21 +278,20 @@ class Recorder:
         window = self._windows[-1]
         return window.t0 + ((self._clock() if now is None else now) - window.began)
 
-    def _measured(self, due: float, sent: float | None) -> StepTally | None:
+    def _measured(self, due: float, out: float) -> StepTally | None:
         """The tally of the window a request due at `due` counts in. It opens by the due time; it closes (the run
-        stops sending) by when the request left, if that was earlier: the locustfile sends up to
+        stops sending) by `out`, when the request went out if that was earlier: the locustfile sends up to
         pacing.TIMER_LEAD_S early, and a request sent before the close but due after it was counted offered when it
         left, so its answer must count there too, or it would be a request never answered."""
         for window in reversed(self._windows):
             if due >= window.began:
-                out = due if sent is None else min(due, sent)  # when it went out, as far as it counts
                 inside = due >= window.opens and (window.closes is None or out < window.closes)
                 return self._tallies[window.index] if inside else None
         return None
 
     def left(self, due: float, sent: float, held: bool = False) -> None:
         """A request due at `due` left at `sent` (this generator's clock); `held`: it waited for a slot."""
-        tally = self._measured(due, sent)
+        tally = self._measured(due, min(due, sent))
         if tally is not None:
             tally.left((sent - due) * 1000.0, self.late_after_ms, held)
 
@@ -305,8 +304,9 @@ class Recorder:
         never measured from a time it was not yet out), to when its reply arrived (`at`: the generator's own checks
         of the reply, after that, are not the server's time)."""
         now = self._clock() if at is None else at
-        latency_ms = (now - (due if sent is None else min(due, sent))) * 1000.0
-        tally = self._measured(due, sent)
+        out = due if sent is None else min(due, sent)
+        latency_ms = (now - out) * 1000.0
+        tally = self._measured(due, out)
         if tally is not None:
             tally.ended(latency_ms, kind, status, self.slo_ms)
         run_time = self.run_time(now)
