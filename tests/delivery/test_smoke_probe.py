@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
 import time
 from http.server import BaseHTTPRequestHandler
 
 import pytest
 
 from inferstack.delivery.smoke_probe import handler as probe
-from tests.support.threaded_server import QuietServer
+from tests.support.threaded_server import serving
 
 LOCAL = {"PROBE_ALLOWED_HOST_SUFFIXES": "localhost,127.0.0.1", "PROBE_ALLOWED_NETWORKS": "127.0.0.0/8,::1/128"}
 
@@ -49,11 +48,8 @@ class Recorder(BaseHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def server():
-    httpd = QuietServer(("127.0.0.1", 0), Recorder)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.end()
+    with serving(Recorder) as port:
+        yield f"http://127.0.0.1:{port}"
 
 
 @pytest.fixture

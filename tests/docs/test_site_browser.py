@@ -11,13 +11,12 @@ import http.server
 import json
 import shutil
 import subprocess
-import threading
 
 import pytest
 
 from tests.support.docs_site import BROWSER_CHECK, DOCS_VENV, require_docs_venv
 from tests.support.paths import ROOT
-from tests.support.threaded_server import QuietServer
+from tests.support.threaded_server import serving
 
 pytestmark = pytest.mark.docs
 CHECK_TIMEOUT_S = 180
@@ -28,14 +27,8 @@ def served(built_site):
     """The built site over HTTP on a loopback port of its own, as `mkdocs serve` would show it."""
     handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(built_site))
     handler.log_message = lambda *args: None
-    server = QuietServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/"
-    finally:
-        server.end()
-        thread.join(timeout=10)
+    with serving(handler) as port:
+        yield f"http://127.0.0.1:{port}/"
 
 
 @pytest.fixture(scope="module")

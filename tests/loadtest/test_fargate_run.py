@@ -28,7 +28,7 @@ from rehearsal.aws_rules import sts
 from rehearsal.fargate_standin import ROOT, FargateStandIn, Image, leftover_processes
 from tests.support.paths import CONFIG_DIR
 from tests.support.synth import synth
-from tests.support.threaded_server import QuietServer
+from tests.support.threaded_server import serving as http_serving  # the module has a fixture named serving
 
 # The real Locust in the stand-in's tasks.
 pytestmark = pytest.mark.loadtest
@@ -110,11 +110,8 @@ class KServeHandler(BaseHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def target():
-    server = QuietServer(("127.0.0.1", 0), KServeHandler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/v2/models/{MODEL}/infer"
-    server.end()
+    with http_serving(KServeHandler) as port:
+        yield f"http://127.0.0.1:{port}/v2/models/{MODEL}/infer"
 
 
 @pytest.fixture(scope="module")
@@ -374,34 +371,30 @@ def serving(session, tmp_path):
         def log_message(self, *args):
             pass
 
-    server = QuietServer(("127.0.0.1", 0), Model)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    image = aws_fakes.push_image(
-        session, aws_fakes.ASSET_REPOSITORY.format(account=ACCOUNT, region=REGION), seed=NEURON_MODEL
-    )
-    ecs = session.client("ecs")
-    cluster = f"{ENV}-{NEURON_MODEL}-cluster"
-    ecs.create_cluster(clusterName=cluster)
-    definition = ecs.register_task_definition(
-        family=f"{ENV}-{NEURON_MODEL}", containerDefinitions=[{"name": "Server", "image": image.uri, "memory": 1024}]
-    )["taskDefinition"]["taskDefinitionArn"]
-    ecs.create_service(
-        cluster=cluster, serviceName=f"{NEURON_MODEL}-service", taskDefinition=definition, desiredCount=1
-    )
-    aws_fakes.create_stack(
-        session,
-        stack_outputs.stack_name(ENV, NEURON_MODEL),
-        {
-            "ClusterName": cluster,
-            "ServiceName": f"{NEURON_MODEL}-service",
-            "Url": f"http://127.0.0.1:{server.server_address[1]}",
-        },
-    )
-    try:
+    with http_serving(Model) as port:
+        image = aws_fakes.push_image(
+            session, aws_fakes.ASSET_REPOSITORY.format(account=ACCOUNT, region=REGION), seed=NEURON_MODEL
+        )
+        ecs = session.client("ecs")
+        cluster = f"{ENV}-{NEURON_MODEL}-cluster"
+        ecs.create_cluster(clusterName=cluster)
+        definition = ecs.register_task_definition(
+            family=f"{ENV}-{NEURON_MODEL}",
+            containerDefinitions=[{"name": "Server", "image": image.uri, "memory": 1024}],
+        )["taskDefinition"]["taskDefinitionArn"]
+        ecs.create_service(
+            cluster=cluster, serviceName=f"{NEURON_MODEL}-service", taskDefinition=definition, desiredCount=1
+        )
+        aws_fakes.create_stack(
+            session,
+            stack_outputs.stack_name(ENV, NEURON_MODEL),
+            {
+                "ClusterName": cluster,
+                "ServiceName": f"{NEURON_MODEL}-service",
+                "Url": f"http://127.0.0.1:{port}",
+            },
+        )
         yield config_dir, image.digest
-    finally:
-        server.end()
 
 
 def test_loadtest_in_the_environment_stores_a_result_named_by_the_digest_that_passes_the_gate(

@@ -14,7 +14,6 @@ same model.onnx with the onnxruntime package (which also records the batch sizes
 from __future__ import annotations
 
 import json
-import threading
 from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
@@ -30,7 +29,7 @@ from inferstack.triton import client as triton_client
 from inferstack.triton import config as triton_config
 from rehearsal import triton_server
 from tests.support.real_triton import ENV, PROJECT, TRITON_MODELS, exported, model_params, shipped
-from tests.support.threaded_server import QuietServer
+from tests.support.threaded_server import serving
 from tests.support.tiny_models import greedy_reference
 
 pytestmark = pytest.mark.real_triton
@@ -273,16 +272,15 @@ class _SageMakerRuntimeFront:
 
         self.paths: list[str] = []
         self.components: list[str | None] = []  # the inference component each request named, if any
-        self.httpd = QuietServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self._serving = serving(Handler)
+        self.url = ""
 
     def __enter__(self):
-        self.thread.start()
+        self.url = f"http://127.0.0.1:{self._serving.__enter__()}"
         return self
 
     def __exit__(self, *exc):
-        self.httpd.end()
+        return self._serving.__exit__(*exc)
 
 
 @pytest.mark.parametrize("name", model_params())
