@@ -32,7 +32,9 @@ inference thread to the event loop and back), and how its CPU per request splits
 --paced-rates paces every server at the same absolute rates too: "80 % of sustained" offers a server that sustains
 more a higher rate, and near the limit the p99 turns on the rate (the generator reuses the connection freed last, so
 which worker gets a request follows which answered last, and the split between two workers swings for a second at a
-time); at one rate for all, the servers' p99 compare like for like.
+time); at one rate for all, the servers' p99 compare like for like. --connection-order fifo sends each paced
+request on the connection idle longest instead, round the connections in turn: the workers then share the requests
+as they share the connections, whichever answered last.
 """
 
 from __future__ import annotations
@@ -59,6 +61,8 @@ import serve_bench as sb  # noqa: E402
 FLOOR = HERE / "floor"
 SERVERS = ("native", "python", "python+json", "python+work", "app-python", "app-body", "app")
 APPS = ("app-python", "app-body", "app")  # serve.py, SERVER_TEXT_SCAN off, body and on
+# load_client's ORDER: which idle connection a paced request goes out on (a closed loop has no choice to make).
+ORDERS = {"lifo": "whose reply came last (lifo)", "fifo": "idle longest (fifo)"}
 ROWS = 16
 RESULT = re.compile(
     r"requests=(\d+) seconds=([\d.]+) p50_ms=([\d.]+) p99_ms=([\d.]+) late=(\d+) warmup=(\d+)"
@@ -223,7 +227,7 @@ def measure(
     threads_before = thread_cpu(procs) if app else {}
     seconds = args.seconds
     command = [str(client), ",".join(map(str, ports)), str(connections), str(seconds), str(requests)]
-    command += [f"{rate:.1f}", str(args.warmup)]  # rate 0: a closed loop
+    command += [f"{rate:.1f}", str(args.warmup), args.connection_order]  # rate 0: a closed loop
     at_start: list[tuple[float, float]] = []
     timer = None
     if metrics_port is not None:
@@ -346,7 +350,8 @@ def report(args: argparse.Namespace, result: dict) -> None:
     print(
         f"{args.workers} worker(s), emulated accelerator {batch_s * 1000:.2f} ms per batch of up to {ROWS} rows "
         f"(--batch-ms {args.batch_ms:g}), queue delay {args.max_queue_delay_ms:g} ms: limit {limit:,.0f} req/s; "
-        f"{where}; {args.seconds:g} s per cell, median of {args.rounds} round(s); "
+        f"{where}; paced requests on the connection {ORDERS[args.connection_order]}; "
+        f"{args.seconds:g} s per cell, median of {args.rounds} round(s); "
         f"load average {os.getloadavg()[0]:.2f} at the end"
     )
     head = ["server".ljust(12)]
@@ -450,6 +455,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=256,
         help="connections of the paced runs: enough that a request due never waits for a free one",
     )
+    parser.add_argument(
+        "--connection-order",
+        default="lifo",
+        help="which idle connection a paced request goes out on: lifo (default), the one whose reply came last, as "
+        "urllib3's and Go's connection pools reuse them; fifo, the one idle longest, round the connections in turn",
+    )
     parser.add_argument("--share-goal", type=float, default=0.85, help="the share of the limit asked for")
     parser.add_argument("--servers", default=",".join(SERVERS), help=f"any of {', '.join(SERVERS)}")
     parser.add_argument("--no-pin", action="store_true", help="share the CPUs between servers and load generator")
@@ -467,6 +478,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         fail(f"--rounds: at least 1, got {args.rounds}")
     if not 1 <= args.workers <= 16:
         fail(f"--workers: from 1 to 16, got {args.workers}")
+    if args.connection_order not in ORDERS:
+        fail(f"--connection-order: lifo or fifo, got {args.connection_order!r}")
     if not 1 <= args.paced_connections <= 1024:
         fail(f"--paced-connections: from 1 to 1024, got {args.paced_connections}")
     try:

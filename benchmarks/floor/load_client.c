@@ -1,12 +1,15 @@
 /* A native load generator for benchmarks/turnaround_floor.py, cheap enough not to be what it measures.
  *
- *   load_client PORTS CONNECTIONS SECONDS REQUESTS [RATE [WARMUP]]
+ *   load_client PORTS CONNECTIONS SECONDS REQUESTS [RATE [WARMUP [ORDER]]]
  *
  * PORTS: comma-separated loopback ports, the connections spread over them in turn. REQUESTS: a file of whole
  * HTTP/1.1 requests, each followed by a NUL byte, sent in turn. Without RATE, a closed loop: each connection
  * sends its next request as soon as its reply has arrived. With RATE (requests per second), an open system:
  * a request falls due every 1 / RATE seconds whatever the server does, goes out on the first connection with
- * nothing in flight (HTTP/1.1, one request at a time each), and its latency counts from when it was due.
+ * nothing in flight (HTTP/1.1, one request at a time each), and its latency counts from when it was due. ORDER says
+ * which idle connection that is: lifo (the default), the one whose reply came last, as the connection pools of
+ * nginx's upstream keepalive, Go's net/http and urllib3 reuse them; fifo, the one idle longest, so the requests go
+ * round the connections in turn, as a client whose users each keep a connection and a schedule of their own.
  * A closed loop of WARMUP seconds (default 1; RATE 0 is a closed loop) first warms the server up, on the same
  * connections the measured run then uses: a run that opened its connections as its schedule started would time the
  * server accepting them all at once (the app: 256 accepts in the first milliseconds, a p99 of 22 ms in its first
@@ -111,19 +114,35 @@ static void send_next(conn_t *c, double due) {
 }
 
 static conn_t conns[MAX_CONNECTIONS];
-static int epoll = -1;
+static int epoll = -1, fifo = 0;
+
+/* The idle connections: a ring, taken from its tail (lifo) or its head (fifo). */
+typedef struct {
+    int slot[MAX_CONNECTIONS], head, count;
+} idle_t;
+
+static void put_idle(idle_t *idle, int i) { idle->slot[(idle->head + idle->count++) % MAX_CONNECTIONS] = i; }
+
+static int take_idle(idle_t *idle) {
+    if (!fifo) return idle->slot[(idle->head + --idle->count) % MAX_CONNECTIONS];
+    int i = idle->slot[idle->head];
+    idle->head = (idle->head + 1) % MAX_CONNECTIONS;
+    idle->count--;
+    return i;
+}
 
 /* One run over the connections main opened, each idle at its start and at its end; fills latencies (seconds) and
  * returns the run's length in seconds. */
 static double run(int connections, double seconds, double rate, double *latencies, long *count, long *late) {
-    int idle[MAX_CONNECTIONS], idle_count = 0;
+    static idle_t idle;
+    idle.head = idle.count = 0;
     *count = *late = 0;
-    for (int i = 0; i < connections; i++) idle[idle_count++] = i;
+    for (int i = 0; i < connections; i++) put_idle(&idle, i);
     double start = now(), stop = start + seconds;
     long issued = 0, backlog = 0;
     if (rate <= 0) {
         for (int i = 0; i < connections; i++) send_next(&conns[i], now());
-        idle_count = 0;
+        idle.count = 0;
     }
     int open = connections;
     while (open) {
@@ -131,13 +150,13 @@ static double run(int connections, double seconds, double rate, double *latencie
         if (rate > 0) {
             double t = now();
             while (start + issued / rate <= t && start + issued / rate < stop) issued++, backlog++;
-            while (backlog && idle_count) {
+            while (backlog && idle.count) {
                 double due = start + (issued - backlog) / rate;
                 backlog--;
                 if (t - due > 0.001) (*late)++;
-                send_next(&conns[idle[--idle_count]], due);
+                send_next(&conns[take_idle(&idle)], due);
             }
-            if (t >= stop && !backlog && idle_count == connections) break;
+            if (t >= stop && !backlog && idle.count == connections) break;
             wait_ms = 0; /* the schedule needs sends finer than epoll's milliseconds: this core is the client's */
         }
         struct epoll_event events[MAX_CONNECTIONS];
@@ -167,7 +186,7 @@ static double run(int connections, double seconds, double rate, double *latencie
                     reconnects++;
                 }
                 if (rate > 0)
-                    idle[idle_count++] = (int)(c - conns);
+                    put_idle(&idle, (int)(c - conns));
                 else if (t < stop)
                     send_next(c, t);
                 else
@@ -184,13 +203,18 @@ static double run(int connections, double seconds, double rate, double *latencie
 }
 
 int main(int argc, char **argv) {
-    if (argc < 5 || argc > 7) {
-        fprintf(stderr, "usage: load_client PORTS CONNECTIONS SECONDS REQUESTS [RATE [WARMUP]]\n");
+    if (argc < 5 || argc > 8) {
+        fprintf(stderr, "usage: load_client PORTS CONNECTIONS SECONDS REQUESTS [RATE [WARMUP [ORDER]]]\n");
         return 2;
     }
+    if (argc == 8 && strcmp(argv[7], "lifo") && strcmp(argv[7], "fifo")) {
+        fprintf(stderr, "load_client: ORDER is lifo or fifo, not %s\n", argv[7]);
+        return 2;
+    }
+    fifo = argc == 8 && !strcmp(argv[7], "fifo");
     for (char *p = strtok(argv[1], ","); p && port_count < 64; p = strtok(NULL, ",")) ports[port_count++] = atoi(p);
     int connections = atoi(argv[2]);
-    double seconds = atof(argv[3]), rate = argc >= 6 ? atof(argv[5]) : 0, warmup_s = argc == 7 ? atof(argv[6]) : 1.0;
+    double seconds = atof(argv[3]), rate = argc >= 6 ? atof(argv[5]) : 0, warmup_s = argc >= 7 ? atof(argv[6]) : 1.0;
     if (!port_count || connections < 1 || connections > MAX_CONNECTIONS || !(seconds > 0) || !(rate >= 0) ||
         !(warmup_s > 0)) {
         fprintf(stderr, "load_client: PORTS, 1 to %d CONNECTIONS, SECONDS > 0, RATE >= 0, WARMUP > 0\n",

@@ -4,6 +4,7 @@ paced run sends what fell due), never a timing."""
 
 from __future__ import annotations
 
+import collections
 import re
 import shutil
 import socket
@@ -54,6 +55,7 @@ def test_the_floors_and_the_app_are_measured_side_by_side(artifact):
         line = next(line for line in out.splitlines() if line.startswith(goal))
         assert re.findall(r"(\S+) (?:met|MISSED)", line.split(": ", 1)[1]) == list(SERVERS), line
     assert re.search(r"servers on CPU [\d,]+, the load generator alone on CPU \d+|share the CPUs", out), out
+    assert "; paced requests on the connection whose reply came last (lifo); " in out.splitlines()[0], out
     # The app's model cycle, from its own batch metrics after the warm-up: rows it batched, and no batch faster than
     # the emulated accelerator allows (the cycle includes the batch).
     cycle = re.search(
@@ -84,14 +86,14 @@ def test_one_worker_each_is_measured_against_one_workers_limit(artifact):
     """--workers 1: every server runs one worker, and the limit, the share and the model cycle are one worker's."""
     args = ["--model-dir", str(artifact), "--workers", "1", "--servers", "native,app", "--levels", "8"]
     args += ["--seconds", "0.5", "--warmup", "0.2", "--rounds", "1", "--paced", "0.5", "--paced-connections", "16"]
-    args += ["--paced-rates", "500"]
+    args += ["--paced-rates", "500", "--connection-order", "fifo"]
     result = run_script(SCRIPT, *args, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     out = result.stdout
     header = re.search(
         r"^1 worker\(s\), emulated accelerator ([\d.]+) ms per batch .*: limit ([\d,]+) req/s", out, re.M
     )
-    assert header, out
+    assert header and "; paced requests on the connection idle longest (fifo); " in out.splitlines()[0], out
     batch_ms, limit = float(header.group(1)), int(header.group(2).replace(",", ""))
     assert abs(limit - 16 / batch_ms * 1000) <= 0.005 * limit, header.group(0)  # 16 rows (ms rounded)
     rows = {m.group(1): m for m in ROW.finditer(out)}
@@ -197,6 +199,38 @@ def test_the_measured_run_goes_out_on_the_connections_the_warm_up_opened(native,
     assert len(served) == int(fields["warmup"]) + 100, (len(served), fields)
 
 
+@pytest.mark.parametrize("order", ["lifo", "fifo"])
+def test_a_paced_request_goes_out_on_the_connection_freed_last_or_on_the_one_idle_longest(native, tmp_path, order):
+    """ORDER: the server answers at once and requests fall due 5 ms apart, so every connection is idle when one
+    falls due. lifo takes the one whose reply came last: the same one, request after request. fifo takes the one
+    idle longest: round the 6 connections in turn, 16 or 17 of the 100 requests each."""
+    served = []
+
+    def serve(connection):
+        with connection:
+            while connection.recv(65536):
+                served.append(connection)
+                connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+
+    with accepting(serve) as port:
+        fields = run_client(native, tmp_path, port, "6", "0.5", "200", "0.2", order)
+    assert int(fields["requests"]) == 100 and int(fields["warmup"]) > 0, fields
+    paced = collections.Counter(map(id, served[-100:]))  # the warm-up's closed loop has ended before the run
+    if order == "lifo":  # a reply 5 ms late would free another connection first: a few, not the run's
+        assert paced.most_common(1)[0][1] >= 90, sorted(paced.values())
+    else:
+        # In turn: 16 or 17 each; a reply held up past the next request's due time could cost its connection a turn.
+        assert len(paced) == 6 and max(paced.values()) - min(paced.values()) <= 2, sorted(paced.values())
+
+
+def test_a_connection_order_other_than_lifo_or_fifo_is_refused(native, tmp_path):
+    (tmp_path / "requests.bin").write_bytes(b"GET / HTTP/1.1\r\n\r\n\0")
+    command = [str(native / "load_client"), "1", "6", "1", str(tmp_path / "requests.bin"), "100", "1", "random"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=30)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr == "load_client: ORDER is lifo or fifo, not random\n", result.stderr
+
+
 def test_replies_other_than_2xx_are_counted_refused_and_kept_out_of_the_latencies(native, tmp_path):
     """A server shedding load answers 503 in microseconds: counted apart, or they would pass for fast answers.
     Here every other reply is a 503 after no wait and every 200 comes 20 ms after its request."""
@@ -256,6 +290,7 @@ def test_the_load_generator_refuses_a_server_that_closes_with_a_request_in_fligh
         (["--servers", "app,nginx"], "--servers: a comma-separated list of native, python, python+json, "),
         (["--max-queue-delay-ms", "-1"], "--max-queue-delay-ms: not negative, got -1.0"),
         (["--workers", "0"], "--workers: from 1 to 16, got 0"),
+        (["--connection-order", "random"], "--connection-order: lifo or fifo, got 'random'"),
     ],
 )
 def test_bad_arguments(args, message):
