@@ -450,7 +450,8 @@ def native_against_serve(args, workdir: Path, server: subprocess.Popen, port: in
     # HTTP/1.1 carries one request at a time per connection: enough that a request due finds an idle one while
     # those ahead of it take up to twice the SLO.
     connections = min(1024, max(64, math.ceil(args.peak * args.slo_ms / 1000 * 2)))
-    run = argparse.Namespace(seconds=args.seconds, warmup=1.0, workers=args.serve_workers)
+    # Each due request on the connection whose reply came last, as turnaround_floor.py by default.
+    run = argparse.Namespace(seconds=args.seconds, warmup=1.0, workers=args.serve_workers, connection_order="lifo")
     # The client inherits this process's CPUs: peak_against_serve has pinned it to --generator-cpus.
     cell = turnaround_floor.measure([server], client, [port], connections, run, requests, args.peak, None, port)
     sent = cell.rps * args.seconds + cell.refused
