@@ -38,6 +38,9 @@ prints the server's side: its CPU per request (every process) and how full its b
 --client native (with --serve-workers): the same open system from one compiled process
 (benchmarks/floor/load_client.c) instead of Locust, where the cores left over cannot run enough Locust workers to
 send the rate on time; the same verdict rule (p99 from the due time within the SLO, errors within 0.1 %).
+--connection-order fifo: its due requests go round its connections in turn instead of on the one answered last
+(turnaround_floor.py's option), which spreads a burst over the workers as Locust's processes, each user on a
+connection of its own, do.
 Figures are printed, never asserted.
 """
 
@@ -450,15 +453,17 @@ def native_against_serve(args, workdir: Path, server: subprocess.Popen, port: in
     # HTTP/1.1 carries one request at a time per connection: enough that a request due finds an idle one while
     # those ahead of it take up to twice the SLO.
     connections = min(1024, max(64, math.ceil(args.peak * args.slo_ms / 1000 * 2)))
-    # Each due request on the connection whose reply came last, as turnaround_floor.py by default.
-    run = argparse.Namespace(seconds=args.seconds, warmup=1.0, workers=args.serve_workers, connection_order="lifo")
+    run = argparse.Namespace(
+        seconds=args.seconds, warmup=1.0, workers=args.serve_workers, connection_order=args.connection_order
+    )
     # The client inherits this process's CPUs: peak_against_serve has pinned it to --generator-cpus.
     cell = turnaround_floor.measure([server], client, [port], connections, run, requests, args.peak, None, port)
     sent = cell.rps * args.seconds + cell.refused
     errors = 100.0 * cell.refused / sent if sent else 0.0
     good = cell.p99_ms <= args.slo_ms and errors <= DEFAULT_ERROR_BUDGET_PERCENT
     print(
-        f"native client (benchmarks/floor/load_client.c, {connections} connections, after a 1 s closed-loop "
+        f"native client (benchmarks/floor/load_client.c, {connections} connections, each request on the one "
+        f"{turnaround_floor.ORDERS[args.connection_order]}, after a 1 s closed-loop "
         f"warm-up): answered {cell.rps:,.0f} req/s, refused {cell.refused:,} ({errors:.2f} %), "
         f"{cell.late:,} sent more than 1 ms late, {cell.reconnects:,} sent on a new connection after a "
         f"'connection: close'; from the due time p50 {cell.p50_ms:.2f} ms, "
@@ -524,6 +529,12 @@ def main(argv: list[str] | None = None) -> int:
         default="locust",
         help="with --serve-workers: the project's distributed Locust run, or one compiled open-system client",
     )
+    parser.add_argument(
+        "--connection-order",
+        default="lifo",
+        help="with --client native: lifo (default), each due request on the connection answered last, or fifo, on "
+        "the one idle longest (round the connections in turn)",
+    )
     parser.add_argument("--batch-ms", type=float, default=3.0, help="with --serve-workers: emulated time per batch")
     parser.add_argument(
         "--model-dir", type=Path, help="with --serve-workers: a compiled CPU artifact (default: build one)"
@@ -533,6 +544,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.exit(2, f"{parser.prog}: error: --serve-workers: a positive number of workers, with --peak\n")
     if args.client == "native" and not args.serve_workers:
         parser.exit(2, f"{parser.prog}: error: --client native: only against the serving app (--serve-workers)\n")
+    if args.connection_order not in ("lifo", "fifo"):
+        parser.exit(2, f"{parser.prog}: error: --connection-order: lifo or fifo, got {args.connection_order!r}\n")
+    if args.connection_order != "lifo" and args.client != "native":
+        parser.exit(2, f"{parser.prog}: error: --connection-order: only with --client native\n")
     if not (math.isfinite(args.batch_ms) and args.batch_ms > 0):
         parser.exit(2, f"{parser.prog}: error: --batch-ms: must be a number > 0, got {args.batch_ms:g}\n")
     for flag, value in (

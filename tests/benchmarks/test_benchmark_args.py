@@ -22,6 +22,8 @@ from tests.support.paths import ROOT
         (["--peak", "100", "--serve-workers", "-1"], "--serve-workers: a positive number of workers, with --peak"),
         (["--peak", "100", "--serve-workers", "2", "--batch-ms", "0"], "--batch-ms: must be a number > 0, got 0"),
         (["--peak", "100", "--client", "native"], "--client native: only against the serving app (--serve-workers)"),
+        (["--peak", "100", "--connection-order", "random"], "--connection-order: lifo or fifo, got 'random'"),
+        (["--peak", "100", "--connection-order", "fifo"], "--connection-order: only with --client native"),
     ],
 )
 def test_bad_arguments(args, message):
@@ -78,9 +80,10 @@ def test_a_distributed_run_against_the_serving_app_is_answered(artifact):
 def test_the_native_client_runs_the_same_open_system_and_judges_it_by_the_same_rule(artifact):
     """--client native: benchmarks/floor/load_client.c offers the rate instead of Locust, for cores too few for
     Locust to send it on time; the answer, the refusals, the p99 from the due time and the verdict are printed."""
-    out = peak_against_the_app(artifact, "--peak", "300", "--client", "native")
+    out = peak_against_the_app(artifact, "--peak", "300", "--client", "native", "--connection-order", "fifo")
     line = re.search(
-        r"^native client .*: answered ([\d,]+) req/s, refused (\d+) \(([\d.]+) %\)"
+        r"^native client .*, each request on the one idle longest \(fifo\), .*: answered ([\d,]+) req/s, "
+        r"refused (\d+) \(([\d.]+) %\)"
         r".* p99 ([\d.]+) ms; verdict (pass|fail)",
         out,
         re.M,
