@@ -7,9 +7,9 @@
  * sends its next request as soon as its reply has arrived. With RATE (requests per second), an open system:
  * a request falls due every 1 / RATE seconds whatever the server does, goes out on the first connection with
  * nothing in flight (HTTP/1.1, one request at a time each), and its latency counts from when it was due. ORDER says
- * which idle connection that is: lifo (the default), the one whose reply came last, as the connection pools of
- * nginx's upstream keepalive, Go's net/http and urllib3 reuse them; fifo, the one idle longest, so the requests go
- * round the connections in turn, as a client whose users each keep a connection and a schedule of their own.
+ * which idle connection that is: lifo (the default), the one whose reply came last, as urllib3's and Go's net/http
+ * connection pools reuse theirs; fifo, the one idle longest, so the requests go round the connections in turn, as
+ * a client whose users each keep a connection and a schedule of their own.
  * A closed loop of WARMUP seconds (default 1; RATE 0 is a closed loop) first warms the server up, on the same
  * connections the measured run then uses: a run that opened its connections as its schedule started would time the
  * server accepting them all at once (the app: 256 accepts in the first milliseconds, a p99 of 22 ms in its first
