@@ -216,8 +216,8 @@ def test_a_paced_request_goes_out_on_the_connection_freed_last_or_on_the_one_idl
         fields = run_client(native, tmp_path, port, "6", "0.5", "200", "0.2", order)
     assert int(fields["requests"]) == 100 and int(fields["warmup"]) > 0, fields
     paced = collections.Counter(map(id, served[-100:]))  # the warm-up's closed loop has ended before the run
-    if order == "lifo":  # a reply 5 ms late would free another connection first: a few, not the run's
-        assert paced.most_common(1)[0][1] >= 90, sorted(paced.values())
+    if order == "lifo":  # a reply 5 ms late (a loaded machine) frees another first: a few requests, not the run
+        assert paced.most_common(1)[0][1] >= 75, sorted(paced.values())
     else:
         # In turn: 16 or 17 each; a reply held up past the next request's due time could cost its connection a turn.
         assert len(paced) == 6 and max(paced.values()) - min(paced.values()) <= 2, sorted(paced.values())
