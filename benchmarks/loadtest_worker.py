@@ -544,8 +544,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.exit(2, f"{parser.prog}: error: --serve-workers: a positive number of workers, with --peak\n")
     if args.client == "native" and not args.serve_workers:
         parser.exit(2, f"{parser.prog}: error: --client native: only against the serving app (--serve-workers)\n")
-    if args.connection_order not in ("lifo", "fifo"):
-        parser.exit(2, f"{parser.prog}: error: --connection-order: lifo or fifo, got {args.connection_order!r}\n")
+    import turnaround_floor  # its generator's orders; benchmarks/, this script's folder, is first on sys.path
+
+    if args.connection_order not in turnaround_floor.ORDERS:
+        orders = " or ".join(turnaround_floor.ORDERS)
+        parser.exit(2, f"{parser.prog}: error: --connection-order: {orders}, got {args.connection_order!r}\n")
     if args.connection_order != "lifo" and args.client != "native":
         parser.exit(2, f"{parser.prog}: error: --connection-order: only with --client native\n")
     if not (math.isfinite(args.batch_ms) and args.batch_ms > 0):

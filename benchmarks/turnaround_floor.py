@@ -479,7 +479,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if not 1 <= args.workers <= 16:
         fail(f"--workers: from 1 to 16, got {args.workers}")
     if args.connection_order not in ORDERS:
-        fail(f"--connection-order: lifo or fifo, got {args.connection_order!r}")
+        fail(f"--connection-order: {' or '.join(ORDERS)}, got {args.connection_order!r}")
     if not 1 <= args.paced_connections <= 1024:
         fail(f"--paced-connections: from 1 to 1024, got {args.paced_connections}")
     try:
